@@ -1,0 +1,3 @@
+from noloco.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,184 @@
+"""`noloco comm`: seconds per synchronisation (all-reduce vs NoLoCo group exchange)
+and the idle fraction of a global barrier vs random groups. Model: theory.comm."""
+
+from __future__ import annotations
+
+import json
+import math
+
+HELP = "synchronisation time and idle fraction: all-reduce vs NoLoCo group exchange"
+DESCRIPTION = """\
+Latency-bandwidth (Hockney) model of one synchronisation: all-reduce over N replicas
+(ring, recursive doubling, Rabenseifner, binary tree, double binary tree) against one
+NoLoCo group exchange among n, and an event simulation of the time replicas sit idle
+waiting for peers (global barrier vs random groups). Defaults are internet-like:
+50 ms one-way latency per message, 1 Gbit/s per replica, a 1M-parameter model in
+bf16 (2 MB, below the 6.25 MB bandwidth-delay product, so latency-bound), 256
+replicas in pairs, 30 s of compute per outer step with lognormal jitter of cv 0.1.
+Larger models turn the exchange bandwidth-bound and the speed-up shrinks; see
+docs/comm.md."""
+
+
+def add_parser(subparsers):
+    from theory.comm import ALLREDUCE, EXCHANGES, JITTER_KINDS
+
+    p = subparsers.add_parser("comm", help=HELP, description=DESCRIPTION)
+    p.add_argument("--params", type=float, default=1e6, help="model parameters per replica (default 1e6)")
+    p.add_argument("--bytes-per-value", type=float, default=2.0, help="bytes per parameter (default 2, bf16)")
+    p.add_argument("--replicas", "-N", type=int, default=256, help="number of replicas N (default 256)")
+    p.add_argument("--group-size", "-n", type=int, default=2, help="NoLoCo group size n, divides N (default 2)")
+    p.add_argument("--latency", type=float, default=0.05,
+                   help="one-way latency per message in seconds (default 0.05 = 50 ms, internet-like)")
+    p.add_argument("--bandwidth", type=float, default=1e9,
+                   help="bandwidth per replica in bits per second (default 1e9 = 1 Gbit/s)")
+    p.add_argument("--reduce-cost", type=float, default=0.0,
+                   help="seconds per byte to add a received buffer locally (default 0)")
+    p.add_argument("--algorithm", choices=("best",) + tuple(ALLREDUCE), default="best",
+                   help="all-reduce whose time the barrier pays in the idle simulation (default: the fastest)")
+    p.add_argument("--exchange", choices=EXCHANGES, default="root",
+                   help="NoLoCo exchange: 'root' (reference code: slow weights and progress via the group's "
+                        "first rank) or 'direct' (pairwise swaps of one combined vector); default root")
+    p.add_argument("--jitter", choices=JITTER_KINDS, default="lognormal", help="compute-time distribution")
+    p.add_argument("--jitter-cv", type=float, default=0.1, help="coefficient of variation of compute time (0.1)")
+    p.add_argument("--hardware", default="1:1",
+                   help="hardware classes as fraction:slowdown pairs, e.g. '0.75:1,0.25:1.5' (default 1:1)")
+    p.add_argument("--compute-seconds", type=float, default=30.0,
+                   help="mean compute seconds per outer step on slowdown-1 hardware (default 30)")
+    p.add_argument("--steps", type=int, default=200, help="outer steps simulated (default 200)")
+    p.add_argument("--trials", type=int, default=8, help="independent simulated runs (default 8)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(run=run)
+    return p
+
+
+def parse_hardware(text: str):
+    """'0.75:1,0.25:1.5' -> Hardware(((0.75, 1.0), (0.25, 1.5)))."""
+    from theory.comm import Hardware
+    from theory.config import ConfigError
+
+    try:
+        pairs = [tuple(float(x) for x in item.split(":")) for item in text.split(",")]
+    except ValueError:
+        pairs = [()]
+    if any(len(pair) != 2 for pair in pairs):
+        raise ConfigError(f"hardware={text!r} is malformed; allowed: comma-separated fraction:slowdown pairs")
+    return Hardware(tuple(pairs))
+
+
+def report(args) -> dict:
+    """Everything `noloco comm` prints, as data."""
+    from theory import comm
+
+    params = comm._number("params", args.params, "0 <= params < inf", lambda v: 0 <= v < math.inf)
+    width = comm._number("bytes_per_value", args.bytes_per_value, "0 < bytes_per_value <= 16",
+                         lambda v: 0 < v <= 16)
+    net = comm.Network.from_bandwidth(args.latency, args.bandwidth, args.reduce_cost)
+    compute = comm._number("compute_seconds", args.compute_seconds, "0 < compute_seconds < inf",
+                           lambda v: 0 < v < math.inf)
+    payload = params * width
+    cost = comm.sync_cost(net, payload, args.replicas, args.group_size, args.exchange)
+    latency_only = comm.sync_cost(comm.Network(net.latency, 0.0), payload, args.replicas, args.group_size,
+                                  args.exchange)
+    jitter, hardware = comm.Jitter(args.jitter, args.jitter_cv), parse_hardware(args.hardware)
+
+    name = min(cost.allreduce_seconds, key=cost.allreduce_seconds.get) if args.algorithm == "best" else args.algorithm
+    barrier_sync, group_sync = cost.allreduce_seconds[name], cost.group_exchange_seconds
+    sim = comm.simulate_idle(args.replicas, args.group_size, jitter, hardware, steps=args.steps,
+                             trials=args.trials, barrier_sync=barrier_sync / compute,
+                             group_sync=group_sync / compute, seed=args.seed, progress=not args.json)
+    log2n = math.log2(args.replicas)
+    return {
+        "schema_version": comm.SCHEMA_VERSION,
+        "inputs": {
+            "params": params, "bytes_per_value": width, "payload_bytes": payload,
+            "replicas": args.replicas, "group_size": args.group_size, "latency_s": net.latency,
+            "bandwidth_bits_per_s": float(args.bandwidth),
+            "reduce_seconds_per_byte": net.reduce_seconds_per_byte, "exchange": args.exchange,
+            "algorithm": name, "jitter": args.jitter, "jitter_cv": jitter.cv,
+            "hardware": [list(c) for c in hardware.classes], "compute_seconds": compute,
+            "steps": args.steps, "trials": args.trials, "seed": args.seed,
+        },
+        "allreduce_seconds": cost.allreduce_seconds,
+        "tree_seconds": cost.tree_seconds,
+        "group_exchange_seconds": cost.group_exchange_seconds,
+        "group_exchange_seconds_by_kind": {
+            kind: comm.group_exchange(net, payload, args.group_size, kind) for kind in comm.EXCHANGES},
+        "speedup_vs_tree": cost.speedup_vs_tree,
+        "speedup_vs_ring": cost.speedup_vs_ring,
+        "speedup_vs_best": cost.speedup_vs_best,
+        "log2_replicas": log2n,
+        "bandwidth_delay_bytes": net.bandwidth_delay_bytes(),
+        "latency_share": {  # share of each time that latency alone accounts for
+            "group_exchange": latency_only.group_exchange_seconds / cost.group_exchange_seconds
+            if cost.group_exchange_seconds else 1.0,
+            "tree": latency_only.tree_seconds / cost.tree_seconds if cost.tree_seconds else 1.0,
+        },
+        "payload_bytes_where_speedup_vs_tree": {
+            "half_log2N": comm.payload_at_speedup(net, args.replicas, log2n / 2, args.group_size, args.exchange),
+            "1": comm.payload_at_speedup(net, args.replicas, 1.0, args.group_size, args.exchange),
+        },
+        "idle_fraction_barrier": sim.barrier_idle_fraction,
+        "idle_fraction_noloco": sim.noloco_idle_fraction,
+        "idle": {
+            "barrier_closed_form": comm.barrier_idle_fraction(jitter, args.replicas, hardware, barrier_sync, compute),
+            "noloco_first_step_closed_form": comm.group_first_step_idle_fraction(
+                jitter, args.group_size, group_sync, compute) if hardware.homogeneous else None,
+            "simulation": sim.as_dict(),
+        },
+    }
+
+
+def _bytes(x) -> str:
+    if x is None:
+        return "never"
+    if math.isinf(x):
+        return "inf"
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(x) < 1000 or unit == "TB":
+            return f"{x:.3g} {unit}"
+        x /= 1000
+
+
+def _table(r: dict) -> str:
+    i = r["inputs"]
+    lines = [
+        f"N={i['replicas']} replicas, groups of n={i['group_size']}, payload {_bytes(i['payload_bytes'])} "
+        f"({i['params']:.3g} params x {i['bytes_per_value']:g} B)",
+        f"network: latency {i['latency_s'] * 1e3:g} ms/message, {i['bandwidth_bits_per_s'] / 1e9:g} Gbit/s, "
+        f"bandwidth-delay product {_bytes(r['bandwidth_delay_bytes'])}",
+        "",
+        f"{'synchronisation':<28}{'seconds':>12}{'NoLoCo speed-up':>18}",
+    ]
+    g = r["group_exchange_seconds"]
+    for name, sec in r["allreduce_seconds"].items():
+        lines.append(f"{'all-reduce ' + name:<28}{sec:>12.4g}{(sec / g if g else math.inf):>18.3g}")
+    for kind, sec in r["group_exchange_seconds_by_kind"].items():
+        mark = " *" if kind == i["exchange"] else ""
+        lines.append(f"{'NoLoCo exchange ' + kind + mark:<28}{sec:>12.4g}")
+    share = r["latency_share"]["group_exchange"]
+    cross = r["payload_bytes_where_speedup_vs_tree"]
+    idle = r["idle"]
+    sim = idle["simulation"]
+    first = idle["noloco_first_step_closed_form"]
+    lines += [
+        "",
+        f"speed-up vs tree {r['speedup_vs_tree']:.3g} (log2 N = {r['log2_replicas']:.3g}), vs ring "
+        f"{r['speedup_vs_ring']:.3g}, vs fastest all-reduce {r['speedup_vs_best']:.3g}",
+        f"exchange is {'latency' if share >= 0.5 else 'bandwidth'}-bound ({share:.0%} of it is latency); "
+        f"speed-up vs tree falls to log2(N)/2 at {_bytes(cross['half_log2N'])}, to 1 at {_bytes(cross['1'])}",
+        "",
+        f"idle fraction ({i['compute_seconds']:g} s compute/outer step, {i['jitter']} cv {i['jitter_cv']:g}, "
+        f"barrier pays {i['algorithm']}):",
+        f"  barrier (DiLoCo)  {r['idle_fraction_barrier']:.4f} +- {sim['barrier_idle_se']:.1e}"
+        f"   closed form {idle['barrier_closed_form']:.4f}",
+        f"  NoLoCo groups     {r['idle_fraction_noloco']:.4f} +- {sim['noloco_idle_se']:.1e}"
+        + (f"   first step, closed form {first:.4f}" if first is not None else ""),
+    ]
+    return "\n".join(lines)
+
+
+def run(args) -> int:
+    r = report(args)
+    print(json.dumps(r, indent=2) if args.json else _table(r))
+    return 0

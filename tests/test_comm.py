@@ -1,0 +1,250 @@
+"""theory.comm: each formula against a hand calculation, the closed forms against exact
+values, the idle-time simulation against the closed forms (fixed seeds, stated number
+of standard errors), and `noloco comm`."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from noloco.cli import main
+from theory import comm
+from theory.config import ConfigError
+
+# alpha = 1 s, beta = 0.01 s/B, gamma = 0.001 s/B, m = 100 B: every term is visible.
+NET = comm.Network(latency=1.0, seconds_per_byte=0.01, reduce_seconds_per_byte=0.001)
+M = 100.0
+SE = 4  # Monte Carlo estimates must lie within 4 standard errors of the closed form
+
+
+@pytest.mark.parametrize("func, ranks, expected", [
+    # 2(p-1) alpha + 2(p-1)/p m beta + (p-1)/p m gamma = 6 + 1.5 + 0.075
+    (comm.ring_allreduce, 4, 7.575),
+    # lg p (alpha + m beta + m gamma) = 3 * 2.1
+    (comm.recursive_doubling_allreduce, 8, 6.3),
+    # p = 6: p' = 4 costs 2 * 2.1, the fold 2 (alpha + m beta) + m gamma = 4.1
+    (comm.recursive_doubling_allreduce, 6, 8.3),
+    # 2 lg p alpha + 2 (p-1)/p m beta + (p-1)/p m gamma = 6 + 1.75 + 0.0875
+    (comm.rabenseifner_allreduce, 8, 7.8375),
+    # p = 5: p' = 4 costs 4 + 1.5 + 0.075, plus the fold 4.1
+    (comm.rabenseifner_allreduce, 5, 9.675),
+    (comm.ring_allreduce, 1, 0.0),
+    (comm.rabenseifner_allreduce, 1, 0.0),
+    (comm.binary_tree_allreduce, 1, 0.0),
+])
+def test_allreduce_hand_calculation(func, ranks, expected):
+    assert func(NET, M, ranks) == pytest.approx(expected, rel=1e-12)
+
+
+def test_trees_hand_calculation():
+    # p = 8: depth 3, two children. One segment: reduce = 3 levels x 2 messages x
+    # (alpha + m beta + m gamma) = 12.6, broadcast = 3 x 2 x (alpha + m beta) = 12.
+    assert comm.binary_tree_allreduce(NET, M, 8, segments=1) == pytest.approx(24.6)
+    # Two trees of 50 B each: 3 x [2 (1 + 0.5 + 0.05) + 2 (1 + 0.5)] = 18.3.
+    assert comm.double_binary_tree_allreduce(NET, M, 8, segments=1) == pytest.approx(18.3)
+    # Two segments of 50 B: (D + k - 1) = 4 stages of 2 (1 + 0.55) + 2 (1 + 0.5) = 6.1.
+    assert comm.binary_tree_allreduce(NET, M, 8, segments=2) == pytest.approx(24.4)
+    # p = 2: one child; reduce alpha + m (beta + gamma), broadcast alpha + m beta.
+    assert comm.binary_tree_allreduce(NET, M, 2) == pytest.approx(4.1)
+
+
+@pytest.mark.parametrize("func", [comm.binary_tree_allreduce, comm.double_binary_tree_allreduce])
+@pytest.mark.parametrize("ranks, nbytes", [(8, 100.0), (1024, 1e6), (1000, 3e4), (3, 5e5)])
+def test_tree_segments_are_optimal(func, ranks, nbytes):
+    net = comm.Network(0.01, 1e-6, 1e-7)
+    brute = min(func(net, nbytes, ranks, segments=k) for k in range(1, 3000))
+    assert func(net, nbytes, ranks) == pytest.approx(brute, rel=1e-12)
+
+
+def test_group_exchange_hand_calculation():
+    # Pair, root-mediated: member sends phi and Delta (2 messages of 2 s), the root sums
+    # 2 x 100 B (0.2 s) and sends both means back (2 x 2 s): 8.2 s.
+    assert comm.root_group_exchange(NET, M, 2) == pytest.approx(8.2)
+    assert comm.root_group_exchange(NET, M, 4) == pytest.approx(3 * 8.2)
+    # Direct: n - 1 swaps of one message, each summed: (n - 1) x 2.1.
+    assert comm.direct_group_exchange(NET, M, 2) == pytest.approx(2.1)
+    assert comm.direct_group_exchange(NET, M, 4) == pytest.approx(6.3)
+
+
+def test_latency_bound_speedup_is_log2_n():
+    net = comm.Network(0.05, 0.0)
+    for N in (16, 256, 1024):
+        cost = comm.sync_cost(net, 1e6, N, 2)
+        assert cost.speedup_vs_tree == pytest.approx(math.log2(N))
+        # Recursive doubling needs lg N messages, the reference exchange 4.
+        assert cost.allreduce_seconds["recursive_doubling"] / cost.group_exchange_seconds == pytest.approx(
+            math.log2(N) / 4)
+    assert comm.sync_cost(net, 1e6, 1024, 2, "direct").speedup_vs_tree == pytest.approx(40)
+
+
+def test_bandwidth_bound_speedup_vs_tree_is_one_half():
+    # alpha = 0: a pipelined double tree moves 2 m beta, the reference pair exchange 4 m beta.
+    cost = comm.sync_cost(comm.Network(0.0, 1e-9), 1e9, 1024, 2)
+    assert cost.speedup_vs_tree == pytest.approx(0.5, rel=1e-3)
+    assert cost.speedup_vs_ring == pytest.approx(0.5 * 1023 / 1024)
+
+
+def test_payload_at_speedup():
+    m = comm.payload_at_speedup(comm.INTERNET, 1024, 5.0)
+    assert comm.sync_cost(comm.INTERNET, m, 1024).speedup_vs_tree == pytest.approx(5.0, rel=1e-5)
+    assert comm.sync_cost(comm.INTERNET, m / 10, 1024).speedup_vs_tree > 5.0
+    assert comm.payload_at_speedup(comm.INTERNET, 1024, 100.0) is None
+
+
+@pytest.mark.parametrize("make, field", [
+    (lambda: comm.Network(-1.0, 0.0), "latency"),
+    (lambda: comm.Network(0.0, float("nan")), "seconds_per_byte"),
+    (lambda: comm.Network.from_bandwidth(0.05, 0.0), "bandwidth"),
+    (lambda: comm.ring_allreduce(NET, M, 0), "replicas"),
+    (lambda: comm.ring_allreduce(NET, -1.0, 4), "payload_bytes"),
+    (lambda: comm.sync_cost(NET, M, 1024, 3), "group_size"),
+    (lambda: comm.binary_tree_allreduce(NET, M, 8, segments=0), "segments"),
+    (lambda: comm.group_exchange(NET, M, 2, "ring"), "exchange"),
+    (lambda: comm.Jitter("weibull"), "jitter"),
+    (lambda: comm.Jitter(cv=-0.1), "jitter_cv"),
+    (lambda: comm.Hardware(((0.5, 1.0), (0.4, 2.0))), "hardware"),
+    (lambda: comm.Hardware(((1.0, 0.0),)), "slowdown"),
+])
+def test_bad_input_names_the_field(make, field):
+    with pytest.raises(ConfigError, match=field):
+        make()
+
+
+# ---------------------------------------------------------------- closed forms
+
+@pytest.mark.parametrize("N", [1, 2, 10, 1000])
+def test_expected_max_exponential_is_harmonic_number(N):
+    # gamma with cv 1 is Exp(1): E[max of N] = H_N.
+    assert comm.expected_max(comm.Jitter("gamma", 1.0), [1.0], [N]) == pytest.approx(
+        sum(1 / k for k in range(1, N + 1)), rel=1e-7)
+    assert comm.expected_max(comm.Jitter("gamma", 1.0), [3.0], [N]) == pytest.approx(
+        3 * sum(1 / k for k in range(1, N + 1)), rel=1e-7)
+
+
+def test_expected_max_two_lognormals():
+    # E[max(X1, X2)] = 2 E[X] Phi(sigma / sqrt 2) for iid lognormal with mean E[X] = 1.
+    jitter = comm.Jitter("lognormal", 0.3)
+    sigma = math.sqrt(math.log1p(0.3 ** 2))
+    assert comm.expected_max(jitter, [1.0], [2]) == pytest.approx(2 * norm.cdf(sigma / math.sqrt(2)), rel=1e-8)
+
+
+def test_expected_max_mixed_classes():
+    # max of Exp(mean a) and Exp(mean b): a + b - ab / (a + b).
+    a, b = 1.0, 2.5
+    assert comm.expected_max(comm.Jitter("gamma", 1.0), [a, b], [1, 1]) == pytest.approx(a + b - a * b / (a + b))
+    assert comm.expected_max(comm.Jitter("gamma", 0.0), [a, b], [1, 1]) == b
+
+
+def test_hardware_counts():
+    hw = comm.Hardware(((0.75, 1.0), (0.25, 1.5)))
+    assert hw.counts(10).tolist() == [7, 3] or hw.counts(10).tolist() == [8, 2]
+    assert hw.counts(10).sum() == 10
+    assert hw.slowdowns(8).tolist() == [1.0] * 6 + [1.5] * 2
+
+
+# ---------------------------------------------------------------- simulation vs closed form
+
+@pytest.mark.parametrize("jitter, hardware", [
+    (comm.Jitter("lognormal", 0.2), comm.Hardware()),
+    (comm.Jitter("gamma", 0.5), comm.Hardware(((0.75, 1.0), (0.25, 1.3)))),
+])
+def test_barrier_simulation_matches_closed_form(jitter, hardware):
+    N = 64
+    sim = comm.simulate_idle(N, 2, jitter, hardware, steps=100, trials=40, seed=1)
+    slow = [s for _, s in hardware.classes]
+    exact = comm.expected_max(jitter, slow, hardware.counts(N))
+    assert abs(sim.barrier_step - exact) < SE * sim.barrier_step_se
+    assert sim.barrier_idle_fraction == pytest.approx(comm.barrier_idle_fraction(jitter, N, hardware), abs=0.01)
+
+
+def test_noloco_first_step_matches_closed_form_and_later_steps_idle_more():
+    jitter = comm.Jitter("lognormal", 0.2)
+    sim = comm.simulate_idle(64, 2, jitter, steps=100, trials=40, seed=2)
+    assert abs(sim.noloco_first_step - comm.expected_max(jitter, [1.0], [2])) < SE * sim.noloco_first_step_se
+    # Delays propagate through the chain of groups: the long-run step is longer than
+    # the first, and shorter than the barrier's (each by many standard errors).
+    assert sim.noloco_step - sim.noloco_first_step > 10 * math.hypot(sim.noloco_step_se, sim.noloco_first_step_se)
+    assert sim.barrier_step - sim.noloco_step > 10 * math.hypot(sim.barrier_step_se, sim.noloco_step_se)
+    assert 1 - 1 / comm.expected_max(jitter, [1.0], [2]) == pytest.approx(
+        comm.group_first_step_idle_fraction(jitter, 2))
+
+
+def test_group_of_everyone_is_the_barrier():
+    sim = comm.simulate_idle(16, 16, comm.Jitter("gamma", 0.3), steps=30, trials=3, burn_in=0, seed=3)
+    assert sim.noloco_step == pytest.approx(sim.barrier_step, rel=1e-12)
+
+
+def test_sync_time_enters_the_closed_form():
+    jitter = comm.Jitter("lognormal", 0.1)
+    emax = comm.expected_max(jitter, [1.0], [8])
+    assert comm.barrier_idle_fraction(jitter, 8, sync_seconds=5.0, compute_seconds=10.0) == pytest.approx(
+        1 - 10 / (10 * emax + 5))
+    sim = comm.simulate_idle(8, 8, jitter, steps=50, trials=4, barrier_sync=0.5, group_sync=0.5, burn_in=0)
+    assert sim.noloco_step == pytest.approx(sim.barrier_step)
+
+
+# ---------------------------------------------------------------- the command
+
+def _cli(capsys, *argv):
+    code = main(["comm", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_acceptance_point(capsys):
+    """Internet-like defaults, N = 1024: speed-up vs tree within 20% of log2 N = 10,
+    and the exchange is latency-bound."""
+    code, out, _ = _cli(capsys, "--replicas", "1024", "--json")
+    assert code == 0
+    r = json.loads(out)
+    for key in ("schema_version", "allreduce_seconds", "group_exchange_seconds", "speedup_vs_tree",
+                "speedup_vs_ring", "idle_fraction_barrier", "idle_fraction_noloco"):
+        assert key in r
+    assert set(r["allreduce_seconds"]) == set(comm.ALLREDUCE)
+    assert abs(r["speedup_vs_tree"] - 10) <= 0.2 * 10
+    assert r["latency_share"]["group_exchange"] > 0.5
+    assert 0 < r["idle_fraction_noloco"] < r["idle_fraction_barrier"] < 1
+
+
+def test_cli_table_and_bandwidth_bound_case(capsys):
+    code, out, _ = _cli(capsys, "--replicas", "64", "--params", "1e9", "--steps", "20", "--trials", "2")
+    assert code == 0 and "bandwidth-bound" in out and "speed-up vs tree" in out
+    code, out, _ = _cli(capsys, "--replicas", "64", "--params", "1e9", "--json", "--steps", "20", "--trials", "2")
+    assert json.loads(out)["speedup_vs_tree"] < 1
+
+
+@pytest.mark.parametrize("argv", [
+    ["--latency", "-1"],
+    ["--replicas", "1024", "--group-size", "3"],
+    ["--replicas", "0"],
+    ["--hardware", "0.5:1,0.4"],
+    ["--hardware", "0.5:1,0.4:2"],
+    ["--jitter-cv", "-0.5"],
+    ["--bandwidth", "0"],
+    ["--params", "nan"],
+])
+def test_cli_bad_input_exits_2(capsys, argv):
+    code, out, err = _cli(capsys, *argv, "--steps", "5", "--trials", "2")
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("noloco comm: error:")
+
+
+# ---------------------------------------------------------------- the measurement script
+
+def test_measure_two_ranks_tiny_payload(tmp_path):
+    pytest.importorskip("torch")
+    from theory import comm_measure
+
+    data = comm_measure.measure(ranks=[2], sizes=[1024, 4096], base_repeats=3, progress=False)
+    assert data["schema_version"] == comm_measure.SCHEMA_VERSION
+    ops = {(c["op"], c["bytes"]) for c in data["measurements"]}
+    assert ops == {(op, m) for op in ("allreduce", "pair_exchange", "pingpong") for m in (1024, 4096)}
+    for c in data["measurements"]:
+        assert len(c["times_s"]) >= 3 and all(0 < t < 10 for t in c["times_s"])
+        assert c["p10_s"] <= c["median_s"] <= c["p90_s"] and c["model_s"] > 0
+    out = tmp_path / "sub" / "m.json"
+    comm_measure.write_json_atomic(str(out), data)
+    assert json.loads(out.read_text())["fit"] == data["fit"]
+    assert [p.name for p in out.parent.iterdir()] == ["m.json"]

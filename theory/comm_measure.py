@@ -1,0 +1,270 @@
+"""Measure torch.distributed (gloo, 127.0.0.1) and compare with :mod:`theory.comm`.
+
+``python -m theory.comm_measure [--out docs/data/comm_measured.json]``
+
+For each N in ``--ranks`` it starts N processes and times, for each payload in
+``--sizes``: ``all_reduce`` of a float32 buffer, a pairwise exchange (ranks 2i and
+2i+1 swap buffers with isend/irecv at the same time, an odd last rank sits out), and
+for N = 2 a ping-pong. A timed repetition starts after a barrier and lasts, on the
+slowest rank, until its call returns.
+
+The model is fitted out of sample: alpha and beta from the N = 2 ping-pong (one
+message = half a round trip), gamma from the N = 2 all-reduce; the all-reduce for
+N >= 3 (gloo's ring) and the pairwise exchanges are then predicted, not fitted.
+Each N is also fitted on its own (time = a + b m) to show the effective latency and
+per-byte cost. On a machine with fewer cores than processes the ranks share cores,
+which the model does not know about; the JSON records the spread of every cell.
+
+torch is imported inside functions only: it is an optional extra.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import platform
+import socket
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+from theory import comm
+
+SCHEMA_VERSION = 1
+DEFAULT_OUT = "docs/data/comm_measured.json"
+DEFAULT_SIZES = tuple(1024 * 4 ** k for k in range(9))  # 1 KiB .. 64 MiB
+
+
+def _repeats(nbytes: int, base: int) -> int:
+    """Fewer repetitions for large payloads, so that the sweep stays within minutes."""
+    return max(3, base // max(1, int(math.log(max(nbytes, 1) / 1024, 4))))
+
+
+def _worker(rank: int, world: int, port: int, sizes, base_repeats: int, queue) -> None:
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    os.environ.setdefault("GLOO_SOCKET_IFNAME", "lo")
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=120))
+    partner = rank ^ 1 if (rank ^ 1) < world else None
+
+    def pair_exchange(send, recv):
+        if partner is not None:
+            for req in (dist.isend(send, partner), dist.irecv(recv, partner)):
+                req.wait()
+
+    def ping_pong(send, recv):
+        if rank == 0:
+            dist.send(send, 1)
+            dist.recv(recv, 1)
+        elif rank == 1:
+            dist.recv(recv, 0)
+            dist.send(send, 0)
+
+    ops = {"allreduce": lambda send, recv: dist.all_reduce(send), "pair_exchange": pair_exchange}
+    if world == 2:
+        ops["pingpong"] = ping_pong
+    out = []
+    try:
+        for nbytes in sizes:
+            send = torch.ones(max(1, nbytes // 4), dtype=torch.float32)
+            recv = torch.empty_like(send)
+            for op, fn in ops.items():
+                times = []
+                for rep in range(_repeats(nbytes, base_repeats) + 1):  # the first one warms up
+                    dist.barrier()
+                    t0 = time.perf_counter()
+                    fn(send, recv)
+                    if rep:
+                        times.append(time.perf_counter() - t0)
+                out.append((op, nbytes, times))
+        queue.put((rank, out))
+    finally:
+        dist.destroy_process_group()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def run_world(world: int, sizes, base_repeats: int) -> list[dict]:
+    """Start ``world`` processes, time every op and size; a repetition's time is the
+    slowest rank's."""
+    import multiprocessing as mp
+
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    port = _free_port()
+    procs = [ctx.Process(target=_worker, args=(r, world, port, tuple(sizes), base_repeats, queue))
+             for r in range(world)]
+    for p in procs:
+        p.start()
+    results = dict(queue.get(timeout=900) for _ in procs)
+    for p in procs:
+        p.join(timeout=60)
+        if p.exitcode != 0:
+            raise RuntimeError(f"rank process exited with {p.exitcode}")
+    cells = []
+    for k, (op, nbytes, _) in enumerate(results[0]):
+        times = np.max([results[r][k][2] for r in range(world)], axis=0)
+        if op == "pingpong":
+            times = times / 2  # one message is half a round trip
+        q10, q25, q50, q75, q90 = np.quantile(times, [0.1, 0.25, 0.5, 0.75, 0.9])
+        cells.append({"op": op, "ranks": world, "bytes": int(4 * max(1, nbytes // 4)),
+                      "times_s": times.tolist(), "median_s": q50, "p10_s": q10, "p90_s": q90,
+                      "rel_iqr": (q75 - q25) / q50})
+    return cells
+
+
+def _fit_line(m, t) -> tuple[float, float]:
+    """t ~ a + b m with a, b >= 0, fitted on relative residuals (sizes span 5 decades)
+    with a soft-L1 loss: on loopback a few mid-size payloads stall for milliseconds
+    (see docs/comm.md), and a least-squares line would bend towards them."""
+    from scipy.optimize import least_squares
+
+    m, t = np.asarray(m, float), np.asarray(t, float)
+    A = np.stack([np.ones_like(m), m], axis=1) / t[:, None]
+    (a0, b0), *_ = np.linalg.lstsq(A, np.ones_like(t), rcond=None)
+    scale = np.array([t.min(), t.max() / max(m.max(), 1.0)])  # a in seconds, b in seconds per byte
+    start = np.clip([a0, b0], 0, None) / scale + 1e-6
+    fit = least_squares(lambda x: (A @ (x * scale)) - 1, start, bounds=(0, np.inf), loss="soft_l1", f_scale=0.1)
+    a, b = fit.x * scale
+    return float(a), float(b)
+
+
+def _predict(net: comm.Network, cell: dict) -> float:
+    if cell["op"] == "allreduce":
+        return comm.ring_allreduce(net, cell["bytes"], cell["ranks"])
+    return net.message(cell["bytes"])  # ping-pong: one message; pairs: one swap, nothing summed
+
+
+def analyse(cells: list[dict]) -> dict:
+    """Fit alpha, beta (N = 2 ping-pong) and gamma (N = 2 all-reduce), predict the rest."""
+    ping = [c for c in cells if c["op"] == "pingpong"]
+    alpha, beta = _fit_line([c["bytes"] for c in ping], [c["median_s"] for c in ping])
+    # Ring with p = 2: 2 alpha + m beta + m/2 gamma, so gamma from the residual.
+    ar2 = [c for c in cells if c["op"] == "allreduce" and c["ranks"] == 2]
+    m = np.array([c["bytes"] for c in ar2], float)
+    resid = np.array([c["median_s"] for c in ar2]) - 2 * alpha - m * beta
+    big = m >= 2 ** 20  # gamma only shows at large payloads
+    gamma = max(0.0, float(np.median(resid[big] / (m[big] / 2)))) if big.any() else 0.0
+    net = comm.Network(alpha, beta, gamma)
+    for c in cells:
+        c["model_s"] = _predict(net, c)
+        c["ratio"] = c["median_s"] / c["model_s"]
+        c["fitted_on"] = c["op"] == "pingpong" or (c["op"] == "allreduce" and c["ranks"] == 2)
+    effective = []
+    for op in ("allreduce", "pair_exchange"):
+        for world in sorted({c["ranks"] for c in cells if c["op"] == op}):
+            sel = [c for c in cells if c["op"] == op and c["ranks"] == world]
+            a, b = _fit_line([c["bytes"] for c in sel], [c["median_s"] for c in sel])
+            if op == "allreduce":
+                model_a, model_b = 2 * (world - 1) * alpha, (world - 1) / world * (2 * beta + gamma)
+            else:
+                model_a, model_b = alpha, beta
+            effective.append({"op": op, "ranks": world, "latency_s": a, "seconds_per_byte": b,
+                              "model_latency_s": model_a, "model_seconds_per_byte": model_b})
+    held_out = [c["ratio"] for c in cells if not c["fitted_on"]]
+    return {
+        "fit": {"latency_s": alpha, "seconds_per_byte": beta, "bandwidth_bits_per_s": 8 / beta if beta else None,
+                "reduce_seconds_per_byte": gamma,
+                "source": "alpha, beta: N=2 ping-pong medians (robust fit); gamma: N=2 all-reduce medians >= 1 MiB"},
+        "effective_fits": effective,
+        "summary": {
+            "median_rel_iqr": float(np.median([c["rel_iqr"] for c in cells])),
+            "max_rel_iqr": float(np.max([c["rel_iqr"] for c in cells])),
+            "held_out_ratio_median": float(np.median(held_out)) if held_out else None,
+            "held_out_ratio_range": [float(np.min(held_out)), float(np.max(held_out))] if held_out else None,
+        },
+    }
+
+
+def write_json_atomic(path: str, data: dict) -> None:
+    """Temporary file in the target folder, then os.replace: readers never see half a file."""
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".comm_measured.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(data, f, indent=1)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        os.unlink(tmp)
+        raise
+
+
+def measure(ranks=range(2, 9), sizes=DEFAULT_SIZES, base_repeats: int = 20, progress: bool = True) -> dict:
+    import torch
+    from tqdm.auto import tqdm
+
+    if 2 not in ranks:
+        raise ValueError(f"ranks={list(ranks)!r} must include 2: the model is fitted on N = 2")
+    start, load_before = time.perf_counter(), os.getloadavg()
+    cells = []
+    for world in tqdm(list(ranks), desc="N", disable=not progress):
+        cells += run_world(world, sizes, base_repeats)
+    data = {
+        "schema_version": SCHEMA_VERSION,
+        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
+                    "platform": platform.platform(), "backend": "gloo", "address": "127.0.0.1",
+                    "loadavg_before": list(load_before), "loadavg_after": list(os.getloadavg())},
+        "settings": {"ranks": list(ranks), "sizes_bytes": list(sizes), "base_repeats": base_repeats,
+                     "dtype": "float32", "timing": "barrier, then slowest rank's time.perf_counter"},
+        **analyse(cells),
+        "measurements": cells,
+    }
+    data["wall_seconds"] = time.perf_counter() - start
+    return data
+
+
+def _table(data: dict) -> str:
+    fit = data["fit"]
+    lines = [f"fit: alpha {fit['latency_s'] * 1e6:.1f} us, beta {fit['seconds_per_byte'] * 1e9:.3f} ns/B "
+             f"({(fit['bandwidth_bits_per_s'] or math.inf) / 8e9:.2f} GB/s), gamma "
+             f"{fit['reduce_seconds_per_byte'] * 1e9:.3f} ns/B  ({fit['source']})",
+             f"{'op':<14}{'N':>3}{'bytes':>10}{'median s':>12}{'p10':>11}{'p90':>11}{'model s':>11}{'meas/model':>11}"]
+    for c in data["measurements"]:
+        lines.append(f"{c['op']:<14}{c['ranks']:>3}{c['bytes']:>10}{c['median_s']:>12.3e}{c['p10_s']:>11.2e}"
+                     f"{c['p90_s']:>11.2e}{c['model_s']:>11.2e}{c['ratio']:>11.2f}{' (fit)' if c['fitted_on'] else ''}")
+    s = data["summary"]
+    lines.append(f"median IQR/median {s['median_rel_iqr']:.2f}, max {s['max_rel_iqr']:.2f}; held-out measured/model: "
+                 f"median {s['held_out_ratio_median']}, range {s['held_out_ratio_range']}; "
+                 f"wall {data['wall_seconds']:.0f} s")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m theory.comm_measure", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=DEFAULT_OUT, help=f"JSON output path (default {DEFAULT_OUT})")
+    parser.add_argument("--ranks", default="2,3,4,5,6,7,8", help="comma-separated process counts (include 2)")
+    parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)),
+                        help="comma-separated payload sizes in bytes (default 1 KiB .. 64 MiB, x4)")
+    parser.add_argument("--repeats", type=int, default=20, help="repetitions at 1 KiB; fewer at larger sizes")
+    args = parser.parse_args(argv)
+    try:
+        ranks = [int(x) for x in args.ranks.split(",")]
+        sizes = [int(x) for x in args.sizes.split(",")]
+    except ValueError:
+        parser.error("--ranks and --sizes take comma-separated integers")
+    if min(ranks) < 2 or min(sizes) < 4 or args.repeats < 3:
+        parser.error("ranks >= 2, sizes >= 4 bytes, repeats >= 3")
+    data = measure(ranks, sizes, args.repeats)
+    write_json_atomic(args.out, data)
+    print(_table(data))
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
