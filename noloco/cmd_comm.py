@@ -70,12 +70,11 @@ def report(args) -> dict:
     """Everything `noloco comm` prints, as data."""
     from theory import comm
 
-    params = comm._number("params", args.params, "0 <= params < inf", lambda v: 0 <= v < math.inf)
-    width = comm._number("bytes_per_value", args.bytes_per_value, "0 < bytes_per_value <= 16",
+    params = comm.checked_number("params", args.params, "0 <= params < inf", lambda v: 0 <= v < math.inf)
+    width = comm.checked_number("bytes_per_value", args.bytes_per_value, "0 < bytes_per_value <= 16",
                          lambda v: 0 < v <= 16)
     net = comm.Network.from_bandwidth(args.latency, args.bandwidth, args.reduce_cost)
-    compute = comm._number("compute_seconds", args.compute_seconds, "0 < compute_seconds < inf",
-                           lambda v: 0 < v < math.inf)
+    compute = comm.checked_compute_seconds(args.compute_seconds)
     payload = params * width
     cost = comm.sync_cost(net, payload, args.replicas, args.group_size, args.exchange)
     latency_only = comm.sync_cost(comm.Network(net.latency, 0.0), payload, args.replicas, args.group_size,
@@ -178,7 +177,16 @@ def _table(r: dict) -> str:
     return "\n".join(lines)
 
 
+def _json_safe(x):
+    """JSON has no infinity (e.g. the speed-up of n = 1, which never communicates): null."""
+    if isinstance(x, dict):
+        return {k: _json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_json_safe(v) for v in x]
+    return None if isinstance(x, float) and not math.isfinite(x) else x
+
+
 def run(args) -> int:
     r = report(args)
-    print(json.dumps(r, indent=2) if args.json else _table(r))
+    print(json.dumps(_json_safe(r), indent=2, allow_nan=False) if args.json else _table(r))
     return 0

@@ -5,7 +5,6 @@ of standard errors), and `noloco comm`."""
 import json
 import math
 
-import numpy as np
 import pytest
 from scipy.stats import norm
 

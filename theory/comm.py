@@ -34,23 +34,23 @@ JITTER_KINDS = ("lognormal", "gamma")
 EXCHANGES = ("root", "direct")
 
 
-def _number(name: str, value, allowed: str, ok, integer: bool = False):
+def checked_number(name: str, value, allowed: str, ok, integer: bool = False):
     """Validate one input (ConfigError naming the field, the value and the allowed range)."""
     return (_integer if integer else _real)(name, value, allowed, ok)
 
 
 def _ranks(ranks) -> int:
-    return _number("replicas", ranks, "an integer >= 1", lambda v: v >= 1, integer=True)
+    return checked_number("replicas", ranks, "an integer >= 1", lambda v: v >= 1, integer=True)
 
 
 def _bytes(nbytes) -> float:
-    return _number("payload_bytes", nbytes, "0 <= payload_bytes < inf", lambda v: 0 <= v < math.inf)
+    return checked_number("payload_bytes", nbytes, "0 <= payload_bytes < inf", lambda v: 0 <= v < math.inf)
 
 
 def _group(group_size, ranks=None) -> int:
     if ranks is None:
-        return _number("group_size", group_size, "an integer >= 1", lambda v: v >= 1, integer=True)
-    return _number("group_size", group_size, f"an integer >= 1 dividing replicas={ranks}",
+        return checked_number("group_size", group_size, "an integer >= 1", lambda v: v >= 1, integer=True)
+    return checked_number("group_size", group_size, f"an integer >= 1 dividing replicas={ranks}",
                    lambda v: v >= 1 and ranks % v == 0, integer=True)
 
 
@@ -65,17 +65,13 @@ class Network:
     reduce_seconds_per_byte: float = 0.0
 
     def __post_init__(self):
-        finite = "0 <= value < inf"
-        object.__setattr__(self, "latency", _number("latency", self.latency, finite, lambda v: 0 <= v < math.inf))
-        object.__setattr__(self, "seconds_per_byte",
-                           _number("seconds_per_byte", self.seconds_per_byte, finite, lambda v: 0 <= v < math.inf))
-        object.__setattr__(self, "reduce_seconds_per_byte",
-                           _number("reduce_seconds_per_byte", self.reduce_seconds_per_byte, finite,
-                                   lambda v: 0 <= v < math.inf))
+        for name in ("latency", "seconds_per_byte", "reduce_seconds_per_byte"):
+            value = checked_number(name, getattr(self, name), "0 <= value < inf", lambda v: 0 <= v < math.inf)
+            object.__setattr__(self, name, value)
 
     @classmethod
     def from_bandwidth(cls, latency: float, bits_per_second: float, reduce_seconds_per_byte: float = 0.0):
-        bw = _number("bandwidth", bits_per_second, "0 < bandwidth < inf (bits per second)",
+        bw = checked_number("bandwidth", bits_per_second, "0 < bandwidth < inf (bits per second)",
                      lambda v: 0 < v < math.inf)
         return cls(latency, 8.0 / bw, reduce_seconds_per_byte)
 
@@ -167,7 +163,7 @@ def _pipelined_trees(net: Network, m: float, p: int, trees: int, segments: int |
         return (depth + k - 1) * (a + b / k)
 
     if segments is not None:
-        return cost(_number("segments", segments, "an integer >= 1", lambda v: v >= 1, integer=True))
+        return cost(checked_number("segments", segments, "an integer >= 1", lambda v: v >= 1, integer=True))
     # T(k) = (D-1) a + b + k a + (D-1) b / k is convex in k; its real minimiser is
     # sqrt((D-1) b / a), so the integer optimum is its floor or its ceiling.
     if depth <= 1 or b == 0:
@@ -222,7 +218,7 @@ def root_group_exchange(net: Network, nbytes: float, group_size: int, vectors: i
     term is paid once per tensor; this model assumes one flattened bucket.
     """
     n, m = _group(group_size), _bytes(nbytes)
-    v = _number("vectors", vectors, "an integer >= 1", lambda x: x >= 1, integer=True)
+    v = checked_number("vectors", vectors, "an integer >= 1", lambda x: x >= 1, integer=True)
     return v * (n - 1) * (2 * net.latency + m * (2 * net.seconds_per_byte + net.reduce_seconds_per_byte))
 
 
@@ -265,8 +261,11 @@ class SyncCost:
         return min(self.allreduce_seconds[name] for name in TREE_ALGORITHMS)
 
     def speedup(self, seconds: float) -> float:
+        """seconds / group exchange; a free exchange against a free all-reduce is 1."""
         g = self.group_exchange_seconds
-        return math.inf if g == 0 and seconds > 0 else (1.0 if g == seconds else seconds / g)
+        if g == 0:
+            return math.inf if seconds > 0 else 1.0
+        return seconds / g
 
     @property
     def speedup_vs_tree(self) -> float:
@@ -329,7 +328,8 @@ class Jitter:
     def __post_init__(self):
         if self.kind not in JITTER_KINDS:
             raise ConfigError(f"jitter={self.kind!r} is not allowed; allowed: {', '.join(JITTER_KINDS)}")
-        object.__setattr__(self, "cv", _number("jitter_cv", self.cv, "0 <= jitter_cv <= 10", lambda v: 0 <= v <= 10))
+        cv = checked_number("jitter_cv", self.cv, "0 <= jitter_cv <= 10", lambda v: 0 <= v <= 10)
+        object.__setattr__(self, "cv", cv)
 
     def dist(self):
         """The frozen scipy distribution (mean 1), or None when cv = 0."""
@@ -363,8 +363,8 @@ class Hardware:
         if not classes:
             raise ConfigError("hardware=() is empty; allowed: one or more fraction:slowdown pairs")
         for f, s in classes:
-            _number("hardware fraction", f, "0 < fraction <= 1", lambda v: 0 < v <= 1)
-            _number("hardware slowdown", s, "0 < slowdown < inf", lambda v: 0 < v < math.inf)
+            checked_number("hardware fraction", f, "0 < fraction <= 1", lambda v: 0 < v <= 1)
+            checked_number("hardware slowdown", s, "0 < slowdown < inf", lambda v: 0 < v < math.inf)
         total = sum(f for f, _ in classes)
         if abs(total - 1) > 1e-9:
             raise ConfigError(f"hardware fractions sum to {total!r}; allowed: fractions summing to 1")
@@ -417,6 +417,10 @@ def expected_max(jitter: Jitter, slowdowns, counts) -> float:
     return lo + value
 
 
+def checked_compute_seconds(value) -> float:
+    return checked_number("compute_seconds", value, "0 < compute_seconds < inf", lambda v: 0 < v < math.inf)
+
+
 def barrier_idle_fraction(jitter: Jitter, replicas: int, hardware: Hardware = Hardware(),
                           sync_seconds: float = 0.0, compute_seconds: float = 1.0) -> float:
     """Closed form for a global barrier (DiLoCo): each outer step lasts the slowest
@@ -424,7 +428,7 @@ def barrier_idle_fraction(jitter: Jitter, replicas: int, hardware: Hardware = Ha
     ``1 - E[Y] / (E[max_N Y] + sync)``, exact because the barrier resets every step.
     Idle counts waiting and communicating alike (the accelerator computes nothing)."""
     N = _ranks(replicas)
-    c = _number("compute_seconds", compute_seconds, "0 < compute_seconds < inf", lambda v: 0 < v < math.inf)
+    c = checked_compute_seconds(compute_seconds)
     slow = [s for _, s in hardware.classes]
     counts = hardware.counts(N)
     mean = float(np.dot(slow, counts) / N)
@@ -438,7 +442,7 @@ def group_first_step_idle_fraction(jitter: Jitter, group_size: int, sync_seconds
     ``1 - 1 / (E[max_n X] + sync)``. Later steps idle more, because a member's start is
     delayed by its previous group (see :func:`simulate_idle`); this is a lower bound."""
     n = _group(group_size)
-    c = _number("compute_seconds", compute_seconds, "0 < compute_seconds < inf", lambda v: 0 < v < math.inf)
+    c = checked_compute_seconds(compute_seconds)
     return 1 - c / (c * expected_max(jitter, [1.0], [n]) + sync_seconds)
 
 
@@ -509,9 +513,9 @@ def simulate_idle(replicas: int, group_size: int = 2, jitter: Jitter = Jitter(),
 
     N = _ranks(replicas)
     n = _group(group_size, N)
-    T = _number("steps", steps, "an integer >= 2", lambda v: v >= 2, integer=True)
-    R = _number("trials", trials, "an integer >= 2", lambda v: v >= 2, integer=True)
-    T0 = T // 4 if burn_in is None else _number("burn_in", burn_in, f"0 <= burn_in < steps={T}",
+    T = checked_number("steps", steps, "an integer >= 2", lambda v: v >= 2, integer=True)
+    R = checked_number("trials", trials, "an integer >= 2", lambda v: v >= 2, integer=True)
+    T0 = T // 4 if burn_in is None else checked_number("burn_in", burn_in, f"0 <= burn_in < steps={T}",
                                                  lambda v: 0 <= v < T, integer=True)
     rng = np.random.default_rng(seed)
     slow = hardware.slowdowns(N)

@@ -18,9 +18,10 @@ from pathlib import Path
 import numpy as np
 
 from theory.config import MOMENTUM_CONVENTIONS, group_kappa
+from theory.jury import jury_cubic, jury_quadratic
 
 _ARGS = ("alpha", "beta", "gamma", "c", "kappa")
-_SOURCES = ("outer.py", "symbolic.py", "numeric.py")
+_SOURCES = ("outer.py", "jury.py", "symbolic.py", "numeric.py")
 
 
 def cache_dir() -> Path:
@@ -62,8 +63,6 @@ def _generate() -> dict:
             "mean_charpoly": list(th.mean_charpoly),
             "spread_charpoly": list(th.spread_charpoly),
             "spread_ratio": [th.spread_ratio],
-            "mean_stability": list(th.mean_stability),
-            "spread_stability": list(th.spread_stability),
             "M": list(th.M),
             "T": list(th.T),
             "f": list(th.f),
@@ -174,12 +173,14 @@ def variance_decay_factor(alpha, beta, gamma, c, kappa, momentum="heavy-ball"):
 
 def spread_stable(alpha, beta, gamma, c, kappa, momentum="heavy-ball"):
     """Jury test: True where all eigenvalues of T lie strictly inside the unit circle."""
-    return np.logical_and.reduce([e > 0 for e in _eval(momentum, "spread_stability", alpha, beta, gamma, c, kappa)])
+    coeffs = _eval(momentum, "spread_charpoly", alpha, beta, gamma, c, kappa)
+    return np.logical_and.reduce([e > 0 for e in jury_cubic(*coeffs)])
 
 
 def mean_stable(alpha, beta, gamma, c, momentum="heavy-ball"):
     """Jury test: True where the replica mean contracts."""
-    return np.logical_and.reduce([e > 0 for e in _eval(momentum, "mean_stability", alpha, beta, gamma, c)])
+    coeffs = _eval(momentum, "mean_charpoly", alpha, beta, gamma, c)
+    return np.logical_and.reduce([e > 0 for e in jury_quadratic(*coeffs)])
 
 
 def stationary_variance(alpha, beta, gamma, c, s2, replicas, group_size, momentum="heavy-ball"):

@@ -41,6 +41,7 @@ from dataclasses import dataclass
 
 import sympy as sp
 
+from theory.jury import jury_cubic, jury_quadratic
 from theory.outer import outer_step
 
 alpha, beta, gamma, c, kappa, s2 = sp.symbols("alpha beta gamma c kappa s2", real=True)
@@ -96,29 +97,11 @@ def _monic_coefficients(matrix: sp.Matrix) -> tuple:
     return tuple(sp.factor(coef) for coef in poly.all_coeffs()[1:])
 
 
-def jury_quadratic(a1, a0) -> tuple:
-    """Schur-Cohn/Jury: both roots of z^2 + a1 z + a0 inside the unit circle iff all > 0."""
-    return (1 + a1 + a0, 1 - a1 + a0, 1 - a0)
-
-
-def jury_cubic(a2, a1, a0) -> tuple:
-    """Jury: all roots of z^3 + a2 z^2 + a1 z + a0 inside the unit circle iff all > 0
-    (p(1) > 0, -p(-1) > 0, |a0| < 1, |1 - a0^2| > |a1 - a0 a2|, the last two
-    written as products of two linear conditions)."""
-    return (
-        1 + a2 + a1 + a0,
-        1 - a2 + a1 - a0,
-        (1 - a0) * (1 + a0),
-        (1 - a0 ** 2) - (a1 - a0 * a2),
-        (1 - a0 ** 2) + (a1 - a0 * a2),
-    )
-
-
 @functools.lru_cache(maxsize=None)
 def derive(momentum: str = "heavy-ball") -> Theory:
     """All symbolic results for ``momentum`` in {"heavy-ball", "nesterov"} (about 1 s each)."""
     L0, L1, l = _linearise(momentum)
-    M = L0 + L1
+    M = (L0 + L1).expand()
     T = _vech_transition(L0, M)
     f = sp.Matrix([l[0] ** 2, l[0] * l[1], l[1] ** 2])
     # Cramer's rule on (I - T) v = f: two polynomial determinants factor quickly,

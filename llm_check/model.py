@@ -1,0 +1,106 @@
+"""A compact GPT written with a leading replica dimension.
+
+Every parameter has shape ``(R, ...)``: R replicas of the same architecture are one
+set of tensors, and a forward pass on tokens of shape ``(R, B, T)`` runs all of them
+with batched matrix products. Attention folds R into the batch of one
+``scaled_dot_product_attention`` call, which is why this form beats ``vmap`` over an
+``nn.Module`` on CPU (SDPA has no batching rule there). Slicing the parameters
+``p[r:r+1]`` gives the same model for one replica, which is how the per-replica loop
+and the distributed mode (one replica per rank) run the same code.
+
+Pre-LayerNorm blocks, causal self-attention, GELU MLP, learned positions, output
+head tied to the token embedding.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass(frozen=True)
+class GPTConfig:
+    vocab: int = 256
+    ctx: int = 64
+    layers: int = 2
+    heads: int = 4
+    width: int = 64
+
+    def n_params(self) -> int:
+        return sum(math.prod(s) for s in param_shapes(self).values())
+
+    def flops_per_token(self) -> float:
+        """Training FLOPs per token: 6 per parameter plus attention (as in nanoGPT)."""
+        return 6 * self.n_params() + 12 * self.layers * self.width * self.ctx
+
+
+def param_shapes(cfg: GPTConfig) -> dict[str, tuple]:
+    C = cfg.width
+    shapes = {"wte": (cfg.vocab, C), "wpe": (cfg.ctx, C)}
+    for i in range(cfg.layers):
+        shapes.update({
+            f"h{i}.ln1.w": (C,), f"h{i}.ln1.b": (C,),
+            f"h{i}.qkv.w": (C, 3 * C), f"h{i}.qkv.b": (3 * C,),
+            f"h{i}.proj.w": (C, C), f"h{i}.proj.b": (C,),
+            f"h{i}.ln2.w": (C,), f"h{i}.ln2.b": (C,),
+            f"h{i}.fc.w": (C, 4 * C), f"h{i}.fc.b": (4 * C,),
+            f"h{i}.fc2.w": (4 * C, C), f"h{i}.fc2.b": (C,),
+        })
+    shapes.update({"lnf.w": (C,), "lnf.b": (C,)})
+    return shapes
+
+
+def init_params(cfg: GPTConfig, replicas: int, seed: int, dtype=torch.float32, device="cpu") -> dict:
+    """GPT-2 initialisation, identical for every replica (drawn once, then repeated)."""
+    gen = torch.Generator().manual_seed(seed)
+    params = {}
+    for name, shape in param_shapes(cfg).items():
+        if name.endswith(".b"):
+            p = torch.zeros(shape, dtype=torch.float64)
+        elif name.endswith("ln1.w") or name.endswith("ln2.w") or name == "lnf.w":
+            p = torch.ones(shape, dtype=torch.float64)
+        else:
+            std = 0.02 / math.sqrt(2 * cfg.layers) if name.endswith(("proj.w", "fc2.w")) else 0.02
+            p = torch.randn(shape, generator=gen, dtype=torch.float64) * std
+        params[name] = p.to(dtype).unsqueeze(0).repeat(replicas, *([1] * len(shape))).to(device)
+    return params
+
+
+def _layer_norm(x, w, b):
+    # per-replica affine: w, b are (R, C); x is (R, B, T, C)
+    return F.layer_norm(x, x.shape[-1:]) * w[:, None, None] + b[:, None, None]
+
+
+def _linear(x, w, b):
+    R, B, T, C = x.shape
+    return torch.baddbmm(b[:, None], x.reshape(R, B * T, C), w).view(R, B, T, -1)
+
+
+def forward(params: dict, idx: torch.Tensor, cfg: GPTConfig) -> torch.Tensor:
+    """Logits (R, B, T, vocab) for tokens ``idx`` (R, B, T)."""
+    R, B, T = idx.shape
+    H, C = cfg.heads, cfg.width
+    wte = params["wte"]
+    x = torch.gather(wte, 1, idx.reshape(R, B * T, 1).expand(R, B * T, C)).view(R, B, T, C)
+    x = x + params["wpe"][:, None, :T]
+    for i in range(cfg.layers):
+        p = lambda k: params[f"h{i}.{k}"]
+        q, k, v = _linear(_layer_norm(x, p("ln1.w"), p("ln1.b")), p("qkv.w"), p("qkv.b")).split(C, dim=-1)
+        heads = lambda t: t.reshape(R * B, T, H, C // H).transpose(1, 2)
+        y = F.scaled_dot_product_attention(heads(q), heads(k), heads(v), is_causal=True)
+        x = x + _linear(y.transpose(1, 2).reshape(R, B, T, C), p("proj.w"), p("proj.b"))
+        h = F.gelu(_linear(_layer_norm(x, p("ln2.w"), p("ln2.b")), p("fc.w"), p("fc.b")))
+        x = x + _linear(h, p("fc2.w"), p("fc2.b"))
+    x = _layer_norm(x, params["lnf.w"], params["lnf.b"])
+    return torch.bmm(x.reshape(R, B * T, C), wte.transpose(1, 2)).view(R, B, T, -1)
+
+
+def losses(params: dict, windows: torch.Tensor, cfg: GPTConfig) -> torch.Tensor:
+    """Mean next-byte cross-entropy (nats) of each replica, shape (R,), for windows (R, B, T + 1)."""
+    idx, target = windows[..., :-1], windows[..., 1:]
+    logits = forward(params, idx, cfg)
+    R = idx.shape[0]
+    return F.cross_entropy(logits.reshape(-1, cfg.vocab), target.reshape(-1), reduction="none").view(R, -1).mean(1)

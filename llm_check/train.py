@@ -1,0 +1,300 @@
+"""Training loop for ddp / diloco / noloco / local, batched in one process or one
+replica per rank under torchrun.
+
+The two modes share everything except how replicas talk (:mod:`llm_check.exchange`):
+in one process the R replicas are the leading dimension of every tensor and a group
+mean is an index shuffle; under torchrun each rank holds R = 1 and exchanges with its
+group by point-to-point messages. The outer step itself is
+:func:`theory.outer.outer_step`, applied tensor by tensor.
+
+Inner optimiser: AdamW on the stacked parameters. Adam is elementwise, so one AdamW
+over (R, ...) tensors is exactly R independent AdamWs; only clipping couples
+coordinates, and it is done per replica. The inner AdamW state carries over outer
+steps (as in DiLoCo). ``ddp`` averages the gradients every step and skips the outer
+step.
+
+Under torchrun::
+
+    torchrun --nproc-per-node 4 -m llm_check.train --preset cpu-tiny --method noloco --out DIR
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from llm_check import data
+from llm_check.config import TrainConfig, add_train_arguments, config_from_args
+from llm_check.exchange import Exchange, LocalExchange
+from llm_check.model import init_params, losses
+from theory.config import ConfigError
+from theory.numeric import atomic_write_text
+from theory.outer import outer_step
+
+SCHEMA_VERSION = 1
+
+
+def lr_at(cfg: TrainConfig, step: int) -> float:
+    """Linear warm-up, then cosine to ``min_lr_frac * lr`` (or constant)."""
+    if step < cfg.warmup:
+        return cfg.lr * (step + 1) / cfg.warmup
+    if cfg.schedule == "constant":
+        return cfg.lr
+    total = cfg.outer_steps * cfg.inner_steps
+    progress = min(1.0, (step - cfg.warmup) / max(1, total - cfg.warmup))
+    floor = cfg.lr * cfg.min_lr_frac
+    return floor + 0.5 * (cfg.lr - floor) * (1 + math.cos(math.pi * progress))
+
+
+def weight_std(phi: dict) -> float:
+    """sqrt of the mean over all parameters and replicas of (p - replica-mean of p)^2,
+    for stacked tensors (R, ...) in one process."""
+    total = sum(((p - p.mean(0, keepdim=True)) ** 2).sum().item() for p in phi.values())
+    count = sum(p.numel() for p in phi.values())
+    return math.sqrt(total / count)
+
+
+def atomic_torch_save(obj, path: Path) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
+class Trainer:
+    """One run; ``exchange`` decides which replicas live here (all, or one per rank)."""
+
+    def __init__(self, cfg: TrainConfig, out: str | Path, exchange: Exchange | None = None,
+                 progress: bool = True):
+        self.cfg = cfg
+        self.out = Path(out)
+        self.ex = exchange or LocalExchange(cfg.replicas)
+        self.progress = progress
+        self.device = torch.device(cfg.device)
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise ConfigError("device=cuda but torch sees no GPU")
+        self.dtype = getattr(torch, cfg.dtype)
+        self.model = cfg.model()
+        self.corpus = data.load_corpus()
+        all_shards = data.shards(self.corpus, cfg.replicas, cfg.seed, cfg.noniid)
+        self.shards = [all_shards[r] for r in self.ex.replicas]
+        self.val = torch.from_numpy(data.val_windows(self.corpus, cfg.seed, cfg.val_windows, cfg.ctx)).long()
+        R = len(self.ex.replicas)
+        self.params = init_params(self.model, R, cfg.seed, self.dtype, self.device)
+        for p in self.params.values():
+            p.requires_grad_(True)
+        self.phi = {k: v.detach().clone() for k, v in self.params.items()}
+        self.delta = {k: torch.zeros_like(v) for k, v in self.phi.items()}
+        decay = [p for k, p in self.params.items() if p.dim() >= 3]  # matrices; not biases, norms
+        rest = [p for k, p in self.params.items() if p.dim() < 3]
+        self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
+                                      {"params": rest, "weight_decay": 0.0}],
+                                     lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8)
+        self.batched = cfg.replica_mode in ("auto", "batched")
+        self.outer_done = 0
+
+    # ------------------------------------------------------------- inner phase
+
+    def _windows(self, step: int) -> torch.Tensor:
+        rows = [data.batch(s, self.cfg.seed, r, step, self.cfg.batch, self.cfg.ctx)
+                for r, s in zip(self.ex.replicas, self.shards)]
+        return torch.from_numpy(np.stack(rows)).long().to(self.device)
+
+    def _backward(self, windows: torch.Tensor) -> torch.Tensor:
+        if self.batched:
+            loss = losses(self.params, windows, self.model)
+            loss.sum().backward()  # replicas are independent: each gets its own gradient
+            return loss.detach()
+        out = []
+        for r in range(windows.shape[0]):
+            loss = losses({k: v[r:r + 1] for k, v in self.params.items()}, windows[r:r + 1], self.model)
+            loss.sum().backward()
+            out.append(loss.detach())
+        return torch.cat(out)
+
+    def _clip(self) -> None:
+        grads = [p.grad for p in self.params.values()]
+        sq = sum(g.float().pow(2).flatten(1).sum(1) for g in grads)
+        coef = (self.cfg.clip / (sq.sqrt() + 1e-6)).clamp(max=1.0)
+        for g in grads:
+            g.mul_(coef.to(g.dtype).view(-1, *([1] * (g.dim() - 1))))
+
+    def inner_step(self, step: int) -> torch.Tensor:
+        lr = lr_at(self.cfg, step)
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        self.opt.zero_grad(set_to_none=False)
+        loss = self._backward(self._windows(step))
+        if self.cfg.method == "ddp":
+            self.ex.average_grads([p.grad for p in self.params.values()])
+        if self.cfg.clip > 0:
+            self._clip()
+        self.opt.step()
+        return loss
+
+    # ------------------------------------------------------------- outer step
+
+    @torch.no_grad()
+    def outer(self, t: int) -> None:
+        if self.cfg.method == "ddp":  # every step was synchronous: nothing to average
+            for k in self.phi:
+                self.phi[k].copy_(self.params[k])
+            return
+        keys = list(self.phi)
+        progress = [self.params[k] - self.phi[k] for k in keys]
+        means_phi, means_prog = self.ex.group_means([self.phi[k] for k in keys], progress,
+                                                    self.cfg.seed, t, self.cfg.n)
+        rule = self.cfg.outer().rule()
+        for k, mphi, mprog in zip(keys, means_phi, means_prog):
+            self.phi[k], self.delta[k] = outer_step(self.phi[k], self.delta[k], mphi, mprog, **rule)
+            self.params[k].copy_(self.phi[k])
+
+    # ------------------------------------------------------------- evaluation
+
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        val = self.val.to(self.device)
+        R = len(self.ex.replicas)
+        per = []
+        for chunk in val.split(32):
+            per.append(losses(self.phi, chunk.unsqueeze(0).expand(R, -1, -1), self.model) * len(chunk))
+        val_per = (torch.stack(per).sum(0) / len(val)).tolist()
+        mean_phi = self.ex.replica_mean(list(self.phi.values()))
+        avg = {k: m for k, m in zip(self.phi, mean_phi)}
+        avg_loss = sum((losses(avg, c.unsqueeze(0), self.model) * len(c)).item() for c in val.split(32)) / len(val)
+        sq = sum(((p - m) ** 2).sum() for p, m in zip(self.phi.values(), mean_phi))
+        count = sum(p[0].numel() for p in self.phi.values())
+        total_sq = self.ex.sum_scalar(float(sq))
+        return {"val_loss_avg_model": avg_loss, "val_loss_per_replica": self.ex.gather_floats(val_per),
+                "weight_std": math.sqrt(total_sq / (count * self.cfg.replicas))}
+
+    # ------------------------------------------------------------- checkpoints
+
+    def _ckpt_path(self) -> Path:
+        return self.out / (self.ex.ckpt_name())
+
+    def save(self) -> None:
+        state = {"schema_version": SCHEMA_VERSION, "config": self.cfg.as_dict(), "outer_step": self.outer_done,
+                 "replicas": list(self.ex.replicas), "phi": self.phi, "delta": self.delta,
+                 "opt": self.opt.state_dict(), "torch_rng": torch.get_rng_state(),
+                 "data_rng": "numpy default_rng([seed, replica, inner_step]); groups from (seed, outer_step)"}
+        atomic_torch_save(state, self._ckpt_path())
+
+    def load(self) -> None:
+        state = torch.load(self._ckpt_path(), map_location=self.device, weights_only=False)
+        saved = dict(state["config"])
+        now = self.cfg.as_dict()
+        differ = [k for k in now if k not in ("outer_steps", "device", "replica_mode") and saved.get(k) != now[k]]
+        if differ:
+            raise ConfigError(f"checkpoint in {self.out} was written with different settings: "
+                              + ", ".join(f"{k}={saved.get(k)!r} (now {now[k]!r})" for k in differ))
+        with torch.no_grad():
+            for k in self.phi:
+                self.phi[k] = state["phi"][k].to(self.device)
+                self.delta[k] = state["delta"][k].to(self.device)
+                self.params[k].copy_(self.phi[k])
+        self.opt.load_state_dict(state["opt"])
+        torch.set_rng_state(state["torch_rng"])
+        self.outer_done = state["outer_step"]
+
+    # ------------------------------------------------------------- the run
+
+    def run(self, resume: bool = False, stop_after: int | None = None) -> dict:
+        cfg = self.cfg
+        self.out.mkdir(parents=True, exist_ok=True)
+        metrics_path = self.out / "metrics.jsonl"
+        rows = []
+        if resume:
+            if not self._ckpt_path().exists():
+                raise ConfigError(f"--resume: no checkpoint {self._ckpt_path()}")
+            self.load()
+            if self.ex.is_main and metrics_path.exists():
+                rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
+                rows = [r for r in rows if r["outer_step"] <= self.outer_done]
+        if self.ex.is_main:
+            atomic_write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
+        last = stop_after if stop_after is not None else cfg.outer_steps
+        last = min(last, cfg.outer_steps)
+        tokens_step = cfg.tokens_per_inner_step()
+        train_sum = torch.zeros(len(self.ex.replicas), dtype=torch.float64)
+        train_count, clock, started = 0, time.perf_counter(), time.perf_counter()
+        bar = None
+        if self.progress and self.ex.is_main:
+            from tqdm import tqdm
+
+            bar = tqdm(total=cfg.outer_steps, initial=self.outer_done, desc=f"{cfg.method} N={cfg.replicas}",
+                       unit="outer", leave=False, dynamic_ncols=True)
+        while self.outer_done < last:
+            t = self.outer_done
+            for h in range(cfg.inner_steps):
+                train_sum += self.inner_step(t * cfg.inner_steps + h).double().cpu()
+                train_count += 1
+            self.outer(t)
+            self.outer_done = t + 1
+            if bar is not None:
+                bar.update(1)
+            if self.outer_done % cfg.eval_every == 0 or self.outer_done == cfg.outer_steps:
+                elapsed = time.perf_counter() - clock
+                step = self.outer_done * cfg.inner_steps
+                train_per = self.ex.gather_floats((train_sum / train_count).tolist())
+                row = {"step": step, "outer_step": self.outer_done, "tokens": step * tokens_step,
+                       "train_loss": float(np.mean(train_per)), "train_loss_per_replica": train_per,
+                       **self.evaluate(), "tokens_per_s": train_count * tokens_step / elapsed,
+                       "lr": lr_at(cfg, step - 1)}
+                if self.ex.is_main:
+                    with metrics_path.open("a") as fh:
+                        fh.write(json.dumps(row) + "\n")
+                    if bar is not None:
+                        bar.set_postfix(val=f"{row['val_loss_avg_model']:.3f}", std=f"{row['weight_std']:.2e}")
+                rows.append(row)
+                self.save()
+                train_sum.zero_()
+                train_count, clock = 0, time.perf_counter()
+        if bar is not None:
+            bar.close()
+        result = {"schema_version": SCHEMA_VERSION, "config": cfg.as_dict(), **self.corpus.info(),
+                  "unigram_entropy": self.corpus.unigram_entropy(), "torch": torch.__version__,
+                  "n_params": self.model.n_params(), "outer_steps_done": self.outer_done,
+                  "finished": self.outer_done == cfg.outer_steps, "wall_s": time.perf_counter() - started,
+                  "world_size": self.ex.world_size, "final": rows[-1] if rows else None}
+        if self.ex.is_main:
+            atomic_write_text(self.out / "result.json", json.dumps(result, indent=2) + "\n")
+        return result
+
+
+# ----------------------------------------------------------------- torchrun
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m llm_check.train",
+                                     description="One NoLoCo/DiLoCo/DDP run; under torchrun one replica per rank.")
+    add_train_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        cfg = config_from_args(args)
+        if "WORLD_SIZE" in os.environ:
+            from llm_check.exchange import DistExchange
+
+            ex = DistExchange.init(cfg, args.timeout)
+            if cfg.device == "cuda":
+                cfg = TrainConfig(**{**cfg.as_dict(), "device": f"cuda:{ex.local_rank}"})
+            try:
+                Trainer(cfg, args.out, ex).run(resume=args.resume, stop_after=args.stop_after)
+            finally:
+                ex.close()
+        else:
+            Trainer(cfg, args.out).run(resume=args.resume, stop_after=args.stop_after)
+    except ConfigError as err:
+        print(f"llm_check.train: error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,216 @@
+"""Objectives, vectorised over a batch of replicas: parameters have shape (trials, N, d).
+
+Each objective gives every replica its own loss (its data shard, or its shifted
+optimum), a global loss (the average over replicas' data, which training minimises),
+the global optimum, and the Hessian and gradient-noise covariance at that optimum,
+from which the quadratic theory is linearised.
+
+Data sets ship inside installed packages (scikit-learn's diabetes and breast cancer,
+statsmodels' longley); nothing is downloaded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from theory.config import ConfigError
+
+OBJECTIVES = ("quadratic", "diabetes", "longley", "breast-cancer")
+SPLITS = ("shared", "iid", "label", "kmeans")
+
+
+class Quadratic:
+    """f_i(x) = 1/2 (x - x*_i)^T A (x - x*_i), A = Q diag(lam) Q^T.
+
+    Q is the identity or a random rotation; x* = 0 and replica i's optimum is shifted
+    by zeta * xi_i, xi_i ~ N(0, I) drawn once per trial (data heterogeneity).
+    """
+
+    name = "quadratic"
+
+    def __init__(self, curvatures, *, rotate: bool, zeta: float, trials: int, replicas: int,
+                 rng: np.random.Generator):
+        self.lam = np.asarray(curvatures, dtype=float)
+        d = self.dim = self.lam.size
+        self.Q = np.linalg.qr(rng.standard_normal((d, d)))[0] if rotate else None
+        self.optimum = np.zeros(d)
+        self.shift = None
+        if zeta > 0:  # zero mean over replicas, so the global optimum stays at x* = 0
+            shift = zeta * rng.standard_normal((trials, replicas, d))
+            self.shift = shift - shift.mean(1, keepdims=True)
+        self.A = self.Q * self.lam @ self.Q.T if rotate else np.diag(self.lam)
+
+    def _apply_A(self, x, out):
+        if self.Q is None:
+            return np.multiply(x, self.lam, out=out)
+        return np.matmul(x, self.A, out=out)  # A symmetric
+
+    def grad(self, theta, rng, out):
+        """Gradient of each replica's own loss, written into ``out``."""
+        return self._apply_A(theta if self.shift is None else theta - self.shift, out)
+
+    def loss(self, x):
+        """Global loss (the average of the replicas' losses minus its minimum), shape x.shape[:-1]."""
+        return 0.5 * np.einsum("...i,...i->...", x, self._apply_A(x, np.empty_like(x)))
+
+    def hessian(self):
+        return self.A
+
+    def noise_cov(self, batch_size):  # no data: only the additive noise of InnerConfig
+        return np.zeros((self.dim, self.dim))
+
+
+def _standardise(X):
+    X = np.asarray(X, dtype=float)
+    return (X - X.mean(0)) / X.std(0)
+
+
+def load_data(name: str):
+    """(X standardised, y, labels for a by-label split) of a data set shipped in a package."""
+    if name == "diabetes":
+        from sklearn.datasets import load_diabetes
+        X, y = load_diabetes(return_X_y=True)
+        y = (y - y.mean()) / y.std()
+        return _standardise(X), y, (y > np.median(y)).astype(int)
+    if name == "longley":
+        from statsmodels.datasets import longley
+        data = longley.load_pandas()
+        y = np.asarray(data.endog, dtype=float)
+        y = (y - y.mean()) / y.std()
+        return _standardise(data.exog), y, (y > np.median(y)).astype(int)
+    if name == "breast-cancer":
+        from sklearn.datasets import load_breast_cancer
+        X, y = load_breast_cancer(return_X_y=True)
+        X = np.hstack([_standardise(X), np.ones((len(X), 1))])  # intercept column
+        return X, y.astype(float), y.astype(int)
+    raise ConfigError(f"objective={name!r} is not allowed; allowed: {', '.join(OBJECTIVES)}")
+
+
+def split_indices(split: str, X, labels, replicas: int, rng: np.random.Generator) -> np.ndarray:
+    """Equal shards, shape (N, m // N): ``shared`` gives every replica all rows; ``iid`` a
+    random partition; ``label`` and ``kmeans`` sort the rows by label / k-means cluster and
+    cut them into consecutive blocks, so each replica sees mostly one kind of row."""
+    m = len(X)
+    if split == "shared":
+        return np.broadcast_to(np.arange(m), (replicas, m))
+    if m // replicas < 1:
+        raise ConfigError(f"replicas={replicas} exceeds the {m} rows of the data set for split={split!r}")
+    if split == "iid":
+        order = rng.permutation(m)
+    elif split == "label":
+        order = np.lexsort((rng.random(m), labels))
+    elif split == "kmeans":
+        from scipy.cluster.vq import kmeans2
+        _, cluster = kmeans2(X, replicas, seed=rng, minit="++")
+        order = np.lexsort((rng.random(m), cluster))
+    else:
+        raise ConfigError(f"split={split!r} is not allowed; allowed: {', '.join(SPLITS)}")
+    size = m // replicas
+    return order[: size * replicas].reshape(replicas, size)
+
+
+@dataclass
+class _Fit:
+    optimum: np.ndarray
+    hessian: np.ndarray
+
+
+class DataObjective:
+    """Ridge regression (``diabetes``, ``longley``) or L2-regularised logistic regression
+    (``breast-cancer``), mean loss over a replica's shard plus l2/2 |w|^2.
+
+    ``batch_size`` 0 uses the full shard's gradient; otherwise each step samples that
+    many rows of the shard with replacement (minibatch noise)."""
+
+    def __init__(self, name: str, *, split: str, l2: float, batch_size: int, replicas: int,
+                 rng: np.random.Generator):
+        X, y, labels = load_data(name)
+        self.name, self.l2, self.batch_size = name, l2, batch_size
+        self.logistic = name == "breast-cancer"
+        self.X, self.y = X, y
+        self.dim = X.shape[1]
+        index = split_indices(split, X, labels, replicas, rng)
+        self.Xs, self.ys = X[index], y[index]  # (N, m, d), (N, m)
+        self._fit = self._solve()
+        self.optimum = self._fit.optimum
+
+    def _residual(self, scores, y):
+        """d loss / d score per row."""
+        if self.logistic:
+            return 1.0 / (1.0 + np.exp(-scores)) - y
+        return scores - y
+
+    def _row_loss(self, scores, y):
+        if self.logistic:  # log(1 + e^s) - y s, stably
+            return np.logaddexp(0.0, scores) - y * scores
+        return 0.5 * (scores - y) ** 2
+
+    def _solve(self) -> _Fit:
+        """Global optimum and Hessian (all rows), by Newton's method."""
+        X, y, d = self.X, self.y, self.dim
+        w = np.zeros(d)
+        for _ in range(100):
+            s = X @ w
+            g = X.T @ self._residual(s, y) / len(X) + self.l2 * w
+            H = self._hessian_at(w)
+            step = np.linalg.solve(H, g)
+            w -= step
+            if np.max(np.abs(step)) < 1e-13:
+                break
+        return _Fit(w, self._hessian_at(w))
+
+    def _hessian_at(self, w):
+        X = self.X
+        weight = np.ones(len(X))
+        if self.logistic:
+            p = 1.0 / (1.0 + np.exp(-(X @ w)))
+            weight = p * (1 - p)
+        return (X * weight[:, None]).T @ X / len(X) + self.l2 * np.eye(self.dim)
+
+    def hessian(self):
+        return self._fit.hessian
+
+    def noise_cov(self, batch_size):
+        """Covariance of a minibatch gradient (rows drawn with replacement from all data) at the optimum."""
+        if not batch_size:
+            return np.zeros((self.dim, self.dim))
+        w = self.optimum
+        per_row = self.X * self._residual(self.X @ w, self.y)[:, None]
+        return np.cov(per_row, rowvar=False, bias=True) / batch_size
+
+    def grad(self, theta, rng, out):
+        T, N, d = theta.shape
+        if self.batch_size:
+            rows = rng.integers(0, self.Xs.shape[1], size=(T, N, self.batch_size))
+            Xb = self.Xs[np.arange(N)[None, :, None], rows]         # (T, N, B, d)
+            yb = self.ys[np.arange(N)[None, :, None], rows]
+            r = self._residual(np.einsum("tnbd,tnd->tnb", Xb, theta), yb)
+            np.einsum("tnbd,tnb->tnd", Xb, r, out=out)
+            out /= self.batch_size
+        else:
+            r = self._residual(np.einsum("nmd,tnd->tnm", self.Xs, theta), self.ys)
+            np.einsum("nmd,tnm->tnd", self.Xs, r, out=out)
+            out /= self.Xs.shape[1]
+        out += self.l2 * theta
+        return out
+
+    def loss(self, x):
+        """Global training loss (all rows), shape x.shape[:-1]."""
+        scores = x @ self.X.T
+        return self._row_loss(scores, self.y).mean(-1) + 0.5 * self.l2 * np.einsum("...i,...i->...", x, x)
+
+
+def build(cfg, rng: np.random.Generator):
+    """The objective of a :class:`quadratic.simulator.SimConfig`."""
+    N = cfg.outer.replicas
+    if cfg.objective == "quadratic":
+        if cfg.split != "shared":
+            raise ConfigError(f"split={cfg.split!r} needs a data objective; a quadratic's heterogeneity is --zeta")
+        return Quadratic(cfg.curvatures, rotate=cfg.rotate, zeta=cfg.zeta, trials=cfg.trials,
+                         replicas=N, rng=rng)
+    if cfg.zeta:
+        raise ConfigError("zeta applies to the quadratic objective; data objectives are made heterogeneous by --split")
+    return DataObjective(cfg.objective, split=cfg.split, l2=cfg.l2, batch_size=cfg.batch_size,
+                         replicas=N, rng=rng)
