@@ -7,7 +7,7 @@ method's defaults, then every flag given explicitly.
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import asdict, dataclass, fields
 
 from theory.config import MOMENTUM_CONVENTIONS, ConfigError, OuterConfig
 
@@ -97,8 +97,8 @@ METHOD_DEFAULTS = {
     "noloco": {},
 }
 
-_CPU_SMALL = dict(replicas=8, group_size=2, inner_steps=25, outer_steps=60, lr=3e-3, warmup=100,
-                  batch=8, ctx=64, layers=2, heads=4, width=64, eval_every=6, val_windows=128)
+_CPU_SMALL = dict(replicas=8, group_size=2, inner_steps=25, outer_steps=50, lr=3e-3, warmup=100,
+                  batch=8, ctx=64, layers=2, heads=4, width=64, eval_every=5, val_windows=128)
 PRESETS = {
     "cpu-tiny": dict(replicas=4, inner_steps=5, outer_steps=6, lr=3e-3, warmup=5, batch=4, ctx=32,
                      layers=1, heads=2, width=32, eval_every=2, val_windows=16),
@@ -122,10 +122,6 @@ def build(preset: str | None = None, method: str | None = None, **overrides) -> 
     values.update(METHOD_DEFAULTS[method])
     values.update({k: v for k, v in overrides.items() if v is not None})
     return TrainConfig(method=method, **values)
-
-
-def with_(cfg: TrainConfig, **changes) -> TrainConfig:
-    return replace(cfg, **changes)
 
 
 # ------------------------------------------------------------------ flags
@@ -166,6 +162,8 @@ def add_train_arguments(parser: argparse.ArgumentParser, methods_list: bool = Fa
     parser.add_argument("--resume", action="store_true", help="continue from OUT's last checkpoint")
     parser.add_argument("--stop-after", type=int, default=None,
                         help="stop after this many outer steps, as if interrupted (resume with --resume)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default torch's; 1 is much faster on a shared, busy CPU)")
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds to wait for a peer in distributed mode before failing")
 

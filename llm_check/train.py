@@ -33,7 +33,7 @@ import torch
 
 from llm_check import data
 from llm_check.config import TrainConfig, add_train_arguments, config_from_args
-from llm_check.exchange import Exchange, LocalExchange
+from llm_check.exchange import Exchange, LocalExchange, PeerError
 from llm_check.model import init_params, losses
 from theory.config import ConfigError
 from theory.numeric import atomic_write_text
@@ -60,6 +60,13 @@ def weight_std(phi: dict) -> float:
     total = sum(((p - p.mean(0, keepdim=True)) ** 2).sum().item() for p in phi.values())
     count = sum(p.numel() for p in phi.values())
     return math.sqrt(total / count)
+
+
+def set_threads(threads: int | None) -> None:
+    if threads is not None:
+        if threads < 1:
+            raise ConfigError(f"threads={threads} is out of range; allowed: an integer >= 1")
+        torch.set_num_threads(threads)
 
 
 def atomic_torch_save(obj, path: Path) -> None:
@@ -278,6 +285,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         cfg = config_from_args(args)
+        set_threads(args.threads)
         if "WORLD_SIZE" in os.environ:
             from llm_check.exchange import DistExchange
 
@@ -293,6 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"llm_check.train: error: {err}", file=sys.stderr)
         return 2
+    except PeerError as err:
+        print(f"llm_check.train: error: {err}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -32,6 +32,7 @@ def add_parser(subparsers) -> None:
     val.add_argument("--device", default=None, help="cpu or cuda (default: the preset's)")
     val.add_argument("--out", default="runs/llm-validate", help="run directory (default runs/llm-validate/PRESET)")
     val.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
+    val.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is fastest on a busy CPU)")
     val.set_defaults(run=run)
 
     bench = sub.add_parser("bench", help="tokens/s: batched replicas vs a per-replica loop vs one N-times-batch model")
@@ -45,8 +46,9 @@ def add_parser(subparsers) -> None:
 
 def _train(args) -> int:
     from llm_check.config import PRESETS, config_from_args
-    from llm_check.train import Trainer
+    from llm_check.train import Trainer, set_threads
 
+    set_threads(args.threads)
     methods = (args.method or ("ddp,diloco,noloco" if args.preset == "cpu-small" else "noloco")).split(",")
     configs = [config_from_args(args, m.strip()) for m in methods]  # validate all before running any
     if args.stop_after is not None and args.stop_after < 1:
@@ -71,8 +73,10 @@ def run(args) -> int:
     if args.llm_command == "train":
         return _train(args)
     if args.llm_command == "validate":
+        from llm_check.train import set_threads
         from llm_check.validate import format_table, run_sweep
 
+        set_threads(args.threads)
         out = Path(args.out) / args.preset
         report = run_sweep(args.preset, out, device=args.device)
         print(json.dumps(report, indent=2) if args.json else format_table(report))

@@ -87,11 +87,26 @@ def test_limits():
     assert not lim["flat"].has(S.c)
 
 
-def test_alpha0_closed_form():
-    """At alpha = 0 the ratio is the mixture 1 / ((1-kappa) gamma (2-gamma) + kappa beta c (2-beta c))."""
-    R = S.derive("heavy-ball").spread_ratio.subs(S.alpha, 0)
-    mix = (1 - S.kappa) * S.gamma * (2 - S.gamma) + S.kappa * S.beta * S.c * (2 - S.beta * S.c)
-    assert sp.simplify(R - S.beta ** 2 / mix) == 0
+def test_heavy_ball_compact_form():
+    """The form quoted in docs/theory.md: R = beta^2 (1+alpha) / D with
+    D = (1-kappa) gamma (1-alpha)(2(1+alpha)-gamma) + kappa beta c (1-alpha)(2(1+alpha)-beta c)
+        - 2 alpha kappa (1-kappa) (beta c - gamma)^2."""
+    a, b, g, c, k = S.alpha, S.beta, S.gamma, S.c, S.kappa
+    D = ((1 - k) * g * (1 - a) * (2 * (1 + a) - g) + k * b * c * (1 - a) * (2 * (1 + a) - b * c)
+         - 2 * a * k * (1 - k) * (b * c - g) ** 2)
+    assert sp.simplify(S.derive("heavy-ball").spread_ratio - b ** 2 * (1 + a) / D) == 0
+
+
+def test_limit_forms_quoted_in_docs():
+    a, b, g, c, k, s2, N = S.alpha, S.beta, S.gamma, S.c, S.kappa, S.s2, S.N
+    lim = S.limits("heavy-ball")
+    share = k * (N - 1) / N
+    flat = s2 * share * b ** 2 * (1 + a) / (g * (1 - k) * ((1 - a) * (2 * (1 + a) - g) - 2 * a * k * g))
+    assert sp.simplify(lim["flat"] - flat) == 0
+    gamma0 = (N - 1) / N * b * s2 * (1 + a) / (c * (2 * (1 - a ** 2) - b * c * (1 + a - 2 * a * k)))
+    assert sp.simplify(lim["gamma0"] - gamma0) == 0
+    small = (N - 1) / N * b * S.eta * S.sigma ** 2 / (2 * S.lam * (1 - a))
+    assert sp.simplify(lim["small_lr_gamma0"] - small) == 0
 
 
 @pytest.mark.parametrize("momentum", ["heavy-ball", "nesterov"])

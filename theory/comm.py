@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from theory.config import ConfigError, _integer, _real
+from theory.config import ConfigError, check_integer, check_real
 from theory.partitions import random_permutations
 
 SCHEMA_VERSION = 1
@@ -36,7 +36,7 @@ EXCHANGES = ("root", "direct")
 
 def checked_number(name: str, value, allowed: str, ok, integer: bool = False):
     """Validate one input (ConfigError naming the field, the value and the allowed range)."""
-    return (_integer if integer else _real)(name, value, allowed, ok)
+    return (check_integer if integer else check_real)(name, value, allowed, ok)
 
 
 def _ranks(ranks) -> int:

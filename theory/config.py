@@ -19,7 +19,7 @@ class ConfigError(ValueError):
     """A hyperparameter outside its allowed range."""
 
 
-def _real(name: str, value, allowed: str, ok) -> float:
+def check_real(name: str, value, allowed: str, ok) -> float:
     if isinstance(value, bool) or not isinstance(value, Real):
         raise ConfigError(f"{name}={value!r} is not a number; allowed: {allowed}")
     value = float(value)
@@ -28,7 +28,7 @@ def _real(name: str, value, allowed: str, ok) -> float:
     return value
 
 
-def _integer(name: str, value, allowed: str, ok) -> int:
+def check_integer(name: str, value, allowed: str, ok) -> int:
     if isinstance(value, bool) or not isinstance(value, Integral):
         raise ConfigError(f"{name}={value!r} is not an integer; allowed: {allowed}")
     value = int(value)
@@ -59,18 +59,18 @@ class OuterConfig:
     momentum: str = "heavy-ball"
 
     def __post_init__(self):
-        N = _integer("replicas", self.replicas, "an integer >= 1", lambda v: v >= 1)
-        n = _integer(
+        N = check_integer("replicas", self.replicas, "an integer >= 1", lambda v: v >= 1)
+        n = check_integer(
             "group_size", self.group_size, f"an integer >= 1 dividing replicas={N}",
             lambda v: v >= 1 and N % v == 0,
         )
         object.__setattr__(self, "replicas", N)
         object.__setattr__(self, "group_size", n)
-        object.__setattr__(self, "alpha", _real("alpha", self.alpha, "0 <= alpha < 1", lambda v: 0 <= v < 1))
-        object.__setattr__(self, "beta", _real("beta", self.beta, "beta >= 0 and finite", lambda v: 0 <= v < math.inf))
+        object.__setattr__(self, "alpha", check_real("alpha", self.alpha, "0 <= alpha < 1", lambda v: 0 <= v < 1))
+        object.__setattr__(self, "beta", check_real("beta", self.beta, "beta >= 0 and finite", lambda v: 0 <= v < math.inf))
         object.__setattr__(
             self, "gamma",
-            _real("gamma", self.gamma,
+            check_real("gamma", self.gamma,
                   "gamma >= 0 and finite (the spread is stable only for gamma in a bounded range; "
                   "see `noloco check`)", lambda v: 0 <= v < math.inf),
         )
@@ -97,9 +97,9 @@ class InnerConfig:
     noise: float = 1.0
 
     def __post_init__(self):
-        object.__setattr__(self, "lr", _real("inner_lr", self.lr, "0 < inner_lr < inf", lambda v: 0 < v < math.inf))
-        object.__setattr__(self, "steps", _integer("inner_steps", self.steps, "an integer >= 1", lambda v: v >= 1))
-        object.__setattr__(self, "noise", _real("noise", self.noise, "0 <= noise < inf", lambda v: 0 <= v < math.inf))
+        object.__setattr__(self, "lr", check_real("inner_lr", self.lr, "0 < inner_lr < inf", lambda v: 0 < v < math.inf))
+        object.__setattr__(self, "steps", check_integer("inner_steps", self.steps, "an integer >= 1", lambda v: v >= 1))
+        object.__setattr__(self, "noise", check_real("noise", self.noise, "0 <= noise < inf", lambda v: 0 <= v < math.inf))
 
 
 def group_kappa(replicas, group_size):
