@@ -119,3 +119,20 @@ def test_jury_matches_spectral_radius(momentum):
     assert np.array_equal(stable[clear], radius[clear] < 1)
     _, T, _ = numeric.transition(a[:500], b[:500], g[:500], c[:500], k[:500], momentum)
     assert np.allclose(np.abs(np.linalg.eigvals(T)).max(-1), radius[:500], atol=1e-10)
+
+
+@pytest.mark.parametrize("lr,curvature,steps", [(0.01, 1.0, 50), (0.3, 2.0, 7), (0.05, 0.0, 10), (1.5, 1.0, 4)])
+def test_inner_map(lr, curvature, steps, noise=0.7):
+    """(c, s2) against H explicit SGD steps y <- y - lr (curvature y + noise xi) and the sympy form."""
+    y, coeffs = 1.0, []
+    for _ in range(steps):
+        y -= lr * curvature * y
+        coeffs = [(1 - lr * curvature) * k for k in coeffs] + [-lr * noise]  # weights of past xi
+    c, s2 = numeric.inner_sgd(lr, curvature, steps, noise)
+    assert c == pytest.approx(1 - y, abs=1e-14)
+    assert s2 == pytest.approx(sum(k * k for k in coeffs), rel=1e-12)
+    c_sym, s2_sym = S.inner_map()
+    values = {S.eta: lr, S.lam: curvature, S.H: steps, S.sigma: noise}
+    if curvature > 0:
+        assert float(c_sym.subs(values)) == pytest.approx(c, abs=1e-14)
+        assert float(s2_sym.subs(values).doit()) == pytest.approx(s2, rel=1e-12)
