@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import math
 import sys
 import sysconfig
 from dataclasses import dataclass
@@ -115,7 +114,3 @@ def val_windows(corpus: Corpus, seed: int, count: int, ctx: int) -> np.ndarray:
     span = len(corpus.val) - ctx - 1
     start = (np.arange(count) * (span / max(count, 1))).astype(np.int64)
     return corpus.val[start[:, None] + np.arange(ctx + 1)]
-
-
-def log_vocab() -> float:
-    return math.log(VOCAB)

@@ -60,7 +60,7 @@ class LocalExchange(Exchange):
         return [mean(x) for x in phis], [mean(x) for x in progs]
 
     def replica_mean(self, xs):
-        return [x.mean(0, keepdim=True) for x in xs]
+        return [x.double().mean(0, keepdim=True) for x in xs]
 
     def sum_scalar(self, value: float) -> float:
         return value
@@ -140,7 +140,7 @@ class DistExchange(Exchange):
     def replica_mean(self, xs):
         import torch.distributed as dist
 
-        flat = _flat(xs).clone()
+        flat = _flat(xs).double()
         self._wait([dist.all_reduce(flat, async_op=True)], "replica mean for logging", "all")
         return _unflat(flat / self.world_size, xs)
 

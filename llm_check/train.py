@@ -56,10 +56,10 @@ def lr_at(cfg: TrainConfig, step: int) -> float:
 
 def weight_std(phi: dict) -> float:
     """sqrt of the mean over all parameters and replicas of (p - replica-mean of p)^2,
-    for stacked tensors (R, ...) in one process."""
-    total = sum(((p - p.mean(0, keepdim=True)) ** 2).sum().item() for p in phi.values())
-    count = sum(p.numel() for p in phi.values())
-    return math.sqrt(total / count)
+    for stacked tensors (R, ...) in one process. float64, so that identical replicas
+    give exactly 0 (a float32 mean of equal numbers is not always equal to them)."""
+    total = sum(((p.double() - p.double().mean(0, keepdim=True)) ** 2).sum().item() for p in phi.values())
+    return math.sqrt(total / sum(p.numel() for p in phi.values()))
 
 
 def set_threads(threads: int | None) -> None:
@@ -173,10 +173,10 @@ class Trainer:
         for chunk in val.split(32):
             per.append(losses(self.phi, chunk.unsqueeze(0).expand(R, -1, -1), self.model) * len(chunk))
         val_per = (torch.stack(per).sum(0) / len(val)).tolist()
-        mean_phi = self.ex.replica_mean(list(self.phi.values()))
-        avg = {k: m for k, m in zip(self.phi, mean_phi)}
+        mean_phi = self.ex.replica_mean(list(self.phi.values()))  # float64: see weight_std
+        avg = {k: m.to(self.dtype) for k, m in zip(self.phi, mean_phi)}
         avg_loss = sum((losses(avg, c.unsqueeze(0), self.model) * len(c)).item() for c in val.split(32)) / len(val)
-        sq = sum(((p - m) ** 2).sum() for p, m in zip(self.phi.values(), mean_phi))
+        sq = sum(((p.double() - m) ** 2).sum() for p, m in zip(self.phi.values(), mean_phi))
         count = sum(p[0].numel() for p in self.phi.values())
         total_sq = self.ex.sum_scalar(float(sq))
         return {"val_loss_avg_model": avg_loss, "val_loss_per_replica": self.ex.gather_floats(val_per),

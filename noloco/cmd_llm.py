@@ -45,7 +45,7 @@ def add_parser(subparsers) -> None:
 
 
 def _train(args) -> int:
-    from llm_check.config import PRESETS, config_from_args
+    from llm_check.config import config_from_args
     from llm_check.train import Trainer, set_threads
 
     set_threads(args.threads)
