@@ -139,14 +139,42 @@ def test_resume_without_checkpoint_exits_2(tmp_path, capsys):
     assert main(["llm", "train", "--preset", "cpu-tiny", "--out", str(tmp_path), "--resume"]) == 2
 
 
-def test_dead_peer_is_a_clear_error():
-    class Stuck:
-        def wait(self, timeout):
-            raise RuntimeError("Timed out waiting 1000ms for recv operation to complete\nmore")
+def _silent_peer_run(rank, port, report):
+    """Rank 0 starts a group exchange; rank 1 is alive but never sends (a hung peer)."""
+    import datetime
+    import time
 
-    ex = DistExchange(rank=1, world_size=4, local_rank=1, timeout=1.0, device=torch.device("cpu"))
-    with pytest.raises(PeerError, match=r"rank 1: group exchange .* rank\(s\) \[3\] .* timed out after 1 s"):
-        ex._wait([Stuck()], "group exchange at outer step 2", [3])
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=60))
+    if rank == 0:
+        ex = DistExchange(rank=0, world_size=2, local_rank=0, timeout=2.0, device=torch.device("cpu"))
+        start = time.monotonic()
+        try:
+            ex.group_means([torch.zeros(1, 3)], [torch.zeros(1, 3)], seed=0, step=2, group_size=2)
+            message = "no error"
+        except PeerError as err:
+            message = str(err)
+        with open(report, "w") as handle:
+            handle.write(f"{time.monotonic() - start:.3f}\n{message}")
+    else:
+        time.sleep(8)  # outlives rank 0's 2 s timeout: only the timeout can end the wait early
+    os._exit(0)  # skip the process-group teardown, which would wait for the silent peer
+
+
+def test_dead_peer_is_a_clear_error(tmp_path):
+    """A real 2-process gloo group on localhost: the exchange times out with a one-line PeerError."""
+    import torch.multiprocessing as mp
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    report = tmp_path / "report.txt"
+    mp.start_processes(_silent_peer_run, args=(port, str(report)), nprocs=2, join=True, start_method="spawn")
+    elapsed, message = report.read_text().split("\n", 1)
+    assert float(elapsed) < 6.0
+    assert message.startswith("rank 0: group exchange at outer step 2 with rank(s) [1] failed or timed out after 2 s")
 
 
 def test_torchrun_gloo_matches_batched(tmp_path):
