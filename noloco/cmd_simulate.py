@@ -7,8 +7,7 @@ import json
 import sys
 
 from noloco.options import add_hyper_arguments, hyper_from_args
-
-OBJECTIVES = ("quadratic", "diabetes", "longley", "breast-cancer")
+from quadratic.names import METHODS, OBJECTIVES, OPTIMIZERS, SCHEDULES, SPLITS
 
 
 def add_parser(subparsers) -> None:
@@ -24,7 +23,7 @@ def add_parser(subparsers) -> None:
     g.add_argument("--objective", choices=OBJECTIVES, default="quadratic",
                    help="quadratic with --curvature/--spectrum (default), ridge regression on diabetes or "
                         "longley (ill-conditioned), L2 logistic regression on breast-cancer")
-    g.add_argument("--method", choices=("noloco", "diloco", "local", "ddp"), default="noloco",
+    g.add_argument("--method", choices=METHODS, default="noloco",
                    help="noloco: the setting as given; diloco: n = N; local: n = 1; "
                         "ddp: H = 1, n = N, alpha = 0, beta = 1, gamma = 0")
     g.add_argument("--trials", type=int, default=200, help="independent trials (default 200)")
@@ -32,13 +31,14 @@ def add_parser(subparsers) -> None:
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     g.add_argument("--rotate", action="store_true", help="random rotation of the quadratic's eigenbasis")
     g.add_argument("--zeta", type=float, default=0.0, help="spread of the replicas' optima (quadratic heterogeneity)")
-    g.add_argument("--split", choices=("shared", "iid", "label", "kmeans"), default="shared",
+    g.add_argument("--split", choices=SPLITS, default="shared",
                    help="data across replicas: shared (all rows), iid shards, sorted by label, by k-means cluster")
     g.add_argument("--batch-size", type=int, default=0, help="minibatch rows per inner step (0: full gradient)")
     g.add_argument("--l2", type=float, default=1e-2, help="L2 regularisation of the data objectives (default 0.01)")
-    g.add_argument("--inner-optimizer", choices=("sgd", "momentum", "adam"), default="sgd")
+    g.add_argument("--inner-optimizer", choices=OPTIMIZERS, default="sgd",
+                   help="sgd (the model of the theory), momentum (torch convention) or adam")
     g.add_argument("--inner-momentum", type=float, default=0.9, help="momentum of --inner-optimizer momentum")
-    g.add_argument("--schedule", choices=("constant", "cosine", "inverse"), default="constant",
+    g.add_argument("--schedule", choices=SCHEDULES, default="constant",
                    help="inner learning rate: constant, cosine with --warmup, inverse: lr / (1 + k / --decay-time)")
     g.add_argument("--warmup", type=int, default=0, help="warm-up inner steps of the cosine schedule")
     g.add_argument("--decay-time", type=float, default=50.0, help="inner steps to halve the lr under 'inverse'")

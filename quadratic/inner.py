@@ -10,10 +10,9 @@ import math
 
 import numpy as np
 
+from quadratic.names import OPTIMIZERS, SCHEDULES
 from theory.config import ConfigError
 
-OPTIMIZERS = ("sgd", "momentum", "adam")
-SCHEDULES = ("constant", "cosine", "inverse")
 
 
 def learning_rates(schedule: str, lr: float, total: int, *, warmup: int = 0, decay_time: float = 1.0) -> np.ndarray:

@@ -15,10 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from quadratic.names import OBJECTIVES, SPLITS
 from theory.config import ConfigError
 
-OBJECTIVES = ("quadratic", "diabetes", "longley", "breast-cancer")
-SPLITS = ("shared", "iid", "label", "kmeans")
 
 
 class Quadratic:
@@ -133,6 +132,10 @@ class DataObjective:
         self.dim = X.shape[1]
         index = split_indices(split, X, labels, replicas, rng)
         self.Xs, self.ys = X[index], y[index]  # (N, m, d), (N, m)
+        self.XsT = np.ascontiguousarray(self.Xs.transpose(0, 2, 1))
+        self.shared = split == "shared"
+        self.gram = np.matmul(self.XsT, self.Xs) / self.Xs.shape[1]                 # (N, d, d)
+        self.moment = np.einsum("nmd,nm->nd", self.Xs, self.ys) / self.Xs.shape[1]  # (N, d)
         self._fit = self._solve()
         self.optimum = self._fit.optimum
 
@@ -186,12 +189,23 @@ class DataObjective:
             rows = rng.integers(0, self.Xs.shape[1], size=(T, N, self.batch_size))
             Xb = self.Xs[np.arange(N)[None, :, None], rows]         # (T, N, B, d)
             yb = self.ys[np.arange(N)[None, :, None], rows]
-            r = self._residual(np.einsum("tnbd,tnd->tnb", Xb, theta), yb)
-            np.einsum("tnbd,tnb->tnd", Xb, r, out=out)
+            r = self._residual(np.matmul(Xb, theta[..., None])[..., 0], yb)
+            np.matmul(r[..., None, :], Xb, out=out[..., None, :])
             out /= self.batch_size
-        else:
-            r = self._residual(np.einsum("nmd,tnd->tnm", self.Xs, theta), self.ys)
-            np.einsum("nmd,tnm->tnd", self.Xs, r, out=out)
+        elif not self.logistic:  # least squares: X^T (X w - y) / m from the normal equations
+            np.matmul(theta.transpose(1, 0, 2), self.gram, out=out.transpose(1, 0, 2))
+            out -= self.moment
+            out += self.l2 * theta
+            return out
+        elif self.shared:  # one (T N, d) x (d, m) product
+            flat = theta.reshape(T * N, d)
+            r = self._residual(flat @ self.X.T, self.y)
+            out.reshape(T * N, d)[...] = r @ self.X
+            out /= len(self.X)
+        else:  # batched over replicas, so BLAS does the work: (N, T, d) x (N, d, m)
+            by_replica = np.ascontiguousarray(theta.transpose(1, 0, 2))
+            r = self._residual(np.matmul(by_replica, self.XsT), self.ys[:, None, :])
+            out.transpose(1, 0, 2)[...] = np.matmul(r, self.Xs)
             out /= self.Xs.shape[1]
         out += self.l2 * theta
         return out

@@ -15,13 +15,13 @@ from pathlib import Path
 
 import numpy as np
 
-from quadratic.inner import OPTIMIZERS, SCHEDULES, InnerOptimizer, learning_rates
-from quadratic.objectives import OBJECTIVES, SPLITS, build
+from quadratic.inner import InnerOptimizer, learning_rates
+from quadratic.names import METHODS, OBJECTIVES, OPTIMIZERS, SCHEDULES, SPLITS
+from quadratic.objectives import build
 from theory.config import ConfigError, InnerConfig, OuterConfig
 from theory.outer import outer_step
 from theory.partitions import group_mean, random_permutations
 
-METHODS = ("noloco", "diloco", "local", "ddp")
 SCHEMA_VERSION = 1
 #: a run is divergent when any |phi - optimum| exceeds this many times its initial scale
 GROWTH_BOUND = 1e6
@@ -50,7 +50,7 @@ class SimConfig:
     outer_steps: int = 200
     burn_in: int | None = None     # steps before the stationary window; None: half the run
     start: float = 1.0             # initial phi = optimum + start (every coordinate)
-    init_spread: float = 0.0       # std of independent initial offsets per replica
+    init_spread: float = 0.0       # std of independent initial offsets per replica (made zero-mean)
     seed: int = 0
 
     def __post_init__(self):
@@ -140,6 +140,15 @@ class Run:
 
 def simulate(cfg: SimConfig, *, progress: bool = False) -> Run:
     """Run ``cfg.trials`` independent trials of ``cfg.outer_steps`` outer steps."""
+    try:  # the matrices are small: BLAS threads only spin, and on a busy machine badly
+        from threadpoolctl import threadpool_limits
+    except ImportError:
+        return _simulate(cfg, progress)
+    with threadpool_limits(1):
+        return _simulate(cfg, progress)
+
+
+def _simulate(cfg: SimConfig, progress: bool) -> Run:
     from tqdm import tqdm
 
     outer, inner = cfg.effective()
@@ -150,8 +159,9 @@ def simulate(cfg: SimConfig, *, progress: bool = False) -> Run:
     run = Run(cfg, eigvals, eigvecs, objective=obj)
 
     phi = np.broadcast_to(obj.optimum + cfg.start, (T, N, obj.dim)).copy()
-    if cfg.init_spread:
-        phi += cfg.init_spread * rng.standard_normal(phi.shape)
+    if cfg.init_spread:  # offsets with zero mean over replicas: the mean stays at the start
+        offsets = cfg.init_spread * rng.standard_normal(phi.shape)
+        phi += offsets - offsets.mean(1, keepdims=True)
     delta = np.zeros_like(phi)
     theta, grad, noise = (np.empty_like(phi) for _ in range(3))
     optimizer = InnerOptimizer(cfg.optimizer, phi.shape, momentum=cfg.inner_momentum)
@@ -161,8 +171,10 @@ def simulate(cfg: SimConfig, *, progress: bool = False) -> Run:
 
     def record(t):
         mean = phi.mean(1)
-        dev = phi - mean[:, None, :]
-        spread = np.einsum("tnd,tnd->t", dev, dev) / N
+        # deviations from replica 0, not from the rounded mean: identical replicas give exactly 0
+        dev = phi - phi[:, :1]
+        dev_mean = dev.mean(1)
+        spread = np.einsum("tnd,tnd->t", dev, dev) / N - np.einsum("td,td->t", dev_mean, dev_mean)
         run.mean_distance.add((mean - obj.optimum) @ eigvecs)
         run.spread.add(spread)
         run.spread_trials.append(spread)

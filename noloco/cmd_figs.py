@@ -1,0 +1,41 @@
+"""``noloco figs``: regenerate every figure of the analysis (PNG and PDF) from cached results."""
+
+from __future__ import annotations
+
+
+def add_parser(subparsers) -> None:
+    from paper_figs.run import DEFAULT_OUT, FIGURES
+
+    p = subparsers.add_parser(
+        "figs", help="regenerate the analysis figures (PNG and PDF)",
+        description="Compute (or load from cache) and draw every figure of the analysis into OUT as PNG "
+                    f"and PDF. Figures: {', '.join(FIGURES)}. --quick uses smaller Monte Carlo and grids "
+                    "(under 2 minutes on 2 cores).")
+    p.add_argument("--quick", action="store_true", help="small grids and Monte Carlo (CI)")
+    p.add_argument("--only", action="append", metavar="NAME",
+                   help=f"only these figures (repeat or comma-separate): {', '.join(FIGURES)}")
+    p.add_argument("--out", default=str(DEFAULT_OUT), help="output directory (default paper_figs/out)")
+    p.add_argument("--cache", default=None, help="cache directory (default paper_figs/cache)")
+    p.add_argument("--refresh", action="store_true", help="recompute even when a cached result exists")
+    p.add_argument("--llm-runs", default="runs", help="directory searched for LLM metrics.jsonl (default runs)")
+    p.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from tqdm import tqdm
+
+    from paper_figs.run import FIGURES, make
+    from theory.config import ConfigError
+
+    names = [n.strip() for item in (args.only or []) for n in item.split(",") if n.strip()] or list(FIGURES)
+    unknown = [n for n in names if n not in FIGURES]
+    if unknown:
+        raise ConfigError(f"only={','.join(unknown)} is not a figure; allowed: {', '.join(FIGURES)}")
+    options = {"llm": {"runs": args.llm_runs}}
+    bar = tqdm(names, desc="figs", unit="fig")
+    for name in bar:
+        bar.set_postfix_str(name)
+        r = make(name, quick=args.quick, out=args.out, cache_dir=args.cache, refresh=args.refresh,
+                 options=options.get(name))
+        tqdm.write(f"{name:<10} {r['seconds']:6.1f} s {'(cache)' if r['cached'] else '':<8} {r['files'][0]}")
+    return 0

@@ -1,0 +1,76 @@
+"""Claim: one NoLoCo group exchange costs the same whatever N, while an all-reduce grows
+with N (tree all-reduce: latency ~ log2 N), so the synchronisation speed-up grows with N
+for latency-bound payloads (2 MB); for bandwidth-bound ones (200 MB and 2 GB at 1 Gbit/s)
+the reference 'root' pair exchange is slower than the fastest all-reduce. Without a global
+barrier replicas sit idle less, because each waits only for its group, although delays
+do propagate from group to group.
+
+Latency-bandwidth model of theory.comm (50 ms one-way latency, 1 Gbit/s per replica,
+pairs, 'root' exchange). Idle fraction: event simulation with lognormal compute-time
+jitter (cv 0.1, no communication time, to isolate stragglers), mean over runs with 2
+standard errors, next to the closed form for the barrier."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from paper_figs import style
+
+NAME = "comm"
+PAYLOADS = {"2 MB (1M params, bf16)": 2e6, "200 MB (100M params)": 2e8, "2 GB (1B params)": 2e9}
+
+
+def params(quick: bool) -> dict:
+    return {"max_log2": 12, "idle_max_log2": 8 if quick else 10, "steps": 60 if quick else 300,
+            "trials": 4 if quick else 16}
+
+
+def compute(max_log2: int, idle_max_log2: int, steps: int, trials: int) -> dict:
+    from theory import comm
+
+    net = comm.Network.from_bandwidth(0.05, 1e9)
+    Ns = 2 ** np.arange(2, max_log2 + 1)
+    speed = {label: {"tree": [], "ring": [], "best": []} for label in PAYLOADS}
+    for label, payload in PAYLOADS.items():
+        for N in Ns:
+            cost = comm.sync_cost(net, payload, int(N), 2)
+            speed[label]["tree"].append(cost.speedup_vs_tree)
+            speed[label]["ring"].append(cost.speedup_vs_ring)
+            speed[label]["best"].append(cost.speedup_vs_best)
+    jitter = comm.Jitter("lognormal", 0.1)
+    Ni = 2 ** np.arange(1, idle_max_log2 + 1)
+    idle = {"N": Ni, "barrier": [], "barrier_se": [], "noloco": [], "noloco_se": [], "closed": []}
+    for N in Ni:
+        r = comm.simulate_idle(int(N), 2, jitter, steps=steps, trials=trials, seed=int(N))
+        idle["barrier"].append(r.barrier_idle_fraction)
+        idle["barrier_se"].append(r.barrier_idle_se)
+        idle["noloco"].append(r.noloco_idle_fraction)
+        idle["noloco_se"].append(r.noloco_idle_se)
+        idle["closed"].append(comm.barrier_idle_fraction(jitter, int(N)))
+    return {"N": Ns, "speedup": speed, "idle": idle}
+
+
+def draw(data: dict):
+    fig, axs = style.figure(2)
+    a, b = axs[0]
+    N = np.array(data["N"], dtype=float)
+    for (label, s), colour in zip(data["speedup"].items(), style.PALETTE):
+        a.plot(N, s["tree"], color=colour, label=f"{label}, vs tree")
+        a.plot(N, s["best"], "--", color=colour, label=f"{label}, vs fastest all-reduce")
+    a.axhline(1, color="grey", lw=0.8, ls=":")
+    a.set(xscale="log", yscale="log", xlabel="replicas N (count)", ylabel="speed-up of one synchronisation (x)",
+          title="all-reduce time / NoLoCo pair exchange")
+    a.set_xticks([4, 16, 64, 256, 1024, 4096], labels=["4", "16", "64", "256", "1024", "4096"])
+    a.legend(fontsize=6.5, loc="upper left")
+    d = data["idle"]
+    Ni = np.array(d["N"], dtype=float)
+    b.errorbar(Ni, d["barrier"], yerr=2 * np.array(d["barrier_se"]), fmt="o", color=style.VERMILION, mfc="white",
+               label="global barrier (DiLoCo), simulated")
+    b.plot(Ni, d["closed"], color=style.VERMILION, lw=1, label="global barrier, closed form")
+    b.errorbar(Ni, d["noloco"], yerr=2 * np.array(d["noloco_se"]), fmt="s-", color=style.BLUE, mfc="white",
+               label="random pairs (NoLoCo), simulated")
+    b.set(xscale="log", xlabel="replicas N (count)", ylabel="idle fraction of wall time (fraction)",
+          title="waiting for stragglers (lognormal cv 0.1)", ylim=(0, None))
+    b.set_xticks([2, 8, 32, 128, 512], labels=["2", "8", "32", "128", "512"])
+    b.legend(loc="lower right")
+    return fig

@@ -1,0 +1,58 @@
+"""Claim: the whole trajectory of the expected replica variance, not only its limit,
+follows the exact recursion v' = T v + s2 (1/n - 1/N) f: from identical initialisation
+the spread rises to its stationary value; from scattered replicas it falls to it, fast
+with the pull gamma and slowly (and to a higher level) without it.
+
+Lines: the recursion (theory.numeric.spread_trajectory). Points: Monte Carlo of the scalar
+model, mean over trials with 2 standard errors. Paper setting unless stated (N = 8,
+pairs, alpha 0.5, beta = gamma = 0.7, c = 0.395)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from paper_figs import common, style
+
+NAME = "transient"
+CASES = (  # label, changes to the paper setting, initial replica offsets std
+    ("paper, identical start", {}, 0.0),
+    ("paper, scattered start", {}, 0.2),
+    ("gamma = 0, scattered", {"gamma": 0.0}, 0.2),
+    ("n = 4, scattered", {"group_size": 4}, 0.2),
+)
+
+
+def params(quick: bool) -> dict:
+    return {"trials": 300 if quick else 3000, "steps": 30 if quick else 40}
+
+
+def compute(trials: int, steps: int) -> dict:
+    from theory import numeric
+    from theory.verify import simulate_scalar
+
+    c, s2 = common.paper_c_s2()
+    out = {"steps": steps, "cases": []}
+    for i, (label, changes, scatter) in enumerate(CASES):
+        o = common.outer(**changes)
+        rng = np.random.default_rng(100 + i)
+        y0 = scatter * rng.standard_normal((trials, o.replicas))
+        v = simulate_scalar(o, c, s2, steps, trials, rng, y0=y0)
+        theory = numeric.spread_trajectory(o, c, s2, steps, initial=(scatter ** 2 * (1 - 1 / o.replicas), 0, 0))
+        out["cases"].append({"label": label, "theory": theory, "mc": v.mean(0),
+                             "se": v.std(0, ddof=1) / np.sqrt(trials)})
+    return out
+
+
+def draw(data: dict):
+    fig, axs = style.figure(1)
+    ax = axs[0][0]
+    t = np.arange(data["steps"] + 1)
+    for case, colour, marker in zip(data["cases"], style.PALETTE, style.MARKERS):
+        ax.plot(t, case["theory"], color=colour, label=f"{case['label']}: theory")
+        mc, se = np.array(case["mc"], dtype=float), np.array(case["se"], dtype=float)
+        ax.errorbar(t[1::2], mc[1::2], yerr=2 * se[1::2], fmt=marker, color=colour, mfc="white", ms=4,
+                    label=f"{case['label']}: Monte Carlo +-2 SE")
+    ax.set(yscale="log", xlabel="outer step t (count)", ylabel="replica variance E z$^2$ (weight$^2$)",
+           title="transient spread, theory vs Monte Carlo")
+    ax.legend(ncol=2, loc="upper right")
+    return fig

@@ -1,0 +1,66 @@
+"""One matplotlib style for every figure: Okabe-Ito colour-blind-safe palette, readable
+sizes, a fixed figure size and dpi (the tests check the pixel size of each PNG)."""
+
+from __future__ import annotations
+
+# Okabe & Ito (2008), safe for the common colour-vision deficiencies
+PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000")
+BLUE, VERMILION, GREEN, PURPLE, ORANGE, SKY, YELLOW, BLACK = PALETTE
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+SIZE = (7.5, 4.2)   # inches, every figure
+DPI = 150           # PNG pixels: 1125 x 630
+
+
+def apply() -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from cycler import cycler
+    import matplotlib.pyplot as plt
+
+    plt.rcParams.update({
+        "figure.figsize": SIZE, "figure.dpi": DPI, "savefig.dpi": DPI,
+        "figure.constrained_layout.use": True,
+        "axes.prop_cycle": cycler(color=PALETTE),
+        "axes.grid": True, "grid.alpha": 0.3, "grid.linewidth": 0.6,
+        "axes.spines.top": False, "axes.spines.right": False,
+        "axes.titlesize": 10, "axes.labelsize": 9.5, "xtick.labelsize": 8.5, "ytick.labelsize": 8.5,
+        "legend.fontsize": 8, "legend.frameon": False, "figure.titlesize": 11,
+        "lines.linewidth": 1.6, "lines.markersize": 4.5, "errorbar.capsize": 2,
+        "image.cmap": "viridis", "pdf.fonttype": 42,
+    })
+
+
+def figure(ncols: int = 1, nrows: int = 1, **kw):
+    """A figure of the house size with a grid of axes."""
+    apply()
+    import matplotlib.pyplot as plt
+
+    return plt.subplots(nrows, ncols, figsize=SIZE, dpi=DPI, squeeze=False, **kw)
+
+
+def save(fig, path) -> list:
+    """Write ``path`` as PNG and PDF (atomically: temporary file, then rename); returns both paths."""
+    import os
+    import tempfile
+    from pathlib import Path
+
+    import matplotlib.pyplot as plt
+
+    path = Path(path).with_suffix("")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    written = []
+    for ext in ("png", "pdf"):
+        target = path.with_suffix("." + ext)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
+        os.close(fd)
+        try:
+            fig.savefig(tmp, format=ext)
+            os.chmod(tmp, 0o644)  # mkstemp makes 0600; figures are for everyone to read
+            os.replace(tmp, target)
+        except BaseException:
+            os.unlink(tmp)
+            raise
+        written.append(str(target))
+    plt.close(fig)
+    return written

@@ -1,0 +1,198 @@
+"""quadratic/: the simulator (real inner steps, shared outer step) against the exact theory
+on quadratics. Every comparison is a z-test at 4 standard errors across independent trials,
+with fixed seeds."""
+
+import dataclasses
+import json
+import math
+
+import numpy as np
+import pytest
+
+from noloco.cli import main
+from quadratic.agreement import config, draw_settings
+from quadratic.compare import compare
+from quadratic.inner import InnerOptimizer, learning_rates, phase_coefficients
+from quadratic.simulator import SimConfig, simulate
+from theory import numeric
+from theory.config import ConfigError, InnerConfig, OuterConfig
+
+SE = 4  # simulated values must lie within 4 standard errors of the theory
+
+
+SETTINGS = draw_settings()
+
+
+def test_phase_coefficients_match_inner_sgd():
+    lam = np.array([0.1, 1.0, 3.0])
+    c, s2 = phase_coefficients(np.full(20, 0.05), lam, 0.7)
+    c_ref, s2_ref = numeric.inner_sgd(0.05, lam, 20, 0.7)
+    np.testing.assert_allclose(c, c_ref, rtol=1e-12)
+    np.testing.assert_allclose(s2, s2_ref, rtol=1e-12)
+
+
+def test_one_inner_sgd_step_by_hand():
+    """Integer weights, lr 1/2, curvature 2: theta <- theta - 0.5 * 2 * theta = 0."""
+    theta, grad = np.array([[[3.0, -4.0]]]), np.array([[[6.0, -8.0]]])
+    InnerOptimizer("sgd", theta.shape).step(theta, grad, 0.5)
+    np.testing.assert_array_equal(theta, 0.0)
+
+
+def test_schedules():
+    np.testing.assert_allclose(learning_rates("inverse", 1.0, 3, decay_time=2.0), [1, 2 / 3, 1 / 2])
+    cos = learning_rates("cosine", 1.0, 10, warmup=2)
+    np.testing.assert_allclose(cos[:3], [0.5, 1.0, 1.0])
+    assert cos[-1] < 0.05 and np.all(np.diff(cos[2:]) <= 0)
+    with pytest.raises(ConfigError, match="schedule"):
+        learning_rates("step", 1.0, 3)
+
+
+@pytest.mark.parametrize("index", range(len(SETTINGS)))
+def test_agreement_with_theory(index):
+    """Stationary spread, mean trajectory and variance decay, simulated vs exact theory."""
+    cfg = config(index)
+    outer = cfg.outer
+    result = compare(cfg)
+    s = result["summary"]
+    if outer.group_size == outer.replicas:
+        assert s["stationary_variance_mc"] == 0.0 and s["stationary_variance_theory"] == 0.0
+    else:
+        assert abs(s["z_score"]) < SE, s
+        # the window is past the transient, so the closed form is what the window measures
+        assert s["stationary_variance_window_theory"] == pytest.approx(s["stationary_variance_theory"], rel=1e-4)
+        d = result["decay"]
+        assert abs(d["z_score"]) < SE, d
+    mean = result["trajectories"]["mean_distance"]
+    for t in (1, 3, 10):
+        mc, se, theory = mean["mc"][t][0], mean["se"][t][0], mean["theory"][t][0]
+        assert abs(mc - theory) < SE * se, (t, mc, se, theory)
+
+
+def test_rotated_spectrum_agrees():
+    """A random rotation changes nothing: isotropic noise, the theory is per eigen-direction."""
+    outer = OuterConfig(replicas=16, group_size=2, alpha=0.5, beta=0.7, gamma=0.7)
+    cfg = SimConfig(outer=outer, inner=InnerConfig(lr=0.05, steps=10, noise=0.5),
+                    curvatures=(0.3, 1.0, 4.0), rotate=True, trials=300, outer_steps=120)
+    s = compare(cfg, decay=False)["summary"]
+    assert abs(s["z_score"]) < SE, s
+
+
+def test_diloco_keeps_zero_spread():
+    for outer in (OuterConfig(replicas=8, group_size=2), OuterConfig(replicas=16, group_size=4, alpha=0.9,
+                                                                     momentum="nesterov")):
+        run = simulate(SimConfig(outer=outer, method="diloco", trials=20, outer_steps=50))
+        assert all(np.all(v == 0.0) for v in run.spread_trials)
+        assert run.diverged_at is None
+
+
+def test_inverse_schedule_drives_spread_to_zero_at_predicted_rate():
+    """Under lr_k = lr / (1 + k / tau) the inner noise s2 ~ eta^2 ~ t^-2, and the spread
+    follows quasi-statically: the exact recursion with each phase's (c_t, s2_t) predicts the
+    spread at every step, and its late log-log slope is -2."""
+    outer = OuterConfig(replicas=16, group_size=2, alpha=0.5, beta=0.7, gamma=0.7)
+    cfg = SimConfig(outer=outer, inner=InnerConfig(lr=0.1, steps=10, noise=1.0), schedule="inverse",
+                    decay_time=10.0, trials=400, outer_steps=200)
+    result = compare(cfg, decay=False)
+    spread = result["trajectories"]["spread"]
+    mc, se, theory = (np.array(spread[k]) for k in ("mc", "se", "theory"))
+    for t in (10, 50, 100, 200):
+        assert abs(mc[t] - theory[t]) < SE * se[t], (t, mc[t], se[t], theory[t])
+    slope = math.log(theory[200] / theory[100]) / math.log(2.0)
+    assert slope == pytest.approx(-2.0, abs=0.1)
+    assert theory[200] < 1e-3 * theory[5]
+
+
+def test_unstable_configuration_is_caught():
+    """gamma = 2.5 overshoots the group mean: the replica mean is fine, the spread diverges."""
+    outer = OuterConfig(replicas=8, group_size=2, alpha=0.5, beta=0.7, gamma=2.5)
+    cfg = SimConfig(outer=outer, inner=InnerConfig(lr=0.05, steps=10, noise=1.0), trials=10, outer_steps=500)
+    result = compare(cfg, decay=False)
+    d = result["diverged"]
+    assert d is not None and d["step"] < 500
+    assert d["violated_conditions"] == ["replica spread decays: spectral radius of T"]
+    assert result["summary"]["z_score"] is None
+
+
+def test_inner_lr_too_large_is_caught():
+    cfg = SimConfig(inner=InnerConfig(lr=2.5, steps=5, noise=0.0), trials=4, outer_steps=50)
+    d = compare(cfg, decay=False)["diverged"]
+    assert d is not None and "inner SGD contracts: max |1 - eta*lambda|" in d["violated_conditions"]
+
+
+def test_methods_are_configurations():
+    cfg = SimConfig(outer=OuterConfig(replicas=8, group_size=2, alpha=0.5), inner=InnerConfig(steps=50))
+    assert dataclasses.replace(cfg, method="diloco").effective()[0].group_size == 8
+    assert dataclasses.replace(cfg, method="local").effective()[0].group_size == 1
+    o, i = dataclasses.replace(cfg, method="ddp").effective()
+    assert (o.group_size, o.alpha, o.beta, o.gamma, i.steps) == (8, 0.0, 1.0, 0.0, 1)
+
+
+def test_other_inner_optimizers_run_and_are_flagged():
+    for optimizer in ("momentum", "adam"):
+        cfg = SimConfig(optimizer=optimizer, trials=10, outer_steps=20, inner=InnerConfig(lr=0.01, steps=10))
+        result = compare(cfg, decay=False)
+        assert result["diverged"] is None
+        assert any("inner SGD only" in note for note in result["scope"])
+        assert result["summary"]["final_loss_at_mean"] < 0.5  # from 0.5 * 1^2
+
+
+def test_heterogeneity_widens_the_spread():
+    base = SimConfig(trials=50, outer_steps=60, inner=InnerConfig(lr=0.05, steps=10, noise=0.1))
+    plain = compare(base, decay=False)["summary"]
+    shifted = compare(dataclasses.replace(base, zeta=1.0), decay=False)
+    assert shifted["summary"]["stationary_variance_mc"] > 10 * plain["stationary_variance_mc"]
+    assert any("heterogeneous" in note for note in shifted["scope"])
+
+
+def test_bad_input_names_the_field():
+    with pytest.raises(ConfigError, match="method"):
+        SimConfig(method="gossip")
+    with pytest.raises(ConfigError, match="trials"):
+        SimConfig(trials=1)
+
+
+def _cli(capsys, *argv):
+    code = main(["simulate", *argv])
+    return code, capsys.readouterr()
+
+
+def test_cli_json_summary_and_cache(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("NOLOCO_CACHE", str(tmp_path))
+    argv = ("--preset", "paper", "--curvature", "2", "--trials", "50", "--outer-steps", "60", "--json")
+    code, out = _cli(capsys, *argv)
+    assert code == 0
+    result = json.loads(out.out)
+    for key in ("stationary_variance_mc", "stationary_variance_se", "stationary_variance_theory", "z_score"):
+        assert isinstance(result["summary"][key], float), key
+    assert len(result["trajectories"]["spread"]["mc"]) == 61
+    entries = list((tmp_path / "simulate").glob("*.json"))
+    assert len(entries) == 1
+    # the same flags hit the cache; a different seed does not
+    code, again = _cli(capsys, *argv)
+    assert json.loads(again.out) == result
+    _cli(capsys, *argv, "--seed", "1")
+    assert len(list((tmp_path / "simulate").glob("*.json"))) == 2
+
+
+def test_cli_interrupted_run_leaves_no_cache_entry(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("NOLOCO_CACHE", str(tmp_path))
+    import quadratic.compare as qc
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+    monkeypatch.setattr(qc, "simulate", interrupted)
+    code, _ = _cli(capsys, "--trials", "5", "--outer-steps", "5")
+    assert code == 130
+    assert not list(tmp_path.glob("simulate/*"))
+
+
+def test_cli_table_and_errors(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("NOLOCO_CACHE", str(tmp_path))
+    code, out = _cli(capsys, "--trials", "20", "--outer-steps", "30", "--no-cache")
+    assert code == 0 and "stationary spread" in out.out
+    code, out = _cli(capsys, "--gamma", "2.5", "--trials", "5", "--outer-steps", "400", "--no-cache")
+    assert code == 1 and "DIVERGED" in out.out and "replica spread decays" in out.out
+    code, out = _cli(capsys, "--trials", "1")
+    assert code == 2 and "trials" in out.err
+    code, out = _cli(capsys, "--objective", "diabetes", "--curvature", "2")
+    assert code == 2 and "curvature" in out.err

@@ -1,0 +1,114 @@
+"""`noloco tune`: the recommendation beats the paper setting at the same spread, and the
+verifying simulation (real inner SGD steps) confirms its predicted rate and spread."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from noloco.cli import main
+from theory.config import PRESETS
+from theory.spectrum import Spectrum
+from theory.tune import TuneProblem, evaluate, pareto, tune
+
+
+@pytest.fixture(scope="module")
+def paper_json(tmp_path_factory):
+    """One run of `noloco tune --preset paper --json`, shared by the tests below."""
+    out = tmp_path_factory.mktemp("tune") / "tune.png"
+    import io
+    from contextlib import redirect_stdout
+
+    buffer = io.StringIO()
+    with redirect_stdout(buffer):
+        code = main(["tune", "--preset", "paper", "--json", "--out", str(out)])
+    return code, json.loads(buffer.getvalue()), out
+
+
+def test_json_keys(paper_json):
+    code, r, _ = paper_json
+    assert code == 0 and r["schema_version"] == 1
+    for key in ("recommended", "predicted_rate", "predicted_spread", "simulated_rate", "simulated_spread",
+                "simulated_rate_se", "simulated_spread_se", "paper", "frontier"):
+        assert key in r, key
+    assert set(r["recommended"]) >= {"alpha", "beta", "gamma", "group_size", "inner_steps"}
+
+
+def test_recommendation_verified_within_4_se(paper_json):
+    _, r, _ = paper_json
+    for what in ("rate", "spread"):
+        sim, se, pred = r[f"simulated_{what}"], r[f"simulated_{what}_se"], r[f"predicted_{what}"]
+        assert se > 0 and abs(sim - pred) <= 4 * se, (what, sim, se, pred)
+    # the paper setting on the same problem is verified too
+    p = r["paper_simulated"]
+    assert abs(p["spread"] - r["paper"]["spread"]) <= 4 * p["spread_se"]
+    assert abs(p["rate"] - r["paper"]["rate"]) <= 4 * p["rate_se"]
+
+
+def test_recommendation_meets_budget_and_beats_paper(paper_json):
+    _, r, _ = paper_json
+    budget = r["problem"]["spread_budget"]
+    assert r["predicted_spread"] <= budget * (1 + 1e-9)
+    assert abs(budget - r["paper"]["spread"]) < 1e-12     # default budget: the given (paper) setting's spread
+    assert r["predicted_rate"] < r["paper"]["rate"] - 0.1
+
+
+def test_figure_written(paper_json):
+    _, _, out = paper_json
+    assert out.exists() and out.with_suffix(".pdf").exists()
+
+
+def test_recommendation_is_locally_optimal():
+    """No point of a fine random cloud around the answer is feasible and faster (beyond round-off)."""
+    p = PRESETS["paper"]
+    problem = TuneProblem(p.outer, p.inner, Spectrum((0.5, 1.0, 2.0)), budget=3e-3, grid=16)
+    best = tune(problem).best
+    rng = np.random.default_rng(0)
+    x = np.array([best.alpha, best.beta, best.gamma]) + 0.02 * rng.standard_normal((4000, 3))
+    x = np.clip(x, 0, [0.95, np.inf, np.inf])
+    r = evaluate(problem, x[:, 0], x[:, 1], x[:, 2], best.group_size, best.inner_steps)
+    feasible = np.isfinite(r["rate"]) & (r["spread"] <= problem.budget)
+    assert best.spread <= problem.budget * (1 + 1e-9)
+    assert not np.any(r["rate"][feasible] < best.rate - 2e-3)
+
+
+def test_pareto_front():
+    rates = np.array([0.9, 0.5, 0.7, 0.4, 0.6])
+    spreads = np.array([1.0, 2.0, 1.5, 3.0, 2.5])
+    assert pareto(rates, spreads) == [0, 2, 1, 3]
+
+
+def test_tune_n_and_h_runs():
+    p = PRESETS["paper"]
+    problem = TuneProblem(p.outer, p.inner, Spectrum((1.0,)), budget=1.5e-3, tune_n=True, tune_h=(20, 50),
+                          objective="inner-steps", grid=8)
+    result = tune(problem)
+    assert result.best.group_size in (2, 4) and result.best.inner_steps in (20, 50)
+    assert result.best.spread <= 1.5e-3 * (1 + 1e-9)
+
+
+@pytest.mark.parametrize("argv", [
+    ["--spread-budget", "-1"],
+    ["--spread-budget", "0"],
+    ["--tune", "alpha"],
+    ["--h-values", "a,b", "--tune", "H"],
+    ["--tune", "H", "--h-values", "0"],
+    ["--objective", "steps", "--target", "2"],
+    ["--trials", "3"],
+    ["--grid", "2"],
+    ["--replicas", "7"],
+    ["--preset", "diloco"],          # n = N has no spread to budget: asks for --spread-budget
+])
+def test_bad_input_exits_2(capsys, argv):
+    assert main(["tune", "--no-verify", "--out", "", *argv]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("noloco tune: error:"), err
+
+
+def test_bad_input_exit_code_from_the_shell():
+    proc = subprocess.run([sys.executable, "-m", "noloco", "tune", "--spread-budget", "-1"],
+                          capture_output=True, text=True, cwd=str(Path(__file__).parents[1]))
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
