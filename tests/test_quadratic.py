@@ -5,6 +5,8 @@ with fixed seeds."""
 import dataclasses
 import json
 import math
+import os
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -174,15 +176,23 @@ def test_cli_json_summary_and_cache(tmp_path, monkeypatch, capsys):
     assert len(list((tmp_path / "simulate").glob("*.json"))) == 2
 
 
-def test_cli_interrupted_run_leaves_no_cache_entry(tmp_path, monkeypatch, capsys):
-    monkeypatch.setenv("NOLOCO_CACHE", str(tmp_path))
-    import quadratic.compare as qc
+def test_cli_interrupted_run_leaves_no_cache_entry(tmp_path):
+    """A real Ctrl-C (SIGINT) in the middle of a long run: exit 130 and no cache entry."""
+    import signal
+    import subprocess
+    import sys
+    import time
 
-    def interrupted(*args, **kwargs):
-        raise KeyboardInterrupt
-    monkeypatch.setattr(qc, "simulate", interrupted)
-    code, _ = _cli(capsys, "--trials", "5", "--outer-steps", "5")
-    assert code == 130
+    env = {**os.environ, "NOLOCO_CACHE": str(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    proc = subprocess.Popen([sys.executable, "-m", "noloco", "simulate", "--trials", "50",
+                             "--outer-steps", "1000000"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(5)  # start-up takes about 1 s; the simulation (run before any theory) takes hours
+    assert proc.poll() is None
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err[-2000:]
+    assert "interrupted" in err
     assert not list(tmp_path.glob("simulate/*"))
 
 
