@@ -36,7 +36,7 @@ from llm_check.config import TrainConfig, add_train_arguments, config_from_args
 from llm_check.exchange import Exchange, LocalExchange, PeerError
 from llm_check.model import init_params, losses
 from theory.config import ConfigError
-from theory.numeric import atomic_write_text
+from theory.atomic import atomic_write, atomic_write_text
 from theory.outer import outer_step
 
 SCHEMA_VERSION = 1
@@ -67,12 +67,6 @@ def set_threads(threads: int | None) -> None:
         if threads < 1:
             raise ConfigError(f"threads={threads} is out of range; allowed: an integer >= 1")
         torch.set_num_threads(threads)
-
-
-def atomic_torch_save(obj, path: Path) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    torch.save(obj, tmp)
-    os.replace(tmp, path)
 
 
 class Trainer:
@@ -192,7 +186,7 @@ class Trainer:
                  "replicas": list(self.ex.replicas), "phi": self.phi, "delta": self.delta,
                  "opt": self.opt.state_dict(), "torch_rng": torch.get_rng_state(),
                  "data_rng": "numpy default_rng([seed, replica, inner_step]); groups from (seed, outer_step)"}
-        atomic_torch_save(state, self._ckpt_path())
+        atomic_write(self._ckpt_path(), lambda tmp: torch.save(state, tmp))
 
     def load(self) -> None:
         state = torch.load(self._ckpt_path(), map_location=self.device, weights_only=False)

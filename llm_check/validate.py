@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from llm_check.config import TrainConfig, build
-from theory.numeric import atomic_write_text, stationary_variance
+from theory.atomic import atomic_write_text
+from theory.numeric import stationary_variance
 
 SCHEMA_VERSION = 1
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from theory.numeric import atomic_write_text
+from theory.atomic import atomic_write_text
 
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_DIR = ROOT / "paper_figs" / "cache"

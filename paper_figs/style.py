@@ -41,26 +41,14 @@ def figure(ncols: int = 1, nrows: int = 1, **kw):
 
 def save(fig, path) -> list:
     """Write ``path`` as PNG and PDF (atomically: temporary file, then rename); returns both paths."""
-    import os
-    import tempfile
     from pathlib import Path
 
     import matplotlib.pyplot as plt
 
+    from theory.atomic import atomic_write
+
     path = Path(path).with_suffix("")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    written = []
-    for ext in ("png", "pdf"):
-        target = path.with_suffix("." + ext)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
-        os.close(fd)
-        try:
-            fig.savefig(tmp, format=ext)
-            os.chmod(tmp, 0o644)  # mkstemp makes 0600; figures are for everyone to read
-            os.replace(tmp, target)
-        except BaseException:
-            os.unlink(tmp)
-            raise
-        written.append(str(target))
+    written = [str(atomic_write(path.with_suffix("." + ext), lambda tmp, ext=ext: fig.savefig(tmp, format=ext)))
+               for ext in ("png", "pdf")]
     plt.close(fig)
     return written

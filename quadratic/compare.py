@@ -16,8 +16,9 @@ import json
 import numpy as np
 
 from quadratic.inner import learning_rates, phase_coefficients
-from quadratic.simulator import SCHEMA_VERSION, Run, SimConfig, simulate
+from quadratic.simulator import SCHEMA_VERSION, SimConfig, simulate
 from theory import numeric
+from theory.atomic import atomic_write_text
 from theory.conditions import analyse, finite_or_none
 from theory.config import group_kappa
 from theory.spectrum import Spectrum
@@ -200,7 +201,7 @@ def cached_compare(cfg: SimConfig, *, progress: bool = False, use_cache: bool = 
             pass
     result = compare(cfg, progress=progress)
     try:
-        numeric.atomic_write_text(path, json.dumps(result, default=_jsonable))
+        atomic_write_text(path, json.dumps(result, default=_jsonable))
     except OSError:
         pass  # a read-only cache only costs the run next time
     return result, False

@@ -244,6 +244,6 @@ def test_measure_two_ranks_tiny_payload(tmp_path):
         assert len(c["times_s"]) >= 3 and all(0 < t < 10 for t in c["times_s"])
         assert c["p10_s"] <= c["median_s"] <= c["p90_s"] and c["model_s"] > 0
     out = tmp_path / "sub" / "m.json"
-    comm_measure.write_json_atomic(str(out), data)
+    comm_measure.atomic_write_text(out, json.dumps(data))
     assert json.loads(out.read_text())["fit"] == data["fit"]
     assert [p.name for p in out.parent.iterdir()] == ["m.json"]

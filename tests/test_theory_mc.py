@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from theory import numeric
-from theory.config import OuterConfig, group_kappa
+from theory.config import OuterConfig
 from theory.verify import simulate_scalar
 
 Z_MAX = 4.0

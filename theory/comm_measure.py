@@ -27,12 +27,12 @@ import os
 import platform
 import socket
 import sys
-import tempfile
 import time
 
 import numpy as np
 
 from theory import comm
+from theory.atomic import atomic_write_text
 
 SCHEMA_VERSION = 1
 DEFAULT_OUT = "docs/data/comm_measured.json"
@@ -189,21 +189,6 @@ def analyse(cells: list[dict]) -> dict:
     }
 
 
-def write_json_atomic(path: str, data: dict) -> None:
-    """Temporary file in the target folder, then os.replace: readers never see half a file."""
-    folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".comm_measured.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
-
-
 def measure(ranks=range(2, 9), sizes=DEFAULT_SIZES, base_repeats: int = 20, progress: bool = True) -> dict:
     import torch
     from tqdm.auto import tqdm
@@ -260,7 +245,7 @@ def main(argv=None) -> int:
     if min(ranks) < 2 or min(sizes) < 4 or args.repeats < 3:
         parser.error("ranks >= 2, sizes >= 4 bytes, repeats >= 3")
     data = measure(ranks, sizes, args.repeats)
-    write_json_atomic(args.out, data)
+    atomic_write_text(args.out, json.dumps(data, indent=1) + "\n")
     print(_table(data))
     print(f"wrote {args.out}")
     return 0

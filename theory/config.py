@@ -9,7 +9,7 @@ which condition it violates.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from numbers import Integral, Real
 
 MOMENTUM_CONVENTIONS = ("heavy-ball", "nesterov")

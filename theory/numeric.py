@@ -12,11 +12,11 @@ import functools
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 
 import numpy as np
 
+from theory.atomic import atomic_write_text
 from theory.config import MOMENTUM_CONVENTIONS, group_kappa
 from theory.jury import jury_cubic, jury_quadratic
 
@@ -34,19 +34,6 @@ def _source_hash() -> str:
     for name in _SOURCES:
         digest.update((here / name).read_bytes())
     return digest.hexdigest()[:16]
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` through a temporary file and a rename."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        os.unlink(tmp)
-        raise
 
 
 def _generate() -> dict:
