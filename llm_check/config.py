@@ -1,30 +1,66 @@
 """Validated settings of an LLM run, its presets and its command-line flags.
 
-Imports no torch, so ``noloco --help`` stays fast. Precedence: preset, then the
-method's defaults, then every flag given explicitly.
+Imports no torch, so ``noloco --help`` stays fast.
+
+Two kinds of setting meet here. The *outer step* (N, n, alpha, beta, gamma, momentum) is a
+:class:`theory.config.OuterConfig`, resolved by :func:`theory.methods.resolve` exactly as
+``noloco check`` and ``noloco simulate`` resolve it, so ``noloco``, ``diloco``, ``local`` and
+``ddp`` mean the same algorithm in every command (:data:`theory.methods.METHOD_SUMMARY`).
+The *model and compute* presets below (``cpu-tiny``, ``cpu-small``, ``paper``, ``gpu``) set
+the model, the data, the inner AdamW and N; their outer settings come from
+:mod:`theory.methods` (``paper`` from its ``paper`` preset, the others from the method's
+default preset). Precedence: preset, then every flag given, then the method's constraints;
+a flag that the method fixes to another value is refused.
+
+For ``ddp`` the inner steps per outer step are only the unit of evaluation and checkpoints:
+gradients are averaged at every inner step and there is no outer step.
 """
 
 from __future__ import annotations
 
 import argparse
-from dataclasses import asdict, dataclass, fields
+import dataclasses
+import math
+import re
+from dataclasses import dataclass, field
 
-from theory.config import MOMENTUM_CONVENTIONS, ConfigError, OuterConfig
+from theory.config import (MOMENTUM_CONVENTIONS, ConfigError, OuterConfig, check_choice, check_divides,
+                           check_fields, check_integer, check_real)
+from theory.methods import METHOD_SUMMARY, METHODS, PRESETS as THEORY_PRESETS, constrain, resolve
 
-METHODS = ("ddp", "diloco", "noloco", "local")
 DTYPES = ("float32", "float64", "bfloat16")
 REPLICA_MODES = ("auto", "batched", "loop")
+SCHEDULES = ("cosine", "constant")
+OUTER_FIELDS = tuple(f.name for f in dataclasses.fields(OuterConfig))
+
+
+def check_device(name: str, value) -> str:
+    """``cpu``, ``cuda`` or ``cuda:K`` (which GPU a torchrun rank uses: :func:`llm_check.exchange.rank_device`)."""
+    if not isinstance(value, str) or not re.fullmatch(r"cpu|cuda(:\d+)?", value):
+        raise ConfigError(f"{name}={value!r} is not allowed; allowed: cpu, cuda or cuda:K")
+    return value
+
+
+def check_outer(name: str, value, method: str) -> OuterConfig:
+    """An OuterConfig that the method's constraints leave unchanged."""
+    if not isinstance(value, OuterConfig):
+        raise ConfigError(f"{name}={value!r} is not an OuterConfig")
+    fixed = constrain(method, value)[0]
+    wrong = [f"{k}={getattr(value, k)!r} (it sets {getattr(fixed, k)!r})" for k in OUTER_FIELDS
+             if getattr(value, k) != getattr(fixed, k)]
+    if wrong:
+        raise ConfigError(f"{name} conflicts with method={method!r} ({METHOD_SUMMARY[method]}): " + ", ".join(wrong))
+    return value
+
+
+def _at_least(low: int):
+    return (check_integer, f"an integer >= {low}", lambda v: v >= low)
 
 
 @dataclass(frozen=True)
 class TrainConfig:
     method: str = "noloco"
-    replicas: int = 8
-    group_size: int = 2            # ignored by ddp / diloco (n = N) and local (n = 1)
-    alpha: float = 0.5
-    beta: float = 0.7
-    gamma: float = 0.7
-    momentum: str = "heavy-ball"
+    outer: OuterConfig = field(default_factory=lambda: THEORY_PRESETS["paper"].outer)
     inner_steps: int = 25          # H
     outer_steps: int = 40
     lr: float = 2e-3               # inner AdamW peak learning rate
@@ -47,35 +83,42 @@ class TrainConfig:
     replica_mode: str = "auto"     # batched replica-dimension model, or a loop over replicas
 
     def __post_init__(self):
-        if self.method not in METHODS:
-            raise ConfigError(f"method={self.method!r} is not allowed; allowed: {', '.join(METHODS)}")
-        for name, low in (("inner_steps", 1), ("outer_steps", 1), ("batch", 1), ("ctx", 2), ("layers", 1),
-                          ("heads", 1), ("width", 1), ("eval_every", 1), ("val_windows", 1), ("warmup", 0),
-                          ("seed", 0)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                raise ConfigError(f"{name}={value!r} is out of range; allowed: an integer >= {low}")
-        if self.width % self.heads:
-            raise ConfigError(f"width={self.width} must be divisible by heads={self.heads}")
-        for name, ok, allowed in (("lr", self.lr > 0, "lr > 0"),
-                                  ("min_lr_frac", 0 <= self.min_lr_frac <= 1, "0 <= min_lr_frac <= 1"),
-                                  ("weight_decay", self.weight_decay >= 0, "weight_decay >= 0"),
-                                  ("clip", self.clip >= 0, "clip >= 0 (0 turns clipping off)")):
-            if not ok:
-                raise ConfigError(f"{name}={getattr(self, name)!r} is out of range; allowed: {allowed}")
-        for name, value, allowed in (("schedule", self.schedule, ("cosine", "constant")),
-                                     ("dtype", self.dtype, DTYPES), ("replica_mode", self.replica_mode, REPLICA_MODES)):
-            if value not in allowed:
-                raise ConfigError(f"{name}={value!r} is not allowed; allowed: {', '.join(allowed)}")
-        self.outer()  # validates N, n, alpha, beta, gamma, momentum
+        method = check_choice("method", self.method, METHODS)
+        check_fields(self, {
+            "outer": (check_outer, method),
+            "inner_steps": _at_least(1), "outer_steps": _at_least(1), "batch": _at_least(1), "ctx": _at_least(2),
+            "layers": _at_least(1), "heads": _at_least(1), "width": _at_least(1), "eval_every": _at_least(1),
+            "val_windows": _at_least(1), "seed": _at_least(0),
+            "lr": (check_real, "0 < lr < inf", lambda v: 0 < v < math.inf),
+            "min_lr_frac": (check_real, "0 <= min_lr_frac <= 1", lambda v: 0 <= v <= 1),
+            "weight_decay": (check_real, "0 <= weight_decay < inf", lambda v: 0 <= v < math.inf),
+            "clip": (check_real, "0 <= clip < inf (0 turns clipping off)", lambda v: 0 <= v < math.inf),
+            "schedule": (check_choice, SCHEDULES), "dtype": (check_choice, DTYPES),
+            "replica_mode": (check_choice, REPLICA_MODES), "noniid": (check_choice, (False, True)),
+            "device": (check_device,),
+        })
+        total = self.total_inner_steps
+        check_fields(self, {  # rules that depend on fields checked above
+            "heads": (check_divides, "width", self.width),
+            # theory.schedules: the warm-up must end inside the run
+            "warmup": (check_integer, f"an integer 0 <= warmup < outer_steps * inner_steps = {total}",
+                       lambda v: v == 0 or 0 < v < total),
+        })
 
     @property
-    def n(self) -> int:
-        return {"ddp": self.replicas, "diloco": self.replicas, "local": 1}.get(self.method, self.group_size)
+    def replicas(self) -> int:
+        return self.outer.replicas
 
-    def outer(self) -> OuterConfig:
-        return OuterConfig(replicas=self.replicas, group_size=self.n, alpha=self.alpha, beta=self.beta,
-                           gamma=self.gamma, momentum=self.momentum)
+    @property
+    def total_inner_steps(self) -> int:
+        return self.outer_steps * self.inner_steps
+
+    def inner_lr(self, step):
+        """The inner learning rate at inner step(s) ``step`` (:func:`theory.schedules.learning_rate`)."""
+        from theory.schedules import learning_rate
+
+        return learning_rate(step, self.schedule, self.lr, self.total_inner_steps, warmup=self.warmup,
+                             floor=self.min_lr_frac)
 
     def model(self):
         from llm_check.model import GPTConfig
@@ -86,74 +129,102 @@ class TrainConfig:
         return self.replicas * self.batch * self.ctx
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """Plain JSON data, the outer step nested under ``"outer"``."""
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "TrainConfig":
+        """Inverse of :meth:`as_dict`; also reads the flat form written before the outer step was
+        nested (replicas, group_size, alpha, ... at the top). There the method's constraints were
+        applied when the run used them (diloco and ddp ignored group_size, ddp every outer field),
+        so they are applied here too: the result is the setting that old run really trained with."""
+        data = dict(data)
+        method = data.get("method", "noloco")
+        if "outer" in data:
+            outer = OuterConfig(**data.pop("outer"))
+        else:
+            old = {k: data.pop(k) for k in OUTER_FIELDS if k in data}
+            N = old.get("replicas", OuterConfig.replicas)
+            old["group_size"] = {"ddp": N, "diloco": N, "local": 1}.get(method, old.get("group_size"))
+            outer = constrain(method, OuterConfig(**old))[0]
+        names = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in names}, outer=outer)
 
 
-# DiLoCo as the paper's comparison runs it; local = no synchronisation (phi <- theta).
-METHOD_DEFAULTS = {
-    "diloco": {"alpha": 0.3, "beta": 0.7, "gamma": 0.0},
-    "local": {"alpha": 0.0, "beta": 1.0, "gamma": 0.0},
-    "ddp": {},
-    "noloco": {},
-}
-
-_CPU_SMALL = dict(replicas=8, group_size=2, inner_steps=25, outer_steps=50, lr=3e-3, warmup=100,
-                  batch=8, ctx=64, layers=2, heads=4, width=64, eval_every=5, val_windows=128)
+# Model and compute presets: N and everything but the outer step (that comes from theory.methods).
+_CPU_SMALL = dict(replicas=8, inner_steps=25, outer_steps=50, lr=3e-3, warmup=100, batch=8, ctx=64, layers=2,
+                  heads=4, width=64, eval_every=5, val_windows=128)
 PRESETS = {
     "cpu-tiny": dict(replicas=4, inner_steps=5, outer_steps=6, lr=3e-3, warmup=5, batch=4, ctx=32,
                      layers=1, heads=2, width=32, eval_every=2, val_windows=16),
     "cpu-small": _CPU_SMALL,
-    # NoLoCo reference configuration (pairs, H 50, alpha 0.5, beta = gamma = 0.7, Adam 6e-4,
-    # cosine with warmup) on the cpu-small model
-    "paper": {**_CPU_SMALL, "group_size": 2, "inner_steps": 50, "outer_steps": 30, "alpha": 0.5, "beta": 0.7,
-              "gamma": 0.7, "lr": 6e-4, "schedule": "cosine", "warmup": 100, "eval_every": 3},
-    "gpu": dict(replicas=8, group_size=2, inner_steps=50, outer_steps=40, lr=1e-3, warmup=200, batch=32,
-                ctx=256, layers=6, heads=8, width=384, eval_every=4, val_windows=256, device="cuda",
-                dtype="bfloat16"),
+    # NoLoCo reference inner settings (H 50, Adam 6e-4, cosine with warm-up) on the cpu-small model;
+    # the outer step is theory.methods.PRESETS["paper"]
+    "paper": {**_CPU_SMALL, "inner_steps": 50, "outer_steps": 30, "lr": 6e-4, "schedule": "cosine", "warmup": 100,
+              "eval_every": 3},
+    "gpu": dict(replicas=8, inner_steps=50, outer_steps=40, lr=1e-3, warmup=200, batch=32, ctx=256, layers=6,
+                heads=8, width=384, eval_every=4, val_windows=256, device="cuda", dtype="bfloat16"),
 }
+#: the theory.methods preset whose outer settings an llm preset starts from (None: the method's default)
+OUTER_PRESET = {"paper": "paper"}
 
 
 def build(preset: str | None = None, method: str | None = None, **overrides) -> TrainConfig:
-    """Preset, then the method's defaults, then ``overrides`` (None values ignored)."""
-    values = dict(PRESETS[preset]) if preset else {}
+    """The llm preset, then ``overrides`` (flat: ``replicas``, ``group_size``, ``alpha``, ... and
+    every other TrainConfig field; None values ignored), then the method's constraints."""
+    if preset is not None:
+        check_choice("preset", preset, tuple(PRESETS))
     method = method or overrides.pop("method", None) or "noloco"
-    if method not in METHODS:
-        raise ConfigError(f"method={method!r} is not allowed; allowed: {', '.join(METHODS)}")
-    values.update(METHOD_DEFAULTS[method])
-    values.update({k: v for k, v in overrides.items() if v is not None})
-    return TrainConfig(method=method, **values)
+    overrides.pop("method", None)
+    values = {**(PRESETS[preset] if preset else {}), **{k: v for k, v in overrides.items() if v is not None}}
+    outer_values = {k: values.pop(k, None) for k in OUTER_FIELDS}
+    method, outer, _ = resolve(OUTER_PRESET.get(preset), method, **outer_values)
+    return TrainConfig(method=method, outer=outer, **values)
 
 
 # ------------------------------------------------------------------ flags
 
+_OUTER_HELP = {
+    "replicas": "number of replicas N (under torchrun: the number of processes)",
+    "group_size": "group size n, dividing N (noloco; diloco and ddp set n = N, local n = 1)",
+    "alpha": "outer momentum, 0 <= alpha < 1 (local and ddp set 0)",
+    "beta": "outer learning rate on the group-mean progress (local and ddp set 1)",
+    "gamma": "pull towards the group-mean weights (diloco, local and ddp set 0)",
+}
 _FLAG_HELP = {
-    "replicas": "number of replicas N", "group_size": "group size n for noloco (divides N)",
-    "alpha": "outer momentum", "beta": "outer learning rate on the group-mean progress",
-    "gamma": "pull towards the group-mean weights", "inner_steps": "inner steps H per outer step",
-    "outer_steps": "outer steps", "lr": "inner AdamW peak learning rate",
-    "min_lr_frac": "cosine floor as a fraction of lr", "warmup": "warm-up inner steps",
-    "weight_decay": "AdamW weight decay", "clip": "per-replica gradient norm clip (0: off)",
-    "batch": "windows per replica per inner step", "ctx": "context length (bytes)",
-    "layers": "transformer blocks", "heads": "attention heads", "width": "model width",
-    "eval_every": "outer steps between evaluations and checkpoints", "val_windows": "validation windows",
-    "seed": "seed of initialisation, data and groups", "device": "cpu or cuda",
+    "inner_steps": "inner steps H per outer step (ddp: steps between evaluations)", "outer_steps": "outer steps",
+    "lr": "inner AdamW peak learning rate", "min_lr_frac": "cosine floor as a fraction of lr",
+    "warmup": "warm-up inner steps (fewer than outer_steps * inner_steps)", "weight_decay": "AdamW weight decay",
+    "clip": "per-replica gradient norm clip (0: off)", "batch": "windows per replica per inner step",
+    "ctx": "context length (bytes)", "layers": "transformer blocks", "heads": "attention heads",
+    "width": "model width", "eval_every": "outer steps between evaluations and checkpoints",
+    "val_windows": "validation windows", "seed": "seed of initialisation, data and groups",
+    "device": "cpu, cuda or cuda:K; under torchrun give cuda: each rank uses cuda:LOCAL_RANK",
 }
 
 
 def add_train_arguments(parser: argparse.ArgumentParser, methods_list: bool = False) -> None:
     parser.add_argument("--preset", choices=sorted(PRESETS),
-                        help="cpu-tiny: smoke run < 1 min; cpu-small: N = 8 comparison on a 2-core CPU; "
-                             "paper: NoLoCo reference outer/inner settings; gpu: one H100/H200")
+                        help="model and compute: cpu-tiny: smoke run < 1 min; cpu-small: N = 8 comparison on a "
+                             "2-core CPU; paper: NoLoCo reference outer (theory preset paper) and inner settings; "
+                             "gpu: one H100/H200. The outer step comes from the method unless given")
     parser.add_argument("--method", default=None,
-                        help=f"one of {', '.join(METHODS)}" + (" or a comma-separated list" if methods_list else ""))
-    for f in fields(TrainConfig):
-        if f.name in ("method", "noniid", "momentum", "schedule", "dtype", "replica_mode"):
-            continue
-        flag = "--" + f.name.replace("_", "-")
-        parser.add_argument(flag, type=type(f.default), default=None, help=_FLAG_HELP.get(f.name))
-    parser.add_argument("--momentum", choices=MOMENTUM_CONVENTIONS, default=None)
-    parser.add_argument("--schedule", choices=("cosine", "constant"), default=None)
-    parser.add_argument("--dtype", choices=DTYPES, default=None)
+                        help=("the algorithm" + (" (a comma-separated list runs each): " if methods_list else ": "))
+                        + "; ".join(f"{m}: {METHOD_SUMMARY[m]}" for m in METHODS)
+                        + ". diloco starts from alpha 0.3, beta 0.7, heavy-ball (theory preset diloco)"
+                        + (" (default: ddp,diloco,noloco with --preset cpu-small, else noloco)" if methods_list else ""))
+    for name in _OUTER_HELP:
+        parser.add_argument("--" + name.replace("_", "-"), type=type(getattr(OuterConfig, name)), default=None,
+                            help=_OUTER_HELP[name])
+    parser.add_argument("--momentum", choices=MOMENTUM_CONVENTIONS, default=None,
+                        help="outer momentum convention: heavy-ball (reference code) or nesterov")
+    for f in dataclasses.fields(TrainConfig):
+        if f.name not in ("method", "outer", "noniid", "schedule", "dtype", "replica_mode"):
+            parser.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=None,
+                                help=_FLAG_HELP[f.name])
+    parser.add_argument("--schedule", choices=SCHEDULES, default=None,
+                        help="inner learning rate after the warm-up: cosine to min_lr_frac * lr, or constant")
+    parser.add_argument("--dtype", choices=DTYPES, default=None, help="parameter and compute dtype")
     parser.add_argument("--replica-mode", choices=REPLICA_MODES, default=None,
                         help="batched replica-dimension model, a loop over replicas, or auto (batched)")
     parser.add_argument("--noniid", action="store_true", default=None,
@@ -169,5 +240,12 @@ def add_train_arguments(parser: argparse.ArgumentParser, methods_list: bool = Fa
 
 
 def config_from_args(args, method: str | None = None) -> TrainConfig:
-    names = [f.name for f in fields(TrainConfig) if f.name != "method"]
+    names = (*OUTER_FIELDS, *(f.name for f in dataclasses.fields(TrainConfig) if f.name not in ("method", "outer")))
     return build(args.preset, method or args.method, **{k: getattr(args, k, None) for k in names})
+
+
+def configs_from_args(args) -> list[TrainConfig]:
+    """One validated config per method of ``--method a,b,...`` (default: ddp,diloco,noloco for
+    the cpu-small comparison, else noloco), all built before any run starts."""
+    text = args.method or ("ddp,diloco,noloco" if args.preset == "cpu-small" else "noloco")
+    return [config_from_args(args, check_choice("method", m.strip(), METHODS)) for m in text.split(",")]

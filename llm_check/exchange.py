@@ -20,6 +20,32 @@ from theory.config import ConfigError
 from theory.partitions import partition
 
 
+def free_port() -> int:
+    """A free TCP port on localhost for a rendezvous (the OS picks it; a race with another
+    process taking it in between is possible but harmless for tests and measurements)."""
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def rank_device(device: str, local_rank: int) -> str:
+    """The device of one torchrun rank: the one rule for CUDA under torchrun.
+
+    NCCL binds rank r to ``cuda:LOCAL_RANK``, so with ``device="cuda"`` each rank uses
+    ``cuda:{local_rank}`` (pick the GPUs with ``CUDA_VISIBLE_DEVICES``). An explicit
+    ``cuda:K`` would put every rank on GPU K, so it is refused rather than reinterpreted.
+    """
+    if device == "cpu":
+        return "cpu"
+    if device == "cuda":
+        return f"cuda:{local_rank}"
+    raise ConfigError(f"device={device!r} under torchrun: every rank would use that one GPU while NCCL binds "
+                      f"cuda:LOCAL_RANK; give --device cuda (each rank then uses cuda:LOCAL_RANK; choose the "
+                      f"GPUs with CUDA_VISIBLE_DEVICES)")
+
+
 class PeerError(RuntimeError):
     """A peer did not answer in time (or died): a clear error instead of a hang."""
 
@@ -93,15 +119,18 @@ class DistExchange(Exchange):
 
     @classmethod
     def init(cls, cfg, timeout: float) -> "DistExchange":
+        """Join the torchrun process group; the rank's device is :func:`rank_device` (``self.device``)."""
         import torch.distributed as dist
 
         world = int(os.environ["WORLD_SIZE"])
         if world != cfg.replicas:
             raise ConfigError(f"replicas={cfg.replicas} must equal the number of torchrun processes ({world})")
         local_rank = int(os.environ.get("LOCAL_RANK", 0))
-        cuda = cfg.device.startswith("cuda")
-        device = torch.device(f"cuda:{local_rank}" if cuda else "cpu")
+        device = torch.device(rank_device(cfg.device, local_rank))
+        cuda = device.type == "cuda"
         if cuda:
+            if not torch.cuda.is_available():
+                raise ConfigError("device=cuda but torch sees no GPU")
             torch.cuda.set_device(device)
         dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=timeout))
         return cls(dist.get_rank(), world, local_rank, timeout, device)

@@ -11,7 +11,8 @@ Inner optimiser: AdamW on the stacked parameters. Adam is elementwise, so one Ad
 over (R, ...) tensors is exactly R independent AdamWs; only clipping couples
 coordinates, and it is done per replica. The inner AdamW state carries over outer
 steps (as in DiLoCo). ``ddp`` averages the gradients every step and skips the outer
-step.
+step. The methods and the learning-rate schedule are :mod:`theory.methods` and
+:mod:`theory.schedules`; every file is written through :mod:`theory.io` (strict JSON).
 
 Under torchrun::
 
@@ -21,6 +22,7 @@ Under torchrun::
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import os
@@ -35,23 +37,12 @@ from llm_check import data
 from llm_check.config import TrainConfig, add_train_arguments, config_from_args
 from llm_check.exchange import Exchange, LocalExchange, PeerError
 from llm_check.model import init_params, losses
-from theory.config import ConfigError
-from theory.atomic import atomic_write, atomic_write_text
+from theory.config import ConfigError, check_integer
+from theory.io import SCHEMA_VERSION, DataError, atomic_write, atomic_write_text, dumps, write_json
 from theory.outer import outer_step
 
-SCHEMA_VERSION = 1
-
-
-def lr_at(cfg: TrainConfig, step: int) -> float:
-    """Linear warm-up, then cosine to ``min_lr_frac * lr`` (or constant)."""
-    if step < cfg.warmup:
-        return cfg.lr * (step + 1) / cfg.warmup
-    if cfg.schedule == "constant":
-        return cfg.lr
-    total = cfg.outer_steps * cfg.inner_steps
-    progress = min(1.0, (step - cfg.warmup) / max(1, total - cfg.warmup))
-    floor = cfg.lr * cfg.min_lr_frac
-    return floor + 0.5 * (cfg.lr - floor) * (1 + math.cos(math.pi * progress))
+#: settings a resumed run may change: they do not change what is computed
+RESUMABLE_CHANGES = ("outer_steps", "device", "replica_mode")
 
 
 def weight_std(phi: dict) -> float:
@@ -64,20 +55,30 @@ def weight_std(phi: dict) -> float:
 
 def set_threads(threads: int | None) -> None:
     if threads is not None:
-        if threads < 1:
-            raise ConfigError(f"threads={threads} is out of range; allowed: an integer >= 1")
-        torch.set_num_threads(threads)
+        torch.set_num_threads(check_integer("threads", threads, "an integer >= 1", lambda v: v >= 1))
+
+
+def read_metrics(path: str | Path) -> list[dict]:
+    """The rows of a metrics.jsonl (Python's json: rows of runs made before strict JSON may hold NaN)."""
+    return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
+
+
+def _flat(config: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in config.items():
+        out.update(_flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key: value})
+    return out
 
 
 class Trainer:
     """One run; ``exchange`` decides which replicas live here (all, or one per rank)."""
 
     def __init__(self, cfg: TrainConfig, out: str | Path, exchange: Exchange | None = None,
-                 progress: bool = True):
+                 progress: bool | None = None):
         self.cfg = cfg
         self.out = Path(out)
         self.ex = exchange or LocalExchange(cfg.replicas)
-        self.progress = progress
+        self.progress = sys.stderr.isatty() if progress is None else progress  # a bar only on a terminal
         self.device = torch.device(cfg.device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ConfigError("device=cuda but torch sees no GPU")
@@ -128,7 +129,7 @@ class Trainer:
             g.mul_(coef.to(g.dtype).view(-1, *([1] * (g.dim() - 1))))
 
     def inner_step(self, step: int) -> torch.Tensor:
-        lr = lr_at(self.cfg, step)
+        lr = self.cfg.inner_lr(step)
         for group in self.opt.param_groups:
             group["lr"] = lr
         self.opt.zero_grad(set_to_none=False)
@@ -143,16 +144,16 @@ class Trainer:
     # ------------------------------------------------------------- outer step
 
     @torch.no_grad()
-    def outer(self, t: int) -> None:
+    def outer_update(self, t: int) -> None:
         if self.cfg.method == "ddp":  # every step was synchronous: nothing to average
             for k in self.phi:
                 self.phi[k].copy_(self.params[k])
             return
         keys = list(self.phi)
-        progress = [self.params[k] - self.phi[k] for k in keys]
-        means_phi, means_prog = self.ex.group_means([self.phi[k] for k in keys], progress,
-                                                    self.cfg.seed, t, self.cfg.n)
-        rule = self.cfg.outer().rule()
+        progress_delta = [self.params[k] - self.phi[k] for k in keys]  # theta - phi
+        means_phi, means_prog = self.ex.group_means([self.phi[k] for k in keys], progress_delta,
+                                                    self.cfg.seed, t, self.cfg.outer.group_size)
+        rule = self.cfg.outer.rule()
         for k, mphi, mprog in zip(keys, means_phi, means_prog):
             self.phi[k], self.delta[k] = outer_step(self.phi[k], self.delta[k], mphi, mprog, **rule)
             self.params[k].copy_(self.phi[k])
@@ -189,10 +190,19 @@ class Trainer:
         atomic_write(self._ckpt_path(), lambda tmp: torch.save(state, tmp))
 
     def load(self) -> None:
-        state = torch.load(self._ckpt_path(), map_location=self.device, weights_only=False)
-        saved = dict(state["config"])
-        now = self.cfg.as_dict()
-        differ = [k for k in now if k not in ("outer_steps", "device", "replica_mode") and saved.get(k) != now[k]]
+        import pickle
+
+        try:  # tensors and plain data only: unpickling arbitrary objects would run code from the file
+            state = torch.load(self._ckpt_path(), map_location=self.device, weights_only=True)
+        except (pickle.UnpicklingError, RuntimeError, EOFError) as err:
+            raise DataError(f"cannot read checkpoint {self._ckpt_path()}: {str(err).splitlines()[0]}") from None
+        try:  # a nested config, or the flat one of checkpoints written before the outer step was nested
+            saved = _flat(TrainConfig.from_dict(state["config"]).as_dict())
+        except (ConfigError, TypeError, KeyError) as err:
+            raise ConfigError(f"checkpoint {self._ckpt_path()} holds settings this version cannot read ({err}); "
+                              f"resume with the version that wrote it, or start a new --out") from None
+        now = _flat(self.cfg.as_dict())
+        differ = [k for k in now if k.split(".")[0] not in RESUMABLE_CHANGES and saved.get(k) != now[k]]
         if differ:
             raise ConfigError(f"checkpoint in {self.out} was written with different settings: "
                               + ", ".join(f"{k}={saved.get(k)!r} (now {now[k]!r})" for k in differ))
@@ -217,10 +227,9 @@ class Trainer:
                 raise ConfigError(f"--resume: no checkpoint {self._ckpt_path()}")
             self.load()
             if self.ex.is_main and metrics_path.exists():
-                rows = [json.loads(line) for line in metrics_path.read_text().splitlines() if line.strip()]
-                rows = [r for r in rows if r["outer_step"] <= self.outer_done]
+                rows = [r for r in read_metrics(metrics_path) if r["outer_step"] <= self.outer_done]
         if self.ex.is_main:
-            atomic_write_text(metrics_path, "".join(json.dumps(r) + "\n" for r in rows))
+            atomic_write_text(metrics_path, "".join(dumps(r) + "\n" for r in rows))
         last = stop_after if stop_after is not None else cfg.outer_steps
         last = min(last, cfg.outer_steps)
         tokens_step = cfg.tokens_per_inner_step()
@@ -237,7 +246,7 @@ class Trainer:
             for h in range(cfg.inner_steps):
                 train_sum += self.inner_step(t * cfg.inner_steps + h).double().cpu()
                 train_count += 1
-            self.outer(t)
+            self.outer_update(t)
             self.outer_done = t + 1
             if bar is not None:
                 bar.update(1)
@@ -248,10 +257,10 @@ class Trainer:
                 row = {"step": step, "outer_step": self.outer_done, "tokens": step * tokens_step,
                        "train_loss": float(np.mean(train_per)), "train_loss_per_replica": train_per,
                        **self.evaluate(), "tokens_per_s": train_count * tokens_step / elapsed,
-                       "lr": lr_at(cfg, step - 1)}
+                       "lr": cfg.inner_lr(step - 1)}
                 if self.ex.is_main:
                     with metrics_path.open("a") as fh:
-                        fh.write(json.dumps(row) + "\n")
+                        fh.write(dumps(row) + "\n")
                     if bar is not None:
                         bar.set_postfix(val=f"{row['val_loss_avg_model']:.3f}", std=f"{row['weight_std']:.2e}")
                 rows.append(row)
@@ -266,8 +275,46 @@ class Trainer:
                   "finished": self.outer_done == cfg.outer_steps, "wall_s": time.perf_counter() - started,
                   "world_size": self.ex.world_size, "final": rows[-1] if rows else None}
         if self.ex.is_main:
-            atomic_write_text(self.out / "result.json", json.dumps(result, indent=2) + "\n")
+            write_json(self.out / "result.json", result, indent=2)
         return result
+
+
+# ----------------------------------------------------------------- several methods
+
+def train_methods(configs: list[TrainConfig], out: str | Path, *, resume: bool = False,
+                  stop_after: int | None = None, threads: int | None = None,
+                  progress: bool | None = None) -> dict[str, dict]:
+    """Train each config into ``out``, or into ``out/METHOD`` when there are several; ``{method: result}``.
+    Everything is checked before the first run starts."""
+    methods = [cfg.method for cfg in configs]
+    twice = sorted({m for m in methods if methods.count(m) > 1})
+    if twice:  # the second run would overwrite the first one's directory and result
+        raise ConfigError(f"method={','.join(methods)} names {', '.join(twice)} more than once; "
+                          "give each method once")
+    if stop_after is not None:
+        check_integer("stop_after", stop_after, "an integer >= 1", lambda v: v >= 1)
+    set_threads(threads)
+    results = {}
+    for cfg in configs:
+        where = Path(out) / cfg.method if len(configs) > 1 else Path(out)
+        results[cfg.method] = Trainer(cfg, where, progress=progress).run(resume=resume, stop_after=stop_after)
+    return results
+
+
+def format_results(results: dict[str, dict]) -> str:
+    """The comparison table of :func:`train_methods`' results, with the corpus it was measured on."""
+    first = next(iter(results.values()))
+    lines = [f"corpus sha256 {first['corpus_sha256'][:16]}, Python {first['python']}, {first['n_params']} "
+             f"parameters, unigram entropy {first['unigram_entropy']:.3f} nats/byte",
+             f"{'method':<8} {'steps':>6} {'train':>7} {'val(avg model)':>15} {'weight_std':>11} {'tok/s':>8} "
+             f"{'wall s':>7}"]
+    nan = float("nan")
+    for method, r in results.items():
+        f = r["final"] or {}
+        lines.append(f"{method:<8} {f.get('step', 0):>6} {f.get('train_loss', nan):>7.3f} "
+                     f"{f.get('val_loss_avg_model', nan):>15.3f} {f.get('weight_std', nan):>11.3e} "
+                     f"{f.get('tokens_per_s', nan):>8.0f} {r['wall_s']:>7.1f}")
+    return "\n".join(lines)
 
 
 # ----------------------------------------------------------------- torchrun
@@ -284,8 +331,7 @@ def main(argv: list[str] | None = None) -> int:
             from llm_check.exchange import DistExchange
 
             ex = DistExchange.init(cfg, args.timeout)
-            if cfg.device == "cuda":
-                cfg = TrainConfig(**{**cfg.as_dict(), "device": f"cuda:{ex.local_rank}"})
+            cfg = dataclasses.replace(cfg, device=str(ex.device))  # the rank's device: exchange.rank_device
             try:
                 Trainer(cfg, args.out, ex).run(resume=args.resume, stop_after=args.stop_after)
             finally:
@@ -295,9 +341,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as err:
         print(f"llm_check.train: error: {err}", file=sys.stderr)
         return 2
-    except PeerError as err:
+    except (PeerError, DataError, OSError) as err:  # a dead peer, an unreadable or unwritable file
         print(f"llm_check.train: error: {err}", file=sys.stderr)
-        return 1
+        return 3
     return 0
 
 

@@ -6,29 +6,30 @@ barely curves, one inner phase moves a replica by pure noise, ``c -> 0`` and
 ``sqrt(stationary_variance(alpha, beta, gamma, 0, s2, N, n))``. For AdamW the
 per-step update has size ~lr whatever the gradient scale, and H noisy steps add up
 like a random walk, so ``s2 = k * lr^2 * H``; the one unknown constant ``k`` is
-fitted on the reference run, and every other run of the sweep (gamma, n, N, alpha,
-inner lr changed one at a time) is a prediction. Measured: the root mean square of
-``weight_std`` over the evaluations of the second half of the run (constant inner
-lr, so the spread settles), with the standard error of that mean.
+fitted on the reference run (its row is marked ``fitted``: its ratio is 1 by
+construction), and every other run of the sweep (gamma, n, N, alpha, inner lr changed
+one at a time) is a prediction. Measured: the root mean square of ``weight_std`` over
+the evaluations of the second half of the run (constant inner lr, so the spread
+settles), with its standard error (:func:`theory.stats.rms_se`).
 """
 
 from __future__ import annotations
 
-import json
 import math
+import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import numpy as np
-
 from llm_check.config import TrainConfig, build
-from theory.atomic import atomic_write_text
+from theory.config import check_choice
+from theory.io import SCHEMA_VERSION, write_json
+from theory.methods import PRESETS as THEORY_PRESETS
 from theory.numeric import stationary_variance
+from theory.stats import rms_se
 
-SCHEMA_VERSION = 1
-
-_BASE = dict(method="noloco", replicas=8, group_size=2, alpha=0.5, beta=0.7, gamma=0.7, momentum="heavy-ball",
-             schedule="constant", warmup=20, lr=1e-3, inner_steps=10, weight_decay=0.0)
+# the reference run: the paper's outer step (N 8, pairs, alpha 0.5, beta = gamma = 0.7, heavy-ball)
+_BASE = dict(method="noloco", **asdict(THEORY_PRESETS["paper"].outer), schedule="constant", warmup=20, lr=1e-3,
+             inner_steps=10, weight_decay=0.0)
 _SWEEP = [("reference", {}), ("gamma", {"gamma": 0.35}), ("gamma", {"gamma": 1.0}),
           ("n", {"group_size": 4}), ("n", {"group_size": 8}), ("N", {"replicas": 4}),
           ("N", {"replicas": 16}), ("alpha", {"alpha": 0.0}), ("alpha", {"alpha": 0.8}),
@@ -48,6 +49,7 @@ PRESETS = {
 class Row:
     factor: str
     changes: dict
+    fitted: bool  # the reference run, on which k is fitted: not a prediction
     replicas: int
     group_size: int
     alpha: float
@@ -62,47 +64,52 @@ class Row:
 
 def measure(metrics: list[dict], outer_steps: int) -> tuple[float, float]:
     """RMS weight_std over the second half of the run, and its standard error."""
-    tail = np.array([m["weight_std"] for m in metrics if m["outer_step"] > outer_steps / 2])
-    ms = float(np.mean(tail ** 2))
-    se = float(np.std(tail ** 2, ddof=1) / math.sqrt(len(tail))) if len(tail) > 1 else float("nan")
-    rms = math.sqrt(ms)
-    return rms, (se / (2 * rms) if rms > 0 else 0.0)
+    return rms_se([m["weight_std"] for m in metrics if m["outer_step"] > outer_steps / 2])
 
 
 def unit_variance(cfg: TrainConfig) -> float:
     """Predicted stationary variance for s2 = lr^2 * H (k = 1), flat direction (c = 0)."""
-    return float(stationary_variance(cfg.alpha, cfg.beta, cfg.gamma, 0.0, cfg.lr ** 2 * cfg.inner_steps,
-                                     cfg.replicas, cfg.n, cfg.momentum))
+    o = cfg.outer
+    return float(stationary_variance(o.alpha, o.beta, o.gamma, 0.0, cfg.lr ** 2 * cfg.inner_steps,
+                                     o.replicas, o.group_size, o.momentum))
 
 
-def run_sweep(preset: str, out: str | Path, device: str | None = None, progress: bool = True) -> dict:
+def run_sweep(preset: str, out: str | Path, device: str | None = None, progress: bool | None = None,
+              threads: int | None = None) -> dict:
+    """Train every run of the preset's sweep under ``out``, fit k on the reference run, predict the
+    others; the report is also written to ``out/validate.json``. A bar only when stderr is a terminal."""
     from tqdm import tqdm
 
-    from llm_check.train import Trainer
+    from llm_check.train import Trainer, read_metrics, set_threads
 
+    check_choice("preset", preset, tuple(PRESETS))
     base, sweep = PRESETS[preset]
     base = dict(base, **({"device": device} if device else {}))
+    configs = [build(**{**base, **changes}) for _, changes in sweep]  # all checked before the first run
+    set_threads(threads)
+    progress = sys.stderr.isatty() if progress is None else progress
     out = Path(out)
     runs = []
-    for i, (factor, changes) in enumerate(tqdm(sweep, desc=f"validate {preset}", unit="run", disable=not progress)):
-        cfg = build(**{**base, **changes})
+    for i, ((factor, changes), cfg) in enumerate(tqdm(list(zip(sweep, configs)), desc=f"validate {preset}",
+                                                      unit="run", disable=not progress)):
         result = Trainer(cfg, out / f"run{i:02d}", progress=False).run()
-        metrics = [json.loads(line) for line in (out / f"run{i:02d}" / "metrics.jsonl").read_text().splitlines()]
+        metrics = read_metrics(out / f"run{i:02d}" / "metrics.jsonl")
         runs.append((factor, changes, cfg, *measure(metrics, cfg.outer_steps), result))
     _, _, ref_cfg, ref_measured, _, ref_result = runs[0]
     k = ref_measured ** 2 / unit_variance(ref_cfg)  # the one fitted constant
     rows = []
-    for factor, changes, cfg, measured, se, result in runs:
+    for i, (factor, changes, cfg, measured, se, result) in enumerate(runs):
         predicted = math.sqrt(k * unit_variance(cfg))
         ratio = measured / predicted if predicted > 0 else (1.0 if measured == 0 else float("inf"))
-        rows.append(Row(factor, changes, cfg.replicas, cfg.n, cfg.alpha, cfg.gamma, cfg.lr, predicted, measured,
-                        se, ratio, result["final"]["val_loss_avg_model"]))
+        rows.append(Row(factor, changes, i == 0, cfg.replicas, cfg.outer.group_size, cfg.outer.alpha,
+                        cfg.outer.gamma, cfg.lr, predicted, measured, se, ratio,
+                        result["final"]["val_loss_avg_model"]))
     report = {"schema_version": SCHEMA_VERSION, "preset": preset, "base": base, "noise_constant_k": k,
               "model": "flat direction (c = 0), s2 = k lr^2 H, k fitted on the reference run",
               **{key: ref_result[key] for key in ("corpus_sha256", "python", "torch", "n_params",
                                                     "unigram_entropy")},
               "rows": [asdict(r) for r in rows]}
-    atomic_write_text(out / "validate.json", json.dumps(report, indent=2) + "\n")
+    write_json(out / "validate.json", report, indent=2)
     return report
 
 
@@ -110,8 +117,10 @@ def format_table(report: dict) -> str:
     lines = [f"noloco llm validate --preset {report['preset']}: stationary weight std, flat-direction theory "
              f"(k = {report['noise_constant_k']:.4g} fitted on the reference run)",
              f"{'factor':<10} {'change':<18} {'predicted':>10} {'measured':>10} {'+-se':>9} {'ratio':>6} {'val loss':>8}"]
-    for r in report["rows"]:
+    for row in report["rows"]:
+        r = {k: math.nan if v is None else v for k, v in row.items()}  # strict JSON wrote NaN/inf as null
         change = ", ".join(f"{k}={v:g}" for k, v in r["changes"].items()) or "-"
+        ratio = "fit" if r.get("fitted", r["factor"] == "reference") else f"{r['ratio']:.2f}"
         lines.append(f"{r['factor']:<10} {change:<18} {r['predicted']:>10.3e} {r['measured']:>10.3e} "
-                     f"{r['stderr']:>9.1e} {r['ratio']:>6.2f} {r['val_loss_avg_model']:>8.3f}")
+                     f"{r['stderr']:>9.1e} {ratio:>6} {r['val_loss_avg_model']:>8.3f}")
     return "\n".join(lines)

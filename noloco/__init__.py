@@ -2,3 +2,7 @@
 
 Nothing in the toolkit imports this package; it only parses arguments and prints.
 """
+
+#: the version when the toolkit is run from a source tree that was never installed
+#: (``noloco --version`` prefers the installed distribution's metadata)
+__version__ = "0.1.0"

@@ -1,22 +1,40 @@
 """Entry point of the ``noloco`` command.
 
 Each subcommand lives in its own module ``noloco.cmd_<name>`` exposing
-``add_parser(subparsers)`` and ``run(args) -> int``. Modules import their heavy
-dependencies inside ``run`` so that ``noloco --help`` stays fast.
+``add_parser(subparsers)`` and ``run(args) -> int``; it parses, calls one library
+function and prints. Modules import their heavy dependencies inside ``run`` so that
+``noloco --help`` stays fast.
 
-Exit codes: 0 success, 1 a checked condition failed, 2 bad input (one line on
-stderr, no traceback).
+Exit codes, enforced here and nowhere else:
+
+====  =====================================================================
+0     success (also: ``--help``, ``--version``, and a reader that closed the
+      output pipe early, as ``noloco check | head -1`` does)
+1     a checked condition fails (unstable setting, diverged run, claim fails):
+      the command's ``run`` returns 1
+2     bad input, before any work: an argparse error, ``ConfigError`` or
+      ``UsageError`` (a value outside its range, conflicting flags)
+3     environment or data fault: ``theory.io.DataError`` (a missing or malformed
+      input file), ``OSError`` (an unwritable output, a full disk), ``MemoryError``
+130   interrupted (Ctrl-C)
+====  =====================================================================
+
+Every error is one line on stderr, ``noloco COMMAND: error: ...``, without a
+traceback; ``NOLOCO_DEBUG=1`` re-raises it with its traceback. Any other exception
+is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from theory.config import ConfigError
+from theory.io import DataError
 
-SUBCOMMANDS = ("check", "simulate", "comm", "tune", "figs", "llm")
+SUBCOMMANDS = ("check", "simulate", "comm", "tune", "figs", "llm", "claims")
 
 
 class UsageError(ConfigError):
@@ -28,11 +46,26 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message}\n")
 
 
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    try:
+        return installed("noloco-toolkit")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        from noloco import __version__
+
+        return __version__
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(
         prog="noloco",
-        description="Theory and verification toolkit for NoLoCo (arXiv 2506.10911).",
+        description="Theory and verification toolkit for NoLoCo (arXiv 2506.10911). Exit codes: 0 success, "
+                    "1 a checked condition fails, 2 bad input, 3 environment or data fault.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}",
+                        help="print the toolkit's version and exit")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
     sub.required = True
     for name in SUBCOMMANDS:
@@ -46,17 +79,67 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
-    args = parser.parse_args(argv)
+def _describe(err: BaseException) -> str:
+    if isinstance(err, OSError) and err.strerror:
+        where = err.filename if err.filename is not None else ""
+        return f"{where}: {err.strerror}" if where else err.strerror
+    if isinstance(err, MemoryError):
+        return "out of memory" + (f" ({err})" if str(err) else "")
+    return " ".join((str(err) or type(err).__name__).split("\n"))
+
+
+def _reader_gone() -> bool:
+    """True when stdout is a pipe whose reader has closed it (poll reports an error on it)."""
+    import select
+
     try:
-        return int(args.run(args) or 0)
-    except (UsageError, ConfigError) as err:
-        print(f"noloco {args.command}: error: {err}", file=sys.stderr)
-        return 2
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (an in-process capture)
+        return False
+
+
+def _silence_stdout() -> None:
+    """Send what is still buffered for a closed stdout to /dev/null, so that the interpreter's
+    final flush raises nothing."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+def main(argv: list[str] | None = None) -> int:
+    command = ""
+    try:
+        try:
+            args = build_parser().parse_args(argv)
+        except SystemExit as stop:  # argparse: --help/--version (0) or a usage error (2, printed)
+            sys.stdout.flush()
+            return 0 if stop.code is None else stop.code if isinstance(stop.code, int) else 2
+        command = args.command
+        code = int(args.run(args) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit
+        return code
+    except BrokenPipeError as err:
+        if not _reader_gone():  # a broken pipe that is not stdout: an environment fault like any other
+            return _report(command, err)
+        _silence_stdout()
+        return 0
     except KeyboardInterrupt:
-        print(f"noloco {args.command}: interrupted", file=sys.stderr)
+        print(f"{_prog(command)}: interrupted", file=sys.stderr)
         return 130
+    except (ConfigError, DataError, OSError, MemoryError) as err:
+        return _report(command, err)
+
+
+def _prog(command: str) -> str:
+    return f"noloco {command}" if command else "noloco"
+
+
+def _report(command: str, err: BaseException) -> int:
+    if os.environ.get("NOLOCO_DEBUG") == "1":
+        raise err
+    print(f"{_prog(command)}: error: {_describe(err)}", file=sys.stderr)
+    return 2 if isinstance(err, ConfigError) else 3
 
 
 if __name__ == "__main__":

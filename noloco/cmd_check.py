@@ -3,9 +3,6 @@ converge, and where does the spread settle (exact on quadratics)."""
 
 from __future__ import annotations
 
-import json
-import sys
-
 from noloco.options import add_hyper_arguments, hyper_from_args
 
 
@@ -16,7 +13,9 @@ def add_parser(subparsers) -> None:
                     "replica mean's rate, the spread's decay factor and its stationary value. "
                     "Exit 0 when stable, 1 when a condition fails, 2 on bad input.")
     add_hyper_arguments(parser)
-    parser.add_argument("--json", action="store_true", help="print JSON (schema_version 1) instead of a table")
+    parser.add_argument("--json", action="store_true",
+                        help="print strict JSON instead of a table (an unbounded value is null, with "
+                             "'<key>_nonfinite' beside it)")
     parser.set_defaults(run=run)
 
 
@@ -26,15 +25,15 @@ def _fmt(value: float) -> str:
 
 def run(args) -> int:
     from theory.conditions import analyse
+    from theory.io import print_json
 
-    outer, inner, spectrum = hyper_from_args(args)
+    method, outer, inner, spectrum = hyper_from_args(args)
     result = analyse(outer, inner, spectrum)
     if args.json:
-        json.dump(result.to_json(), sys.stdout, indent=2)
-        print()
+        print_json({"method": method, **result.to_json()})
         return 0 if result.stable else 1
     o, i = outer, inner
-    print(f"NoLoCo setting: N={o.replicas} n={o.group_size} alpha={o.alpha:g} beta={o.beta:g} "
+    print(f"{method} setting: N={o.replicas} n={o.group_size} alpha={o.alpha:g} beta={o.beta:g} "
           f"gamma={o.gamma:g} momentum={o.momentum} | inner SGD eta={i.lr:g} H={i.steps} sigma={i.noise:g} "
           f"| {len(spectrum.curvatures)} direction(s), curvature {min(spectrum.curvatures):g}..{max(spectrum.curvatures):g}")
     width = max(len(c.name) for c in result.conditions)
@@ -44,6 +43,6 @@ def run(args) -> int:
     print(f"kappa = (N - n)/(n (N - 1))       = {_fmt(o.kappa)}")
     print(f"variance decay factor per step   = {_fmt(result.variance_decay_factor)} (noise-free, slowest direction)")
     print(f"stationary replica variance      = {_fmt(result.stationary_variance)} per coordinate, summed over directions"
-          f" (std {_fmt(result.stationary_variance ** 0.5)})")
+          f" (std {_fmt(result.stationary_std)})")
     print("verdict: STABLE" if result.stable else "verdict: UNSTABLE (a condition fails)")
     return 0 if result.stable else 1

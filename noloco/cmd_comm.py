@@ -1,10 +1,10 @@
 """`noloco comm`: seconds per synchronisation (all-reduce vs NoLoCo group exchange)
-and the idle fraction of a global barrier vs random groups. Model: theory.comm."""
+and the idle fraction of a global barrier vs random groups. Model and report: theory.comm."""
 
 from __future__ import annotations
 
-import json
 import math
+import sys
 
 HELP = "synchronisation time and idle fraction: all-reduce vs NoLoCo group exchange"
 DESCRIPTION = """\
@@ -16,7 +16,7 @@ waiting for peers (global barrier vs random groups). Defaults are internet-like:
 bf16 (2 MB, below the 6.25 MB bandwidth-delay product, so latency-bound), 256
 replicas in pairs, 30 s of compute per outer step with lognormal jitter of cv 0.1.
 Larger models turn the exchange bandwidth-bound and the speed-up shrinks; see
-docs/comm.md."""
+docs/comm.md. Exit 0, 2 on bad input."""
 
 
 def add_parser(subparsers):
@@ -38,7 +38,8 @@ def add_parser(subparsers):
     p.add_argument("--exchange", choices=EXCHANGES, default="root",
                    help="NoLoCo exchange: 'root' (reference code: slow weights and progress via the group's "
                         "first rank) or 'direct' (pairwise swaps of one combined vector); default root")
-    p.add_argument("--jitter", choices=JITTER_KINDS, default="lognormal", help="compute-time distribution")
+    p.add_argument("--jitter", choices=JITTER_KINDS, default="lognormal",
+                   help="distribution of the compute time per outer step, mean 1 (default lognormal)")
     p.add_argument("--jitter-cv", type=float, default=0.1, help="coefficient of variation of compute time (0.1)")
     p.add_argument("--hardware", default="1:1",
                    help="hardware classes as fraction:slowdown pairs, e.g. '0.75:1,0.25:1.5' (default 1:1)")
@@ -47,85 +48,11 @@ def add_parser(subparsers):
     p.add_argument("--steps", type=int, default=200, help="outer steps simulated (default 200)")
     p.add_argument("--trials", type=int, default=8, help="independent simulated runs (default 8)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--json", action="store_true",
+                   help="print strict JSON instead of a table (an unbounded value, such as the speed-up of "
+                        "n = 1, is null with '<key>_nonfinite' beside it)")
     p.set_defaults(run=run)
     return p
-
-
-def parse_hardware(text: str):
-    """'0.75:1,0.25:1.5' -> Hardware(((0.75, 1.0), (0.25, 1.5)))."""
-    from theory.comm import Hardware
-    from theory.config import ConfigError
-
-    try:
-        pairs = [tuple(float(x) for x in item.split(":")) for item in text.split(",")]
-    except ValueError:
-        pairs = [()]
-    if any(len(pair) != 2 for pair in pairs):
-        raise ConfigError(f"hardware={text!r} is malformed; allowed: comma-separated fraction:slowdown pairs")
-    return Hardware(tuple(pairs))
-
-
-def report(args) -> dict:
-    """Everything `noloco comm` prints, as data."""
-    from theory import comm
-
-    params = comm.checked_number("params", args.params, "0 <= params < inf", lambda v: 0 <= v < math.inf)
-    width = comm.checked_number("bytes_per_value", args.bytes_per_value, "0 < bytes_per_value <= 16",
-                         lambda v: 0 < v <= 16)
-    net = comm.Network.from_bandwidth(args.latency, args.bandwidth, args.reduce_cost)
-    compute = comm.checked_compute_seconds(args.compute_seconds)
-    payload = params * width
-    cost = comm.sync_cost(net, payload, args.replicas, args.group_size, args.exchange)
-    latency_only = comm.sync_cost(comm.Network(net.latency, 0.0), payload, args.replicas, args.group_size,
-                                  args.exchange)
-    jitter, hardware = comm.Jitter(args.jitter, args.jitter_cv), parse_hardware(args.hardware)
-
-    name = min(cost.allreduce_seconds, key=cost.allreduce_seconds.get) if args.algorithm == "best" else args.algorithm
-    barrier_sync, group_sync = cost.allreduce_seconds[name], cost.group_exchange_seconds
-    sim = comm.simulate_idle(args.replicas, args.group_size, jitter, hardware, steps=args.steps,
-                             trials=args.trials, barrier_sync=barrier_sync / compute,
-                             group_sync=group_sync / compute, seed=args.seed, progress=not args.json)
-    log2n = math.log2(args.replicas)
-    return {
-        "schema_version": comm.SCHEMA_VERSION,
-        "inputs": {
-            "params": params, "bytes_per_value": width, "payload_bytes": payload,
-            "replicas": args.replicas, "group_size": args.group_size, "latency_s": net.latency,
-            "bandwidth_bits_per_s": float(args.bandwidth),
-            "reduce_seconds_per_byte": net.reduce_seconds_per_byte, "exchange": args.exchange,
-            "algorithm": name, "jitter": args.jitter, "jitter_cv": jitter.cv,
-            "hardware": [list(c) for c in hardware.classes], "compute_seconds": compute,
-            "steps": args.steps, "trials": args.trials, "seed": args.seed,
-        },
-        "allreduce_seconds": cost.allreduce_seconds,
-        "tree_seconds": cost.tree_seconds,
-        "group_exchange_seconds": cost.group_exchange_seconds,
-        "group_exchange_seconds_by_kind": {
-            kind: comm.group_exchange(net, payload, args.group_size, kind) for kind in comm.EXCHANGES},
-        "speedup_vs_tree": cost.speedup_vs_tree,
-        "speedup_vs_ring": cost.speedup_vs_ring,
-        "speedup_vs_best": cost.speedup_vs_best,
-        "log2_replicas": log2n,
-        "bandwidth_delay_bytes": net.bandwidth_delay_bytes(),
-        "latency_share": {  # share of each time that latency alone accounts for
-            "group_exchange": latency_only.group_exchange_seconds / cost.group_exchange_seconds
-            if cost.group_exchange_seconds else 1.0,
-            "tree": latency_only.tree_seconds / cost.tree_seconds if cost.tree_seconds else 1.0,
-        },
-        "payload_bytes_where_speedup_vs_tree": {
-            "half_log2N": comm.payload_at_speedup(net, args.replicas, log2n / 2, args.group_size, args.exchange),
-            "1": comm.payload_at_speedup(net, args.replicas, 1.0, args.group_size, args.exchange),
-        },
-        "idle_fraction_barrier": sim.barrier_idle_fraction,
-        "idle_fraction_noloco": sim.noloco_idle_fraction,
-        "idle": {
-            "barrier_closed_form": comm.barrier_idle_fraction(jitter, args.replicas, hardware, barrier_sync, compute),
-            "noloco_first_step_closed_form": comm.group_first_step_idle_fraction(
-                jitter, args.group_size, group_sync, compute) if hardware.homogeneous else None,
-            "simulation": sim.as_dict(),
-        },
-    }
 
 
 def _bytes(x) -> str:
@@ -140,7 +67,7 @@ def _bytes(x) -> str:
 
 
 def _table(r: dict) -> str:
-    i = r["inputs"]
+    i, idle = r["inputs"], r["idle"]
     lines = [
         f"N={i['replicas']} replicas, groups of n={i['group_size']}, payload {_bytes(i['payload_bytes'])} "
         f"({i['params']:.3g} params x {i['bytes_per_value']:g} B)",
@@ -153,13 +80,9 @@ def _table(r: dict) -> str:
     for name, sec in r["allreduce_seconds"].items():
         lines.append(f"{'all-reduce ' + name:<28}{sec:>12.4g}{(sec / g if g else math.inf):>18.3g}")
     for kind, sec in r["group_exchange_seconds_by_kind"].items():
-        mark = " *" if kind == i["exchange"] else ""
-        lines.append(f"{'NoLoCo exchange ' + kind + mark:<28}{sec:>12.4g}")
-    share = r["latency_share"]["group_exchange"]
-    cross = r["payload_bytes_where_speedup_vs_tree"]
-    idle = r["idle"]
-    sim = idle["simulation"]
-    first = idle["noloco_first_step_closed_form"]
+        lines.append(f"{'NoLoCo exchange ' + kind + (' *' if kind == i['exchange'] else ''):<28}{sec:>12.4g}")
+    share, cross = r["latency_share"]["group_exchange"], r["payload_bytes_where_speedup_vs_tree"]
+    sim, first = idle["simulation"], idle["noloco_first_step_closed_form"]
     lines += [
         "",
         f"speed-up vs tree {r['speedup_vs_tree']:.3g} (log2 N = {r['log2_replicas']:.3g}), vs ring "
@@ -177,16 +100,18 @@ def _table(r: dict) -> str:
     return "\n".join(lines)
 
 
-def _json_safe(x):
-    """JSON has no infinity (e.g. the speed-up of n = 1, which never communicates): null."""
-    if isinstance(x, dict):
-        return {k: _json_safe(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_json_safe(v) for v in x]
-    return None if isinstance(x, float) and not math.isfinite(x) else x
-
-
 def run(args) -> int:
-    r = report(args)
-    print(json.dumps(_json_safe(r), indent=2, allow_nan=False) if args.json else _table(r))
+    from theory.comm import report
+    from theory.io import print_json
+
+    r = report(params=args.params, bytes_per_value=args.bytes_per_value, replicas=args.replicas,
+               group_size=args.group_size, latency=args.latency, bandwidth=args.bandwidth,
+               reduce_seconds_per_byte=args.reduce_cost, algorithm=args.algorithm, exchange=args.exchange,
+               jitter=args.jitter, jitter_cv=args.jitter_cv, hardware=args.hardware,
+               compute_seconds=args.compute_seconds, steps=args.steps, trials=args.trials, seed=args.seed,
+               progress=sys.stderr.isatty())
+    if args.json:
+        print_json(r)
+    else:
+        print(_table(r))
     return 0

@@ -15,24 +15,28 @@ def add_parser(subparsers) -> None:
     p.add_argument("--only", action="append", metavar="NAME",
                    help=f"only these figures (repeat or comma-separate): {', '.join(FIGURES)}")
     p.add_argument("--out", default=str(DEFAULT_OUT), help="output directory (default paper_figs/out)")
-    p.add_argument("--cache", default=None, help="cache directory (default paper_figs/cache)")
+    p.add_argument("--cache", default=None,
+                   help="cache directory (default: the toolkit's cache, $NOLOCO_CACHE or ~/.cache/noloco)")
     p.add_argument("--refresh", action="store_true", help="recompute even when a cached result exists")
     p.add_argument("--llm-runs", default="runs", help="directory searched for LLM metrics.jsonl (default runs)")
     p.set_defaults(run=run)
 
 
 def run(args) -> int:
+    import sys
+
     from tqdm import tqdm
 
+    from noloco.options import writable
     from paper_figs.run import FIGURES, make
-    from theory.config import ConfigError
+    from theory.config import check_choice
 
     names = [n.strip() for item in (args.only or []) for n in item.split(",") if n.strip()] or list(FIGURES)
-    unknown = [n for n in names if n not in FIGURES]
-    if unknown:
-        raise ConfigError(f"only={','.join(unknown)} is not a figure; allowed: {', '.join(FIGURES)}")
+    for name in names:
+        check_choice("only", name, FIGURES)
+    writable(args.out, folder=True)  # fail now, not after minutes of computation
     options = {"llm": {"runs": args.llm_runs}}
-    bar = tqdm(names, desc="figs", unit="fig")
+    bar = tqdm(names, desc="figs", unit="fig", disable=not sys.stderr.isatty())
     for name in bar:
         bar.set_postfix_str(name)
         r = make(name, quick=args.quick, out=args.out, cache_dir=args.cache, refresh=args.refresh,

@@ -3,11 +3,10 @@ simulated quantity next to what the theory predicts, with standard errors."""
 
 from __future__ import annotations
 
-import json
 import sys
 
 from noloco.options import add_hyper_arguments, hyper_from_args
-from quadratic.names import METHODS, OBJECTIVES, OPTIMIZERS, SCHEDULES, SPLITS
+from quadratic.names import OBJECTIVES, OPTIMIZERS, SCHEDULES, SPLITS
 
 
 def add_parser(subparsers) -> None:
@@ -23,9 +22,6 @@ def add_parser(subparsers) -> None:
     g.add_argument("--objective", choices=OBJECTIVES, default="quadratic",
                    help="quadratic with --curvature/--spectrum (default), ridge regression on diabetes or "
                         "longley (ill-conditioned), L2 logistic regression on breast-cancer")
-    g.add_argument("--method", choices=METHODS, default="noloco",
-                   help="noloco: the setting as given; diloco: n = N; local: n = 1; "
-                        "ddp: H = 1, n = N, alpha = 0, beta = 1, gamma = 0")
     g.add_argument("--trials", type=int, default=200, help="independent trials (default 200)")
     g.add_argument("--outer-steps", type=int, default=200, help="outer steps per trial (default 200)")
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -45,23 +41,23 @@ def add_parser(subparsers) -> None:
     g.add_argument("--start", type=float, default=1.0, help="initial offset of every coordinate from the optimum")
     g.add_argument("--burn-in", type=int, help="outer steps before the stationary window (default half)")
     g.add_argument("--no-cache", action="store_true", help="recompute even if a cached result exists")
-    g.add_argument("--json", action="store_true", help="print the full result as JSON")
+    g.add_argument("--json", action="store_true",
+                   help="print the full result as strict JSON (an unbounded value is null, with "
+                        "'<key>_nonfinite' beside it)")
     parser.set_defaults(run=run)
 
 
 def _config(args):
     from quadratic.simulator import SimConfig
 
-    outer, inner, spectrum = hyper_from_args(args)
-    if args.objective != "quadratic" and (args.curvature is not None or args.spectrum is not None):
-        from theory.config import ConfigError
-        raise ConfigError(f"--curvature/--spectrum describe the quadratic; objective={args.objective!r} "
-                          "takes its Hessian from the data")
-    return SimConfig(outer=outer, inner=inner, objective=args.objective, curvatures=spectrum.curvatures,
+    method, outer, inner, spectrum = hyper_from_args(args, default_shape=False)
+    # SimConfig refuses curvatures with a data objective, which takes its Hessian from the data
+    return SimConfig(outer=outer, inner=inner, objective=args.objective,
+                     curvatures=None if spectrum is None else spectrum.curvatures,
                      rotate=args.rotate, zeta=args.zeta, split=args.split, batch_size=args.batch_size,
                      l2=args.l2, optimizer=args.inner_optimizer, inner_momentum=args.inner_momentum,
                      schedule=args.schedule, warmup=args.warmup, decay_time=args.decay_time,
-                     method=args.method, trials=args.trials, outer_steps=args.outer_steps,
+                     method=method, trials=args.trials, outer_steps=args.outer_steps,
                      burn_in=args.burn_in, start=args.start, seed=args.seed)
 
 
@@ -71,12 +67,12 @@ def _fmt(x):
 
 def run(args) -> int:
     from quadratic.compare import cached_compare
+    from theory.io import print_json
 
     cfg = _config(args)
     result, hit = cached_compare(cfg, progress=sys.stderr.isatty(), use_cache=not args.no_cache)
     if args.json:
-        json.dump(result, sys.stdout, indent=1)
-        print()
+        print_json(result)
         return 1 if result["diverged"] else 0
     o, i = result["effective"]["outer"], result["effective"]["inner"]
     s = result["summary"]

@@ -1,33 +1,44 @@
 """Hyperparameter flags shared by every subcommand that takes a NoLoCo setting
-(``check``, ``simulate``, ``tune``), so a user moves between them by changing one word."""
+(``check``, ``simulate``, ``tune``), so a user moves between them by changing one word.
+What a preset or a method means lives in :mod:`theory.methods`; this module only parses."""
 
 from __future__ import annotations
 
 import argparse
+import tempfile
+from pathlib import Path
 
-from theory.config import MOMENTUM_CONVENTIONS, PRESETS, InnerConfig, OuterConfig
-from theory.spectrum import Spectrum
+from theory.config import MOMENTUM_CONVENTIONS
+from theory.methods import METHOD_SUMMARY, METHODS, PRESETS
+from theory.spectrum import DEFAULT_CURVATURE
 
-DEFAULT_CURVATURE = 1.0
+
+def _table(rows: dict) -> str:
+    return "; ".join(f"{name}: {text}" for name, text in rows.items())
 
 
 def add_hyper_arguments(parser: argparse.ArgumentParser) -> None:
-    g = parser.add_argument_group("NoLoCo setting (a preset, then any flag overrides it)")
-    g.add_argument("--preset", choices=sorted(PRESETS),
-                   help="paper: pairs, alpha 0.5, beta = gamma = 0.7, H 50, heavy-ball; "
-                        "diloco: n = N, alpha 0.9 Nesterov, beta 0.7, H 500")
-    g.add_argument("--replicas", "-N", type=int, help="number of replicas N (default 8)")
-    g.add_argument("--group-size", "-n", type=int, help="group size n, dividing N (default 2; n = N is DiLoCo)")
-    g.add_argument("--alpha", type=float, help="outer momentum, 0 <= alpha < 1 (default 0.5)")
-    g.add_argument("--beta", type=float, help="outer learning rate on the group-mean progress (default 0.7)")
-    g.add_argument("--gamma", type=float, help="pull towards the group-mean weights (default 0.7)")
+    g = parser.add_argument_group(
+        "NoLoCo setting", "A preset, then any flag given, then the method's constraints; a flag that the "
+                          "method fixes to another value is an error (exit 2).")
+    g.add_argument("--preset", choices=tuple(PRESETS),
+                   help="start from a named setting (default: diloco for --method diloco, else paper): "
+                        + _table({name: p.note for name, p in PRESETS.items()}))
+    g.add_argument("--method", choices=METHODS,
+                   help="the algorithm, the same in every command (default: the preset's, else noloco): "
+                        + _table(METHOD_SUMMARY))
+    g.add_argument("--replicas", "-N", type=int, help="number of replicas N (paper preset: 8)")
+    g.add_argument("--group-size", "-n", type=int, help="group size n, dividing N (paper preset: 2; n = N is DiLoCo)")
+    g.add_argument("--alpha", type=float, help="outer momentum, 0 <= alpha < 1 (paper preset: 0.5)")
+    g.add_argument("--beta", type=float, help="outer learning rate on the group-mean progress (paper preset: 0.7)")
+    g.add_argument("--gamma", type=float, help="pull towards the group-mean weights (paper preset: 0.7)")
     g.add_argument("--gamma-tied", action="store_true",
-                   help="set gamma = beta, as the NoLoCo reference code does")
+                   help="set gamma = beta, as the NoLoCo reference code does (not with --gamma)")
     g.add_argument("--momentum", choices=MOMENTUM_CONVENTIONS,
-                   help="heavy-ball (reference code) or nesterov (torch SGD(nesterov=True)); default heavy-ball")
-    g.add_argument("--inner-lr", type=float, help="inner SGD learning rate eta (default 0.01)")
-    g.add_argument("--inner-steps", "-H", type=int, help="inner steps H per outer step (default 50)")
-    g.add_argument("--noise", type=float, help="gradient noise std sigma per coordinate (default 1.0)")
+                   help="heavy-ball (reference code) or nesterov (torch SGD(nesterov=True)); paper preset: heavy-ball")
+    g.add_argument("--inner-lr", type=float, help="inner SGD learning rate eta (presets: 0.01)")
+    g.add_argument("--inner-steps", "-H", type=int, help="inner steps H per outer step (paper preset: 50)")
+    g.add_argument("--noise", type=float, help="gradient noise std sigma per coordinate (presets: 1.0)")
     shape = g.add_mutually_exclusive_group()
     shape.add_argument("--curvature", type=float,
                        help=f"curvature lambda of a one-direction quadratic (default {DEFAULT_CURVATURE})")
@@ -35,26 +46,34 @@ def add_hyper_arguments(parser: argparse.ArgumentParser) -> None:
                        help="curvatures: 'L1,L2,...', 'uniform:LOW:HIGH:COUNT' or 'powerlaw:HIGH:EXPONENT:COUNT'")
 
 
-def hyper_from_args(args: argparse.Namespace) -> tuple[OuterConfig, InnerConfig, Spectrum]:
-    """Build the validated configs; raises ConfigError naming the bad field."""
-    preset = PRESETS[args.preset] if args.preset else PRESETS["paper"]
-    o, i = preset.outer, preset.inner
-    pick = lambda value, default: default if value is None else value
-    replicas = pick(args.replicas, o.replicas)
-    if args.group_size is not None:
-        group_size = args.group_size
-    elif args.preset == "diloco":
-        group_size = replicas  # DiLoCo is n = N whatever N is
-    else:
-        group_size = o.group_size
-    beta = pick(args.beta, o.beta)
-    gamma = beta if args.gamma_tied else pick(args.gamma, o.gamma)
-    outer = OuterConfig(replicas=replicas, group_size=group_size, alpha=pick(args.alpha, o.alpha),
-                        beta=beta, gamma=gamma, momentum=pick(args.momentum, o.momentum))
-    inner = InnerConfig(lr=pick(args.inner_lr, i.lr), steps=pick(args.inner_steps, i.steps),
-                        noise=pick(args.noise, i.noise))
+def hyper_from_args(args: argparse.Namespace, default_shape: bool = True):
+    """``(method, outer, inner, spectrum)``, validated (ConfigError naming the bad field).
+    ``spectrum`` is the quadratic's curvatures as given; when neither --curvature nor
+    --spectrum is, it is one direction of curvature :data:`DEFAULT_CURVATURE`, or None
+    without ``default_shape`` (``simulate``: its objective decides)."""
+    from theory.methods import resolve
+    from theory.spectrum import Spectrum
+
+    method, outer, inner = resolve(
+        args.preset, args.method, gamma_tied=args.gamma_tied, replicas=args.replicas,
+        group_size=args.group_size, alpha=args.alpha, beta=args.beta, gamma=args.gamma,
+        momentum=args.momentum, lr=args.inner_lr, steps=args.inner_steps, noise=args.noise)
     if args.spectrum is not None:
         spectrum = Spectrum.parse(args.spectrum)
+    elif args.curvature is not None or default_shape:
+        spectrum = Spectrum((DEFAULT_CURVATURE if args.curvature is None else args.curvature,))
     else:
-        spectrum = Spectrum((pick(args.curvature, DEFAULT_CURVATURE),))
-    return outer, inner, spectrum
+        spectrum = None
+    return method, outer, inner, spectrum
+
+
+def writable(path, folder: bool = False) -> Path:
+    """``path`` after checking, before any work, that a file can be created beside it (or in it,
+    for a ``folder``), making the folder if missing; an OSError otherwise, which the command line
+    reports with exit code 3."""
+    path = Path(path)
+    where = path if folder else path.parent
+    where.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryFile(dir=where):
+        pass
+    return path

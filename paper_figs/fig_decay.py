@@ -5,8 +5,9 @@ of meeting the same partner) decays a little more slowly.
 
 Lines: rho(T) at the paper's alpha = 0.5, beta = 0.7, c = 0.395. Points: Monte Carlo of the
 noise-free scalar model from independent initial offsets, per-step ratio of the mean
-variance between two steps, with 2 standard errors; black crosses: the exact recursion over
-the same window (it differs from rho(T) where T has no spectral gap, near gamma = 0.3). For N = 4 near the stability edge the
+variance between two steps (the claim ``quadratic.claims.decay_factor``), with 2 standard
+errors; black crosses: the exact recursion over the same window (it differs from rho(T)
+where T has no spectral gap, near gamma = 0.3). For N = 4 near the stability edge the
 points fall below the line: the expected variance is carried by rare trials whose spread
 decays slowly, which a few thousand trials under-sample (a typical run decays faster than
 the expectation, by Jensen); the standard error cannot show that."""
@@ -26,6 +27,7 @@ def params(quick: bool) -> dict:
 
 
 def compute(points: int, trials: int, t1: int, t2: int) -> dict:
+    from quadratic.claims import decay_factor
     from theory import numeric
     from theory.config import group_kappa
 
@@ -33,16 +35,17 @@ def compute(points: int, trials: int, t1: int, t2: int) -> dict:
     o = common.PAPER.outer
     gamma = np.linspace(0, 2.2, 221)
     gamma_mc = np.linspace(0.1, 1.7, points)
-    out = {"gamma": gamma, "gamma_mc": gamma_mc, "t": [t1, t2], "lines": {}, "mc": {}, "window": {}}
+    out = {"gamma": gamma, "gamma_mc": gamma_mc, "t": [t1, t2], "lines": {}, "mc": {}, "window": {},
+           "title": f"n = {o.group_size}, alpha = {o.alpha:g}, beta = {o.beta:g}, c = {c:.3f}"}
     for N in REPLICAS:
-        out["lines"][str(N)] = numeric.variance_decay_factor(o.alpha, o.beta, gamma, c, group_kappa(N, 2))
-        # the exact ratio over the same window: where T has no spectral gap (eigenvalues of equal
-        # modulus) it differs from rho(T), and that is what the Monte Carlo estimates
-        tr = [numeric.spread_trajectory(common.outer(replicas=N, gamma=float(g)), c, 0.0, t2,
-                                        initial=(1 - 1 / N, 0.0, 0.0)) for g in gamma_mc]
-        out["window"][str(N)] = [(v[t2] / v[t1]) ** (1 / (t2 - t1)) for v in tr]
-        out["mc"][str(N)] = [common.mc_decay(common.outer(replicas=N, gamma=float(g)), c, trials=trials,
-                                             t1=t1, t2=t2, seed=1000 * N + i) for i, g in enumerate(gamma_mc)]
+        out["lines"][str(N)] = numeric.variance_decay_factor(o.alpha, o.beta, gamma, c, group_kappa(N, o.group_size),
+                                                             o.momentum)
+        # with a window, the claim predicts the exact recursion's ratio over it: where T has no
+        # spectral gap it differs from rho(T), and that is what the Monte Carlo estimates
+        claims = [decay_factor(outer=common.outer(replicas=N, gamma=float(g)), curvature=common.CURVATURE,
+                               window=(t1, t2), trials=trials, seed=1000 * N + i) for i, g in enumerate(gamma_mc)]
+        out["window"][str(N)] = [claim.details["window_ratio"] for claim in claims]
+        out["mc"][str(N)] = [(claim.measured, claim.se) for claim in claims]
     return out
 
 
@@ -58,6 +61,6 @@ def draw(data: dict):
                 label="exact recursion, same window" if N == next(iter(data["lines"])) else None)
     ax.axhline(1, color="grey", lw=0.8, ls=":")
     ax.set(xlabel="pull gamma (dimensionless)", ylabel="replica-variance decay factor per outer step",
-           title="pairs (n = 2), alpha = 0.5, beta = 0.7, c = 0.395", ylim=(0, 1.1))
+           title=data["title"], ylim=(0, 1.1))
     ax.legend(ncol=2, loc="lower left")
     return fig

@@ -26,11 +26,15 @@ def params(quick: bool, runs: str = "runs") -> dict:
 
 def _describe(path: Path) -> tuple[str, str]:
     """(method, short hyperparameter note) from the run's result.json, when it has one."""
+    from theory.io import DataError, read_json
+
     try:
-        cfg = json.loads((path.parent / "result.json").read_text())["config"]
-        note = f"N={cfg['replicas']} n={cfg.get('group_size', '?')} gamma={cfg.get('gamma', 0):g} lr={cfg.get('lr', 0):g}"
+        cfg = read_json(path.parent / "result.json", required=("config",))["config"]
+        outer = cfg.get("outer", cfg)  # the outer step's settings, nested or flat
+        note = (f"N={outer['replicas']} n={outer.get('group_size', '?')} gamma={outer.get('gamma', 0):g} "
+                f"lr={cfg.get('lr', 0):g}")
         return cfg["method"], note
-    except (OSError, ValueError, KeyError, TypeError):
+    except (DataError, KeyError, TypeError, ValueError):
         return path.parent.name, "unfinished"
 
 

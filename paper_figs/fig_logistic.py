@@ -16,7 +16,6 @@ import numpy as np
 from paper_figs import style
 
 NAME = "logistic"
-DEPENDS = ("theory", "quadratic")
 METHODS = ("noloco", "diloco")
 
 

@@ -5,9 +5,13 @@ inner learning rate eta when gamma > 0 but only as O(eta) without the pull (gamm
 
 Lines: closed form at the paper's setting (N = 8, pairs, alpha 0.5, beta = gamma = 0.7,
 H 50, sigma 1, curvature 1) with one quantity varied per panel. Points: Monte Carlo of
-the scalar model (window mean per trial after a burn-in), 2 standard errors."""
+the scalar model (window mean per trial after a burn-in; the estimator of the claim
+``quadratic.claims.stationary_spread``), 2 standard errors. Every setting, the Monte
+Carlo's included, is the paper preset (``theory.methods.PRESETS["paper"]``)."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
@@ -20,41 +24,46 @@ def params(quick: bool) -> dict:
     return {"points": 5 if quick else 9, "trials": 200 if quick else 1000, "window": 100 if quick else 300}
 
 
-def _theory(o, c, s2):
+def _theory(o, c, s2, gamma=None):
+    """Closed form at setting ``o`` (``gamma`` may be an array)."""
     from theory import numeric
 
-    return numeric.stationary_variance(o.alpha, o.beta, o.gamma, c, s2, o.replicas, o.group_size, o.momentum)
+    gamma = o.gamma if gamma is None else gamma
+    return numeric.stationary_variance(o.alpha, o.beta, gamma, c, s2, o.replicas, o.group_size, o.momentum)
 
 
-def _mc(o, c, s2, trials, window, seed):
-    return common.mc_stationary(o, c, s2, trials=trials, burn=common.burn_in(o, c), window=window, seed=seed)
+def _mc(o, trials, window, seed, lr=None):
+    """(mean, se) of the stationary spread by the claim's own estimator, inner phase from the preset."""
+    from quadratic.claims import stationary_spread
+
+    inner = common.PAPER.inner if lr is None else dataclasses.replace(common.PAPER.inner, lr=float(lr))
+    claim = stationary_spread(outer=o, inner=inner, curvature=common.CURVATURE, trials=trials, window=window,
+                              seed=seed)
+    return claim.measured, claim.se
 
 
 def compute(points: int, trials: int, window: int) -> dict:
-    from theory import numeric
-
     c, s2 = common.paper_c_s2()
     o = common.PAPER.outer
-    out = {}
+    out = {"setting": {"replicas": o.replicas, "group_size": o.group_size, "inner_steps": common.PAPER.inner.steps}}
     # (a) gamma
     g, gm = np.linspace(0, 1.9, 191), np.linspace(0.1, 1.7, points)
-    out["gamma"] = {"x": g, "theory": numeric.stationary_variance(o.alpha, o.beta, g, c, s2, o.replicas, 2), "x_mc": gm,
-                    "mc": [_mc(common.outer(gamma=float(x)), c, s2, trials, window, 10 + i) for i, x in enumerate(gm)]}
-    # (b) N, pairs
-    Ns = np.array([2, 4, 8, 16, 32, 64, 128])
+    out["gamma"] = {"x": g, "theory": _theory(o, c, s2, gamma=g), "x_mc": gm,
+                    "mc": [_mc(common.outer(gamma=float(x)), trials, window, 10 + i) for i, x in enumerate(gm)]}
+    # (b) N, the preset's group size
+    Ns = o.group_size * 2 ** np.arange(7)
     Nm = Ns[1: 1 + min(points, 5)]
-    out["replicas"] = {"x": Ns, "theory": numeric.stationary_variance(o.alpha, o.beta, o.gamma, c, s2, Ns, 2),
-                       "x_mc": Nm, "mc": [_mc(common.outer(replicas=int(N)), c, s2, max(trials // 2, 50), window,
-                                              20 + i) for i, N in enumerate(Nm)]}
+    out["replicas"] = {"x": Ns, "theory": [float(_theory(common.outer(replicas=int(N)), c, s2)) for N in Ns],
+                       "x_mc": Nm, "mc": [_mc(common.outer(replicas=int(N)), max(trials // 2, 50), window, 20 + i)
+                                          for i, N in enumerate(Nm)]}
     # (c) inner learning rate, with and without the pull
     lr = np.logspace(-3.5, -1, 60)
     lm = np.logspace(-3, -1.3, points)
-    out["lr"] = {"x": lr, "x_mc": lm}
-    for gamma in (0.7, 0.0):
-        cs = [numeric.inner_sgd(x, 1.0, common.PAPER.inner.steps, 1.0) for x in lr]
-        out["lr"][f"theory_{gamma}"] = [float(_theory(common.outer(gamma=gamma), *cs_)) for cs_ in cs]
-        out["lr"][f"mc_{gamma}"] = [_mc(common.outer(gamma=gamma), *map(float, numeric.inner_sgd(x, 1.0, 50, 1.0)),
-                                        trials, window, 30 + i + int(10 * gamma)) for i, x in enumerate(lm)]
+    out["lr"] = {"x": lr, "x_mc": lm, "gammas": [o.gamma, 0.0]}
+    for gamma in (o.gamma, 0.0):
+        og = common.outer(gamma=gamma)
+        out["lr"][f"theory_{gamma}"] = [float(_theory(og, *common.paper_c_s2(lr=float(x)))) for x in lr]
+        out["lr"][f"mc_{gamma}"] = [_mc(og, trials, window, 30 + i + int(10 * gamma), lr=x) for i, x in enumerate(lm)]
     return out
 
 
@@ -70,22 +79,25 @@ def draw(data: dict):
     a.plot(d["x"], d["theory"], color=style.BLUE, label="closed form")
     _points(a, d["x_mc"], d["mc"], style.BLUE, "o", "Monte Carlo +-2 SE")
     a.set(yscale="log", xlabel="pull gamma (dimensionless)", ylabel="stationary replica variance (weight$^2$)",
-          title="vs gamma (N = 8)")
+          title=f"vs gamma (N = {data['setting']['replicas']})")
     a.legend()
     d = data["replicas"]
     b.plot(d["x"], d["theory"], color=style.VERMILION, label="closed form")
     _points(b, d["x_mc"], d["mc"], style.VERMILION, "s", "Monte Carlo +-2 SE")
-    b.set(xscale="log", xlabel="replicas N (count)", title="vs N (pairs)")
-    b.set_xticks([2, 8, 32, 128], labels=["2", "8", "32", "128"])
+    n = data["setting"]["group_size"]
+    b.set(xscale="log", xlabel="replicas N (count)", title="vs N (pairs)" if n == 2 else f"vs N (n = {n})")
+    ticks = np.array(d["x"])[::2]
+    b.set_xticks(ticks, labels=[f"{t:g}" for t in ticks])
     b.legend()
     d = data["lr"]
-    for gamma, colour, marker in ((0.7, style.BLUE, "o"), (0.0, style.PURPLE, "D")):
+    pull, _ = d["gammas"]
+    for gamma, colour, marker in zip(d["gammas"], (style.BLUE, style.PURPLE), ("o", "D")):
         cax.plot(d["x"], d[f"theory_{gamma}"], color=colour, label=f"gamma = {gamma:g}")
         _points(cax, d["x_mc"], d[f"mc_{gamma}"], colour, marker, None)
     x = np.array(d["x"])
-    ref = np.array(d["theory_0.7"])[0]
+    ref = np.array(d[f"theory_{pull}"])[0]
     cax.plot(x, ref * (x / x[0]) ** 2, ":", color="grey", label="slope 2 (eta$^2$)")
     cax.plot(x, np.array(d["theory_0.0"])[0] * (x / x[0]), "--", color="grey", label="slope 1 (eta)")
-    cax.set(xscale="log", yscale="log", xlabel="inner learning rate eta (1/curv.)", title="vs eta (H = 50)")
+    cax.set(xscale="log", yscale="log", xlabel="inner learning rate eta (1/curv.)", title=f"vs eta (H = {data['setting']['inner_steps']})")
     cax.legend(loc="lower right")
     return fig

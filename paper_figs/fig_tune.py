@@ -20,7 +20,7 @@ def params(quick: bool) -> dict:
 
 
 def compute(grid: int) -> dict:
-    from theory.config import PRESETS
+    from theory.methods import PRESETS
     from theory.spectrum import Spectrum
     from theory.tune import TuneProblem, evaluate, tune
 
@@ -44,14 +44,16 @@ def result_data(result) -> dict:
     }
 
 
-def draw(data: dict):
-    from paper_figs.cache import array
+def _array(values) -> np.ndarray:
+    """Cached JSON values as a float array (null, a non-finite value, becomes NaN)."""
+    return np.array(values, dtype=float)
 
+
+def draw(data: dict):
     fig, axs = style.figure(2)
     ax, bx = axs[0]
-    A, B = array(data["alpha"]), array(data["beta"])
-    rate = np.where(np.isnan(array(data["rate"])), np.nan, array(data["rate"]))
-    ok = np.nan_to_num(array(data["min_spread"]), nan=np.inf) <= data["budget"] * (1 + 1e-9)
+    A, B, rate = _array(data["alpha"]), _array(data["beta"]), _array(data["rate"])
+    ok = np.nan_to_num(_array(data["min_spread"]), nan=np.inf) <= data["budget"] * (1 + 1e-9)
     mesh = ax.pcolormesh(B, A, np.clip(rate, 0, 1), shading="nearest", cmap="viridis_r", vmin=0, vmax=1,
                          rasterized=True)
     fig.colorbar(mesh, ax=ax, label="mean's rate per outer step (spectral radius of M)")
@@ -78,6 +80,6 @@ def draw(data: dict):
 
 def draw_result(result, path) -> str:
     """The tuner's figure for ``noloco tune --out``; returns the PNG path."""
-    from paper_figs.cache import jsonable
+    from theory.io import jsonable
 
     return style.save(draw(jsonable(result_data(result))), path)[0]

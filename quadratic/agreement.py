@@ -6,13 +6,12 @@ exact theory (used by the tests and by docs/quadratic.md).
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
 from theory.conditions import analyse
 from theory.config import InnerConfig, OuterConfig
 from theory.spectrum import Spectrum
+from theory.stats import burn_in
 
 SEED = 20250611
 
@@ -43,9 +42,9 @@ def draw_settings(count: int = 12, diloco: int = 2, seed: int = SEED) -> list:
 
 def window_steps(outer, inner, spectrum) -> int:
     """Outer steps such that at the window start (half the run) the spread's transient is
-    below 1e-6 of its stationary value."""
+    below 1e-6 of its stationary value: twice that burn-in, from 60 to 400 steps."""
     rate = analyse(outer, inner, spectrum).variance_decay_factor
-    return int(min(400, max(60, 2 * math.ceil(math.log(1e-6) / math.log(max(rate, 1e-3))))))
+    return 2 * burn_in(rate, tolerance=1e-6, minimum=30, cap=200)
 
 
 def config(index: int, trials: int = 300):

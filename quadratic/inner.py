@@ -1,4 +1,5 @@
-"""Inner optimizers and learning-rate schedules, vectorised over (trials, N, d).
+"""Inner optimizers, vectorised over (trials, N, d), and the exact ``(c, s2)`` of one inner
+phase under any learning-rate schedule (the schedules are :mod:`theory.schedules`).
 
 Inner optimizer state (momentum buffer, Adam moments) is per replica and persists
 across outer steps, as in DiLoCo implementations; the outer step only moves phi.
@@ -6,36 +7,10 @@ across outer steps, as in DiLoCo implementations; the outer step only moves phi.
 
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from quadratic.names import OPTIMIZERS, SCHEDULES
-from theory.config import ConfigError
-
-
-
-def learning_rates(schedule: str, lr: float, total: int, *, warmup: int = 0, decay_time: float = 1.0) -> np.ndarray:
-    """Learning rate of every inner step k = 0..total-1 of the run.
-
-    constant: lr. cosine: linear warm-up over ``warmup`` steps, then lr * (1 + cos(pi p)) / 2
-    with p the fraction of the remaining steps done. inverse: lr / (1 + k / decay_time), the
-    1/t schedule under which SGD's noise vanishes.
-    """
-    k = np.arange(total, dtype=float)
-    if schedule == "constant":
-        return np.full(total, lr)
-    if schedule == "cosine":
-        if not 0 <= warmup < total:
-            raise ConfigError(f"warmup={warmup} is out of range; allowed: 0 <= warmup < total inner steps ({total})")
-        ramp = np.minimum(1.0, (k + 1) / warmup) if warmup else np.ones(total)
-        p = np.clip((k - warmup) / max(total - warmup, 1), 0, 1)
-        return lr * ramp * np.where(k < warmup, 1.0, 0.5 * (1 + np.cos(math.pi * p)))
-    if schedule == "inverse":
-        if not decay_time > 0:
-            raise ConfigError(f"decay_time={decay_time} is out of range; allowed: > 0")
-        return lr / (1.0 + k / decay_time)
-    raise ConfigError(f"schedule={schedule!r} is not allowed; allowed: {', '.join(SCHEDULES)}")
+from quadratic.names import OPTIMIZERS
+from theory.config import check_choice
 
 
 def phase_coefficients(lrs, curvatures, noise):
@@ -54,10 +29,7 @@ class InnerOptimizer:
     """One optimizer for all replicas; ``step`` updates theta in place."""
 
     def __init__(self, kind: str, shape, *, momentum: float = 0.9, betas=(0.9, 0.999), eps: float = 1e-8):
-        if kind not in OPTIMIZERS:
-            raise ConfigError(f"inner optimizer={kind!r} is not allowed; allowed: {', '.join(OPTIMIZERS)}")
-        if not 0 <= momentum < 1:
-            raise ConfigError(f"inner_momentum={momentum} is out of range; allowed: 0 <= inner_momentum < 1")
+        check_choice("optimizer", kind, OPTIMIZERS)  # the momentum is SimConfig's to validate
         self.kind, self.momentum, self.betas, self.eps = kind, momentum, betas, eps
         self.buf = np.zeros(shape) if kind != "sgd" else None
         self.sq = np.zeros(shape) if kind == "adam" else None

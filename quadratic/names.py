@@ -1,7 +1,11 @@
-"""The allowed names, in a module without numpy so that ``noloco --help`` stays fast."""
+"""The allowed names of the simulator's options; the methods and schedules are the
+toolkit's (:mod:`theory.methods`, :mod:`theory.schedules`)."""
+
+from theory.methods import METHODS
+from theory.schedules import SCHEDULES
 
 OBJECTIVES = ("quadratic", "diabetes", "longley", "breast-cancer")
 SPLITS = ("shared", "iid", "label", "kmeans")
-METHODS = ("noloco", "diloco", "local", "ddp")
 OPTIMIZERS = ("sgd", "momentum", "adam")
-SCHEDULES = ("constant", "cosine", "inverse")
+
+__all__ = ["METHODS", "OBJECTIVES", "OPTIMIZERS", "SCHEDULES", "SPLITS"]

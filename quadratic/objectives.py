@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from quadratic.names import OBJECTIVES, SPLITS
-from theory.config import ConfigError
+from theory.config import ConfigError, check_choice
 
 
 
@@ -68,6 +68,7 @@ def _standardise(X):
 
 def load_data(name: str):
     """(X standardised, y, labels for a by-label split) of a data set shipped in a package."""
+    check_choice("objective", name, OBJECTIVES[1:])
     if name == "diabetes":
         from sklearn.datasets import load_diabetes
         X, y = load_diabetes(return_X_y=True)
@@ -84,13 +85,13 @@ def load_data(name: str):
         X, y = load_breast_cancer(return_X_y=True)
         X = np.hstack([_standardise(X), np.ones((len(X), 1))])  # intercept column
         return X, y.astype(float), y.astype(int)
-    raise ConfigError(f"objective={name!r} is not allowed; allowed: {', '.join(OBJECTIVES)}")
 
 
 def split_indices(split: str, X, labels, replicas: int, rng: np.random.Generator) -> np.ndarray:
     """Equal shards, shape (N, m // N): ``shared`` gives every replica all rows; ``iid`` a
     random partition; ``label`` and ``kmeans`` sort the rows by label / k-means cluster and
     cut them into consecutive blocks, so each replica sees mostly one kind of row."""
+    check_choice("split", split, SPLITS)
     m = len(X)
     if split == "shared":
         return np.broadcast_to(np.arange(m), (replicas, m))
@@ -100,12 +101,10 @@ def split_indices(split: str, X, labels, replicas: int, rng: np.random.Generator
         order = rng.permutation(m)
     elif split == "label":
         order = np.lexsort((rng.random(m), labels))
-    elif split == "kmeans":
+    else:  # kmeans
         from scipy.cluster.vq import kmeans2
         _, cluster = kmeans2(X, replicas, seed=rng, minit="++")
         order = np.lexsort((rng.random(m), cluster))
-    else:
-        raise ConfigError(f"split={split!r} is not allowed; allowed: {', '.join(SPLITS)}")
     size = m // replicas
     return order[: size * replicas].reshape(replicas, size)
 
@@ -184,10 +183,10 @@ class DataObjective:
         return np.cov(per_row, rowvar=False, bias=True) / batch_size
 
     def grad(self, theta, rng, out):
-        T, N, d = theta.shape
+        trials, N, d = theta.shape
         if self.batch_size:
-            rows = rng.integers(0, self.Xs.shape[1], size=(T, N, self.batch_size))
-            Xb = self.Xs[np.arange(N)[None, :, None], rows]         # (T, N, B, d)
+            rows = rng.integers(0, self.Xs.shape[1], size=(trials, N, self.batch_size))
+            Xb = self.Xs[np.arange(N)[None, :, None], rows]         # (trials, N, B, d)
             yb = self.ys[np.arange(N)[None, :, None], rows]
             r = self._residual(np.matmul(Xb, theta[..., None])[..., 0], yb)
             np.matmul(r[..., None, :], Xb, out=out[..., None, :])
@@ -197,12 +196,12 @@ class DataObjective:
             out -= self.moment
             out += self.l2 * theta
             return out
-        elif self.shared:  # one (T N, d) x (d, m) product
-            flat = theta.reshape(T * N, d)
+        elif self.shared:  # one (trials N, d) x (d, m) product
+            flat = theta.reshape(trials * N, d)
             r = self._residual(flat @ self.X.T, self.y)
-            out.reshape(T * N, d)[...] = r @ self.X
+            out.reshape(trials * N, d)[...] = r @ self.X
             out /= len(self.X)
-        else:  # batched over replicas, so BLAS does the work: (N, T, d) x (N, d, m)
+        else:  # batched over replicas, so BLAS does the work: (N, trials, d) x (N, d, m)
             by_replica = np.ascontiguousarray(theta.transpose(1, 0, 2))
             r = self._residual(np.matmul(by_replica, self.XsT), self.ys[:, None, :])
             out.transpose(1, 0, 2)[...] = np.matmul(r, self.Xs)
@@ -217,14 +216,11 @@ class DataObjective:
 
 
 def build(cfg, rng: np.random.Generator):
-    """The objective of a :class:`quadratic.simulator.SimConfig`."""
+    """The objective of a :class:`quadratic.simulator.SimConfig` (which has checked that its
+    fields fit the objective)."""
     N = cfg.outer.replicas
     if cfg.objective == "quadratic":
-        if cfg.split != "shared":
-            raise ConfigError(f"split={cfg.split!r} needs a data objective; a quadratic's heterogeneity is --zeta")
         return Quadratic(cfg.curvatures, rotate=cfg.rotate, zeta=cfg.zeta, trials=cfg.trials,
                          replicas=N, rng=rng)
-    if cfg.zeta:
-        raise ConfigError("zeta applies to the quadratic objective; data objectives are made heterogeneous by --split")
     return DataObjective(cfg.objective, split=cfg.split, l2=cfg.l2, batch_size=cfg.batch_size,
                          replicas=N, rng=rng)

@@ -7,34 +7,50 @@ and noise, so quantities averaged over trials have honest standard errors.
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
-import json
+import math
+import sys
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import numpy as np
 
-from quadratic.inner import InnerOptimizer, learning_rates
+from quadratic.inner import InnerOptimizer
 from quadratic.names import METHODS, OBJECTIVES, OPTIMIZERS, SCHEDULES, SPLITS
 from quadratic.objectives import build
-from theory.config import ConfigError, InnerConfig, OuterConfig
+from theory.config import (ConfigError, InnerConfig, OuterConfig, check_choice, check_fields, check_integer,
+                           check_real)
+from theory.methods import constrain
 from theory.outer import outer_step
 from theory.partitions import group_mean, random_permutations
+from theory.schedules import learning_rate, learning_rates
+from theory.spectrum import DEFAULT_CURVATURE, Spectrum
+from theory.stats import mean_se
 
-SCHEMA_VERSION = 1
 #: a run is divergent when any |phi - optimum| exceeds this many times its initial scale
 GROWTH_BOUND = 1e6
+
+_FINITE = "a finite number"
+_NON_NEGATIVE = "0 <= value < inf"
+
+
+def _non_negative(v):
+    return 0 <= v < math.inf
 
 
 @dataclass(frozen=True)
 class SimConfig:
-    """Everything a simulation depends on (its hash is the cache key)."""
+    """Everything a simulation depends on (the request its cache entry is keyed by).
+
+    Validated at construction: a bad value raises :class:`ConfigError` naming the field,
+    the value and the allowed range, as do combinations that do not fit the objective
+    (``curvatures`` or ``zeta`` with a data objective, a data ``split`` of the quadratic).
+    ``curvatures=None`` means "not given": :data:`theory.spectrum.DEFAULT_CURVATURE` for the
+    quadratic; a data objective takes its Hessian from the data.
+    """
 
     outer: OuterConfig = OuterConfig()
     inner: InnerConfig = InnerConfig()
     objective: str = "quadratic"
-    curvatures: tuple = (1.0,)
+    curvatures: tuple | None = None
     rotate: bool = False
     zeta: float = 0.0              # spread of the replicas' optima (quadratic heterogeneity)
     split: str = "shared"          # data objectives: shared, iid, label, kmeans
@@ -54,39 +70,46 @@ class SimConfig:
     seed: int = 0
 
     def __post_init__(self):
-        checks = [
-            ("objective", self.objective in OBJECTIVES, ", ".join(OBJECTIVES)),
-            ("split", self.split in SPLITS, ", ".join(SPLITS)),
-            ("optimizer", self.optimizer in OPTIMIZERS, ", ".join(OPTIMIZERS)),
-            ("schedule", self.schedule in SCHEDULES, ", ".join(SCHEDULES)),
-            ("method", self.method in METHODS, ", ".join(METHODS)),
-            ("trials", isinstance(self.trials, int) and self.trials >= 2, "an integer >= 2"),
-            ("outer_steps", isinstance(self.outer_steps, int) and self.outer_steps >= 1, "an integer >= 1"),
-            ("batch_size", isinstance(self.batch_size, int) and self.batch_size >= 0, "an integer >= 0"),
-            ("zeta", self.zeta >= 0, ">= 0"),
-            ("l2", self.l2 >= 0, ">= 0"),
-            ("init_spread", self.init_spread >= 0, ">= 0"),
-            ("seed", isinstance(self.seed, int) and self.seed >= 0, "an integer >= 0"),
-            ("burn_in", self.burn_in is None or 0 <= self.burn_in < self.outer_steps,
-             f"0 <= burn_in < outer_steps={self.outer_steps}"),
-        ]
-        for name, ok, allowed in checks:
-            if not ok:
-                raise ConfigError(f"{name}={getattr(self, name)!r} is not allowed; allowed: {allowed}")
-        object.__setattr__(self, "curvatures", tuple(float(v) for v in self.curvatures))
+        check_fields(self, {
+            "objective": (check_choice, OBJECTIVES),
+            "split": (check_choice, SPLITS),
+            "optimizer": (check_choice, OPTIMIZERS),
+            "schedule": (check_choice, SCHEDULES),
+            "method": (check_choice, METHODS),
+            "trials": (check_integer, "an integer >= 2", lambda v: v >= 2),
+            "outer_steps": (check_integer, "an integer >= 1", lambda v: v >= 1),
+            "batch_size": (check_integer, "an integer >= 0", lambda v: v >= 0),
+            "seed": (check_integer, "an integer >= 0", lambda v: v >= 0),
+            "zeta": (check_real, _NON_NEGATIVE, _non_negative),
+            "l2": (check_real, _NON_NEGATIVE, _non_negative),
+            "init_spread": (check_real, _NON_NEGATIVE, _non_negative),
+            "start": (check_real, _FINITE, math.isfinite),
+            "inner_momentum": (check_real, "0 <= inner_momentum < 1", lambda v: 0 <= v < 1),
+            "decay_time": (check_real, "0 < decay_time < inf", lambda v: 0 < v < math.inf),
+            "warmup": (check_integer, "an integer >= 0", lambda v: v >= 0),
+        })
+        if self.burn_in is not None:  # None: half the run
+            check_fields(self, {"burn_in": (check_integer, f"0 <= burn_in < outer_steps={self.outer_steps}",
+                                            lambda v: 0 <= v < self.outer_steps)})
+        # the schedule's own range checks (warmup shorter than the run)
+        learning_rate(0, self.schedule, self.inner.lr, self.outer_steps * self.effective()[1].steps,
+                      warmup=self.warmup, decay_time=self.decay_time)
+        if self.objective == "quadratic":
+            curvatures = (DEFAULT_CURVATURE,) if self.curvatures is None else self.curvatures
+            object.__setattr__(self, "curvatures", Spectrum(curvatures).curvatures)  # validated there
+            if self.split != "shared":
+                raise ConfigError(f"split={self.split!r} needs a data objective; a quadratic's heterogeneity is zeta")
+        else:
+            if self.curvatures is not None:
+                raise ConfigError(f"curvatures={self.curvatures!r} describe the quadratic; "
+                                  f"objective={self.objective!r} takes its Hessian from the data")
+            if self.zeta:
+                raise ConfigError(f"zeta={self.zeta!r} applies to the quadratic objective; data objectives "
+                                  "are made heterogeneous by split")
 
     def effective(self) -> tuple[OuterConfig, InnerConfig]:
-        """The method as a configuration: DiLoCo n = N, local n = 1, data parallel
-        H = 1, n = N, alpha = 0, beta = 1, gamma = 0."""
-        o, i = self.outer, self.inner
-        if self.method == "diloco":
-            o = dataclasses.replace(o, group_size=o.replicas)
-        elif self.method == "local":
-            o = dataclasses.replace(o, group_size=1)
-        elif self.method == "ddp":
-            o = dataclasses.replace(o, group_size=o.replicas, alpha=0.0, beta=1.0, gamma=0.0)
-            i = dataclasses.replace(i, steps=1)
-        return o, i
+        """The outer and inner settings with the method's constraints (:mod:`theory.methods`)."""
+        return constrain(self.method, self.outer, self.inner)
 
     @property
     def window_start(self) -> int:
@@ -95,14 +118,11 @@ class SimConfig:
     def as_dict(self) -> dict:
         return asdict(self)
 
-    def key(self) -> str:
-        """Hash of the configuration and of the code that produces the result."""
-        digest = hashlib.sha256(json.dumps(self.as_dict(), sort_keys=True).encode())
-        root = Path(__file__).resolve().parent.parent
-        for path in sorted((root / "quadratic").glob("*.py")) + [
-                root / "theory" / name for name in ("outer.py", "partitions.py", "numeric.py", "symbolic.py")]:
-            digest.update(path.read_bytes())
-        return digest.hexdigest()[:24]
+    def learning_rates(self) -> np.ndarray:
+        """The inner learning rate of every inner step of the run, shape (outer_steps, H)."""
+        H = self.effective()[1].steps
+        return learning_rates(self.schedule, self.inner.lr, self.outer_steps * H, warmup=self.warmup,
+                              decay_time=self.decay_time).reshape(self.outer_steps, H)
 
 
 class _Moments:
@@ -112,8 +132,9 @@ class _Moments:
         self.mean, self.se = [], []
 
     def add(self, values):  # values: (trials, ...)
-        self.mean.append(values.mean(0))
-        self.se.append(values.std(0, ddof=1) / np.sqrt(len(values)))
+        mean, se = mean_se(values)
+        self.mean.append(mean)
+        self.se.append(se)
 
     def as_dict(self):
         return {"mc": np.array(self.mean).tolist(), "se": np.array(self.se).tolist()}
@@ -139,7 +160,8 @@ class Run:
 
 
 def simulate(cfg: SimConfig, *, progress: bool = False) -> Run:
-    """Run ``cfg.trials`` independent trials of ``cfg.outer_steps`` outer steps."""
+    """Run ``cfg.trials`` independent trials of ``cfg.outer_steps`` outer steps; ``progress``
+    shows a tqdm bar when stderr is a terminal."""
     try:  # the matrices are small: BLAS threads only spin, and on a busy machine badly
         from threadpoolctl import threadpool_limits
     except ImportError:
@@ -152,22 +174,22 @@ def _simulate(cfg: SimConfig, progress: bool) -> Run:
     from tqdm import tqdm
 
     outer, inner = cfg.effective()
-    T, N, H = cfg.trials, outer.replicas, inner.steps
+    trials, N, H = cfg.trials, outer.replicas, inner.steps
     obj = build(cfg, np.random.default_rng([cfg.seed, 1]))
     rng = np.random.default_rng([cfg.seed, 2])
     eigvals, eigvecs = np.linalg.eigh(obj.hessian())
     run = Run(cfg, eigvals, eigvecs, objective=obj)
 
-    phi = np.broadcast_to(obj.optimum + cfg.start, (T, N, obj.dim)).copy()
+    phi = np.broadcast_to(obj.optimum + cfg.start, (trials, N, obj.dim)).copy()
     if cfg.init_spread:  # offsets with zero mean over replicas: the mean stays at the start
         offsets = cfg.init_spread * rng.standard_normal(phi.shape)
         phi += offsets - offsets.mean(1, keepdims=True)
-    delta = np.zeros_like(phi)
+    outer_momentum = np.zeros_like(phi)
     theta, grad, noise = (np.empty_like(phi) for _ in range(3))
     optimizer = InnerOptimizer(cfg.optimizer, phi.shape, momentum=cfg.inner_momentum)
-    lrs = learning_rates(cfg.schedule, inner.lr, cfg.outer_steps * H, warmup=cfg.warmup, decay_time=cfg.decay_time)
+    lrs = cfg.learning_rates().ravel()
     bound = GROWTH_BOUND * max(1.0, abs(cfg.start), cfg.init_spread, inner.noise)
-    window = np.zeros(T)
+    window = np.zeros(trials)
 
     def record(t):
         mean = phi.mean(1)
@@ -186,7 +208,7 @@ def _simulate(cfg: SimConfig, progress: bool) -> Run:
     record(0)
     k = 0
     for t in tqdm(range(1, cfg.outer_steps + 1), desc=f"simulate {cfg.method}", unit="step",
-                  disable=not progress, leave=False):
+                  disable=not (progress and sys.stderr.isatty()), leave=False):
         theta[...] = phi
         for _ in range(H):
             obj.grad(theta, rng, out=grad)
@@ -196,10 +218,10 @@ def _simulate(cfg: SimConfig, progress: bool) -> Run:
                 grad += noise
             optimizer.step(theta, grad, lrs[k])
             k += 1
-        progress_ = np.subtract(theta, phi, out=theta)  # theta is rebuilt from phi next step
-        perm = random_permutations(rng, (T,), N)
-        phi, delta = outer_step(phi, delta, group_mean(phi, perm, outer.group_size),
-                                group_mean(progress_, perm, outer.group_size), **outer.rule())
+        delta_theta = np.subtract(theta, phi, out=theta)  # theta is rebuilt from phi next step
+        perm = random_permutations(rng, (trials,), N)
+        phi, outer_momentum = outer_step(phi, outer_momentum, group_mean(phi, perm, outer.group_size),
+                                         group_mean(delta_theta, perm, outer.group_size), **outer.rule())
         run.steps_done = t
         distance = np.abs(phi - obj.optimum)
         if not np.isfinite(phi).all() or distance.max() > bound:

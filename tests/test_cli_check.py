@@ -1,10 +1,12 @@
 import json
+import os
 import subprocess
 import sys
 
 import pytest
 
-from noloco.cli import main
+from noloco.cli import SUBCOMMANDS, build_parser, main
+from theory.io import SCHEMA_VERSION, DataError
 
 
 def run_json(capsys, *argv):
@@ -21,16 +23,41 @@ def test_pure_random_pairing_reports_kappa(capsys, N):
     assert abs(out["variance_decay_factor"] - (N - 2) / (2 * (N - 1))) < 1e-12
 
 
-def test_diloco_has_zero_spread(capsys):
+def test_diloco_presets_have_zero_spread(capsys):
+    # the reference code's DiLoCo: heavy-ball alpha 0.3, H 100; n follows N
     code, out = run_json(capsys, "--preset", "diloco", "--replicas", "16")
+    assert code == 0 and out["stationary_variance"] == 0.0 and out["method"] == "diloco"
+    assert out["outer"] == {"replicas": 16, "group_size": 16, "alpha": 0.3, "beta": 0.7, "gamma": 0.0,
+                            "momentum": "heavy-ball"}
+    assert out["inner"]["steps"] == 100
+    # the torch-style one: outer Nesterov 0.9, H 500
+    code, out = run_json(capsys, "--preset", "diloco-nesterov", "--replicas", "16")
     assert code == 0 and out["stationary_variance"] == 0.0
-    assert out["outer"]["group_size"] == 16 and out["outer"]["momentum"] == "nesterov"
+    assert (out["outer"]["group_size"], out["outer"]["alpha"], out["outer"]["momentum"]) == (16, 0.9, "nesterov")
+    assert out["inner"]["steps"] == 500
+
+
+@pytest.mark.parametrize("method,fixed", [
+    ("diloco", {"group_size": 8, "gamma": 0.0, "alpha": 0.3}),
+    ("local", {"group_size": 1, "alpha": 0.0, "beta": 1.0, "gamma": 0.0}),
+    ("ddp", {"group_size": 8, "alpha": 0.0, "beta": 1.0, "gamma": 0.0}),
+])
+def test_method_flag_applies_the_method(capsys, method, fixed):
+    code, out = run_json(capsys, "--method", method)
+    assert out["method"] == method
+    assert {k: out["outer"][k] for k in fixed} == fixed
+    assert (out["inner"]["steps"] == 1) == (method == "ddp")
+
+
+def test_method_noloco_keeps_a_preset_setting(capsys):
+    _, out = run_json(capsys, "--preset", "paper", "--method", "noloco", "--alpha", "0.2")
+    assert out["method"] == "noloco" and out["outer"]["alpha"] == 0.2 and out["outer"]["group_size"] == 2
 
 
 def test_paper_preset_json_schema(capsys):
     code, out = run_json(capsys, "--preset", "paper")
     assert code == 0
-    assert out["schema_version"] == 1
+    assert out["schema_version"] == SCHEMA_VERSION
     for key in ("stable", "mean_spectral_radius", "variance_decay_factor", "stationary_variance", "conditions"):
         assert key in out
     assert all({"name", "value", "holds"} <= set(c) for c in out["conditions"])
@@ -54,6 +81,20 @@ def test_gamma_tied(capsys):
     assert out["outer"]["gamma"] == 0.4
 
 
+@pytest.mark.parametrize("argv,words", [
+    (["--gamma-tied", "--gamma", "0.3"], "gamma=0.3 conflicts with gamma_tied"),
+    (["--method", "diloco", "--group-size", "2"], "group_size=2 conflicts with method='diloco'"),
+    (["--preset", "diloco", "--group-size", "2"], "group_size=2 conflicts with method='diloco'"),
+    (["--method", "ddp", "--inner-steps", "5"], "inner_steps=5 conflicts with method='ddp'"),
+    (["--method", "local", "--alpha", "0.5"], "alpha=0.5 conflicts with method='local'"),
+])
+def test_conflicting_flags_exit_2(capsys, argv, words):
+    assert main(["check", *argv]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err == f"noloco check: error: {captured.err.split('error: ', 1)[1]}"
+    assert words in captured.err and captured.err.count("\n") == 1
+
+
 def test_unstable_exits_1_with_failing_condition(capsys):
     code, out = run_json(capsys, "--gamma", "3")
     assert code == 1 and out["stable"] is False and out["stationary_variance"] is None
@@ -66,6 +107,9 @@ def test_unstable_exits_1_with_failing_condition(capsys):
     (["--inner-lr", "nan"], "inner_lr=nan"),
     (["--spectrum", "1,-2"], "curvature=-2.0"),
     (["--spectrum", "uniform:1"], "spectrum="),
+    (["--alpha", "half"], "argument --alpha: invalid float value"),      # argparse's own errors
+    (["--method", "gossip"], "argument --method: invalid choice"),
+    (["--preset", "adam"], "argument --preset: invalid choice"),
 ])
 def test_bad_input_exits_2_with_one_line(capsys, argv, words):
     assert main(["check", *argv]) == 2
@@ -78,3 +122,63 @@ def test_console_entry_point_human_output():
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert "verdict: STABLE" in proc.stdout and "spectral radius of T" in proc.stdout
+
+
+# ---------------------------------------------------------------- the command line as a whole
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    out = capsys.readouterr().out.split()
+    assert out[0] == "noloco" and out[1][0].isdigit()
+
+
+OWNED = ("check", "simulate", "comm", "tune", "figs")
+
+
+@pytest.mark.parametrize("name", OWNED)
+def test_every_flag_has_help(name):
+    assert name in SUBCOMMANDS
+    sub = next(a for a in build_parser()._actions if a.dest == "command").choices[name]
+    flags = [a for a in sub._actions if a.option_strings and a.dest != "help"]
+    assert flags and all(a.help and a.help.strip() for a in flags), [a.option_strings for a in flags if not a.help]
+
+
+@pytest.mark.parametrize("error,code", [
+    (DataError("runs/x/metrics.jsonl lacks loss"), 3),
+    (PermissionError(13, "Permission denied", "/ro/fig.png"), 3),
+    (MemoryError(), 3),
+])
+def test_environment_faults_exit_3_with_one_line(capsys, monkeypatch, error, code):
+    def fail(args):
+        raise error
+
+    monkeypatch.setattr("noloco.cmd_check.run", fail)
+    assert main(["check"]) == code
+    err = capsys.readouterr().err
+    assert err.startswith("noloco check: error: ") and err.count("\n") == 1 and "Traceback" not in err
+
+
+def test_a_bug_keeps_its_traceback(monkeypatch):
+    def fail(args):
+        raise ZeroDivisionError("a bug")
+
+    monkeypatch.setattr("noloco.cmd_check.run", fail)
+    with pytest.raises(ZeroDivisionError):
+        main(["check"])
+
+
+def test_debug_shows_the_traceback():
+    env = dict(os.environ, NOLOCO_DEBUG="1")
+    proc = subprocess.run([sys.executable, "-m", "noloco", "check", "--alpha", "1.5"], capture_output=True,
+                          text=True, timeout=120, env=env)
+    assert proc.returncode != 0 and "Traceback" in proc.stderr and "ConfigError" in proc.stderr
+
+
+def test_closed_output_pipe_ends_quietly():
+    """`noloco check ... | head -c 20`: the reader leaves after 20 bytes of a long output."""
+    proc = subprocess.Popen([sys.executable, "-m", "noloco", "check", "--spectrum", "uniform:0.1:1:20000", "--json"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert len(proc.stdout.read(20)) == 20
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 0 and err == "", err

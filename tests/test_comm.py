@@ -12,20 +12,21 @@ from noloco.cli import main
 from theory import comm
 from theory.config import ConfigError
 
-# alpha = 1 s, beta = 0.01 s/B, gamma = 0.001 s/B, m = 100 B: every term is visible.
+# latency L = 1 s, b = 0.01 s/B per byte sent, r = 0.001 s/B per byte reduced, m = 100 B:
+# every term is visible.
 NET = comm.Network(latency=1.0, seconds_per_byte=0.01, reduce_seconds_per_byte=0.001)
 M = 100.0
 SE = 4  # Monte Carlo estimates must lie within 4 standard errors of the closed form
 
 
 @pytest.mark.parametrize("func, ranks, expected", [
-    # 2(p-1) alpha + 2(p-1)/p m beta + (p-1)/p m gamma = 6 + 1.5 + 0.075
+    # 2(p-1) L + 2(p-1)/p m b + (p-1)/p m r = 6 + 1.5 + 0.075
     (comm.ring_allreduce, 4, 7.575),
-    # lg p (alpha + m beta + m gamma) = 3 * 2.1
+    # lg p (L + m b + m r) = 3 * 2.1
     (comm.recursive_doubling_allreduce, 8, 6.3),
-    # p = 6: p' = 4 costs 2 * 2.1, the fold 2 (alpha + m beta) + m gamma = 4.1
+    # p = 6: p' = 4 costs 2 * 2.1, the fold 2 (L + m b) + m r = 4.1
     (comm.recursive_doubling_allreduce, 6, 8.3),
-    # 2 lg p alpha + 2 (p-1)/p m beta + (p-1)/p m gamma = 6 + 1.75 + 0.0875
+    # 2 lg p L + 2 (p-1)/p m b + (p-1)/p m r = 6 + 1.75 + 0.0875
     (comm.rabenseifner_allreduce, 8, 7.8375),
     # p = 5: p' = 4 costs 4 + 1.5 + 0.075, plus the fold 4.1
     (comm.rabenseifner_allreduce, 5, 9.675),
@@ -39,13 +40,13 @@ def test_allreduce_hand_calculation(func, ranks, expected):
 
 def test_trees_hand_calculation():
     # p = 8: depth 3, two children. One segment: reduce = 3 levels x 2 messages x
-    # (alpha + m beta + m gamma) = 12.6, broadcast = 3 x 2 x (alpha + m beta) = 12.
+    # (L + m b + m r) = 12.6, broadcast = 3 x 2 x (L + m b) = 12.
     assert comm.binary_tree_allreduce(NET, M, 8, segments=1) == pytest.approx(24.6)
     # Two trees of 50 B each: 3 x [2 (1 + 0.5 + 0.05) + 2 (1 + 0.5)] = 18.3.
     assert comm.double_binary_tree_allreduce(NET, M, 8, segments=1) == pytest.approx(18.3)
     # Two segments of 50 B: (D + k - 1) = 4 stages of 2 (1 + 0.55) + 2 (1 + 0.5) = 6.1.
     assert comm.binary_tree_allreduce(NET, M, 8, segments=2) == pytest.approx(24.4)
-    # p = 2: one child; reduce alpha + m (beta + gamma), broadcast alpha + m beta.
+    # p = 2: one child; reduce L + m (b + r), broadcast L + m b.
     assert comm.binary_tree_allreduce(NET, M, 2) == pytest.approx(4.1)
 
 
@@ -79,7 +80,7 @@ def test_latency_bound_speedup_is_log2_n():
 
 
 def test_bandwidth_bound_speedup_vs_tree_is_one_half():
-    # alpha = 0: a pipelined double tree moves 2 m beta, the reference pair exchange 4 m beta.
+    # L = 0: a pipelined double tree moves 2 m b, the reference pair exchange 4 m b.
     cost = comm.sync_cost(comm.Network(0.0, 1e-9), 1e9, 1024, 2)
     assert cost.speedup_vs_tree == pytest.approx(0.5, rel=1e-3)
     assert cost.speedup_vs_ring == pytest.approx(0.5 * 1023 / 1024)
@@ -109,6 +110,25 @@ def test_payload_at_speedup():
 def test_bad_input_names_the_field(make, field):
     with pytest.raises(ConfigError, match=field):
         make()
+
+
+def test_hardware_parse():
+    assert comm.Hardware.parse("0.75:1,0.25:1.5").classes == ((0.75, 1.0), (0.25, 1.5))
+    for bad in ("0.5:1,0.4", "a:b", "", "1:1:1"):
+        with pytest.raises(ConfigError, match="hardware"):
+            comm.Hardware.parse(bad)
+
+
+def test_report_is_the_model():
+    """`noloco comm`'s report is the model's numbers, not a copy of them."""
+    r = comm.report(replicas=64, params=1e7, steps=20, trials=2, hardware="0.5:1,0.5:2")
+    cost = comm.sync_cost(comm.INTERNET, 2e7, 64)
+    assert r["allreduce_seconds"] == cost.allreduce_seconds
+    assert r["speedup_vs_tree"] == cost.speedup_vs_tree and r["inputs"]["payload_bytes"] == 2e7
+    assert r["inputs"]["algorithm"] == min(cost.allreduce_seconds, key=cost.allreduce_seconds.get)
+    assert r["idle"]["noloco_first_step_closed_form"] is None       # no closed form for mixed hardware
+    with pytest.raises(ConfigError, match="algorithm"):
+        comm.report(algorithm="gossip")
 
 
 # ---------------------------------------------------------------- closed forms
@@ -234,16 +254,17 @@ def test_cli_bad_input_exits_2(capsys, argv):
 
 def test_measure_two_ranks_tiny_payload(tmp_path):
     pytest.importorskip("torch")
-    from theory import comm_measure
+    from llm_check import comm_measure
+    from theory.io import SCHEMA_VERSION, write_json
 
     data = comm_measure.measure(ranks=[2], sizes=[1024, 4096], base_repeats=3, progress=False)
-    assert data["schema_version"] == comm_measure.SCHEMA_VERSION
+    assert data["schema_version"] == SCHEMA_VERSION
     ops = {(c["op"], c["bytes"]) for c in data["measurements"]}
     assert ops == {(op, m) for op in ("allreduce", "pair_exchange", "pingpong") for m in (1024, 4096)}
     for c in data["measurements"]:
         assert len(c["times_s"]) >= 3 and all(0 < t < 10 for t in c["times_s"])
         assert c["p10_s"] <= c["median_s"] <= c["p90_s"] and c["model_s"] > 0
     out = tmp_path / "sub" / "m.json"
-    comm_measure.atomic_write_text(out, json.dumps(data))
+    write_json(out, data)
     assert json.loads(out.read_text())["fit"] == data["fit"]
     assert [p.name for p in out.parent.iterdir()] == ["m.json"]

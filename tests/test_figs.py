@@ -54,7 +54,7 @@ def test_llm_figure_says_when_no_run_is_cached(tmp_path):
 
 def test_unknown_figure_exits_2(capsys):
     assert main(["figs", "--only", "nope"]) == 2
-    assert "not a figure" in capsys.readouterr().err
+    assert "only='nope' is not allowed; allowed: stability" in capsys.readouterr().err
 
 
 def test_every_script_states_its_claim():

@@ -1,10 +1,10 @@
 """llm_check: batched == looped, torchrun == batched, resume == uninterrupted, the
-weight-spread metric, DiLoCo/DDP keep zero spread, bad input exits 2."""
+weight-spread metric, DiLoCo/DDP keep zero spread, methods mean what theory.methods says,
+bad input exits 2, strict JSON, one device rule under torchrun."""
 
-import json
+import argparse
 import math
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -14,10 +14,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from llm_check.config import build  # noqa: E402
-from llm_check.exchange import DistExchange, LocalExchange, PeerError  # noqa: E402
+from llm_check.config import TrainConfig, build  # noqa: E402
+from llm_check.exchange import DistExchange, LocalExchange, PeerError, free_port, rank_device  # noqa: E402
 from llm_check.train import Trainer, weight_std  # noqa: E402
+from theory.config import ConfigError  # noqa: E402
+from theory.io import SCHEMA_VERSION, loads  # noqa: E402
+from theory.methods import PRESETS as THEORY_PRESETS  # noqa: E402
 from theory.partitions import group_mean, partition  # noqa: E402
+from theory.schedules import learning_rate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(outer_steps=3, eval_every=1, val_windows=8)
@@ -40,7 +44,7 @@ def train(out, method="noloco", resume=False, stop_after=None, **kw):
 
 
 def rows(out):
-    return [json.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+    return [loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]  # strict JSON
 
 
 def test_batched_equals_looped(tmp_path):
@@ -78,8 +82,26 @@ def test_resume_reproduces_uninterrupted_run(tmp_path):
         assert torch.equal(full.delta[k], resumed.delta[k]), k
     strip = lambda rs: [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in rs]
     assert strip(rows(tmp_path / "full")) == strip(rows(tmp_path / "cut"))
-    ckpt = torch.load(tmp_path / "cut" / "ckpt.pt", weights_only=False)
+    ckpt = torch.load(tmp_path / "cut" / "ckpt.pt", weights_only=True)  # plain data: nothing to unpickle
     assert {"phi", "delta", "opt", "outer_step", "torch_rng"} <= set(ckpt)
+    assert ckpt["config"]["outer"]["group_size"] == 2 and ckpt["schema_version"] == SCHEMA_VERSION
+
+
+def test_resume_reads_a_flat_checkpoint_and_refuses_other_settings(tmp_path):
+    """A checkpoint written before the outer step was nested (replicas, alpha, ... at the top; diloco
+    and ddp stored an unused group_size) resumes; one with other settings is refused by name."""
+    train(tmp_path, method="diloco", outer_steps=4, eval_every=2, stop_after=2)
+    path = tmp_path / "ckpt.pt"
+    state = torch.load(path, weights_only=True)
+    config = {k: v for k, v in state["config"].items() if k != "outer"}
+    state["config"] = {**config, **state["config"]["outer"], "group_size": 2}  # as the old code stored it
+    torch.save(state, path)
+    train(tmp_path, method="diloco", outer_steps=4, eval_every=2, resume=True)
+    assert [r["outer_step"] for r in rows(tmp_path)] == [2, 4]
+    state["config"]["alpha"] = 0.5
+    torch.save(state, path)
+    with pytest.raises(ConfigError, match=r"outer\.alpha=0\.5 \(now 0\.3\)"):
+        train(tmp_path, method="diloco", outer_steps=4, eval_every=2, resume=True)
 
 
 def test_metrics_keys_and_result(tmp_path):
@@ -89,9 +111,74 @@ def test_metrics_keys_and_result(tmp_path):
     for r in rows(tmp_path):
         assert keys <= set(r)
         assert len(r["train_loss_per_replica"]) == len(r["val_loss_per_replica"]) == 4
-    result = json.loads((tmp_path / "result.json").read_text())
+    result = loads((tmp_path / "result.json").read_text())
     assert len(result["corpus_sha256"]) == 64 and result["python"] == sys.version.split()[0]
-    assert result["finished"]
+    assert result["finished"] and result["schema_version"] == SCHEMA_VERSION
+    cfg = build("cpu-tiny", "noloco", **{**TINY, "outer_steps": 2})
+    assert TrainConfig.from_dict(result["config"]) == cfg and result["config"]["outer"]["replicas"] == 4
+    for r in rows(tmp_path):  # the logged lr is theory.schedules'
+
+        assert r["lr"] == learning_rate(r["step"] - 1, "cosine", cfg.lr, cfg.total_inner_steps, warmup=cfg.warmup,
+                                        floor=cfg.min_lr_frac)
+
+
+@pytest.mark.parametrize("method", ["noloco", "diloco", "local", "ddp"])
+def test_methods_mean_what_theory_methods_says(method):
+    """The outer step of every method is the one check and simulate use (theory.methods.resolve)."""
+    from theory.methods import resolve
+
+    assert build("cpu-small", method).outer == resolve(None, method, replicas=8)[1]
+    expected = {"noloco": dict(group_size=2, alpha=0.5, beta=0.7, gamma=0.7),
+                "diloco": dict(group_size=8, alpha=0.3, beta=0.7, gamma=0.0),  # the diloco preset
+                "local": dict(group_size=1, alpha=0.0, beta=1.0, gamma=0.0),
+                "ddp": dict(group_size=8, alpha=0.0, beta=1.0, gamma=0.0)}[method]
+    outer = build("cpu-small", method).outer
+    assert {k: getattr(outer, k) for k in expected} == expected and outer.momentum == "heavy-ball"
+
+
+def test_paper_preset_outer_is_the_theory_paper_preset():
+    cfg = build("paper")
+    assert cfg.outer == THEORY_PRESETS["paper"].outer and cfg.inner_steps == 50
+    assert build("paper", replicas=4).outer.replicas == 4
+
+
+@pytest.mark.parametrize("kw", [dict(method="diloco", group_size=2), dict(method="local", alpha=0.5),
+                                dict(method="ddp", gamma=0.7), dict(lr=math.inf), dict(weight_decay=math.nan),
+                                dict(clip=math.inf), dict(warmup=30), dict(device="gpu")])
+def test_conflicting_or_bad_settings_are_refused(kw):
+    with pytest.raises(ConfigError):
+        build("cpu-tiny", **kw)
+
+
+def test_rank_device_is_one_rule():
+    """Under torchrun each rank uses cuda:LOCAL_RANK, the GPU NCCL binds; an explicit cuda:K is refused."""
+    assert rank_device("cpu", 3) == "cpu"
+    assert [rank_device("cuda", r) for r in range(4)] == ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]
+    with pytest.raises(ConfigError, match="LOCAL_RANK"):
+        rank_device("cuda:1", 0)
+
+
+def _subparser(name):
+    from noloco.cli import build_parser
+
+    def choices(parser):
+        return next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices
+
+    return choices(choices(build_parser())["llm"])[name]
+
+
+@pytest.mark.parametrize("name", ["train", "validate", "bench"])
+def test_every_llm_flag_has_help(name):
+    actions = [a for a in _subparser(name)._actions if a.option_strings]
+    assert actions and all(a.help for a in actions), [a.option_strings for a in actions if not a.help]
+
+
+def test_noloco_llm_bench_takes_the_flags_of_the_benchmark_suite():
+    from benchmarks.__main__ import build_parser
+
+    suite = build_parser()._subparsers._group_actions[0].choices["llm-step"]
+    flags = lambda p: sorted(s for a in p._actions for s in a.option_strings)
+    assert flags(_subparser("bench")) == flags(suite)
 
 
 def test_weight_std_is_its_definition():
@@ -123,7 +210,9 @@ def test_local_replicas_drift_apart(tmp_path):
 
 @pytest.mark.parametrize("argv", [
     ["--group-size", "3"], ["--method", "gossip"], ["--alpha", "1.5"], ["--width", "30", "--heads", "4"],
-    ["--lr", "-1"], ["--replicas", "0"],
+    ["--lr", "-1"], ["--lr", "inf"], ["--replicas", "0"], ["--method", "noloco,noloco"],
+    ["--method", "diloco", "--group-size", "2"], ["--method", "local", "--alpha", "0.5"], ["--method", "noloco,"],
+    ["--stop-after", "0"], ["--threads", "0"],
 ])
 def test_bad_input_exits_2(tmp_path, capsys, argv):
     from noloco.cli import main
@@ -167,9 +256,7 @@ def test_dead_peer_is_a_clear_error(tmp_path):
     """A real 2-process gloo group on localhost: the exchange times out with a one-line PeerError."""
     import torch.multiprocessing as mp
 
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()
     report = tmp_path / "report.txt"
     mp.start_processes(_silent_peer_run, args=(port, str(report)), nprocs=2, join=True, start_method="spawn")
     elapsed, message = report.read_text().split("\n", 1)
@@ -181,16 +268,14 @@ def test_torchrun_gloo_matches_batched(tmp_path):
     args = ["--preset", "cpu-tiny", "--method", "noloco", "--outer-steps", "4", "--eval-every", "2",
             "--val-windows", "8", "--timeout", "60"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    with socket.socket() as sock:  # a free localhost port for the rendezvous
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
+    port = free_port()  # for the rendezvous
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--master-addr", "127.0.0.1",
            "--master-port", str(port), "-m", "llm_check.train", *args, "--out", str(tmp_path / "dist")]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     single = train(tmp_path / "one", outer_steps=4, eval_every=2)
     for rank in range(4):
-        state = torch.load(tmp_path / "dist" / f"ckpt-rank{rank}.pt", weights_only=False)
+        state = torch.load(tmp_path / "dist" / f"ckpt-rank{rank}.pt", weights_only=True)
         assert state["outer_step"] == 4
         for k, p in single.phi.items():
             torch.testing.assert_close(state["phi"][k][0], p[rank], rtol=0, atol=1e-5)
@@ -201,20 +286,30 @@ def test_torchrun_gloo_matches_batched(tmp_path):
 
 @pytest.mark.slow
 def test_validate_cpu_tiny(tmp_path):
+    """The rows that are predictions (not the reference run k is fitted on, whose ratio is 1 by
+    construction) agree within 3 standard errors of the difference: the measured spread's and the
+    prediction's, which inherits the reference measurement's relative error through k."""
     from llm_check.validate import format_table, run_sweep
+    from theory.stats import holds, z_score
 
     report = run_sweep("cpu-tiny", tmp_path, progress=False)
-    assert report["rows"][0]["ratio"] == pytest.approx(1.0)
-    assert report["rows"][2]["measured"] == 0.0  # n = N: DiLoCo
+    ref, *predicted = report["rows"]
+    assert ref["fitted"] and not any(r["fitted"] for r in predicted) and len(predicted) == 2
+    for r in predicted:
+        se = math.hypot(r["stderr"], r["predicted"] * ref["stderr"] / ref["measured"])
+        assert holds(z_score(r["measured"], se, r["predicted"]), 3.0), r
+    assert predicted[1]["predicted"] == predicted[1]["measured"] == 0.0  # n = N: identical replicas
+    assert predicted[0]["predicted"] > 0 and predicted[0]["changes"] == {"gamma": 0.35}
+    assert loads((tmp_path / "validate.json").read_text())["schema_version"] == SCHEMA_VERSION
     assert "predicted" in format_table(report)
 
 
 @pytest.mark.slow
 def test_bench_runs(tmp_path):
-    from llm_check.bench import bench
+    from benchmarks.llm_step import bench
 
     result = bench(replicas=4, size="cpu-tiny", steps=1)
-    assert result["results"]["batched"]["tokens_per_s"] > 0
+    assert result["results"]["modes"]["batched"]["tokens_per_s"] > 0
 
 
 def test_gpu_preset_at_tiny_size_on_cpu(tmp_path):

@@ -6,7 +6,7 @@ import sympy as sp
 
 from theory import numeric, symbolic as S
 from theory.config import OuterConfig, group_kappa
-from theory.verify import all_partitions, exact_enumeration
+from theory.enumeration import all_partitions, exact_enumeration
 
 CASES = [(N, n) for N in (4, 6, 8) for n in sorted({1, 2, 4, N}) if N % n == 0]
 
@@ -14,11 +14,10 @@ CASES = [(N, n) for N in (4, 6, 8) for n in sorted({1, 2, 4, N}) if N % n == 0]
 def closed_recursion(outer, c, s2, v0, steps, kappa=None):
     kappa = group_kappa(outer.replicas, outer.group_size) if kappa is None else kappa
     _, T, f = numeric.transition(outer.alpha, outer.beta, outer.gamma, c, kappa, outer.momentum)
-    share = 1 / outer.group_size - 1 / outer.replicas
     v, out = np.array(v0, float), []
     for _ in range(steps + 1):
         out.append(v.copy())
-        v = T @ v + s2 * share * f
+        v = numeric.second_moment_step(T, v, s2, outer.replicas, outer.group_size, f)
     return np.array(out)
 
 

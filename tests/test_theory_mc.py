@@ -1,15 +1,15 @@
 """The closed forms against Monte Carlo of the scalar model, within 4 standard errors.
 
-Settings are drawn with a fixed seed from the stable region. Trials are independent,
-so the standard error is the across-trial standard deviation over sqrt(trials).
+Settings are drawn with a fixed seed from the stable region. Trials are independent;
+means, standard errors, z-scores, decay ratios and burn-in come from :mod:`theory.stats`.
 """
 
 import numpy as np
 import pytest
 
-from theory import numeric
+from quadratic.scalar import simulate_scalar
+from theory import numeric, stats
 from theory.config import OuterConfig
-from theory.verify import simulate_scalar
 
 Z_MAX = 4.0
 
@@ -55,10 +55,9 @@ def test_settings_cover_momentum_and_both_conventions():
 
 
 def stationary_estimate(outer, c, decay, seed, trials=2000, record=150):
-    burn = int(np.ceil(np.log(1e-8) / np.log(decay)))
+    burn = stats.burn_in(decay, tolerance=1e-8, minimum=1, cap=10_000)
     spread = simulate_scalar(outer, c, 1.0, burn + record, trials, np.random.default_rng(seed), record_from=burn)
-    per_trial = spread.mean(axis=1)
-    return per_trial.mean(), per_trial.std(ddof=1) / np.sqrt(trials)
+    return stats.mean_se(spread.mean(axis=1))
 
 
 @pytest.mark.parametrize("index", range(len(SETTINGS)))
@@ -67,7 +66,8 @@ def test_stationary_variance(index):
     theory = float(numeric.stationary_variance(outer.alpha, outer.beta, outer.gamma, c, 1.0,
                                                outer.replicas, outer.group_size, outer.momentum))
     mc, se = stationary_estimate(outer, c, decay, seed=index)
-    assert abs(mc - theory) < Z_MAX * se, f"{outer} c={c:.3f}: MC {mc:.5g} +- {se:.2g} vs theory {theory:.5g}"
+    assert stats.holds(stats.z_score(mc, se, theory), Z_MAX), \
+        f"{outer} c={c:.3f}: MC {mc:.5g} +- {se:.2g} vs theory {theory:.5g}"
 
 
 def decay_estimate(outer, c, seed, trials=4000, window=8):
@@ -81,11 +81,8 @@ def decay_estimate(outer, c, seed, trials=4000, window=8):
     rng = np.random.default_rng(seed)
     y0 = rng.standard_normal((trials, outer.replicas))
     Z = simulate_scalar(outer, c, 0.0, t2, trials, rng, y0=y0)
-    z1, z2 = Z[:, t1], Z[:, t2]
-    m1, m2 = z1.mean(), z2.mean()
-    rho_hat = (m2 / m1) ** (1 / window)
-    se_log = np.std(z2 / m2 - z1 / m1, ddof=1) / np.sqrt(trials)
-    return rho, rho_hat, rho_hat * se_log / window, ratios[t1]
+    rho_hat, se = stats.decay_ratio(Z[:, t1], Z[:, t2], window)
+    return rho, rho_hat, se, ratios[t1]
 
 
 @pytest.mark.parametrize("index", range(len(GAPPED)))
@@ -93,7 +90,8 @@ def test_variance_decay_factor(index):
     outer, c, _ = GAPPED[index]
     rho, rho_hat, se, exact_ratio = decay_estimate(outer, c, seed=100 + index)
     assert abs(exact_ratio / rho - 1) < 1e-3
-    assert abs(rho_hat - rho) < Z_MAX * se, f"{outer} c={c:.3f}: MC {rho_hat:.5f} +- {se:.2g} vs theory {rho:.5f}"
+    assert stats.holds(stats.z_score(rho_hat, se, rho), Z_MAX), \
+        f"{outer} c={c:.3f}: MC {rho_hat:.5f} +- {se:.2g} vs theory {rho:.5f}"
 
 
 @pytest.mark.parametrize("index", range(len(SETTINGS)))
@@ -103,8 +101,9 @@ def test_noise_free_transient(index, steps=15, trials=4000):
     rng = np.random.default_rng(200 + index)
     Z = simulate_scalar(outer, c, 0.0, steps, trials, rng, y0=rng.standard_normal((trials, outer.replicas)))
     exact = numeric.spread_trajectory(outer, c, 0.0, steps, initial=(1 - 1 / outer.replicas, 0, 0))
-    z = (Z.mean(axis=0) - exact)[1:] / (Z.std(axis=0, ddof=1)[1:] / np.sqrt(trials))
-    assert np.max(np.abs(z)) < Z_MAX, f"{outer} c={c:.3f}: max |z| = {np.max(np.abs(z)):.2f}"
+    mean, se = stats.mean_se(Z)
+    z = [stats.z_score(m, s, e) for m, s, e in zip(mean[1:], se[1:], exact[1:])]
+    assert all(stats.holds(v, Z_MAX) for v in z), f"{outer} c={c:.3f}: max |z| = {np.max(np.abs(z)):.2f}"
 
 
 def test_monte_carlo_rejects_a_wrong_formula():
@@ -115,5 +114,5 @@ def test_monte_carlo_rejects_a_wrong_formula():
                                                   outer.replicas, outer.group_size, outer.momentum))
         wrong = right * (1 / outer.group_size) / (1 / outer.group_size - 1 / outer.replicas)
         mc, se = stationary_estimate(outer, c, decay, seed=index)
-        rejected += abs(mc - wrong) > Z_MAX * se
+        rejected += not stats.holds(stats.z_score(mc, se, wrong), Z_MAX)
     assert rejected >= 3

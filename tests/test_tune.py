@@ -1,18 +1,24 @@
 """`noloco tune`: the recommendation beats the paper setting at the same spread, and the
-verifying simulation (real inner SGD steps) confirms its predicted rate and spread."""
+verifying simulation (real inner SGD steps, :mod:`quadratic.tune_check`) confirms its
+predicted rate and spread."""
 
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from noloco.cli import main
-from theory.config import PRESETS
+from quadratic.tune_check import _fit, _radius, frontier_rows
+from theory.config import ConfigError
+from theory.conditions import analyse
+from theory.io import SCHEMA_VERSION
+from theory.methods import PRESETS
 from theory.spectrum import Spectrum
-from theory.tune import TuneProblem, evaluate, pareto, tune
+from theory.tune import TuneProblem, evaluate, make_problem, pareto, tune
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +36,7 @@ def paper_json(tmp_path_factory):
 
 def test_json_keys(paper_json):
     code, r, _ = paper_json
-    assert code == 0 and r["schema_version"] == 1
+    assert code == 0 and r["schema_version"] == SCHEMA_VERSION
     for key in ("recommended", "predicted_rate", "predicted_spread", "simulated_rate", "simulated_spread",
                 "simulated_rate_se", "simulated_spread_se", "paper", "frontier"):
         assert key in r, key
@@ -100,7 +106,10 @@ def test_tune_n_and_h_runs():
     ["--trials", "3"],
     ["--grid", "2"],
     ["--replicas", "7"],
-    ["--preset", "diloco"],          # n = N has no spread to budget: asks for --spread-budget
+    ["--preset", "diloco"],          # the tuner searches NoLoCo's alpha, beta, gamma
+    ["--method", "local"],
+    ["--preset", "diloco", "--method", "noloco"],   # n = N has no spread to budget: asks for one
+    ["--gamma-tied", "--gamma", "0.5"],
 ])
 def test_bad_input_exits_2(capsys, argv):
     assert main(["tune", "--no-verify", "--out", "", *argv]) == 2
@@ -112,3 +121,55 @@ def test_bad_input_exit_code_from_the_shell():
     proc = subprocess.run([sys.executable, "-m", "noloco", "tune", "--spread-budget", "-1"],
                           capture_output=True, text=True, cwd=str(Path(__file__).parents[1]))
     assert proc.returncode == 2 and proc.stderr.count("\n") == 1, proc.stderr
+
+
+QUICK = ["tune", "--no-verify", "--grid", "6"]
+
+
+def test_no_figure_unless_asked(tmp_path, monkeypatch, capsys):
+    """The bug: `noloco tune` wrote ./paper_figs/out/ wherever it ran, even with --json."""
+    monkeypatch.chdir(tmp_path)
+    for extra in ([], ["--json"]):
+        assert main([*QUICK, *extra]) == 0
+    assert list(tmp_path.iterdir()) == []
+    assert "figure:" not in capsys.readouterr().out
+
+
+def test_unwritable_out_fails_before_the_search(tmp_path, capsys):
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    start = time.perf_counter()
+    assert main(["tune", "--out", str(blocker / "fig.png")]) == 3   # the full search would take seconds
+    assert time.perf_counter() - start < 2
+    err = capsys.readouterr().err
+    assert err.startswith("noloco tune: error: ") and err.count("\n") == 1 and str(blocker) in err
+
+
+def test_make_problem_defaults_to_the_given_spread():
+    p = PRESETS["paper"]
+    spectrum = Spectrum((0.5, 2.0))
+    problem = make_problem("noloco", p.outer, p.inner, spectrum, tune=("H",), h_values=(20, 50))
+    assert problem.budget == analyse(p.outer, p.inner, spectrum).stationary_variance
+    assert problem.tune_h == (20, 50) and not problem.tune_n
+    assert make_problem("noloco", p.outer, p.inner, spectrum, h_values=(20, 50)).tune_h == ()
+    with pytest.raises(ConfigError, match="method='diloco'"):
+        make_problem("diloco", p.outer, p.inner, spectrum)
+
+
+def test_fit_recovers_the_characteristic_polynomial():
+    """Noise-free, the least-squares fit of y_{t+2} = a1 y_{t+1} + a0 y_t is exact, and the
+    rate is the larger root's modulus (complex roots included)."""
+    for a1, a0 in ((1.2, -0.5), (0.75, -0.1405), (0.5, 0.3)):
+        y = [1.0, 0.9]
+        for _ in range(20):
+            y.append(a1 * y[-1] + a0 * y[-2])
+        assert np.allclose(_fit(np.array(y)), [a1, a0], atol=1e-10)
+        assert _radius((a1, a0)) == pytest.approx(max(abs(np.roots([1, -a1, -a0]))))
+    assert _radius((1.2, -0.5)) == pytest.approx(np.sqrt(0.5))   # complex pair: sqrt(det M)
+
+
+def test_frontier_rows_pick_the_fastest_within_each_budget():
+    front = [{"spread": s, "rate": r} for s, r in ((1e-4, 0.9), (1e-3, 0.7), (1e-2, 0.5), (1e-1, 0.3))]
+    rows = frontier_rows(front, budget=1e-2, rows=4)
+    assert [q["rate"] for q in rows] == [0.9, 0.7, 0.5, 0.3]
+    assert frontier_rows(front, budget=1e-2, rows=2) == [front[0], front[3]]

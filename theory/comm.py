@@ -3,19 +3,23 @@
 Two questions a user asks before renting a cluster, answered with explicit models:
 
 1. How long does one synchronisation take? The latency-bandwidth model of Hockney
-   (1994): sending one message of ``m`` bytes costs ``alpha + m * beta``, adding ``m``
-   received bytes into a local buffer costs ``m * gamma`` (Thakur, Rabenseifner & Gropp
-   2005, section 4). Ports are *single-ported, full duplex*: a rank sends one message
-   and receives one message at a time, both at once. Every formula below is stated in
-   that one convention, so that the algorithms can be compared with each other; the
-   sources and where we deviate from them are named in each docstring.
+   (1994): sending one message of ``m`` bytes costs ``L + m b``, adding ``m`` received
+   bytes into a local buffer costs ``m r`` (Thakur, Rabenseifner & Gropp 2005, section 4).
+   ``L`` is :attr:`Network.latency`, ``b`` :attr:`Network.seconds_per_byte` and ``r``
+   :attr:`Network.reduce_seconds_per_byte`; the literature calls them alpha, beta and
+   gamma, names that in this toolkit belong to the outer step. Ports are
+   *single-ported, full duplex*: a rank sends one message and receives one message at a
+   time, both at once. Every formula below is stated in that one convention, so that the
+   algorithms can be compared with each other; the sources and where we deviate from
+   them are named in each docstring.
 2. How long do replicas sit idle waiting for peers? :func:`simulate_idle` runs the
    outer steps of a global barrier (DiLoCo) and of random groups (NoLoCo) on the same
    random compute times; :func:`expected_max` gives the closed forms that exist.
 
 Payloads are bytes per replica (parameters times bytes per value). Times are seconds.
-Depends on numpy and scipy, and within ``theory`` on the validation helpers of
-:mod:`theory.config` and on :func:`theory.partitions.random_permutations` for the groups.
+Depends on numpy and scipy, and within ``theory`` on the validators of :mod:`theory.config`,
+:func:`theory.stats.mean_se`, :func:`theory.partitions.random_permutations` for the groups
+and :data:`theory.io.SCHEMA_VERSION` for :func:`report`.
 """
 
 from __future__ import annotations
@@ -25,39 +29,45 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from theory.config import ConfigError, check_integer, check_real
+from theory.config import ConfigError, check_choice, check_divides, check_integer, check_real
 from theory.partitions import random_permutations
+from theory.stats import mean_se
 
-SCHEMA_VERSION = 1
 TREE_ALGORITHMS = ("binary_tree", "double_binary_tree")
 JITTER_KINDS = ("lognormal", "gamma")
 EXCHANGES = ("root", "direct")
 
 
-def checked_number(name: str, value, allowed: str, ok, integer: bool = False):
-    """Validate one input (ConfigError naming the field, the value and the allowed range)."""
-    return (check_integer if integer else check_real)(name, value, allowed, ok)
+def _at_least(name: str, value, low: int) -> int:
+    return check_integer(name, value, f"an integer >= {low}", lambda v: v >= low)
+
+
+def _nonnegative(name: str, value) -> float:
+    return check_real(name, value, f"0 <= {name} < inf", lambda v: 0 <= v < math.inf)
+
+
+def _positive(name: str, value) -> float:
+    return check_real(name, value, f"0 < {name} < inf", lambda v: 0 < v < math.inf)
 
 
 def _ranks(ranks) -> int:
-    return checked_number("replicas", ranks, "an integer >= 1", lambda v: v >= 1, integer=True)
+    return _at_least("replicas", ranks, 1)
 
 
 def _bytes(nbytes) -> float:
-    return checked_number("payload_bytes", nbytes, "0 <= payload_bytes < inf", lambda v: 0 <= v < math.inf)
+    return _nonnegative("payload_bytes", nbytes)
 
 
 def _group(group_size, ranks=None) -> int:
     if ranks is None:
-        return checked_number("group_size", group_size, "an integer >= 1", lambda v: v >= 1, integer=True)
-    return checked_number("group_size", group_size, f"an integer >= 1 dividing replicas={ranks}",
-                   lambda v: v >= 1 and ranks % v == 0, integer=True)
+        return _at_least("group_size", group_size, 1)
+    return check_divides("group_size", group_size, "replicas", ranks)
 
 
 @dataclass(frozen=True)
 class Network:
-    """Hockney parameters of one link: ``latency`` (alpha, seconds per message),
-    ``seconds_per_byte`` (beta = 1 / bandwidth) and ``reduce_seconds_per_byte`` (gamma,
+    """Hockney parameters of one link: ``latency`` (L, seconds per message),
+    ``seconds_per_byte`` (b = 1 / bandwidth) and ``reduce_seconds_per_byte`` (r, the
     local reduction cost; 0 over the internet, where it is negligible)."""
 
     latency: float
@@ -66,21 +76,18 @@ class Network:
 
     def __post_init__(self):
         for name in ("latency", "seconds_per_byte", "reduce_seconds_per_byte"):
-            value = checked_number(name, getattr(self, name), "0 <= value < inf", lambda v: 0 <= v < math.inf)
-            object.__setattr__(self, name, value)
+            object.__setattr__(self, name, _nonnegative(name, getattr(self, name)))
 
     @classmethod
     def from_bandwidth(cls, latency: float, bits_per_second: float, reduce_seconds_per_byte: float = 0.0):
-        bw = checked_number("bandwidth", bits_per_second, "0 < bandwidth < inf (bits per second)",
-                     lambda v: 0 < v < math.inf)
-        return cls(latency, 8.0 / bw, reduce_seconds_per_byte)
+        return cls(latency, 8.0 / _positive("bandwidth", bits_per_second), reduce_seconds_per_byte)
 
     def message(self, nbytes: float) -> float:
-        """One point-to-point message: alpha + m beta (Hockney 1994)."""
+        """One point-to-point message: L + m b (Hockney 1994)."""
         return self.latency + nbytes * self.seconds_per_byte
 
     def bandwidth_delay_bytes(self) -> float:
-        """alpha / beta: the payload whose transfer takes as long as one latency."""
+        """L / b: the payload whose transfer takes as long as one latency."""
         return math.inf if self.seconds_per_byte == 0 else self.latency / self.seconds_per_byte
 
 
@@ -94,7 +101,7 @@ INTERNET = Network.from_bandwidth(latency=0.05, bits_per_second=1e9)
 def ring_allreduce(net: Network, nbytes: float, ranks: int) -> float:
     """Ring all-reduce: reduce-scatter then all-gather around a ring, p - 1 steps each,
     every step one message of m/p bytes:
-    ``2 (p-1) alpha + 2 (p-1)/p m beta + (p-1)/p m gamma``.
+    ``2 (p-1) L + 2 (p-1)/p m b + (p-1)/p m r``.
 
     Patarasuk & Yuan (2009), "Bandwidth optimal all-reduce algorithms for clusters of
     workstations", JPDC 69(2); Thakur, Rabenseifner & Gropp (2005), IJHPCA 19(1), sec. 4.5.
@@ -106,7 +113,7 @@ def ring_allreduce(net: Network, nbytes: float, ranks: int) -> float:
 
 def _power_of_two_fold(net: Network, m: float, p: int) -> tuple[int, float]:
     """Largest power of two p' <= p, and the cost of folding the p - p' extra ranks in
-    (one full message before and one after: ``2 alpha + 2 m beta + m gamma``), as
+    (one full message before and one after: ``2 L + 2 m b + m r``), as
     MPICH does for non-powers of two (Thakur, Rabenseifner & Gropp 2005, sec. 4.5)."""
     p2 = 1 << (p.bit_length() - 1)
     extra = 0.0 if p2 == p else 2 * net.message(m) + m * net.reduce_seconds_per_byte
@@ -115,7 +122,7 @@ def _power_of_two_fold(net: Network, m: float, p: int) -> tuple[int, float]:
 
 def recursive_doubling_allreduce(net: Network, nbytes: float, ranks: int) -> float:
     """Recursive doubling: lg p steps, each exchanging the full vector with the rank at
-    distance 2^k: ``lg p (alpha + m beta + m gamma)`` for p a power of two, plus the
+    distance 2^k: ``lg p (L + m b + m r)`` for p a power of two, plus the
     fold of :func:`_power_of_two_fold` otherwise.
 
     Thakur, Rabenseifner & Gropp (2005), sec. 4.5.
@@ -128,7 +135,7 @@ def recursive_doubling_allreduce(net: Network, nbytes: float, ranks: int) -> flo
 
 def rabenseifner_allreduce(net: Network, nbytes: float, ranks: int) -> float:
     """Rabenseifner: reduce-scatter by recursive halving, then all-gather by recursive
-    doubling: ``2 lg p alpha + 2 (p-1)/p m beta + (p-1)/p m gamma`` for p a power of
+    doubling: ``2 lg p L + 2 (p-1)/p m b + (p-1)/p m r`` for p a power of
     two, plus the fold of :func:`_power_of_two_fold` otherwise.
 
     Rabenseifner (2004), ICCS; Thakur, Rabenseifner & Gropp (2005), sec. 4.5.
@@ -149,7 +156,7 @@ def _pipelined_trees(net: Network, m: float, p: int, trees: int, segments: int |
     of D + k - 1 stages of c messages. With two trees every node is interior in one
     and a leaf in the other (Sanders, Speck & Traeff 2009), so its two send slots per
     stage carry one segment of each tree. In total
-    ``T(k) = (D + k - 1) c (2 alpha + m / (trees k) (2 beta + gamma))``, minimised over
+    ``T(k) = (D + k - 1) c (2 L + m / (trees k) (2 b + r))``, minimised over
     integer k >= 1 unless ``segments`` is given. The broadcast does not overlap the
     reduce (overlap would save at most a quarter of the bandwidth term).
     """
@@ -163,7 +170,7 @@ def _pipelined_trees(net: Network, m: float, p: int, trees: int, segments: int |
         return (depth + k - 1) * (a + b / k)
 
     if segments is not None:
-        return cost(checked_number("segments", segments, "an integer >= 1", lambda v: v >= 1, integer=True))
+        return cost(_at_least("segments", segments, 1))
     # T(k) = (D-1) a + b + k a + (D-1) b / k is convex in k; its real minimiser is
     # sqrt((D-1) b / a), so the integer optimum is its floor or its ceiling.
     if depth <= 1 or b == 0:
@@ -175,8 +182,8 @@ def _pipelined_trees(net: Network, m: float, p: int, trees: int, segments: int |
 
 def binary_tree_allreduce(net: Network, nbytes: float, ranks: int, segments: int | None = None) -> float:
     """Binary-tree all-reduce: pipelined reduce then broadcast along one binary tree;
-    see :func:`_pipelined_trees`. Latency-bound (k = 1): ``4 D (alpha + m beta) + 2 D m
-    gamma``; bandwidth-bound (large k): ``4 m beta + 2 m gamma``.
+    see :func:`_pipelined_trees`. Latency-bound (k = 1): ``4 D (L + m b) + 2 D m r``;
+    bandwidth-bound (large k): ``4 m b + 2 m r``.
 
     Pipelined binary-tree collectives as analysed by Sanders, Speck & Traeff (2009),
     "Two-tree algorithms for full bandwidth broadcast, reduction and scan", Parallel
@@ -188,7 +195,7 @@ def binary_tree_allreduce(net: Network, nbytes: float, ranks: int, segments: int
 def double_binary_tree_allreduce(net: Network, nbytes: float, ranks: int, segments: int | None = None) -> float:
     """Double-binary-tree all-reduce: two complementary binary trees, each reducing and
     broadcasting half of the vector (the scheme NCCL uses). Same latency as one tree,
-    half its bandwidth term: ``2 m beta + m gamma`` for large messages, like the ring.
+    half its bandwidth term: ``2 m b + m r`` for large messages, like the ring.
 
     Sanders, Speck & Traeff (2009), Parallel Computing 35(12) (two-tree algorithms).
     """
@@ -211,25 +218,25 @@ def root_group_exchange(net: Network, nbytes: float, group_size: int, vectors: i
     al. 2025, code ``sparse_optimizer_c.outer_step``): every member sends its slow
     weights and its progress (``vectors`` = 2 messages of m bytes) to the group's
     first rank; the root receives them one at a time, averages, and sends both means
-    back to every member: ``vectors (n-1) (2 alpha + m (2 beta + gamma))``.
-    For a pair: ``4 alpha + 4 m beta + 2 m gamma``.
+    back to every member: ``vectors (n-1) (2 L + m (2 b + r))``.
+    For a pair: ``4 L + 4 m b + 2 m r``.
 
     The reference loops over parameter tensors with blocking calls, so its latency
     term is paid once per tensor; this model assumes one flattened bucket.
     """
     n, m = _group(group_size), _bytes(nbytes)
-    v = checked_number("vectors", vectors, "an integer >= 1", lambda x: x >= 1, integer=True)
+    v = _at_least("vectors", vectors, 1)
     return v * (n - 1) * (2 * net.latency + m * (2 * net.seconds_per_byte + net.reduce_seconds_per_byte))
 
 
 def direct_group_exchange(net: Network, nbytes: float, group_size: int) -> float:
-    """Direct exchange: n - 1 rounds of pairwise swaps (round r: send to i + r, receive
-    from i - r, mod n), one message of m bytes each way per round, then a local sum:
-    ``(n-1) (alpha + m beta + m gamma)``; a pair costs one message time.
+    """Direct exchange: n - 1 rounds of pairwise swaps (round k: send to i + k, receive
+    from i - k, mod n), one message of m bytes each way per round, then a local sum:
+    ``(n-1) (L + m b + m r)``; a pair costs one message time.
 
-    One vector suffices: the NoLoCo update needs mean(beta Delta + gamma phi) only,
-    since beta mean(Delta) + gamma (mean(phi) - phi_i) = mean(beta Delta + gamma phi)
-    - gamma phi_i. The round schedule is the pairwise-exchange all-to-all of Thakur,
+    One vector suffices: the NoLoCo update (outer step beta, gamma) needs only
+    mean(beta Delta + gamma phi), since beta mean(Delta) + gamma (mean(phi) - phi_i) =
+    mean(beta Delta + gamma phi) - gamma phi_i. The round schedule is the pairwise-exchange all-to-all of Thakur,
     Rabenseifner & Gropp (2005), sec. 4.6.
     """
     n, m = _group(group_size), _bytes(nbytes)
@@ -237,11 +244,10 @@ def direct_group_exchange(net: Network, nbytes: float, group_size: int) -> float
 
 
 def group_exchange(net: Network, nbytes: float, group_size: int, exchange: str = "root") -> float:
-    if exchange == "root":
+    """One NoLoCo group exchange, ``root``-mediated (the reference code) or ``direct``."""
+    if check_choice("exchange", exchange, EXCHANGES) == "root":
         return root_group_exchange(net, nbytes, group_size)
-    if exchange == "direct":
-        return direct_group_exchange(net, nbytes, group_size)
-    raise ConfigError(f"exchange={exchange!r} is not allowed; allowed: {', '.join(EXCHANGES)}")
+    return direct_group_exchange(net, nbytes, group_size)
 
 
 @dataclass(frozen=True)
@@ -326,10 +332,8 @@ class Jitter:
     cv: float = 0.1
 
     def __post_init__(self):
-        if self.kind not in JITTER_KINDS:
-            raise ConfigError(f"jitter={self.kind!r} is not allowed; allowed: {', '.join(JITTER_KINDS)}")
-        cv = checked_number("jitter_cv", self.cv, "0 <= jitter_cv <= 10", lambda v: 0 <= v <= 10)
-        object.__setattr__(self, "cv", cv)
+        check_choice("jitter", self.kind, JITTER_KINDS)
+        object.__setattr__(self, "cv", check_real("jitter_cv", self.cv, "0 <= jitter_cv <= 10", lambda v: 0 <= v <= 10))
 
     def dist(self):
         """The frozen scipy distribution (mean 1), or None when cv = 0."""
@@ -363,12 +367,23 @@ class Hardware:
         if not classes:
             raise ConfigError("hardware=() is empty; allowed: one or more fraction:slowdown pairs")
         for f, s in classes:
-            checked_number("hardware fraction", f, "0 < fraction <= 1", lambda v: 0 < v <= 1)
-            checked_number("hardware slowdown", s, "0 < slowdown < inf", lambda v: 0 < v < math.inf)
+            check_real("hardware fraction", f, "0 < fraction <= 1", lambda v: 0 < v <= 1)
+            _positive("hardware slowdown", s)
         total = sum(f for f, _ in classes)
         if abs(total - 1) > 1e-9:
             raise ConfigError(f"hardware fractions sum to {total!r}; allowed: fractions summing to 1")
         object.__setattr__(self, "classes", classes)
+
+    @classmethod
+    def parse(cls, text: str) -> "Hardware":
+        """``'0.75:1,0.25:1.5'`` -> ``Hardware(((0.75, 1.0), (0.25, 1.5)))``."""
+        try:
+            pairs = [tuple(float(x) for x in item.split(":")) for item in text.split(",")]
+        except ValueError:
+            pairs = [()]
+        if any(len(pair) != 2 for pair in pairs):
+            raise ConfigError(f"hardware={text!r} is malformed; allowed: comma-separated fraction:slowdown pairs")
+        return cls(tuple(pairs))
 
     @property
     def homogeneous(self) -> bool:
@@ -417,10 +432,6 @@ def expected_max(jitter: Jitter, slowdowns, counts) -> float:
     return lo + value
 
 
-def checked_compute_seconds(value) -> float:
-    return checked_number("compute_seconds", value, "0 < compute_seconds < inf", lambda v: 0 < v < math.inf)
-
-
 def barrier_idle_fraction(jitter: Jitter, replicas: int, hardware: Hardware = Hardware(),
                           sync_seconds: float = 0.0, compute_seconds: float = 1.0) -> float:
     """Closed form for a global barrier (DiLoCo): each outer step lasts the slowest
@@ -428,7 +439,7 @@ def barrier_idle_fraction(jitter: Jitter, replicas: int, hardware: Hardware = Ha
     ``1 - E[Y] / (E[max_N Y] + sync)``, exact because the barrier resets every step.
     Idle counts waiting and communicating alike (the accelerator computes nothing)."""
     N = _ranks(replicas)
-    c = checked_compute_seconds(compute_seconds)
+    c = _positive("compute_seconds", compute_seconds)
     slow = [s for _, s in hardware.classes]
     counts = hardware.counts(N)
     mean = float(np.dot(slow, counts) / N)
@@ -442,7 +453,7 @@ def group_first_step_idle_fraction(jitter: Jitter, group_size: int, sync_seconds
     ``1 - 1 / (E[max_n X] + sync)``. Later steps idle more, because a member's start is
     delayed by its previous group (see :func:`simulate_idle`); this is a lower bound."""
     n = _group(group_size)
-    c = checked_compute_seconds(compute_seconds)
+    c = _positive("compute_seconds", compute_seconds)
     return 1 - c / (c * expected_max(jitter, [1.0], [n]) + sync_seconds)
 
 
@@ -490,11 +501,6 @@ class IdleResult:
         return out
 
 
-def _mean_se(per_trial: np.ndarray) -> tuple[float, float]:
-    se = per_trial.std(ddof=1) / math.sqrt(per_trial.size) if per_trial.size > 1 else math.nan
-    return float(per_trial.mean()), float(se)
-
-
 def simulate_idle(replicas: int, group_size: int = 2, jitter: Jitter = Jitter(), hardware: Hardware = Hardware(),
                   steps: int = 200, trials: int = 16, barrier_sync: float = 0.0, group_sync: float = 0.0,
                   burn_in: int | None = None, seed: int = 0, progress: bool = False) -> IdleResult:
@@ -513,34 +519,108 @@ def simulate_idle(replicas: int, group_size: int = 2, jitter: Jitter = Jitter(),
 
     N = _ranks(replicas)
     n = _group(group_size, N)
-    T = checked_number("steps", steps, "an integer >= 2", lambda v: v >= 2, integer=True)
-    R = checked_number("trials", trials, "an integer >= 2", lambda v: v >= 2, integer=True)
-    T0 = T // 4 if burn_in is None else checked_number("burn_in", burn_in, f"0 <= burn_in < steps={T}",
-                                                 lambda v: 0 <= v < T, integer=True)
+    steps = _at_least("steps", steps, 2)
+    trials = _at_least("trials", trials, 2)
+    burn_in = steps // 4 if burn_in is None else check_integer(
+        "burn_in", burn_in, f"0 <= burn_in < steps={steps}", lambda v: 0 <= v < steps)
     rng = np.random.default_rng(seed)
     slow = hardware.slowdowns(N)
-    start = np.zeros((R, N))
+    start = np.zeros((trials, N))
     start_at_burn_in = start
-    barrier_total = np.zeros(R)
-    compute_total = np.zeros(R)
+    barrier_total = np.zeros(trials)
+    compute_total = np.zeros(trials)
     first_group_max = None
-    for t in tqdm(range(T), desc=f"idle N={N} n={n}", disable=not progress, leave=False):
-        y = slow * jitter.sample(rng, (R, N))
+    for t in tqdm(range(steps), desc=f"idle N={N} n={n}", disable=not progress, leave=False):
+        y = slow * jitter.sample(rng, (trials, N))
         barrier_total += y.max(axis=1) + barrier_sync
-        if t >= T0:
+        if t >= burn_in:
             compute_total += y.mean(axis=1)
-        perm = random_permutations(rng, (R,), N)
-        arrive = np.take_along_axis(start + y, perm, axis=1).reshape(R, N // n, n)
+        perm = random_permutations(rng, (trials,), N)
+        arrive = np.take_along_axis(start + y, perm, axis=1).reshape(trials, N // n, n)
         gmax = np.repeat(arrive.max(axis=2), n, axis=1)
         if t == 0:
             first_group_max = gmax.mean(axis=1)
         start = np.empty_like(start)
         np.put_along_axis(start, perm, gmax + group_sync, axis=1)
-        if t + 1 == T0:
+        if t + 1 == burn_in:
             start_at_burn_in = start
-    barrier, barrier_se = _mean_se(barrier_total / T)
-    span = T - T0
-    noloco, noloco_se = _mean_se((start - start_at_burn_in).mean(axis=1) / span)
-    first, first_se = _mean_se(first_group_max)
-    return IdleResult(N, n, T, R, float(compute_total.mean() / span), barrier, barrier_se,
+    barrier, barrier_se = mean_se(barrier_total / steps)
+    span = steps - burn_in
+    noloco, noloco_se = mean_se((start - start_at_burn_in).mean(axis=1) / span)
+    first, first_se = mean_se(first_group_max)
+    return IdleResult(N, n, steps, trials, float(compute_total.mean() / span), barrier, barrier_se,
                       noloco, noloco_se, first, first_se)
+
+
+# ---------------------------------------------------------------- the report of `noloco comm`
+
+def report(*, params: float = 1e6, bytes_per_value: float = 2.0, replicas: int = 256, group_size: int = 2,
+           latency: float = 0.05, bandwidth: float = 1e9, reduce_seconds_per_byte: float = 0.0,
+           algorithm: str = "best", exchange: str = "root", jitter: str = "lognormal", jitter_cv: float = 0.1,
+           hardware: str = "1:1", compute_seconds: float = 30.0, steps: int = 200, trials: int = 8,
+           seed: int = 0, progress: bool = False) -> dict:
+    """Everything `noloco comm` prints, as data: seconds per synchronisation for every all-reduce
+    and the NoLoCo exchange, the speed-ups, where the speed-up falls with the payload, and the
+    idle fractions (closed forms and :func:`simulate_idle`). ``bandwidth`` is in bits per second,
+    ``hardware`` the text of :meth:`Hardware.parse`, ``algorithm`` the all-reduce the barrier pays
+    (``best``: the fastest). Every input is validated before any work (ConfigError)."""
+    from theory.io import SCHEMA_VERSION
+
+    params = _nonnegative("params", params)
+    width = check_real("bytes_per_value", bytes_per_value, "0 < bytes_per_value <= 16", lambda v: 0 < v <= 16)
+    net = Network.from_bandwidth(latency, bandwidth, reduce_seconds_per_byte)
+    compute = _positive("compute_seconds", compute_seconds)
+    check_choice("algorithm", algorithm, ("best",) + tuple(ALLREDUCE))
+    payload = params * width
+    cost = sync_cost(net, payload, replicas, group_size, exchange)
+    latency_only = sync_cost(Network(net.latency, 0.0), payload, replicas, group_size, exchange)
+    jitter_model, machines = Jitter(jitter, jitter_cv), Hardware.parse(hardware)
+
+    name = min(cost.allreduce_seconds, key=cost.allreduce_seconds.get) if algorithm == "best" else algorithm
+    barrier_sync, group_sync = cost.allreduce_seconds[name], cost.group_exchange_seconds
+    sim = simulate_idle(replicas, group_size, jitter_model, machines, steps=steps, trials=trials,
+                        barrier_sync=barrier_sync / compute, group_sync=group_sync / compute, seed=seed,
+                        progress=progress)
+    log2n = math.log2(replicas)
+
+    def share(part: float, whole: float) -> float:  # of a time, what latency alone accounts for
+        return part / whole if whole else 1.0
+
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "inputs": {
+            "params": params, "bytes_per_value": width, "payload_bytes": payload,
+            "replicas": replicas, "group_size": group_size, "latency_s": net.latency,
+            "bandwidth_bits_per_s": float(bandwidth),
+            "reduce_seconds_per_byte": net.reduce_seconds_per_byte, "exchange": exchange,
+            "algorithm": name, "jitter": jitter, "jitter_cv": jitter_model.cv,
+            "hardware": [list(c) for c in machines.classes], "compute_seconds": compute,
+            "steps": steps, "trials": trials, "seed": seed,
+        },
+        "allreduce_seconds": cost.allreduce_seconds,
+        "tree_seconds": cost.tree_seconds,
+        "group_exchange_seconds": cost.group_exchange_seconds,
+        "group_exchange_seconds_by_kind": {
+            kind: group_exchange(net, payload, group_size, kind) for kind in EXCHANGES},
+        "speedup_vs_tree": cost.speedup_vs_tree,
+        "speedup_vs_ring": cost.speedup_vs_ring,
+        "speedup_vs_best": cost.speedup_vs_best,
+        "log2_replicas": log2n,
+        "bandwidth_delay_bytes": net.bandwidth_delay_bytes(),
+        "latency_share": {
+            "group_exchange": share(latency_only.group_exchange_seconds, cost.group_exchange_seconds),
+            "tree": share(latency_only.tree_seconds, cost.tree_seconds),
+        },
+        "payload_bytes_where_speedup_vs_tree": {
+            "half_log2N": payload_at_speedup(net, replicas, log2n / 2, group_size, exchange),
+            "1": payload_at_speedup(net, replicas, 1.0, group_size, exchange),
+        },
+        "idle_fraction_barrier": sim.barrier_idle_fraction,
+        "idle_fraction_noloco": sim.noloco_idle_fraction,
+        "idle": {
+            "barrier_closed_form": barrier_idle_fraction(jitter_model, replicas, machines, barrier_sync, compute),
+            "noloco_first_step_closed_form": group_first_step_idle_fraction(
+                jitter_model, group_size, group_sync, compute) if machines.homogeneous else None,
+            "simulation": sim.as_dict(),
+        },
+    }

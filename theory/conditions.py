@@ -14,9 +14,8 @@ import numpy as np
 
 from theory import numeric
 from theory.config import InnerConfig, OuterConfig
+from theory.io import SCHEMA_VERSION
 from theory.spectrum import Spectrum
-
-SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
@@ -55,21 +54,28 @@ class Analysis:
     def stationary_variance(self) -> float:
         return float(sum(self.variance))
 
+    @property
+    def stationary_std(self) -> float:
+        with np.errstate(invalid="ignore"):  # an unstable setting's variance may be negative: nan
+            return float(np.sqrt(self.stationary_variance))
+
     def to_json(self) -> dict:
+        """The analysis as data. Unbounded quantities (an unstable setting) stay inf here; strict
+        JSON output (:func:`theory.io.print_json`) writes them as null with the reason beside them."""
         return {
             "schema_version": SCHEMA_VERSION,
             "outer": asdict(self.outer),
             "inner": asdict(self.inner),
             "kappa": self.outer.kappa,
             "stable": self.stable,
-            "mean_spectral_radius": finite_or_none(self.mean_spectral_radius),
-            "variance_decay_factor": finite_or_none(self.variance_decay_factor),
-            "stationary_variance": finite_or_none(self.stationary_variance),
-            "stationary_std": finite_or_none(np.sqrt(self.stationary_variance)),
-            "conditions": [dict(asdict(c), value=finite_or_none(c.value)) for c in self.conditions],
+            "mean_spectral_radius": self.mean_spectral_radius,
+            "variance_decay_factor": self.variance_decay_factor,
+            "stationary_variance": self.stationary_variance,
+            "stationary_std": self.stationary_std,
+            "conditions": [asdict(c) for c in self.conditions],
             "directions": [
-                {"curvature": lam, "c": c, "s2": s2, "mean_spectral_radius": finite_or_none(r),
-                 "variance_decay_factor": finite_or_none(d), "stationary_variance": finite_or_none(v)}
+                {"curvature": lam, "c": c, "s2": s2, "mean_spectral_radius": r,
+                 "variance_decay_factor": d, "stationary_variance": v}
                 for lam, c, s2, r, d, v in zip(self.curvatures, self.c, self.s2, self.mean_radius,
                                                self.decay_factor, self.variance)
             ],
@@ -85,12 +91,13 @@ def spread_condition(outer: OuterConfig, decay: float) -> Condition:
     return Condition(name, decay, decay < 1, "< 1 (second moments of the deviations from the mean)")
 
 
-def finite_or_none(value):
-    """JSON has no inf or NaN: an unbounded quantity is written as null."""
-    return float(value) if np.isfinite(value) else None
-
-
 def analyse(outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum) -> Analysis:
+    with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
+        # a diverging setting overflows to inf (or nan): that is the answer, reported as unstable
+        return _analyse(outer, inner, spectrum)
+
+
+def _analyse(outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum) -> Analysis:
     lam = spectrum.array
     c, s2 = numeric.inner_sgd(inner.lr, lam, inner.steps, inner.noise)
     rule = (outer.alpha, outer.beta, outer.gamma)

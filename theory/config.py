@@ -9,7 +9,7 @@ which condition it violates.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from numbers import Integral, Real
 
 MOMENTUM_CONVENTIONS = ("heavy-ball", "nesterov")
@@ -19,7 +19,8 @@ class ConfigError(ValueError):
     """A hyperparameter outside its allowed range."""
 
 
-def check_real(name: str, value, allowed: str, ok) -> float:
+def check_real(name: str, value, allowed: str, ok=lambda v: True) -> float:
+    """A finite-or-infinite real number (never NaN) for which ``ok`` holds."""
     if isinstance(value, bool) or not isinstance(value, Real):
         raise ConfigError(f"{name}={value!r} is not a number; allowed: {allowed}")
     value = float(value)
@@ -28,13 +29,34 @@ def check_real(name: str, value, allowed: str, ok) -> float:
     return value
 
 
-def check_integer(name: str, value, allowed: str, ok) -> int:
+def check_integer(name: str, value, allowed: str, ok=lambda v: True) -> int:
     if isinstance(value, bool) or not isinstance(value, Integral):
         raise ConfigError(f"{name}={value!r} is not an integer; allowed: {allowed}")
     value = int(value)
     if not ok(value):
         raise ConfigError(f"{name}={value!r} is out of range; allowed: {allowed}")
     return value
+
+
+def check_choice(name: str, value, choices) -> str:
+    if value not in choices:
+        raise ConfigError(f"{name}={value!r} is not allowed; allowed: {', '.join(map(str, choices))}")
+    return value
+
+
+def check_divides(name: str, value, total_name: str, total: int) -> int:
+    """An integer >= 1 dividing ``total`` (a group size dividing the replica count)."""
+    return check_integer(name, value, f"an integer >= 1 dividing {total_name}={total}",
+                         lambda v: v >= 1 and total % v == 0)
+
+
+def check_fields(obj, rules: dict, names: dict | None = None) -> None:
+    """Validate and normalise the fields of a frozen dataclass: ``rules`` maps a field name to
+    ``(checker, *args)``, called as ``checker(shown, value, *args)`` with ``shown`` the field's
+    name in messages (``names`` may rename it after its flag); the result is stored back."""
+    for name, (checker, *args) in rules.items():
+        shown = (names or {}).get(name, name)
+        object.__setattr__(obj, name, checker(shown, getattr(obj, name), *args))
 
 
 @dataclass(frozen=True)
@@ -60,22 +82,15 @@ class OuterConfig:
 
     def __post_init__(self):
         N = check_integer("replicas", self.replicas, "an integer >= 1", lambda v: v >= 1)
-        n = check_integer(
-            "group_size", self.group_size, f"an integer >= 1 dividing replicas={N}",
-            lambda v: v >= 1 and N % v == 0,
-        )
         object.__setattr__(self, "replicas", N)
-        object.__setattr__(self, "group_size", n)
-        object.__setattr__(self, "alpha", check_real("alpha", self.alpha, "0 <= alpha < 1", lambda v: 0 <= v < 1))
-        object.__setattr__(self, "beta", check_real("beta", self.beta, "beta >= 0 and finite", lambda v: 0 <= v < math.inf))
-        object.__setattr__(
-            self, "gamma",
-            check_real("gamma", self.gamma,
-                  "gamma >= 0 and finite (the spread is stable only for gamma in a bounded range; "
-                  "see `noloco check`)", lambda v: 0 <= v < math.inf),
-        )
-        if self.momentum not in MOMENTUM_CONVENTIONS:
-            raise ConfigError(f"momentum={self.momentum!r} is not allowed; allowed: {', '.join(MOMENTUM_CONVENTIONS)}")
+        check_fields(self, {
+            "group_size": (check_divides, "replicas", N),
+            "alpha": (check_real, "0 <= alpha < 1", lambda v: 0 <= v < 1),
+            "beta": (check_real, "0 <= beta < inf", lambda v: 0 <= v < math.inf),
+            "gamma": (check_real, "0 <= gamma < inf (the spread is stable only for gamma in a bounded range; "
+                                  "see `noloco check`)", lambda v: 0 <= v < math.inf),
+            "momentum": (check_choice, MOMENTUM_CONVENTIONS),
+        })
 
     @property
     def kappa(self) -> float:
@@ -97,9 +112,11 @@ class InnerConfig:
     noise: float = 1.0
 
     def __post_init__(self):
-        object.__setattr__(self, "lr", check_real("inner_lr", self.lr, "0 < inner_lr < inf", lambda v: 0 < v < math.inf))
-        object.__setattr__(self, "steps", check_integer("inner_steps", self.steps, "an integer >= 1", lambda v: v >= 1))
-        object.__setattr__(self, "noise", check_real("noise", self.noise, "0 <= noise < inf", lambda v: 0 <= v < math.inf))
+        check_fields(self, {
+            "lr": (check_real, "0 < inner_lr < inf", lambda v: 0 < v < math.inf),
+            "steps": (check_integer, "an integer >= 1", lambda v: v >= 1),
+            "noise": (check_real, "0 <= noise < inf", lambda v: 0 <= v < math.inf),
+        }, names={"lr": "inner_lr", "steps": "inner_steps"})
 
 
 def group_kappa(replicas, group_size):
@@ -109,27 +126,3 @@ def group_kappa(replicas, group_size):
     if replicas == 1:
         return 0.0
     return (replicas - group_size) / (group_size * (replicas - 1))
-
-
-@dataclass(frozen=True)
-class Preset:
-    outer: OuterConfig
-    inner: InnerConfig
-    note: str = ""
-
-    def as_dict(self) -> dict:
-        return {"outer": asdict(self.outer), "inner": asdict(self.inner), "note": self.note}
-
-
-PRESETS: dict[str, Preset] = {
-    "paper": Preset(
-        OuterConfig(replicas=8, group_size=2, alpha=0.5, beta=0.7, gamma=0.7, momentum="heavy-ball"),
-        InnerConfig(lr=0.01, steps=50, noise=1.0),
-        "NoLoCo reference configuration: pairs, alpha 0.5, beta = gamma = 0.7, H 50, heavy-ball",
-    ),
-    "diloco": Preset(
-        OuterConfig(replicas=8, group_size=8, alpha=0.9, beta=0.7, gamma=0.0, momentum="nesterov"),
-        InnerConfig(lr=0.01, steps=500, noise=1.0),
-        "DiLoCo: all-reduce (n = N), Nesterov alpha 0.9, beta 0.7, H 500",
-    ),
-}

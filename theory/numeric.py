@@ -1,79 +1,18 @@
-"""The symbolic results of :mod:`theory.symbolic`, compiled to vectorised numpy.
+"""The symbolic results of :mod:`theory.symbolic`, as vectorised numpy.
 
 Every function broadcasts over its arguments, so a whole grid of hyperparameters is
-one call. The generated numpy source is cached on disk (``$NOLOCO_CACHE`` or
-``~/.cache/noloco``) under a hash of the sources it was derived from, so only the
-first call pays for sympy (a few seconds); later processes load it without sympy.
+one call. The expressions come from :mod:`theory.compiled`, a module generated from the
+sympy derivation and kept in the repository (``python -m theory.codegen`` rewrites it;
+``tests/test_compiled.py`` fails while it is stale), so nothing here needs sympy.
 """
 
 from __future__ import annotations
 
-import functools
-import hashlib
-import json
-import os
-from pathlib import Path
-
 import numpy as np
 
-from theory.atomic import atomic_write_text
+from theory.compiled import FUNCTIONS
 from theory.config import MOMENTUM_CONVENTIONS, group_kappa
 from theory.jury import jury_cubic, jury_quadratic
-
-_ARGS = ("alpha", "beta", "gamma", "c", "kappa")
-_SOURCES = ("outer.py", "jury.py", "symbolic.py", "numeric.py")
-
-
-def cache_dir() -> Path:
-    return Path(os.environ.get("NOLOCO_CACHE") or Path.home() / ".cache" / "noloco")
-
-
-def _source_hash() -> str:
-    here = Path(__file__).parent
-    digest = hashlib.sha256()
-    for name in _SOURCES:
-        digest.update((here / name).read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def _generate() -> dict:
-    import sympy as sp
-    from sympy.printing.numpy import NumPyPrinter
-
-    from theory import symbolic as S
-
-    printer = NumPyPrinter({"fully_qualified_modules": True})
-    code = {}
-    for momentum in MOMENTUM_CONVENTIONS:
-        th = S.derive(momentum)
-        exprs = {
-            "mean_charpoly": list(th.mean_charpoly),
-            "spread_charpoly": list(th.spread_charpoly),
-            "spread_ratio": [th.spread_ratio],
-            "M": list(th.M),
-            "T": list(th.T),
-            "f": list(th.f),
-        }
-        code[momentum] = {k: [printer.doprint(sp.sympify(e)) for e in v] for k, v in exprs.items()}
-    return code
-
-
-@functools.lru_cache(maxsize=None)
-def _compiled() -> dict:
-    path = cache_dir() / f"theory-{_source_hash()}.json"
-    try:
-        code = json.loads(path.read_text())
-    except (OSError, ValueError):
-        code = _generate()
-        try:
-            atomic_write_text(path, json.dumps(code))
-        except OSError:
-            pass  # a read-only home only costs the derivation next time
-    signature = "lambda " + ", ".join(_ARGS) + ": "
-    return {
-        momentum: {k: [eval(signature + e, {"numpy": np}) for e in exprs] for k, exprs in parts.items()}
-        for momentum, parts in code.items()
-    }
 
 
 def _eval(momentum: str, part: str, alpha, beta, gamma, c, kappa=0.0):
@@ -83,7 +22,7 @@ def _eval(momentum: str, part: str, alpha, beta, gamma, c, kappa=0.0):
     args = [np.asarray(a, dtype=float) for a in (alpha, beta, gamma, c, kappa)]
     shape = np.broadcast_shapes(*(a.shape for a in args))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
-        return [np.broadcast_to(fn(*args), shape) for fn in _compiled()[momentum][part]]
+        return [np.broadcast_to(e, shape) for e in FUNCTIONS[momentum][part](*args)]
 
 
 # ---------------------------------------------------------------- inner phase
@@ -173,11 +112,10 @@ def mean_stable(alpha, beta, gamma, c, momentum="heavy-ball"):
 def stationary_variance(alpha, beta, gamma, c, s2, replicas, group_size, momentum="heavy-ball"):
     """Stationary E[(phi_i - mean_j phi_j)^2] per coordinate, closed form; inf where
     the spread is unstable. Zero for n = N (DiLoCo) and for N = 1."""
-    replicas = np.asarray(replicas, dtype=float)
-    group_size = np.asarray(group_size, dtype=float)
-    kappa = np.where(replicas > 1, (replicas - group_size) / (group_size * np.maximum(replicas - 1, 1)), 0.0)
+    # group_kappa branches on N = 1 in Python, so arrays of (N, n) go through it elementwise
+    kappa = np.vectorize(group_kappa, otypes=[float])(replicas, group_size)
     (ratio,) = _eval(momentum, "spread_ratio", alpha, beta, gamma, c, kappa)
-    share = 1.0 / group_size - 1.0 / replicas
+    share = noise_share(replicas, group_size)
     stable = spread_stable(alpha, beta, gamma, c, kappa, momentum)
     with np.errstate(invalid="ignore", divide="ignore"):
         value = np.asarray(s2, dtype=float) * share * ratio
@@ -193,16 +131,27 @@ def transition(alpha, beta, gamma, c, kappa, momentum="heavy-ball"):
             np.stack(f, -1))
 
 
+def noise_share(replicas, group_size):
+    """1/n - 1/N: the share of the progress noise that group averaging leaves in a deviation."""
+    return 1.0 / np.asarray(group_size, dtype=float) - 1.0 / np.asarray(replicas, dtype=float)
+
+
+def second_moment_step(T, v, s2, replicas, group_size, f):
+    """One step of the exact second-moment recursion v' = T v + s2 (1/n - 1/N) f on
+    v = (E z^2, E z u, E u^2): T (..., 3, 3), v and f (..., 3), s2 (...), broadcast over
+    the leading dimensions."""
+    forcing = np.asarray(s2, dtype=float)[..., None] * noise_share(replicas, group_size) * f
+    return np.einsum("...ij,...j->...i", T, v) + forcing
+
+
 def spread_trajectory(outer, c, s2, steps, initial=(0.0, 0.0, 0.0)):
-    """Exact E z_t^2 (per coordinate) for t = 0..steps from the closed recursion
-    v' = T v + s2 (1/n - 1/N) f, starting from vech(S) = ``initial``."""
+    """Exact E z_t^2 (per coordinate) for t = 0..steps from :func:`second_moment_step`,
+    starting from vech(S) = ``initial``."""
     kappa = group_kappa(outer.replicas, outer.group_size)
     _, T, f = transition(outer.alpha, outer.beta, outer.gamma, c, kappa, outer.momentum)
-    share = 1.0 / outer.group_size - 1.0 / outer.replicas
     v = np.broadcast_to(np.asarray(initial, dtype=float), T.shape[:-2] + (3,)).copy()
     out = [v[..., 0].copy()]
-    forcing = np.asarray(s2)[..., None] * share * f
     for _ in range(steps):
-        v = np.einsum("...ij,...j->...i", T, v) + forcing
+        v = second_moment_step(T, v, s2, outer.replicas, outer.group_size, f)
         out.append(v[..., 0].copy())
     return np.stack(out, axis=-1)

@@ -9,6 +9,9 @@ import numpy as np
 
 from theory.config import ConfigError
 
+#: the curvature of the one-direction quadratic when none is given
+DEFAULT_CURVATURE = 1.0
+
 
 @dataclass(frozen=True)
 class Spectrum:

@@ -27,11 +27,12 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from theory import numeric
-from theory.config import ConfigError, InnerConfig, OuterConfig, check_real, group_kappa
+from theory.config import (ConfigError, InnerConfig, OuterConfig, check_choice, check_integer, check_real,
+                           group_kappa)
 from theory.spectrum import Spectrum
 
-SCHEMA_VERSION = 1
 OBJECTIVES = ("rate", "steps", "inner-steps")
+TUNABLE = ("n", "H")  # besides alpha, beta, gamma
 TIE_BREAK = 1e-3   # weight of spread / budget in the score: prefers the smaller spread at equal rate
 ALPHA_MAX = 0.95   # beyond this the mean's rate sqrt(alpha) is poor and transients are long
 
@@ -54,10 +55,8 @@ class TuneProblem:
     def __post_init__(self):
         check_real("spread_budget", self.budget, "0 < spread_budget < inf", lambda v: 0 < v < math.inf)
         check_real("target", self.target, "0 < target < 1", lambda v: 0 < v < 1)
-        if self.objective not in OBJECTIVES:
-            raise ConfigError(f"objective={self.objective!r} is not allowed; allowed: {', '.join(OBJECTIVES)}")
-        if not (isinstance(self.grid, int) and 4 <= self.grid <= 200):
-            raise ConfigError(f"grid={self.grid!r} is out of range; allowed: an integer in 4..200")
+        check_choice("objective", self.objective, OBJECTIVES)
+        check_integer("grid", self.grid, "an integer in 4..200", lambda v: 4 <= v <= 200)
         for h in self.tune_h:
             InnerConfig(lr=self.inner.lr, steps=h, noise=self.inner.noise)  # validates each H
 
@@ -71,6 +70,35 @@ class TuneProblem:
             raise ConfigError(f"replicas={N}: --tune n needs a divisor 2 <= n < N")
         hs = list(self.tune_h) or [self.inner.steps]
         return [(n, h) for n in ns for h in hs]
+
+
+def given_spread(outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum) -> float:
+    """The stationary spread of the given setting: the default budget, so that the answer is
+    compared with the given setting at equal spread."""
+    from theory.conditions import analyse
+
+    return analyse(outer, inner, spectrum).stationary_variance
+
+
+def make_problem(method: str, outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum, *,
+                 budget: float | None = None, objective: str = "rate", target: float = 1e-3, tune=(),
+                 h_values=(), grid: int = 24) -> TuneProblem:
+    """The tuning problem of a resolved setting (see :func:`theory.methods.resolve`): ``tune``
+    names what to search besides alpha, beta, gamma (a subset of :data:`TUNABLE`), ``h_values``
+    the candidate H of ``tune`` H; ``budget`` defaults to :func:`given_spread`."""
+    if method != "noloco":
+        raise ConfigError(f"method={method!r} is not allowed; allowed: noloco (the tuner searches alpha, beta "
+                          f"and gamma, which method={method!r} fixes)")
+    unknown = [w for w in tune if w not in TUNABLE]
+    if unknown:
+        raise ConfigError(f"tune={','.join(tune)!r} is not allowed; allowed: any of {', '.join(TUNABLE)}")
+    if budget is None:
+        budget = given_spread(outer, inner, spectrum)
+        if not (math.isfinite(budget) and budget > 0):
+            raise ConfigError(f"spread_budget is needed: the given setting has no finite positive stationary "
+                              f"spread ({budget:.3g}: unstable, or n = N); give one")
+    return TuneProblem(outer, inner, spectrum, budget, objective, target, "n" in tune,
+                       tuple(h_values) if "H" in tune else (), grid)
 
 
 @dataclass(frozen=True)
@@ -89,7 +117,7 @@ class Point:
     score: float
 
     def as_dict(self) -> dict:
-        return {k: (v if not isinstance(v, float) or math.isfinite(v) else None) for k, v in asdict(self).items()}
+        return asdict(self)
 
 
 @dataclass
@@ -180,6 +208,8 @@ def pareto(rates, spreads):
 
 
 def tune(problem: TuneProblem, *, starts: int = 3, progress: bool = False) -> TuneResult:
+    """Search the setting (see the module docstring); ``progress``: a bar over the (n, H)
+    candidates on stderr."""
     from scipy.optimize import minimize
     from tqdm import tqdm
 

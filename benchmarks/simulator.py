@@ -1,4 +1,4 @@
-"""Benchmark: replica-coordinate updates per second (one inner SGD step of one coordinate of
+"""The simulator: replica-coordinate updates per second (one inner SGD step of one coordinate of
 one replica, outer steps and recording included) for
 
 * the vectorised simulator (:func:`quadratic.simulator.simulate`),
@@ -8,7 +8,7 @@ one replica, outer steps and recording included) for
   (trials, N, d) arrays, namely draw the noise into a preallocated buffer and make one
   in-place pass over the weights; with ``--noise 0`` only the pass.
 
-    python -m quadratic.bench [--trials 200 --replicas 8 --dim 1 --inner-steps 50 --outer-steps 20]
+    python -m benchmarks simulator [--trials 200 --replicas 8 --dim 1 --inner-steps 50 --outer-steps 20]
 
 The default size is ``noloco simulate``'s default run (200 trials, N = 8, pairs, a
 one-direction quadratic, H = 50), over 20 outer steps.
@@ -16,26 +16,13 @@ one-direction quadratic, H = 50), over 20 outer steps.
 
 from __future__ import annotations
 
-import argparse
-import os
-import platform
-import time
-
 import numpy as np
 
+from benchmarks.timer import best_of
 from quadratic.simulator import SimConfig, simulate
 from theory.config import InnerConfig, OuterConfig
 from theory.outer import outer_step
 from theory.partitions import partition
-
-
-def _best(fn, repeat):
-    times = []
-    for _ in range(repeat):
-        start = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - start)
-    return min(times)
 
 
 def loop(cfg: SimConfig, lam: np.ndarray) -> None:
@@ -71,6 +58,19 @@ def floor(cfg: SimConfig, dim: int) -> None:
         theta += noise
 
 
+NAME = "simulator"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--trials", type=int, default=200, help="independent trials")
+    parser.add_argument("--replicas", type=int, default=8, help="replicas N (pairs)")
+    parser.add_argument("--dim", type=int, default=1, help="directions of the quadratic")
+    parser.add_argument("--inner-steps", type=int, default=50, help="inner steps H")
+    parser.add_argument("--outer-steps", type=int, default=20, help="outer steps")
+    parser.add_argument("--noise", type=float, default=1.0, help="gradient noise std (0: no noise draws)")
+    parser.add_argument("--repeat", type=int, default=3, help="best of this many runs")
+
+
 def measure(trials=200, replicas=8, dim=1, inner_steps=50, outer_steps=20, noise=1.0, repeat=3,
             loop_trials=8) -> dict:
     lam = np.linspace(0.5, 2.0, dim)
@@ -81,38 +81,17 @@ def measure(trials=200, replicas=8, dim=1, inner_steps=50, outer_steps=20, noise
     small = SimConfig(outer=outer, inner=cfg.inner, curvatures=tuple(lam), trials=loop_trials,
                       outer_steps=outer_steps)  # the loop is slow: time fewer trials, scale per update
     rates = {
-        "vectorised": updates / _best(lambda: simulate(cfg), repeat),
-        "python_loop": updates * loop_trials / trials / _best(lambda: loop(small, lam), 1),
-        "numpy_floor": updates / _best(lambda: floor(cfg, dim), repeat),
+        "vectorised": updates / best_of(lambda: simulate(cfg), repeat),
+        "python_loop": updates * loop_trials / trials / best_of(lambda: loop(small, lam), 1),
+        "numpy_floor": updates / best_of(lambda: floor(cfg, dim), repeat),
     }
-    return {
-        "size": dict(trials=trials, replicas=replicas, dim=dim, inner_steps=inner_steps,
-                     outer_steps=outer_steps, noise=noise),
-        "updates_per_second": rates,
-        "speedup_over_loop": rates["vectorised"] / rates["python_loop"],
-        "slowdown_vs_floor": rates["numpy_floor"] / rates["vectorised"],
-        "machine": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, "
-                   f"Python {platform.python_version()}, numpy {np.__version__}",
-    }
+    return {"updates_per_second": rates, "speedup_over_loop": rates["vectorised"] / rates["python_loop"],
+            "slowdown_vs_floor": rates["numpy_floor"] / rates["vectorised"]}
 
 
-def main(argv=None) -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--trials", type=int, default=200)
-    p.add_argument("--replicas", type=int, default=8)
-    p.add_argument("--dim", type=int, default=1)
-    p.add_argument("--inner-steps", type=int, default=50)
-    p.add_argument("--outer-steps", type=int, default=20)
-    p.add_argument("--noise", type=float, default=1.0)
-    args = p.parse_args(argv)
-    r = measure(args.trials, args.replicas, args.dim, args.inner_steps, args.outer_steps, args.noise)
-    print(f"size: {r['size']}")
-    print(f"machine: {r['machine']}")
-    for name, rate in r["updates_per_second"].items():
-        print(f"{name:<12} {rate:12.4g} replica-coordinate updates / s")
-    print(f"vectorised / loop  = {r['speedup_over_loop']:.1f}x (target >= 50x)")
-    print(f"floor / vectorised = {r['slowdown_vs_floor']:.2f}x (target <= 3x)")
-
-
-if __name__ == "__main__":
-    main()
+def format_result(result: dict) -> str:
+    r = result["results"]
+    lines = [f"{name:<12} {rate:12.4g} replica-coordinate updates / s" for name, rate in r["updates_per_second"].items()]
+    lines.append(f"vectorised / loop  = {r['speedup_over_loop']:.1f}x")
+    lines.append(f"floor / vectorised = {r['slowdown_vs_floor']:.2f}x")
+    return "\n".join(lines)

@@ -1,6 +1,6 @@
 """Measure torch.distributed (gloo, 127.0.0.1) and compare with :mod:`theory.comm`.
 
-``python -m theory.comm_measure [--out docs/data/comm_measured.json]``
+``python -m llm_check.comm_measure [--out docs/data/comm_measured.json]``
 
 For each N in ``--ranks`` it starts N processes and times, for each payload in
 ``--sizes``: ``all_reduce`` of a float32 buffer, a pairwise exchange (ranks 2i and
@@ -8,33 +8,32 @@ For each N in ``--ranks`` it starts N processes and times, for each payload in
 for N = 2 a ping-pong. A timed repetition starts after a barrier and lasts, on the
 slowest rank, until its call returns.
 
-The model is fitted out of sample: alpha and beta from the N = 2 ping-pong (one
-message = half a round trip), gamma from the N = 2 all-reduce; the all-reduce for
+The model is fitted out of sample: the latency and the seconds per byte from the N = 2
+ping-pong (one message = half a round trip), the reduce cost per byte from the N = 2
+all-reduce (the three Hockney costs of :class:`theory.comm.Network`); the all-reduce for
 N >= 3 (gloo's ring) and the pairwise exchanges are then predicted, not fitted.
 Each N is also fitted on its own (time = a + b m) to show the effective latency and
 per-byte cost. On a machine with fewer cores than processes the ranks share cores,
 which the model does not know about; the JSON records the spread of every cell.
 
-torch is imported inside functions only: it is an optional extra.
+torch is imported inside functions only (also through :mod:`llm_check.exchange`): it is an
+optional extra, and ``--help`` stays fast.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import platform
-import socket
 import sys
 import time
 
 import numpy as np
 
 from theory import comm
-from theory.atomic import atomic_write_text
+from theory.io import SCHEMA_VERSION, write_json
 
-SCHEMA_VERSION = 1
 DEFAULT_OUT = "docs/data/comm_measured.json"
 DEFAULT_SIZES = tuple(1024 * 4 ** k for k in range(9))  # 1 KiB .. 64 MiB
 
@@ -91,20 +90,16 @@ def _worker(rank: int, world: int, port: int, sizes, base_repeats: int, queue) -
         dist.destroy_process_group()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_world(world: int, sizes, base_repeats: int) -> list[dict]:
     """Start ``world`` processes, time every op and size; a repetition's time is the
     slowest rank's."""
     import multiprocessing as mp
 
+    from llm_check.exchange import free_port
+
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
-    port = _free_port()
+    port = free_port()
     procs = [ctx.Process(target=_worker, args=(r, world, port, tuple(sizes), base_repeats, queue))
              for r in range(world)]
     for p in procs:
@@ -149,16 +144,17 @@ def _predict(net: comm.Network, cell: dict) -> float:
 
 
 def analyse(cells: list[dict]) -> dict:
-    """Fit alpha, beta (N = 2 ping-pong) and gamma (N = 2 all-reduce), predict the rest."""
+    """Fit the latency and the seconds per byte (N = 2 ping-pong) and the reduce cost per
+    byte (N = 2 all-reduce), predict the rest."""
     ping = [c for c in cells if c["op"] == "pingpong"]
-    alpha, beta = _fit_line([c["bytes"] for c in ping], [c["median_s"] for c in ping])
-    # Ring with p = 2: 2 alpha + m beta + m/2 gamma, so gamma from the residual.
+    latency, per_byte = _fit_line([c["bytes"] for c in ping], [c["median_s"] for c in ping])
+    # Ring with p = 2: 2 L + m b + m/2 r, so the reduce cost r from the residual.
     ar2 = [c for c in cells if c["op"] == "allreduce" and c["ranks"] == 2]
     m = np.array([c["bytes"] for c in ar2], float)
-    resid = np.array([c["median_s"] for c in ar2]) - 2 * alpha - m * beta
-    big = m >= 2 ** 20  # gamma only shows at large payloads
-    gamma = max(0.0, float(np.median(resid[big] / (m[big] / 2)))) if big.any() else 0.0
-    net = comm.Network(alpha, beta, gamma)
+    resid = np.array([c["median_s"] for c in ar2]) - 2 * latency - m * per_byte
+    big = m >= 2 ** 20  # the reduce cost only shows at large payloads
+    reduce_cost = max(0.0, float(np.median(resid[big] / (m[big] / 2)))) if big.any() else 0.0
+    net = comm.Network(latency, per_byte, reduce_cost)
     for c in cells:
         c["model_s"] = _predict(net, c)
         c["ratio"] = c["median_s"] / c["model_s"]
@@ -169,16 +165,17 @@ def analyse(cells: list[dict]) -> dict:
             sel = [c for c in cells if c["op"] == op and c["ranks"] == world]
             a, b = _fit_line([c["bytes"] for c in sel], [c["median_s"] for c in sel])
             if op == "allreduce":
-                model_a, model_b = 2 * (world - 1) * alpha, (world - 1) / world * (2 * beta + gamma)
+                model_a, model_b = 2 * (world - 1) * latency, (world - 1) / world * (2 * per_byte + reduce_cost)
             else:
-                model_a, model_b = alpha, beta
+                model_a, model_b = latency, per_byte
             effective.append({"op": op, "ranks": world, "latency_s": a, "seconds_per_byte": b,
                               "model_latency_s": model_a, "model_seconds_per_byte": model_b})
     held_out = [c["ratio"] for c in cells if not c["fitted_on"]]
     return {
-        "fit": {"latency_s": alpha, "seconds_per_byte": beta, "bandwidth_bits_per_s": 8 / beta if beta else None,
-                "reduce_seconds_per_byte": gamma,
-                "source": "alpha, beta: N=2 ping-pong medians (robust fit); gamma: N=2 all-reduce medians >= 1 MiB"},
+        "fit": {"latency_s": latency, "seconds_per_byte": per_byte,
+                "bandwidth_bits_per_s": 8 / per_byte if per_byte else None, "reduce_seconds_per_byte": reduce_cost,
+                "source": "latency, seconds per byte: N=2 ping-pong medians (robust fit); reduce seconds per "
+                          "byte: N=2 all-reduce medians >= 1 MiB"},
         "effective_fits": effective,
         "summary": {
             "median_rel_iqr": float(np.median([c["rel_iqr"] for c in cells])),
@@ -215,8 +212,8 @@ def measure(ranks=range(2, 9), sizes=DEFAULT_SIZES, base_repeats: int = 20, prog
 
 def _table(data: dict) -> str:
     fit = data["fit"]
-    lines = [f"fit: alpha {fit['latency_s'] * 1e6:.1f} us, beta {fit['seconds_per_byte'] * 1e9:.3f} ns/B "
-             f"({(fit['bandwidth_bits_per_s'] or math.inf) / 8e9:.2f} GB/s), gamma "
+    lines = [f"fit: latency {fit['latency_s'] * 1e6:.1f} us, {fit['seconds_per_byte'] * 1e9:.3f} ns/B "
+             f"({(fit['bandwidth_bits_per_s'] or math.inf) / 8e9:.2f} GB/s), reduce "
              f"{fit['reduce_seconds_per_byte'] * 1e9:.3f} ns/B  ({fit['source']})",
              f"{'op':<14}{'N':>3}{'bytes':>10}{'median s':>12}{'p10':>11}{'p90':>11}{'model s':>11}{'meas/model':>11}"]
     for c in data["measurements"]:
@@ -230,7 +227,7 @@ def _table(data: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m theory.comm_measure", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m llm_check.comm_measure", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"JSON output path (default {DEFAULT_OUT})")
     parser.add_argument("--ranks", default="2,3,4,5,6,7,8", help="comma-separated process counts (include 2)")
     parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)),
@@ -244,8 +241,8 @@ def main(argv=None) -> int:
         parser.error("--ranks and --sizes take comma-separated integers")
     if min(ranks) < 2 or min(sizes) < 4 or args.repeats < 3:
         parser.error("ranks >= 2, sizes >= 4 bytes, repeats >= 3")
-    data = measure(ranks, sizes, args.repeats)
-    atomic_write_text(args.out, json.dumps(data, indent=1) + "\n")
+    data = measure(ranks, sizes, args.repeats, progress=sys.stderr.isatty())
+    write_json(args.out, data)
     print(_table(data))
     print(f"wrote {args.out}")
     return 0

@@ -1,0 +1,40 @@
+"""``python -m benchmarks NAME [options] [--json] [--out FILE]``: run one benchmark, print a table
+(or the JSON result), and optionally store the JSON result atomically."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+SUITES = {"theory-grid": "benchmarks.theory_grid", "simulator": "benchmarks.simulator",
+          "llm-step": "benchmarks.llm_step"}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from benchmarks.timer import add_output_arguments
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="name", metavar="NAME", required=True)
+    for name, module_name in SUITES.items():
+        module = importlib.import_module(module_name)
+        p = sub.add_parser(name, help=module.__doc__.splitlines()[0])
+        module.add_arguments(p)
+        add_output_arguments(p)
+        p.set_defaults(module=module)
+    return parser
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    from benchmarks.timer import emit, run
+
+    options = {k: v for k, v in vars(args).items() if k not in ("name", "module", "json", "out")}
+    result = run(args.name, args.module.measure, **options)
+    print(f"{args.name}: {result['machine']}, load {result['load_average_before'][0]:.2f}", file=sys.stderr)
+    emit(result, args, args.module.format_result)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,143 @@
+"""Tokens per second of one training step (forward, backward, clipping, AdamW) for
+N replicas, four ways:
+
+- batched: the replica-dimension model, all N replicas in one set of kernels;
+- loop: the same model sliced to one replica at a time (what N separate models cost);
+- vmap: ``torch.func.vmap`` of the one-replica gradient over the replicas;
+- one model, N-times batch: the same FLOPs with no replica dimension (the limit).
+
+``python -m benchmarks llm-step --replicas 8 --size cpu-small`` or ``noloco llm bench`` (the same flags).
+On a GPU it also reports the model FLOPs utilisation against the bf16 dense peak.
+torch is imported inside the functions, so that building the command line stays fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from benchmarks.timer import best_of, run
+from llm_check.config import PRESETS, build
+from theory.config import check_integer
+
+PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # bf16 dense
+SIZES = ("cpu-tiny", "cpu-small", "gpu")
+
+
+def _trainer(size: str, replicas: int, batch_scale: int, mode: str, device: str):
+    from llm_check.train import Trainer
+
+    cfg = build(size, "noloco", replicas=replicas, group_size=1, device=device, replica_mode=mode,
+                batch=PRESETS[size]["batch"] * batch_scale)
+    return Trainer(cfg, "/tmp/llm-bench-unused", progress=False)
+
+
+def _vmap_step(tr) -> None:
+    from torch.func import grad_and_value, vmap
+
+    from llm_check.model import losses
+
+    def one(p, w):
+        loss = losses({k: v.unsqueeze(0) for k, v in p.items()}, w.unsqueeze(0), tr.model)
+        return loss.sum()
+
+    detached = {k: v.detach() for k, v in tr.params.items()}
+    grads, _ = vmap(grad_and_value(one))(detached, tr._windows(0))
+    for k, p in tr.params.items():
+        p.grad = grads[k]
+    tr._clip()
+    tr.opt.step()
+
+
+def _seconds_per_step(fn, device: str, steps: int) -> float:
+    """Mean seconds of one of ``steps`` consecutive steps, after two warm-up steps (allocator, kernels)."""
+    import torch
+
+    sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    fn(0)
+    fn(1)
+    sync()
+
+    def all_steps():
+        for s in range(steps):
+            fn(s)
+        sync()
+
+    return best_of(all_steps, 1) / steps
+
+
+def measure(replicas: int = 8, size: str = "cpu-small", device: str = "cpu", steps: int = 10,
+            threads: int | None = None) -> dict:
+    """Tokens per second of each mode (the ``results`` of :func:`benchmarks.timer.run`)."""
+    import torch
+
+    from llm_check.train import set_threads
+
+    check_integer("replicas", replicas, "an integer >= 1", lambda v: v >= 1)
+    check_integer("steps", steps, "an integer >= 1", lambda v: v >= 1)
+    set_threads(threads)
+    modes = {}
+    for name, scale, mode, n in (("batched", 1, "batched", replicas), ("loop", 1, "loop", replicas),
+                                 ("vmap", 1, "batched", replicas), ("one model, N x batch", replicas, "batched", 1)):
+        tr = _trainer(size, n, scale, mode, device)
+        fn = (lambda s: _vmap_step(tr)) if name == "vmap" else tr.inner_step
+        try:
+            seconds = _seconds_per_step(fn, device, steps)
+        except RuntimeError as err:  # vmap lacks batching rules on some devices
+            modes[name] = {"error": str(err).splitlines()[0]}
+            continue
+        tokens = tr.cfg.tokens_per_inner_step()
+        modes[name] = {"tokens_per_s": tokens / seconds, "step_s": seconds}
+        if device.startswith("cuda"):
+            peak = next((v for k, v in PEAK_FLOPS.items() if k in torch.cuda.get_device_name()), None)
+            if peak:
+                modes[name]["mfu"] = tr.model.flops_per_token() * tokens / seconds / peak
+    loop = modes["loop"]["tokens_per_s"]
+    limit = modes["one model, N x batch"]["tokens_per_s"]
+    for r in modes.values():
+        if "tokens_per_s" in r:
+            r["vs_loop"] = r["tokens_per_s"] / loop
+            r["vs_one_model"] = r["tokens_per_s"] / limit
+    return {"threads": torch.get_num_threads(), "n_params": tr.cfg.model().n_params(), "modes": modes}
+
+
+def bench(replicas: int = 8, size: str = "cpu-small", device: str = "cpu", steps: int = 10,
+          threads: int | None = None) -> dict:
+    """The benchmark as one result document of :mod:`benchmarks.timer` (machine, versions, load)."""
+    return run("llm-step", measure, replicas=replicas, size=size, device=device, steps=steps, threads=threads)
+
+
+def format_result(result: dict) -> str:
+    options, res = result["options"], result["results"]
+    lines = [f"N={options['replicas']} replicas, {options['size']} model ({res['n_params']} parameters), "
+             f"{options['device']}, {res['threads']} thread(s), torch {result['machine'].get('torch')}",
+             f"{'mode':<22} {'tokens/s':>10} {'vs loop':>8} {'vs one model':>12}"]
+    for name, r in res["modes"].items():
+        if "error" in r:
+            lines.append(f"{name:<22} failed: {r['error']}")
+            continue
+        mfu = f"  MFU {r['mfu']:.1%}" if "mfu" in r else ""
+        lines.append(f"{name:<22} {r['tokens_per_s']:>10.0f} {r['vs_loop']:>8.2f} {r['vs_one_model']:>12.2f}{mfu}")
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of :func:`measure` (the interface of a ``python -m benchmarks`` suite)."""
+    parser.add_argument("--replicas", type=int, default=8, help="replicas N (default 8)")
+    parser.add_argument("--size", choices=SIZES, default="cpu-small",
+                        help="model size: the llm preset of that name (default cpu-small)")
+    parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:K (default cpu)")
+    parser.add_argument("--steps", type=int, default=10, help="timed inner steps per mode, after 2 warm-up steps")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default torch's; 1 is much faster on a shared, busy CPU)")
+
+
+def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
+    """Every flag of ``noloco llm bench``: those of ``python -m benchmarks llm-step``."""
+    from benchmarks.timer import add_output_arguments
+
+    add_arguments(parser)
+    add_output_arguments(parser)
+
+
+def bench_from_args(args) -> dict:
+    return bench(args.replicas, args.size, args.device, args.steps, args.threads)

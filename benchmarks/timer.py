@@ -1,0 +1,79 @@
+"""The one timer and the one result format of every benchmark.
+
+Each benchmark reports seconds as the best of ``repeat`` runs (the least disturbed by other
+work on the machine) and writes one JSON document per run with the machine, the versions and
+the load average before and after, so a number can be judged by the conditions it was
+measured under.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def best_of(fn, repeat: int = 3) -> float:
+    """Seconds of the fastest of ``repeat`` calls of ``fn()``."""
+    best = float("inf")
+    for _ in range(repeat):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return best
+
+
+def fresh_process_seconds(statement: str) -> float:
+    """Seconds ``statement`` takes in a new interpreter (nothing imported or cached yet)."""
+    import subprocess
+
+    code = f"import time; t = time.perf_counter(); {statement}; print(time.perf_counter() - t)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    return float(out.stdout.strip())
+
+
+def machine() -> dict:
+    versions = {"python": platform.python_version(), "numpy": np.__version__}
+    for name in ("scipy", "torch"):
+        module = sys.modules.get(name)
+        if module is not None:
+            versions[name] = module.__version__
+    return {"processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
+            "platform": platform.platform(), **versions}
+
+
+def run(name: str, measure, **options) -> dict:
+    """``measure(**options)`` wrapped into the one result document."""
+    from theory.io import SCHEMA_VERSION
+
+    load_before = os.getloadavg()
+    started = time.time()
+    results = measure(**options)
+    return {"schema_version": SCHEMA_VERSION, "benchmark": name, "options": options,
+            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+            "wall_s": time.time() - started, "machine": machine(),
+            "load_average_before": list(load_before), "load_average_after": list(os.getloadavg()),
+            "results": results}
+
+
+def add_output_arguments(parser) -> None:
+    """The output flags of every benchmark command (``python -m benchmarks NAME``, ``noloco llm bench``)."""
+    parser.add_argument("--json", action="store_true", help="print the JSON result instead of a table")
+    parser.add_argument("--out", help="also write the JSON result to this file (atomically)")
+
+
+def emit(result: dict, args, format_result) -> None:
+    """Print a result as a table or JSON, and write it to ``args.out`` if given."""
+    from theory.io import print_json, write_json
+
+    if args.out:
+        write_json(args.out, result)
+    if args.json:
+        print_json(result)
+    else:
+        print(format_result(result))

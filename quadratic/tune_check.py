@@ -1,0 +1,240 @@
+"""`noloco tune` as a library: tune with :mod:`theory.tune`, then verify the recommendation
+(and the paper setting on the same problem) with a short simulation of real inner SGD steps
+(:mod:`quadratic.simulator`), and report predicted next to simulated with standard errors.
+
+Verification, per setting:
+
+* *spread*: a run from identical replicas, burnt in until the transient is 1e-3 of itself,
+  then 200 outer steps averaged per trial; mean and standard error over the trials;
+* *rate*: :data:`SIM_BATCHES` independent batches of trials started :data:`RATE_START`
+  from the optimum (the expected mean is linear in the start, the noise is not). The
+  expected mean of the slowest direction obeys M's characteristic polynomial exactly
+  (Cayley-Hamilton), so a least-squares fit of ``y_{t+2} = a1 y_{t+1} + a0 y_t`` over the
+  steps where it stands 20 standard errors above the noise gives ``(a1, a0) = (trace M,
+  -det M)`` and the rate is the largest root; standard errors by jackknife over the batches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from theory import numeric
+from theory.config import check_integer
+from theory.io import SCHEMA_VERSION
+from theory.stats import burn_in, jackknife, mean_se, z_score
+from theory.tune import TuneProblem, TuneResult, tune
+
+SIM_BATCHES = 10   # independent seeds for the rate's jackknife standard error
+RATE_START = 1e3   # initial distance to the optimum (per coordinate) of the rate runs
+MIN_TRIALS = 20    # fewer leaves the spread's standard error meaningless
+
+
+def _fit(y) -> np.ndarray:
+    """(a1, a0) of the order-2 linear recursion y_{t+2} = a1 y_{t+1} + a0 y_t, least squares: the
+    expected mean obeys the characteristic polynomial of M exactly (Cayley-Hamilton), so
+    a1 = trace M and a0 = -det M whichever roots it has."""
+    X = np.column_stack([y[1:-1], y[:-2]])
+    return np.linalg.lstsq(X, y[2:], rcond=None)[0]
+
+
+def _radius(coefficients) -> float:
+    a1, a0 = coefficients
+    return float(np.max(np.abs(np.roots([1.0, -a1, -a0]))))
+
+
+def _directions(problem: TuneProblem, point):
+    """Per direction: the contraction c of one inner phase and the mean's spectral radius."""
+    c, _ = numeric.inner_sgd(problem.inner.lr, problem.spectrum.array, point.inner_steps, problem.inner.noise)
+    return c, numeric.mean_spectral_radius(point.alpha, point.beta, point.gamma, c, problem.outer.momentum)
+
+
+def _sorted_index(curvatures, i) -> int:
+    """Index of direction i in the simulator's eigen-coordinates (ascending eigenvalues)."""
+    return int(np.argsort(np.asarray(curvatures), kind="stable").tolist().index(i))
+
+
+def simulate_point(problem: TuneProblem, point, *, trials: int, seed: int, progress: bool = False) -> dict:
+    """Simulated rate (jackknife SE over independent seeds) and stationary spread (SE over
+    trials) of one setting, with real inner SGD steps on the quadratic."""
+    from quadratic.simulator import SimConfig, simulate
+
+    outer = dataclasses.replace(problem.outer, alpha=point.alpha, beta=point.beta, gamma=point.gamma,
+                                group_size=point.group_size)
+    inner = dataclasses.replace(problem.inner, steps=point.inner_steps)
+    curv = problem.spectrum.curvatures
+    # rate: the slowest direction's expected mean, while it stands well above its noise
+    rate_steps = burn_in(point.rate, tolerance=1e-4, minimum=6, cap=60)
+    worst = _sorted_index(curv, int(np.argmax(_directions(problem, point)[1])))
+    batches = []
+    for b in range(SIM_BATCHES):
+        # the expected mean is linear in the start and the noise is not: a far start keeps the
+        # signal above the noise for more steps
+        cfg = SimConfig(outer=outer, inner=inner, curvatures=curv, trials=max(trials // SIM_BATCHES, 2),
+                        outer_steps=rate_steps, seed=seed * 1000 + b, start=RATE_START)
+        batches.append(np.array(simulate(cfg).mean_distance.mean)[:, worst])
+    batches = np.array(batches)                                      # (batches, steps + 1)
+    pooled, se_t = mean_se(batches)
+    strong = np.abs(pooled) > 20 * se_t
+    usable = int(np.argmin(strong)) if not strong.all() else len(pooled)
+    out = {"rate": None, "rate_se": None, "rate_window": usable, "charpoly": None, "charpoly_se": None}
+    if usable >= 5:
+        fit = lambda b: _fit(b.mean(0)[:usable])
+        out["rate"], out["rate_se"] = jackknife(lambda b: _radius(fit(b)), batches)
+        (a1, a1_se), (a0, a0_se) = (jackknife(lambda b, k=k: fit(b)[k], batches) for k in (0, 1))
+        out["charpoly"], out["charpoly_se"] = [a1, a0], [a1_se, a0_se]
+    # spread: burn in until the transient is 1e-3 of itself, then average a window per trial
+    burn = burn_in(point.decay, tolerance=1e-3, minimum=20, cap=400)
+    cfg = SimConfig(outer=outer, inner=inner, curvatures=curv, trials=trials, outer_steps=burn + 200,
+                    burn_in=burn, seed=seed * 1000 + SIM_BATCHES, start=0.0)
+    run = simulate(cfg, progress=progress)
+    if run.window_spread is None:
+        return {**out, "spread": None, "spread_se": None, "diverged_at": run.diverged_at}
+    out["spread"], out["spread_se"] = mean_se(run.window_spread)
+    return out
+
+
+def predicted_charpoly(problem: TuneProblem, point) -> list:
+    """(trace M, -det M) of the slowest direction: the coefficients the simulation fits."""
+    c, rates = _directions(problem, point)
+    M, _, _ = numeric.transition(point.alpha, point.beta, point.gamma, c[int(np.argmax(rates))], 0.0,
+                                 problem.outer.momentum)
+    return [float(np.trace(M)), float(-np.linalg.det(M))]
+
+
+def verify_point(problem: TuneProblem, point, **kw) -> dict:
+    """Simulated next to predicted, with z-scores. The rate is a root of a fitted polynomial:
+    at critical damping (a double root, where the tuner tends to land) a root moves like the
+    square root of the noise in the coefficients, so its z-score leans positive; the
+    coefficients themselves are linear estimates and get their own z-scores."""
+    sim = simulate_point(problem, point, **kw)
+    predicted = predicted_charpoly(problem, point)
+    z_coefficients = None
+    if sim["charpoly"] is not None:
+        z_coefficients = [z_score(x, se, p) for x, se, p in zip(sim["charpoly"], sim["charpoly_se"], predicted)]
+    return {**sim, "rate_z": z_score(sim["rate"], sim["rate_se"], point.rate),
+            "spread_z": z_score(sim["spread"], sim["spread_se"], point.spread),
+            "charpoly_predicted": predicted, "charpoly_z": z_coefficients}
+
+
+def check_trials(trials) -> int:
+    return check_integer("trials", trials, f"an integer >= {MIN_TRIALS}", lambda v: v >= MIN_TRIALS)
+
+
+def tune_and_verify(problem: TuneProblem, *, verify: bool = True, trials: int = 400, seed: int = 0,
+                    progress: bool = False) -> tuple[TuneResult, dict]:
+    """Tune, then (``verify``) check the recommendation and the paper setting with ``trials``
+    trials each. Returns the result (for figures) and the report (:func:`report`)."""
+    check_trials(trials)  # bad input is refused before the search, not after it
+    result = tune(problem, progress=progress)
+    checks = {}
+    if verify:
+        kw = dict(trials=trials, seed=seed, progress=progress)
+        checks["recommended"] = verify_point(problem, result.best, **kw)
+        if math.isfinite(result.paper.spread):
+            checks["paper"] = verify_point(problem, result.paper, **kw)
+    return result, report(result, checks)
+
+
+def report(result: TuneResult, checks: dict) -> dict:
+    """Everything `noloco tune` prints, as data (strict JSON through :func:`theory.io.print_json`)."""
+    b, pr = result.best, result.problem
+    rec = checks.get("recommended", {})
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "problem": {"replicas": pr.outer.replicas, "group_size": pr.outer.group_size,
+                    "momentum": pr.outer.momentum, "inner": dataclasses.asdict(pr.inner),
+                    "curvatures": list(pr.spectrum.curvatures), "spread_budget": pr.budget,
+                    "objective": pr.objective, "target": pr.target, "tune_n": pr.tune_n,
+                    "tune_h": list(pr.tune_h)},
+        "recommended": {"alpha": b.alpha, "beta": b.beta, "gamma": b.gamma, "group_size": b.group_size,
+                        "inner_steps": b.inner_steps},
+        "predicted_rate": b.rate, "predicted_spread": b.spread, "predicted_decay": b.decay,
+        "predicted_outer_steps": b.outer_steps,
+        "simulated_rate": rec.get("rate"), "simulated_rate_se": rec.get("rate_se"),
+        "simulated_spread": rec.get("spread"), "simulated_spread_se": rec.get("spread_se"),
+        "rate_z": rec.get("rate_z"), "spread_z": rec.get("spread_z"),
+        "given": result.start.as_dict(), "paper": result.paper.as_dict(),
+        "paper_simulated": checks.get("paper"), "recommended_check": checks.get("recommended"),
+        "frontier": [{"rate": p.rate, "spread": p.spread, "alpha": p.alpha, "beta": p.beta, "gamma": p.gamma,
+                      "group_size": p.group_size, "inner_steps": p.inner_steps} for p in result.frontier],
+        "evaluations": result.evaluations,
+    }
+
+
+def frontier_rows(front: list, budget: float, rows: int = 10) -> list:
+    """The frontier at budgets log-spaced from budget/100 to its widest spread: at each, the
+    fastest setting within that budget."""
+    spreads = np.array([q["spread"] for q in front])
+    picked = []
+    for target in np.geomspace(budget / 100, max(spreads.max(), budget), rows):
+        within = np.flatnonzero(spreads <= target)
+        if within.size and (not picked or picked[-1] is not front[within[-1]]):
+            picked.append(front[within[-1]])
+    return picked
+
+
+# ------------------------------------------------------------------ the text report
+
+def _sim(value, se, z) -> str:
+    if value is None:
+        return "n/a"
+    return f"{value:.4g} +- {se:.2g} (z = {z:+.2f})" if se is not None and z is not None else f"{value:.4g}"
+
+
+def _charpoly(name: str, check: dict) -> list[str]:
+    if check.get("charpoly") is None:
+        return []
+    (t, d), (t_se, d_se), (pt, pd), (zt, zd) = (check["charpoly"], check["charpoly_se"],
+                                                check["charpoly_predicted"], check["charpoly_z"])
+    return [f"  {name:<12} trace M predicted {pt:.4f} simulated {t:.4f} +- {t_se:.2g} (z = {zt:+.2f}); "
+            f"-det M predicted {pd:.4f} simulated {d:.4f} +- {d_se:.2g} (z = {zd:+.2f})"]
+
+
+def format_report(r: dict, figure: str | None = None) -> str:
+    """The report of :func:`report` as the text `noloco tune` prints."""
+    p, rec = r["problem"], r["recommended"]
+    lines = [
+        f"problem: N={p['replicas']} {p['momentum']}, inner SGD eta={p['inner']['lr']:g} H={p['inner']['steps']} "
+        f"sigma={p['inner']['noise']:g}, {len(p['curvatures'])} direction(s) {min(p['curvatures']):g}.."
+        f"{max(p['curvatures']):g}; spread budget {p['spread_budget']:.4g}; objective {p['objective']}",
+        f"recommended: n={rec['group_size']} H={rec['inner_steps']} alpha={rec['alpha']:.4f} "
+        f"beta={rec['beta']:.4f} gamma={rec['gamma']:.4f}",
+        f"{'':<14}{'rate/outer step':>16}{'spread':>12}{'decay':>8}"
+        f"{'outer steps':>13}{'inner steps':>13}  to shrink the mean's distance by {p['target']:g}",
+    ]
+    for name, q in (("recommended", {"rate": r["predicted_rate"], "spread": r["predicted_spread"],
+                                     "decay": r["predicted_decay"], "outer_steps": r["predicted_outer_steps"],
+                                     "inner_steps": rec["inner_steps"]}),
+                    ("given", r["given"]), ("paper", r["paper"])):
+        inner = q["outer_steps"] * q["inner_steps"]
+        lines.append(f"{name:<14}{q['rate']:>16.4f}{q['spread']:>12.4g}{q['decay']:>8.4f}"
+                     f"{q['outer_steps']:>13.1f}{inner:>13.0f}")
+    if r["simulated_spread"] is not None or r["simulated_rate"] is not None:
+        lines += ["verifying simulation (real inner SGD steps; simulated +- standard error, z vs predicted):",
+                  f"  recommended  rate   predicted {r['predicted_rate']:.4f}  simulated "
+                  f"{_sim(r['simulated_rate'], r['simulated_rate_se'], r['rate_z'])}",
+                  f"  recommended  spread predicted {r['predicted_spread']:.4g}  simulated "
+                  f"{_sim(r['simulated_spread'], r['simulated_spread_se'], r['spread_z'])}",
+                  *_charpoly("recommended", r.get("recommended_check") or {})]
+        ps = r.get("paper_simulated")
+        if ps:
+            lines += [f"  paper        rate   predicted {r['paper']['rate']:.4f}  simulated "
+                      f"{_sim(ps['rate'], ps['rate_se'], ps['rate_z'])}",
+                      f"  paper        spread predicted {r['paper']['spread']:.4g}  simulated "
+                      f"{_sim(ps['spread'], ps['spread_se'], ps['spread_z'])}",
+                      *_charpoly("paper", ps)]
+    paper_rate, best_rate = r["paper"]["rate"], r["predicted_rate"]
+    if 0 < paper_rate < 1 and 0 < best_rate < 1:
+        lines.append(f"vs paper setting: {math.log(best_rate) / math.log(paper_rate):.2f}x fewer outer steps to a "
+                     f"target at spread {r['predicted_spread']:.3g} (paper: {r['paper']['spread']:.3g})")
+    lines += ["frontier: best rate within each spread budget (dense alpha-beta grid, gamma minimising the spread):",
+              f"  {'spread':>11} {'rate':>8} {'n':>3} {'H':>5} {'alpha':>7} {'beta':>7} {'gamma':>7}"]
+    for q in frontier_rows(r["frontier"], p["spread_budget"]):
+        lines.append(f"  {q['spread']:>11.4g} {q['rate']:>8.4f} {q['group_size']:>3} {q['inner_steps']:>5} "
+                     f"{q['alpha']:>7.3f} {q['beta']:>7.3f} {q['gamma']:>7.3f}")
+    if figure:
+        lines.append(f"figure: {figure} (and .pdf)")
+    return "\n".join(lines)
