@@ -37,24 +37,28 @@ def averaging_matrix(groups, replicas: int) -> np.ndarray:
     return A
 
 
-def full_maps(step, components: int, replicas: int, A: np.ndarray):
+def full_maps(step, components: int, replicas: int, A: np.ndarray, innovations: int = 1):
     """(K, G) of a linear step on all replicas' states for partition A, read off by applying
-    ``step(w, A, xi)`` to unit vectors: w' = K w + G xi with w of shape (components, N)
-    flattened component-major and xi the N per-replica innovations."""
-    size = components * replicas
-    zero_w, zero_xi = np.zeros((components, replicas)), np.zeros(replicas)
+    ``step(w, A, xi)`` to unit vectors: w' = K w + G xi with w of shape (components, N) and xi of
+    shape (innovations, N) (independent standard normals per replica), both flattened row-major.
+    A step with one innovation per replica may take xi of shape (N,)."""
+    size, noise = components * replicas, innovations * replicas
+    shape = (replicas,) if innovations == 1 else (innovations, replicas)
+    zero_w, zero_xi = np.zeros((components, replicas)), np.zeros(shape)
     K = np.column_stack([np.ravel(step(np.eye(size)[k].reshape(components, replicas), A, zero_xi))
                          for k in range(size)])
-    G = np.column_stack([np.ravel(step(zero_w, A, np.eye(replicas)[k])) for k in range(replicas)])
+    G = np.column_stack([np.ravel(step(zero_w, A, np.eye(noise)[k].reshape(shape))) for k in range(noise)])
     return K, G
 
 
-def enumerate_moments(step, components: int, replicas: int, group_size: int, C0: np.ndarray, steps: int):
+def enumerate_moments(step, components: int, replicas: int, group_size: int, C0: np.ndarray, steps: int,
+                      innovations: int = 1):
     """Per step, the deviation second moments averaged over replicas, (steps + 1, components,
     components), from the full covariance of all replicas propagated exactly: averaged over every
     partition of ``replicas`` into groups of ``group_size``, each with its own linear map."""
     N = replicas
-    maps = [full_maps(step, components, N, averaging_matrix(g, N)) for g in all_partitions(N, group_size)]
+    maps = [full_maps(step, components, N, averaging_matrix(g, N), innovations)
+            for g in all_partitions(N, group_size)]
     project = np.kron(np.eye(components), np.eye(N) - np.ones((N, N)) / N)
     C, out = C0.copy(), []
     for _ in range(steps + 1):

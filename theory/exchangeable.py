@@ -28,6 +28,14 @@ S_dd is constant, so the stationary S solves the linear system on the other entr
 finite when the spectral radius of that block's transition is below 1. With rho = 0 and no
 drift this is the three-moment recursion of :mod:`theory.numeric`.
 
+More generally the inner phase may carry any linear state s (a momentum buffer, Adam's first
+moment at small learning rates): :class:`InnerPhase` describes one phase as
+``Delta = -c y + d + k.s + noise`` and ``s' = b y + Q s + noise``; the AR(1) noise is the case
+s = eps_prev, and :meth:`InnerPhase.momentum` / :meth:`InnerPhase.adam` give the exact phase
+of H steps of heavy-ball SGD or of linearised Adam on one direction of a quadratic, with the
+buffer carried from one phase into the next. :meth:`InnerPhase.ar1_inputs` reduces any phase
+to the (c, s2, rho) of the AR(1) model.
+
 Everything here is numeric (numpy), built by applying :func:`theory.outer.outer_step` to
 unit vectors; :func:`symbolic_maps` gives the same maps with sympy (a test compares them).
 """
@@ -42,34 +50,111 @@ import numpy as np
 from theory.config import OuterConfig, group_kappa
 from theory.outer import outer_step
 
-#: order of the per-replica state
-STATE = ("y", "delta", "eps_prev", "drift")
-_Y, _D, _E, _B = range(4)
+
+@dataclass(frozen=True)
+class InnerPhase:
+    """One inner phase as a linear map of the distance y, the carried state s (p entries) and
+    standard normal innovations xi (q entries), independent over replicas and outer steps::
+
+        Delta = -c y + d + k.s + L[0].xi          (d: the replica's fixed drift)
+        s'    =  b y + Q s     + L[1:] xi
+    """
+
+    c: float
+    k: np.ndarray      # (p,)
+    b: np.ndarray      # (p,)
+    Q: np.ndarray      # (p, p)
+    L: np.ndarray      # (1 + p, q)
+
+    @property
+    def p(self) -> int:
+        return len(self.k)
+
+    @staticmethod
+    def ar1(c: float, s2: float, rho: float = 0.0) -> "InnerPhase":
+        """Progress noise eps_t = rho eps_t-1 + sqrt(1 - rho^2) sqrt(s2) xi_t: s = eps_prev."""
+        if not -1 < rho < 1:
+            raise ValueError(f"rho={rho!r} is out of range; allowed: -1 < rho < 1")
+        scale = math.sqrt((1 - rho * rho) * s2)
+        return InnerPhase(float(c), np.array([rho]), np.zeros(1), np.array([[rho]]), np.array([[scale], [scale]]))
+
+    @staticmethod
+    def momentum(lr: float, curvature: float, steps: int, noise: float, momentum: float,
+                 gradient_weight: float = 1.0) -> "InnerPhase":
+        """H steps of m <- mu m + w g, theta <- theta - lr m on one direction of a quadratic
+        (g = curvature (theta - optimum) + noise xi), the buffer m carried across phases:
+        torch's SGD(momentum=mu) is w = 1; an EMA (Adam's first moment) is w = 1 - mu."""
+        mu, w = float(momentum), float(gradient_weight)
+        step = np.array([[1 - lr * w * curvature, -lr * mu], [w * curvature, mu]])   # on (y, m)
+        shock = w * noise * np.array([-lr, 1.0])
+        phi, cov = np.eye(2), np.zeros((2, 2))
+        for _ in range(steps):
+            phi = step @ phi
+            cov = step @ cov @ step.T + np.outer(shock, shock)
+        values, vectors = np.linalg.eigh(cov)
+        root = vectors * np.sqrt(np.clip(values, 0, None))   # cov = root root^T
+        # progress = y_H - y_0: the noise rows are (y_H, m_H)'s; y_0's own row is the identity
+        return InnerPhase(1 - phi[0, 0], np.array([phi[0, 1]]), np.array([phi[1, 0]]), np.array([[phi[1, 1]]]), root)
+
+    @staticmethod
+    def adam(lr: float, curvature: float, steps: int, noise: float, beta1: float = 0.9,
+             scale: float | None = None) -> "InnerPhase":
+        """Adam linearised where its second moment has settled: per coordinate the update is
+        lr m / sqrt(v) with v ~ E g^2 = ``scale``^2 (default ``noise``: gradients dominated by the
+        noise near the optimum), so Adam is the EMA-momentum SGD of :meth:`momentum` with
+        learning rate lr / scale, momentum beta1 and gradient weight 1 - beta1, its first moment
+        carried across phases (bias corrections -> 1 after the first few hundred steps)."""
+        scale = noise if scale is None else scale
+        if not scale > 0:
+            raise ValueError("Adam's linearisation needs a positive gradient scale (noise > 0 or scale > 0)")
+        return InnerPhase.momentum(lr / scale, curvature, steps, noise, beta1, 1 - beta1)
+
+    def stationary_state(self) -> np.ndarray:
+        """Covariance of s at a replica that sits at the optimum (y = 0): Q S Q^T + L_s L_s^T = S."""
+        p = self.p
+        Ls = self.L[1:]
+        A = np.eye(p * p) - np.kron(self.Q, self.Q)
+        return np.linalg.solve(A, (Ls @ Ls.T).reshape(-1)).reshape(p, p)
+
+    def ar1_inputs(self) -> tuple[float, float, float]:
+        """(c, s2, rho) of the AR(1) model with the same c and the same stationary variance and
+        lag-1 correlation of the progress noise n = Delta + c y at the optimum (the feedback of y
+        on the carried state, b, is what the reduction drops)."""
+        S = self.stationary_state()
+        L0, Ls = self.L[0], self.L[1:]
+        s2 = float(self.k @ S @ self.k + L0 @ L0)
+        lag1 = float(self.k @ (self.Q @ S @ self.k + Ls @ L0))
+        return self.c, s2, (lag1 / s2 if s2 > 0 else 0.0)
 
 
-def step_maps(outer: OuterConfig, c: float, rho: float = 0.0, s2: float = 1.0):
-    """(F0, F1, g0, g1) of one outer step on w = (y, delta, eps_prev, drift): (4, 4) maps of the
-    own state and of the group mean, (4,) maps of the own and the group-mean innovation xi."""
-    if not -1 < rho < 1:
-        raise ValueError(f"rho={rho!r} is out of range; allowed: -1 < rho < 1")
-    rule = outer.rule()
-    scale = math.sqrt((1 - rho * rho) * s2)
+def _phase(c, s2, rho, phase):
+    return phase if phase is not None else InnerPhase.ar1(c, s2, rho)
+
+
+def step_maps(outer: OuterConfig, c: float = 0.0, rho: float = 0.0, s2: float = 1.0, phase: InnerPhase | None = None):
+    """(F0, F1, g0, g1) of one outer step on w = (y, delta, s_1..s_p, drift): (k, k) maps of the
+    own state and of the group mean, (k, q) maps of the own and the group-mean innovations."""
+    ph = _phase(c, s2, rho, phase)
+    rule, p = outer.rule(), ph.p
+    size, q = 3 + p, ph.L.shape[1]
+    drift = size - 1
 
     def apply(own, mean, xi_own, xi_mean):
-        eps_own = rho * own[_E] + scale * xi_own
-        eps_mean = rho * mean[_E] + scale * xi_mean
-        progress_mean = -c * mean[_Y] + mean[_B] + eps_mean
-        y, delta = outer_step(own[_Y], own[_D], mean[_Y], progress_mean, **rule)
-        return np.array([y, delta, eps_own, own[_B]])
+        progress_mean = -ph.c * mean[0] + mean[drift] + ph.k @ mean[2:2 + p] + ph.L[0] @ xi_mean
+        y, delta = outer_step(own[0], own[1], mean[0], progress_mean, **rule)
+        state = ph.b * own[0] + ph.Q @ own[2:2 + p] + ph.L[1:] @ xi_own
+        return np.concatenate([[y, delta], state, [own[drift]]])
 
-    zero, eye = np.zeros(4), np.eye(4)
-    F0 = np.column_stack([apply(eye[k], zero, 0.0, 0.0) for k in range(4)])
-    F1 = np.column_stack([apply(zero, eye[k], 0.0, 0.0) for k in range(4)])
-    return F0, F1, apply(zero, zero, 1.0, 0.0), apply(zero, zero, 0.0, 1.0)
+    zw, zx, ew, ex = np.zeros(size), np.zeros(q), np.eye(size), np.eye(q)
+    F0 = np.column_stack([apply(ew[j], zw, zx, zx) for j in range(size)])
+    F1 = np.column_stack([apply(zw, ew[j], zx, zx) for j in range(size)])
+    g0 = np.column_stack([apply(zw, zw, ex[j], zx) for j in range(q)])
+    g1 = np.column_stack([apply(zw, zw, zx, ex[j]) for j in range(q)])
+    return F0, F1, g0, g1
 
 
 def symbolic_maps(momentum: str = "heavy-ball"):
-    """The same (F0, F1, g0, g1) as sympy matrices in alpha, beta, gamma, c, rho, s2."""
+    """(F0, F1, g0, g1) of the AR(1) model as sympy matrices in alpha, beta, gamma, c, rho, s2."""
     import sympy as sp
 
     from theory.symbolic import alpha, beta, c, gamma, s2
@@ -79,29 +164,32 @@ def symbolic_maps(momentum: str = "heavy-ball"):
     mean = sp.symbols("gy gdelta ge gb")
     xi, gxi = sp.symbols("xi gxi")
     scale = sp.sqrt((1 - rho ** 2) * s2)
-    progress_mean = -c * mean[_Y] + mean[_B] + rho * mean[_E] + scale * gxi
-    y, delta = outer_step(own[_Y], own[_D], mean[_Y], progress_mean, alpha=alpha, beta=beta, gamma=gamma,
+    progress_mean = -c * mean[0] + mean[3] + rho * mean[2] + scale * gxi
+    y, delta = outer_step(own[0], own[1], mean[0], progress_mean, alpha=alpha, beta=beta, gamma=gamma,
                           momentum=momentum)
-    w = sp.Matrix([y, delta, rho * own[_E] + scale * xi, own[_B]])
+    w = sp.Matrix([y, delta, rho * own[2] + scale * xi, own[3]])
     return (w.jacobian(sp.Matrix(own)), w.jacobian(sp.Matrix(mean)), w.jacobian(sp.Matrix([xi])),
             w.jacobian(sp.Matrix([gxi])))
 
 
 @dataclass(frozen=True)
 class Recursion:
-    """S' = T S + forcing on vec(S) (4 x 4, row-major), for one setting and direction."""
+    """S' = T S + forcing on vec(S) (size x size, row-major), for one setting and direction;
+    state order (y, delta, s_1..s_p, drift)."""
 
-    T: np.ndarray          # (16, 16)
-    forcing: np.ndarray    # (16,)
+    T: np.ndarray          # (size^2, size^2)
+    forcing: np.ndarray    # (size^2,)
     replicas: int
+    size: int
 
-    @staticmethod
-    def _indices(with_drift: bool) -> np.ndarray:
+    def _indices(self, with_drift: bool) -> np.ndarray:
         """Entries of vec(S) that evolve: without drift, none that involve it; with drift, all
-        but the constant S_dd (the cross moments S_yd, S_deltad then carry the drift in)."""
+        but the constant S_dd (the cross moments with the drift then carry it in)."""
+        d = self.size - 1
+        pairs = [divmod(k, self.size) for k in range(self.size ** 2)]
         if with_drift:
-            return np.array([k for k in range(16) if k != _B * 4 + _B])
-        return np.array([k for k in range(16) if _B not in divmod(k, 4)])
+            return np.array([k for k, pair in enumerate(pairs) if pair != (d, d)])
+        return np.array([k for k, pair in enumerate(pairs) if d not in pair])
 
     def factor(self, with_drift: bool = False) -> float:
         """Spectral radius of the transition of the evolving moments. Without drift: the decay
@@ -112,58 +200,64 @@ class Recursion:
         return float(np.max(np.abs(np.linalg.eigvals(self.T[np.ix_(idx, idx)]))))
 
     def step(self, S: np.ndarray) -> np.ndarray:
-        return (self.T @ S.reshape(-1) + self.forcing).reshape(4, 4)
+        return (self.T @ S.reshape(-1) + self.forcing).reshape(self.size, self.size)
 
     def stationary(self, drift_var: float = 0.0) -> np.ndarray | None:
         """The fixed point S with S_dd = drift_var, or None when it is unstable."""
         with_drift = drift_var > 0
         if self.factor(with_drift) >= 1:
             return None
-        idx, dd = self._indices(with_drift), _B * 4 + _B
+        idx, dd = self._indices(with_drift), self.size ** 2 - 1
         A = np.eye(len(idx)) - self.T[np.ix_(idx, idx)]
-        S = np.zeros(16)
+        S = np.zeros(self.size ** 2)
         S[idx] = np.linalg.solve(A, self.forcing[idx] + self.T[idx, dd] * drift_var)
         S[dd] = drift_var
-        return S.reshape(4, 4)
+        return S.reshape(self.size, self.size)
 
     def spread(self, S: np.ndarray) -> float:
         """E z^2 per coordinate: (1 - 1/N) S_yy."""
-        return (1 - 1 / self.replicas) * float(S[_Y, _Y])
+        return (1 - 1 / self.replicas) * float(S[0, 0])
 
 
-def recursion(outer: OuterConfig, c: float, s2: float, rho: float = 0.0) -> Recursion:
-    F0, F1, g0, g1 = step_maps(outer, c, rho, s2)
+def recursion(outer: OuterConfig, c: float = 0.0, s2: float = 1.0, rho: float = 0.0,
+              phase: InnerPhase | None = None) -> Recursion:
+    F0, F1, g0, g1 = step_maps(outer, c, rho, s2, phase)
     kappa = group_kappa(outer.replicas, outer.group_size)
     M, g = F0 + F1, g0 + g1
     T = (1 - kappa) * np.kron(F0, F0) + kappa * np.kron(M, M)
-    forcing = (1 - kappa) * np.outer(g0, g0) + kappa * np.outer(g, g)
-    return Recursion(T, forcing.reshape(-1), outer.replicas)
+    forcing = (1 - kappa) * g0 @ g0.T + kappa * g @ g.T
+    return Recursion(T, forcing.reshape(-1), outer.replicas, F0.shape[0])
 
 
-def initial(s2: float, rho: float, drift_var: float, spread0: float = 0.0) -> np.ndarray:
+def initial(s2: float = 1.0, rho: float = 0.0, drift_var: float = 0.0, spread0: float = 0.0,
+            phase: InnerPhase | None = None) -> np.ndarray:
     """S at t = 0: replicas at ``spread0`` (variance of y deviations per coordinate, S units), the
-    noise process stationary (Var s2) when it is correlated, the drift at ``drift_var``."""
-    S = np.zeros((4, 4))
-    S[_Y, _Y] = spread0
-    S[_E, _E] = s2 if rho else 0.0
-    S[_B, _B] = drift_var
+    carried inner state at its stationary covariance (for AR(1) noise: Var s2), the drift at
+    ``drift_var``."""
+    ph = _phase(0.0, s2, rho, phase)
+    size = 3 + ph.p
+    S = np.zeros((size, size))
+    S[0, 0] = spread0
+    S[2:2 + ph.p, 2:2 + ph.p] = ph.stationary_state()
+    S[-1, -1] = drift_var
     return S
 
 
-def stationary_spread(outer: OuterConfig, c: float, s2: float, rho: float = 0.0, drift_var: float = 0.0) -> float:
+def stationary_spread(outer: OuterConfig, c: float = 0.0, s2: float = 1.0, rho: float = 0.0,
+                      drift_var: float = 0.0, phase: InnerPhase | None = None) -> float:
     """Stationary E[(phi_i - mean_j phi_j)^2] per coordinate; inf where unstable; 0 for n = N or N = 1."""
     if outer.group_size == outer.replicas:
         return 0.0
-    rec = recursion(outer, c, s2, rho)
+    rec = recursion(outer, c, s2, rho, phase)
     S = rec.stationary(drift_var)
     return math.inf if S is None else rec.spread(S)
 
 
-def spread_trajectory(outer: OuterConfig, c: float, s2: float, steps: int, rho: float = 0.0,
-                      drift_var: float = 0.0, spread0: float = 0.0) -> np.ndarray:
+def spread_trajectory(outer: OuterConfig, c: float = 0.0, s2: float = 1.0, steps: int = 0, rho: float = 0.0,
+                      drift_var: float = 0.0, spread0: float = 0.0, phase: InnerPhase | None = None) -> np.ndarray:
     """Exact E z_t^2 per coordinate for t = 0..steps."""
-    rec = recursion(outer, c, s2, rho)
-    S = initial(s2, rho, drift_var, spread0)
+    rec = recursion(outer, c, s2, rho, phase)
+    S = initial(s2, rho, drift_var, spread0, phase)
     out = [rec.spread(S)]
     for _ in range(steps):
         S = rec.step(S)
@@ -171,28 +265,22 @@ def spread_trajectory(outer: OuterConfig, c: float, s2: float, steps: int, rho: 
     return np.array(out)
 
 
-def decay_factor(outer: OuterConfig, c: float, rho: float = 0.0, with_drift: bool = False) -> float:
-    """Noise-free decay factor per outer step of the second moments (the AR(1) noise process's
-    own relaxation rho^2 included); see :meth:`Recursion.factor` for ``with_drift``."""
-    return recursion(outer, c, 1.0, rho).factor(with_drift)
+def varying_trajectory(outer: OuterConfig, c, s2, rho, drift_var: float = 0.0, spread0: float = 0.0,
+                       S0: np.ndarray | None = None) -> np.ndarray:
+    """E z_t^2 per coordinate for t = 0..len(c) when outer step t has its own AR(1) inputs (c[t],
+    s2[t], rho[t]) (e.g. measured in a real run, or a learning-rate schedule). ``S0`` overrides the start."""
+    c, s2, rho = (np.broadcast_to(np.asarray(x, dtype=float), np.shape(c)) for x in (c, s2, rho))
+    S = initial(float(s2[0]) if len(s2) else 0.0, float(rho[0]) if len(rho) else 0.0, drift_var, spread0) \
+        if S0 is None else np.asarray(S0, dtype=float)
+    out = [(1 - 1 / outer.replicas) * float(S[0, 0])]
+    for c_t, s2_t, rho_t in zip(c, s2, rho):
+        S = recursion(outer, float(c_t), float(s2_t), float(rho_t)).step(S)
+        out.append((1 - 1 / outer.replicas) * float(S[0, 0]))
+    return np.array(out)
 
 
-def momentum_noise_correlation(momentum: float, steps: int, phases: int = 200) -> float:
-    """rho produced by an inner SGD with heavy-ball momentum ``momentum`` (buffer b <- mu b + g,
-    theta <- theta - eta b) whose buffer is carried from one inner phase of ``steps`` steps into
-    the next, in a flat direction with white gradient noise: the exact lag-1 correlation of
-    consecutive phases' progress noise (an MA process; its lag-1 correlation is the AR(1) rho that
-    matches the first autocovariance). Adam's first moment (an EMA with beta1) carries state the
-    same way at small learning rates, with mu = beta1 and the gradient scaled by (1 - beta1)."""
-    if not 0 <= momentum < 1:
-        raise ValueError(f"momentum={momentum!r} is out of range; allowed: 0 <= momentum < 1")
-    j = np.arange(phases * steps)
-
-    def weight(phase):  # weight of noise j in the progress of `phase`: sum over its steps k >= j of mu^(k-j)
-        start, stop = phase * steps, (phase + 1) * steps
-        first = np.maximum(j, start)
-        count = np.clip(stop - first, 0, None)
-        return momentum ** (first - j) * (1 - momentum ** count) / (1 - momentum)
-
-    w_t, w_prev = weight(phases - 1), weight(phases - 2)
-    return float(w_t @ w_prev / math.sqrt((w_t @ w_t) * (w_prev @ w_prev)))
+def decay_factor(outer: OuterConfig, c: float = 0.0, rho: float = 0.0, with_drift: bool = False,
+                 phase: InnerPhase | None = None) -> float:
+    """Noise-free decay factor per outer step of the second moments (the carried state's own
+    relaxation included); see :meth:`Recursion.factor` for ``with_drift``."""
+    return recursion(outer, c, 1.0, rho, phase).factor(with_drift)
