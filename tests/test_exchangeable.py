@@ -197,3 +197,17 @@ def test_heterogeneous_optima_floor_and_mean_match_the_simulator(setting):
     assert abs(stats.z_score(r["simulated"], r["se"], r["drift"])) < 4, r
     assert abs(stats.z_score(r["simulated"], r["se"], r["no_drift"])) > 10, r
     assert abs(r["mean"]) < 4 * r["mean_se"], r
+
+
+@pytest.mark.parametrize("momentum", ["heavy-ball", "nesterov"])
+@pytest.mark.parametrize("mu,weight,lr", [(0.9, 1.0, 0.01), (0.9, 0.1, 0.2), (0.5, 1.0, 0.05)])
+def test_mean_radius_with_a_carried_buffer_is_the_rate_of_real_inner_steps(momentum, mu, weight, lr):
+    """The mean (noise-free identical replicas) run with real inner steps is a linear map of
+    (y, delta, m); its spectral radius, read off by stepping unit vectors, is the mean's rate."""
+    o = OuterConfig(replicas=4, group_size=2, alpha=0.5, beta=0.7, gamma=0.7, momentum=momentum)
+    lam, H = 1.5, 5
+    step = _momentum_step(o, lr, lam, H, 0.0, mu, weight)
+    columns = [step(np.eye(4)[k][:, None], np.ones((1, 1)), np.zeros((H, 1)))[:3, 0] for k in range(3)]
+    measured = np.max(np.abs(np.linalg.eigvals(np.column_stack(columns))))
+    phase = X.InnerPhase.momentum(lr, lam, H, 0.0, mu, weight)
+    assert X.mean_radius(o, phase) == pytest.approx(measured, rel=1e-12)

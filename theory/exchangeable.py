@@ -284,3 +284,22 @@ def decay_factor(outer: OuterConfig, c: float = 0.0, rho: float = 0.0, with_drif
     """Noise-free decay factor per outer step of the second moments (the carried state's own
     relaxation included); see :meth:`Recursion.factor` for ``with_drift``."""
     return recursion(outer, c, 1.0, rho, phase).factor(with_drift)
+
+
+def mean_radius(outer: OuterConfig, phase: InnerPhase) -> float:
+    """Spectral radius of the replica mean's transition (y, delta, s) with the carried state: the
+    pull cancels in the mean, so this is DiLoCo's outer step around the given inner phase."""
+    F0, F1, _, _ = step_maps(outer, phase=phase)
+    # the drift has zero mean, and a state that y does not drive (AR(1) noise) has zero mean too:
+    # neither moves the expected mean
+    keep = 2 + (phase.p if np.any(phase.b != 0) else 0)
+    M = (F0 + F1)[:keep, :keep]
+    return float(np.max(np.abs(np.linalg.eigvals(M))))
+
+
+def summary(outer: OuterConfig, phase: InnerPhase, drift_var: float = 0.0) -> dict:
+    """Per direction: the mean's rate, the spread's decay factor (with the drift's cross moments
+    when there is drift) and the stationary spread (inf where unstable)."""
+    return {"mean_spectral_radius": mean_radius(outer, phase),
+            "variance_decay_factor": decay_factor(outer, phase=phase, with_drift=drift_var > 0),
+            "stationary_variance": stationary_spread(outer, phase=phase, drift_var=drift_var)}
