@@ -8,7 +8,8 @@ import importlib
 import sys
 
 SUITES = {"theory-grid": "benchmarks.theory_grid", "simulator": "benchmarks.simulator",
-          "llm-step": "benchmarks.llm_step"}
+          "comm": "benchmarks.comm", "check": "benchmarks.check", "scaling": "benchmarks.scaling",
+          "llm-step": "benchmarks.llm_step", "all": "benchmarks.all"}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -1,28 +1,40 @@
-"""The simulator: replica-coordinate updates per second (one inner SGD step of one coordinate of
-one replica, outer steps and recording included) for
+"""The simulator: replica-coordinate updates per second (one inner step of one coordinate of one
+replica; outer steps, partitions and recording included) for
 
-* the vectorised simulator (:func:`quadratic.simulator.simulate`),
-* a straightforward per-replica Python loop doing the same arithmetic on one replica's
+* the explicit inner phase (every inner SGD step; float64 and float32),
+* the exact inner phase (one draw per group and direction per outer step; counted as the H
+  inner steps it replaces),
+* a straightforward per-replica Python loop doing the explicit arithmetic on one replica's
   d-vector at a time (numpy for the d coordinates),
-* the floor: per inner step only what any numpy implementation must do over the same
-  (trials, N, d) arrays, namely draw the noise into a preallocated buffer and make one
-  in-place pass over the weights; with ``--noise 0`` only the pass.
+* two floors over the same (trials, N, d) weights, per inner step: the bandwidth floor (one
+  read and one write of the weights, nothing else) and the noise floor (drawing one Gaussian
+  per weight with the simulator's generator, then that read and write),
+* optionally the same ``noloco simulate`` command at an older commit (``--baseline DIR``, a
+  git worktree) next to this one, each in a fresh process.
 
-    python -m benchmarks simulator [--trials 200 --replicas 8 --dim 1 --inner-steps 50 --outer-steps 20]
-
-The default size is ``noloco simulate``'s default run (200 trials, N = 8, pairs, a
-one-direction quadratic, H = 50), over 20 outer steps.
+    python -m benchmarks simulator [--trials 200 --replicas 8 --dim 1000 --inner-steps 50]
 """
 
 from __future__ import annotations
 
+import dataclasses
+from pathlib import Path
+
 import numpy as np
 
-from benchmarks.timer import best_of
+from benchmarks.timer import best_of, command_seconds
 from quadratic.simulator import SimConfig, simulate
+from theory.budget import retain_freed_memory
 from theory.config import InnerConfig, OuterConfig
+from theory.numeric import fast_normal
 from theory.outer import outer_step
 from theory.partitions import partition
+
+NAME = "simulator"
+ROOT = Path(__file__).resolve().parent.parent
+#: the command of issue 14, timed here and at the baseline commit
+COMMAND = ["simulate", "--preset", "paper", "--spectrum", "uniform:0.1:1:1000", "--trials", "200",
+           "--outer-steps", "100", "--json", "--no-cache"]
 
 
 def loop(cfg: SimConfig, lam: np.ndarray) -> None:
@@ -48,50 +60,90 @@ def loop(cfg: SimConfig, lam: np.ndarray) -> None:
             phi, delta = new_phi, new_delta
 
 
-def floor(cfg: SimConfig, dim: int) -> None:
-    rng = np.random.default_rng(cfg.seed)
-    theta = np.zeros((cfg.trials, cfg.outer.replicas, dim))
-    noise = np.zeros_like(theta)
+def bandwidth_floor(cfg: SimConfig, dim: int, dtype=np.float64) -> None:
+    """Per inner step one read and one write of the weights (in place), nothing else."""
+    theta = np.zeros((cfg.trials, cfg.outer.replicas, dim), dtype)
     for _ in range(cfg.outer_steps * cfg.inner.steps):
-        if cfg.inner.noise:
-            rng.standard_normal(out=noise)
+        np.add(theta, 1.0, out=theta)
+
+
+def noise_floor(cfg: SimConfig, dim: int, dtype=np.float64) -> None:
+    """Per inner step one Gaussian per weight (the simulator's generator) and one in-place pass."""
+    rng = np.random.default_rng(cfg.seed)
+    theta = np.zeros((cfg.trials, cfg.outer.replicas, dim), dtype)
+    noise = np.empty_like(theta)
+    scratch = np.empty((noise.size + 1) // 2, np.float32)
+    for _ in range(cfg.outer_steps * cfg.inner.steps):
+        fast_normal(rng, noise, 0.01, scratch)
         theta += noise
-
-
-NAME = "simulator"
 
 
 def add_arguments(parser) -> None:
     parser.add_argument("--trials", type=int, default=200, help="independent trials")
     parser.add_argument("--replicas", type=int, default=8, help="replicas N (pairs)")
-    parser.add_argument("--dim", type=int, default=1, help="directions of the quadratic")
+    parser.add_argument("--dim", type=int, default=1000, help="directions of the quadratic")
     parser.add_argument("--inner-steps", type=int, default=50, help="inner steps H")
-    parser.add_argument("--outer-steps", type=int, default=20, help="outer steps")
-    parser.add_argument("--noise", type=float, default=1.0, help="gradient noise std (0: no noise draws)")
+    parser.add_argument("--outer-steps", type=int, default=10, help="outer steps of the explicit runs "
+                                                                    "(the exact runs take ten times as many)")
+    parser.add_argument("--noise", type=float, default=1.0, help="gradient noise std")
     parser.add_argument("--repeat", type=int, default=3, help="best of this many runs")
+    parser.add_argument("--loop-trials", type=int, default=2, help="trials of the (slow) per-replica loop")
+    parser.add_argument("--baseline", help="a checkout of an older commit: time the same simulate command there")
 
 
-def measure(trials=200, replicas=8, dim=1, inner_steps=50, outer_steps=20, noise=1.0, repeat=3,
-            loop_trials=8) -> dict:
-    lam = np.linspace(0.5, 2.0, dim)
+def measure(trials=200, replicas=8, dim=1000, inner_steps=50, outer_steps=10, noise=1.0, repeat=3,
+            loop_trials=2, baseline=None) -> dict:
+    retain_freed_memory()
+    lam = tuple(np.linspace(0.1, 1.0, dim))
     outer = OuterConfig(replicas=replicas, group_size=2)
-    cfg = SimConfig(outer=outer, inner=InnerConfig(lr=0.05, steps=inner_steps, noise=noise),
-                    curvatures=tuple(lam), trials=trials, outer_steps=outer_steps)
-    updates = trials * replicas * dim * inner_steps * outer_steps
-    small = SimConfig(outer=outer, inner=cfg.inner, curvatures=tuple(lam), trials=loop_trials,
-                      outer_steps=outer_steps)  # the loop is slow: time fewer trials, scale per update
+    inner = InnerConfig(lr=0.01, steps=inner_steps, noise=noise)
+    per_step = trials * replicas * dim * inner_steps
+
+    def rate(cfg):
+        return per_step * cfg.outer_steps / best_of(lambda: simulate(cfg), repeat)
+
+    explicit = SimConfig(outer=outer, inner=inner, curvatures=lam, trials=trials, outer_steps=outer_steps,
+                         inner_mode="explicit")
+    exact = SimConfig(outer=outer, inner=inner, curvatures=lam, trials=trials, outer_steps=10 * outer_steps,
+                      inner_mode="exact")
+    small = SimConfig(outer=outer, inner=inner, curvatures=lam, trials=loop_trials, outer_steps=1)
     rates = {
-        "vectorised": updates / best_of(lambda: simulate(cfg), repeat),
-        "python_loop": updates * loop_trials / trials / best_of(lambda: loop(small, lam), 1),
-        "numpy_floor": updates / best_of(lambda: floor(cfg, dim), repeat),
+        "explicit": rate(explicit),
+        "explicit_float32": rate(dataclasses.replace(explicit, dtype="float32")),
+        "exact": rate(exact),
+        "exact_float32": rate(dataclasses.replace(exact, dtype="float32")),
+        "python_loop": per_step * loop_trials / trials / best_of(lambda: loop(small, np.asarray(lam)), 1),
+        "bandwidth_floor": per_step * outer_steps / best_of(lambda: bandwidth_floor(explicit, dim), repeat),
+        "noise_floor": per_step * outer_steps / best_of(lambda: noise_floor(explicit, dim), repeat),
     }
-    return {"updates_per_second": rates, "speedup_over_loop": rates["vectorised"] / rates["python_loop"],
-            "slowdown_vs_floor": rates["numpy_floor"] / rates["vectorised"]}
+    out = {"updates_per_second": rates,
+           "exact_over_explicit": rates["exact"] / rates["explicit"],
+           "explicit_over_loop": rates["explicit"] / rates["python_loop"],
+           "bandwidth_floor_over_explicit": rates["bandwidth_floor"] / rates["explicit"],
+           "noise_floor_over_explicit": rates["noise_floor"] / rates["explicit"],
+           "state_bytes": trials * replicas * dim * 8}
+    if baseline:
+        commands = {"command": "noloco " + " ".join(COMMAND),
+                    "baseline_s": command_seconds(COMMAND, Path(baseline)),
+                    "this_default_s": command_seconds(COMMAND),
+                    "this_explicit_s": command_seconds(COMMAND + ["--inner", "explicit"])}
+        commands["speedup_default"] = commands["baseline_s"] / commands["this_default_s"]
+        commands["speedup_explicit"] = commands["baseline_s"] / commands["this_explicit_s"]
+        out["commands"] = commands
+    return out
 
 
 def format_result(result: dict) -> str:
     r = result["results"]
-    lines = [f"{name:<12} {rate:12.4g} replica-coordinate updates / s" for name, rate in r["updates_per_second"].items()]
-    lines.append(f"vectorised / loop  = {r['speedup_over_loop']:.1f}x")
-    lines.append(f"floor / vectorised = {r['slowdown_vs_floor']:.2f}x")
+    lines = [f"{name:<18} {rate:12.4g} replica-coordinate updates / s" for name, rate in r["updates_per_second"].items()]
+    lines += [f"exact / explicit            = {r['exact_over_explicit']:.1f}x",
+              f"explicit / loop             = {r['explicit_over_loop']:.1f}x",
+              f"bandwidth floor / explicit  = {r['bandwidth_floor_over_explicit']:.1f}x",
+              f"noise floor / explicit      = {r['noise_floor_over_explicit']:.2f}x"]
+    c = r.get("commands")
+    if c:
+        lines += [f"{c['command']}:",
+                  f"  baseline {c['baseline_s']:.1f} s, now {c['this_default_s']:.1f} s (exact, "
+                  f"{c['speedup_default']:.1f}x), {c['this_explicit_s']:.1f} s with --inner explicit "
+                  f"({c['speedup_explicit']:.1f}x)"]
     return "\n".join(lines)

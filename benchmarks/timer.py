@@ -37,6 +37,32 @@ def fresh_process_seconds(statement: str) -> float:
     return float(out.stdout.strip())
 
 
+def command_seconds(argv: list, root=None, peak_memory: bool = False):
+    """Wall seconds of ``python -m noloco ARGV`` in a fresh process with an empty cache, ``root``
+    (default: this checkout) first on the path; with ``peak_memory`` also the process's peak
+    resident memory in bytes (``(seconds, bytes)``)."""
+    import subprocess
+    import tempfile
+
+    root = Path(root) if root else Path(__file__).resolve().parent.parent
+    with tempfile.TemporaryDirectory() as cache:
+        env = {**os.environ, "PYTHONPATH": str(root), "NOLOCO_CACHE": cache}
+        start = time.perf_counter()
+        # the peak is the child's own high-water mark (VmHWM; ru_maxrss would count the forked parent)
+        code = ("import atexit, runpy, sys; atexit.register(lambda: print('peak', [l.split()[1] for l in "
+                "open('/proc/self/status') if l.startswith('VmHWM')][0], file=sys.stderr)); "
+                f"sys.argv = ['noloco'] + {list(map(str, argv))!r}; runpy.run_module('noloco', run_name='__main__')")
+        proc = subprocess.run([sys.executable, "-c", code], cwd=root, env=env, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, text=True)
+        seconds = time.perf_counter() - start
+        if proc.returncode not in (0, 1):
+            raise RuntimeError(f"noloco {' '.join(map(str, argv))} exited {proc.returncode}: {proc.stderr[-500:]}")
+    if not peak_memory:
+        return seconds
+    peak = [line.split()[1] for line in proc.stderr.splitlines() if line.startswith("peak ")]
+    return seconds, int(peak[-1]) * 1024 if peak else None
+
+
 def machine() -> dict:
     versions = {"python": platform.python_version(), "numpy": np.__version__}
     for name in ("scipy", "torch"):

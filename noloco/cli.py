@@ -13,15 +13,20 @@ Exit codes, enforced here and nowhere else:
 1     a checked condition fails (unstable setting, diverged run, claim fails):
       the command's ``run`` returns 1
 2     bad input, before any work: an argparse error, ``ConfigError`` or
-      ``UsageError`` (a value outside its range, conflicting flags)
+      ``UsageError`` (a value outside its range, conflicting flags, an empty
+      output name)
 3     environment or data fault: ``theory.io.DataError`` (a missing or malformed
-      input file), ``OSError`` (an unwritable output, a full disk), ``MemoryError``
+      input file, a run folder in use, a dead peer), ``OSError`` (an unwritable
+      output, a full disk), ``MemoryError`` (also: work refused by its memory
+      budget)
 130   interrupted (Ctrl-C)
 ====  =====================================================================
 
 Every error is one line on stderr, ``noloco COMMAND: error: ...``, without a
 traceback; ``NOLOCO_DEBUG=1`` re-raises it with its traceback. Any other exception
-is a bug and keeps its traceback.
+is a bug and keeps its traceback. The mapping itself is :func:`theory.io.exit_code`
+(shared with the torchrun entry ``python -m llm_check.train``); numpy's arithmetic
+warnings are silenced here, since a non-finite result is reported in the output.
 """
 
 from __future__ import annotations
@@ -32,18 +37,13 @@ import os
 import sys
 
 from theory.config import ConfigError
-from theory.io import DataError
+from theory.io import OneLineParser, report
 
 SUBCOMMANDS = ("check", "simulate", "comm", "tune", "figs", "llm", "claims")
 
 
 class UsageError(ConfigError):
     """Bad input from the command line; reported as one line, exit code 2."""
-
-
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, no usage dump
-        self.exit(2, f"{self.prog}: error: {message}\n")
 
 
 def version() -> str:
@@ -59,14 +59,14 @@ def version() -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = OneLineParser(
         prog="noloco",
         description="Theory and verification toolkit for NoLoCo (arXiv 2506.10911). Exit codes: 0 success, "
                     "1 a checked condition fails, 2 bad input, 3 environment or data fault.",
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {version()}",
                         help="print the toolkit's version and exit")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=_Parser)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     sub.required = True
     for name in SUBCOMMANDS:
         try:
@@ -77,15 +77,6 @@ def build_parser() -> argparse.ArgumentParser:
             raise
         module.add_parser(sub)
     return parser
-
-
-def _describe(err: BaseException) -> str:
-    if isinstance(err, OSError) and err.strerror:
-        where = err.filename if err.filename is not None else ""
-        return f"{where}: {err.strerror}" if where else err.strerror
-    if isinstance(err, MemoryError):
-        return "out of memory" + (f" ({err})" if str(err) else "")
-    return " ".join((str(err) or type(err).__name__).split("\n"))
 
 
 def _reader_gone() -> bool:
@@ -115,31 +106,44 @@ def main(argv: list[str] | None = None) -> int:
         except SystemExit as stop:  # argparse: --help/--version (0) or a usage error (2, printed)
             sys.stdout.flush()
             return 0 if stop.code is None else stop.code if isinstance(stop.code, int) else 2
-        command = args.command
-        code = int(args.run(args) or 0)
+        command = " ".join(filter(None, (args.command, getattr(args, "llm_command", None))))
+        with _quiet_arithmetic():
+            code = int(args.run(args) or 0)
         sys.stdout.flush()  # a closed pipe shows here, not at exit
         return code
     except BrokenPipeError as err:
         if not _reader_gone():  # a broken pipe that is not stdout: an environment fault like any other
-            return _report(command, err)
+            return report(_prog(command), err)
         _silence_stdout()
         return 0
     except KeyboardInterrupt:
         print(f"{_prog(command)}: interrupted", file=sys.stderr)
         return 130
-    except (ConfigError, DataError, OSError, MemoryError) as err:
-        return _report(command, err)
+    except Exception as err:  # noqa: BLE001 - theory.io.report re-raises what is not in the contract (a bug)
+        return report(_prog(command), err)
+
+
+def _quiet_arithmetic():
+    """numpy's overflow / invalid-value warnings off: a non-finite result is reported as such in the
+    command's output (null with its reason, or a failed condition), not as lines of warnings on stderr.
+    ``NOLOCO_DEBUG=1`` keeps them."""
+    import contextlib
+    import warnings
+
+    import numpy as np
+
+    if os.environ.get("NOLOCO_DEBUG") == "1":
+        return contextlib.nullcontext()
+    stack = contextlib.ExitStack()
+    stack.enter_context(np.errstate(all="ignore"))
+    stack.enter_context(warnings.catch_warnings())
+    warnings.filterwarnings("ignore", category=RuntimeWarning,
+                            message=r".*(overflow|invalid value|divide by zero|underflow)")
+    return stack
 
 
 def _prog(command: str) -> str:
     return f"noloco {command}" if command else "noloco"
-
-
-def _report(command: str, err: BaseException) -> int:
-    if os.environ.get("NOLOCO_DEBUG") == "1":
-        raise err
-    print(f"{_prog(command)}: error: {_describe(err)}", file=sys.stderr)
-    return 2 if isinstance(err, ConfigError) else 3
 
 
 if __name__ == "__main__":

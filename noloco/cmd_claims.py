@@ -38,7 +38,11 @@ def run(args) -> int:
     from quadratic.claims import TOLERANCE, run_all
     from theory.io import SCHEMA_VERSION, print_json
 
-    only = [name.strip() for name in args.only.split(",") if name.strip()] if args.only else None
+    only = None if args.only is None else [name.strip() for name in args.only.split(",") if name.strip()]
+    if only == []:
+        from noloco.cli import UsageError
+
+        raise UsageError(f"--only {args.only!r} names no claim; give claim names (see `noloco claims`) or drop --only")
     claims = run_all(quick=args.quick, seed=args.seed, only=only)
     every = all(c.holds for c in claims)
     if args.json:

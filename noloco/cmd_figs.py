@@ -27,14 +27,22 @@ def run(args) -> int:
 
     from tqdm import tqdm
 
-    from noloco.options import writable
+    from noloco.cli import UsageError
     from paper_figs.run import FIGURES, make
     from theory.config import check_choice
+    from theory.io import input_dir, output_dir
 
-    names = [n.strip() for item in (args.only or []) for n in item.split(",") if n.strip()] or list(FIGURES)
+    names = [n.strip() for item in (args.only or []) for n in item.split(",") if n.strip()]
+    if args.only is not None and not names:
+        raise UsageError(f"--only {','.join(args.only)!r} names no figure; allowed: {', '.join(FIGURES)}")
     for name in names:
         check_choice("only", name, FIGURES)
-    writable(args.out, folder=True)  # fail now, not after minutes of computation
+    names = names or list(FIGURES)
+    if args.cache is not None:
+        input_dir(args.cache, "--cache")  # read-only is fine (only costs the computation), a file is not
+    if "llm" in names:
+        input_dir(args.llm_runs, "--llm-runs")
+    output_dir(args.out)  # fail now, not after minutes of computation
     options = {"llm": {"runs": args.llm_runs}}
     bar = tqdm(names, desc="figs", unit="fig", disable=not sys.stderr.isatty())
     for name in bar:

@@ -5,8 +5,12 @@ from __future__ import annotations
 
 import sys
 
-from noloco.options import add_hyper_arguments, hyper_from_args
-from quadratic.names import OBJECTIVES, OPTIMIZERS, SCHEDULES, SPLITS
+from noloco.options import (add_hyper_arguments, add_inner_model_arguments, add_memory_argument, hyper_from_args,
+                            inner_momentum_from_args)
+from quadratic.names import OBJECTIVES, SCHEDULES, SPLITS
+
+INNER_MODES = ("auto", "exact", "explicit")   # quadratic.simulator's, without importing numpy here
+DTYPES = ("float64", "float32")
 
 
 def add_parser(subparsers) -> None:
@@ -16,7 +20,8 @@ def add_parser(subparsers) -> None:
                     "`noloco check`) with real inner steps on a quadratic (--curvature/--spectrum) or a "
                     "convex objective on a packaged data set, and print the simulated spread, mean and "
                     "loss next to the theory with standard errors. Results are cached under a hash of the "
-                    "full configuration. Exit 0, 1 if the run diverged, 2 on bad input.")
+                    "full configuration. Memory is estimated before any work. Exit 0, 1 if the run diverged, 2 on "
+                    "bad input, 3 when the run does not fit the memory budget (--max-memory).")
     add_hyper_arguments(parser)
     g = parser.add_argument_group("simulation")
     g.add_argument("--objective", choices=OBJECTIVES, default="quadratic",
@@ -26,14 +31,18 @@ def add_parser(subparsers) -> None:
     g.add_argument("--outer-steps", type=int, default=200, help="outer steps per trial (default 200)")
     g.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     g.add_argument("--rotate", action="store_true", help="random rotation of the quadratic's eigenbasis")
-    g.add_argument("--zeta", type=float, default=0.0, help="spread of the replicas' optima (quadratic heterogeneity)")
     g.add_argument("--split", choices=SPLITS, default="shared",
                    help="data across replicas: shared (all rows), iid shards, sorted by label, by k-means cluster")
     g.add_argument("--batch-size", type=int, default=0, help="minibatch rows per inner step (0: full gradient)")
     g.add_argument("--l2", type=float, default=1e-2, help="L2 regularisation of the data objectives (default 0.01)")
-    g.add_argument("--inner-optimizer", choices=OPTIMIZERS, default="sgd",
-                   help="sgd (the model of the theory), momentum (torch convention) or adam")
-    g.add_argument("--inner-momentum", type=float, default=0.9, help="momentum of --inner-optimizer momentum")
+    add_inner_model_arguments(g)
+    g.add_argument("--inner", choices=INNER_MODES, default="auto", dest="inner_mode",
+                   help="exact: the inner phase drawn from its exact law (inner SGD on the quadratic: 0.4 H "
+                        "times faster at 1000 directions); explicit: every inner step simulated; auto (default): "
+                        "exact where it is exact, else explicit")
+    g.add_argument("--dtype", choices=DTYPES, default="float64",
+                   help="precision of the simulated weights (float32: the quadratic without rotation, or "
+                        "--inner exact; see docs/performance.md for when it is accurate enough)")
     g.add_argument("--schedule", choices=SCHEDULES, default="constant",
                    help="inner learning rate: constant, cosine with --warmup, inverse: lr / (1 + k / --decay-time)")
     g.add_argument("--warmup", type=int, default=0, help="warm-up inner steps of the cosine schedule")
@@ -41,6 +50,7 @@ def add_parser(subparsers) -> None:
     g.add_argument("--start", type=float, default=1.0, help="initial offset of every coordinate from the optimum")
     g.add_argument("--burn-in", type=int, help="outer steps before the stationary window (default half)")
     g.add_argument("--no-cache", action="store_true", help="recompute even if a cached result exists")
+    add_memory_argument(g)
     g.add_argument("--json", action="store_true",
                    help="print the full result as strict JSON (an unbounded value is null, with "
                         "'<key>_nonfinite' beside it)")
@@ -48,25 +58,36 @@ def add_parser(subparsers) -> None:
 
 
 def _config(args):
-    from quadratic.simulator import SimConfig
+    """The validated SimConfig, after checking that the run fits the memory budget (before the
+    spectrum is materialised: a refusal costs nothing)."""
+    from quadratic.simulator import SimConfig, memory_estimate
+    from theory import budget
+    from theory.methods import constrain
 
     method, outer, inner, spectrum = hyper_from_args(args, default_shape=False)
+    limit = budget.resolve(args.max_memory)
+    count = 1 if spectrum is None else spectrum.count
+    N = constrain(method, outer, inner)[0].replicas
+    rotated_or_data = args.rotate or args.objective != "quadratic"
+    trials, steps = max(args.trials, 2), max(args.outer_steps, 1)   # SimConfig names a bad value
+    budget.require(memory_estimate(count, trials, N, steps, inner_steps=inner.steps, objective=args.objective,
+                                   rotate=args.rotate, eigenbasis=not rotated_or_data or args.inner_mode == "exact"),
+                   limit, f"simulate with {count} direction(s) x {trials} trials x {N} replicas x {steps} outer steps",
+                   "fewer --trials, --outer-steps or directions")
     # SimConfig refuses curvatures with a data objective, which takes its Hessian from the data
     return SimConfig(outer=outer, inner=inner, objective=args.objective,
-                     curvatures=None if spectrum is None else spectrum.curvatures,
+                     curvatures=None if spectrum is None else spectrum.values(),
                      rotate=args.rotate, zeta=args.zeta, split=args.split, batch_size=args.batch_size,
-                     l2=args.l2, optimizer=args.inner_optimizer, inner_momentum=args.inner_momentum,
+                     l2=args.l2, optimizer=args.inner_optimizer,
+                     inner_momentum=inner_momentum_from_args(args),
                      schedule=args.schedule, warmup=args.warmup, decay_time=args.decay_time,
                      method=method, trials=args.trials, outer_steps=args.outer_steps,
-                     burn_in=args.burn_in, start=args.start, seed=args.seed)
-
-
-def _fmt(x):
-    return "-" if x is None else f"{x:.6g}"
+                     burn_in=args.burn_in, start=args.start, seed=args.seed, inner_mode=args.inner_mode,
+                     dtype=args.dtype)
 
 
 def run(args) -> int:
-    from quadratic.compare import cached_compare
+    from quadratic.compare import cached_compare, format_text
     from theory.io import print_json
 
     cfg = _config(args)
@@ -74,35 +95,5 @@ def run(args) -> int:
     if args.json:
         print_json(result)
         return 1 if result["diverged"] else 0
-    o, i = result["effective"]["outer"], result["effective"]["inner"]
-    s = result["summary"]
-    print(f"{cfg.method} on {cfg.objective}: N={o['replicas']} n={o['group_size']} alpha={o['alpha']:g} "
-          f"beta={o['beta']:g} gamma={o['gamma']:g} {o['momentum']} | inner {cfg.optimizer} lr={i['lr']:g} "
-          f"({cfg.schedule}) H={i['steps']} sigma={i['noise']:g} | {cfg.trials} trials x {cfg.outer_steps} "
-          f"outer steps{' (cached)' if hit else ''}")
-    for note in result["scope"]:
-        print(f"note: {note}")
-    if result["diverged"]:
-        d = result["diverged"]
-        print(f"DIVERGED at outer step {d['step']}: {d['reason']}")
-        print("violated theory conditions: " + (", ".join(d["violated_conditions"]) or
-                                                 "none (the theory predicted stability)"))
-        return 1
-    print(f"{'quantity':<42} {'simulated':>12} {'+- se':>10} {'theory':>12} {'z':>7}")
-    print(f"{'stationary spread (sum over coordinates)':<42} {_fmt(s['stationary_variance_mc']):>12} "
-          f"{_fmt(s['stationary_variance_se']):>10} {_fmt(s['stationary_variance_window_theory']):>12} "
-          f"{_fmt(s['z_score']):>7}")
-    print(f"{'  closed-form stationary value':<42} {'':>12} {'':>10} {_fmt(s['stationary_variance_theory']):>12}")
-    d = result.get("decay")
-    if d and "ratio_mc" in d:
-        print(f"{'variance decay per outer step':<42} {_fmt(d['ratio_mc']):>12} {_fmt(d['ratio_se']):>10} "
-              f"{_fmt(d.get('ratio_theory')):>12} {_fmt(d.get('z_score')):>7}")
-        print(f"{'  asymptotic decay factor (theory)':<42} {'':>12} {'':>10} "
-              f"{_fmt(s['variance_decay_factor_theory']):>12}")
-    tr = result["trajectories"]
-    for step in sorted({1, min(10, len(tr["step"]) - 1), len(tr["step"]) - 1}):
-        mc, se, th = (tr["mean_distance"][k][step][0] for k in ("mc", "se", "theory"))
-        print(f"{f'mean distance, flattest direction, step {step}':<42} {mc:>12.6g} {se:>10.3g} {th:>12.6g}")
-    print(f"{'final loss at the average weights':<42} {s['final_loss_at_mean']:>12.6g} "
-          f"{s['final_loss_at_mean_se']:>10.3g}")
-    return 0
+    print(format_text(result, cfg, hit))
+    return 1 if result["diverged"] else 0

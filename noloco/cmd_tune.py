@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from noloco.options import add_hyper_arguments, hyper_from_args, writable
+from noloco.options import add_hyper_arguments, hyper_from_args
 
 
 def _names(text: str) -> tuple:
@@ -16,9 +16,15 @@ def _names(text: str) -> tuple:
 
 def _integers(text: str) -> tuple:
     try:
-        return tuple(int(w) for w in _names(text))
+        values = tuple(int(w) for w in _names(text))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+        values = ()
+    if not values or min(values) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers >= 1")
+    return values
+
+
+H_VALUES = (10, 20, 50, 100, 200)
 
 
 def add_parser(subparsers) -> None:
@@ -38,11 +44,12 @@ def add_parser(subparsers) -> None:
     g.add_argument("--objective", choices=("rate", "steps", "inner-steps"), default="rate",
                    help="rate per outer step; outer steps (communication rounds) or inner steps (compute) "
                         "to shrink the mean's distance by --target (default rate)")
-    g.add_argument("--target", type=float, default=1e-3, help="distance reduction for --objective steps (1e-3)")
+    g.add_argument("--target", type=float, default=None,
+                   help="distance reduction for --objective steps or inner-steps (default 1e-3)")
     g.add_argument("--tune", type=_names, default=(),
                    help="also tune 'n', 'H' or 'n,H' (default: only alpha, beta, gamma)")
-    g.add_argument("--h-values", type=_integers, default=(10, 20, 50, 100, 200),
-                   help="candidate H for --tune H, comma-separated (default 10,20,50,100,200)")
+    g.add_argument("--h-values", type=_integers, default=None,
+                   help=f"candidate H for --tune H, comma-separated (default {','.join(map(str, H_VALUES))})")
     g.add_argument("--grid", type=int, default=24, help="grid points per axis of the warm start (default 24)")
     g.add_argument("--trials", type=int, default=400, help="trials of the verifying simulation (default 400, >= 20)")
     g.add_argument("--no-verify", action="store_true", help="skip the verifying simulation")
@@ -56,15 +63,28 @@ def add_parser(subparsers) -> None:
     p.set_defaults(run=run)
 
 
+def _unused_flags(args) -> None:
+    """Flags that would be silently ignored are refused (exit 2)."""
+    from noloco.cli import UsageError
+
+    if args.h_values is not None and "H" not in args.tune:
+        raise UsageError("--h-values lists candidate H for --tune H; add --tune H (or drop --h-values)")
+    if args.target is not None and args.objective == "rate":
+        raise UsageError("--target is the distance reduction of --objective steps or inner-steps; "
+                         "--objective rate does not use it")
+
+
 def run(args) -> int:
     from quadratic.tune_check import format_report, tune_and_verify
-    from theory.io import print_json
+    from theory.io import output_file, print_json
     from theory.tune import make_problem
 
+    _unused_flags(args)
     method, outer, inner, spectrum = hyper_from_args(args)
     problem = make_problem(method, outer, inner, spectrum, budget=args.spread_budget, objective=args.objective,
-                           target=args.target, tune=args.tune, h_values=args.h_values, grid=args.grid)
-    out = writable(args.out) if args.out else None  # fail now, not after the search
+                           target=1e-3 if args.target is None else args.target, tune=args.tune,
+                           h_values=H_VALUES if args.h_values is None else args.h_values, grid=args.grid)
+    out = None if args.out is None else output_file(args.out)  # fail now, not after the search
     result, report = tune_and_verify(problem, verify=not args.no_verify, trials=args.trials, seed=args.seed,
                                      progress=sys.stderr.isatty())
     figure = None

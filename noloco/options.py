@@ -46,6 +46,48 @@ def add_hyper_arguments(parser: argparse.ArgumentParser) -> None:
                        help="curvatures: 'L1,L2,...', 'uniform:LOW:HIGH:COUNT' or 'powerlaw:HIGH:EXPONENT:COUNT'")
 
 
+def add_inner_model_arguments(parser, correlation: bool = False) -> None:
+    """The inner phase beyond i.i.d. SGD noise (``theory.exchangeable.InnerModel``), shared by
+    ``check`` (a prediction) and ``simulate`` (a run and its prediction)."""
+    parser.add_argument("--inner-optimizer", choices=("sgd", "momentum", "adam"), default="sgd",
+                        help="inner optimizer whose state is carried across outer steps: sgd (default), "
+                             "momentum (torch convention, --inner-momentum) or adam (betas 0.9, 0.999; the theory "
+                             "linearises it near the optimum)")
+    parser.add_argument("--inner-momentum", type=float,
+                        help="momentum of --inner-optimizer momentum (default 0.9; refused with another optimizer)")
+    parser.add_argument("--zeta", type=float, default=0.0,
+                        help="std of the replicas' optima offsets (heterogeneous data; inner SGD; default 0)")
+    if correlation:
+        parser.add_argument("--noise-correlation", type=float, default=0.0,
+                            help="AR(1) correlation rho of a replica's SGD progress noise from one outer step to the "
+                                 "next, -1 < rho < 1 (default 0: independent)")
+
+
+def inner_momentum_from_args(args) -> float:
+    """``--inner-momentum`` (default 0.9); refused without ``--inner-optimizer momentum``."""
+    from theory.config import ConfigError
+
+    if args.inner_momentum is not None and args.inner_optimizer != "momentum":
+        raise ConfigError(f"--inner-momentum {args.inner_momentum:g} applies to --inner-optimizer momentum only "
+                          f"(here {args.inner_optimizer}); drop it or add --inner-optimizer momentum")
+    return 0.9 if args.inner_momentum is None else args.inner_momentum
+
+
+def inner_model_from_args(args):
+    """The validated :class:`theory.exchangeable.InnerModel` of the flags."""
+    from theory.exchangeable import InnerModel
+
+    return InnerModel(args.inner_optimizer, inner_momentum_from_args(args), getattr(args, "noise_correlation", 0.0),
+                      args.zeta)
+
+
+def add_memory_argument(parser) -> None:
+    """``--max-memory`` of the commands that estimate their memory before any work (theory.budget)."""
+    parser.add_argument("--max-memory", metavar="SIZE",
+                        help="memory budget, e.g. 2G or 500M (default: half the available memory); work above "
+                             "it is streamed where the result allows, else refused before it starts (exit 3)")
+
+
 def hyper_from_args(args: argparse.Namespace, default_shape: bool = True):
     """``(method, outer, inner, spectrum)``, validated (ConfigError naming the bad field).
     ``spectrum`` is the quadratic's curvatures as given; when neither --curvature nor

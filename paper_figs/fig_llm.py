@@ -48,7 +48,7 @@ def compute(runs: str) -> dict:
                 rows.append(json.loads(line))
             except ValueError:
                 continue  # a line cut by an interrupted run
-        rows = [r for r in rows if "tokens" in r]
+        rows = [r for r in rows if isinstance(r, dict) and "tokens" in r]  # skip foreign or damaged lines
         if rows:
             method, note = _describe(path)
             found.append({"label": str(path.parent.relative_to(root)), "method": method, "note": note,
@@ -67,6 +67,7 @@ def draw(data: dict):
         fig.text(0.5, 0.5, f"no cached LLM run under {data['root']}/\nrun: noloco llm train --preset cpu-small "
                  "--out runs/llm-cpu-small", ha="center", va="center", fontsize=11,
                  bbox={"facecolor": "white", "edgecolor": style.VERMILION})
+    any_spread = False
     for run, colour, marker in zip(data["runs"], style.PALETTE, style.MARKERS):
         t = np.array(run["tokens"], dtype=float)
         val = np.array([np.nan if v is None else v for v in run["val"]], dtype=float)
@@ -74,12 +75,14 @@ def draw(data: dict):
         a.plot(t, val, color=colour, marker=marker, ms=3, label=f"{run['label']}: {run['method']}, {run['note']}")
         positive = std > 1e-7  # identical replicas (float round-off): nothing to draw on a log axis
         b.plot(t[positive], std[positive], color=colour, marker=marker, ms=3)
+        any_spread |= bool(positive.any())
     a.set(xlabel="training tokens (count)", ylabel="validation loss of averaged model (nats/byte)",
           title="LLM: loss")
     b.set(xlabel="training tokens (count)", ylabel="weight std across replicas (weight units)",
           title="LLM: replica spread")
     if data["runs"]:
-        b.set_yscale("log")
+        if any_spread:  # a log axis needs one positive value
+            b.set_yscale("log")
         from matplotlib.ticker import NullFormatter
 
         for ax in (a, b):

@@ -26,13 +26,35 @@ from theory.spectrum import Spectrum
 DECAY_NOTE = "noise-free run from independent initial offsets; per-step ratio of mean spreads between two steps"
 
 
+def inner_model(cfg: SimConfig):
+    """The :class:`theory.exchangeable.InnerModel` that predicts ``cfg`` beyond i.i.d. SGD noise
+    (inner momentum or Adam with carried state, offset optima), or None where it does not apply:
+    only on the quadratic, constant learning rate, additive noise; Adam's per-coordinate
+    preconditioner needs an unrotated eigenbasis; optima offsets with inner SGD only."""
+    from theory.exchangeable import InnerModel
+
+    if cfg.objective != "quadratic" or cfg.schedule != "constant" or cfg.batch_size or (cfg.optimizer == "sgd"
+                                                                                       and not cfg.zeta):
+        return None
+    if (cfg.optimizer == "adam" and (cfg.rotate or not cfg.inner.noise)) or (cfg.optimizer != "sgd" and cfg.zeta):
+        return None
+    return InnerModel(cfg.optimizer, cfg.inner_momentum, 0.0, cfg.zeta)
+
+
 def scope(cfg: SimConfig) -> list[str]:
     """Plain statements of where the quadratic theory does not hold exactly for ``cfg``."""
     notes = []
-    if cfg.optimizer != "sgd":
-        notes.append(f"inner optimizer {cfg.optimizer}: the theory models inner SGD only; the SGD "
-                     "prediction at the same learning rate is shown for reference, not as a prediction")
-    if cfg.zeta or cfg.split not in ("shared",):
+    model = inner_model(cfg)
+    if model is not None:
+        notes.append(f"inner {cfg.optimizer}{' with optima offsets zeta' if cfg.zeta else ''}: predicted by the "
+                     "exchangeable model of theory.exchangeable (carried inner state"
+                     f"{', Adam linearised with v = sigma^2: near the optimum, where the noise dominates the gradient' if cfg.optimizer == 'adam' else ''}"
+                     f"{', drift c zeta per replica' if cfg.zeta else ''})")
+    elif cfg.optimizer != "sgd":
+        notes.append(f"inner optimizer {cfg.optimizer}: outside the carried-state model here (data objective, "
+                     "schedule, minibatch or rotated Adam); the SGD prediction at the same learning rate is shown "
+                     "for reference, not as a prediction")
+    if (cfg.zeta and model is None) or cfg.split not in ("shared",):
         notes.append("heterogeneous replicas (zeta > 0 or a data split): the theory has no term for "
                      "differing optima; the spread it predicts is a lower bound, not a prediction")
     if cfg.objective == "breast-cancer":
@@ -47,28 +69,39 @@ def scope(cfg: SimConfig) -> list[str]:
 
 def noise_per_direction(sigma, eigvecs, noise_cov):
     """Gradient-noise variance along each eigen-direction: additive sigma^2 per coordinate
-    plus the minibatch covariance projected on the direction."""
-    return sigma ** 2 + np.einsum("ik,ij,jk->k", eigvecs, noise_cov, eigvecs)
+    plus the minibatch covariance projected on the direction (``noise_cov`` None: none, and
+    the result is the scalar sigma^2)."""
+    with np.errstate(over="ignore"):  # a noise of 1e300 overflows to inf: reported, not raised
+        variance = np.square(np.float64(sigma))
+    if noise_cov is None:
+        return variance
+    return variance + np.einsum("ik,ij,jk->k", eigvecs, noise_cov, eigvecs)
 
 
-def exact(cfg: SimConfig, eigvals, eigvecs, noise_cov, optimum_offset) -> dict:
-    """Exact expected trajectories of the linear model: mean distance per eigen-direction
-    and the total spread, one outer step at a time with that step's (c_t, s2_t)."""
+def exact(cfg: SimConfig, eigvals, noise_var, start, directions=None) -> dict:
+    """Exact expected trajectories of the linear model, one outer step at a time with that
+    step's (c_t, s2_t): the mean distance of the eigen-directions ``directions`` (default all)
+    from ``start`` (the initial distance per direction) and the total spread over all of them.
+    Memory is per direction, not per direction and step (a constant schedule's transition is
+    computed once)."""
     outer, inner = cfg.effective()
-    noise_var = noise_per_direction(inner.noise, eigvecs, noise_cov)
-    c, s2 = zip(*(phase_coefficients(rates, eigvals, 1.0) for rates in cfg.learning_rates()))
-    c, s2 = np.array(c), np.array(s2) * noise_var               # (steps, d)
-    M, T, f = numeric.transition(outer.alpha, outer.beta, outer.gamma, c, outer.kappa, outer.momentum)
-    x = np.stack([optimum_offset @ eigvecs, np.zeros(len(eigvals))], -1)  # (d, 2): (y, delta)
+    directions = np.arange(len(eigvals)) if directions is None else directions
+    lrs = cfg.learning_rates()
+    constant = bool(np.all(lrs == lrs[0]))
+    x = np.stack([np.asarray(start, dtype=float)[directions], np.zeros(len(directions))], -1)  # (y, delta)
     v = np.zeros((len(eigvals), 3))
     v[:, 0] = cfg.init_spread ** 2 * (1 - 1 / outer.replicas)
     means, spreads = [x[:, 0].copy()], [v[:, 0].sum()]
     for t in range(cfg.outer_steps):
-        x = np.einsum("dij,dj->di", M[t], x)
-        v = numeric.second_moment_step(T[t], v, s2[t], outer.replicas, outer.group_size, f[t])
+        if t == 0 or not constant:
+            c, s2 = phase_coefficients(lrs[t], eigvals, 1.0)
+            M, T, f = numeric.transition(outer.alpha, outer.beta, outer.gamma, c, outer.kappa, outer.momentum)
+            M, s2 = M[directions], s2 * noise_var
+        x = np.einsum("dij,dj->di", M, x)
+        v = numeric.second_moment_step(T, v, s2, outer.replicas, outer.group_size, f)
         means.append(x[:, 0].copy())
         spreads.append(v[:, 0].sum())
-    return {"mean_distance": np.array(means), "spread": np.array(spreads), "c": c, "s2": s2}
+    return {"mean_distance": np.array(means), "spread": np.array(spreads)}
 
 
 def stationary(cfg: SimConfig, eigvals, noise_var) -> dict:
@@ -85,6 +118,27 @@ def stationary(cfg: SimConfig, eigvals, noise_var) -> dict:
     }
 
 
+def extended(cfg: SimConfig, model, analysis, eigvals, noise_var, start, directions) -> tuple[dict, dict]:
+    """Expected trajectories and closed forms of the carried-state / drift model, per direction
+    (replicas identical at the start, buffers at zero), summed like :func:`exact`."""
+    from theory import exchangeable as X
+
+    outer, inner = cfg.effective()
+    steps = cfg.outer_steps
+    noise = np.sqrt(np.broadcast_to(noise_var, eigvals.shape))
+    spread = np.zeros(steps + 1)
+    for lam, sigma in zip(eigvals, noise):
+        phase = model.phase(inner.lr, float(lam), inner.steps, float(sigma))
+        spread += X.spread_trajectory(outer, steps=steps, drift_var=model.drift_var(phase),
+                                      spread0=cfg.init_spread ** 2, phase=phase, stationary_state=False)
+    means = np.stack([X.mean_trajectory(outer, model.phase(inner.lr, float(eigvals[k]), inner.steps,
+                                                           float(noise[k])), float(start[k]), steps)
+                      for k in directions], axis=-1)
+    closed = {"stationary_variance": analysis.stationary_variance, "decay_factor": analysis.variance_decay_factor,
+              "mean_spectral_radius": analysis.mean_spectral_radius}
+    return {"spread": spread, "mean_distance": means}, closed
+
+
 def measure_decay(cfg: SimConfig, *, progress: bool = False) -> dict:
     """Variance decay per outer step: a noise-free run from independent initial offsets,
     per-step ratio of mean spreads between two steps (:func:`theory.stats.decay_ratio`),
@@ -93,14 +147,13 @@ def measure_decay(cfg: SimConfig, *, progress: bool = False) -> dict:
     t2 = min(cfg.outer_steps, t1 + 40)
     quiet = dataclasses.replace(cfg, inner=dataclasses.replace(cfg.inner, noise=0.0), batch_size=0,
                                 init_spread=1.0, start=0.0, outer_steps=t2, burn_in=None)
-    run = simulate(quiet, progress=progress)
+    run = simulate(quiet, progress=progress, keep_spread=(t1, t2))
     if run.diverged_at is not None:
         return {"diverged_at": run.diverged_at}
     early, late = run.spread_trials[t1], run.spread_trials[t2]
     if not (early.mean() > 0 and late.mean() > 0):
         return {"ratio_mc": 0.0, "ratio_se": 0.0, "steps": [t1, t2], "note": "spread is exactly zero"}
-    obj = run.objective
-    theory = exact(quiet, run.eigvals, run.eigvecs, obj.noise_cov(0), np.zeros(obj.dim))["spread"]
+    theory = exact(quiet, run.eigvals, 0.0, np.zeros(run.eigvals.size), np.arange(0))["spread"]
     ratio, se = stats.decay_ratio(early, late, t2 - t1)
     expected = float((theory[t2] / theory[t1]) ** (1 / (t2 - t1)))
     return {"ratio_mc": ratio, "ratio_se": se, "steps": [t1, t2], "ratio_theory": expected,
@@ -112,25 +165,31 @@ def compare(cfg: SimConfig, *, progress: bool = False, decay: bool = True) -> di
     run = simulate(cfg, progress=progress)
     outer, inner = cfg.effective()
     obj = run.objective
-    noise_cov = obj.noise_cov(cfg.batch_size)
-    noise_var = noise_per_direction(inner.noise, run.eigvecs, noise_cov)
+    noise_var = noise_per_direction(inner.noise, run.eigvecs, obj.noise_cov(cfg.batch_size))
     spectrum = Spectrum(tuple(np.maximum(run.eigvals, 1e-300)))
-    analysis = analyse(outer, inner, spectrum)
-    theory = exact(cfg, run.eigvals, run.eigvecs, noise_cov, np.full(obj.dim, cfg.start))
+    model = inner_model(cfg)
+    analysis = analyse(outer, inner, spectrum, model)
+    start = (obj.start_in_eigenbasis(cfg.start) if cfg.objective == "quadratic"
+             else np.full(obj.dim, cfg.start) @ run.eigvecs)
+    theory = exact(cfg, run.eigvals, noise_var, start, run.directions)
     closed = stationary(cfg, run.eigvals, noise_var) if cfg.schedule == "constant" else {}
+    if model is not None:
+        theory, closed = extended(cfg, model, analysis, run.eigvals, noise_var, start, run.directions)
     steps = run.steps_done if run.diverged_at is None else run.diverged_at - 1
 
     result = {
         "schema_version": io.SCHEMA_VERSION,
         "config": cfg.as_dict(),
-        "effective": {"outer": dataclasses.asdict(outer), "inner": dataclasses.asdict(inner)},
+        "effective": {"outer": dataclasses.asdict(outer), "inner": dataclasses.asdict(inner),
+                      "inner_mode": cfg.inner_law, "dtype": cfg.dtype},
         "hessian_eigenvalues": run.eigvals.tolist(),
         "scope": scope(cfg),
         "conditions": analysis.conditions,
         "diverged": None,
         "trajectories": {
             "step": list(range(steps + 1)),
-            "mean_distance": dict(run.mean_distance.as_dict(), theory=theory["mean_distance"][: steps + 1].tolist()),
+            "mean_distance": dict(run.mean_distance.as_dict(), theory=theory["mean_distance"][: steps + 1].tolist(),
+                                  directions=run.directions.tolist()),
             "spread": dict(run.spread.as_dict(), theory=theory["spread"][: steps + 1].tolist()),
             "loss_at_mean": run.loss_at_mean.as_dict(),
             "loss_replicas": run.loss_replicas.as_dict(),
@@ -180,3 +239,44 @@ def cached_compare(cfg: SimConfig, *, progress: bool = False, use_cache: bool = 
     stores; ``use_cache=False`` neither reads nor writes; an interrupted run leaves nothing."""
     return io.cached("simulate", cfg.as_dict(), lambda: compare(cfg, progress=progress), directory=directory,
                      refresh=refresh, use_cache=use_cache, valid=_is_result)
+
+
+def _fmt(x):
+    return "-" if x is None else f"{x:.6g}"
+
+
+def format_text(result: dict, cfg: SimConfig, hit: bool = False) -> str:
+    """The table ``noloco simulate`` prints: simulated +- se next to the theory, with z."""
+    lines = []
+    o, i = result["effective"]["outer"], result["effective"]["inner"]
+    s = result["summary"]
+    lines.append(f"{cfg.method} on {cfg.objective}: N={o['replicas']} n={o['group_size']} alpha={o['alpha']:g} "
+          f"beta={o['beta']:g} gamma={o['gamma']:g} {o['momentum']} | inner {cfg.optimizer} lr={i['lr']:g} "
+          f"({cfg.schedule}) H={i['steps']} sigma={i['noise']:g} | {cfg.trials} trials x {cfg.outer_steps} "
+          f"outer steps{' (cached)' if hit else ''}")
+    for note in result["scope"]:
+        lines.append(f"note: {note}")
+    if result["diverged"]:
+        d = result["diverged"]
+        lines.append(f"DIVERGED at outer step {d['step']}: {d['reason']}")
+        lines.append("violated theory conditions: " + (", ".join(d["violated_conditions"]) or
+                                                       "none (the theory predicted stability)"))
+        return "\n".join(lines)
+    lines.append(f"{'quantity':<42} {'simulated':>12} {'+- se':>10} {'theory':>12} {'z':>7}")
+    lines.append(f"{'stationary spread (sum over coordinates)':<42} {_fmt(s['stationary_variance_mc']):>12} "
+          f"{_fmt(s['stationary_variance_se']):>10} {_fmt(s['stationary_variance_window_theory']):>12} "
+          f"{_fmt(s['z_score']):>7}")
+    lines.append(f"{'  closed-form stationary value':<42} {'':>12} {'':>10} {_fmt(s['stationary_variance_theory']):>12}")
+    d = result.get("decay")
+    if d and "ratio_mc" in d:
+        lines.append(f"{'variance decay per outer step':<42} {_fmt(d['ratio_mc']):>12} {_fmt(d['ratio_se']):>10} "
+              f"{_fmt(d.get('ratio_theory')):>12} {_fmt(d.get('z_score')):>7}")
+        lines.append(f"{'  asymptotic decay factor (theory)':<42} {'':>12} {'':>10} "
+              f"{_fmt(s['variance_decay_factor_theory']):>12}")
+    tr = result["trajectories"]
+    for step in sorted({1, min(10, len(tr["step"]) - 1), len(tr["step"]) - 1}):
+        mc, se, th = (tr["mean_distance"][k][step][0] for k in ("mc", "se", "theory"))
+        lines.append(f"{f'mean distance, flattest direction, step {step}':<42} {mc:>12.6g} {se:>10.3g} {th:>12.6g}")
+    lines.append(f"{'final loss at the average weights':<42} {s['final_loss_at_mean']:>12.6g} "
+          f"{s['final_loss_at_mean_se']:>10.3g}")
+    return "\n".join(lines)

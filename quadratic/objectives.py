@@ -20,45 +20,70 @@ from theory.config import ConfigError, check_choice
 
 
 
+#: the largest dimension of a packaged data set (breast cancer with its intercept: 31)
+DATA_DIMENSION_BOUND = 64
+
+
 class Quadratic:
     """f_i(x) = 1/2 (x - x*_i)^T A (x - x*_i), A = Q diag(lam) Q^T.
 
     Q is the identity or a random rotation; x* = 0 and replica i's optimum is shifted
-    by zeta * xi_i, xi_i ~ N(0, I) drawn once per trial (data heterogeneity).
+    by zeta * xi_i, xi_i ~ N(0, I) drawn once per trial (data heterogeneity, :meth:`draw_shift`).
+    Without rotation the coordinates are the eigen-directions, sorted by curvature, and no
+    d x d matrix is ever formed.
     """
 
     name = "quadratic"
 
-    def __init__(self, curvatures, *, rotate: bool, zeta: float, trials: int, replicas: int,
-                 rng: np.random.Generator):
-        self.lam = np.asarray(curvatures, dtype=float)
-        d = self.dim = self.lam.size
-        self.Q = np.linalg.qr(rng.standard_normal((d, d)))[0] if rotate else None
-        self.optimum = np.zeros(d)
-        self.shift = None
-        if zeta > 0:  # zero mean over replicas, so the global optimum stays at x* = 0
-            shift = zeta * rng.standard_normal((trials, replicas, d))
-            self.shift = shift - shift.mean(1, keepdims=True)
-        self.A = self.Q * self.lam @ self.Q.T if rotate else np.diag(self.lam)
+    def __init__(self, curvatures, *, rotate: bool, rng: np.random.Generator):
+        lam = np.asarray(curvatures, dtype=float)
+        self.dim = lam.size
+        self.Q = None
+        if rotate:
+            self.lam = lam
+            self.Q = np.linalg.qr(rng.standard_normal((self.dim, self.dim)))[0]
+            self.A = self.Q * lam @ self.Q.T
+        else:  # sorted: the coordinates are the eigenbasis of eigen()
+            self.lam = np.sort(lam, kind="stable")
+        self.optimum = np.zeros(self.dim)
+
+    def eigen(self):
+        """(eigenvalues ascending, eigenvectors); eigenvectors None: the coordinates themselves."""
+        if self.Q is None:
+            return self.lam, None
+        return np.linalg.eigh(self.A)
+
+    def start_in_eigenbasis(self, start: float) -> np.ndarray:
+        """The start optimum + start (every coordinate) in the coordinates of :meth:`eigen`."""
+        if self.Q is None:
+            return np.full(self.dim, float(start))
+        return start * self.eigen()[1].sum(0)
+
+    def draw_shift(self, rng, trials: int, replicas: int, zeta: float):
+        """Replica optima zeta * xi (zero mean over replicas, so the global optimum stays at 0), or None."""
+        if not zeta:
+            return None
+        shift = zeta * rng.standard_normal((trials, replicas, self.dim))
+        return shift - shift.mean(1, keepdims=True)
 
     def _apply_A(self, x, out):
         if self.Q is None:
             return np.multiply(x, self.lam, out=out)
         return np.matmul(x, self.A, out=out)  # A symmetric
 
-    def grad(self, theta, rng, out):
+    def grad(self, theta, rng, out, shift=None):
         """Gradient of each replica's own loss, written into ``out``."""
-        return self._apply_A(theta if self.shift is None else theta - self.shift, out)
+        return self._apply_A(theta if shift is None else theta - shift, out)
 
     def loss(self, x):
         """Global loss (the average of the replicas' losses minus its minimum), shape x.shape[:-1]."""
         return 0.5 * np.einsum("...i,...i->...", x, self._apply_A(x, np.empty_like(x)))
 
     def hessian(self):
-        return self.A
+        return np.diag(self.lam) if self.Q is None else self.A
 
     def noise_cov(self, batch_size):  # no data: only the additive noise of InnerConfig
-        return np.zeros((self.dim, self.dim))
+        return None
 
 
 def _standardise(X):
@@ -174,6 +199,13 @@ class DataObjective:
     def hessian(self):
         return self._fit.hessian
 
+    def eigen(self):
+        return np.linalg.eigh(self.hessian())
+
+    @staticmethod
+    def draw_shift(rng, trials: int, replicas: int, zeta: float):
+        return None  # heterogeneity of data objectives is their split
+
     def noise_cov(self, batch_size):
         """Covariance of a minibatch gradient (rows drawn with replacement from all data) at the optimum."""
         if not batch_size:
@@ -182,7 +214,7 @@ class DataObjective:
         per_row = self.X * self._residual(self.X @ w, self.y)[:, None]
         return np.cov(per_row, rowvar=False, bias=True) / batch_size
 
-    def grad(self, theta, rng, out):
+    def grad(self, theta, rng, out, shift=None):
         trials, N, d = theta.shape
         if self.batch_size:
             rows = rng.integers(0, self.Xs.shape[1], size=(trials, N, self.batch_size))
@@ -220,7 +252,6 @@ def build(cfg, rng: np.random.Generator):
     fields fit the objective)."""
     N = cfg.outer.replicas
     if cfg.objective == "quadratic":
-        return Quadratic(cfg.curvatures, rotate=cfg.rotate, zeta=cfg.zeta, trials=cfg.trials,
-                         replicas=N, rng=rng)
+        return Quadratic(cfg.curvatures, rotate=cfg.rotate, rng=rng)
     return DataObjective(cfg.objective, split=cfg.split, l2=cfg.l2, batch_size=cfg.batch_size,
                          replicas=N, rng=rng)

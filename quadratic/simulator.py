@@ -1,8 +1,28 @@
-"""Monte Carlo of NoLoCo, DiLoCo, local SGD and data parallel: real inner steps, the
-shared outer step, fresh random groups, many independent trials at once.
+"""Monte Carlo of NoLoCo, DiLoCo, local SGD and data parallel: the shared outer step, fresh
+random groups, many independent trials at once.
 
-Arrays are (trials, N, d). Every trial is an independent run with its own partitions
-and noise, so quantities averaged over trials have honest standard errors.
+Every trial is an independent run with its own partitions and noise, so quantities
+averaged over trials have honest standard errors.
+
+Two ways through the inner phase (``SimConfig.inner_mode``):
+
+* ``exact``: inner SGD with additive Gaussian noise on a quadratic. Per eigen-direction the H
+  inner steps map ``y -> r y + eps`` with ``r = prod_h (1 - eta_h lambda) = 1 - c`` and
+  ``eps ~ N(0, s2)`` independent of everything else (:func:`quadratic.inner.phase_coefficients`,
+  any schedule). The outer step needs only each group's mean progress, ``-c (mean_G y - mean_G
+  shift) + N(0, s2 / n)``, so one outer step costs one draw per group and direction instead of H
+  per replica: about H times less work, and the same law for everything the run records (the
+  outer weights at every outer step). Default (``auto``) wherever it is exact.
+* ``explicit``: the H inner steps one by one (SGD, SGD with momentum, Adam; data gradients and
+  minibatches), the only way where no closed form exists.
+
+Work is streamed in blocks of trials x directions (:func:`plan`) that stay in cache: on the
+quadratic the directions are independent in the eigenbasis, so the weights of a block are
+simulated for the whole run and only per-step totals are kept (sums over directions, moments
+over trials). Memory is then constant in directions and steps and 8 bytes per trial (the
+windowed spread of each trial); :func:`memory_estimate` states it before any work. Groups are
+formed by moving every replica's state to its place in a fresh random permutation (the groups
+are then consecutive blocks), which is a uniformly random partition.
 """
 
 from __future__ import annotations
@@ -13,9 +33,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from quadratic.inner import InnerOptimizer
+from quadratic.inner import InnerOptimizer, Noise, phase_coefficients
 from quadratic.names import METHODS, OBJECTIVES, OPTIMIZERS, SCHEDULES, SPLITS
-from quadratic.objectives import build
+from quadratic.objectives import DATA_DIMENSION_BOUND, build
+from theory.budget import retain_freed_memory
 from theory.config import (ConfigError, InnerConfig, OuterConfig, check_choice, check_fields, check_integer,
                            check_real)
 from theory.methods import constrain
@@ -23,10 +44,25 @@ from theory.outer import outer_step
 from theory.partitions import group_mean, random_permutations
 from theory.schedules import learning_rate, learning_rates
 from theory.spectrum import DEFAULT_CURVATURE, Spectrum
-from theory.stats import mean_se
 
 #: a run is divergent when any |phi - optimum| exceeds this many times its initial scale
 GROWTH_BOUND = 1e6
+#: how the inner phase is simulated: auto is exact wherever exact is exact, else explicit
+INNER_MODES = ("auto", "exact", "explicit")
+DTYPES = ("float64", "float32")
+#: numbers per state array in one block (512 KiB in float64: a block's arrays stay in the
+#: caches of the machine measured in docs/performance.md, and numpy's per-call cost is spread
+#: over enough numbers; 2^17 measured the same)
+BLOCK = 1 << 16
+#: directions per block at least (rows of this many numbers move cheaply when replicas regroup)
+WIDTH = 256
+#: the mean trajectory is recorded for at most this many directions (evenly spaced in the
+#: sorted spectrum, flattest and steepest included); the totals cover every direction
+MEAN_DIRECTIONS = 1024
+#: per-trial spreads are kept for every step while there are at most this many
+KEEP_SPREAD = 1 << 21
+#: per-trial totals of one trial block, staged while its direction blocks run
+STAGE = 1 << 22
 
 _FINITE = "a finite number"
 _NON_NEGATIVE = "0 <= value < inf"
@@ -42,7 +78,8 @@ class SimConfig:
 
     Validated at construction: a bad value raises :class:`ConfigError` naming the field,
     the value and the allowed range, as do combinations that do not fit the objective
-    (``curvatures`` or ``zeta`` with a data objective, a data ``split`` of the quadratic).
+    (``curvatures`` or ``zeta`` with a data objective, a data ``split`` of the quadratic,
+    ``inner_mode='exact'`` where the inner phase has no closed form).
     ``curvatures=None`` means "not given": :data:`theory.spectrum.DEFAULT_CURVATURE` for the
     quadratic; a data objective takes its Hessian from the data.
     """
@@ -68,6 +105,8 @@ class SimConfig:
     start: float = 1.0             # initial phi = optimum + start (every coordinate)
     init_spread: float = 0.0       # std of independent initial offsets per replica (made zero-mean)
     seed: int = 0
+    inner_mode: str = "auto"       # exact, explicit, or auto (exact wherever it is exact)
+    dtype: str = "float64"         # of the weights; float32 only on the quadratic's eigenbasis
 
     def __post_init__(self):
         check_fields(self, {
@@ -76,6 +115,8 @@ class SimConfig:
             "optimizer": (check_choice, OPTIMIZERS),
             "schedule": (check_choice, SCHEDULES),
             "method": (check_choice, METHODS),
+            "inner_mode": (check_choice, INNER_MODES),
+            "dtype": (check_choice, DTYPES),
             "trials": (check_integer, "an integer >= 2", lambda v: v >= 2),
             "outer_steps": (check_integer, "an integer >= 1", lambda v: v >= 1),
             "batch_size": (check_integer, "an integer >= 0", lambda v: v >= 0),
@@ -106,6 +147,34 @@ class SimConfig:
             if self.zeta:
                 raise ConfigError(f"zeta={self.zeta!r} applies to the quadratic objective; data objectives "
                                   "are made heterogeneous by split")
+        obstacle = self.exact_obstacle()
+        if self.inner_mode == "exact" and obstacle:
+            raise ConfigError(f"inner_mode='exact' {obstacle}; allowed there: inner_mode='explicit' or 'auto'")
+        if self.dtype == "float32" and not self.eigenbasis:
+            raise ConfigError(f"dtype='float32' needs the quadratic objective without rotation (or with "
+                              f"inner_mode='exact'); objective={self.objective!r}, rotate={self.rotate!r}")
+
+    def exact_obstacle(self) -> str:
+        """Why the exact inner phase would not be exact for this setting ('' where it is)."""
+        if self.objective != "quadratic":
+            return f"needs the quadratic objective (objective={self.objective!r} takes data gradients)"
+        if self.optimizer != "sgd":
+            return f"needs inner SGD (optimizer={self.optimizer!r} carries state through the inner steps)"
+        return ""
+
+    @property
+    def inner_law(self) -> str:
+        """The inner phase actually simulated: ``exact`` or ``explicit``."""
+        if self.inner_mode == "auto":
+            return "explicit" if self.exact_obstacle() else "exact"
+        return self.inner_mode
+
+    @property
+    def eigenbasis(self) -> bool:
+        """True when the run is simulated direction by direction in the quadratic's eigenbasis
+        (streamed over directions): the quadratic without rotation, or any quadratic in exact mode.
+        Otherwise the weights are simulated in their own coordinates, all directions at once."""
+        return self.objective == "quadratic" and (not self.rotate or self.inner_law == "exact")
 
     def effective(self) -> tuple[OuterConfig, InnerConfig]:
         """The outer and inner settings with the method's constraints (:mod:`theory.methods`)."""
@@ -125,19 +194,92 @@ class SimConfig:
                               decay_time=self.decay_time).reshape(self.outer_steps, H)
 
 
+# ---------------------------------------------------------------- blocks and memory
+
+def plan(directions: int, trials: int, replicas: int, steps: int, eigenbasis: bool) -> tuple[int, int]:
+    """(trials per block, directions per block). In the eigenbasis a block holds about
+    :data:`BLOCK` numbers per state array, at least :data:`WIDTH` directions wide where there are
+    that many; with several direction
+    blocks a trial block is also small enough that its per-step totals (:data:`STAGE`) stay
+    small. Otherwise a block is a set of whole trials."""
+    if not eigenbasis:
+        return max(1, min(trials, BLOCK // max(1, replicas * directions))), directions
+    width = min(directions, max(WIDTH, BLOCK // (replicas * trials)))
+    tb = max(1, min(trials, BLOCK // (replicas * width)))
+    if width < directions:
+        tb = max(1, min(tb, STAGE // (3 * (steps + 1))))
+    return tb, width
+
+
+def mean_directions(count: int) -> np.ndarray:
+    """Indices (into the ascending spectrum) of the directions whose mean trajectory is recorded."""
+    if count <= MEAN_DIRECTIONS:
+        return np.arange(count)
+    return np.unique(np.round(np.linspace(0, count - 1, MEAN_DIRECTIONS)).astype(np.int64))
+
+
+def memory_estimate(directions: int, trials: int, replicas: int, outer_steps: int, *, inner_steps: int = 50,
+                    objective: str = "quadratic", rotate: bool = False, eigenbasis: bool = True,
+                    decay: bool = True) -> int:
+    """Bytes that a ``noloco simulate`` run (simulation, theory and result) allocates, before any
+    work: the blocks (constant), 8 bytes per trial for the windowed spreads (and 16 more for the
+    noise-free decay run), the per-direction arrays of the theory and of the result, the recorded
+    trajectories, and the dense Hessian machinery of a rotated quadratic (D x D, several times)."""
+    D = directions if objective == "quadratic" else DATA_DIMENSION_BOUND
+    tb, width = plan(D, trials, replicas, outer_steps, eigenbasis)
+    blocks = 12 * 8 * tb * replicas * width + 64 * tb * replicas
+    if width < D:
+        blocks += 3 * 8 * (outer_steps + 1) * tb
+    per_trial = (8 + (16 if decay else 0)) * trials + 8 * min(KEEP_SPREAD, trials * (outer_steps + 1))
+    per_direction = 400 * D + 40 * inner_steps * D          # spectrum, theory (M, T, one phase's rates), JSON
+    recorded = (outer_steps + 1) * (min(D, MEAN_DIRECTIONS) * 200 + 600)
+    dense = 5 * 8 * D * D if objective != "quadratic" or rotate else 0
+    return int(blocks + per_trial + per_direction + recorded + dense)
+
+
+# ---------------------------------------------------------------- recording
+
 class _Moments:
-    """Mean and standard error over trials, accumulated step by step."""
+    """Mean and standard error over trials per step, merged block by block (Chan et al.'s
+    pairwise update of the mean and the sum of squared deviations), so no step keeps its
+    trials. With one block the values are the two-pass mean and ``std(ddof=1) / sqrt(n)``."""
 
-    def __init__(self):
-        self.mean, self.se = [], []
+    def __init__(self, steps: int, width: int | None = None):
+        shape = (steps + 1,) if width is None else (steps + 1, width)
+        self.count = np.zeros(shape)
+        self._mean = np.zeros(shape)
+        self._m2 = np.zeros(shape)
+        self.mean = self.se = None
 
-    def add(self, values):  # values: (trials, ...)
-        mean, se = mean_se(values)
-        self.mean.append(mean)
-        self.se.append(se)
+    def add(self, step: int, values, cols=slice(None)) -> None:
+        """Merge ``values`` (trials of one block first) into step ``step`` (columns ``cols``)."""
+        values = np.asarray(values, dtype=float)
+        nb = values.shape[0]
+        mean_b = values.mean(0)
+        dev = values - mean_b
+        m2_b = np.einsum("i...,i...->...", dev, dev)
+        na = self.count[step, cols] if self.count.ndim > 1 else self.count[step]
+        total = na + nb
+        gap = mean_b - (self._mean[step, cols] if self._mean.ndim > 1 else self._mean[step])
+        if self._mean.ndim > 1:
+            self._mean[step, cols] += gap * (nb / total)
+            self._m2[step, cols] += m2_b + gap * gap * (na * nb / total)
+            self.count[step, cols] = total
+        else:
+            self._mean[step] += gap * (nb / total)
+            self._m2[step] += m2_b + gap * gap * (na * nb / total)
+            self.count[step] = total
+
+    def finish(self, steps: int) -> None:
+        """Keep steps 0..steps; the standard error of one trial is NaN."""
+        count = self.count[: steps + 1]
+        self.mean = self._mean[: steps + 1]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            self.se = np.sqrt(self._m2[: steps + 1] / (count - 1) / count)
+        del self._mean, self._m2
 
     def as_dict(self):
-        return {"mc": np.array(self.mean).tolist(), "se": np.array(self.se).tolist()}
+        return {"mc": self.mean.tolist(), "se": self.se.tolist()}
 
 
 @dataclass
@@ -146,12 +288,13 @@ class Run:
 
     config: SimConfig
     eigvals: np.ndarray             # Hessian at the optimum, ascending
-    eigvecs: np.ndarray
-    mean_distance: _Moments = field(default_factory=_Moments)   # E[mean_i phi_i - x*] in eigen-coordinates
-    spread: _Moments = field(default_factory=_Moments)          # sum over coordinates of mean_i (phi_i - phi_bar)^2
-    loss_at_mean: _Moments = field(default_factory=_Moments)    # global loss at the average weights
-    loss_replicas: _Moments = field(default_factory=_Moments)   # global loss averaged over replicas
-    spread_trials: list = field(default_factory=list)           # per step: the spread of every trial
+    eigvecs: np.ndarray | None      # its eigenvectors; None: the coordinates themselves (sorted)
+    directions: np.ndarray          # indices of eigvals whose mean trajectory is recorded
+    mean_distance: _Moments         # E[mean_i phi_i - x*] in eigen-coordinates (those directions)
+    spread: _Moments                # sum over coordinates of mean_i (phi_i - phi_bar)^2
+    loss_at_mean: _Moments          # global loss at the average weights
+    loss_replicas: _Moments         # global loss averaged over replicas
+    spread_trials: list = field(default_factory=list)           # per step: the spread of every trial (None: not kept)
     window_spread: np.ndarray | None = None                     # per trial: spread averaged over the window
     diverged_at: int | None = None
     divergence_reason: str = ""
@@ -159,77 +302,326 @@ class Run:
     objective: object = None
 
 
-def simulate(cfg: SimConfig, *, progress: bool = False) -> Run:
+class _Trials:
+    """Per-trial totals of one trial block (spread and losses summed over its direction blocks),
+    merged into the run's moments step by step, or at the end of the block when several
+    direction blocks each add their share."""
+
+    def __init__(self, run: Run, first: int, count: int, staged: bool, keep):
+        self.run, self.first, self.count, self.keep = run, first, count, keep
+        steps = run.config.outer_steps
+        self.staged = np.zeros((steps + 1, 3, count)) if staged else None
+        self.window = np.zeros(count)
+
+    def add(self, step: int, spread, loss_at_mean, loss_replicas) -> None:
+        if self.staged is not None:
+            self.staged[step, 0] += spread
+            self.staged[step, 1] += loss_at_mean
+            self.staged[step, 2] += loss_replicas
+        else:
+            self._merge(step, spread, loss_at_mean, loss_replicas)
+
+    def _merge(self, step, spread, loss_at_mean, loss_replicas) -> None:
+        run = self.run
+        run.spread.add(step, spread)
+        run.loss_at_mean.add(step, loss_at_mean)
+        run.loss_replicas.add(step, loss_replicas)
+        if step >= run.config.window_start:
+            self.window += spread
+        if self.keep is not None and step in self.keep:
+            self.keep[step][self.first: self.first + self.count] = spread
+
+    def finish(self, steps: int) -> None:
+        """Merge the staged totals of steps 0..steps and the window."""
+        if self.staged is not None:
+            for step in range(steps + 1):
+                self._merge(step, *self.staged[step])
+        window = self.run.window_spread
+        if window is not None:
+            window[self.first: self.first + self.count] = self.window
+
+
+def _overflow(loss_replicas) -> str:
+    """'' when the recorded totals are finite; they overflow float64 before the weights do when
+    the weights exceed about 1e154 (the noise scale sets the divergence bound)."""
+    if np.isfinite(loss_replicas).all():
+        return ""
+    return "the spread or the loss overflows float64 (weights beyond about 1e154)"
+
+
+def _divergence(phi, optimum, bound: float) -> str:
+    """'' when every |phi - optimum| is finite and within ``bound``, else the reason."""
+    if not np.isfinite(phi).all():
+        return "NaN or inf in the weights"
+    distance = float(np.abs(phi - optimum).max())
+    return f"|phi - optimum| = {distance:.3g} exceeds the bound {bound:.3g}" if distance > bound else ""
+
+
+class _Driver:
+    """What every block shares: the run, the steps still to simulate, divergence, progress."""
+
+    def __init__(self, cfg: SimConfig, run: Run, blocks: int, progress: bool):
+        from tqdm import tqdm
+
+        self.cfg, self.run = cfg, run
+        outer, inner = cfg.effective()
+        self.outer, self.inner = outer, inner
+        self.bound = GROWTH_BOUND * max(1.0, abs(cfg.start), cfg.init_spread, inner.noise)
+        self.bar = tqdm(total=blocks * cfg.outer_steps, desc=f"simulate {cfg.method}", unit="step",
+                        disable=not (progress and sys.stderr.isatty()), leave=False)
+
+    @property
+    def last(self) -> int:
+        """The last step to simulate: all, or the step before the earliest divergence so far."""
+        d = self.run.diverged_at
+        return self.cfg.outer_steps if d is None else d - 1
+
+    def diverged(self, t: int, reason: str) -> None:
+        run = self.run
+        if run.diverged_at is None or t < run.diverged_at:
+            run.diverged_at, run.divergence_reason = t, reason
+
+
+def simulate(cfg: SimConfig, *, progress: bool = False, keep_spread=None) -> Run:
     """Run ``cfg.trials`` independent trials of ``cfg.outer_steps`` outer steps; ``progress``
-    shows a tqdm bar when stderr is a terminal."""
+    shows a tqdm bar when stderr is a terminal. ``keep_spread``: the steps whose per-trial
+    spreads ``Run.spread_trials`` keeps (default: every step while that is at most
+    :data:`KEEP_SPREAD` numbers, else none)."""
+    retain_freed_memory()
     try:  # the matrices are small: BLAS threads only spin, and on a busy machine badly
         from threadpoolctl import threadpool_limits
     except ImportError:
-        return _simulate(cfg, progress)
+        return _simulate(cfg, progress, keep_spread)
     with threadpool_limits(1):
-        return _simulate(cfg, progress)
+        return _simulate(cfg, progress, keep_spread)
 
 
-def _simulate(cfg: SimConfig, progress: bool) -> Run:
-    from tqdm import tqdm
-
+def _simulate(cfg: SimConfig, progress: bool, keep_spread) -> Run:
     outer, inner = cfg.effective()
-    trials, N, H = cfg.trials, outer.replicas, inner.steps
+    trials, steps = cfg.trials, cfg.outer_steps
     obj = build(cfg, np.random.default_rng([cfg.seed, 1]))
-    rng = np.random.default_rng([cfg.seed, 2])
-    eigvals, eigvecs = np.linalg.eigh(obj.hessian())
-    run = Run(cfg, eigvals, eigvecs, objective=obj)
+    eigvals, eigvecs = obj.eigen()
+    D = eigvals.size
+    directions = mean_directions(D)
+    run = Run(cfg, eigvals, eigvecs, directions, _Moments(steps, directions.size), _Moments(steps),
+              _Moments(steps), _Moments(steps), objective=obj, window_spread=np.zeros(trials))
+    if keep_spread is None:
+        keep_spread = range(steps + 1) if trials * (steps + 1) <= KEEP_SPREAD else ()
+    keep = {t: np.full(trials, np.nan) for t in keep_spread if 0 <= t <= steps}
+    tb, width = plan(D, trials, outer.replicas, steps, cfg.eigenbasis)
+    blocks = math.ceil(trials / tb) * math.ceil(D / width)
+    driver = _Driver(cfg, run, blocks, progress)
+    try:
+        for index, first in enumerate(range(0, trials, tb)):
+            count = min(tb, trials - first)
+            totals = _Trials(run, first, count, staged=width < D, keep=keep)
+            if cfg.eigenbasis:
+                for part, low in enumerate(range(0, D, width)):
+                    _eigenbasis_block(driver, totals, index, part, slice(low, min(D, low + width)))
+            else:
+                _coordinate_block(driver, totals, index)
+            totals.finish(driver.last)
+    finally:
+        driver.bar.close()
+    done = driver.last
+    run.steps_done = steps if run.diverged_at is None else run.diverged_at
+    for moments in (run.mean_distance, run.spread, run.loss_at_mean, run.loss_replicas):
+        moments.finish(done)
+    run.spread_trials = [keep.get(t) for t in range(done + 1)]
+    if run.diverged_at is None:
+        run.window_spread /= steps - cfg.window_start + 1
+    else:
+        run.window_spread = None
+    return run
 
-    phi = np.broadcast_to(obj.optimum + cfg.start, (trials, N, obj.dim)).copy()
+
+def _group_mean(blocks: np.ndarray) -> np.ndarray:
+    """Mean over axis 2 (the members of each group), kept as an axis of length 1; for small
+    groups as a sum of slices, which numpy does several times faster than ``mean(2)``."""
+    n = blocks.shape[2]
+    if n > 8:
+        return blocks.mean(2, keepdims=True)
+    total = blocks[:, :, :1].copy()
+    for j in range(1, n):
+        total += blocks[:, :, j: j + 1]
+    total /= n
+    return total
+
+
+def _rows(x: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``x`` (trials, N, width) with its replicas moved to ``rows`` (flat row indices)."""
+    width = x.shape[-1]
+    return np.take(x.reshape(-1, width), rows, axis=0).reshape(x.shape)
+
+
+def _eigenbasis_block(driver: _Driver, totals: _Trials, index: int, part: int, cols: slice) -> None:
+    """One block of trials x directions of the quadratic, in its eigenbasis, for the whole run."""
+    cfg, run, outer, inner = driver.cfg, driver.run, driver.outer, driver.inner
+    dtype = np.dtype(cfg.dtype)
+    N, n = outer.replicas, outer.group_size
+    G = N // n
+    count = totals.count
+    lam = run.eigvals[cols]
+    width = lam.size
+    shape = (count, N, width)
+    rng = np.random.default_rng([cfg.seed, 2] if index == part == 0 else [cfg.seed, 2, index, part])
+    # the groups of a trial block are the same in each of its direction blocks: their own generator
+    # when there are several; with one, the one generator in the order of the first version
+    single = width == run.eigvals.size
+    partitions = rng if single else np.random.default_rng([cfg.seed, 3, index])
+    noise = Noise(rng)
+    obj = run.objective
+
+    phi = np.empty(shape, dtype)
+    phi[...] = obj.start_in_eigenbasis(cfg.start)[cols]
     if cfg.init_spread:  # offsets with zero mean over replicas: the mean stays at the start
+        offsets = cfg.init_spread * rng.standard_normal(shape)
+        phi += offsets - offsets.mean(1, keepdims=True)
+    shift = None
+    if cfg.zeta:  # replica optima; isotropic, so drawn in the eigenbasis directly
+        draw = cfg.zeta * rng.standard_normal(shape)
+        shift = (draw - draw.mean(1, keepdims=True)).astype(dtype)
+    delta = np.zeros(shape, dtype)
+    rule = outer.rule()
+    lrs = cfg.learning_rates()
+    constant = bool(np.all(lrs == lrs[0]))
+    exact = cfg.inner_law == "exact"
+    lam_t = lam.astype(dtype)
+    if exact:  # per phase: contraction c and the std of a group's mean noise
+        phases = lrs[:1] if constant else lrs
+        law = [phase_coefficients(rates, lam, inner.noise) for rates in phases]
+        c_t = [c.astype(dtype) for c, _ in law]
+        sd_t = [np.sqrt(s2 / n).astype(dtype) for _, s2 in law]
+        noisy = inner.noise > 0
+        group_noise = np.empty((count, G, 1, width), dtype)
+    else:
+        optimizer = InnerOptimizer(cfg.optimizer, shape, momentum=cfg.inner_momentum, dtype=dtype)
+        theta, scratch = np.empty(shape, dtype), np.empty(shape, dtype)
+
+    sel = slice(*np.searchsorted(run.directions, [cols.start, cols.stop]))
+    local = run.directions[sel] - cols.start
+    lam64 = lam.astype(float)
+    base = (np.arange(count) * N)[:, None]
+    where = np.tile(np.arange(N), (count, 1))   # replica i of a trial sits in row where[i]
+    trial_rows, places = np.arange(count)[:, None], np.arange(N)[None, :]
+
+    dev = np.empty(shape, dtype)
+
+    def record(t):
+        np.subtract(phi, phi[:, :1], out=dev)   # from replica 0: identical replicas give exactly 0
+        sq = np.einsum("tnd,tnd->td", dev, dev).astype(float) / N
+        dev_mean = np.add.reduce(dev, axis=1, dtype=float) / N
+        mean = phi[:, 0] + dev_mean
+        spread_d = sq - dev_mean * dev_mean                     # per direction: mean_i (phi_i - mean)^2
+        run.mean_distance.add(t, mean[:, local], sel)
+        loss_at_mean = 0.5 * (mean * mean) @ lam64
+        loss_replicas = loss_at_mean + 0.5 * spread_d @ lam64   # mean_i phi_i^2 = mean^2 + spread
+        totals.add(t, spread_d.sum(1), loss_at_mean, loss_replicas)
+        # |phi_i| <= |phi_0| + |phi_i - phi_0|: a cheap bound first, the exact maximum only when it fails
+        screen = float(np.abs(phi[:, 0]).max()) + math.sqrt(float(sq.max()) * N)
+        if not (screen <= driver.bound):
+            return _divergence(phi, 0.0, driver.bound) or _overflow(loss_replicas)
+        return _overflow(loss_replicas)
+
+    record(0)
+    for t in range(1, driver.last + 1):
+        # the groups are consecutive blocks of a uniformly random permutation of the replicas
+        # (theory.partitions); each replica's state moves to its place in it
+        order = random_permutations(partitions, (count,), N)
+        rows = (base + where[trial_rows, order]).ravel()
+        where[trial_rows, order] = places
+        phi, delta = _rows(phi, rows), _rows(delta, rows)
+        if shift is not None:
+            shift = _rows(shift, rows)
+        blocks = phi.reshape(count, G, n, width)
+        mean_phi = _group_mean(blocks)
+        if exact:
+            k = 0 if constant else t - 1
+            gap = mean_phi if shift is None else mean_phi - _group_mean(shift.reshape(blocks.shape))
+            progress = np.multiply(gap, -c_t[k])
+            if noisy:
+                noise.fill(group_noise)
+                group_noise *= sd_t[k]
+                progress += group_noise
+        else:
+            optimizer.permute(lambda x: _rows(x, rows))
+            theta[...] = phi
+            _inner_phase(cfg, inner, optimizer, noise, theta, scratch, lam_t, shift, lrs[t - 1])
+            np.subtract(theta, phi, out=theta)
+            progress = _group_mean(theta.reshape(blocks.shape))
+        phi, delta = outer_step(blocks, delta.reshape(blocks.shape), mean_phi, progress, **rule)
+        phi, delta = phi.reshape(shape), delta.reshape(shape)
+        driver.bar.update()
+        reason = record(t)
+        if reason:
+            driver.diverged(t, reason)
+            break
+
+
+def _inner_phase(cfg, inner, optimizer, noise, theta, scratch, lam, shift, rates) -> None:
+    """The H inner steps on the diagonal quadratic (gradient lam (theta - shift) + sigma z)."""
+    sigma = inner.noise
+    draws = np.empty_like(theta) if cfg.optimizer != "sgd" and sigma else None
+    for lr in rates:
+        if cfg.optimizer == "sgd":  # theta <- (1 - lr lam) theta + lr lam shift - lr sigma z
+            theta *= (1 - lr * lam).astype(theta.dtype)
+            if shift is not None:
+                np.multiply(shift, lam * lr, out=scratch)
+                theta += scratch
+            if sigma:
+                theta -= noise.fill(scratch, lr * sigma)
+            continue
+        grad = np.multiply(theta if shift is None else theta - shift, lam, out=scratch)
+        if sigma:
+            grad += noise.fill(draws, sigma)
+        optimizer.step(theta, grad, lr)
+
+
+def _coordinate_block(driver: _Driver, totals: _Trials, index: int) -> None:
+    """One block of whole trials in the objective's own coordinates (data objectives, a rotated
+    quadratic simulated explicitly): real gradients, any inner optimizer."""
+    cfg, run, outer, inner = driver.cfg, driver.run, driver.outer, driver.inner
+    obj = run.objective
+    N, count = outer.replicas, totals.count
+    rng = np.random.default_rng([cfg.seed, 2] if index == 0 else [cfg.seed, 2, index])
+    noise_source = Noise(rng)
+    phi = np.broadcast_to(obj.optimum + cfg.start, (count, N, obj.dim)).copy()
+    if cfg.init_spread:
         offsets = cfg.init_spread * rng.standard_normal(phi.shape)
         phi += offsets - offsets.mean(1, keepdims=True)
+    shift = obj.draw_shift(rng, count, N, cfg.zeta)
     outer_momentum = np.zeros_like(phi)
     theta, grad, noise = (np.empty_like(phi) for _ in range(3))
     optimizer = InnerOptimizer(cfg.optimizer, phi.shape, momentum=cfg.inner_momentum)
-    lrs = cfg.learning_rates().ravel()
-    bound = GROWTH_BOUND * max(1.0, abs(cfg.start), cfg.init_spread, inner.noise)
-    window = np.zeros(trials)
+    lrs = cfg.learning_rates()
+    basis = np.eye(obj.dim)[:, run.directions] if run.eigvecs is None else run.eigvecs[:, run.directions]
 
     def record(t):
         mean = phi.mean(1)
-        # deviations from replica 0, not from the rounded mean: identical replicas give exactly 0
-        dev = phi - phi[:, :1]
+        dev = phi - phi[:, :1]  # from replica 0, not from the rounded mean: identical replicas give exactly 0
         dev_mean = dev.mean(1)
         spread = np.einsum("tnd,tnd->t", dev, dev) / N - np.einsum("td,td->t", dev_mean, dev_mean)
-        run.mean_distance.add((mean - obj.optimum) @ eigvecs)
-        run.spread.add(spread)
-        run.spread_trials.append(spread)
-        run.loss_at_mean.add(obj.loss(mean))
-        run.loss_replicas.add(obj.loss(phi).mean(1))
-        if t >= cfg.window_start:
-            window[:] += spread
+        loss_replicas = obj.loss(phi).mean(1)
+        reason = _overflow(loss_replicas) or _overflow(spread)
+        if not reason:
+            run.mean_distance.add(t, (mean - obj.optimum) @ basis)
+            totals.add(t, spread, obj.loss(mean), loss_replicas)
+        return reason
 
     record(0)
-    k = 0
-    for t in tqdm(range(1, cfg.outer_steps + 1), desc=f"simulate {cfg.method}", unit="step",
-                  disable=not (progress and sys.stderr.isatty()), leave=False):
+    for t in range(1, driver.last + 1):
         theta[...] = phi
-        for _ in range(H):
-            obj.grad(theta, rng, out=grad)
+        for lr in lrs[t - 1]:
+            obj.grad(theta, rng, out=grad, shift=shift)
             if inner.noise:
-                rng.standard_normal(out=noise)
-                noise *= inner.noise
-                grad += noise
-            optimizer.step(theta, grad, lrs[k])
-            k += 1
+                grad += noise_source.fill(noise, inner.noise)
+            optimizer.step(theta, grad, lr)
         delta_theta = np.subtract(theta, phi, out=theta)  # theta is rebuilt from phi next step
-        perm = random_permutations(rng, (trials,), N)
+        perm = random_permutations(rng, (count,), N)
         phi, outer_momentum = outer_step(phi, outer_momentum, group_mean(phi, perm, outer.group_size),
                                          group_mean(delta_theta, perm, outer.group_size), **outer.rule())
-        run.steps_done = t
-        distance = np.abs(phi - obj.optimum)
-        if not np.isfinite(phi).all() or distance.max() > bound:
-            run.diverged_at = t
-            run.divergence_reason = ("NaN or inf in the weights" if not np.isfinite(phi).all()
-                                     else f"|phi - optimum| = {distance.max():.3g} exceeds the bound {bound:.3g}")
+        driver.bar.update()
+        reason = _divergence(phi, obj.optimum, driver.bound) or record(t)
+        if reason:
+            driver.diverged(t, reason)
             break
-        record(t)
-    if run.diverged_at is None:
-        run.window_spread = window / (cfg.outer_steps - cfg.window_start + 1)
-    return run

@@ -211,3 +211,57 @@ def test_mean_radius_with_a_carried_buffer_is_the_rate_of_real_inner_steps(momen
     measured = np.max(np.abs(np.linalg.eigvals(np.column_stack(columns))))
     phase = X.InnerPhase.momentum(lr, lam, H, 0.0, mu, weight)
     assert X.mean_radius(o, phase) == pytest.approx(measured, rel=1e-12)
+
+
+# ---------------------------------------------------------------- the commands
+
+
+def _check_json(capsys, *argv):
+    import json
+
+    from noloco.cli import main
+
+    code = main(["check", "--preset", "paper", *argv, "--json"])
+    return code, json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("flags,phase", [
+    (["--inner-optimizer", "adam", "--inner-lr", "0.002"], lambda: X.InnerPhase.adam(0.002, 1.0, 50, 1.0)),
+    (["--inner-optimizer", "momentum", "--inner-momentum", "0.5"], lambda: X.InnerPhase.momentum(0.01, 1.0, 50, 1.0, 0.5)),
+    (["--noise-correlation", "0.6"], lambda: X.InnerPhase.ar1(*numeric.inner_sgd(0.01, 1.0, 50, 1.0), 0.6)),
+])
+def test_check_reports_the_extended_model(capsys, flags, phase):
+    code, out = _check_json(capsys, *flags)
+    o = OuterConfig()
+    assert code == 0 and out["stable"]
+    assert out["stationary_variance"] == pytest.approx(X.stationary_spread(o, phase=phase()), rel=1e-12)
+    assert out["variance_decay_factor"] == pytest.approx(X.decay_factor(o, phase=phase()), rel=1e-12)
+    assert out["inner_model"]["optimizer"] == (flags[1] if flags[0] == "--inner-optimizer" else "sgd")
+
+
+def test_check_heterogeneity_and_conflicts(capsys):
+    code, out = _check_json(capsys, "--zeta", "0.3")
+    c, s2 = (float(x) for x in numeric.inner_sgd(0.01, 1.0, 50, 1.0))
+    assert code == 0 and out["stationary_variance"] == pytest.approx(
+        X.stationary_spread(OuterConfig(), c, s2, drift_var=(c * 0.3) ** 2), rel=1e-12)
+    from noloco.cli import main
+
+    for argv, words in [(["--inner-optimizer", "adam", "--noise-correlation", "0.3"], "model inner SGD"),
+                        (["--noise-correlation", "1"], "noise_correlation=1.0"),
+                        (["--inner-momentum", "0.5"], "--inner-momentum 0.5 applies to --inner-optimizer momentum")]:
+        assert main(["check", *argv]) == 2
+        assert words in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("optimizer,zeta", [("adam", 0.0), ("momentum", 0.0), ("sgd", 0.3)])
+def test_simulate_predicts_carried_state_and_drift(optimizer, zeta):
+    """`noloco simulate` puts the extended model next to the run: the windowed spread within 4 SE."""
+    from quadratic.compare import compare
+    from quadratic.simulator import SimConfig
+    from theory.config import InnerConfig
+
+    cfg = SimConfig(outer=OuterConfig(), inner=InnerConfig(lr=0.01, steps=10, noise=1.0), curvatures=(1.0,),
+                    optimizer=optimizer, zeta=zeta, trials=200, outer_steps=300, start=0.0, seed=2)
+    s = compare(cfg, decay=False)["summary"]
+    assert abs(s["z_score"]) < 4, s
+    assert s["stationary_variance_theory"] == pytest.approx(s["stationary_variance_window_theory"], rel=0.02)

@@ -82,7 +82,7 @@ def test_comm_infinite_speedup_is_null_with_reason(capsys):
 
 def test_tune(capsys, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
-    _, out = strict(capsys, "tune", "--no-verify", "--grid", "6", "--out", "", code=0)
+    _, out = strict(capsys, "tune", "--no-verify", "--grid", "6", code=0)
     assert out["schema_version"] == SCHEMA_VERSION and out["simulated_rate"] is None
     assert 0 < out["predicted_rate"] < out["paper"]["rate"]
     assert list(tmp_path.iterdir()) == []

@@ -149,12 +149,17 @@ def test_local_replicas_train_alone():
 
 
 def test_other_inner_optimizers_run_and_are_flagged():
+    """On the quadratic the carried-state model predicts them (tests/test_exchangeable.py checks how
+    well); on a data objective they are outside it and flagged as such."""
     for optimizer in ("momentum", "adam"):
         cfg = SimConfig(optimizer=optimizer, trials=10, outer_steps=20, inner=InnerConfig(lr=0.01, steps=10))
         result = compare(cfg, decay=False)
         assert result["diverged"] is None
-        assert any("inner SGD only" in note for note in result["scope"])
+        assert any("carried inner state" in note for note in result["scope"])
+        assert result["summary"]["stationary_variance_theory"] > 0
         assert result["summary"]["final_loss_at_mean"] < 0.5  # from 0.5 * 1^2
+        data = dataclasses.replace(cfg, objective="diabetes", curvatures=None)
+        assert any("outside the carried-state model" in note for note in compare(data, decay=False)["scope"])
 
 
 def test_heterogeneity_widens_the_spread():
@@ -162,7 +167,7 @@ def test_heterogeneity_widens_the_spread():
     plain = compare(base, decay=False)["summary"]
     shifted = compare(dataclasses.replace(base, zeta=1.0), decay=False)
     assert shifted["summary"]["stationary_variance_mc"] > 10 * plain["stationary_variance_mc"]
-    assert any("heterogeneous" in note for note in shifted["scope"])
+    assert any("drift c zeta per replica" in note for note in shifted["scope"])
 
 
 @pytest.mark.parametrize("field,value,message", [
@@ -246,3 +251,29 @@ def test_cli_table_and_errors(tmp_path, monkeypatch, capsys):
     assert code == 2 and "trials" in out.err
     code, out = _cli(capsys, "--objective", "diabetes", "--curvature", "2")
     assert code == 2 and "curvature" in out.err
+
+
+@pytest.mark.parametrize("index", [0, 1, 5, 10])
+def test_agreement_with_theory_through_real_inner_steps(index):
+    """The agreement settings simulated with every inner step (inner_mode='explicit'): the
+    default exact inner phase uses the theory's own (c, s2), so these runs are what checks
+    phase_coefficients and the noise against real SGD."""
+    cfg = dataclasses.replace(config(index), inner_mode="explicit")
+    result = compare(cfg, decay=False)
+    assert result["effective"]["inner_mode"] == "explicit"
+    s = result["summary"]
+    pairs = cfg.outer.group_size < cfg.outer.replicas
+    assert holds(s["z_score"], SE) if pairs else s["stationary_variance_mc"] == 0.0, s
+    mean = {key: np.array(result["trajectories"]["mean_distance"][key])[[1, 3, 10], 0] for key in ("mc", "se", "theory")}
+    zs = [z_score(*values) for values in zip(mean["mc"], mean["se"], mean["theory"])]
+    assert all(holds(z, SE) for z in zs), (zs, mean)
+
+
+def test_exact_and_explicit_noise_free_runs_coincide():
+    """Without noise both inner phases are the same deterministic map (to rounding)."""
+    cfg = SimConfig(inner=InnerConfig(lr=0.05, steps=10, noise=0.0), curvatures=(0.5, 2.0), trials=4,
+                    outer_steps=20, init_spread=0.3)
+    exact = simulate(dataclasses.replace(cfg, inner_mode="exact"))
+    explicit = simulate(dataclasses.replace(cfg, inner_mode="explicit"))
+    np.testing.assert_allclose(exact.spread.mean, explicit.spread.mean, rtol=1e-10)
+    np.testing.assert_allclose(exact.mean_distance.mean, explicit.mean_distance.mean, rtol=1e-10, atol=1e-14)

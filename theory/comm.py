@@ -18,19 +18,21 @@ Two questions a user asks before renting a cluster, answered with explicit model
 
 Payloads are bytes per replica (parameters times bytes per value). Times are seconds.
 Depends on numpy and scipy, and within ``theory`` on the validators of :mod:`theory.config`,
-:func:`theory.stats.mean_se`, :func:`theory.partitions.random_permutations` for the groups
+:func:`theory.stats.mean_se`, :func:`theory.numeric.fast_normal` for the compute times
 and :data:`theory.io.SCHEMA_VERSION` for :func:`report`.
 """
 
 from __future__ import annotations
 
+import functools
 import math
+import os
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from theory.config import ConfigError, check_choice, check_divides, check_integer, check_real
-from theory.partitions import random_permutations
+from theory.numeric import fast_normal
 from theory.stats import mean_se
 
 TREE_ALGORITHMS = ("binary_tree", "double_binary_tree")
@@ -308,16 +310,21 @@ def payload_at_speedup(net: Network, replicas: int, target: float, group_size: i
                        exchange: str = "root", lo: float = 1.0, hi: float = 1e13) -> float | None:
     """Payload in bytes at which ``speedup_vs_tree`` falls to ``target`` (it falls as the
     payload grows and the exchange turns bandwidth-bound); ``None`` if it is never
-    crossed in [lo, hi]. Bisection on log(bytes)."""
+    crossed in [lo, hi], or where the times overflow float64 (a latency of 1e300 s). Bisection
+    on log(bytes)."""
     from scipy.optimize import brentq
 
     def gap(log_m: float) -> float:
         return sync_cost(net, math.exp(log_m), replicas, group_size, exchange).speedup_vs_tree - target
 
     a, b = math.log(lo), math.log(hi)
-    if gap(a) < 0 or gap(b) > 0:
+    ends = gap(a), gap(b)
+    if not all(map(math.isfinite, ends)) or ends[0] < 0 or ends[1] > 0:
         return None
-    return math.exp(brentq(gap, a, b, xtol=1e-6))
+    try:
+        return math.exp(brentq(gap, a, b, xtol=1e-6))
+    except ValueError:  # a NaN inside the bracket: inf / inf where the model overflows
+        return None
 
 
 # ---------------------------------------------------------------- compute-time jitter
@@ -488,17 +495,137 @@ class IdleResult:
     @property
     def barrier_idle_se(self) -> float:
         """Delta-method standard error of the idle fraction (mean compute as exact)."""
-        return self.mean_compute * self.barrier_step_se / self.barrier_step ** 2
+        return self.mean_compute * self.barrier_step_se / self.barrier_step / self.barrier_step
 
     @property
     def noloco_idle_se(self) -> float:
-        return self.mean_compute * self.noloco_step_se / self.noloco_step ** 2
+        return self.mean_compute * self.noloco_step_se / self.noloco_step / self.noloco_step
 
     def as_dict(self) -> dict:
         out = asdict(self)
         out.update(barrier_idle_fraction=self.barrier_idle_fraction, barrier_idle_se=self.barrier_idle_se,
                    noloco_idle_fraction=self.noloco_idle_fraction, noloco_idle_se=self.noloco_idle_se)
         return out
+
+
+#: below this many replicas the trials run one after the other (threads cost more than they save)
+THREADED_REPLICAS = 1 << 16
+#: above this many replicas a permutation is numpy's Fisher-Yates instead of a sort of random keys
+SORTED_PERMUTATION_MAX = 1 << 24
+
+
+def idle_memory_estimate(replicas: int, workers: int = 2) -> int:
+    """Bytes :func:`simulate_idle` allocates: about 56 bytes per replica (times, draws, the
+    permutation and its keys) for each trial in flight; the trials run ``workers`` at a time."""
+    return int(56 * replicas * workers + (1 << 20))
+
+
+def idle_workers(replicas: int, trials: int) -> int:
+    """Trials simulated at once: one per available core (at most two) for large N, else one."""
+    if replicas < THREADED_REPLICAS:
+        return 1
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cores = os.cpu_count() or 1
+    return max(1, min(trials, cores, 2))
+
+
+def _permutation(rng: np.random.Generator, size: int, index=None) -> np.ndarray:
+    """A uniformly random permutation of ``range(size)``: sort random keys with the index in their
+    low bits (numpy's sort of 64-bit integers is vectorised, about twice as fast as its
+    Fisher-Yates shuffle); keys that tie, about size^2 / 2^(65 - log2 size) pairs (0.03 for a
+    million), are put in a uniformly random order among themselves, so the result is exactly
+    uniform. ``index``: ``np.arange(size, dtype=np.uint64)``, to reuse. Fisher-Yates above
+    :data:`SORTED_PERMUTATION_MAX`."""
+    bits = max(1, (size - 1).bit_length())
+    if size < 2 or size > SORTED_PERMUTATION_MAX:
+        return rng.permutation(size)
+    keys = rng.bit_generator.random_raw(size)
+    keys >>= np.uint64(bits)
+    keys <<= np.uint64(bits)
+    keys |= np.arange(size, dtype=np.uint64) if index is None else index
+    keys.sort()
+    # sorted keys whose random parts tie differ by less than 2^bits
+    close = np.flatnonzero(np.subtract(keys[1:], keys[:-1]) < np.uint64(1 << bits))
+    perm = keys.view(np.intp)
+    perm &= (1 << bits) - 1
+    if close.size:  # runs of equal keys: shuffle each run
+        starts = close[np.r_[True, np.diff(close) > 1]]
+        ends = close[np.r_[np.diff(close) > 1, True]] + 2
+        for a, b in zip(starts, ends):
+            perm[a:b] = rng.permutation(perm[a:b])
+    return perm
+
+
+def _group_max(x: np.ndarray, n: int) -> np.ndarray:
+    """Maximum over consecutive groups of ``n`` (strided slices for small groups: several times
+    faster than ``reshape(-1, n).max(1)``)."""
+    if n > 8:
+        return x.reshape(-1, n).max(1)
+    out = x[0::n].copy()
+    for j in range(1, n):
+        np.maximum(out, x[j::n], out=out)
+    return out
+
+
+def _compute_times(jitter: Jitter, rng: np.random.Generator, out: np.ndarray, scratch) -> np.ndarray:
+    """Compute-time multipliers (mean 1) into float32 ``out``; lognormal from
+    :func:`theory.numeric.fast_normal`."""
+    if jitter.cv == 0:
+        out.fill(1.0)
+    elif jitter.kind == "lognormal":
+        s2 = math.log1p(jitter.cv ** 2)
+        fast_normal(rng, out, math.sqrt(s2), scratch)
+        out += np.float32(-s2 / 2)
+        np.exp(out, out=out)
+    else:
+        out[...] = jitter.sample(rng, out.shape)
+    return out
+
+
+def _idle_trial(trial: int, replicas: int, n: int, jitter: Jitter, slow: np.ndarray, steps: int, burn_in: int,
+                barrier_sync: float, group_sync: float, seed: int) -> tuple:
+    """One independent run: (mean barrier step, mean compute after burn-in, NoLoCo growth of the
+    mean start time after burn-in, mean group maximum of the first step)."""
+    rng = np.random.default_rng([seed, trial])
+    homogeneous = bool(np.all(slow == slow[0]))
+    # homogeneous hardware: all n members of a group start together, so one time per group is the
+    # state, and a member's group is all a fresh partition needs (perm // n)
+    start = np.zeros(replicas // n if homogeneous else replicas)
+    draws = np.empty(replicas, np.float32)
+    scratch = np.empty((replicas + 1) // 2, np.float32)
+    index = np.arange(replicas, dtype=np.uint64)
+    barrier = compute = 0.0
+    start_at_burn_in, first = 0.0, 0.0
+    for t in range(steps):
+        y = _compute_times(jitter, rng, draws, scratch)
+        if homogeneous:
+            if slow[0] != 1:
+                y *= np.float32(slow[0])
+            barrier += float(y.max()) + barrier_sync
+            if t >= burn_in:
+                compute += float(y.mean(dtype=float))
+            perm = _permutation(rng, replicas, index)
+            perm //= n
+            gmax = _group_max(start[perm] + y, n)
+        else:
+            y = slow * y
+            barrier += float(y.max()) + barrier_sync
+            if t >= burn_in:
+                compute += float(y.mean())
+            perm = _permutation(rng, replicas, index)
+            gmax = _group_max((start + y)[perm], n)
+        if t == 0:
+            first = float(gmax.mean())
+        gmax += group_sync
+        if homogeneous:
+            start = gmax
+        else:
+            start[perm] = np.repeat(gmax, n)
+        if t + 1 == burn_in:
+            start_at_burn_in = float(start.mean())
+    return barrier / steps, compute, float(start.mean()) - start_at_burn_in, first
 
 
 def simulate_idle(replicas: int, group_size: int = 2, jitter: Jitter = Jitter(), hardware: Hardware = Hardware(),
@@ -513,7 +640,10 @@ def simulate_idle(replicas: int, group_size: int = 2, jitter: Jitter = Jitter(),
     group has arrived, ``S_i <- max_{j in G_t(i)} (S_j + Y_jt) + group_sync``, so a
     straggler delays its partners, who delay theirs in the next step. The NoLoCo step
     time is the growth rate of the mean of S after ``burn_in`` steps (default a
-    quarter). With n = N both are the same process. Vectorised over trials and replicas.
+    quarter). With n = N both are the same process. Vectorised over replicas (a sort of random
+    keys gives each step's groups); trial t draws from ``default_rng([seed, t])``, and for large N
+    the trials run two at a time on threads (:func:`idle_workers`), with the same results.
+    Memory: :func:`idle_memory_estimate`.
     """
     from tqdm.auto import tqdm
 
@@ -521,35 +651,37 @@ def simulate_idle(replicas: int, group_size: int = 2, jitter: Jitter = Jitter(),
     n = _group(group_size, N)
     steps = _at_least("steps", steps, 2)
     trials = _at_least("trials", trials, 2)
+    seed = _at_least("seed", seed, 0)
     burn_in = steps // 4 if burn_in is None else check_integer(
-        "burn_in", burn_in, f"0 <= burn_in < steps={steps}", lambda v: 0 <= v < steps)
-    rng = np.random.default_rng(seed)
+        "burn_in", burn_in, f"0 <= burn_in < steps={steps}", lambda v: v >= 0 and v < steps)
     slow = hardware.slowdowns(N)
-    start = np.zeros((trials, N))
-    start_at_burn_in = start
-    barrier_total = np.zeros(trials)
-    compute_total = np.zeros(trials)
-    first_group_max = None
-    for t in tqdm(range(steps), desc=f"idle N={N} n={n}", disable=not progress, leave=False):
-        y = slow * jitter.sample(rng, (trials, N))
-        barrier_total += y.max(axis=1) + barrier_sync
-        if t >= burn_in:
-            compute_total += y.mean(axis=1)
-        perm = random_permutations(rng, (trials,), N)
-        arrive = np.take_along_axis(start + y, perm, axis=1).reshape(trials, N // n, n)
-        gmax = np.repeat(arrive.max(axis=2), n, axis=1)
-        if t == 0:
-            first_group_max = gmax.mean(axis=1)
-        start = np.empty_like(start)
-        np.put_along_axis(start, perm, gmax + group_sync, axis=1)
-        if t + 1 == burn_in:
-            start_at_burn_in = start
-    barrier, barrier_se = mean_se(barrier_total / steps)
+    run = functools.partial(_idle_trial, replicas=N, n=n, jitter=jitter, slow=slow, steps=steps, burn_in=burn_in,
+                            barrier_sync=barrier_sync, group_sync=group_sync, seed=seed)
+    workers = idle_workers(N, trials)
+    bar = tqdm(total=trials, desc=f"idle N={N} n={n}", disable=not progress, leave=False)
+    try:
+        if workers == 1:
+            results = []
+            for t in range(trials):
+                results.append(run(t))
+                bar.update()
+        else:
+            from concurrent.futures import ThreadPoolExecutor
+
+            with ThreadPoolExecutor(workers) as pool:  # numpy releases the GIL in its loops
+                results = []
+                for r in pool.map(run, range(trials)):
+                    results.append(r)
+                    bar.update()
+    finally:
+        bar.close()
+    barrier_step, compute, growth, first = (np.array(x) for x in zip(*results))
     span = steps - burn_in
-    noloco, noloco_se = mean_se((start - start_at_burn_in).mean(axis=1) / span)
-    first, first_se = mean_se(first_group_max)
-    return IdleResult(N, n, steps, trials, float(compute_total.mean() / span), barrier, barrier_se,
-                      noloco, noloco_se, first, first_se)
+    barrier, barrier_se = mean_se(barrier_step)
+    noloco, noloco_se = mean_se(growth / span)
+    first_mean, first_se = mean_se(first)
+    return IdleResult(N, n, steps, trials, float(compute.mean() / span), barrier, barrier_se,
+                      noloco, noloco_se, first_mean, first_se)
 
 
 # ---------------------------------------------------------------- the report of `noloco comm`
@@ -567,6 +699,8 @@ def report(*, params: float = 1e6, bytes_per_value: float = 2.0, replicas: int =
     from theory.io import SCHEMA_VERSION
 
     params = _nonnegative("params", params)
+    seed = _at_least("seed", seed, 0)
+    _at_least("steps", steps, 2), _at_least("trials", trials, 2)
     width = check_real("bytes_per_value", bytes_per_value, "0 < bytes_per_value <= 16", lambda v: 0 < v <= 16)
     net = Network.from_bandwidth(latency, bandwidth, reduce_seconds_per_byte)
     compute = _positive("compute_seconds", compute_seconds)
@@ -624,3 +758,49 @@ def report(*, params: float = 1e6, bytes_per_value: float = 2.0, replicas: int =
             "simulation": sim.as_dict(),
         },
     }
+
+
+def _human_bytes(x) -> str:
+    if x is None:
+        return "never"
+    if math.isinf(x):
+        return "inf"
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(x) < 1000 or unit == "TB":
+            return f"{x:.3g} {unit}"
+        x /= 1000
+
+
+def format_report(r: dict) -> str:
+    """The table ``noloco comm`` prints for a :func:`report`."""
+    i, idle = r["inputs"], r["idle"]
+    lines = [
+        f"N={i['replicas']} replicas, groups of n={i['group_size']}, payload {_human_bytes(i['payload_bytes'])} "
+        f"({i['params']:.3g} params x {i['bytes_per_value']:g} B)",
+        f"network: latency {i['latency_s'] * 1e3:g} ms/message, {i['bandwidth_bits_per_s'] / 1e9:g} Gbit/s, "
+        f"bandwidth-delay product {_human_bytes(r['bandwidth_delay_bytes'])}",
+        "",
+        f"{'synchronisation':<28}{'seconds':>12}{'NoLoCo speed-up':>18}",
+    ]
+    g = r["group_exchange_seconds"]
+    for name, sec in r["allreduce_seconds"].items():
+        lines.append(f"{'all-reduce ' + name:<28}{sec:>12.4g}{(sec / g if g else math.inf):>18.3g}")
+    for kind, sec in r["group_exchange_seconds_by_kind"].items():
+        lines.append(f"{'NoLoCo exchange ' + kind + (' *' if kind == i['exchange'] else ''):<28}{sec:>12.4g}")
+    share, cross = r["latency_share"]["group_exchange"], r["payload_bytes_where_speedup_vs_tree"]
+    sim, first = idle["simulation"], idle["noloco_first_step_closed_form"]
+    lines += [
+        "",
+        f"speed-up vs tree {r['speedup_vs_tree']:.3g} (log2 N = {r['log2_replicas']:.3g}), vs ring "
+        f"{r['speedup_vs_ring']:.3g}, vs fastest all-reduce {r['speedup_vs_best']:.3g}",
+        f"exchange is {'latency' if share >= 0.5 else 'bandwidth'}-bound ({share:.0%} of it is latency); "
+        f"speed-up vs tree falls to log2(N)/2 at {_human_bytes(cross['half_log2N'])}, to 1 at {_human_bytes(cross['1'])}",
+        "",
+        f"idle fraction ({i['compute_seconds']:g} s compute/outer step, {i['jitter']} cv {i['jitter_cv']:g}, "
+        f"barrier pays {i['algorithm']}):",
+        f"  barrier (DiLoCo)  {r['idle_fraction_barrier']:.4f} +- {sim['barrier_idle_se']:.1e}"
+        f"   closed form {idle['barrier_closed_form']:.4f}",
+        f"  NoLoCo groups     {r['idle_fraction_noloco']:.4f} +- {sim['noloco_idle_se']:.1e}"
+        + (f"   first step, closed form {first:.4f}" if first is not None else ""),
+    ]
+    return "\n".join(lines)

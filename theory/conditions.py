@@ -8,6 +8,7 @@ the sum over directions; stability and the slowest rate are the worst direction.
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -26,33 +27,37 @@ class Condition:
     requirement: str
 
 
+#: spectra up to this many directions also list every direction (``Analysis.curvatures`` and the
+#: JSON ``directions``); larger ones give the totals only
+LISTED = 100_000
+
+
 @dataclass(frozen=True)
 class Analysis:
+    """The conditions and, per direction and in total, the rates and the stationary spread.
+
+    Totals: the stationary variance is the sum over directions (``math.fsum`` of the per-chunk
+    sums); stability and the slowest rates are the worst direction. The per-direction lists are
+    None for a spectrum of more than :data:`LISTED` directions."""
+
     outer: OuterConfig
     inner: InnerConfig
-    curvatures: list
-    c: list                       # per direction: contraction of one inner phase
-    s2: list                      # per direction: inner-phase noise variance
-    mean_radius: list             # per direction
-    decay_factor: list            # per direction
-    variance: list                # per direction, stationary spread per coordinate
+    curvatures: list | None
+    c: list | None                # per direction: contraction of one inner phase
+    s2: list | None               # per direction: inner-phase noise variance
+    mean_radius: list | None      # per direction
+    decay_factor: list | None     # per direction
+    variance: list | None         # per direction, stationary spread per coordinate
     conditions: list = field(default_factory=list)
+    mean_spectral_radius: float = 0.0
+    variance_decay_factor: float = 0.0
+    stationary_variance: float = 0.0
+    directions: int = 0
+    model: object = None          # theory.exchangeable.InnerModel beyond i.i.d. SGD noise, if any
 
     @property
     def stable(self) -> bool:
         return all(c.holds for c in self.conditions)
-
-    @property
-    def mean_spectral_radius(self) -> float:
-        return max(self.mean_radius)
-
-    @property
-    def variance_decay_factor(self) -> float:
-        return max(self.decay_factor)
-
-    @property
-    def stationary_variance(self) -> float:
-        return float(sum(self.variance))
 
     @property
     def stationary_std(self) -> float:
@@ -62,7 +67,7 @@ class Analysis:
     def to_json(self) -> dict:
         """The analysis as data. Unbounded quantities (an unstable setting) stay inf here; strict
         JSON output (:func:`theory.io.print_json`) writes them as null with the reason beside them."""
-        return {
+        out = {
             "schema_version": SCHEMA_VERSION,
             "outer": asdict(self.outer),
             "inner": asdict(self.inner),
@@ -73,13 +78,21 @@ class Analysis:
             "stationary_variance": self.stationary_variance,
             "stationary_std": self.stationary_std,
             "conditions": [asdict(c) for c in self.conditions],
-            "directions": [
+            "direction_count": self.directions,
+            "inner_model": asdict(self.model) if self.model is not None else {"optimizer": "sgd", "momentum": None,
+                                                                              "correlation": 0.0, "zeta": 0.0},
+        }
+        if self.curvatures is None:
+            out["directions"] = None
+            out["directions_omitted"] = f"{self.directions} directions: totals only (more than {LISTED})"
+        else:
+            out["directions"] = [
                 {"curvature": lam, "c": c, "s2": s2, "mean_spectral_radius": r,
                  "variance_decay_factor": d, "stationary_variance": v}
                 for lam, c, s2, r, d, v in zip(self.curvatures, self.c, self.s2, self.mean_radius,
                                                self.decay_factor, self.variance)
-            ],
-        }
+            ]
+        return out
 
 
 def spread_condition(outer: OuterConfig, decay: float) -> Condition:
@@ -91,27 +104,100 @@ def spread_condition(outer: OuterConfig, decay: float) -> Condition:
     return Condition(name, decay, decay < 1, "< 1 (second moments of the deviations from the mean)")
 
 
-def analyse(outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum) -> Analysis:
+def finite_condition(noise_variance: float, variance: float, stable: bool) -> Condition:
+    """Non-finite intermediate results are reported as a failing condition, never as STABLE: the
+    inner-phase noise variance s2 (and, where the setting is stable, the stationary spread) must
+    be finite in float64 (``--noise 1e300`` overflows). :func:`analyse` lists it when it fails."""
+    value = noise_variance if not np.isfinite(noise_variance) or not stable else variance
+    return Condition("finite in float64: inner-phase noise s2 and stationary spread", value,
+                     bool(np.isfinite(noise_variance) and (not stable or np.isfinite(variance))),
+                     "finite (else a value overflows float64: scale the noise or the curvatures down)")
+
+
+#: the carried-state and drift model is evaluated direction by direction (a small eigenproblem each)
+EXTENDED_MAX = 10_000
+
+
+def analyse(outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum, model=None) -> Analysis:
+    """The conditions and rates of ``spectrum``, chunk by chunk (:meth:`Spectrum.chunks`): memory is
+    bounded for any number of directions. ``model`` (:class:`theory.exchangeable.InnerModel`): an
+    inner optimizer with carried state, correlated noise or heterogeneous optima; evaluated with the
+    exchangeable recursion of :mod:`theory.exchangeable` per direction."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         # a diverging setting overflows to inf (or nan): that is the answer, reported as unstable
-        return _analyse(outer, inner, spectrum)
+        if model is None or model.plain:
+            return _analyse(outer, inner, spectrum)
+        return _analyse_extended(outer, inner, spectrum, model)
+
+
+def _analyse_extended(outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum, model) -> Analysis:
+    from theory import exchangeable as X
+    from theory.config import ConfigError
+
+    if spectrum.count > EXTENDED_MAX:
+        raise ConfigError(f"spectrum of {spectrum.count} directions: the {model.optimizer} / correlated / "
+                          f"heterogeneous model is evaluated per direction, at most {EXTENDED_MAX}")
+    rows = []
+    for lam in np.concatenate(list(spectrum.chunks())):
+        phase = model.phase(inner.lr, float(lam), inner.steps, inner.noise)
+        drift = model.drift_var(phase)
+        rows.append((float(lam), phase.c, phase.ar1_inputs()[1], X.mean_radius(outer, phase),
+                     X.decay_factor(outer, phase=phase, with_drift=drift > 0),
+                     X.stationary_spread(outer, phase=phase, drift_var=drift), X.inner_radius(phase)))
+    lam, c, s2, mean_r, decay, variance, inner_r = (list(col) for col in zip(*rows))
+    total = math.fsum(variance) if all(map(math.isfinite, variance)) else float(sum(variance))
+    conditions = [
+        Condition(f"inner {model.optimizer} phase contracts: spectral radius on (y, state)", max(inner_r),
+                  max(inner_r) < 1, "< 1 (else each inner phase amplifies the distance to the optimum)"),
+        Condition("replica mean converges: spectral radius of M", _worst(mean_r), _worst(mean_r) < 1,
+                  "< 1 (DiLoCo's outer step around the inner phase, carried state included)"),
+        spread_condition(outer, _worst(decay)),
+    ]
+    finite = finite_condition(max(s2), total, all(cond.holds for cond in conditions))
+    if not finite.holds:
+        conditions.append(finite)
+    return Analysis(outer, inner, lam, c, s2, mean_r, decay, variance, conditions=conditions,
+                    mean_spectral_radius=_worst(mean_r), variance_decay_factor=_worst(decay),
+                    stationary_variance=total, directions=spectrum.count, model=model)
 
 
 def _analyse(outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum) -> Analysis:
-    lam = spectrum.array
-    c, s2 = numeric.inner_sgd(inner.lr, lam, inner.steps, inner.noise)
     rule = (outer.alpha, outer.beta, outer.gamma)
-    mean_r = numeric.mean_spectral_radius(*rule, c, outer.momentum)
-    decay = numeric.variance_decay_factor(*rule, c, outer.kappa, outer.momentum)
-    variance = numeric.stationary_variance(*rule, c, s2, outer.replicas, outer.group_size, outer.momentum)
-    inner_factor = float(np.max(np.abs(1 - inner.lr * lam)))
+    listed = spectrum.count <= LISTED
+    lists = {key: [] for key in ("lam", "c", "s2", "mean_r", "decay", "variance")}
+    sums, noise_sums = [], []
+    mean_max = decay_max = inner_max = -np.inf
+    for lam in spectrum.chunks():
+        c, s2 = numeric.inner_sgd(inner.lr, lam, inner.steps, inner.noise)
+        mean_r = numeric.mean_spectral_radius(*rule, c, outer.momentum)
+        decay = numeric.variance_decay_factor_fast(*rule, c, outer.kappa, outer.momentum)
+        variance = numeric.stationary_variance(*rule, c, s2, outer.replicas, outer.group_size, outer.momentum)
+        mean_max = max(mean_max, _worst(mean_r))
+        decay_max = max(decay_max, _worst(decay))
+        inner_max = max(inner_max, _worst(np.abs(1 - inner.lr * lam)))
+        sums.append(float(np.sum(np.broadcast_to(variance, lam.shape))))
+        noise_sums.append(float(np.max(s2)))
+        if listed:
+            for key, value in zip(lists, (lam, c, s2, mean_r, decay, variance)):
+                lists[key].extend(float(x) for x in np.broadcast_to(value, lam.shape))
+    total = math.fsum(sums) if all(map(math.isfinite, sums)) else float(sum(sums))
     conditions = [
-        Condition("inner SGD contracts: max |1 - eta*lambda|", inner_factor, inner_factor < 1,
+        Condition("inner SGD contracts: max |1 - eta*lambda|", inner_max, inner_max < 1,
                   "< 1 (else each inner phase amplifies the distance to the optimum)"),
-        Condition("replica mean converges: spectral radius of M", float(mean_r.max()), bool(mean_r.max() < 1),
+        Condition("replica mean converges: spectral radius of M", mean_max, bool(mean_max < 1),
                   "< 1 (heavy-ball/Nesterov on step beta*c, momentum alpha)"),
-        spread_condition(outer, float(decay.max())),
+        spread_condition(outer, decay_max),
     ]
-    as_list = lambda a: [float(x) for x in np.broadcast_to(a, lam.shape)]
-    return Analysis(outer, inner, as_list(lam), as_list(c), as_list(s2), as_list(mean_r),
-                    as_list(decay), as_list(variance), conditions)
+    finite = finite_condition(max(noise_sums), total, all(c.holds for c in conditions))
+    if not finite.holds:  # listed only when it fails: a finite setting has the three conditions above
+        conditions.append(finite)
+    per = (lists["lam"], lists["c"], lists["s2"], lists["mean_r"], lists["decay"], lists["variance"]) if listed \
+        else (None,) * 6
+    return Analysis(outer, inner, *per, conditions=conditions, mean_spectral_radius=mean_max,
+                    variance_decay_factor=decay_max, stationary_variance=total, directions=spectrum.count)
+
+
+def _worst(values) -> float:
+    """The largest value, NaN counting as the largest (a NaN rate is not a stable one)."""
+    values = np.asarray(values, dtype=float)
+    return math.inf if np.isnan(values).any() else float(values.max())

@@ -47,7 +47,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory.config import OuterConfig, group_kappa
+from theory.config import ConfigError, OuterConfig, check_choice, check_fields, check_real, group_kappa
+from theory.numeric import inner_sgd
 from theory.outer import outer_step
 
 
@@ -230,15 +231,17 @@ def recursion(outer: OuterConfig, c: float = 0.0, s2: float = 1.0, rho: float = 
 
 
 def initial(s2: float = 1.0, rho: float = 0.0, drift_var: float = 0.0, spread0: float = 0.0,
-            phase: InnerPhase | None = None) -> np.ndarray:
+            phase: InnerPhase | None = None, stationary_state: bool = True) -> np.ndarray:
     """S at t = 0: replicas at ``spread0`` (variance of y deviations per coordinate, S units), the
-    carried inner state at its stationary covariance (for AR(1) noise: Var s2), the drift at
+    carried inner state at its stationary covariance (for AR(1) noise: Var s2) or, without
+    ``stationary_state``, identical across replicas (a buffer that starts at zero), the drift at
     ``drift_var``."""
     ph = _phase(0.0, s2, rho, phase)
     size = 3 + ph.p
     S = np.zeros((size, size))
     S[0, 0] = spread0
-    S[2:2 + ph.p, 2:2 + ph.p] = ph.stationary_state()
+    if stationary_state:
+        S[2:2 + ph.p, 2:2 + ph.p] = ph.stationary_state()
     S[-1, -1] = drift_var
     return S
 
@@ -254,10 +257,11 @@ def stationary_spread(outer: OuterConfig, c: float = 0.0, s2: float = 1.0, rho: 
 
 
 def spread_trajectory(outer: OuterConfig, c: float = 0.0, s2: float = 1.0, steps: int = 0, rho: float = 0.0,
-                      drift_var: float = 0.0, spread0: float = 0.0, phase: InnerPhase | None = None) -> np.ndarray:
+                      drift_var: float = 0.0, spread0: float = 0.0, phase: InnerPhase | None = None,
+                      stationary_state: bool = True) -> np.ndarray:
     """Exact E z_t^2 per coordinate for t = 0..steps."""
     rec = recursion(outer, c, s2, rho, phase)
-    S = initial(s2, rho, drift_var, spread0, phase)
+    S = initial(s2, rho, drift_var, spread0, phase, stationary_state)
     out = [rec.spread(S)]
     for _ in range(steps):
         S = rec.step(S)
@@ -297,9 +301,75 @@ def mean_radius(outer: OuterConfig, phase: InnerPhase) -> float:
     return float(np.max(np.abs(np.linalg.eigvals(M))))
 
 
+def mean_trajectory(outer: OuterConfig, phase: InnerPhase, start: float, steps: int) -> np.ndarray:
+    """Expected replica-mean distance y_t for t = 0..steps from y_0 = ``start``, zero momentum and
+    zero carried state (the pull and the drift cancel in the mean)."""
+    F0, F1, _, _ = step_maps(outer, phase=phase)
+    M = F0 + F1
+    x = np.zeros(M.shape[0])
+    x[0] = start
+    out = [start]
+    for _ in range(steps):
+        x = M @ x
+        out.append(float(x[0]))
+    return np.array(out)
+
+
 def summary(outer: OuterConfig, phase: InnerPhase, drift_var: float = 0.0) -> dict:
     """Per direction: the mean's rate, the spread's decay factor (with the drift's cross moments
     when there is drift) and the stationary spread (inf where unstable)."""
     return {"mean_spectral_radius": mean_radius(outer, phase),
             "variance_decay_factor": decay_factor(outer, phase=phase, with_drift=drift_var > 0),
             "stationary_variance": stationary_spread(outer, phase=phase, drift_var=drift_var)}
+
+
+@dataclass(frozen=True)
+class InnerModel:
+    """What the inner phase is beyond i.i.d. SGD noise, for ``noloco check`` and ``simulate``:
+    the inner optimizer (``sgd``, heavy-ball ``momentum`` with ``momentum`` mu, or ``adam`` with
+    beta1 = :data:`ADAM_BETA1`, its state carried across outer steps), an AR(1) ``correlation`` of
+    the SGD progress noise over outer steps, and ``zeta``, the std of the replicas' optima offsets
+    (heterogeneous data: drift d_i = c b_i, SGD only)."""
+
+    optimizer: str = "sgd"
+    momentum: float = 0.9
+    correlation: float = 0.0
+    zeta: float = 0.0
+
+    def __post_init__(self):
+        check_fields(self, {
+            "optimizer": (check_choice, ("sgd", "momentum", "adam")),
+            "momentum": (check_real, "0 <= inner_momentum < 1", lambda v: 0 <= v < 1),
+            "correlation": (check_real, "-1 < noise_correlation < 1", lambda v: -1 < v < 1),
+            "zeta": (check_real, "0 <= zeta < inf", lambda v: 0 <= v < math.inf),
+        }, names={"momentum": "inner_momentum", "correlation": "noise_correlation"})
+        if self.optimizer != "sgd" and (self.correlation or self.zeta):
+            raise ConfigError(f"noise_correlation and zeta model inner SGD; with inner_optimizer={self.optimizer!r} "
+                              "the correlation comes from the carried state itself (and drift is not modelled)")
+
+    @property
+    def plain(self) -> bool:
+        """i.i.d. SGD noise, shared optimum: the closed forms of :mod:`theory.numeric` apply."""
+        return self.optimizer == "sgd" and not self.correlation and not self.zeta
+
+    def phase(self, lr: float, curvature: float, steps: int, noise: float) -> InnerPhase:
+        if self.optimizer == "momentum":
+            return InnerPhase.momentum(lr, curvature, steps, noise, self.momentum)
+        if self.optimizer == "adam":
+            return InnerPhase.adam(lr, curvature, steps, noise, ADAM_BETA1)
+        c, s2 = (float(x) for x in inner_sgd(lr, curvature, steps, noise))
+        return InnerPhase.ar1(c, s2, self.correlation)
+
+    def drift_var(self, phase: InnerPhase) -> float:
+        return (phase.c * self.zeta) ** 2
+
+
+#: Adam's beta1 in the inner model (the simulator's Adam uses betas (0.9, 0.999))
+ADAM_BETA1 = 0.9
+
+
+def inner_radius(phase: InnerPhase) -> float:
+    """Spectral radius of one inner phase's own map on (y, s): below 1 the inner phase contracts."""
+    top = np.concatenate([[1 - phase.c], phase.k])
+    rest = np.column_stack([phase.b, phase.Q])
+    return float(np.max(np.abs(np.linalg.eigvals(np.vstack([top, rest])))))

@@ -1,4 +1,10 @@
-"""Quadratic objectives described by their Hessian eigenvalues (curvatures)."""
+"""Quadratic objectives described by their Hessian eigenvalues (curvatures).
+
+A spectrum is a list of curvatures, or a generated one (``uniform:`` and ``powerlaw:``) of
+any size: a generated spectrum of more than :data:`MATERIALISED` directions keeps only its
+rule, and :meth:`Spectrum.chunks` yields its values a block at a time, so that totals over
+10^8 directions take bounded memory. The values are the same however they are produced.
+"""
 
 from __future__ import annotations
 
@@ -11,40 +17,109 @@ from theory.config import ConfigError
 
 #: the curvature of the one-direction quadratic when none is given
 DEFAULT_CURVATURE = 1.0
+#: generated spectra up to this size also hold their values as a tuple (``curvatures``)
+MATERIALISED = 1_000_000
+#: directions per chunk of :meth:`Spectrum.chunks`
+CHUNK = 1 << 16
+KINDS = ("list", "uniform", "powerlaw")
 
 
 @dataclass(frozen=True)
 class Spectrum:
-    """Curvatures lambda_k > 0 of the eigen-directions of a quadratic."""
+    """Curvatures lambda_k > 0 of the eigen-directions of a quadratic.
 
-    curvatures: tuple
+    ``Spectrum((0.1, 1.0))`` is a list; :meth:`uniform` and :meth:`power_law` generate one
+    (``kind`` and ``params`` say how, ``size`` how many). ``curvatures`` is the tuple of values,
+    or None for a generated spectrum above :data:`MATERIALISED` directions."""
+
+    curvatures: tuple | None = None
+    kind: str = "list"
+    params: tuple = ()
+    size: int = 0
 
     def __post_init__(self):
-        values = tuple(float(v) for v in np.atleast_1d(np.asarray(self.curvatures, dtype=float)))
-        if not values:
-            raise ConfigError("spectrum is empty; allowed: at least one curvature > 0")
-        for v in values:
-            if not (v > 0 and math.isfinite(v)):
-                raise ConfigError(f"curvature={v!r} is out of range; allowed: 0 < curvature < inf")
-        object.__setattr__(self, "curvatures", values)
+        if self.kind == "list":
+            values = tuple(float(v) for v in np.atleast_1d(np.asarray(self.curvatures, dtype=float)))
+            if not values:
+                raise ConfigError("spectrum is empty; allowed: at least one curvature > 0")
+            for v in values:
+                if not (v > 0 and math.isfinite(v)):
+                    raise ConfigError(f"curvature={v!r} is out of range; allowed: 0 < curvature < inf")
+            object.__setattr__(self, "curvatures", values)
+            object.__setattr__(self, "size", len(values))
+        elif self.size <= MATERIALISED and self.curvatures is None:
+            object.__setattr__(self, "curvatures", tuple(float(v) for v in self.array))
+
+    @property
+    def count(self) -> int:
+        """Number of directions."""
+        return self.size
+
+    @property
+    def low(self) -> float:
+        if self.kind == "uniform":
+            return self.params[0]
+        if self.kind == "powerlaw":
+            return self._powerlaw(np.array([self.size], dtype=float))[0]
+        return min(self.curvatures)
+
+    @property
+    def high(self) -> float:
+        if self.kind == "list":
+            return max(self.curvatures)
+        return self.params[1] if self.kind == "uniform" else self.params[0]
+
+    def _uniform(self, k: np.ndarray) -> np.ndarray:
+        """Values at 0-based positions k, as ``np.linspace(low, high, size)`` computes them."""
+        low, high = self.params
+        if self.size == 1:
+            return np.full(k.shape, low)
+        values = k * ((high - low) / (self.size - 1)) + low
+        values[k == self.size - 1] = high
+        return values
+
+    def _powerlaw(self, k1: np.ndarray) -> np.ndarray:
+        """Values at 1-based positions k1: high * k^(-exponent)."""
+        high, exponent = self.params
+        return high * k1 ** (-exponent)
+
+    def chunks(self, size: int = CHUNK):
+        """The curvatures in order, as numpy arrays of at most ``size`` values."""
+        for start in range(0, self.size, size):
+            stop = min(self.size, start + size)
+            if self.kind == "list":
+                yield np.asarray(self.curvatures[start:stop], dtype=float)
+            elif self.kind == "uniform":
+                yield self._uniform(np.arange(start, stop, dtype=float))
+            else:
+                yield self._powerlaw(np.arange(start + 1, stop + 1, dtype=float))
 
     @property
     def array(self) -> np.ndarray:
-        return np.asarray(self.curvatures)
+        """Every curvature as one array (``size`` x 8 bytes)."""
+        return np.concatenate(list(self.chunks())) if self.size else np.zeros(0)
+
+    def values(self) -> tuple:
+        """Every curvature as a tuple (what :class:`quadratic.simulator.SimConfig` takes)."""
+        return self.curvatures if self.curvatures is not None else tuple(float(v) for v in self.array)
 
     @classmethod
     def uniform(cls, low: float, high: float, count: int) -> "Spectrum":
-        """``count`` curvatures evenly spaced in [low, high]."""
-        if count < 1 or not (0 < low <= high):
+        """``count`` curvatures evenly spaced in [low, high] (the values of ``np.linspace``)."""
+        if count < 1 or not (0 < low <= high < math.inf):
             raise ConfigError(f"uniform spectrum low={low}, high={high}, count={count}; allowed: 0 < low <= high, count >= 1")
-        return cls(tuple(np.linspace(low, high, count)))
+        return cls(None, "uniform", (float(low), float(high)), int(count))
 
     @classmethod
     def power_law(cls, high: float, exponent: float, count: int) -> "Spectrum":
         """lambda_k = high * k^(-exponent), k = 1..count (a heavy-tailed Hessian spectrum)."""
-        if count < 1 or not high > 0 or not exponent >= 0:
+        if count < 1 or not 0 < high < math.inf or not 0 <= exponent < math.inf:
             raise ConfigError(f"power-law spectrum high={high}, exponent={exponent}, count={count}; allowed: high > 0, exponent >= 0, count >= 1")
-        return cls(tuple(high * np.arange(1, count + 1, dtype=float) ** (-exponent)))
+        spectrum = cls(None, "powerlaw", (float(high), float(exponent)), int(count))
+        if not spectrum.low > 0:
+            raise ConfigError(f"power-law spectrum high={high}, exponent={exponent}, count={count}: the smallest "
+                              f"curvature underflows to {spectrum.low!r}; allowed: curvatures > 0")
+        return spectrum
 
     @classmethod
     def parse(cls, text: str) -> "Spectrum":

@@ -1,0 +1,26 @@
+"""`noloco check` over a big spectrum: wall time and peak memory of the command in a fresh
+process (the spectrum is summed chunk by chunk).
+
+    python -m benchmarks check [--spectrum powerlaw:1:1:100000000]
+"""
+
+from __future__ import annotations
+
+from benchmarks.timer import command_seconds
+
+NAME = "check"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--spectrum", default="powerlaw:1:1:100000000", help="the spectrum checked")
+
+
+def measure(spectrum="powerlaw:1:1:100000000") -> dict:
+    argv = ["check", "--spectrum", spectrum, "--json"]
+    seconds, peak = command_seconds(argv, peak_memory=True)
+    return {"command": "noloco " + " ".join(argv), "seconds": seconds, "peak_rss_bytes": peak}
+
+
+def format_result(result: dict) -> str:
+    r = result["results"]
+    return f"`{r['command']}`: {r['seconds']:.1f} s, peak memory {r['peak_rss_bytes'] / 2 ** 20:.0f} MiB"

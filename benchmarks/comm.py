@@ -1,0 +1,44 @@
+"""`noloco comm` at many replicas: the model tables alone, the idle-time simulation, and the whole
+command in a fresh process.
+
+    python -m benchmarks comm [--replicas 1000000 --steps 200 --trials 8]
+"""
+
+from __future__ import annotations
+
+import time
+
+from benchmarks.timer import best_of, command_seconds
+from theory import comm
+from theory.budget import retain_freed_memory
+
+NAME = "comm"
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--replicas", type=int, default=1_000_000, help="replicas N")
+    parser.add_argument("--steps", type=int, default=200, help="outer steps simulated")
+    parser.add_argument("--trials", type=int, default=8, help="independent simulated runs")
+    parser.add_argument("--repeat", type=int, default=1, help="best of this many runs")
+
+
+def measure(replicas=1_000_000, steps=200, trials=8, repeat=1) -> dict:
+    retain_freed_memory()
+    net = comm.INTERNET
+    tables = best_of(lambda: (comm.sync_cost(net, 2e6, replicas), comm.payload_at_speedup(net, replicas, 1.0),
+                              comm.barrier_idle_fraction(comm.Jitter(), replicas)), max(2, repeat))  # not the imports
+    start = time.perf_counter()
+    comm.simulate_idle(replicas, steps=steps, trials=trials)
+    simulation = time.perf_counter() - start
+    argv = ["comm", "--replicas", str(replicas), "--steps", str(steps), "--trials", str(trials)]
+    return {"model_tables_s": tables, "idle_simulation_s": simulation,
+            "ns_per_replica_step": simulation / (replicas * steps * trials) * 1e9,
+            "workers": comm.idle_workers(replicas, trials),
+            "command": "noloco " + " ".join(argv), "command_s": command_seconds(argv)}
+
+
+def format_result(result: dict) -> str:
+    r = result["results"]
+    return (f"model tables {r['model_tables_s'] * 1e3:.1f} ms; idle simulation {r['idle_simulation_s']:.1f} s "
+            f"({r['ns_per_replica_step']:.1f} ns per replica-step, {r['workers']} trial(s) at a time); "
+            f"`{r['command']}` {r['command_s']:.1f} s")

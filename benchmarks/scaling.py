@@ -1,0 +1,71 @@
+"""How cost grows: ``simulate`` against directions, trials, replicas and outer steps (exact and
+explicit inner phase), the idle-time simulation of ``comm`` against replicas, and ``check``
+against the spectrum size; each point the best of ``--repeat`` runs. ``python -m
+benchmarks.plot RESULT.json`` draws them on log-log axes (docs/img/performance.png).
+
+    python -m benchmarks scaling [--repeat 2]
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from benchmarks.timer import best_of
+from quadratic.simulator import SimConfig, simulate
+from theory import comm
+from theory.budget import retain_freed_memory
+from theory.conditions import analyse
+from theory.config import InnerConfig, OuterConfig
+from theory.spectrum import Spectrum
+
+NAME = "scaling"
+#: the point every simulate sweep varies one factor of
+BASE = {"dim": 1000, "trials": 50, "replicas": 8, "steps": 20}
+SWEEPS = {"dim": (100, 1000, 10000), "trials": (50, 200, 800), "replicas": (8, 64, 512), "steps": (10, 20, 40)}
+
+
+def add_arguments(parser) -> None:
+    parser.add_argument("--repeat", type=int, default=2, help="best of this many runs per point")
+
+
+def _simulate_seconds(dim, trials, replicas, steps, mode, repeat) -> float:
+    cfg = SimConfig(outer=OuterConfig(replicas=replicas, group_size=2), inner=InnerConfig(lr=0.01, steps=50),
+                    curvatures=tuple(np.linspace(0.1, 1, dim)), trials=trials, outer_steps=steps, inner_mode=mode)
+    return best_of(lambda: simulate(cfg), repeat)
+
+
+def measure(repeat: int = 2) -> dict:
+    retain_freed_memory()
+    out = {"base": BASE, "simulate": {}}
+    for factor, values in SWEEPS.items():
+        for mode in ("exact", "explicit"):
+            if mode == "explicit" and factor != "dim":
+                continue
+            points = []
+            for value in values:
+                size = {**BASE, factor: value}
+                if mode == "explicit":
+                    size["steps"] = 2
+                points.append([value, _simulate_seconds(**size, mode=mode, repeat=repeat)])
+            out["simulate"][f"{mode}_vs_{factor}"] = points
+    out["comm_idle_vs_replicas"] = [
+        [N, best_of(lambda N=N: comm.simulate_idle(N, steps=50, trials=2), 1)] for N in (10 ** 3, 10 ** 4, 10 ** 5, 10 ** 6)]
+    outer, inner = OuterConfig(), InnerConfig()
+    out["check_vs_directions"] = [
+        [n, best_of(lambda n=n: analyse(outer, inner, Spectrum.power_law(1.0, 1.0, n)), 1)]
+        for n in (10 ** 5, 10 ** 6, 10 ** 7)]
+    return out
+
+
+def slope(points) -> float:
+    """Log-log slope of seconds against size between the first and the last point."""
+    (x0, y0), (x1, y1) = points[0], points[-1]
+    return float(np.log(y1 / y0) / np.log(x1 / x0))
+
+
+def format_result(result: dict) -> str:
+    r = result["results"]
+    rows = [(name, pts) for name, pts in r["simulate"].items()]
+    rows += [("comm idle vs replicas", r["comm_idle_vs_replicas"]), ("check vs directions", r["check_vs_directions"])]
+    return "\n".join(f"{name:<28} slope {slope(pts):5.2f}  " + "  ".join(f"{x:g}: {y:.3g} s" for x, y in pts)
+                     for name, pts in rows)
