@@ -48,7 +48,9 @@ def add_parser(subparsers):
     p.add_argument("--compute-seconds", type=float, default=30.0,
                    help="mean compute seconds per outer step on slowdown-1 hardware (default 30)")
     p.add_argument("--steps", type=int, default=200, help="outer steps simulated (default 200)")
-    p.add_argument("--trials", type=int, default=8, help="independent simulated runs (default 8)")
+    p.add_argument("--trials", type=int,
+                   help="independent simulated runs (default 8; fewer, at least 2, when replicas x steps exceeds "
+                        "1e8: each run then averages over that many replicas)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     from noloco.options import add_memory_argument
 
@@ -62,11 +64,14 @@ def add_parser(subparsers):
 
 def run(args) -> int:
     from theory import budget
-    from theory.comm import format_report, idle_memory_estimate, idle_workers, report
+    from theory.comm import default_trials, format_report, idle_memory_estimate, idle_workers, report
     from theory.io import print_json
 
-    if isinstance(args.replicas, int) and args.replicas >= 1 and isinstance(args.trials, int) and args.trials >= 2:
-        budget.require(idle_memory_estimate(args.replicas, idle_workers(args.replicas, args.trials)),
+    trials = args.trials
+    if trials is None and isinstance(args.replicas, int) and args.replicas >= 1 and args.steps >= 2:
+        trials = default_trials(args.replicas, args.steps)
+    if isinstance(args.replicas, int) and args.replicas >= 1 and isinstance(trials, int) and trials >= 2:
+        budget.require(idle_memory_estimate(args.replicas, idle_workers(args.replicas, trials)),
                        budget.resolve(args.max_memory),
                        f"the idle-time simulation of {args.replicas} replicas",
                        "fewer --replicas (the model tables need no memory)")
@@ -75,7 +80,7 @@ def run(args) -> int:
                group_size=args.group_size, latency=args.latency, bandwidth=args.bandwidth,
                reduce_seconds_per_byte=args.reduce_cost, algorithm=args.algorithm, exchange=args.exchange,
                jitter=args.jitter, jitter_cv=args.jitter_cv, hardware=args.hardware,
-               compute_seconds=args.compute_seconds, steps=args.steps, trials=args.trials, seed=args.seed,
+               compute_seconds=args.compute_seconds, steps=args.steps, trials=trials, seed=args.seed,
                progress=sys.stderr.isatty())
     if args.json:
         print_json(r)

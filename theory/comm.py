@@ -686,21 +686,33 @@ def simulate_idle(replicas: int, group_size: int = 2, jitter: Jitter = Jitter(),
 
 # ---------------------------------------------------------------- the report of `noloco comm`
 
+#: replica-steps of the idle simulation above which the default trial count shrinks (at least 2):
+#: each trial already averages over N replicas, so a large N needs fewer of them for a small SE
+IDLE_REPLICA_STEPS = 8e8
+
+
+def default_trials(replicas: int, steps: int, most: int = 8) -> int:
+    """Trials of the idle simulation when none are asked for: ``most``, fewer for a huge N."""
+    return int(max(2, min(most, IDLE_REPLICA_STEPS // max(replicas * steps, 1))))
+
+
 def report(*, params: float = 1e6, bytes_per_value: float = 2.0, replicas: int = 256, group_size: int = 2,
            latency: float = 0.05, bandwidth: float = 1e9, reduce_seconds_per_byte: float = 0.0,
            algorithm: str = "best", exchange: str = "root", jitter: str = "lognormal", jitter_cv: float = 0.1,
-           hardware: str = "1:1", compute_seconds: float = 30.0, steps: int = 200, trials: int = 8,
+           hardware: str = "1:1", compute_seconds: float = 30.0, steps: int = 200, trials: int | None = None,
            seed: int = 0, progress: bool = False) -> dict:
     """Everything `noloco comm` prints, as data: seconds per synchronisation for every all-reduce
     and the NoLoCo exchange, the speed-ups, where the speed-up falls with the payload, and the
     idle fractions (closed forms and :func:`simulate_idle`). ``bandwidth`` is in bits per second,
     ``hardware`` the text of :meth:`Hardware.parse`, ``algorithm`` the all-reduce the barrier pays
-    (``best``: the fastest). Every input is validated before any work (ConfigError)."""
+    (``best``: the fastest); ``trials`` None: :func:`default_trials`. Every input is validated
+    before any work (ConfigError)."""
     from theory.io import SCHEMA_VERSION
 
     params = _nonnegative("params", params)
     seed = _at_least("seed", seed, 0)
-    _at_least("steps", steps, 2), _at_least("trials", trials, 2)
+    steps = _at_least("steps", steps, 2)
+    trials = default_trials(_ranks(replicas), steps) if trials is None else _at_least("trials", trials, 2)
     width = check_real("bytes_per_value", bytes_per_value, "0 < bytes_per_value <= 16", lambda v: 0 < v <= 16)
     net = Network.from_bandwidth(latency, bandwidth, reduce_seconds_per_byte)
     compute = _positive("compute_seconds", compute_seconds)
