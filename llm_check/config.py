@@ -14,6 +14,11 @@ a flag that the method fixes to another value is refused.
 
 For ``ddp`` the inner steps per outer step are only the unit of evaluation and checkpoints:
 gradients are averaged at every inner step and there is no outer step.
+
+Resources: :func:`memory_estimate` is the memory one training step needs (parameters and optimiser
+states, activations kept for the backward pass, the evaluation batch, the data), calibrated on
+measured peaks; a run above the budget (``--max-memory``, default half the memory available) is
+refused before anything is allocated (:func:`check_memory`, a MemoryError: exit code 3).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -57,6 +63,11 @@ def _at_least(low: int):
     return (check_integer, f"an integer >= {low}", lambda v: v >= low)
 
 
+def _default_then(name: str, value, default, checker, *args):
+    """``default`` when ``value`` is None, else ``checker(name, value, *args)``."""
+    return default if value is None else checker(name, value, *args)
+
+
 @dataclass(frozen=True)
 class TrainConfig:
     method: str = "noloco"
@@ -74,7 +85,8 @@ class TrainConfig:
     layers: int = 2
     heads: int = 4
     width: int = 64
-    eval_every: int = 4            # outer steps between evaluations (and checkpoints)
+    eval_every: int = 4            # outer steps between evaluations
+    ckpt_every: int | None = None  # outer steps between checkpoints (None: eval_every)
     val_windows: int = 64
     seed: int = 0
     noniid: bool = False
@@ -89,6 +101,7 @@ class TrainConfig:
             "inner_steps": _at_least(1), "outer_steps": _at_least(1), "batch": _at_least(1), "ctx": _at_least(2),
             "layers": _at_least(1), "heads": _at_least(1), "width": _at_least(1), "eval_every": _at_least(1),
             "val_windows": _at_least(1), "seed": _at_least(0),
+            "ckpt_every": (_default_then, self.eval_every, *_at_least(1)),
             "lr": (check_real, "0 < lr < inf", lambda v: 0 < v < math.inf),
             "min_lr_frac": (check_real, "0 <= min_lr_frac <= 1", lambda v: 0 <= v <= 1),
             "weight_decay": (check_real, "0 <= weight_decay < inf", lambda v: 0 <= v < math.inf),
@@ -197,7 +210,9 @@ _FLAG_HELP = {
     "warmup": "warm-up inner steps (fewer than outer_steps * inner_steps)", "weight_decay": "AdamW weight decay",
     "clip": "per-replica gradient norm clip (0: off)", "batch": "windows per replica per inner step",
     "ctx": "context length (bytes)", "layers": "transformer blocks", "heads": "attention heads",
-    "width": "model width", "eval_every": "outer steps between evaluations and checkpoints",
+    "width": "model width", "eval_every": "outer steps between evaluations (metrics.jsonl rows)",
+    "ckpt_every": "outer steps between checkpoints (default: --eval-every); a checkpoint is also written "
+                  "at the end and at --stop-after",
     "val_windows": "validation windows", "seed": "seed of initialisation, data and groups",
     "device": "cpu, cuda or cuda:K; under torchrun give cuda: each rank uses cuda:LOCAL_RANK",
 }
@@ -220,8 +235,8 @@ def add_train_arguments(parser: argparse.ArgumentParser, methods_list: bool = Fa
                         help="outer momentum convention: heavy-ball (reference code) or nesterov")
     for f in dataclasses.fields(TrainConfig):
         if f.name not in ("method", "outer", "noniid", "schedule", "dtype", "replica_mode"):
-            parser.add_argument("--" + f.name.replace("_", "-"), type=type(f.default), default=None,
-                                help=_FLAG_HELP[f.name])
+            parser.add_argument("--" + f.name.replace("_", "-"), type=int if f.default is None else type(f.default),
+                                default=None, help=_FLAG_HELP[f.name])
     parser.add_argument("--schedule", choices=SCHEDULES, default=None,
                         help="inner learning rate after the warm-up: cosine to min_lr_frac * lr, or constant")
     parser.add_argument("--dtype", choices=DTYPES, default=None, help="parameter and compute dtype")
@@ -229,23 +244,139 @@ def add_train_arguments(parser: argparse.ArgumentParser, methods_list: bool = Fa
                         help="batched replica-dimension model, a loop over replicas, or auto (batched)")
     parser.add_argument("--noniid", action="store_true", default=None,
                         help="non-IID shards: each replica reads different source files")
-    parser.add_argument("--out", required=True, help="output directory (metrics.jsonl, checkpoints, result.json)")
+    parser.add_argument("--out", required=True,
+                        help="output directory (metrics.jsonl, checkpoints, result.json); one that holds a run "
+                             "needs --resume or --overwrite, and a folder in use by a live run is refused")
     parser.add_argument("--resume", action="store_true", help="continue from OUT's last checkpoint")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the run in OUT (its metrics, checkpoints and result.json are deleted)")
     parser.add_argument("--stop-after", type=int, default=None,
-                        help="stop after this many outer steps, as if interrupted (resume with --resume)")
+                        help="stop after this many outer steps, as if interrupted, with a checkpoint "
+                             "(resume with --resume)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default torch's; 1 is much faster on a shared, busy CPU)")
     parser.add_argument("--timeout", type=float, default=120.0,
                         help="seconds to wait for a peer in distributed mode before failing")
+    parser.add_argument("--max-memory", default=None, metavar="SIZE",
+                        help="memory budget of a run, e.g. 8G, 500M or bytes (default: half the memory "
+                             "available, or 90%% of the GPU's free memory); a run whose estimate is above it "
+                             "is refused before it starts")
+
+
+def check_threads(threads) -> int:
+    """Torch CPU threads: 1 to 4 per CPU (far more oversubscribes for nothing; torch crashes at ~10^5)."""
+    most = 4 * (os.cpu_count() or 1)
+    return check_integer("threads", threads, f"an integer in 1..{most} (4 per CPU)", lambda v: 1 <= v <= most)
+
+
+def check_run_flags(args) -> None:
+    """The run flags beside the config: --resume and --overwrite exclude each other; --stop-after,
+    --threads and --timeout in range (ConfigError, exit 2)."""
+    if getattr(args, "resume", False) and getattr(args, "overwrite", False):
+        raise ConfigError("--resume continues the run in OUT and --overwrite replaces it; give one of them")
+    if getattr(args, "stop_after", None) is not None:
+        check_integer("stop_after", args.stop_after, "an integer >= 1", lambda v: v >= 1)
+    if getattr(args, "threads", None) is not None:
+        check_threads(args.threads)
+    if getattr(args, "timeout", None) is not None:
+        check_real("timeout", args.timeout, "0 < timeout < inf (seconds)", lambda v: 0 < v < math.inf)
 
 
 def config_from_args(args, method: str | None = None) -> TrainConfig:
     names = (*OUTER_FIELDS, *(f.name for f in dataclasses.fields(TrainConfig) if f.name not in ("method", "outer")))
-    return build(args.preset, method or args.method, **{k: getattr(args, k, None) for k in names})
+    if method is None and args.method is not None:
+        method = check_choice("method", args.method.strip(), METHODS)
+    check_run_flags(args)
+    return build(args.preset, method, **{k: getattr(args, k, None) for k in names})
 
 
 def configs_from_args(args) -> list[TrainConfig]:
     """One validated config per method of ``--method a,b,...`` (default: ddp,diloco,noloco for
     the cpu-small comparison, else noloco), all built before any run starts."""
-    text = args.method or ("ddp,diloco,noloco" if args.preset == "cpu-small" else "noloco")
+    text = ("ddp,diloco,noloco" if args.preset == "cpu-small" else "noloco") if args.method is None else args.method
     return [config_from_args(args, check_choice("method", m.strip(), METHODS)) for m in text.split(",")]
+
+
+# ------------------------------------------------------------------ memory
+
+#: fraction of the free GPU memory a run may use by default (on CPU: theory.budget's share of MemAvailable)
+GPU_MEMORY_FRACTION = 0.9
+# Calibration (measured peak resident memory of training steps and an evaluation, torch 2.13 CPU,
+# float32, flash attention: memory linear in ctx; docs/reliability.md): bytes per element, per token.
+_ACTIVATION_PER_WIDTH_LAYER = 40   # values kept per token, per unit of width, per block
+_ACTIVATION_PER_VOCAB = 6          # logits, their softmax and gradients per token
+_EVAL_PER_VOCAB, _EVAL_PER_WIDTH = 4, 8
+_STATE_COPIES = 12                 # parameters, gradients, AdamW's two moments, phi, delta, outer-step temporaries
+EVAL_CHUNK = 32                    # validation windows per evaluation batch (llm_check.train)
+
+
+def memory_estimate(cfg: TrainConfig, replicas: int | None = None) -> dict:
+    """Bytes one training step of ``cfg`` needs with ``replicas`` replicas in this process (default
+    all; 1 under torchrun), by part; ``total`` is their sum. The batch of a step and the evaluation's
+    batch are alive at different times, so the larger of the two counts."""
+    from math import prod
+
+    R = cfg.replicas if replicas is None else replicas
+    C, L, T, V = cfg.width, cfg.layers, cfg.ctx, 256
+    size = {"float64": 8, "float32": 4, "bfloat16": 2}[cfg.dtype]
+    n_params = sum(prod(shape) for shape in _param_shapes(cfg))
+    state = _STATE_COPIES * R * n_params * size
+    tokens = R * cfg.batch * T
+    step = tokens * (_ACTIVATION_PER_WIDTH_LAYER * C * L + _ACTIVATION_PER_VOCAB * V) * max(size, 4)
+    loop = cfg.replica_mode == "loop"
+    if loop:  # one replica at a time
+        step //= max(R, 1)
+    eval_tokens = R * min(EVAL_CHUNK, cfg.val_windows) * T
+    evaluation = eval_tokens * (_EVAL_PER_VOCAB * V + _EVAL_PER_WIDTH * C) * max(size, 4)
+    data = 3 * 13e6 + cfg.val_windows * (T + 1) * 9  # the corpus and its shards, the validation windows
+    # llm_check.measure: two float64 buffers per parameter and replica, where one process holds them all
+    meter = 2 * 8 * R * n_params if R >= 2 and cfg.method != "ddp" else 0
+    parts = {"parameters_and_optimizer": state, "activations": max(step, evaluation), "data": data,
+             "spread_meter": meter}
+    return {**parts, "total": sum(parts.values())}
+
+
+def _param_shapes(cfg: TrainConfig):
+    C = cfg.width
+    yield (256, C)
+    yield (cfg.ctx, C)
+    for _ in range(cfg.layers):
+        yield from ((C,), (C,), (C, 3 * C), (3 * C,), (C, C), (C,), (C,), (C,), (C, 4 * C), (4 * C,), (4 * C, C), (C,))
+    yield from ((C,), (C,))
+
+
+def memory_budget(max_memory=None, device: str = "cpu", share: int = 1) -> tuple[int | None, str]:
+    """``(bytes, how it was set)``: ``--max-memory`` when given (:func:`theory.budget.parse_size`),
+    else on CPU :func:`theory.budget.default_budget` divided among ``share`` processes on this host
+    (torchrun ranks), on a GPU :data:`GPU_MEMORY_FRACTION` of its free memory (None without a GPU:
+    the trainer then says there is none)."""
+    from theory import budget
+
+    if max_memory is not None:
+        return budget.parse_size(max_memory), "--max-memory"
+    if str(device).startswith("cuda"):
+        try:
+            import torch
+
+            free = torch.cuda.mem_get_info(torch.device(device))[0]
+        except Exception:  # noqa: BLE001 - no usable GPU here: Trainer refuses the device (exit 2)
+            return None, ""
+        return int(GPU_MEMORY_FRACTION * free), f"{GPU_MEMORY_FRACTION:.0%} of the {budget.human(free)} free on {device}"
+    share = max(int(share), 1)
+    return budget.default_budget() // share, (f"{budget.DEFAULT_FRACTION:.0%} of the memory available"
+                                              + (f", shared by {share} processes" if share > 1 else ""))
+
+
+def check_memory(cfg: TrainConfig, max_memory=None, replicas: int | None = None, share: int = 1) -> dict:
+    """The estimate of :func:`memory_estimate`; a :class:`theory.budget.BudgetError` (a MemoryError:
+    exit 3) naming it, its parts, the budget and the flags to change when it is above the budget."""
+    from theory.budget import BudgetError, human
+
+    estimate = memory_estimate(cfg, replicas)
+    limit, how = memory_budget(max_memory, cfg.device, share)
+    if limit is not None and estimate["total"] > limit:
+        parts = ", ".join(f"{k.replace('_', ' ')} {human(v)}" for k, v in estimate.items() if k != "total")
+        raise BudgetError(f"{cfg.method}: a training step needs about {human(estimate['total'])} ({parts}), above "
+                          f"the budget of {human(limit)} ({how}); lower --batch, --ctx, --width, --layers, "
+                          f"--replicas or --val-windows, or raise --max-memory")
+    return estimate

@@ -92,13 +92,32 @@ def shards(corpus: Corpus, replicas: int, seed: int, noniid: bool = False) -> li
         sizes = np.array([len(d) for d in corpus.train_docs])
         edges = np.searchsorted(np.cumsum(sizes), np.arange(1, replicas) * sizes.sum() / replicas)
         bounds = [0, *edges.tolist(), len(sizes)]
-        return [np.concatenate(corpus.train_docs[a:b]) for a, b in zip(bounds[:-1], bounds[1:])]
+        # an empty run (more replicas than files) is refused by check_fits
+        return [np.concatenate(corpus.train_docs[a:b]) if b > a else np.zeros(0, np.uint8)
+                for a, b in zip(bounds[:-1], bounds[1:])]
     stream = np.concatenate(corpus.train_docs)
     blocks = len(stream) // BLOCK
     order = np.random.default_rng([seed, 7919]).permutation(blocks)
     per = blocks // replicas
     return [stream[(order[r * per:(r + 1) * per, None] * BLOCK + np.arange(BLOCK)).ravel()]
             for r in range(replicas)]
+
+
+def check_fits(shard_lengths, val_bytes: int, ctx: int, noniid: bool = False) -> None:
+    """Every replica's shard and the validation text must hold a window of ``ctx + 1`` bytes; a
+    ConfigError (exit 2) naming the limit otherwise (too many replicas for the text, or a context
+    longer than it)."""
+    from theory.config import ConfigError
+
+    shortest = min(shard_lengths) if len(shard_lengths) else 0
+    if shortest < ctx + 2:
+        kind = "non-IID shards of whole files" if noniid else f"IID shards of {BLOCK}-byte blocks"
+        raise ConfigError(f"replicas={len(shard_lengths)} with ctx={ctx}: the {kind} leave a replica "
+                          f"{shortest} bytes of text, fewer than a window of ctx + 2 = {ctx + 2}; use fewer "
+                          f"replicas or a shorter context")
+    if val_bytes < ctx + 2:
+        raise ConfigError(f"ctx={ctx} is longer than the {val_bytes} bytes of validation text; allowed: "
+                          f"ctx <= {val_bytes - 2}")
 
 
 def batch(shard: np.ndarray, seed: int, replica: int, step: int, size: int, ctx: int) -> np.ndarray:

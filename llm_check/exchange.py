@@ -17,6 +17,7 @@ from datetime import timedelta
 import torch
 
 from theory.config import ConfigError
+from theory.io import DataError
 from theory.partitions import partition
 
 
@@ -46,8 +47,8 @@ def rank_device(device: str, local_rank: int) -> str:
                       f"GPUs with CUDA_VISIBLE_DEVICES)")
 
 
-class PeerError(RuntimeError):
-    """A peer did not answer in time (or died): a clear error instead of a hang."""
+class PeerError(DataError):
+    """A peer did not answer in time (or died): a clear error instead of a hang (exit code 3)."""
 
 
 class Exchange:
@@ -57,6 +58,11 @@ class Exchange:
 
     def ckpt_name(self) -> str:
         return "ckpt.pt"
+
+    def agree(self, values: list) -> list:
+        """Every rank's ``values`` (floats), concatenated in rank order: one collective, used at the
+        start (did every rank prepare?) and at checkpoints (did any replica diverge?)."""
+        return self.gather_floats(values)
 
     def close(self) -> None:
         pass
@@ -132,7 +138,10 @@ class DistExchange(Exchange):
             if not torch.cuda.is_available():
                 raise ConfigError("device=cuda but torch sees no GPU")
             torch.cuda.set_device(device)
-        dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=timeout))
+        try:
+            dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=timeout))
+        except RuntimeError as err:  # the rendezvous failed: a peer or the store is gone
+            raise PeerError(f"joining the torchrun process group failed: {str(err).splitlines()[0]}") from err
         return cls(dist.get_rank(), world, local_rank, timeout, device)
 
     def _wait(self, works, what: str, peers) -> None:

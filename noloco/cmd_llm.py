@@ -5,7 +5,6 @@ and benchmark batched replicas. Parses, calls one function of :mod:`llm_check`, 
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 
 def add_parser(subparsers) -> None:
@@ -33,9 +32,26 @@ def add_parser(subparsers) -> None:
                      help="the sweep's model and run length (default cpu-small)")
     val.add_argument("--device", default=None, help="cpu or cuda (default: the preset's)")
     val.add_argument("--out", default="runs/llm-validate", help="run directory (default runs/llm-validate/PRESET)")
+    val.add_argument("--overwrite", action="store_true",
+                     help="replace the sweep's runs under OUT/PRESET (without it a folder holding them is refused)")
+    val.add_argument("--max-memory", default=None, metavar="SIZE",
+                     help="memory budget of each run, e.g. 8G (default: half the memory available)")
     val.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
     val.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is fastest on a busy CPU)")
     val.set_defaults(run=run)
+
+    pred = sub.add_parser("predict", help="a run's weight_std predicted from the inputs measured in it (no fitted constant)",
+                          description="Reads OUT/result.json, metrics.jsonl and inputs.jsonl (the per-step c, s2, rho "
+                                      "and drift the trainer measures) and steps the theory's exact recursion "
+                                      "(llm_check.predict). A run made before inputs.jsonl existed gets its measured "
+                                      "growth and the decay factor at c = 0, not a predicted level.")
+    pred.add_argument("out", metavar="OUT", help="a run folder written by `noloco llm train` (one method)")
+    pred.add_argument("--noise-model", choices=("long-run", "lag1"), default="long-run",
+                      help="how the measured residual becomes the theory's AR(1) noise: long-run (default): no "
+                           "drift, rho matched to the variance of the residual's running sum; lag1: rho = lag-1 "
+                           "correlation, plus the measured drift (both are in every row)")
+    pred.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
+    pred.set_defaults(run=run)
 
     bench = sub.add_parser("bench", help="tokens/s: batched replicas vs a per-replica loop vs one N-times-batch model",
                            description="The same benchmark as `python -m benchmarks llm-step`, with the same flags.")
@@ -43,30 +59,61 @@ def add_parser(subparsers) -> None:
     bench.set_defaults(run=run)
 
 
-def run(args) -> int:
-    from theory.io import print_json
+def _torch() -> None:
+    import importlib.util
 
+    if importlib.util.find_spec("torch") is None:
+        from theory.io import DataError
+
+        raise DataError("torch is not installed; install the llm extra: pip install -e '.[llm]'")
+
+
+def run(args) -> int:
+    from theory.io import output_dir, output_file, print_json
+
+    if args.llm_command == "predict":  # reads files only: no torch
+        from llm_check.predict import format_predict, predict
+
+        report = predict(args.out, noise_model=args.noise_model)
+        if args.json:
+            print_json(report)
+        else:
+            print(format_predict(report))
+        return 0
+    _torch()
     if args.llm_command == "train":
         from llm_check.config import configs_from_args
         from llm_check.train import format_results, train_methods
 
-        results = train_methods(configs_from_args(args), args.out, resume=args.resume, stop_after=args.stop_after,
-                                threads=args.threads)
+        configs = configs_from_args(args)
+        output_dir(args.out)  # before any run: not '', not a file, writable
+        results = train_methods(configs, args.out, resume=args.resume, stop_after=args.stop_after,
+                                threads=args.threads, overwrite=args.overwrite, max_memory=args.max_memory)
         print(format_results(results))
-        return 0
+        diverged = [m for m, r in results.items() if r.get("diverged")]
+        for method in diverged:
+            print(f"noloco llm train: {method} {results[method]['diverged']['message']}", file=sys.stderr)
+        return 1 if diverged else 0
     if args.llm_command == "validate":
         from llm_check.validate import format_table, run_sweep
 
-        out = Path(args.out) / args.preset
-        report = run_sweep(args.preset, out, device=args.device, threads=args.threads)
+        out = output_dir(args.out) / args.preset
+        report = run_sweep(args.preset, out, device=args.device, threads=args.threads, overwrite=args.overwrite,
+                           max_memory=args.max_memory)
         if args.json:
             print_json(report)
         else:
             print(format_table(report))
         print(f"(runs and validate.json in {out})", file=sys.stderr)
-        return 0
+        return 1 if report.get("diverged") else 0
+    import warnings
+
     from benchmarks.llm_step import bench_from_args, format_result
     from benchmarks.timer import emit
 
-    emit(bench_from_args(args), args, format_result)
+    if args.out is not None:
+        output_file(args.out)  # before the benchmark, not after it
+    with warnings.catch_warnings():  # torch.func's note that vmap falls back to a loop for attention
+        warnings.filterwarnings("ignore", message=r"There is a performance drop because we have not yet implemented")
+        emit(bench_from_args(args), args, format_result)
     return 0

@@ -167,7 +167,7 @@ def _subparser(name):
     return choices(choices(build_parser())["llm"])[name]
 
 
-@pytest.mark.parametrize("name", ["train", "validate", "bench"])
+@pytest.mark.parametrize("name", ["train", "validate", "bench", "predict"])
 def test_every_llm_flag_has_help(name):
     actions = [a for a in _subparser(name)._actions if a.option_strings]
     assert actions and all(a.help for a in actions), [a.option_strings for a in actions if not a.help]
@@ -279,6 +279,7 @@ def test_torchrun_gloo_matches_batched(tmp_path):
         assert state["outer_step"] == 4
         for k, p in single.phi.items():
             torch.testing.assert_close(state["phi"][k][0], p[rank], rtol=0, atol=1e-5)
+    assert not (tmp_path / "dist" / "run.lock").exists()  # rank 0 held it and let it go
     d, s = rows(tmp_path / "dist")[-1], rows(tmp_path / "one")[-1]
     assert d["weight_std"] == pytest.approx(s["weight_std"], rel=1e-3)
     assert d["train_loss_per_replica"] == pytest.approx(s["train_loss_per_replica"], rel=1e-4)
@@ -301,7 +302,9 @@ def test_validate_cpu_tiny(tmp_path):
     assert predicted[1]["predicted"] == predicted[1]["measured"] == 0.0  # n = N: identical replicas
     assert predicted[0]["predicted"] > 0 and predicted[0]["changes"] == {"gamma": 0.35}
     assert loads((tmp_path / "validate.json").read_text())["schema_version"] == SCHEMA_VERSION
-    assert "predicted" in format_table(report)
+    assert "predicted" in format_table(report) and "zero-const" in format_table(report)
+    assert all(r["predicted_zero_constant"] is not None for r in report["rows"])  # every run logs its inputs
+    assert predicted[1]["predicted_zero_constant"] == 0.0 and predicted[1]["ratio_zero_constant"] == 1.0
 
 
 @pytest.mark.slow
@@ -328,3 +331,225 @@ def test_gpu_preset_without_gpu_exits_2(tmp_path, capsys):
 
     assert main(["llm", "train", "--preset", "gpu", "--out", str(tmp_path)]) == 2
     assert "no GPU" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- runs are never lost (issue 10)
+
+def _cli(*argv):
+    from noloco.cli import main
+
+    return main(["llm", "train", "--preset", "cpu-tiny", "--method", "noloco", "--val-windows", "8", *map(str, argv)])
+
+
+def test_stop_after_below_eval_every_leaves_a_checkpoint_and_resumes_identically(tmp_path):
+    full = train(tmp_path / "full", outer_steps=4, eval_every=3)
+    train(tmp_path / "cut", outer_steps=4, eval_every=3, stop_after=1)
+    state = torch.load(tmp_path / "cut" / "ckpt.pt", weights_only=True)
+    assert state["outer_step"] == 1 and rows(tmp_path / "cut") == []
+    result = loads((tmp_path / "cut" / "result.json").read_text())
+    assert result["finished"] is False and result["outer_steps_done"] == 1 and result["checkpoint_outer_step"] == 1
+    resumed = train(tmp_path / "cut", outer_steps=4, eval_every=3, resume=True)
+    for k in full.phi:
+        assert torch.equal(full.phi[k], resumed.phi[k]), k
+    strip = lambda rs: [{k: v for k, v in r.items() if k != "tokens_per_s"} for r in rs]
+    assert strip(rows(tmp_path / "full")) == strip(rows(tmp_path / "cut"))  # the training loss average too
+    assert loads((tmp_path / "cut" / "result.json").read_text())["finished"] is True
+
+
+def test_checkpoints_every_ckpt_every_outer_steps(tmp_path, monkeypatch):
+    saved = []
+    original = Trainer.save
+
+    def spy(self):
+        saved.append(self.outer_done)
+        original(self)
+
+    monkeypatch.setattr(Trainer, "save", spy)
+    train(tmp_path, outer_steps=5, eval_every=4, ckpt_every=2)
+    assert saved == [2, 4, 5] and [r["outer_step"] for r in rows(tmp_path)] == [4, 5]
+    assert build("cpu-tiny", eval_every=3).ckpt_every == 3  # the default follows --eval-every
+
+
+def test_result_says_unfinished_from_the_start(tmp_path, monkeypatch):
+    def interrupt(self, step):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(Trainer, "inner_step", interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        train(tmp_path)
+    result = loads((tmp_path / "result.json").read_text())
+    assert result["finished"] is False and result["outer_steps_done"] == 0 and result["final"] is None
+    assert not (tmp_path / "run.lock").exists()  # released on the way out
+
+
+def test_a_folder_holding_a_run_needs_resume_or_overwrite(tmp_path, capsys):
+    assert _cli("--out", tmp_path, "--outer-steps", 2, "--warmup", 0) == 0
+    before = (tmp_path / "ckpt.pt").read_bytes(), (tmp_path / "metrics.jsonl").read_text()
+    capsys.readouterr()
+    assert _cli("--out", tmp_path, "--outer-steps", 2, "--warmup", 0) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds a run" in err and "--resume" in err and "--overwrite" in err
+    assert "finished at outer step 2 of 2" in err
+    assert ((tmp_path / "ckpt.pt").read_bytes(), (tmp_path / "metrics.jsonl").read_text()) == before
+    assert _cli("--out", tmp_path, "--outer-steps", 2, "--warmup", 0, "--resume", "--overwrite") == 2
+    assert _cli("--out", tmp_path, "--outer-steps", 2, "--warmup", 0, "--overwrite", "--seed", 1) == 0
+    assert loads((tmp_path / "result.json").read_text())["config"]["seed"] == 1
+    assert [r["outer_step"] for r in rows(tmp_path)] == [2]
+
+
+def test_several_methods_are_checked_before_the_first_runs(tmp_path, capsys):
+    (tmp_path / "noloco").mkdir()
+    (tmp_path / "noloco" / "result.json").write_text("{}")
+    from noloco.cli import main
+
+    assert main(["llm", "train", "--preset", "cpu-tiny", "--method", "ddp,noloco", "--out", str(tmp_path)]) == 2
+    assert "noloco holds a run" in capsys.readouterr().err
+    assert not (tmp_path / "ddp" / "metrics.jsonl").exists()  # ddp did not run first
+
+
+@pytest.mark.parametrize("schedule,code", [("cosine", 2), ("constant", 0)])
+def test_resume_refuses_a_change_of_the_schedule(tmp_path, capsys, schedule, code):
+    common = ("--out", tmp_path, "--warmup", 0, "--schedule", schedule)
+    assert _cli(*common, "--outer-steps", 3, "--stop-after", 1) == 0
+    capsys.readouterr()
+    assert _cli(*common, "--outer-steps", 5, "--resume") == code
+    err = capsys.readouterr().err
+    if code:
+        assert "outer_steps=3 (now 5)" in err and "cosine learning-rate schedule" in err and err.count("\n") == 1
+    else:
+        assert loads((tmp_path / "result.json").read_text())["outer_steps_done"] == 5
+
+
+# ---------------------------------------------------------------- divergence
+
+def test_divergence_stops_and_keeps_the_last_finite_checkpoint(tmp_path, monkeypatch):
+    original = Trainer.outer_update
+
+    def poison(self, t):
+        original(self, t)
+        if t == 2:  # the third outer step: replica 1's qkv weights become NaN
+            self.phi["h0.qkv.w"][1, 0, 0] = float("nan")
+
+    monkeypatch.setattr(Trainer, "outer_update", poison)
+    tr = Trainer(build("cpu-tiny", "noloco", **{**TINY, "outer_steps": 5, "eval_every": 2}), tmp_path, progress=False)
+    result = tr.run()
+    d = result["diverged"]
+    assert (d["outer_step"], d["replica"], d["quantity"], d["tensor"]) == (3, 1, "weights", "h0.qkv.w")
+    assert "outer step 3" in d["message"] and "outer step 2" in d["message"] and "ckpt.pt" in d["message"]
+    on_disk = loads((tmp_path / "result.json").read_text())
+    assert on_disk["finished"] is False and on_disk["diverged"]["replica"] == 1
+    state = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    assert state["outer_step"] == 2 and all(torch.isfinite(p).all() for p in state["phi"].values())
+    assert [r["outer_step"] for r in rows(tmp_path)] == [2]
+
+
+def test_a_huge_learning_rate_exits_1_with_strict_files(tmp_path, capsys):
+    assert _cli("--out", tmp_path, "--lr", "1e6", "--outer-steps", 3, "--eval-every", 1, "--warmup", 0) == 1
+    captured = capsys.readouterr()
+    assert captured.err.count("\n") == 1 and "diverged at outer step" in captured.err and "replica" in captured.err
+    assert "DIVERGED" in captured.out
+    for name in ("metrics.jsonl", "result.json"):
+        text = (tmp_path / name).read_text()
+        assert "NaN" not in text and "Infinity" not in text
+    assert all(math.isfinite(r["train_loss"]) for r in rows(tmp_path))
+    assert loads((tmp_path / "result.json").read_text())["finished"] is False
+
+
+@pytest.mark.slow
+def test_torchrun_ranks_stop_together_on_divergence(tmp_path):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+           "--master-port", str(free_port()), "-m", "llm_check.train", "--preset", "cpu-tiny", "--replicas", "2",
+           "--outer-steps", "4", "--eval-every", "2", "--val-windows", "4", "--lr", "1e6", "--timeout", "30",
+           "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+    assert proc.returncode != 0 and "exitcode  : 1" in proc.stderr and "timed out" not in proc.stderr
+    assert loads((tmp_path / "result.json").read_text())["diverged"]["quantity"] == "training loss"
+
+
+# ---------------------------------------------------------------- resources and data bounds
+
+def test_memory_estimate_budget_and_sizes():
+    from llm_check.config import check_memory, memory_budget, memory_estimate
+
+    small = memory_estimate(build("cpu-tiny"))["total"]
+    assert 1e6 < small < 2e8
+    assert memory_estimate(build("cpu-tiny", batch=100000))["total"] > 1e11      # the 24 GB run of issue 10
+    assert memory_estimate(build("cpu-tiny", ctx=100000))["total"] > 1.5e10
+    budget, how = memory_budget()
+    assert budget is None or "available" in how
+    with pytest.raises(MemoryError, match=r"above the budget of 1 MiB \(--max-memory\).*--max-memory"):
+        check_memory(build("cpu-tiny"), "1M")
+    with pytest.raises(ConfigError):
+        check_memory(build("cpu-tiny"), "lots")
+
+
+@pytest.mark.parametrize("kw,words", [
+    (dict(replicas=6000, group_size=1), "IID shards"),
+    (dict(replicas=1000, group_size=1, noniid=True), "non-IID"),
+    (dict(ctx=700000, batch=1, val_windows=1, replicas=1, group_size=1), "validation text"),
+])
+def test_data_bounds_are_bad_input(tmp_path, kw, words):
+    with pytest.raises(ConfigError, match=words):
+        Trainer(build("cpu-tiny", "noloco", **kw), tmp_path, progress=False, max_memory="1T")
+
+
+# ---------------------------------------------------------------- the measured theory inputs (inputs.jsonl)
+
+def inputs(out):
+    return [loads(line) for line in (Path(out) / "inputs.jsonl").read_text().splitlines()]  # strict JSON
+
+
+def test_inputs_logged_at_every_outer_step(tmp_path):
+    """One row per outer step, every tensor a group; the spread the meter sees before step t + 1 is
+    the weight_std logged after step t (the same phi), to rounding."""
+    tr = train(tmp_path, outer_steps=4, eval_every=1)
+    got = inputs(tmp_path)
+    assert [r["outer_step"] for r in got] == [1, 2, 3, 4]
+    assert set(got[0]["groups"]) == set(tr.phi)
+    assert sum(g["numel"] for g in got[0]["groups"].values()) == tr.model.n_params()
+    assert got[0]["groups"]["wte"]["rho"] is None and got[1]["groups"]["wte"]["rho"] is not None
+    for row in rows(tmp_path)[:-1]:
+        groups = inputs(tmp_path)[row["outer_step"]]["groups"]  # the row of outer step + 1
+        sq = sum(g["numel"] * g["spread"] for g in groups.values()) / sum(g["numel"] for g in groups.values())
+        assert math.sqrt(sq) == pytest.approx(row["weight_std"], rel=1e-9)
+
+
+def test_inputs_resume_like_the_metrics(tmp_path):
+    """Resumed from a checkpoint between evaluations, inputs.jsonl equals the uninterrupted run's; from a
+    checkpoint written before the meter (no state) the run goes on and its rows end at the checkpoint."""
+    train(tmp_path / "full", outer_steps=4, eval_every=2)
+    train(tmp_path / "cut", outer_steps=4, eval_every=2, stop_after=1)
+    assert [r["outer_step"] for r in inputs(tmp_path / "cut")] == [1]
+    train(tmp_path / "cut", outer_steps=4, eval_every=2, resume=True)
+    assert inputs(tmp_path / "full") == inputs(tmp_path / "cut")
+    old = tmp_path / "old"
+    train(old, outer_steps=4, eval_every=2, stop_after=2)
+    state = torch.load(old / "ckpt.pt", weights_only=True)  # the meter's state is plain data
+    del state["meter"]
+    torch.save(state, old / "ckpt.pt")
+    train(old, outer_steps=4, eval_every=2, resume=True)
+    assert [r["outer_step"] for r in inputs(old)] == [1, 2] and [r["outer_step"] for r in rows(old)] == [2, 4]
+
+
+@pytest.mark.parametrize("method", ["diloco", "ddp"])
+def test_inputs_of_synchronous_methods(tmp_path, method):
+    train(tmp_path, method=method)
+    if method == "ddp":  # no outer step: nothing to measure
+        assert not (tmp_path / "inputs.jsonl").exists()
+    else:
+        assert all(g["spread"] == 0 and g["c"] == 0 for r in inputs(tmp_path) for g in r["groups"].values())
+
+
+def test_noloco_llm_predict_on_a_run(tmp_path, capsys):
+    from noloco.cli import main
+
+    train(tmp_path, outer_steps=4, eval_every=2)
+    assert main(["llm", "predict", str(tmp_path), "--json"]) == 0
+    report = loads(capsys.readouterr().out)
+    assert report["fitted_constants"] == 0 and report["inputs_logged"] and report["schema_version"] == SCHEMA_VERSION
+    assert [r["outer_step"] for r in report["rows"]] == [2, 4] and all(r["predicted"] > 0 for r in report["rows"])
+    assert main(["llm", "predict", str(tmp_path), "--noise-model", "lag1"]) == 0
+    assert "fitted constants 0" in capsys.readouterr().out
+    assert main(["llm", "predict", str(tmp_path / "nothing")]) == 3
+    assert "result.json" in capsys.readouterr().err

@@ -1,0 +1,240 @@
+"""Predict a run's weight_std from the inputs measured inside it, with no fitted constant.
+
+A run folder holds ``result.json`` (the config: the outer step nested under ``"outer"``, or flat
+as runs of schema 1 wrote it), ``metrics.jsonl`` (``weight_std`` at every evaluation) and, for
+runs made with the meter, ``inputs.jsonl`` (one line per outer step: :class:`llm_check.measure.
+SpreadMeter`'s estimates per tensor). For each tensor (group) g, the per-step inputs
+(c_t, s2_t, rho_t) and the drift step the exact exchangeable recursion of
+:mod:`theory.exchangeable` (``recursion(outer, c_t, s2_t, rho_t).step``, as ``varying_trajectory``)
+from identical replicas, with the run's outer step (method constraints applied), and::
+
+    predicted weight_std(T)^2 = sum_g numel_g E z_g,T^2 / sum_g numel_g.
+
+The meter's ``c`` is the pooled regression -<p, z>/<z, z>, which the theory says converges to
+``c - E[z w] / E[z^2]`` (w = d + eps, the residual) and leaves the residual variance short by
+``E[z w]^2 / E[z^2]``: a residual correlated with the replica's own deviation (rho > 0, a drift)
+looks like a negative restoring force. :func:`trajectory` undoes this with the recursion's own
+second moments at every step (E[z w] = S_yd + rho S_y,eps_prev before the step, which depends on
+earlier steps only), so the inputs are read as the theory defines them.
+
+Nothing is fitted on a spread. The one modelling choice is how the measured residual (which
+need not be an AR(1) process) becomes the theory's AR(1) noise plus a fixed drift; both are
+computed, and ``noise_model`` says which one ``predicted`` is (default ``long-run``):
+
+* ``lag1``: the theory's definition of its inputs, rho the lag-1 correlation. drift_var D = the meter's last estimate
+  (set to 0 when negative or missing); s2_t = s2_t(meter) - D; rho_t = (lag1_cov_t - D) /
+  sqrt((s2_t - D)(s2_t-1 - D)).
+* ``long-run``: no drift; rho_t is the AR(1) coefficient whose sum over t steps has the measured
+  variance: G_t(rho_t) / t = sum_var_t / (s2_1 + ... + s2_t). Where the pull is weak (gamma 0,
+  c ~ 0) a replica's deviation integrates its residual, so what sets the spread is the noise's
+  power at low frequency, which this matches and ``lag1`` does not when the residual's
+  autocorrelation is not rho^k (in the LLM runs it falls faster and turns negative after
+  4 to 7 outer steps; docs/llm_check.md).
+
+Without ``inputs.jsonl`` (runs made before the meter) the report still gives the measured
+growth per outer step and the theory's noise-free decay factor at c = 0, but ``predicted`` is
+null: the level needs the measured noise.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from theory import exchangeable
+from theory.config import ConfigError
+from theory.io import SCHEMA_VERSION, DataError, read_json, read_jsonl
+
+NOISE_MODELS = ("lag1", "long-run")
+RHO_CAP = 0.99  # |rho| fed to the recursion (the AR(1) noise needs |rho| < 1)
+
+
+def read_run(run_dir) -> dict:
+    """``{"config", "method", "outer", "metrics", "inputs"}`` of a run folder (inputs None when absent)."""
+    from llm_check.config import TrainConfig
+
+    run = Path(run_dir)
+    result = read_json(run / "result.json", required=("config",))
+    try:
+        cfg = TrainConfig.from_dict(result["config"])
+    except (ConfigError, TypeError, KeyError) as err:
+        raise DataError(f"{run / 'result.json'}: config not readable ({err})") from None
+    metrics = read_jsonl(run / "metrics.jsonl", required=("outer_step", "weight_std"))
+    inputs_path = run / "inputs.jsonl"
+    inputs = read_jsonl(inputs_path, required=("outer_step", "groups")) if inputs_path.exists() else None
+    return {"config": cfg, "method": cfg.method, "outer": cfg.outer, "metrics": metrics, "inputs": inputs}
+
+
+def _long_run_rho(t: int, ratio: float) -> float:
+    """rho in [-RHO_CAP, RHO_CAP] with G_t(rho) / t = ratio (bisection; G_t increases with rho)."""
+    from llm_check.measure import ar1_sum_factor
+
+    if t < 2 or not math.isfinite(ratio):
+        return 0.0
+    lo, hi = -RHO_CAP, RHO_CAP
+    if ratio <= ar1_sum_factor(t, lo) / t:
+        return lo
+    if ratio >= ar1_sum_factor(t, hi) / t:
+        return hi
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if ar1_sum_factor(t, mid) / t > ratio:
+            hi = mid
+        else:
+            lo = mid
+    return 0.5 * (lo + hi)
+
+
+def _value(x, default=0.0) -> float:
+    return default if x is None or not math.isfinite(x) else float(x)
+
+
+def group_inputs(rows: list[dict], name: str) -> dict:
+    """Per-step arrays of one group and both models' (s2, rho, drift_var) inputs."""
+    entries = [r["groups"][name] for r in rows]
+    T = len(entries)
+    c = np.array([_value(e["c"]) for e in entries])
+    v = np.array([max(_value(e["s2"]), 0.0) for e in entries])
+    a = np.array([_value(e.get("lag1_cov")) for e in entries])
+    q = np.array([_value(e.get("sum_var")) for e in entries])
+    drift = [e.get("drift_var") for e in entries if e.get("drift_var") is not None]
+    measured_drift = drift[-1] if drift else None
+    D = max(measured_drift, 0.0) if measured_drift is not None else 0.0
+    s2_lag1 = np.maximum(v - D, 0.0)
+    rho_lag1 = np.zeros(T)
+    for t in range(1, T):
+        denom = s2_lag1[t] * s2_lag1[t - 1]
+        rho_lag1[t] = np.clip((a[t] - D) / math.sqrt(denom), -RHO_CAP, RHO_CAP) if denom > 0 else 0.0
+    cum_v = np.cumsum(v)
+    rho_long = np.array([_long_run_rho(t + 1, q[t] / cum_v[t]) if cum_v[t] > 0 else 0.0 for t in range(T)])
+    return {"numel": int(entries[-1]["numel"]), "c": c, "s2": v, "measured_drift": measured_drift,
+            "lag1": (s2_lag1, rho_lag1, D), "long-run": (v, rho_long, 0.0)}
+
+
+def trajectory(outer, c_reg, s2_reg, rho, drift_var: float = 0.0):
+    """``(E z_t^2 for t = 0..T, c_t)``: the exchangeable recursion from identical replicas with the
+    per-step regression inputs ``c_reg``, ``s2_reg`` read through the theory (module docstring):
+    before step t, with S the recursion's state, ``b = (S_yd + rho_t S_y,eps) / S_yy``,
+    c_t = c_reg_t + b and s2_t = s2_reg_t + b^2 S_yy."""
+    S = exchangeable.initial(float(s2_reg[0]), float(rho[0]), drift_var)
+    scale = 1 - 1 / outer.replicas
+    spread, c_true = [scale * S[0, 0]], []
+    for c_t, s2_t, rho_t in zip(c_reg, s2_reg, rho):
+        if S[0, 0] > 0:
+            zw = S[0, -1] + rho_t * S[0, 2]  # state (y, delta, eps_prev, drift)
+            c_t, s2_t = c_t + zw / S[0, 0], s2_t + zw * zw / S[0, 0]
+        S = exchangeable.recursion(outer, float(c_t), float(s2_t), float(rho_t)).step(S)
+        spread.append(scale * S[0, 0])
+        c_true.append(float(c_t))
+    return np.array(spread), np.array(c_true)
+
+
+def _growth(steps, values):
+    """exp(slope) of a least-squares line through log(value^2) vs outer step, over the second half
+    of the run (outer_step > last / 2, positive values); None with fewer than 2 points."""
+    pts = [(s, v) for s, v in zip(steps, values) if v is not None and v > 0 and s > steps[-1] / 2]
+    if len(pts) < 2:
+        return None
+    x, y = np.array([p[0] for p in pts], float), np.log(np.array([p[1] for p in pts], float) ** 2)
+    return float(math.exp(np.polyfit(x, y, 1)[0]))
+
+
+def predict(run_dir, noise_model: str = "long-run") -> dict:
+    """The report of one run (see the module docstring); ``noise_model`` chooses ``predicted``."""
+    if noise_model not in NOISE_MODELS:
+        raise ConfigError(f"noise_model={noise_model!r} is not allowed; allowed: {', '.join(NOISE_MODELS)}")
+    run = read_run(run_dir)
+    outer, method, metrics, inputs = run["outer"], run["method"], run["metrics"], run["inputs"]
+    steps = [int(r["outer_step"]) for r in metrics]
+    measured = [r.get("weight_std") for r in metrics]
+    report = {"schema_version": SCHEMA_VERSION, "run": str(run_dir), "method": method,
+              "outer": {k: getattr(outer, k) for k in ("replicas", "group_size", "alpha", "beta", "gamma",
+                                                       "momentum")},
+              "noise_model": noise_model, "fitted_constants": 0, "inputs_logged": inputs is not None,
+              "measured_growth": _growth(steps, measured) if steps else None, "notes": []}
+    notes = report["notes"]
+    predictions: dict[str, list] = {m: [None] * len(steps) for m in NOISE_MODELS}
+    report.update(decay_factor=None, flattest_group=None, flattest_c=None, groups={})
+    if outer.group_size == outer.replicas:
+        notes.append(f"method {method}: n = N, every outer step leaves the replicas identical; predicted 0")
+        for m in NOISE_MODELS:
+            predictions[m] = [0.0] * len(steps)
+    elif inputs is None:
+        report["decay_factor"] = exchangeable.decay_factor(outer, 0.0)
+        report["flattest_c"] = 0.0
+        notes.append("no inputs.jsonl (a run made before the meter): measured_growth and the decay factor at "
+                     "c = 0 are given; the level of weight_std needs the measured noise, so predicted is null")
+    else:
+        known = [int(r["outer_step"]) for r in inputs]
+        if known != list(range(1, len(known) + 1)):
+            raise DataError(f"{Path(run_dir) / 'inputs.jsonl'}: outer steps are not 1, 2, ..., {len(known)}")
+        names = list(inputs[0]["groups"])
+        total = 0
+        level = {m: np.zeros(len(inputs) + 1) for m in NOISE_MODELS}
+        flattest = (math.inf, None)
+        for name in names:
+            try:
+                g = group_inputs(inputs, name)
+            except (KeyError, TypeError, ValueError) as err:  # a hand-edited or foreign file
+                raise DataError(f"{Path(run_dir) / 'inputs.jsonl'}: tensor {name!r} lacks or garbles {err} "
+                                f"in some row") from None
+            total += g["numel"]
+            c_model = {}
+            for m in NOISE_MODELS:
+                s2, rho, D = g[m]
+                spread, c_model[m] = trajectory(outer, g["c"], s2, rho, D)
+                level[m] += g["numel"] * spread
+            late = slice(len(inputs) // 2, None)  # the second half of the run
+            c_late = float(c_model[noise_model][late].mean())
+            flattest = min(flattest, (c_late, name))
+            report["groups"][name] = {"numel": g["numel"], "c_late": c_late,
+                                      "c_regression_late": float(g["c"][late].mean()),
+                                      "s2_late": float(g["s2"][late].mean()),
+                                      "drift_var": g["measured_drift"],
+                                      "rho_lag1_late": float(g["lag1"][1][late].mean()),
+                                      "rho_long_run_final": float(g["long-run"][1][-1])}
+        report["flattest_c"], report["flattest_group"] = flattest
+        report["decay_factor"] = exchangeable.decay_factor(outer, flattest[0])
+        for m in NOISE_MODELS:
+            std = np.sqrt(np.maximum(level[m], 0.0) / total)
+            predictions[m] = [float(std[s]) if s <= len(inputs) else None for s in steps]
+        if any(s > len(inputs) for s in steps):
+            notes.append(f"inputs.jsonl ends at outer step {len(inputs)}: later evaluations are not predicted")
+        negative = [n for n, g in report["groups"].items() if g["drift_var"] is not None and g["drift_var"] < 0]
+        if negative:
+            notes.append(f"drift_var < 0 in {len(negative)} of {len(names)} groups (residual less persistent than "
+                         f"an AR(1) with its lag-1 correlation): lag1 uses drift 0 there")
+    rows = []
+    for i, s in enumerate(steps):
+        pred = predictions[noise_model][i]
+        meas = measured[i]
+        rows.append({"outer_step": s, "measured": meas, "predicted": pred,
+                     "ratio": meas / pred if meas is not None and pred else None,
+                     "predicted_lag1": predictions["lag1"][i], "predicted_long_run": predictions["long-run"][i]})
+    report["rows"] = rows
+    report["predicted_growth"] = _growth(steps, predictions[noise_model]) if steps else None
+    return report
+
+
+def format_predict(report: dict) -> str:
+    """The report as a table (measured / predicted = ratio)."""
+    o = report["outer"]
+    fmt = lambda x, spec: "-" if x is None else format(x, spec)  # noqa: E731
+    lines = [f"{report['run']}: {report['method']} N={o['replicas']} n={o['group_size']} alpha={o['alpha']} "
+             f"beta={o['beta']} gamma={o['gamma']} {o['momentum']}; inputs logged: "
+             f"{'yes' if report['inputs_logged'] else 'no'}; noise model {report['noise_model']}; "
+             f"fitted constants {report['fitted_constants']}",
+             f"{'outer':>6} {'measured':>11} {'predicted':>11} {'ratio':>6} {'lag1':>11} {'long-run':>11}"]
+    for r in report["rows"]:
+        lines.append(f"{r['outer_step']:>6} {fmt(r['measured'], '11.4e')} {fmt(r['predicted'], '11.4e')} "
+                     f"{fmt(r['ratio'], '6.3f')} {fmt(r['predicted_lag1'], '11.4e')} "
+                     f"{fmt(r['predicted_long_run'], '11.4e')}")
+    where = f" (flattest group {report['flattest_group']}, c {report['flattest_c']:.4g})" \
+        if report["flattest_group"] else (" (c = 0)" if report["flattest_c"] == 0.0 else "")
+    lines.append(f"decay factor (theory, noise-free, per outer step){where}: {fmt(report['decay_factor'], '.4f')}")
+    lines.append(f"variance growth per outer step, second half: measured {fmt(report['measured_growth'], '.4f')}, "
+                 f"predicted {fmt(report['predicted_growth'], '.4f')}")
+    lines.extend(f"note: {n}" for n in report["notes"])
+    return "\n".join(lines)
