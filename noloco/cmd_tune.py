@@ -1,6 +1,6 @@
 """``noloco tune``: recommend alpha, beta, gamma (optionally n and H) from the exact
 quadratic theory, show the rate-vs-spread trade-off, and verify the recommendation with a
-short simulation of real inner SGD steps (:mod:`quadratic.tune_check`)."""
+short simulation of the simulator's inner SGD phase (exact in distribution by default) (:mod:`quadratic.tune_check`)."""
 
 from __future__ import annotations
 

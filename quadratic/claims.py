@@ -143,7 +143,7 @@ def mean_is_diloco(quick: bool = True, seed: int = 0, *, outer=None, inner=None,
 
     Assumptions: a quadratic (here one direction, curvature 1), inner SGD with additive
     zero-mean noise, homogeneous data, momentum 0 at the start. Measured: the full
-    simulator (``quadratic.simulator``, real inner SGD steps, random groups), mean over
+    simulator (``quadratic.simulator``, inner SGD phase exact in distribution by default, random groups), mean over
     trials at each outer step 1..steps; predicted: M^t (start, 0) from
     ``theory.numeric.transition``; ``details`` also runs DiLoCo's outer step itself
     (one replica, noise-free, ``theory.outer.outer_step``) for comparison.

@@ -1,5 +1,5 @@
 """`noloco tune` as a library: tune with :mod:`theory.tune`, then verify the recommendation
-(and the paper setting on the same problem) with a short simulation of real inner SGD steps
+(and the paper setting on the same problem) with a short simulation of the simulator's inner SGD phase (exact in distribution by default)
 (:mod:`quadratic.simulator`), and report predicted next to simulated with standard errors.
 
 Verification, per setting:
@@ -58,7 +58,7 @@ def _sorted_index(curvatures, i) -> int:
 
 def simulate_point(problem: TuneProblem, point, *, trials: int, seed: int, progress: bool = False) -> dict:
     """Simulated rate (jackknife SE over independent seeds) and stationary spread (SE over
-    trials) of one setting, with real inner SGD steps on the quadratic."""
+    trials) of one setting, with the simulator's inner SGD phase (exact in distribution by default) on the quadratic."""
     from quadratic.simulator import SimConfig, simulate
 
     outer = dataclasses.replace(problem.outer, alpha=point.alpha, beta=point.beta, gamma=point.gamma,
@@ -213,7 +213,7 @@ def format_report(r: dict, figure: str | None = None) -> str:
         lines.append(f"{name:<14}{q['rate']:>16.4f}{q['spread']:>12.4g}{q['decay']:>8.4f}"
                      f"{q['outer_steps']:>13.1f}{inner:>13.0f}")
     if r["simulated_spread"] is not None or r["simulated_rate"] is not None:
-        lines += ["verifying simulation (real inner SGD steps; simulated +- standard error, z vs predicted):",
+        lines += ["verifying simulation (the simulator's inner SGD phase (exact in distribution by default); simulated +- standard error, z vs predicted):",
                   f"  recommended  rate   predicted {r['predicted_rate']:.4f}  simulated "
                   f"{_sim(r['simulated_rate'], r['simulated_rate_se'], r['rate_z'])}",
                   f"  recommended  spread predicted {r['predicted_spread']:.4g}  simulated "
