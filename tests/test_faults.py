@@ -7,6 +7,7 @@ exit code."""
 from __future__ import annotations
 
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -268,7 +269,7 @@ def test_a_damaged_checkpoint_is_exit_3_and_overwrite_recovers(finished, tmp_pat
     out = _copy(finished, tmp_path)
     ckpt = out / "ckpt.pt"
     data = ckpt.read_bytes()
-    ckpt.write_bytes({"truncated": data[: len(data) // 3], "empty": b"", "garbage": os.urandom(4096)}[damage])
+    ckpt.write_bytes({"truncated": data[: len(data) // 3], "empty": b"", "garbage": random.Random(7).randbytes(4096)}[damage])
     capsys.readouterr()
     assert main([*RUN, "--out", str(out), "--resume"]) == 3
     err = capsys.readouterr().err
