@@ -5,8 +5,6 @@ What a preset or a method means lives in :mod:`theory.methods`; this module only
 from __future__ import annotations
 
 import argparse
-import tempfile
-from pathlib import Path
 
 from theory.config import MOMENTUM_CONVENTIONS
 from theory.methods import METHOD_SUMMARY, METHODS, PRESETS
@@ -107,15 +105,3 @@ def hyper_from_args(args: argparse.Namespace, default_shape: bool = True):
     else:
         spectrum = None
     return method, outer, inner, spectrum
-
-
-def writable(path, folder: bool = False) -> Path:
-    """``path`` after checking, before any work, that a file can be created beside it (or in it,
-    for a ``folder``), making the folder if missing; an OSError otherwise, which the command line
-    reports with exit code 3."""
-    path = Path(path)
-    where = path if folder else path.parent
-    where.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryFile(dir=where):
-        pass
-    return path
