@@ -126,14 +126,11 @@ def extended(cfg: SimConfig, model, analysis, eigvals, noise_var, start, directi
     outer, inner = cfg.effective()
     steps = cfg.outer_steps
     noise = np.sqrt(np.broadcast_to(noise_var, eigvals.shape))
-    spread = np.zeros(steps + 1)
-    for lam, sigma in zip(eigvals, noise):
-        phase = model.phase(inner.lr, float(lam), inner.steps, float(sigma))
-        spread += X.spread_trajectory(outer, steps=steps, drift_var=model.drift_var(phase),
-                                      spread0=cfg.init_spread ** 2, phase=phase, stationary_state=False)
-    means = np.stack([X.mean_trajectory(outer, model.phase(inner.lr, float(eigvals[k]), inner.steps,
-                                                           float(noise[k])), float(start[k]), steps)
-                      for k in directions], axis=-1)
+    phases = [model.phase(inner.lr, float(lam), inner.steps, float(sigma)) for lam, sigma in zip(eigvals, noise)]
+    spread = sum(X.spread_trajectory(outer, steps=steps, drift_var=model.drift_var(phase),
+                                     spread0=cfg.init_spread ** 2, phase=phase, stationary_state=False)
+                 for phase in phases)
+    means = np.stack([X.mean_trajectory(outer, phases[k], float(start[k]), steps) for k in directions], axis=-1)
     closed = {"stationary_variance": analysis.stationary_variance, "decay_factor": analysis.variance_decay_factor,
               "mean_spectral_radius": analysis.mean_spectral_radius}
     return {"spread": spread, "mean_distance": means}, closed
@@ -171,10 +168,11 @@ def compare(cfg: SimConfig, *, progress: bool = False, decay: bool = True) -> di
     analysis = analyse(outer, inner, spectrum, model)
     start = (obj.start_in_eigenbasis(cfg.start) if cfg.objective == "quadratic"
              else np.full(obj.dim, cfg.start) @ run.eigvecs)
-    theory = exact(cfg, run.eigvals, noise_var, start, run.directions)
-    closed = stationary(cfg, run.eigvals, noise_var) if cfg.schedule == "constant" else {}
     if model is not None:
         theory, closed = extended(cfg, model, analysis, run.eigvals, noise_var, start, run.directions)
+    else:
+        theory = exact(cfg, run.eigvals, noise_var, start, run.directions)
+        closed = stationary(cfg, run.eigvals, noise_var) if cfg.schedule == "constant" else {}
     steps = run.steps_done if run.diverged_at is None else run.diverged_at - 1
 
     result = {
