@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from theory.config import (MOMENTUM_CONVENTIONS, ConfigError, OuterConfig, check_choice, check_divides,
                            check_fields, check_integer, check_real)
+from llm_check.routing import ROUTINGS, check_skip_prob
 from theory.methods import METHOD_SUMMARY, METHODS, PRESETS as THEORY_PRESETS, constrain, resolve
 
 DTYPES = ("float32", "float64", "bfloat16")
@@ -93,6 +94,9 @@ class TrainConfig:
     dtype: str = "float32"
     device: str = "cpu"
     replica_mode: str = "auto"     # batched replica-dimension model, or a loop over replicas
+    stages: int = 1                # pipeline stages, each with N replicas (llm_check.routing)
+    routing: str = "fixed"         # fixed chains, or a random replica of each stage per microbatch
+    skip_prob: float = 0.0         # probability that a microbatch skips a middle stage
 
     def __post_init__(self):
         method = check_choice("method", self.method, METHODS)
@@ -108,7 +112,7 @@ class TrainConfig:
             "clip": (check_real, "0 <= clip < inf (0 turns clipping off)", lambda v: 0 <= v < math.inf),
             "schedule": (check_choice, SCHEDULES), "dtype": (check_choice, DTYPES),
             "replica_mode": (check_choice, REPLICA_MODES), "noniid": (check_choice, (False, True)),
-            "device": (check_device,),
+            "device": (check_device,), "routing": (check_choice, ROUTINGS),
         })
         total = self.total_inner_steps
         check_fields(self, {  # rules that depend on fields checked above
@@ -116,7 +120,13 @@ class TrainConfig:
             # theory.schedules: the warm-up must end inside the run
             "warmup": (check_integer, f"an integer 0 <= warmup < outer_steps * inner_steps = {total}",
                        lambda v: v == 0 or 0 < v < total),
+            "stages": (check_integer, f"an integer 1 <= stages <= layers + 2 = {self.layers + 2} (each stage "
+                                      f"holds the embedding, a block or the head)", lambda v: 1 <= v <= self.layers + 2),
         })
+        check_skip_prob(self.skip_prob, self.stages)
+        if self.stages > 1 and self.replica_mode == "loop":
+            raise ConfigError(f"stages={self.stages} needs the batched replica mode (a microbatch visits replicas "
+                              f"of several stages); not replica_mode='loop'")
 
     @property
     def replicas(self) -> int:
@@ -136,7 +146,7 @@ class TrainConfig:
     def model(self):
         from llm_check.model import GPTConfig
 
-        return GPTConfig(ctx=self.ctx, layers=self.layers, heads=self.heads, width=self.width)
+        return GPTConfig(ctx=self.ctx, layers=self.layers, heads=self.heads, width=self.width, stages=self.stages)
 
     def tokens_per_inner_step(self) -> int:
         return self.replicas * self.batch * self.ctx
@@ -215,6 +225,9 @@ _FLAG_HELP = {
                   "at the end and at --stop-after",
     "val_windows": "validation windows", "seed": "seed of initialisation, data and groups",
     "device": "cpu, cuda or cuda:K; under torchrun give cuda: each rank uses cuda:LOCAL_RANK",
+    "stages": "pipeline stages S, each with N replicas: the embedding, blocks and head split into S consecutive "
+              "parts (1 to layers + 2; S > 1 unties the head from the embedding); under torchrun S x N processes",
+    "skip_prob": "probability that a microbatch skips each middle stage (stages >= 3; 0: never)",
 }
 
 
@@ -234,7 +247,7 @@ def add_train_arguments(parser: argparse.ArgumentParser, methods_list: bool = Fa
     parser.add_argument("--momentum", choices=MOMENTUM_CONVENTIONS, default=None,
                         help="outer momentum convention: heavy-ball (reference code) or nesterov")
     for f in dataclasses.fields(TrainConfig):
-        if f.name not in ("method", "outer", "noniid", "schedule", "dtype", "replica_mode"):
+        if f.name not in ("method", "outer", "noniid", "schedule", "dtype", "replica_mode", "routing"):
             parser.add_argument("--" + f.name.replace("_", "-"), type=int if f.default is None else type(f.default),
                                 default=None, help=_FLAG_HELP[f.name])
     parser.add_argument("--schedule", choices=SCHEDULES, default=None,
@@ -242,6 +255,10 @@ def add_train_arguments(parser: argparse.ArgumentParser, methods_list: bool = Fa
     parser.add_argument("--dtype", choices=DTYPES, default=None, help="parameter and compute dtype")
     parser.add_argument("--replica-mode", choices=REPLICA_MODES, default=None,
                         help="batched replica-dimension model, a loop over replicas, or auto (batched)")
+    parser.add_argument("--routing", choices=ROUTINGS, default=None,
+                        help="with --stages > 1: fixed (replica r of every stage forms one model) or random (every "
+                             "microbatch visits a random replica of each stage after the first, a fresh "
+                             "permutation per stage, step and batch position)")
     parser.add_argument("--noniid", action="store_true", default=None,
                         help="non-IID shards: each replica reads different source files")
     parser.add_argument("--out", required=True,
@@ -343,6 +360,8 @@ def _param_shapes(cfg: TrainConfig):
     for _ in range(cfg.layers):
         yield from ((C,), (C,), (C, 3 * C), (3 * C,), (C, C), (C,), (C,), (C,), (C, 4 * C), (4 * C,), (4 * C, C), (C,))
     yield from ((C,), (C,))
+    if cfg.stages > 1:  # the untied head
+        yield (256, C)
 
 
 def memory_budget(max_memory=None, device: str = "cpu", share: int = 1) -> tuple[int | None, str]:

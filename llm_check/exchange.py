@@ -7,6 +7,10 @@ sends its (phi, progress) to the other members of its group and receives theirs.
 No collective spans all ranks on that path. Collectives are used only for ``ddp``
 gradients (that is what data parallel is) and for logging at evaluations (the
 replica-mean model and the weight spread); both are documented costs.
+
+With S pipeline stages there are S x N ranks, rank ``s * N + k`` holding replica k of stage s
+(``stage``); groups, ``ddp`` gradients and replica means are among the N ranks of one stage, and
+activations move between stages point-to-point (:mod:`llm_check.pipeline`).
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ class Exchange:
     replicas: list[int]
     world_size: int = 1
     is_main: bool = True
+    stage: int | None = None  # the one pipeline stage held here (None: every stage)
 
     def ckpt_name(self) -> str:
         return "ckpt.pt"
@@ -78,9 +83,9 @@ class LocalExchange(Exchange):
         for g in grads:
             g.copy_(g.mean(0, keepdim=True).expand_as(g))
 
-    def group_means(self, phis, progs, seed: int, step: int, group_size: int):
+    def group_means(self, phis, progs, seed: int, step: int, group_size: int, stage: int = 0):
         N = len(self.replicas)
-        perm = torch.from_numpy(partition(seed, step, N, group_size).ravel()).to(phis[0].device)
+        perm = torch.from_numpy(partition(seed, step, N, group_size, stage).ravel()).to(phis[0].device)
 
         def mean(x):
             # consecutive blocks of n in the permuted order are the groups
@@ -94,8 +99,8 @@ class LocalExchange(Exchange):
     def replica_mean(self, xs):
         return [x.double().mean(0, keepdim=True) for x in xs]
 
-    def sum_scalar(self, value: float) -> float:
-        return value
+    def sum_floats(self, values: list) -> list:
+        return list(values)
 
     def gather_floats(self, values: list) -> list:
         return list(values)
@@ -114,14 +119,23 @@ def _unflat(flat: torch.Tensor, like):
 
 
 class DistExchange(Exchange):
-    """One replica per rank; gloo on CPU, NCCL on GPU."""
+    """One replica of one stage per rank; gloo on CPU, NCCL on GPU."""
 
-    def __init__(self, rank: int, world_size: int, local_rank: int, timeout: float, device: torch.device):
+    def __init__(self, rank: int, world_size: int, local_rank: int, timeout: float, device: torch.device,
+                 stages: int = 1):
         self.rank, self.world_size, self.local_rank = rank, world_size, local_rank
-        self.replicas = [rank]
+        self.N = world_size // stages
+        self.stage, replica = divmod(rank, self.N)
+        self.replicas = [replica]
         self.is_main = rank == 0
         self.timeout = timeout
         self.device = device
+        self.stage_group = None  # the world: one stage
+        if stages > 1:
+            import torch.distributed as dist
+
+            groups = [dist.new_group([self.rank_of(s, k) for k in range(self.N)]) for s in range(stages)]
+            self.stage_group = groups[self.stage]
 
     @classmethod
     def init(cls, cfg, timeout: float) -> "DistExchange":
@@ -129,8 +143,9 @@ class DistExchange(Exchange):
         import torch.distributed as dist
 
         world = int(os.environ["WORLD_SIZE"])
-        if world != cfg.replicas:
-            raise ConfigError(f"replicas={cfg.replicas} must equal the number of torchrun processes ({world})")
+        if world != cfg.replicas * cfg.stages:
+            raise ConfigError(f"replicas={cfg.replicas} x stages={cfg.stages} must equal the number of torchrun "
+                              f"processes ({world})")
         local_rank = int(os.environ.get("LOCAL_RANK", 0))
         device = torch.device(rank_device(cfg.device, local_rank))
         cuda = device.type == "cuda"
@@ -142,7 +157,10 @@ class DistExchange(Exchange):
             dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=timeout))
         except RuntimeError as err:  # the rendezvous failed: a peer or the store is gone
             raise PeerError(f"joining the torchrun process group failed: {str(err).splitlines()[0]}") from err
-        return cls(dist.get_rank(), world, local_rank, timeout, device)
+        return cls(dist.get_rank(), world, local_rank, timeout, device, cfg.stages)
+
+    def rank_of(self, stage: int, replica: int) -> int:
+        return stage * self.N + replica
 
     def _wait(self, works, what: str, peers) -> None:
         try:
@@ -152,18 +170,40 @@ class DistExchange(Exchange):
             raise PeerError(f"rank {self.rank}: {what} with rank(s) {peers} failed or timed out after "
                             f"{self.timeout:g} s (a peer died or hangs): {str(err).splitlines()[0]}") from err
 
+    def send(self, messages) -> list:
+        """Start sending ``(rank, tag, tensor)`` messages; the pending works (:meth:`wait` them)."""
+        import torch.distributed as dist
+
+        return [(dist.isend(t.contiguous(), dst, tag=tag), dst) for dst, tag, t in messages]
+
+    def receive(self, sources, shape, dtype, what: str) -> list:
+        """One tensor of ``shape`` from each ``(rank, tag)``, in that order."""
+        import torch.distributed as dist
+
+        out = [torch.empty(shape, dtype=dtype, device=self.device) for _ in sources]
+        works = [(dist.irecv(t, src, tag=tag), src) for t, (src, tag) in zip(out, sources)]
+        self.wait(works, what)
+        return out
+
+    def wait(self, works, what: str) -> None:
+        self._wait([w for w, _ in works], what, sorted({peer for _, peer in works}))
+
     def average_grads(self, grads) -> None:
         import torch.distributed as dist
 
         flat = _flat(grads)
-        self._wait([dist.all_reduce(flat, async_op=True)], "gradient all-reduce (ddp)", "all")
-        for g, a in zip(grads, _unflat(flat / self.world_size, grads)):
+        self._wait([dist.all_reduce(flat, group=self.stage_group, async_op=True)], "gradient all-reduce (ddp)", "all")
+        for g, a in zip(grads, _unflat(flat / self.N, grads)):
             g.copy_(a)
 
-    def group_means(self, phis, progs, seed: int, step: int, group_size: int):
+    def group_means(self, phis, progs, seed: int, step: int, group_size: int, stage: int = 0):
         import torch.distributed as dist
 
-        group = next(row for row in partition(seed, step, self.world_size, group_size).tolist() if self.rank in row)
+        if not phis:  # another stage's tensors: none here
+            return [], []
+        members = next(row for row in partition(seed, step, self.N, group_size, stage).tolist()
+                       if self.replicas[0] in row)
+        group = [self.rank_of(self.stage, r) for r in members]
         mine = _flat(phis + progs)
         peers = [r for r in group if r != self.rank]
         received = {r: torch.empty_like(mine) for r in peers}
@@ -176,18 +216,19 @@ class DistExchange(Exchange):
         return means[:len(phis)], means[len(phis):]
 
     def replica_mean(self, xs):
+        """The mean over the replicas of this rank's stage (float64)."""
         import torch.distributed as dist
 
         flat = _flat(xs).double()
-        self._wait([dist.all_reduce(flat, async_op=True)], "replica mean for logging", "all")
-        return _unflat(flat / self.world_size, xs)
+        self._wait([dist.all_reduce(flat, group=self.stage_group, async_op=True)], "replica mean for logging", "all")
+        return _unflat(flat / self.N, xs)
 
-    def sum_scalar(self, value: float) -> float:
+    def sum_floats(self, values: list) -> list:
         import torch.distributed as dist
 
-        t = torch.tensor([value], dtype=torch.float64, device=self.device)
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
         self._wait([dist.all_reduce(t, async_op=True)], "logging all-reduce", "all")
-        return float(t.item())
+        return t.tolist()
 
     def gather_floats(self, values: list) -> list:
         import torch.distributed as dist

@@ -54,7 +54,8 @@ from llm_check.config import (EVAL_CHUNK, TrainConfig, add_train_arguments, chec
                               config_from_args)
 from llm_check.exchange import Exchange, LocalExchange, PeerError
 from llm_check.measure import SpreadMeter
-from llm_check.model import init_params, losses
+from llm_check.model import init_params, losses, param_shapes
+from llm_check.routing import param_stage, route
 from theory.config import ConfigError
 from theory.io import (SCHEMA_VERSION, DataError, OneLineParser, RunLock, atomic_write, atomic_write_text, dumps,
                        output_dir, read_json, read_jsonl, report, write_json)
@@ -176,6 +177,9 @@ class Trainer:
         self.val = torch.from_numpy(data.val_windows(self.corpus, cfg.seed, cfg.val_windows, cfg.ctx)).long()
         R = len(self.ex.replicas)
         self.params = init_params(self.model, R, cfg.seed, self.dtype, self.device)
+        if self.ex.stage is not None:  # a torchrun rank holds one stage
+            self.params = {k: v for k, v in self.params.items()
+                           if param_stage(k, cfg.layers, cfg.stages) == self.ex.stage}
         for p in self.params.values():
             p.requires_grad_(True)
         self.phi = {k: v.detach().clone() for k, v in self.params.items()}
@@ -186,6 +190,14 @@ class Trainer:
                                       {"params": rest, "weight_decay": 0.0}],
                                      lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8)
         self.batched = cfg.replica_mode in ("auto", "batched")
+        # the parameters of each pipeline stage (one stage: all of them)
+        self.stage_keys = [[k for k in self.params if param_stage(k, cfg.layers, cfg.stages) == s]
+                           for s in range(cfg.stages)]
+        self.pipe = None  # torchrun with stages: llm_check.pipeline moves the activations between ranks
+        if self.ex.stage is not None and cfg.stages > 1:
+            from llm_check.pipeline import Pipeline
+
+            self.pipe = Pipeline(cfg, self.ex, self.model, all_shards)
         self.outer_done = 0
         self.saved_at = None      # outer step of the checkpoint on disk (None: none yet)
         self.diverged = None      # the first divergence seen here (a dict), or None
@@ -204,9 +216,19 @@ class Trainer:
                 for r, s in zip(self.ex.replicas, self.shards)]
         return torch.from_numpy(np.stack(rows)).long().to(self.device)
 
-    def _backward(self, windows: torch.Tensor) -> torch.Tensor:
+    def _route(self, step: int):
+        """The index tensors of inner step ``step``'s routes (:mod:`llm_check.routing`), or None where
+        replica r of every stage is one chain and nothing skips."""
+        cfg = self.cfg
+        if cfg.stages == 1 or (cfg.routing == "fixed" and cfg.skip_prob == 0):
+            return None
+        return route(cfg.seed, step, cfg.stages, cfg.replicas, cfg.batch, cfg.routing, cfg.skip_prob).torch(self.device)
+
+    def _backward(self, windows: torch.Tensor, step: int) -> torch.Tensor:
+        if self.pipe is not None:
+            return self.pipe.train_step(self.params, step)
         if self.batched:
-            loss = losses(self.params, windows, self.model)
+            loss = losses(self.params, windows, self.model, self._route(step))
             loss.sum().backward()  # replicas are independent: each gets its own gradient
             return loss.detach()
         out = []
@@ -217,18 +239,20 @@ class Trainer:
         return torch.cat(out)
 
     def _clip(self) -> None:
-        grads = [p.grad for p in self.params.values()]
-        sq = sum(g.float().pow(2).flatten(1).sum(1) for g in grads)
-        coef = (self.cfg.clip / (sq.sqrt() + 1e-6)).clamp(max=1.0)
-        for g in grads:
-            g.mul_(coef.to(g.dtype).view(-1, *([1] * (g.dim() - 1))))
+        # per replica of each stage: a pipeline stage sees only its own gradients
+        for keys in filter(None, self.stage_keys):  # (a torchrun rank holds one stage's keys)
+            grads = [self.params[k].grad for k in keys]
+            sq = sum(g.float().pow(2).flatten(1).sum(1) for g in grads)
+            coef = (self.cfg.clip / (sq.sqrt() + 1e-6)).clamp(max=1.0)
+            for g in grads:
+                g.mul_(coef.to(g.dtype).view(-1, *([1] * (g.dim() - 1))))
 
     def inner_step(self, step: int) -> torch.Tensor:
         lr = self.cfg.inner_lr(step)
         for group in self.opt.param_groups:
             group["lr"] = lr
         self.opt.zero_grad(set_to_none=False)
-        loss = self._backward(self._windows(step))
+        loss = self._backward(None if self.pipe else self._windows(step), step)
         if self.cfg.method == "ddp":
             self.ex.average_grads([p.grad for p in self.params.values()])
         if self.cfg.clip > 0:
@@ -244,36 +268,55 @@ class Trainer:
             for k in self.phi:
                 self.phi[k].copy_(self.params[k])
             return
-        keys = list(self.phi)
-        progress_delta = [self.params[k] - self.phi[k] for k in keys]  # theta - phi
+        progress = {k: self.params[k] - self.phi[k] for k in self.phi}  # theta - phi
         if self.meter is not None:
-            row = self.meter.update(self.phi, dict(zip(keys, progress_delta)))
+            row = self.meter.update(self.phi, progress)
             self.inputs.append({"outer_step": t + 1, **row})
-        means_phi, means_prog = self.ex.group_means([self.phi[k] for k in keys], progress_delta,
-                                                    self.cfg.seed, t, self.cfg.outer.group_size)
         rule = self.cfg.outer.rule()
-        for k, mphi, mprog in zip(keys, means_phi, means_prog):
-            self.phi[k], self.delta[k] = outer_step(self.phi[k], self.delta[k], mphi, mprog, **rule)
-            self.params[k].copy_(self.phi[k])
+        for stage, keys in enumerate(self.stage_keys):  # each stage's replicas form their own groups
+            means_phi, means_prog = self.ex.group_means([self.phi[k] for k in keys], [progress[k] for k in keys],
+                                                        self.cfg.seed, t, self.cfg.outer.group_size, stage)
+            for k, mphi, mprog in zip(keys, means_phi, means_prog):
+                self.phi[k], self.delta[k] = outer_step(self.phi[k], self.delta[k], mphi, mprog, **rule)
+                self.params[k].copy_(self.phi[k])
 
     # ------------------------------------------------------------- evaluation
 
     @torch.no_grad()
-    def evaluate(self) -> dict:
+    def evaluate(self, removed=()) -> dict:
+        """Validation losses (fixed paths) and the weight spread; ``removed``: middle stages left out of
+        every path (:func:`evaluate_run`)."""
         val = self.val.to(self.device)
         R = len(self.ex.replicas)
-        per = []
-        for chunk in val.split(EVAL_CHUNK):
-            per.append(losses(self.phi, chunk.unsqueeze(0).expand(R, -1, -1), self.model) * len(chunk))
-        val_per = (torch.stack(per).sum(0) / len(val)).tolist()
-        mean_phi = self.ex.replica_mean(list(self.phi.values()))  # float64: see weight_std
-        avg = {k: m.to(self.dtype) for k, m in zip(self.phi, mean_phi)}
-        avg_loss = sum((losses(avg, c.unsqueeze(0), self.model) * len(c)).item() for c in val.split(EVAL_CHUNK)) / len(val)
-        sq = sum(((p.double() - m) ** 2).sum() for p, m in zip(self.phi.values(), mean_phi))
-        count = sum(p[0].numel() for p in self.phi.values())
-        total_sq = self.ex.sum_scalar(float(sq))
-        return {"val_loss_avg_model": avg_loss, "val_loss_per_replica": self.ex.gather_floats(val_per),
-                "weight_std": math.sqrt(total_sq / (count * self.cfg.replicas))}
+        mean_phi = dict(zip(self.phi, self.ex.replica_mean(list(self.phi.values()))))  # float64: see weight_std
+        avg = {k: m.to(self.dtype) for k, m in mean_phi.items()}
+        if self.pipe is not None:  # the chain through replica k of every stage, then the replica-mean model
+            val_per = [self.pipe.evaluate(self.phi, val, EVAL_CHUNK)]
+            avg_loss = self.pipe.evaluate(avg, val, EVAL_CHUNK)
+            avg_loss = self.ex.gather_floats([avg_loss])[-1]  # the last stage's, on every rank
+        else:
+            per = []
+            for chunk in val.split(EVAL_CHUNK):
+                per.append(losses(self.phi, chunk.unsqueeze(0).expand(R, -1, -1), self.model, None, removed)
+                           * len(chunk))
+            val_per = (torch.stack(per).sum(0) / len(val)).tolist()
+            avg_loss = sum((losses(avg, c.unsqueeze(0), self.model, None, removed) * len(c)).item()
+                           for c in val.split(EVAL_CHUNK)) / len(val)
+
+        # sum of squared deviations and of numbers of values, per stage, over every rank's replicas
+        parts = [(sum(((self.phi[k].double() - mean_phi[k]) ** 2).sum().item() for k in keys),
+                  sum(self.phi[k].numel() for k in keys)) for keys in self.stage_keys]
+        totals = self.ex.sum_floats([v for part in parts for v in part])
+        sq, count = totals[0::2], totals[1::2]
+        row = {"val_loss_avg_model": avg_loss, "val_loss_per_replica": self._last_stage(val_per),
+               "weight_std": math.sqrt(sum(sq) / sum(count))}
+        if self.cfg.stages > 1:
+            row["weight_std_per_stage"] = [math.sqrt(a / b) for a, b in zip(sq, count)]
+        return row
+
+    def _last_stage(self, values: list) -> list:
+        """Every replica's value, in replica order: under torchrun with stages, those of the last stage's ranks."""
+        return self.ex.gather_floats(values)[-self.cfg.replicas:]
 
     # ------------------------------------------------------------- checkpoints
 
@@ -398,7 +441,7 @@ class Trainer:
         any rank (one all-gather), so that all stop at the same outer step."""
         if self.ex.world_size > 1:
             d = self.diverged
-            keys = list(self.phi)
+            keys = list(param_shapes(self.model))  # every rank's names, whatever stage it holds
             mine = ([1.0, d["outer_step"], -1 if d["inner_step"] is None else d["inner_step"],
                      -1 if d["replica"] is None else d["replica"], QUANTITIES.index(d["quantity"]),
                      keys.index(d["tensor"]) if d["tensor"] in keys else -1] if d else [0.0] * 6)
@@ -557,7 +600,7 @@ class Trainer:
                 break
             if evaluate:
                 step = self.outer_done * cfg.inner_steps
-                train_per = self.ex.gather_floats((self.train_sum / max(self.train_count, 1)).tolist())
+                train_per = self._last_stage((self.train_sum / max(self.train_count, 1)).tolist())
                 row = {"step": step, "outer_step": self.outer_done, "tokens": step * tokens_step,
                        "train_loss": float(np.mean(train_per)), "train_loss_per_replica": train_per,
                        **self.evaluate(), "tokens_per_s": self.train_count * tokens_step / (time.perf_counter() - clock),
@@ -583,6 +626,37 @@ class Trainer:
             bar.close()
         self._write_inputs()
         return self._write_result(rows, started)
+
+
+# ----------------------------------------------------------------- stages removed
+
+def evaluate_run(out: str | Path, removed=(), threads: int | None = None) -> dict:
+    """The validation losses of the model in ``out``'s checkpoint (a one-process run) with the middle
+    stages ``removed`` left out of every path: ``{"removed", "stages", "val_loss_avg_model",
+    "val_loss_per_replica", "weight_std"}``. A ConfigError for a stage that is not a middle stage."""
+    from llm_check.routing import middle_stages
+
+    out = Path(out)
+    result = read_json(out / "result.json", required=("config",))
+    try:
+        cfg = TrainConfig.from_dict(result["config"])
+    except (ConfigError, TypeError, KeyError, AttributeError) as err:
+        raise DataError(f"{out / 'result.json'} holds settings this version cannot read ({err})") from None
+    middle = middle_stages(cfg.stages)
+    removed = sorted(set(removed))
+    wrong = [s for s in removed if s not in middle]
+    if wrong:
+        raise ConfigError(f"stages {wrong} cannot be removed: the run has {cfg.stages} stages and only the middle "
+                          f"ones ({', '.join(map(str, middle)) or 'none'}) hold nothing but residual blocks")
+    if not (out / "ckpt.pt").exists():
+        raise DataError(f"{out} has no ckpt.pt (a torchrun run keeps one checkpoint per rank: evaluate a "
+                        f"one-process run)")
+    set_threads(threads)
+    trainer = Trainer(cfg, out, progress=False)
+    trainer.load()
+    row = trainer.evaluate(removed=tuple(removed))
+    return {"removed": removed, "stages": cfg.stages, "outer_step": trainer.outer_done,
+            **{k: row[k] for k in ("val_loss_avg_model", "val_loss_per_replica", "weight_std")}}
 
 
 # ----------------------------------------------------------------- several methods

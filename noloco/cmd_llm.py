@@ -53,6 +53,17 @@ def add_parser(subparsers) -> None:
     pred.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
     pred.set_defaults(run=run)
 
+    ev = sub.add_parser("evaluate", help="validation loss of a trained run, optionally with middle stages removed",
+                        description="Loads OUT's checkpoint (a one-process run) and evaluates the replica-mean "
+                                    "model and every replica's fixed path, leaving out the middle stages --remove "
+                                    "(llm_check.train.evaluate_run).")
+    ev.add_argument("out", metavar="OUT", help="a run folder written by `noloco llm train` (one method)")
+    ev.add_argument("--remove", default="", metavar="S,S,...",
+                    help="middle stages to leave out (1 .. stages - 2), comma-separated (default: none)")
+    ev.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
+    ev.add_argument("--threads", type=int, default=None, help="torch CPU threads")
+    ev.set_defaults(run=run)
+
     bench = sub.add_parser("bench", help="tokens/s: batched replicas vs a per-replica loop vs one N-times-batch model",
                            description="The same benchmark as `python -m benchmarks llm-step`, with the same flags.")
     add_bench_arguments(bench)
@@ -94,6 +105,22 @@ def run(args) -> int:
         for method in diverged:
             print(f"noloco llm train: {method} {results[method]['diverged']['message']}", file=sys.stderr)
         return 1 if diverged else 0
+    if args.llm_command == "evaluate":
+        from llm_check.train import evaluate_run
+        from theory.config import ConfigError
+
+        try:
+            removed = [int(v) for v in args.remove.split(",") if v.strip()]
+        except ValueError:
+            raise ConfigError(f"--remove {args.remove!r}: give stage numbers, e.g. 1,2") from None
+        report = evaluate_run(args.out, removed, args.threads)
+        if args.json:
+            print_json(report)
+        else:
+            print(f"stages {report['stages']}, removed {report['removed'] or 'none'}, outer step {report['outer_step']}: "
+                  f"val loss (replica-mean model) {report['val_loss_avg_model']:.4f}, per replica "
+                  + " ".join(f"{v:.4f}" for v in report["val_loss_per_replica"]))
+        return 0
     if args.llm_command == "validate":
         from llm_check.validate import format_table, run_sweep
 

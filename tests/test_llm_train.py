@@ -59,8 +59,8 @@ def test_batched_equals_looped_float32_gradients(tmp_path):
     a = Trainer(build("cpu-tiny", "noloco", replica_mode="batched"), tmp_path / "a", progress=False)
     b = Trainer(build("cpu-tiny", "noloco", replica_mode="loop"), tmp_path / "b", progress=False)
     windows = a._windows(0)
-    a._backward(windows)
-    b._backward(windows)
+    a._backward(windows, 0)
+    b._backward(windows, 0)
     for k in a.params:
         torch.testing.assert_close(a.params[k].grad, b.params[k].grad, rtol=1e-4, atol=1e-6)
 

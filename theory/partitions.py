@@ -25,13 +25,15 @@ def random_permutations(rng: np.random.Generator, shape: tuple, replicas: int) -
     return rng.random(tuple(shape) + (replicas,)).argsort(axis=-1)
 
 
-def partition(seed: int, step: int, replicas: int, group_size: int) -> np.ndarray:
+def partition(seed: int, step: int, replicas: int, group_size: int, stream: int = 0) -> np.ndarray:
     """The groups of outer step ``step``: an int array of shape (N / n, n), each row
-    one group. Depends on ``(seed, step)`` only."""
+    one group. Depends on ``(seed, step)`` only, and on ``stream`` where several sets of
+    groups are drawn at once (the pipeline stages of :mod:`llm_check.routing`; stream 0 is
+    the one set of a run without stages)."""
     _check(replicas, group_size)
-    if seed < 0 or step < 0:
-        raise ConfigError(f"seed={seed} and step={step} must be >= 0")
-    rng = np.random.default_rng([seed, step])
+    if seed < 0 or step < 0 or stream < 0:
+        raise ConfigError(f"seed={seed}, step={step} and stream={stream} must be >= 0")
+    rng = np.random.default_rng([seed, step] + ([stream] if stream else []))
     return random_permutations(rng, (), replicas).reshape(-1, group_size)
 
 
