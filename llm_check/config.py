@@ -80,6 +80,7 @@ class TrainConfig:
     warmup: int = 100              # inner steps
     schedule: str = "cosine"       # cosine | constant (after warmup)
     weight_decay: float = 0.1
+    adam_beta2: float = 0.95       # inner AdamW's second-moment decay (the reference: plain Adam, 0.999)
     clip: float = 1.0              # per-replica gradient norm clip (0: off)
     batch: int = 8                 # windows per replica per inner step
     ctx: int = 64
@@ -97,6 +98,7 @@ class TrainConfig:
     stages: int = 1                # pipeline stages, each with N replicas (llm_check.routing)
     routing: str = "fixed"         # fixed chains, or a random replica of each stage per microbatch
     skip_prob: float = 0.0         # probability that a microbatch skips a middle stage
+    outer_dtype: str = "same"      # dtype of the outer state phi and its momentum ("same": --dtype)
 
     def __post_init__(self):
         method = check_choice("method", self.method, METHODS)
@@ -109,6 +111,8 @@ class TrainConfig:
             "lr": (check_real, "0 < lr < inf", lambda v: 0 < v < math.inf),
             "min_lr_frac": (check_real, "0 <= min_lr_frac <= 1", lambda v: 0 <= v <= 1),
             "weight_decay": (check_real, "0 <= weight_decay < inf", lambda v: 0 <= v < math.inf),
+            "adam_beta2": (check_real, "0 <= adam_beta2 < 1", lambda v: 0 <= v < 1),
+            "outer_dtype": (check_choice, ("same",) + DTYPES),
             "clip": (check_real, "0 <= clip < inf (0 turns clipping off)", lambda v: 0 <= v < math.inf),
             "schedule": (check_choice, SCHEDULES), "dtype": (check_choice, DTYPES),
             "replica_mode": (check_choice, REPLICA_MODES), "noniid": (check_choice, (False, True)),
@@ -181,10 +185,11 @@ PRESETS = {
     "cpu-tiny": dict(replicas=4, inner_steps=5, outer_steps=6, lr=3e-3, warmup=5, batch=4, ctx=32,
                      layers=1, heads=2, width=32, eval_every=2, val_windows=16),
     "cpu-small": _CPU_SMALL,
-    # NoLoCo reference inner settings (H 50, Adam 6e-4, cosine with warm-up) on the cpu-small model;
-    # the outer step is theory.methods.PRESETS["paper"]
+    # NoLoCo reference inner settings on the cpu-small model (docs/llm_check.md): H 50, plain Adam 6e-4
+    # (betas 0.9, 0.999, no weight decay), clip 1, cosine with warm-up to lr/10; the outer step is
+    # theory.methods.PRESETS["paper"]. The reference keeps the outer state in bfloat16: --outer-dtype bfloat16
     "paper": {**_CPU_SMALL, "inner_steps": 50, "outer_steps": 30, "lr": 6e-4, "schedule": "cosine", "warmup": 100,
-              "eval_every": 3},
+              "eval_every": 3, "weight_decay": 0.0, "adam_beta2": 0.999, "clip": 1.0, "min_lr_frac": 0.1},
     "gpu": dict(replicas=8, inner_steps=50, outer_steps=40, lr=1e-3, warmup=200, batch=32, ctx=256, layers=6,
                 heads=8, width=384, eval_every=4, val_windows=256, device="cuda", dtype="bfloat16"),
 }
@@ -218,6 +223,7 @@ _FLAG_HELP = {
     "inner_steps": "inner steps H per outer step (ddp: steps between evaluations)", "outer_steps": "outer steps",
     "lr": "inner AdamW peak learning rate", "min_lr_frac": "cosine floor as a fraction of lr",
     "warmup": "warm-up inner steps (fewer than outer_steps * inner_steps)", "weight_decay": "AdamW weight decay",
+    "adam_beta2": "inner AdamW second-moment decay beta2 (beta1 is 0.9; paper preset 0.999)",
     "clip": "per-replica gradient norm clip (0: off)", "batch": "windows per replica per inner step",
     "ctx": "context length (bytes)", "layers": "transformer blocks", "heads": "attention heads",
     "width": "model width", "eval_every": "outer steps between evaluations (metrics.jsonl rows)",
@@ -247,12 +253,15 @@ def add_train_arguments(parser: argparse.ArgumentParser, methods_list: bool = Fa
     parser.add_argument("--momentum", choices=MOMENTUM_CONVENTIONS, default=None,
                         help="outer momentum convention: heavy-ball (reference code) or nesterov")
     for f in dataclasses.fields(TrainConfig):
-        if f.name not in ("method", "outer", "noniid", "schedule", "dtype", "replica_mode", "routing"):
+        if f.name not in ("method", "outer", "noniid", "schedule", "dtype", "replica_mode", "routing", "outer_dtype"):
             parser.add_argument("--" + f.name.replace("_", "-"), type=int if f.default is None else type(f.default),
                                 default=None, help=_FLAG_HELP[f.name])
     parser.add_argument("--schedule", choices=SCHEDULES, default=None,
                         help="inner learning rate after the warm-up: cosine to min_lr_frac * lr, or constant")
     parser.add_argument("--dtype", choices=DTYPES, default=None, help="parameter and compute dtype")
+    parser.add_argument("--outer-dtype", choices=("same",) + DTYPES, default=None,
+                        help="dtype of the outer state (phi and the outer momentum), rounded to it after every "
+                             "outer step; the reference keeps it in bfloat16 (default: same as --dtype)")
     parser.add_argument("--replica-mode", choices=REPLICA_MODES, default=None,
                         help="batched replica-dimension model, a loop over replicas, or auto (batched)")
     parser.add_argument("--routing", choices=ROUTINGS, default=None,

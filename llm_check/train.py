@@ -182,13 +182,14 @@ class Trainer:
                            if param_stage(k, cfg.layers, cfg.stages) == self.ex.stage}
         for p in self.params.values():
             p.requires_grad_(True)
-        self.phi = {k: v.detach().clone() for k, v in self.params.items()}
+        self.outer_dtype = self.dtype if cfg.outer_dtype == "same" else getattr(torch, cfg.outer_dtype)
+        self.phi = {k: v.detach().to(self.outer_dtype, copy=True) for k, v in self.params.items()}
         self.delta = {k: torch.zeros_like(v) for k, v in self.phi.items()}
         decay = [p for k, p in self.params.items() if p.dim() >= 3]  # matrices; not biases, norms
         rest = [p for k, p in self.params.items() if p.dim() < 3]
         self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
                                       {"params": rest, "weight_decay": 0.0}],
-                                     lr=cfg.lr, betas=(0.9, 0.95), eps=1e-8)
+                                     lr=cfg.lr, betas=(0.9, cfg.adam_beta2), eps=1e-8)
         self.batched = cfg.replica_mode in ("auto", "batched")
         # the parameters of each pipeline stage (one stage: all of them)
         self.stage_keys = [[k for k in self.params if param_stage(k, cfg.layers, cfg.stages) == s]
@@ -208,6 +209,7 @@ class Trainer:
         # there is an outer step (not ddp)
         self.meter = SpreadMeter(R) if self.ex.world_size == 1 and R >= 2 and cfg.method != "ddp" else None
         self.inputs: list[dict] = []
+        self.theta_spread: dict = {}  # outer_update(measure=True): the inner weights' spread before the outer step
 
     # ------------------------------------------------------------- inner phase
 
@@ -263,7 +265,12 @@ class Trainer:
     # ------------------------------------------------------------- outer step
 
     @torch.no_grad()
-    def outer_update(self, t: int) -> None:
+    def outer_update(self, t: int, measure: bool = False) -> None:
+        """The outer step after outer step ``t``'s inner phase; with ``measure``, the spread of the
+        inner weights theta before it is kept for the next metrics row (``theta_std``: what a full
+        average removes, so diloco's weight_std, measured after it, is 0)."""
+        if measure:
+            self.theta_spread = self._spread({k: p.detach() for k, p in self.params.items()}, None, "theta_std")
         if self.cfg.method == "ddp":  # every step was synchronous: nothing to average
             for k in self.phi:
                 self.phi[k].copy_(self.params[k])
@@ -277,7 +284,8 @@ class Trainer:
             means_phi, means_prog = self.ex.group_means([self.phi[k] for k in keys], [progress[k] for k in keys],
                                                         self.cfg.seed, t, self.cfg.outer.group_size, stage)
             for k, mphi, mprog in zip(keys, means_phi, means_prog):
-                self.phi[k], self.delta[k] = outer_step(self.phi[k], self.delta[k], mphi, mprog, **rule)
+                phi, delta = outer_step(self.phi[k], self.delta[k], mphi, mprog, **rule)
+                self.phi[k], self.delta[k] = phi.to(self.outer_dtype), delta.to(self.outer_dtype)
                 self.params[k].copy_(self.phi[k])
 
     # ------------------------------------------------------------- evaluation
@@ -303,15 +311,25 @@ class Trainer:
             avg_loss = sum((losses(avg, c.unsqueeze(0), self.model, None, removed) * len(c)).item()
                            for c in val.split(EVAL_CHUNK)) / len(val)
 
+        val_per = self._last_stage(val_per)
+        mean_own = float(np.mean(val_per))  # the reference's metric: no averaged model there
+        return {"val_loss_avg_model": avg_loss, "val_loss_per_replica": val_per, "val_loss_replicas_mean": mean_own,
+                "perplexity": math.exp(mean_own) if mean_own < 700 else math.inf,
+                **self._spread(self.phi, mean_phi, "weight_std"), **self.theta_spread}
+
+    def _spread(self, tensors: dict, means: dict | None, name: str) -> dict:
+        """``{name: spread}`` (:func:`weight_std` over every rank's replicas) and, with stages,
+        ``{name + "_per_stage": [spread of each stage]}``."""
+        if means is None:
+            means = dict(zip(tensors, self.ex.replica_mean(list(tensors.values()))))
         # sum of squared deviations and of numbers of values, per stage, over every rank's replicas
-        parts = [(sum(((self.phi[k].double() - mean_phi[k]) ** 2).sum().item() for k in keys),
-                  sum(self.phi[k].numel() for k in keys)) for keys in self.stage_keys]
+        parts = [(sum(((tensors[k].double() - means[k]) ** 2).sum().item() for k in keys),
+                  sum(tensors[k].numel() for k in keys)) for keys in self.stage_keys]
         totals = self.ex.sum_floats([v for part in parts for v in part])
         sq, count = totals[0::2], totals[1::2]
-        row = {"val_loss_avg_model": avg_loss, "val_loss_per_replica": self._last_stage(val_per),
-               "weight_std": math.sqrt(sum(sq) / sum(count))}
+        row = {name: math.sqrt(sum(sq) / sum(count))}
         if self.cfg.stages > 1:
-            row["weight_std_per_stage"] = [math.sqrt(a / b) for a, b in zip(sq, count)]
+            row[name + "_per_stage"] = [math.sqrt(a / b) for a, b in zip(sq, count)]
         return row
 
     def _last_stage(self, values: list) -> list:
@@ -393,8 +411,8 @@ class Trainer:
         try:
             with torch.no_grad():
                 for k in self.phi:
-                    self.phi[k] = state["phi"][k].to(self.device, self.dtype)
-                    self.delta[k] = state["delta"][k].to(self.device, self.dtype)
+                    self.phi[k] = state["phi"][k].to(self.device, self.outer_dtype)
+                    self.delta[k] = state["delta"][k].to(self.device, self.outer_dtype)
                     self.params[k].copy_(self.phi[k])
             self.opt.load_state_dict(state["opt"])
             torch.set_rng_state(state["torch_rng"])
@@ -591,9 +609,9 @@ class Trainer:
                     bar.update(1)
             if single and self.diverged:
                 break
-            self.outer_update(t)
+            evaluate = (t + 1) % cfg.eval_every == 0 or t + 1 == cfg.outer_steps
+            self.outer_update(t, measure=evaluate)
             self.outer_done = t + 1
-            evaluate = self.outer_done % cfg.eval_every == 0 or self.outer_done == cfg.outer_steps
             save = self.outer_done % cfg.ckpt_every == 0 or self.outer_done == last
             self._check_state(self.outer_done, optimizer=save)
             if (single or evaluate or save) and self._sync_divergence():

@@ -15,7 +15,7 @@ from pathlib import Path
 from paper_figs import style
 from theory import io
 
-FIGURES = ("stability", "decay", "spread", "transient", "logistic", "comm", "llm", "tune")
+FIGURES = ("stability", "decay", "spread", "transient", "logistic", "comm", "llm", "tune", "routing")
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
 
 

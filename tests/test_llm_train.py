@@ -107,7 +107,7 @@ def test_resume_reads_a_flat_checkpoint_and_refuses_other_settings(tmp_path):
 def test_metrics_keys_and_result(tmp_path):
     train(tmp_path, outer_steps=2)
     keys = {"step", "tokens", "train_loss", "train_loss_per_replica", "val_loss_avg_model",
-            "val_loss_per_replica", "weight_std", "tokens_per_s", "lr"}
+            "val_loss_per_replica", "weight_std", "theta_std", "tokens_per_s", "lr"}
     for r in rows(tmp_path):
         assert keys <= set(r)
         assert len(r["train_loss_per_replica"]) == len(r["val_loss_per_replica"]) == 4
@@ -553,3 +553,31 @@ def test_noloco_llm_predict_on_a_run(tmp_path, capsys):
     assert "fitted constants 0" in capsys.readouterr().out
     assert main(["llm", "predict", str(tmp_path / "nothing")]) == 3
     assert "result.json" in capsys.readouterr().err
+
+
+def test_paper_preset_is_the_reference_inner_optimizer(tmp_path):
+    cfg = build("paper", "noloco")
+    assert (cfg.weight_decay, cfg.adam_beta2, cfg.clip, cfg.min_lr_frac, cfg.schedule) == (0.0, 0.999, 1.0, 0.1, "cosine")
+    trainer = Trainer(cfg, tmp_path, progress=False)
+    group = trainer.opt.param_groups[0]
+    assert group["betas"] == (0.9, 0.999) and group["weight_decay"] == 0.0
+
+
+def test_outer_state_in_bfloat16_and_the_reference_metric(tmp_path):
+    run = train(tmp_path, outer_steps=2, eval_every=2, outer_dtype="bfloat16")
+    assert all(p.dtype == torch.bfloat16 for p in list(run.phi.values()) + list(run.delta.values()))
+    assert all(p.dtype == torch.float32 for p in run.params.values())
+    for k in run.phi:  # the inner weights restart from the rounded outer state
+        assert torch.equal(run.params[k].detach(), run.phi[k].float())
+    row = rows(tmp_path)[-1]
+    assert row["val_loss_replicas_mean"] == pytest.approx(np.mean(row["val_loss_per_replica"]), rel=1e-12)
+    assert row["perplexity"] == pytest.approx(math.exp(row["val_loss_replicas_mean"]), rel=1e-12)
+    fp32 = train(tmp_path / "f", outer_steps=2, eval_every=2)
+    assert not torch.equal(fp32.phi["wte"].bfloat16(), run.phi["wte"])  # the rounding changes the run
+    resumed = Trainer(build("cpu-tiny", "noloco", **{**TINY, "outer_steps": 3, "outer_dtype": "bfloat16"}),
+                      tmp_path / "r", progress=False)
+    resumed.run(stop_after=2)
+    again = Trainer(build("cpu-tiny", "noloco", **{**TINY, "outer_steps": 3, "outer_dtype": "bfloat16"}),
+                    tmp_path / "r", progress=False)
+    again.run(resume=True)
+    assert again.phi["wte"].dtype == torch.bfloat16

@@ -184,6 +184,22 @@ def test_random_routing_changes_the_run_and_logs_per_stage_spread(tmp_path):
     assert row["weight_std"] == pytest.approx(pooled, rel=1e-12)
 
 
+def test_theta_std_is_the_spread_before_the_outer_step(tmp_path):
+    """diloco averages everything: weight_std (after the outer step) is 0, theta_std (before it) is not,
+    and equals weight_std of the inner weights the trainer held then."""
+    run = train(tmp_path / "d", method="diloco", outer_steps=2, eval_every=2, stages=2, routing="random")
+    row = rows(tmp_path / "d")[-1]
+    assert row["weight_std"] == 0 and row["weight_std_per_stage"] == [0, 0]
+    assert all(v > 0 for v in row["theta_std_per_stage"])
+    from llm_check.train import weight_std
+
+    local = train(tmp_path / "l", method="local", outer_steps=2, eval_every=2, stages=2, routing="random")
+    last = rows(tmp_path / "l")[-1]  # local: beta 1, no pull, so phi = theta
+    assert last["theta_std"] == pytest.approx(last["weight_std"], rel=1e-12)
+    assert last["theta_std"] == pytest.approx(weight_std(local.phi), rel=1e-12)
+    assert run.theta_spread["theta_std"] == row["theta_std"]
+
+
 def test_resume_continues_the_same_routes(tmp_path):
     whole = train(tmp_path / "whole", outer_steps=4, stages=3, routing="random", skip_prob=0.3)
     train(tmp_path / "part", outer_steps=4, stages=3, routing="random", skip_prob=0.3, stop_after=2)
@@ -249,3 +265,23 @@ def test_torchrun_stages_match_batched(tmp_path):
         assert d[key] == pytest.approx(s[key], rel=1e-4)
     for key in ("weight_std_per_stage", "train_loss_per_replica", "val_loss_per_replica"):
         assert d[key] == pytest.approx(s[key], rel=1e-4)
+
+
+def test_routing_study_quick_writes_every_table(tmp_path, capsys):
+    """The study's pipeline end to end at a tiny size: runs reused on a second call, tables and the figure."""
+    from llm_check.routing_study import SKIP_PROBS, VARIANTS, format_report, main as study_main
+    from paper_figs import fig_routing
+
+    assert study_main(["--quick", "--seeds", "2", "--out", str(tmp_path)]) == 0
+    table = capsys.readouterr().out
+    rep = loads((tmp_path / "routing.json").read_text())
+    assert set(rep["ratios"]) == set(VARIANTS) and len(rep["skipping"]) == len(SKIP_PROBS)
+    for row in rep["spread"].values():
+        assert len(row["theta_std_per_stage"]["mean"]) == 4 and all(v > 0 for v in row["theta_std_per_stage"]["se"])
+    assert format_report(rep) in table
+    stamp = (tmp_path / "noloco-fixed" / "seed0" / "ckpt.pt").stat().st_mtime_ns
+    assert study_main(["--quick", "--seeds", "2", "--out", str(tmp_path), "--json"]) == 0  # reuses the runs
+    assert (tmp_path / "noloco-fixed" / "seed0" / "ckpt.pt").stat().st_mtime_ns == stamp
+    fig = fig_routing.draw(fig_routing.compute(str(tmp_path / "routing.json")))
+    assert len(fig.axes[0].lines) == 2 * len(VARIANTS)
+    assert study_main(["--seeds", "1", "--out", str(tmp_path)]) == 2

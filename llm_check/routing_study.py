@@ -1,0 +1,212 @@
+"""Fixed vs random routing and stage skipping, measured at equal tokens over several seeds.
+
+``python -m llm_check.routing_study --out runs/routing`` trains, for every seed:
+
+* noloco, diloco and the no-synchronisation ablation (``local``: n = 1, routing only), each with
+  fixed and with random routing, on the same 4-stage model (:data:`STUDY`);
+* noloco with random routing and stage skipping at each probability of :data:`SKIP_PROBS`, then
+  evaluates every one of them whole and with half of its middle stages removed (each middle stage
+  in turn; the mean over the choices).
+
+A run whose folder holds a finished run with the same settings is reused, so an interrupted study
+continues where it stopped. It writes ``routing.json`` (every summary below, and the spread curves
+of the figure ``paper_figs/fig_routing.py``) and prints the tables of docs/routing.md:
+
+* spread: theta_std (the inner weights' spread before the outer step, per stage) and weight_std
+  (after it), averaged over the second half of training, mean and standard error over seeds; the
+  ratio random/fixed paired by seed (same data, initialisation and groups);
+* loss: the replica-mean model's and the replicas' own validation losses at the end;
+* skipping: validation loss vs skip probability, whole and with half of the middle stages removed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from llm_check.config import TrainConfig, build
+from llm_check.routing import middle_stages
+from theory.io import DataError, OneLineParser, output_dir, read_json, read_jsonl, report, write_json
+from theory.stats import mean_se
+
+#: the model and run every study run shares (the cpu-small preset, then these)
+STUDY = dict(replicas=8, layers=4, heads=2, width=32, ctx=32, batch=4, inner_steps=25, outer_steps=40, warmup=100,
+             eval_every=4, val_windows=128, stages=4)
+QUICK = dict(STUDY, replicas=4, inner_steps=3, outer_steps=4, warmup=3, eval_every=2, val_windows=8)
+#: name -> method of the routing comparison
+VARIANTS = {"noloco": "noloco", "diloco": "diloco", "no-sync": "local"}
+SKIP_PROBS = (0.0, 0.25, 0.5)
+SEEDS = (0, 1, 2)
+
+
+def _train(cfg, where: Path, threads: int | None) -> dict:
+    """The finished run of ``cfg`` in ``where`` (reused when one is there), trained otherwise."""
+    from llm_check.train import Trainer, set_threads
+
+    done = where / "result.json"
+    if done.exists():
+        try:
+            result = read_json(done)
+            # through from_dict: a field added since the run was made takes its default
+            if result.get("finished") and TrainConfig.from_dict(result["config"]) == cfg:
+                return result
+        except (DataError, TypeError, KeyError, ValueError):
+            pass
+    set_threads(threads)
+    output_dir(where)
+    return Trainer(cfg, where, progress=False).run(overwrite=True)
+
+
+def _second_half_mean(rows: list[dict], key: str, stages: int) -> np.ndarray:
+    """Per stage, the mean of ``key + '_per_stage'`` over the evaluations of the second half of the run."""
+    last = rows[-1]["outer_step"]
+    kept = [r[key + "_per_stage"] for r in rows if r["outer_step"] > last / 2]
+    return np.mean(np.asarray(kept, dtype=float).reshape(-1, stages), axis=0)
+
+
+def _summary(values) -> dict:
+    mean, se = mean_se(np.asarray(values, dtype=float), axis=0)
+    return {"mean": np.atleast_1d(mean).tolist(), "se": np.atleast_1d(se).tolist()}
+
+
+def run_study(out: str | Path, seeds=SEEDS, quick: bool = False, threads: int | None = 1,
+              progress: bool | None = None) -> dict:
+    """Train (or reuse) every run under ``out`` and summarise them; the report written to routing.json."""
+    from llm_check.train import evaluate_run
+
+    out = output_dir(out)
+    base = QUICK if quick else STUDY
+    S = base["stages"]
+    jobs = [(f"{name}-{routing}", dict(method=method, routing=routing))
+            for name, method in VARIANTS.items() for routing in ("fixed", "random")]
+    jobs += [(f"skip-{p:g}", dict(method="noloco", routing="random", skip_prob=p)) for p in SKIP_PROBS if p > 0]
+    show = sys.stderr.isatty() if progress is None else progress
+    bar = None
+    if show:
+        from tqdm import tqdm
+
+        bar = tqdm(total=len(jobs) * len(seeds), desc="routing study", unit="run", leave=False)
+    runs: dict[str, list[dict]] = {}
+    for name, kw in jobs:
+        for seed in seeds:
+            cfg = build("cpu-small", kw["method"], **base, seed=seed, **{k: v for k, v in kw.items() if k != "method"})
+            where = out / name / f"seed{seed}"
+            result = _train(cfg, where, threads)
+            if result.get("diverged"):
+                raise DataError(f"{where}: {result['diverged']['message']}")
+            rows = read_jsonl(where / "metrics.jsonl", required=("outer_step", "theta_std_per_stage"))
+            runs.setdefault(name, []).append({"dir": where, "rows": rows})
+            if bar is not None:
+                bar.update(1)
+    if bar is not None:
+        bar.close()
+
+    spread, curves = {}, {}
+    for name in (f"{v}-{r}" for v in VARIANTS for r in ("fixed", "random")):
+        seeds_rows = [run["rows"] for run in runs[name]]
+        spread[name] = {
+            "theta_std_per_stage": _summary([_second_half_mean(rows, "theta_std", S) for rows in seeds_rows]),
+            "weight_std_per_stage": _summary([_second_half_mean(rows, "weight_std", S) for rows in seeds_rows]),
+            "val_loss_avg_model": _summary([rows[-1]["val_loss_avg_model"] for rows in seeds_rows]),
+            "val_loss_replicas": _summary([np.mean(rows[-1]["val_loss_per_replica"]) for rows in seeds_rows]),
+        }
+        curves[name] = {"outer_step": [r["outer_step"] for r in seeds_rows[0]],
+                        "theta_std": np.mean([[r["theta_std"] for r in rows] for rows in seeds_rows], axis=0).tolist()}
+    ratios = {}
+    for variant in VARIANTS:
+        fixed, rand = runs[f"{variant}-fixed"], runs[f"{variant}-random"]
+        per_seed = [_second_half_mean(b["rows"], "theta_std", S) / _second_half_mean(a["rows"], "theta_std", S)
+                    for a, b in zip(fixed, rand)]
+        loss = [b["rows"][-1]["val_loss_avg_model"] - a["rows"][-1]["val_loss_avg_model"] for a, b in zip(fixed, rand)]
+        ratios[variant] = {"theta_std_random_over_fixed": _summary(per_seed),
+                           "val_loss_random_minus_fixed": _summary(loss)}
+
+    middle = middle_stages(S)
+    halves = [[s] for s in middle] if len(middle) == 2 else [middle[: len(middle) // 2], middle[len(middle) // 2:]]
+    skipping = {}
+    for p in SKIP_PROBS:
+        name = "noloco-random" if p == 0 else f"skip-{p:g}"
+        whole, cut = [], []
+        for run in runs[name]:
+            whole.append(run["rows"][-1]["val_loss_avg_model"])
+            cut.append(np.mean([evaluate_run(run["dir"], removed, threads)["val_loss_avg_model"] for removed in halves]))
+        skipping[f"{p:g}"] = {"val_loss": _summary(whole), "val_loss_half_removed": _summary(cut),
+                              "increase": _summary(np.subtract(cut, whole))}
+    report_ = {"schema": "routing-study", "settings": {**base, "seeds": list(seeds), "skip_probs": list(SKIP_PROBS),
+                                                        "removed_halves": halves},
+               "spread": spread, "ratios": ratios, "curves": curves, "skipping": skipping}
+    write_json(out / "routing.json", report_, indent=1)
+    return report_
+
+
+def _pm(summary: dict, i: int = 0, fmt: str = ".3g") -> str:
+    return f"{summary['mean'][i]:{fmt}} +- {summary['se'][i]:{fmt}}"
+
+
+def format_report(rep: dict) -> str:
+    S = rep["settings"]["stages"]
+    lines = [f"N = {rep['settings']['replicas']}, {S} stages, seeds {rep['settings']['seeds']}; spread: mean over the "
+             f"second half of training, then mean +- SE over seeds",
+             "", "theta_std per stage (x 1e-3), before the outer step",
+             f"{'run':<16}" + "".join(f"{'stage ' + str(s):>18}" for s in range(S)) + f"{'val loss (avg model)':>24}"]
+    for name, row in rep["spread"].items():
+        th = row["theta_std_per_stage"]
+        scaled = {"mean": [v * 1e3 for v in th["mean"]], "se": [v * 1e3 for v in th["se"]]}
+        lines.append(f"{name:<16}" + "".join(f"{_pm(scaled, s, '.3f'):>18}" for s in range(S))
+                     + f"{_pm(row['val_loss_avg_model'], 0, '.4f'):>24}")
+    lines += ["", "random / fixed, paired by seed",
+              f"{'method':<10}" + "".join(f"{'theta_std stage ' + str(s):>22}" for s in range(S))
+              + f"{'val loss difference':>24}"]
+    for variant, row in rep["ratios"].items():
+        lines.append(f"{variant:<10}" + "".join(f"{_pm(row['theta_std_random_over_fixed'], s, '.3f'):>22}"
+                                                 for s in range(S))
+                     + f"{_pm(row['val_loss_random_minus_fixed'], 0, '+.4f'):>24}")
+    lines += ["", f"stage skipping (noloco, random routing); half of the middle stages removed: "
+                  f"{rep['settings']['removed_halves']} in turn",
+              f"{'skip p':>7}{'val loss':>20}{'half removed':>20}{'increase':>20}"]
+    for p, row in rep["skipping"].items():
+        lines.append(f"{p:>7}{_pm(row['val_loss'], 0, '.4f'):>20}{_pm(row['val_loss_half_removed'], 0, '.4f'):>20}"
+                     f"{_pm(row['increase'], 0, '.4f'):>20}")
+    return "\n".join(lines)
+
+
+PROG = "python -m llm_check.routing_study"
+
+
+def main(argv=None) -> int:
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default="runs/routing", help="run folder (default runs/routing); finished runs "
+                                                                "with the same settings are reused")
+    parser.add_argument("--seeds", type=int, default=len(SEEDS), help="number of seeds (default 3)")
+    parser.add_argument("--quick", action="store_true", help="a tiny version of the study (a smoke test)")
+    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per run (default 1)")
+    parser.add_argument("--json", action="store_true", help="print the JSON report instead of the tables")
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as stop:
+        return stop.code if isinstance(stop.code, int) else 0
+    try:
+        if args.seeds < 2:
+            from theory.config import ConfigError
+
+            raise ConfigError(f"--seeds {args.seeds}: at least 2 seeds are needed for a standard error")
+        rep = run_study(args.out, seeds=tuple(range(args.seeds)), quick=args.quick, threads=args.threads)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted (finished runs are kept and reused)", file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 - report re-raises what is not in the contract
+        return report(PROG, err)
+    if args.json:
+        from theory.io import print_json
+
+        print_json(rep)
+    else:
+        print(format_report(rep))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
