@@ -114,7 +114,9 @@ def run_study(out: str | Path, seeds=SEEDS, quick: bool = False, threads: int | 
             "val_loss_replicas": _summary([np.mean(rows[-1]["val_loss_per_replica"]) for rows in seeds_rows]),
         }
         curves[name] = {"outer_step": [r["outer_step"] for r in seeds_rows[0]],
-                        "theta_std": np.mean([[r["theta_std"] for r in rows] for rows in seeds_rows], axis=0).tolist()}
+                        "theta_std": np.mean([[r["theta_std"] for r in rows] for rows in seeds_rows], axis=0).tolist(),
+                        "theta_std_per_stage": np.mean([[r["theta_std_per_stage"] for r in rows]
+                                                        for rows in seeds_rows], axis=0).tolist()}
     ratios = {}
     for variant in VARIANTS:
         fixed, rand = runs[f"{variant}-fixed"], runs[f"{variant}-random"]

@@ -1,7 +1,8 @@
 """Claim: random pipeline routing is NoLoCo's second way of keeping replicas together. Left: the
 replicas' spread over training (theta_std, the inner weights before the outer step; mean over
-seeds), fixed (dashed) vs random (solid) routing, for noloco, diloco and the no-synchronisation
-ablation. Right: validation loss vs the probability of skipping a middle stage in training, for
+seeds) of the last stage (thick) and of a middle stage (thin), fixed (dashed) vs random (solid)
+routing, for noloco, diloco and the no-synchronisation ablation: routing pulls the last stage
+together and spreads the middle ones slightly. Right: validation loss vs the probability of skipping a middle stage in training, for
 the whole model and with half of its middle stages removed (mean and standard error over seeds).
 
 Reads the measured study ``docs/data/routing.json`` (``python -m llm_check.routing_study``, which
@@ -41,16 +42,20 @@ def draw(data: dict):
                  ha="center", va="center", fontsize=10, bbox={"facecolor": "white", "edgecolor": style.VERMILION})
         return fig
     colours = dict(zip(("noloco", "diloco", "no-sync"), style.PALETTE))
+    s = data["settings"]
+    last = s["stages"] - 1
     for name, curve in data["curves"].items():
         variant, routing = name.rsplit("-", 1)
-        a.plot(curve["outer_step"], curve["theta_std"], color=colours.get(variant, style.BLACK),
-               ls="-" if routing == "random" else "--", marker="o" if routing == "random" else None, ms=3,
-               label=f"{variant}, {routing} routing")
+        per_stage = np.asarray(curve["theta_std_per_stage"], dtype=float)
+        style_ = dict(color=colours.get(variant, style.BLACK), ls="-" if routing == "random" else "--")
+        a.plot(curve["outer_step"], per_stage[:, last], lw=2, label=f"{variant}, {routing} routing", **style_)
+        a.plot(curve["outer_step"], per_stage[:, 1], lw=0.8, alpha=0.7, **style_)
     a.set_yscale("log")
-    s = data["settings"]
     a.set(xlabel="outer step (count)", ylabel="theta_std before the outer step (weight units)",
-          title=f"replica spread, N = {s['replicas']}, {s['stages']} stages")
-    a.legend(fontsize=6.5)
+          title=f"spread per stage, N = {s['replicas']}, {s['stages']} stages")
+    a.text(0.02, 0.97, f"thick: last stage ({last}, with the head)\nthin: middle stage 1", transform=a.transAxes,
+           fontsize=7, va="top")
+    a.legend(fontsize=6.5, loc="lower left")
     probs = np.array([float(p) for p in data["skipping"]])
     for key, label, colour, marker in (("val_loss", "whole model", style.BLUE, "o"),
                                        ("val_loss_half_removed", "half of the middle stages removed",
@@ -58,7 +63,7 @@ def draw(data: dict):
         mean = np.array([row[key]["mean"][0] for row in data["skipping"].values()])
         se = np.array([row[key]["se"][0] for row in data["skipping"].values()])
         b.errorbar(probs, mean, yerr=se, color=colour, marker=marker, ms=4, capsize=3, label=label)
-    b.set(xlabel="probability of skipping each middle stage in training", ylabel="validation loss (nats/byte)",
+    b.set(xlabel="skip probability per middle stage (training)", ylabel="validation loss (nats/byte)",
           title="stage skipping (noloco, random routing)")
     b.legend(fontsize=7)
     return fig
