@@ -1,6 +1,6 @@
 """Random pipeline routing on a two-stage deep-linear model: Monte Carlo and the exact theory.
 
-The model (docs/routing_theory.md derives everything here). Two consecutive stages, each replicated
+The model (docs/routing.md, "Theory" derives everything here). Two consecutive stages, each replicated
 N times; replica i of stage 1 holds ``a_i`` and replica j of stage 2 holds ``b_j``, both in R^D with
 independent coordinates. A microbatch routed through (stage-1 replica i, stage-2 replica j) sees, per
 coordinate with curvature h::
@@ -52,10 +52,9 @@ ROUTINGS = ("fixed", "random")
 #: outer-step groups: an independent partition per stage (as llm_check does, stream = stage), or one
 #: partition for both stages (then a fixed-routing chain averages as one model replica)
 GROUPINGS = ("per-stage", "shared")
-STAGES = ("stage 1 (a)", "stage 2 (b)")
-#: per-replica state of one coordinate, the order of S's rows
+#: per-replica state of one coordinate, the order of S's rows (theta: inner weights, phi: outer
+#: weights, delta: outer momentum; a: stage 1, b: stage 2)
 STATE = ("theta_a", "phi_a", "delta_a", "theta_b", "phi_b", "delta_b")
-THETA, PHI, DELTA = (0, 3), (1, 4), (2, 5)
 #: a spectral radius this close to 1 is a marginal (non-contracting) mode, not a stable one
 MARGINAL = 1e-9
 
@@ -210,7 +209,7 @@ def outer_operator(model: TwoStageModel, outer: OuterConfig) -> np.ndarray:
          + kappa_ab (F1a S F1b^T + F1b S F1a^T),  F1 = F1a + F1b."""
     F0, F1a, F1b = _outer_maps(outer)
     kappa = group_kappa(outer.replicas, outer.group_size)
-    kappa_ab = kappa
+    kappa_ab = kappa if model.groups == "shared" else kappa ** 2
     F1 = F1a + F1b
     return (_vec(F0, F0) + kappa * (_sym(F0, F1) + _vec(F1a, F1a) + _vec(F1b, F1b))
             + kappa_ab * _sym(F1a, F1b))
@@ -297,25 +296,26 @@ def trajectory(model: TwoStageModel, outer: OuterConfig, inner: InnerConfig, ste
     return out
 
 
-def _geometric_sum(step: np.ndarray, forcing: np.ndarray, doublings: int = 32):
-    """sum_k step^k forcing by doubling (sum_{k<2t} = sum_{k<t} + step^t sum_{k<t}), for a step with a
-    marginal mode: finite when the forcing never reaches that mode (backprop noise and a chain's flat
-    direction; n = N, where every deviation is reset), None when the sum keeps growing."""
+def _geometric_sums(step: np.ndarray, forcing: np.ndarray, doublings: int = 18):
+    """sum_{k < 2^d} step^k forcing for d = doublings - 1 and d = doublings, by doubling (sum_{k<2t} =
+    sum_{k<t} + step^t sum_{k<t}), for a step with a marginal mode: what the forcing never reaches
+    (a chain's flat direction under backprop noise; the deviations n = N resets; the stiff direction
+    beside an unbounded flat one) has settled, to rounding, after 2^18 steps; what it reaches has
+    doubled. Stable modes slower than 1 - 1e-4 per outer step would count as unbounded."""
     total, power = forcing.copy(), step.copy()
+    previous = total
     for _ in range(doublings):
-        grown = total + power @ total
-        if np.linalg.norm(grown - total) <= 1e-12 * np.linalg.norm(grown):
-            return grown
-        total, power = grown, power @ power
-    return None
+        previous, total = total, total + power @ total
+        power = power @ power
+    return previous, total
 
 
 def stationary(model: TwoStageModel, outer: OuterConfig, inner: InnerConfig) -> Spreads:
     """Stationary expected spreads (the fixed point of the recursion), averaged over coordinates.
     n = N gives zero outer spread (every replica leaves each outer step with the same weights) and the
-    one-phase inner spread. A marginal mode that the noise drives (the flat direction of fixed routing
-    without a pull, under additive noise) gives inf: the spread grows without bound. ``flat_start``
-    does not matter here."""
+    one-phase inner spread. A quantity that a marginal mode driven by the noise reaches (the flat
+    direction of fixed routing without a pull, under additive noise, and the per-stage spreads it
+    enters) is inf: it grows without bound. ``flat_start`` does not matter here."""
     N, D = outer.replicas, len(model.curvatures)
     total = Spreads(np.zeros(2), np.zeros(2), 0.0, 0.0)
     if N == 1:
@@ -324,11 +324,16 @@ def stationary(model: TwoStageModel, outer: OuterConfig, inner: InnerConfig) -> 
         step = O @ P
         if np.max(np.abs(np.linalg.eigvals(step))) < 1 - MARGINAL:
             post = np.linalg.solve(np.eye(36) - step, O @ f)
+            s = _readout(model, N, post.reshape(6, 6), (P @ post + f).reshape(6, 6))
         else:
-            post = _geometric_sum(step, O @ f)
-            if post is None:
-                return Spreads(np.full(2, math.inf), np.full(2, math.inf), math.inf, math.inf)
-        s = _readout(model, N, post.reshape(6, 6), (P @ post + f).reshape(6, 6))
+            before, post = _geometric_sums(step, O @ f)
+            s, b = (_readout(model, N, x.reshape(6, 6), (P @ x + f).reshape(6, 6)) for x in (post, before))
+            scale = 1e-9 * np.abs(post).max()   # rounding, against the largest moment that settled or grew
+
+            def settled(new, old):
+                return np.where(np.abs(new - old) <= scale, new, np.inf)
+            s = Spreads(settled(s.outer, b.outer), settled(s.inner, b.inner), float(settled(s.flat, b.flat)),
+                        float(settled(s.stiff, b.stiff)))
         total.outer += count / D * s.outer
         total.inner += count / D * s.inner
         total.flat += count / D * s.flat
@@ -338,8 +343,10 @@ def stationary(model: TwoStageModel, outer: OuterConfig, inner: InnerConfig) -> 
 
 # ------------------------------------------------------------------- closed forms (limits)
 
-def _scalar(outer, lr, curvature, steps, noise_var):
-    """Stationary spread of the toolkit's scalar model (theory.numeric) for one direction."""
+def scalar_spread(outer: OuterConfig, lr: float, curvature: float, steps: int, noise_var: float) -> float:
+    """Stationary spread of one direction in the toolkit's scalar model (:func:`theory.numeric.inner_sgd`,
+    :func:`theory.numeric.stationary_variance`): SGD with learning rate ``lr`` on ``curvature`` with
+    gradient-noise variance ``noise_var``."""
     c, s2 = inner_sgd(lr, curvature, steps, math.sqrt(noise_var))
     return float(stationary_variance(outer.alpha, outer.beta, outer.gamma, float(c), float(s2),
                                      outer.replicas, outer.group_size, outer.momentum))
@@ -361,8 +368,8 @@ def chain_closed_form(model: TwoStageModel, outer: OuterConfig, inner: InnerConf
     out = {"stiff": 0.0, "flat": 0.0, "outer": np.zeros(2)}
     D = len(model.curvatures)
     for h in model.curvatures:
-        stiff = _scalar(outer, lr, h * r2, inner.steps, (sigma2 + model.output_noise ** 2 * r2) / B)
-        flat = _scalar(outer, lr, 0.0, inner.steps, sigma2 / B)
+        stiff = scalar_spread(outer, lr, h * r2, inner.steps, (sigma2 + model.output_noise ** 2 * r2) / B)
+        flat = scalar_spread(outer, lr, 0.0, inner.steps, sigma2 / B)
         out["stiff"] += stiff / D
         out["flat"] += flat / D
         with np.errstate(invalid="ignore"):
@@ -375,12 +382,12 @@ def stage_closed_form(model: TwoStageModel, outer: OuterConfig, inner: InnerConf
     scalar model with its own curvature, h b*^2 for stage 1 and h a*^2 for stage 2 (the partner's
     deviation averages out), and its own noise sigma^2 + output_noise^2 (b*^2 resp. a*^2). The
     routing noise eta^2 h^2 a*^2 b*^2 v_other / B per inner step is dropped: relative to the gradient
-    noise it is O(eta h a*^2 / 2) (docs/routing_theory.md). Per stage, mean over coordinates."""
+    noise it is O(eta h a*^2 / 2) (docs/routing.md, "Theory"). Per stage, mean over coordinates."""
     out = np.zeros(2)
     extra = model.stage_noise_var()
     for h in model.curvatures:
         for stage, curvature in enumerate(model.stage_curvatures(h)):
-            out[stage] += _scalar(outer, inner.lr * model.stage_lr[stage], curvature, inner.steps,
+            out[stage] += scalar_spread(outer, inner.lr * model.stage_lr[stage], curvature, inner.steps,
                                   (inner.noise ** 2 + extra[stage]) / model.microbatches) / len(model.curvatures)
     return out
 
@@ -457,7 +464,7 @@ def _spread(x):
 class _Stages:
     """The weights of both stages for all trials at once: theta, phi, delta, each (trials, N, D)."""
 
-    def __init__(self, model: TwoStageModel, trials: int, replicas: int, rng, noise: Noise):
+    def __init__(self, model: TwoStageModel, trials: int, replicas: int, noise: Noise):
         D = len(model.curvatures)
         offsets = np.zeros((trials, replicas, D))
         if model.flat_start:
@@ -517,7 +524,7 @@ def simulate(model: TwoStageModel, outer: OuterConfig, inner: InnerConfig, *, tr
     rule = outer.rule()
     h = np.array(model.curvatures)
     lrs = [inner.lr * s for s in model.stage_lr]
-    w = _Stages(model, trials, N, rng, noise)
+    w = _Stages(model, trials, N, noise)
     r = model.radius
     record_outer = np.zeros((outer_steps + 1, 2, trials))
     record_inner = np.zeros((outer_steps, 2, trials))
@@ -610,6 +617,11 @@ TABLE_MODEL = TwoStageModel(a_star=1.0, b_star=1.0, curvatures=(1.0,) * 8)
 TABLE_INNER = InnerConfig(lr=0.01, steps=50, noise=1.0)
 TABLE_OUTER = OuterConfig(replicas=8, group_size=2, alpha=0.5, beta=0.7, gamma=0.7)
 TABLE_METHODS = ("noloco", "diloco", "local")
+#: inner learning rates at which the flat direction's factor is listed (H = 50, h = 1)
+FACTOR_LRS = (0.0002, 0.001, 0.01, 0.05)
+#: the nonlinear scan: noise levels, and its run (NoLoCo's outer step, SGD lr 0.02, H 20)
+SCAN_NOISE = (1.0, 2.5, 5.0, 10.0, 15.0, 20.0)
+SCAN_INNER = InnerConfig(lr=0.02, steps=20, noise=1.0)
 
 
 def table(trials: int = 200, outer_steps: int = 80, start: int = 40, seed: int = 0) -> list[Row]:
@@ -648,7 +660,66 @@ def format_table(rows: list[Row]) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
+def findings() -> list[tuple[str, float, float]]:
+    """Theory-only lines for the table's setting: (what, fixed routing, random routing), spreads per
+    coordinate of the outer weights; for the leading-order factor the random entry is the factor."""
+    out = []
+    for method in ("noloco", "local"):
+        outer, inner = constrain(method, TABLE_OUTER, TABLE_INNER)
+        shared = dataclasses.replace(TABLE_MODEL, groups="shared")
+        fixed, routed = (stationary(dataclasses.replace(shared, routing=r), outer, inner) for r in ROUTINGS)
+        out.append((f"{method}: flat direction, shared groups (exact)", fixed.flat, routed.flat))
+        out.append((f"{method}: stiff direction, shared groups (exact)", fixed.stiff, routed.stiff))
+        if method == "noloco":  # the factor against the stage's contraction per phase c = 1 - (1 - eta h)^H
+            for lr in FACTOR_LRS:
+                scaled = dataclasses.replace(inner, lr=lr)
+                c = float(inner_sgd(lr, TABLE_MODEL.stage_curvatures(1.0)[0], inner.steps, 1.0)[0])
+                out.append((f"{method}: flat direction, leading-order factor flat_factor at lr {lr:g} "
+                            f"(c_stage {c:.3g})",
+                            math.nan, flat_factor(shared, outer, scaled)))
+        backprop = dataclasses.replace(TABLE_MODEL, output_noise=TABLE_INNER.noise)
+        no_additive = dataclasses.replace(inner, noise=0.0)
+        fixed, routed = (stationary(dataclasses.replace(backprop, routing=r), outer, no_additive) for r in ROUTINGS)
+        out.append((f"{method}: per stage, backprop (output) noise only", float(fixed.outer[0]),
+                    float(routed.outer[0])))
+    return out
+
+
+def format_findings() -> str:
+    lines = ["| theory only | fixed | random | random/fixed |", "|---|---|---|---|"]
+    for what, fixed, routed in findings():
+        if math.isnan(fixed):
+            lines.append(f"| {what} | — | — | {routed:.3f} |")
+            continue
+        ratio = 0.0 if math.isinf(fixed) else routed / fixed
+        lines.append(f"| {what} | {_fmt(fixed)} | {_fmt(routed)} | {ratio:.3f} |")
+    return "\n".join(lines)
+
+
+def nonlinear_scan(trials: int = 150, outer_steps: int = 40, start: int = 20, seed: int = 1) -> list[tuple]:
+    """The nonlinear model against the linearised theory as the noise grows (NoLoCo, per-stage groups):
+    per (routing, noise) the stage-1 outer spread and the flat spread as (theory, mc, se, z)."""
+    out = []
+    for routing in ROUTINGS:
+        model = dataclasses.replace(TABLE_MODEL, routing=routing)
+        for noise in SCAN_NOISE:
+            rows = compare(model, TABLE_OUTER, dataclasses.replace(SCAN_INNER, noise=noise), trials=trials,
+                           outer_steps=outer_steps, start=start, seed=seed, linear=False)
+            pick = [r for r in rows if (r.quantity, r.stage) in (("outer", 0), ("flat", None))]
+            out.append((routing, noise, *[(r.theory, r.mc, r.se, r.z) for r in pick]))
+    return out
+
+
+def format_scan(scan) -> str:
+    lines = ["| routing | noise | stage-1 spread, linear theory | nonlinear ± se | ratio (z) "
+             "| flat, linear theory | nonlinear ± se | ratio (z) |", "|---|---|---|---|---|---|---|---|"]
+    for routing, noise, *cells in scan:
+        text = " | ".join(f"{t:.4g} | {mc:.4g} ± {se:.2g} | {mc / t:.3f} ({z:+.1f})" for t, mc, se, z in cells)
+        lines.append(f"| {routing} | {noise:g} | {text} |")
+    return "\n".join(lines)
+
+
+def main() -> int:
     """Print the table; exit 1 when a comparison misses by more than 4 standard errors."""
     rows = table()
     print(f"two-stage deep-linear model, a* = b* = 1, h = 1, D = {len(TABLE_MODEL.curvatures)}, N = "
@@ -656,6 +727,12 @@ def main(argv=None) -> int:
           "per-stage groups; spreads per coordinate averaged over outer steps 40..80, 200 trials; "
           "n = N's zero outer spread is compared by magnitude (z 0: below 1e-24)")
     print(format_table(rows))
+    print()
+    print(format_findings())
+    print()
+    print(f"nonlinear model against the linearised theory (NoLoCo, SGD lr {SCAN_INNER.lr}, H {SCAN_INNER.steps}, "
+          "150 trials, outer steps 20..40; a* = b* = 1, so the spread is relative to a*^2):")
+    print(format_scan(nonlinear_scan()))
     bad = [r for r in rows if not stats.holds(r.z, 4.0)]
     for r in bad:
         print(f"disagrees: {r.method} {r.routing} {r.quantity} stage {r.stage}: z = {r.z}", file=sys.stderr)

@@ -117,7 +117,8 @@ def test_outer_operator_is_the_average_over_every_partition(groups, momentum):
 
 # ------------------------------------------------------------------ exact: closed forms
 
-@pytest.mark.parametrize("method,momentum", [("noloco", "heavy-ball"), ("noloco", "nesterov"), ("diloco", "heavy-ball")])
+@pytest.mark.parametrize("method,momentum", [("noloco", "heavy-ball"), ("noloco", "nesterov"),
+                                             ("diloco", "heavy-ball"), ("local", "heavy-ball")])
 def test_fixed_routing_with_shared_groups_is_a_stiff_and_a_flat_direction(method, momentum):
     """The 6 x 6 recursion reduces to the toolkit's scalar closed form on u (curvature h r^2) and on
     the flat f (curvature 0), for an unbalanced solution with output noise."""
@@ -129,6 +130,8 @@ def test_fixed_routing_with_shared_groups_is_a_stiff_and_a_flat_direction(method
                                [*closed["outer"], closed["flat"], closed["stiff"]], rtol=1e-9, atol=1e-300)
     if method == "noloco":
         assert closed["flat"] > 2 * closed["stiff"]  # the flat direction dominates the chain's spread
+    if method == "local":  # unbounded along the flat direction, settled along the stiff one
+        assert math.isinf(exact.flat) and math.isinf(exact.outer[0]) and 0 < exact.stiff < math.inf
 
 
 def test_fixed_routing_without_synchronisation_grows_along_the_flat_direction_only():
@@ -141,6 +144,8 @@ def test_fixed_routing_without_synchronisation_grows_along_the_flat_direction_on
     assert math.isinf(R.stationary(model, outer, inner).flat)
     assert abs(path["stiff"][-1] / path["stiff"][-2] - 1) < 1e-9
     assert math.isfinite(R.stationary(dataclasses.replace(model, routing="random"), outer, inner).flat)
+    assert abs(R.decay_factor(model, outer, inner) - 1) < 1e-9
+    assert R.decay_factor(dataclasses.replace(model, routing="random"), outer, inner) < 0.9
 
 
 def test_no_sync_random_routing_closed_form():
@@ -215,19 +220,42 @@ def test_random_routing_shrinks_the_flat_direction_by_the_stated_factor():
     assert stats.holds(stats.z_score(ratio, se, factor), Z_MAX), (ratio, se, factor)
 
 
-def test_routing_noise_is_real_at_large_learning_rates():
-    """At eta h = 0.2 the routing noise eta^2 h^2 a*^2 b*^2 v / B raises the no-sync spread by 12 %
-    (exact 7/64 = 0.109375 against 0.0972 without it): the simulation follows the exact theory and
-    rejects the version without routing noise."""
-    model, outer, inner = setting("local", "random", inner=InnerConfig(lr=0.2, steps=5, noise=1.0))
+@pytest.mark.parametrize("microbatches", [1, 3])
+def test_routing_noise_is_real_at_large_learning_rates(microbatches):
+    """At eta h = 0.2 the routing noise eta^2 h^2 a*^2 b*^2 v / B (one independent permutation per
+    microbatch column) raises the no-sync spread: by 12 % at B = 1 (exact 7/64 = 0.109375 against
+    0.0972 without it), by 4 % at B = 3. The simulation follows the exact theory and rejects the
+    version without routing noise."""
+    model, outer, inner = setting("local", "random", inner=InnerConfig(lr=0.2, steps=5, noise=1.0),
+                                  microbatches=microbatches)
     exact = R.no_sync_closed_form(model, inner, outer.replicas)[0]
-    assert exact == pytest.approx(7 / 64, rel=1e-12)
     without = R.stage_closed_form(model, outer, inner)[0]
-    assert without == pytest.approx(0.2 * 0.875 / 1.8, rel=1e-12)
+    if microbatches == 1:
+        assert exact == pytest.approx(7 / 64, rel=1e-12)
+        assert without == pytest.approx(0.2 * 0.875 / 1.8, rel=1e-12)
     rows = R.compare(model, outer, inner, trials=150, outer_steps=40, start=10, seed=31)
     check_rows(rows)
     for r in rows[:2]:
-        assert stats.z_score(r.mc, r.se, without) > 6
+        assert r.theory == pytest.approx(exact, rel=1e-6)
+        assert stats.z_score(r.mc, r.se, without) > 5, r
+
+
+def test_a_spread_along_the_flat_direction_collapses_under_random_routing():
+    """Replicas that start apart along the chains' flat direction (what fixed routing accumulates):
+    with fixed routing and no synchronisation nothing pulls them back; random routing removes 85 %
+    of that spread in one outer step (10 inner steps at eta h = 0.1). N = 4, where the cross moments
+    between the stages (the 1/(N-1) term) matter most. Monte Carlo against the exact transient."""
+    outer4 = OuterConfig(replicas=4, group_size=2, alpha=0.5, beta=0.7, gamma=0.7)
+    inner = InnerConfig(lr=0.1, steps=10, noise=0.05)
+    paths = {}
+    for routing in ("fixed", "random"):
+        model, outer, _ = setting("local", routing, inner=inner, outer=outer4, flat_start=0.1)
+        check_rows(R.compare(model, outer, inner, trials=200, outer_steps=5, start=1, seed=81), routing)
+        run = R.simulate(model, outer, inner, trials=200, outer_steps=1, seed=82)
+        paths[routing] = (R.trajectory(model, outer, inner, 1)["flat"], stats.mean_se(run.flat[1]))
+    (fixed, _), (routed, (mc, se)) = paths["fixed"], paths["random"]
+    assert fixed[1] > fixed[0] and routed[1] < 0.15 * routed[0]
+    assert stats.holds(stats.z_score(mc, se, routed[1]), Z_MAX)
 
 
 def test_backprop_noise_alone_makes_random_routing_double_the_spread():
@@ -238,7 +266,7 @@ def test_backprop_noise_alone_makes_random_routing_double_the_spread():
     model, outer, inner = setting("local", "fixed", inner=InnerConfig(lr=0.02, steps=20, noise=0.0), output_noise=1.0)
     routed = dataclasses.replace(model, routing="random")
     fixed_v, random_v = R.stationary(model, outer, inner), R.stationary(routed, outer, inner)
-    assert abs(fixed_v.flat) < 1e-15
+    assert abs(fixed_v.flat) < 1e-9 * fixed_v.stiff   # zero, to rounding
     np.testing.assert_allclose(random_v.outer / fixed_v.outer, 2.0, rtol=1e-9)
     noloco = setting("noloco", inner=inner, output_noise=1.0)
     assert R.stationary(noloco[0], *noloco[1:]).outer[0] > 1.2 * \
@@ -258,7 +286,7 @@ def test_routing_does_nothing_where_partners_are_interchangeable(case):
     if case == "frozen first stage":
         model, outer, inner = setting("noloco", "fixed", inner=InnerConfig(lr=0.02, steps=20), stage_lr=(0.0, 1.0),
                                       a_star=0.8, b_star=1.25)
-        closed = R._scalar(outer, inner.lr, model.a_star ** 2, inner.steps, inner.noise ** 2)
+        closed = R.scalar_spread(outer, inner.lr, model.a_star ** 2, inner.steps, inner.noise ** 2)
         quantity, stage = "outer", 1
     else:
         model, outer, inner = setting("diloco", "fixed", inner=InnerConfig(lr=0.05, steps=1), a_star=0.8, b_star=1.25)
@@ -284,23 +312,25 @@ def test_nonlinear_model_follows_the_linear_theory_at_small_noise(routing):
     check_rows(R.compare(model, outer, inner, trials=150, outer_steps=40, start=20, seed=61, linear=False), routing)
 
 
-def test_nonlinear_model_departs_from_the_linear_theory_at_large_noise():
-    """Noise 25: the per-stage spread (about 0.9 per coordinate) is no longer small against a*^2 = 1.
-    The linearised simulation still follows the theory; the nonlinear one settles more than 10 %
-    lower (each stage sees the curvature h E[b_j^2] = h (b_bar^2 + spread), not h b*^2)."""
-    model, outer, inner = setting("noloco", "random", inner=InnerConfig(lr=0.02, steps=20, noise=25.0))
-    linear = R.compare(model, outer, inner, trials=150, outer_steps=40, start=20, seed=71)
-    check_rows(linear, "linearised")
+@pytest.mark.parametrize("routing,noise,quantity", [("random", 15.0, "outer"), ("fixed", 5.0, "flat")])
+def test_nonlinear_model_departs_from_the_linear_theory_at_large_noise(routing, noise, quantity):
+    """Where the theory stops: a spread no longer small against a*^2 = b*^2 = 1. Random routing at
+    noise 15 (per-stage spread 0.64 per coordinate): the nonlinear model settles about 11 % below the
+    linear theory. Fixed routing departs earlier, along its flat direction (a hyperbola, not a line):
+    at noise 5 (flat spread about 0.1) about 10 % below. The linearised simulation at the same noise
+    still follows the theory, so the departure is the nonlinearity."""
+    model, outer, inner = setting("noloco", routing, inner=InnerConfig(lr=0.02, steps=20, noise=noise))
+    check_rows(R.compare(model, outer, inner, trials=150, outer_steps=40, start=20, seed=71), "linearised")
     nonlinear = R.compare(model, outer, inner, trials=150, outer_steps=40, start=20, seed=71, linear=False)
-    for r in nonlinear[:2]:
-        assert r.theory > 0.5
-        assert r.mc < 0.9 * r.theory and r.z < -6, r
+    for r in (r for r in nonlinear if r.quantity == quantity):
+        assert r.mc < 0.95 * r.theory and r.z < -5, r
 
 
 # ------------------------------------------------------------------ validation
 
-@pytest.mark.parametrize("field,value", [("a_star", 0.0), ("b_star", -1.0), ("curvatures", ()), ("curvatures", (1.0, 0.0)),
-                                         ("microbatches", 0), ("stage_lr", (1.0,)), ("stage_lr", (1.0, -0.1)),
+@pytest.mark.parametrize("field,value", [("a_star", 0.0), ("b_star", -1.0), ("curvatures", ()),
+                                         ("curvatures", (1.0, 0.0)), ("microbatches", 0), ("stage_lr", (1.0,)),
+                                         ("stage_lr", (1.0, -0.1)),
                                          ("routing", "shuffled"), ("groups", "global"), ("output_noise", math.nan),
                                          ("flat_start", -1.0)])
 def test_bad_settings_are_refused_naming_the_field(field, value):
