@@ -38,6 +38,7 @@ from theory.methods import METHOD_SUMMARY, METHODS, PRESETS as THEORY_PRESETS, c
 DTYPES = ("float32", "float64", "bfloat16")
 REPLICA_MODES = ("auto", "batched", "loop")
 SCHEDULES = ("cosine", "constant")
+INNER_OPTIMIZERS = ("adamw", "sgd")
 OUTER_FIELDS = tuple(f.name for f in dataclasses.fields(OuterConfig))
 
 
@@ -81,6 +82,7 @@ class TrainConfig:
     schedule: str = "cosine"       # cosine | constant (after warmup)
     weight_decay: float = 0.1
     adam_beta2: float = 0.95       # inner AdamW's second-moment decay (the reference: plain Adam, 0.999)
+    inner_optimizer: str = "adamw"  # adamw | sgd (plain SGD: the inner optimiser the quadratic theory assumes)
     clip: float = 1.0              # per-replica gradient norm clip (0: off)
     batch: int = 8                 # windows per replica per inner step
     ctx: int = 64
@@ -112,7 +114,7 @@ class TrainConfig:
             "min_lr_frac": (check_real, "0 <= min_lr_frac <= 1", lambda v: 0 <= v <= 1),
             "weight_decay": (check_real, "0 <= weight_decay < inf", lambda v: 0 <= v < math.inf),
             "adam_beta2": (check_real, "0 <= adam_beta2 < 1", lambda v: 0 <= v < 1),
-            "outer_dtype": (check_choice, ("same",) + DTYPES),
+            "outer_dtype": (check_choice, ("same",) + DTYPES), "inner_optimizer": (check_choice, INNER_OPTIMIZERS),
             "clip": (check_real, "0 <= clip < inf (0 turns clipping off)", lambda v: 0 <= v < math.inf),
             "schedule": (check_choice, SCHEDULES), "dtype": (check_choice, DTYPES),
             "replica_mode": (check_choice, REPLICA_MODES), "noniid": (check_choice, (False, True)),
@@ -253,12 +255,16 @@ def add_train_arguments(parser: argparse.ArgumentParser, methods_list: bool = Fa
     parser.add_argument("--momentum", choices=MOMENTUM_CONVENTIONS, default=None,
                         help="outer momentum convention: heavy-ball (reference code) or nesterov")
     for f in dataclasses.fields(TrainConfig):
-        if f.name not in ("method", "outer", "noniid", "schedule", "dtype", "replica_mode", "routing", "outer_dtype"):
+        if f.name not in ("method", "outer", "noniid", "schedule", "dtype", "replica_mode", "routing", "outer_dtype",
+                          "inner_optimizer"):
             parser.add_argument("--" + f.name.replace("_", "-"), type=int if f.default is None else type(f.default),
                                 default=None, help=_FLAG_HELP[f.name])
     parser.add_argument("--schedule", choices=SCHEDULES, default=None,
                         help="inner learning rate after the warm-up: cosine to min_lr_frac * lr, or constant")
     parser.add_argument("--dtype", choices=DTYPES, default=None, help="parameter and compute dtype")
+    parser.add_argument("--inner-optimizer", choices=INNER_OPTIMIZERS, default=None,
+                        help="inner optimiser: adamw (default; its state carries over outer steps) or plain sgd "
+                             "(no momentum; --weight-decay is then an L2 term; needs a much larger --lr)")
     parser.add_argument("--outer-dtype", choices=("same",) + DTYPES, default=None,
                         help="dtype of the outer state (phi and the outer momentum), rounded to it after every "
                              "outer step; the reference keeps it in bfloat16 (default: same as --dtype)")

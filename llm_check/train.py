@@ -10,7 +10,7 @@ group by point-to-point messages. The outer step itself is
 Inner optimiser: AdamW on the stacked parameters. Adam is elementwise, so one AdamW
 over (R, ...) tensors is exactly R independent AdamWs; only clipping couples
 coordinates, and it is done per replica. The inner AdamW state carries over outer
-steps (as in DiLoCo). ``ddp`` averages the gradients every step and skips the outer
+steps (as in DiLoCo); ``inner_optimizer="sgd"`` is plain SGD instead. ``ddp`` averages the gradients every step and skips the outer
 step. The methods and the learning-rate schedule are :mod:`theory.methods` and
 :mod:`theory.schedules`; every file is written through :mod:`theory.io` (strict JSON).
 
@@ -187,9 +187,9 @@ class Trainer:
         self.delta = {k: torch.zeros_like(v) for k, v in self.phi.items()}
         decay = [p for k, p in self.params.items() if p.dim() >= 3]  # matrices; not biases, norms
         rest = [p for k, p in self.params.items() if p.dim() < 3]
-        self.opt = torch.optim.AdamW([{"params": decay, "weight_decay": cfg.weight_decay},
-                                      {"params": rest, "weight_decay": 0.0}],
-                                     lr=cfg.lr, betas=(0.9, cfg.adam_beta2), eps=1e-8)
+        groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}]
+        self.opt = (torch.optim.SGD(groups, lr=cfg.lr) if cfg.inner_optimizer == "sgd" else
+                    torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, cfg.adam_beta2), eps=1e-8))
         self.batched = cfg.replica_mode in ("auto", "batched")
         # the parameters of each pipeline stage (one stage: all of them)
         self.stage_keys = [[k for k in self.params if param_stage(k, cfg.layers, cfg.stages) == s]

@@ -10,12 +10,18 @@ fitted on the reference run (its row is marked ``fitted``: its ratio is 1 by
 construction), and every other run of the sweep (gamma, n, N, alpha, inner lr changed
 one at a time) is a prediction. Measured: the root mean square of ``weight_std`` over
 the evaluations of the second half of the run (constant inner lr, so the spread
-settles), with its standard error (:func:`theory.stats.rms_se`).
+settles), for each of several seeds (data, initialisation and groups): the mean over seeds and
+its standard error across seeds.
 
 Next to it, with no fitted constant: :func:`llm_check.predict.predict` on each run's own
 measured inputs (``inputs.jsonl``: c, s2, rho, drift per tensor and outer step), the RMS of its
-predicted weight_std over the same evaluations (``predicted_zero_constant``, ``ratio_zero_constant``
-= measured / predicted; the reference run is a prediction there too).
+predicted weight_std over the same evaluations (``predicted_zero_constant``, mean over seeds;
+``ratio_zero_constant`` = measured / predicted, the mean over seeds of each seed's ratio, with its
+standard error ``ratio_zero_constant_se``; the reference run is a prediction there too). A row
+*agrees* when that ratio is within 15 % of 1 or within 3 standard errors. Where the theory at the
+measured inputs has no stationary spread (decay factor > 1: ``unstable``), the comparison is the
+variance growth factor per outer step over the second half, predicted against measured (mean over
+seeds; agreement: within 20 %).
 """
 
 from __future__ import annotations
@@ -25,29 +31,36 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 from llm_check.config import TrainConfig, build
 from theory.config import check_choice
 from theory.io import SCHEMA_VERSION, write_json
 from theory.methods import PRESETS as THEORY_PRESETS
 from theory.numeric import stationary_variance
-from theory.stats import rms_se
+from theory.stats import mean_se, rms_se
 
 # the reference run: the paper's outer step (N 8, pairs, alpha 0.5, beta = gamma = 0.7, heavy-ball)
 _BASE = dict(method="noloco", **asdict(THEORY_PRESETS["paper"].outer), schedule="constant", warmup=20, lr=1e-3,
              inner_steps=10, weight_decay=0.0)
-_SWEEP = [("reference", {}), ("gamma", {"gamma": 0.35}), ("gamma", {"gamma": 1.0}),
+_SWEEP = [("reference", {}), ("gamma", {"gamma": 0.0}), ("gamma", {"gamma": 0.35}), ("gamma", {"gamma": 1.0}),
           ("n", {"group_size": 4}), ("n", {"group_size": 8}), ("N", {"replicas": 4}),
-          ("N", {"replicas": 16}), ("alpha", {"alpha": 0.0}), ("alpha", {"alpha": 0.8}),
-          ("inner lr", {"lr": 5e-4}), ("inner lr", {"lr": 2e-3})]
+          ("N", {"replicas": 16}), ("alpha", {"alpha": 0.0}), ("alpha", {"alpha": 0.8}), ("alpha", {"alpha": 0.9}),
+          ("inner lr", {"lr": 5e-4}), ("inner lr", {"lr": 2e-3}), ("H", {"inner_steps": 20, "outer_steps": 20}),
+          ("momentum", {"momentum": "nesterov"}), ("data", {"noniid": True}),
+          ("optimizer", {"inner_optimizer": "sgd", "lr": 0.5})]
+#: preset: (the reference run, the sweep of (factor, changes), the seeds of every setting)
 PRESETS = {
     "cpu-tiny": (dict(_BASE, replicas=4, outer_steps=6, eval_every=1, batch=2, ctx=16, layers=1, heads=2,
                       width=16, val_windows=4, warmup=5, inner_steps=3),
-                 [("reference", {}), ("gamma", {"gamma": 0.35}), ("n", {"group_size": 4})]),
+                 [("reference", {}), ("gamma", {"gamma": 0.35}), ("n", {"group_size": 4})], (0, 1)),
     "cpu-small": (dict(_BASE, outer_steps=40, eval_every=2, batch=4, ctx=64, layers=2, heads=4, width=64,
-                       val_windows=8), _SWEEP),
+                       val_windows=8), _SWEEP, (0, 1, 2)),
     "gpu": (dict(_BASE, outer_steps=60, eval_every=2, batch=16, ctx=256, layers=6, heads=8, width=384,
-                 val_windows=32, inner_steps=20, device="cuda"), _SWEEP),
+                 val_windows=32, inner_steps=20, device="cuda"), _SWEEP, (0, 1, 2)),
 }
+#: agreement: |ratio - 1| within this, or within AGREE_SE standard errors; growth factors within AGREE_GROWTH
+AGREE_REL, AGREE_SE, AGREE_GROWTH = 0.15, 3.0, 0.20
 
 
 @dataclass
@@ -69,6 +82,12 @@ class Row:
     # same evaluations as ``measured``
     predicted_zero_constant: float | None = None
     ratio_zero_constant: float | None = None
+    ratio_zero_constant_se: float | None = None
+    seeds: int = 1
+    unstable: bool = False          # the theory's decay factor at the run's inputs is above 1
+    growth_measured: float | None = None
+    growth_predicted: float | None = None
+    agrees: bool | None = None      # the zero-constant comparison (growth factors where unstable)
 
 
 def measure(metrics: list[dict], outer_steps: int) -> tuple[float, float]:
@@ -80,15 +99,19 @@ def _ratio(measured: float, predicted: float) -> float:
     return measured / predicted if predicted > 0 else (1.0 if measured == 0 else float("inf"))
 
 
-def zero_constant(run_dir: Path) -> float | None:
-    """RMS over the second half of the run of :func:`llm_check.predict.predict`'s weight_std (no
-    fitted constant; None without inputs.jsonl)."""
+def zero_constant(run_dir: Path) -> dict | None:
+    """:func:`llm_check.predict.predict` on one run (no fitted constant): ``predicted`` (RMS over the
+    second half of its predicted weight_std), ``decay_factor``, ``measured_growth`` and
+    ``predicted_growth``; None without inputs.jsonl."""
     from llm_check.predict import predict
 
     report = predict(run_dir)
     last = report["rows"][-1]["outer_step"] if report["rows"] else 0
     values = [r["predicted"] for r in report["rows"] if r["outer_step"] > last / 2 and r["predicted"] is not None]
-    return rms_se(values)[0] if values else None
+    if not values:
+        return None
+    return {"predicted": rms_se(values)[0], **{k: report.get(k) for k in ("decay_factor", "measured_growth",
+                                                                          "predicted_growth")}}
 
 
 def unit_variance(cfg: TrainConfig) -> float:
@@ -114,63 +137,107 @@ def run_sweep(preset: str, out: str | Path, device: str | None = None, progress:
     from theory.io import RunLock, output_dir
 
     check_choice("preset", preset, tuple(PRESETS))
-    base, sweep = PRESETS[preset]
+    base, sweep, seeds = PRESETS[preset]
     base = dict(base, **({"device": device} if device else {}))
-    configs = [build(**{**base, **changes}) for _, changes in sweep]  # all checked before the first run
+    jobs = [(i, seed) for i in range(len(sweep)) for seed in seeds]
+    configs = [build(**{**base, **sweep[i][1], "seed": seed}) for i, seed in jobs]  # all checked before the first run
     set_threads(threads)
     for cfg in configs:
         check_memory(cfg, max_memory)
     progress = sys.stderr.isatty() if progress is None else progress
     out = output_dir(out)
-    folders = [out / f"run{i:02d}" for i in range(len(configs))]
-    runs = []
+    folders = [out / (f"run{i:02d}" + (f"-seed{seed}" if seed != seeds[0] else "")) for i, seed in jobs]
+    runs: dict[int, list] = {}
     with ExitStack() as locks:
         for where in folders:
             output_dir(where)
             locks.enter_context(RunLock(where))
             check_run_dir(where, overwrite=overwrite, how="replace the sweep with --overwrite, or give another --out")
-        for (factor, changes), cfg, where in tqdm(list(zip(sweep, configs, folders)), desc=f"validate {preset}",
-                                                  unit="run", disable=not progress):
+        for (i, seed), cfg, where in tqdm(list(zip(jobs, configs, folders)), desc=f"validate {preset}", unit="run",
+                                          disable=not progress):
+            factor, changes = sweep[i]
             result = Trainer(cfg, where, progress=False, max_memory=max_memory).run(overwrite=overwrite)
             if result.get("diverged"):
                 report = {"schema_version": SCHEMA_VERSION, "preset": preset, "base": base, "rows": [],
-                          "diverged": f"{where.name} ({factor} {changes}): {result['diverged']['message']}"}
+                          "diverged": f"{where.name} ({factor} {changes}, seed {seed}): "
+                                      f"{result['diverged']['message']}"}
                 write_json(out / "validate.json", report, indent=2)
                 return report
             metrics = read_metrics(where / "metrics.jsonl")
-            runs.append((factor, changes, cfg, *measure(metrics, cfg.outer_steps), result, zero_constant(where)))
-    _, _, ref_cfg, ref_measured, _, ref_result, _ = runs[0]
+            runs.setdefault(i, []).append((cfg, measure(metrics, cfg.outer_steps)[0], result, zero_constant(where)))
+    ref_cfg = runs[0][0][0]
+    ref_measured = mean_se([m for _, m, _, _ in runs[0]])[0]
     k = ref_measured ** 2 / unit_variance(ref_cfg)  # the one fitted constant
     rows = []
-    for i, (factor, changes, cfg, measured, se, result, zero) in enumerate(runs):
+    for i, (factor, changes) in enumerate(sweep):
+        cfg = runs[i][0][0]
+        measured, se = mean_se([m for _, m, _, _ in runs[i]])
         predicted = math.sqrt(k * unit_variance(cfg))
-        rows.append(Row(factor, changes, i == 0, cfg.replicas, cfg.outer.group_size, cfg.outer.alpha,
-                        cfg.outer.gamma, cfg.lr, predicted, measured, se, _ratio(measured, predicted),
-                        result["final"]["val_loss_avg_model"], zero,
-                        None if zero is None else _ratio(measured, zero)))
-    report = {"schema_version": SCHEMA_VERSION, "preset": preset, "base": base, "noise_constant_k": k,
+        zeros = [z for _, _, _, z in runs[i]]
+        row = Row(factor, changes, i == 0, cfg.replicas, cfg.outer.group_size, cfg.outer.alpha, cfg.outer.gamma,
+                  cfg.lr, predicted, measured, se, _ratio(measured, predicted),
+                  float(np.mean([r["final"]["val_loss_avg_model"] for _, _, r, _ in runs[i]])), seeds=len(runs[i]))
+        if all(z is not None for z in zeros):
+            row.predicted_zero_constant = float(np.mean([z["predicted"] for z in zeros]))
+            ratios = [_ratio(m, z["predicted"]) for (_, m, _, _), z in zip(runs[i], zeros)]
+            row.ratio_zero_constant, row.ratio_zero_constant_se = mean_se(ratios)
+            decay = [z["decay_factor"] for z in zeros if z["decay_factor"] is not None]  # None: no spread (n = N)
+            row.unstable = bool(decay) and float(np.mean(decay)) > 1
+            growth = [(z["measured_growth"], z["predicted_growth"]) for z in zeros]
+            if all(g is not None and p is not None for g, p in growth):
+                row.growth_measured, row.growth_predicted = (float(v) for v in np.mean(growth, axis=0))
+            row.agrees = _agrees(row)
+        rows.append(row)
+    summary = [r for r in rows if r.agrees is not None]
+    report = {"schema_version": SCHEMA_VERSION, "preset": preset, "base": base, "seeds": list(seeds),
+              "noise_constant_k": k,
               "model": "flat direction (c = 0), s2 = k lr^2 H, k fitted on the reference run",
               "model_zero_constant": "llm_check.predict (long-run noise model) on each run's measured inputs",
-              **{key: ref_result[key] for key in ("corpus_sha256", "python", "torch", "n_params",
-                                                    "unigram_entropy")},
+              "agreement": {"rule": f"stable: |ratio - 1| <= {AGREE_REL} or <= {AGREE_SE} se; unstable: growth "
+                                    f"factors within {AGREE_GROWTH:.0%}",
+                            "agree": sum(r.agrees for r in summary), "rows": len(summary)},
+              **{key: runs[0][0][2][key] for key in ("corpus_sha256", "python", "torch", "n_params",
+                                                     "unigram_entropy")},
               "rows": [asdict(r) for r in rows]}
     write_json(out / "validate.json", report, indent=2)
     return report
 
 
+def _agrees(row: Row) -> bool:
+    """The zero-constant prediction's verdict on one row (see the module docstring)."""
+    if row.unstable:
+        g, p = row.growth_measured, row.growth_predicted
+        return g is not None and p is not None and abs(g / p - 1) <= AGREE_GROWTH
+    off = abs(row.ratio_zero_constant - 1)
+    se = row.ratio_zero_constant_se
+    return off <= AGREE_REL or (se is not None and math.isfinite(se) and off <= AGREE_SE * se)
+
+
+def _value(v) -> str:
+    return f"{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
+
+
 def format_table(report: dict) -> str:
     if report.get("diverged"):
         return f"noloco llm validate --preset {report['preset']}: a run diverged: {report['diverged']}"
+    seeds = report.get("seeds")
     lines = [f"noloco llm validate --preset {report['preset']}: stationary weight std, flat-direction theory "
-             f"(k = {report['noise_constant_k']:.4g} fitted on the reference run)",
-             f"{'factor':<10} {'change':<18} {'predicted':>10} {'measured':>10} {'+-se':>9} {'ratio':>6} {'val loss':>8} "
-             f"{'zero-const':>10} {'ratio':>6}"]
+             f"(k = {report['noise_constant_k']:.4g} fitted on the reference run)"
+             + (f"; mean +- se over seeds {seeds}" if seeds else ""),
+             f"{'factor':<10} {'change':<22} {'predicted':>10} {'measured':>10} {'+-se':>9} {'ratio':>6} {'val loss':>8} "
+             f"{'zero-const':>10} {'ratio':>13} {'growth meas/pred':>17} {'agrees':>6}"]
     for row in report["rows"]:
         r = {k: math.nan if v is None else v for k, v in row.items()}  # strict JSON wrote NaN/inf as null
-        change = ", ".join(f"{k}={v:g}" for k, v in r["changes"].items()) or "-"
+        change = ", ".join(f"{k}={_value(v)}" for k, v in r["changes"].items()) or "-"
         ratio = "fit" if r.get("fitted", r["factor"] == "reference") else f"{r['ratio']:.2f}"
         zero = r.get("predicted_zero_constant", math.nan)  # absent in files written before the meter
-        zero_ratio = r.get("ratio_zero_constant", math.nan)
-        lines.append(f"{r['factor']:<10} {change:<18} {r['predicted']:>10.3e} {r['measured']:>10.3e} "
-                     f"{r['stderr']:>9.1e} {ratio:>6} {r['val_loss_avg_model']:>8.3f} {zero:>10.3e} {zero_ratio:>6.2f}")
+        zero_ratio = f"{r.get('ratio_zero_constant', math.nan):.2f} +- {r.get('ratio_zero_constant_se', math.nan):.2f}"
+        growth = (f"{r['growth_measured']:.3f}/{r['growth_predicted']:.3f}" if r.get("unstable") else "stable")
+        agrees = {True: "yes", False: "NO"}.get(row.get("agrees"), "-")
+        lines.append(f"{r['factor']:<10} {change:<22} {r['predicted']:>10.3e} {r['measured']:>10.3e} "
+                     f"{r['stderr']:>9.1e} {ratio:>6} {r['val_loss_avg_model']:>8.3f} {zero:>10.3e} {zero_ratio:>13} "
+                     f"{growth:>17} {agrees:>6}")
+    if report.get("agreement"):
+        a = report["agreement"]
+        lines.append(f"zero-constant prediction agrees on {a['agree']} of {a['rows']} settings ({a['rule']})")
     return "\n".join(lines)

@@ -305,6 +305,10 @@ def test_validate_cpu_tiny(tmp_path):
     assert "predicted" in format_table(report) and "zero-const" in format_table(report)
     assert all(r["predicted_zero_constant"] is not None for r in report["rows"])  # every run logs its inputs
     assert predicted[1]["predicted_zero_constant"] == 0.0 and predicted[1]["ratio_zero_constant"] == 1.0
+    assert all(r["seeds"] == 2 for r in report["rows"]) and (tmp_path / "run00-seed1" / "metrics.jsonl").exists()
+    assert all(r["ratio_zero_constant_se"] > 0 for r in report["rows"][:2])  # across seeds, not zero
+    agreement = report["agreement"]
+    assert agreement["rows"] == 3 and agreement["agree"] == sum(r["agrees"] for r in report["rows"])
 
 
 @pytest.mark.slow
@@ -425,8 +429,8 @@ def test_resume_refuses_a_change_of_the_schedule(tmp_path, capsys, schedule, cod
 def test_divergence_stops_and_keeps_the_last_finite_checkpoint(tmp_path, monkeypatch):
     original = Trainer.outer_update
 
-    def poison(self, t):
-        original(self, t)
+    def poison(self, t, **kw):
+        original(self, t, **kw)
         if t == 2:  # the third outer step: replica 1's qkv weights become NaN
             self.phi["h0.qkv.w"][1, 0, 0] = float("nan")
 
