@@ -283,5 +283,5 @@ def test_routing_study_quick_writes_every_table(tmp_path, capsys):
     assert study_main(["--quick", "--seeds", "2", "--out", str(tmp_path), "--json"]) == 0  # reuses the runs
     assert (tmp_path / "noloco-fixed" / "seed0" / "ckpt.pt").stat().st_mtime_ns == stamp
     fig = fig_routing.draw(fig_routing.compute(str(tmp_path / "routing.json")))
-    assert len(fig.axes[0].lines) == 2 * len(VARIANTS)
+    assert len(fig.axes[0].lines) == 2 * 2 * len(VARIANTS)  # last and middle stage, fixed and random
     assert study_main(["--seeds", "1", "--out", str(tmp_path)]) == 2
