@@ -27,9 +27,9 @@ from pathlib import Path
 
 import numpy as np
 
-from llm_check.config import TrainConfig, build
+from llm_check.config import build
 from llm_check.routing import middle_stages
-from theory.io import DataError, OneLineParser, output_dir, read_json, read_jsonl, report, write_json
+from theory.io import DataError, OneLineParser, output_dir, read_jsonl, report, write_json
 from theory.stats import mean_se
 
 #: the model and run every study run shares (the cpu-small preset, then these)
@@ -44,17 +44,11 @@ SEEDS = (0, 1, 2)
 
 def _train(cfg, where: Path, threads: int | None) -> dict:
     """The finished run of ``cfg`` in ``where`` (reused when one is there), trained otherwise."""
-    from llm_check.train import Trainer, set_threads
+    from llm_check.train import Trainer, finished_run, set_threads
 
-    done = where / "result.json"
-    if done.exists():
-        try:
-            result = read_json(done)
-            # through from_dict: a field added since the run was made takes its default
-            if result.get("finished") and TrainConfig.from_dict(result["config"]) == cfg:
-                return result
-        except (DataError, TypeError, KeyError, ValueError):
-            pass
+    done = finished_run(where, cfg)
+    if done is not None:
+        return done
     set_threads(threads)
     output_dir(where)
     return Trainer(cfg, where, progress=False).run(overwrite=True)

@@ -123,6 +123,18 @@ def check_run_dir(out: str | Path, *, resume: bool = False, overwrite: bool = Fa
     return out
 
 
+def finished_run(out: str | Path, cfg: TrainConfig) -> dict | None:
+    """The result of the finished run of ``cfg`` that ``out`` holds, or None (no run, unfinished, diverged,
+    other settings, or an unreadable result.json). Settings are compared through
+    :meth:`TrainConfig.from_dict`, so a field added since the run was made takes its default."""
+    try:
+        result = read_json(Path(out) / "result.json", required=("config", "finished"))
+        same = TrainConfig.from_dict(result["config"]) == cfg
+    except (DataError, ConfigError, TypeError, KeyError, ValueError, AttributeError):
+        return None
+    return result if same and result["finished"] and not result.get("diverged") else None
+
+
 def divergence_message(d: dict) -> str:
     """One line: where the run diverged and which checkpoint is kept."""
     inner = f" (inner step {d['inner_step']})" if d.get("inner_step") is not None else ""

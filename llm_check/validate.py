@@ -96,6 +96,8 @@ def measure(metrics: list[dict], outer_steps: int) -> tuple[float, float]:
 
 
 def _ratio(measured: float, predicted: float) -> float:
+    if math.isnan(predicted):
+        return math.nan
     return measured / predicted if predicted > 0 else (1.0 if measured == 0 else float("inf"))
 
 
@@ -122,18 +124,20 @@ def unit_variance(cfg: TrainConfig) -> float:
 
 
 def run_sweep(preset: str, out: str | Path, device: str | None = None, progress: bool | None = None,
-              threads: int | None = None, overwrite: bool = False, max_memory=None) -> dict:
+              threads: int | None = None, overwrite: bool = False, max_memory=None, reuse: bool = False) -> dict:
     """Train every run of the preset's sweep under ``out``, fit k on the reference run, predict the
     others; the report is also written to ``out/validate.json``. A bar only when stderr is a terminal.
     Before the first run: every config, every run folder (locked; one that holds a run needs
-    ``overwrite``) and every memory estimate. A run that diverges ends the sweep: the report then
+    ``overwrite``) and every memory estimate. With ``reuse`` a folder holding the finished run of the same
+    settings is kept and read, not trained again (an interrupted sweep continues; a changed analysis
+    re-summarises in seconds). A run that diverges ends the sweep: the report then
     has ``"diverged"`` (its message) and no rows."""
     from contextlib import ExitStack
 
     from tqdm import tqdm
 
     from llm_check.config import check_memory
-    from llm_check.train import Trainer, check_run_dir, read_metrics, set_threads
+    from llm_check.train import Trainer, check_run_dir, finished_run, read_metrics, set_threads
     from theory.io import RunLock, output_dir
 
     check_choice("preset", preset, tuple(PRESETS))
@@ -149,14 +153,18 @@ def run_sweep(preset: str, out: str | Path, device: str | None = None, progress:
     folders = [out / (f"run{i:02d}" + (f"-seed{seed}" if seed != seeds[0] else "")) for i, seed in jobs]
     runs: dict[int, list] = {}
     with ExitStack() as locks:
-        for where in folders:
+        for where, cfg in zip(folders, configs):
             output_dir(where)
             locks.enter_context(RunLock(where))
-            check_run_dir(where, overwrite=overwrite, how="replace the sweep with --overwrite, or give another --out")
+            if not (reuse and finished_run(where, cfg) is not None):
+                check_run_dir(where, overwrite=overwrite,
+                              how="replace the sweep with --overwrite, keep its finished runs with --reuse, "
+                                  "or give another --out")
         for (i, seed), cfg, where in tqdm(list(zip(jobs, configs, folders)), desc=f"validate {preset}", unit="run",
                                           disable=not progress):
             factor, changes = sweep[i]
-            result = Trainer(cfg, where, progress=False, max_memory=max_memory).run(overwrite=overwrite)
+            result = (reuse and finished_run(where, cfg)) or \
+                Trainer(cfg, where, progress=False, max_memory=max_memory).run(overwrite=True)
             if result.get("diverged"):
                 report = {"schema_version": SCHEMA_VERSION, "preset": preset, "base": base, "rows": [],
                           "diverged": f"{where.name} ({factor} {changes}, seed {seed}): "
@@ -172,7 +180,8 @@ def run_sweep(preset: str, out: str | Path, device: str | None = None, progress:
     for i, (factor, changes) in enumerate(sweep):
         cfg = runs[i][0][0]
         measured, se = mean_se([m for _, m, _, _ in runs[i]])
-        predicted = math.sqrt(k * unit_variance(cfg))
+        # the fitted model's s2 = k lr^2 H is Adam's (steps of size ~lr whatever the gradient); not SGD's
+        predicted = math.sqrt(k * unit_variance(cfg)) if cfg.inner_optimizer == "adamw" else math.nan
         zeros = [z for _, _, _, z in runs[i]]
         row = Row(factor, changes, i == 0, cfg.replicas, cfg.outer.group_size, cfg.outer.alpha, cfg.outer.gamma,
                   cfg.lr, predicted, measured, se, _ratio(measured, predicted),
@@ -224,17 +233,18 @@ def format_table(report: dict) -> str:
     lines = [f"noloco llm validate --preset {report['preset']}: stationary weight std, flat-direction theory "
              f"(k = {report['noise_constant_k']:.4g} fitted on the reference run)"
              + (f"; mean +- se over seeds {seeds}" if seeds else ""),
-             f"{'factor':<10} {'change':<22} {'predicted':>10} {'measured':>10} {'+-se':>9} {'ratio':>6} {'val loss':>8} "
+             f"{'factor':<10} {'change':<32} {'predicted':>10} {'measured':>10} {'+-se':>9} {'ratio':>6} {'val loss':>8} "
              f"{'zero-const':>10} {'ratio':>13} {'growth meas/pred':>17} {'agrees':>6}"]
     for row in report["rows"]:
         r = {k: math.nan if v is None else v for k, v in row.items()}  # strict JSON wrote NaN/inf as null
         change = ", ".join(f"{k}={_value(v)}" for k, v in r["changes"].items()) or "-"
-        ratio = "fit" if r.get("fitted", r["factor"] == "reference") else f"{r['ratio']:.2f}"
+        ratio = ("fit" if r.get("fitted", r["factor"] == "reference") else
+                 f"{r['ratio']:.2f}" if math.isfinite(r["predicted"]) else "-")  # inf: no stationary spread
         zero = r.get("predicted_zero_constant", math.nan)  # absent in files written before the meter
         zero_ratio = f"{r.get('ratio_zero_constant', math.nan):.2f} +- {r.get('ratio_zero_constant_se', math.nan):.2f}"
         growth = (f"{r['growth_measured']:.3f}/{r['growth_predicted']:.3f}" if r.get("unstable") else "stable")
         agrees = {True: "yes", False: "NO"}.get(row.get("agrees"), "-")
-        lines.append(f"{r['factor']:<10} {change:<22} {r['predicted']:>10.3e} {r['measured']:>10.3e} "
+        lines.append(f"{r['factor']:<10} {change:<32} {r['predicted']:>10.3e} {r['measured']:>10.3e} "
                      f"{r['stderr']:>9.1e} {ratio:>6} {r['val_loss_avg_model']:>8.3f} {zero:>10.3e} {zero_ratio:>13} "
                      f"{growth:>17} {agrees:>6}")
     if report.get("agreement"):

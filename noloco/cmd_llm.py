@@ -34,6 +34,9 @@ def add_parser(subparsers) -> None:
     val.add_argument("--out", default="runs/llm-validate", help="run directory (default runs/llm-validate/PRESET)")
     val.add_argument("--overwrite", action="store_true",
                      help="replace the sweep's runs under OUT/PRESET (without it a folder holding them is refused)")
+    val.add_argument("--reuse", action="store_true",
+                     help="keep the finished runs of the same settings under OUT/PRESET and train only the others "
+                          "(an interrupted sweep continues; the report is recomputed)")
     val.add_argument("--max-memory", default=None, metavar="SIZE",
                      help="memory budget of each run, e.g. 8G (default: half the memory available)")
     val.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
@@ -126,7 +129,7 @@ def run(args) -> int:
 
         out = output_dir(args.out) / args.preset
         report = run_sweep(args.preset, out, device=args.device, threads=args.threads, overwrite=args.overwrite,
-                           max_memory=args.max_memory)
+                           max_memory=args.max_memory, reuse=args.reuse)
         if args.json:
             print_json(report)
         else:
