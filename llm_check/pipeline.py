@@ -34,7 +34,7 @@ class Pipeline:
     def _windows(self, replica: int, step: int) -> np.ndarray:
         return data.batch(self.shards[replica], self.cfg.seed, replica, step, self.cfg.batch, self.cfg.ctx)
 
-    def _neighbours(self, rt, step: int):
+    def _neighbours(self, rt):
         """This rank's slots ``[(b, r)]`` (batch position, data replica) and, per slot, the rank its
         input comes from and the rank its output goes to (None at the first and last stage)."""
         s, k = self.stage, self.replica
@@ -56,7 +56,7 @@ class Pipeline:
         this replica (the last stage's; 0 on the other stages), shape (1,)."""
         cfg, ex = self.cfg, self.ex
         rt = route(cfg.seed, step, self.S, self.N, cfg.batch, cfg.routing, cfg.skip_prob)
-        slots, sources, targets = self._neighbours(rt, step)
+        slots, sources, targets = self._neighbours(rt)
         T, C = cfg.ctx, cfg.width
         device = next(iter(params.values())).device
         dtype = next(iter(params.values())).dtype

@@ -285,3 +285,47 @@ def test_routing_study_quick_writes_every_table(tmp_path, capsys):
     fig = fig_routing.draw(fig_routing.compute(str(tmp_path / "routing.json")))
     assert len(fig.axes[0].lines) == 2 * 2 * len(VARIANTS)  # last and middle stage, fixed and random
     assert study_main(["--seeds", "1", "--out", str(tmp_path)]) == 2
+
+
+def _silent_stage_run(rank, port, report):
+    """Rank 0 (stage 0) computes and waits for stage 1's gradients; rank 1 (stage 1) is alive but silent."""
+    import datetime
+    import time
+
+    import torch.distributed as dist
+
+    from llm_check import data
+    from llm_check.exchange import DistExchange, PeerError
+    from llm_check.pipeline import Pipeline
+
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=60))
+    ex = DistExchange(rank=rank, world_size=2, local_rank=rank, timeout=2.0, device=torch.device("cpu"), stages=2)
+    if rank == 0:
+        cfg = build("cpu-tiny", "local", replicas=1, stages=2, routing="random")
+        corpus = data.load_corpus()
+        shards = data.shards(corpus, 1, cfg.seed, False)
+        params = {k: v for k, v in init_params(cfg.model(), 1, 0).items() if param_stage(k, cfg.layers, 2) == 0}
+        for p in params.values():
+            p.requires_grad_(True)
+        start = time.monotonic()
+        try:
+            Pipeline(cfg, ex, cfg.model(), shards).train_step(params, 0)
+            message = "no error"
+        except PeerError as err:
+            message = str(err)
+        with open(report, "w") as handle:
+            handle.write(f"{time.monotonic() - start:.3f}\n{message}")
+    else:
+        time.sleep(8)  # outlives rank 0's 2 s timeout
+    os._exit(0)  # skip the teardown, which would wait for the silent peer
+
+
+def test_dead_stage_rank_is_a_clear_error(tmp_path):
+    import torch.multiprocessing as mp
+
+    report = tmp_path / "report.txt"
+    mp.start_processes(_silent_stage_run, args=(free_port(), str(report)), nprocs=2, join=True, start_method="spawn")
+    elapsed, message = report.read_text().split("\n", 1)
+    assert float(elapsed) < 6.0
+    assert message.startswith("rank 0: gradients of inner step 0 with rank(s) [1] failed or timed out after 2 s"), message
