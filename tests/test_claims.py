@@ -131,3 +131,12 @@ def test_cli_exits_1_when_a_claim_fails(monkeypatch, capsys):
 def test_same_seed_same_numbers():
     a, b = (dataclasses.replace(claims.pure_pairing(seed=3), seconds=0) for _ in range(2))
     assert a == b
+
+
+def test_wrong_routing_recursion_is_caught(monkeypatch):
+    from quadratic import routing
+
+    original = routing.trajectory
+    monkeypatch.setattr(routing, "trajectory",
+                        lambda *a, **k: {**original(*a, **k), "flat": 1.1 * original(*a, **k)["flat"]})
+    assert not claims.routing_flat_direction(quick=True).holds
