@@ -10,8 +10,8 @@ group by point-to-point messages. The outer step itself is
 Inner optimiser: AdamW on the stacked parameters. Adam is elementwise, so one AdamW
 over (R, ...) tensors is exactly R independent AdamWs; only clipping couples
 coordinates, and it is done per replica. The inner AdamW state carries over outer
-steps (as in DiLoCo); ``inner_optimizer="sgd"`` is plain SGD instead. ``ddp`` averages the gradients every step and skips the outer
-step. The methods and the learning-rate schedule are :mod:`theory.methods` and
+steps (as in DiLoCo); ``inner_optimizer="sgd"`` is plain SGD instead. ``ddp``
+averages the gradients every step and skips the outer step. The methods and the learning-rate schedule are :mod:`theory.methods` and
 :mod:`theory.schedules`; every file is written through :mod:`theory.io` (strict JSON).
 
 Every outer step in one process (batched or loop mode) also logs the outer theory's inputs,

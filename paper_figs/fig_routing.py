@@ -2,8 +2,9 @@
 replicas' spread over training (theta_std, the inner weights before the outer step; mean over
 seeds) of the last stage (thick) and of a middle stage (thin), fixed (dashed) vs random (solid)
 routing, for noloco, diloco and the no-synchronisation ablation: routing pulls the last stage
-together and spreads the middle ones slightly. Right: validation loss vs the probability of skipping a middle stage in training, for
-the whole model and with half of its middle stages removed (mean and standard error over seeds).
+together and spreads the middle ones slightly. Right: validation loss vs the probability of
+skipping a middle stage in training, for the whole model and with half of its middle stages
+removed (mean and standard error over seeds).
 
 Reads the measured study ``docs/data/routing.json`` (``python -m llm_check.routing_study``, which
 writes routing.json into its --out; copy it there to refresh the figure); trains nothing."""
