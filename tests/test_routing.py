@@ -329,3 +329,12 @@ def test_dead_stage_rank_is_a_clear_error(tmp_path):
     elapsed, message = report.read_text().split("\n", 1)
     assert float(elapsed) < 6.0
     assert message.startswith("rank 0: gradients of inner step 0 with rank(s) [1] failed or timed out after 2 s"), message
+
+
+def test_the_issue_command_logs_weight_std_per_stage(tmp_path):
+    """`noloco llm train --preset cpu-tiny --stages 2 --routing random --method noloco --out DIR` (about 5 s here)."""
+    assert main(["llm", "train", "--preset", "cpu-tiny", "--stages", "2", "--routing", "random", "--method", "noloco",
+                 "--out", str(tmp_path)]) == 0
+    for row in rows(tmp_path):
+        assert len(row["weight_std_per_stage"]) == 2 and len(row["theta_std_per_stage"]) == 2
+    assert loads((tmp_path / "result.json").read_text())["finished"]
