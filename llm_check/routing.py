@@ -81,11 +81,6 @@ class Route:
         np.put_along_axis(who, self.path, np.broadcast_to(np.arange(N)[None, :, None], self.path.shape), axis=1)
         return who
 
-    def visits(self, stage: int, replica: int) -> list[tuple[int, int]]:
-        """The microbatches (r, b) that replica ``replica`` of stage ``stage`` computes (skips excluded)."""
-        r, b = np.nonzero((self.path[stage] == replica) & ~self.skip[stage])
-        return list(zip(r.tolist(), b.tolist()))
-
     def torch(self, device=None):
         """Index tensors for the batched forward: ``source[s]`` (N, B) for s >= 1 (None at s = 0),
         ``skip[s]`` (N, B) bool in slot order or None where nothing skips stage s, and ``targets``
