@@ -29,6 +29,7 @@ permutations, so autograd sends each gradient back to exactly the replica that c
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,7 +42,8 @@ ROUTINGS = ("fixed", "random")
 _ROUTE_STREAM, _SKIP_STREAM = 0x524F555445, 0x534B4950
 
 
-def stage_units(layers: int, stages: int) -> list[list]:
+@functools.lru_cache(maxsize=None)  # called for every stage of every forward pass
+def stage_units(layers: int, stages: int) -> tuple[tuple, ...]:
     """The units of each stage: ``"embed"``, block indices and ``"head"`` (final norm and output
     projection), split as evenly as consecutive runs allow (``numpy.array_split`` of the L + 2 units).
     Needs 1 <= stages <= layers + 2."""
@@ -50,7 +52,7 @@ def stage_units(layers: int, stages: int) -> list[list]:
                           f"of: the embedding, a block, the head)")
     units = ["embed", *range(layers), "head"]
     bounds = np.cumsum([0] + [len(part) for part in np.array_split(np.arange(len(units)), stages)])
-    return [units[a:b] for a, b in zip(bounds[:-1], bounds[1:])]
+    return tuple(tuple(units[a:b]) for a, b in zip(bounds[:-1], bounds[1:]))
 
 
 def param_stage(name: str, layers: int, stages: int) -> int:

@@ -153,18 +153,20 @@ def run_sweep(preset: str, out: str | Path, device: str | None = None, progress:
     folders = [out / (f"run{i:02d}" + (f"-seed{seed}" if seed != seeds[0] else "")) for i, seed in jobs]
     runs: dict[int, list] = {}
     with ExitStack() as locks:
+        kept = []  # with reuse: each folder's finished run of the same settings (None: train it)
         for where, cfg in zip(folders, configs):
             output_dir(where)
             locks.enter_context(RunLock(where))
-            if not (reuse and finished_run(where, cfg) is not None):
+            kept.append(finished_run(where, cfg) if reuse else None)
+            if kept[-1] is None:
                 check_run_dir(where, overwrite=overwrite,
                               how="replace the sweep with --overwrite, keep its finished runs with --reuse, "
                                   "or give another --out")
-        for (i, seed), cfg, where in tqdm(list(zip(jobs, configs, folders)), desc=f"validate {preset}", unit="run",
-                                          disable=not progress):
+        for (i, seed), cfg, where, result in tqdm(list(zip(jobs, configs, folders, kept)), desc=f"validate {preset}",
+                                                  unit="run", disable=not progress):
             factor, changes = sweep[i]
-            result = (reuse and finished_run(where, cfg)) or \
-                Trainer(cfg, where, progress=False, max_memory=max_memory).run(overwrite=True)
+            if result is None:
+                result = Trainer(cfg, where, progress=False, max_memory=max_memory).run(overwrite=True)
             if result.get("diverged"):
                 report = {"schema_version": SCHEMA_VERSION, "preset": preset, "base": base, "rows": [],
                           "diverged": f"{where.name} ({factor} {changes}, seed {seed}): "
