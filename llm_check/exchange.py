@@ -16,6 +16,7 @@ activations move between stages point-to-point (:mod:`llm_check.pipeline`).
 from __future__ import annotations
 
 import os
+from contextlib import contextmanager
 from datetime import timedelta
 
 import torch
@@ -162,37 +163,47 @@ class DistExchange(Exchange):
     def rank_of(self, stage: int, replica: int) -> int:
         return stage * self.N + replica
 
-    def _wait(self, works, what: str, peers) -> None:
+    @contextmanager
+    def _talking(self, what: str, peers):
+        """Communication with ``peers``: gloo raises when an operation starts on a socket the peer has
+        closed, and when a wait runs past the timeout; either is a PeerError."""
         try:
-            for w in works:
-                w.wait(timeout=timedelta(seconds=self.timeout))
+            yield
         except RuntimeError as err:
             raise PeerError(f"rank {self.rank}: {what} with rank(s) {peers} failed or timed out after "
                             f"{self.timeout:g} s (a peer died or hangs): {str(err).splitlines()[0]}") from err
 
-    def send(self, messages) -> list:
+    def _run(self, start, what: str, peers) -> None:
+        """Start the operations (``start()`` returns their works) and wait for them."""
+        with self._talking(what, peers):
+            for w in start():
+                w.wait(timeout=timedelta(seconds=self.timeout))
+
+    def send(self, messages, what: str) -> list:
         """Start sending ``(rank, tag, tensor)`` messages; the pending works (:meth:`wait` them)."""
         import torch.distributed as dist
 
-        return [(dist.isend(t.contiguous(), dst, tag=tag), dst) for dst, tag, t in messages]
+        with self._talking(what, sorted({dst for dst, _, _ in messages})):
+            return [(dist.isend(t.contiguous(), dst, tag=tag), dst) for dst, tag, t in messages]
 
     def receive(self, sources, shape, dtype, what: str) -> list:
         """One tensor of ``shape`` from each ``(rank, tag)``, in that order."""
         import torch.distributed as dist
 
         out = [torch.empty(shape, dtype=dtype, device=self.device) for _ in sources]
-        works = [(dist.irecv(t, src, tag=tag), src) for t, (src, tag) in zip(out, sources)]
-        self.wait(works, what)
+        self._run(lambda: [dist.irecv(t, src, tag=tag) for t, (src, tag) in zip(out, sources)], what,
+                  sorted({src for src, _ in sources}))
         return out
 
     def wait(self, works, what: str) -> None:
-        self._wait([w for w, _ in works], what, sorted({peer for _, peer in works}))
+        self._run(lambda: [w for w, _ in works], what, sorted({peer for _, peer in works}))
 
     def average_grads(self, grads) -> None:
         import torch.distributed as dist
 
         flat = _flat(grads)
-        self._wait([dist.all_reduce(flat, group=self.stage_group, async_op=True)], "gradient all-reduce (ddp)", "all")
+        self._run(lambda: [dist.all_reduce(flat, group=self.stage_group, async_op=True)], "gradient all-reduce (ddp)",
+                  "all")
         for g, a in zip(grads, _unflat(flat / self.N, grads)):
             g.copy_(a)
 
@@ -209,7 +220,7 @@ class DistExchange(Exchange):
         received = {r: torch.empty_like(mine) for r in peers}
         ops = [dist.P2POp(dist.isend, mine, r) for r in peers] + [dist.P2POp(dist.irecv, received[r], r) for r in peers]
         if ops:
-            self._wait(dist.batch_isend_irecv(ops), f"group exchange at outer step {step}", peers)
+            self._run(lambda: dist.batch_isend_irecv(ops), f"group exchange at outer step {step}", peers)
         # sum in the group's order, as the one-process shuffle does
         total = sum(mine if r == self.rank else received[r] for r in group) / len(group)
         means = _unflat(total, phis + progs)
@@ -220,14 +231,15 @@ class DistExchange(Exchange):
         import torch.distributed as dist
 
         flat = _flat(xs).double()
-        self._wait([dist.all_reduce(flat, group=self.stage_group, async_op=True)], "replica mean for logging", "all")
+        self._run(lambda: [dist.all_reduce(flat, group=self.stage_group, async_op=True)], "replica mean for logging",
+                  "all")
         return _unflat(flat / self.N, xs)
 
     def sum_floats(self, values: list) -> list:
         import torch.distributed as dist
 
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
-        self._wait([dist.all_reduce(t, async_op=True)], "logging all-reduce", "all")
+        self._run(lambda: [dist.all_reduce(t, async_op=True)], "logging all-reduce", "all")
         return t.tolist()
 
     def gather_floats(self, values: list) -> list:
@@ -235,7 +247,7 @@ class DistExchange(Exchange):
 
         t = torch.tensor(values, dtype=torch.float64, device=self.device)
         out = [torch.empty_like(t) for _ in range(self.world_size)]
-        self._wait([dist.all_gather(out, t, async_op=True)], "logging all-gather", "all")
+        self._run(lambda: [dist.all_gather(out, t, async_op=True)], "logging all-gather", "all")
         return [v for x in out for v in x.tolist()]
 
     def ckpt_name(self) -> str:

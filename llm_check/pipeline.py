@@ -80,13 +80,15 @@ class Pipeline:
             loss.backward()
             loss = loss.detach().reshape(1)
         else:
-            pending += ex.send([(dst, b, y[0, i].detach()) for i, ((b, _), dst) in enumerate(zip(slots, targets))])
+            pending += ex.send([(dst, b, y[0, i].detach()) for i, ((b, _), dst) in enumerate(zip(slots, targets))],
+                               f"activations of inner step {step}")
             grads = ex.receive([(dst, b) for (b, _), dst in zip(slots, targets)], (T, C), dtype,
                                f"gradients of inner step {step}")
             y.backward(torch.stack(grads)[None])
             loss = torch.zeros(1, device=device)
         if self.stage > 0:
-            pending += ex.send([(src, b, x.grad[0, i]) for i, ((b, _), src) in enumerate(zip(slots, sources))])
+            pending += ex.send([(src, b, x.grad[0, i]) for i, ((b, _), src) in enumerate(zip(slots, sources))],
+                               f"gradients of inner step {step}")
         ex.wait(pending, f"sends of inner step {step}")
         return loss
 
@@ -104,7 +106,8 @@ class Pipeline:
                                next(iter(params.values())).dtype, "evaluation activations")[0][None]
             y = run_stage(params, self.stage, x, self.model)
             if self.stage < self.S - 1:
-                ex.wait(ex.send([(ex.rank_of(self.stage + 1, k), 0, y[0])]), "evaluation activations")
+                ex.wait(ex.send([(ex.rank_of(self.stage + 1, k), 0, y[0])], "evaluation activations"),
+                        "evaluation activations")
             else:
                 total += F.cross_entropy(y[0].reshape(-1, y.shape[-1]), part[:, 1:].reshape(-1)).item() * len(part)
         return total / len(windows) if self.stage == self.S - 1 else float("nan")

@@ -236,7 +236,13 @@ def test_a_dead_peer_is_exit_3_with_one_line(tmp_path):
         while not (tmp_path / "ckpt-rank1.pt").exists():
             assert all(p.poll() is None for p in procs) and time.monotonic() < deadline
             time.sleep(0.1)
+        # rank 0 is paused while rank 1 dies, so it also starts operations on a socket already closed
+        # (gloo raises at the start then, not in the wait)
+        procs[0].send_signal(signal.SIGSTOP)
         procs[1].send_signal(signal.SIGKILL)
+        procs[1].wait(timeout=30)
+        time.sleep(0.5)
+        procs[0].send_signal(signal.SIGCONT)
         assert procs[0].wait(timeout=60) == 3
         err = procs[0].stderr.read().strip().splitlines()
         assert len(err) == 1 and err[0].startswith("python -m llm_check.train: error: rank 0:"), err
