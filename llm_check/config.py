@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from theory.config import (MOMENTUM_CONVENTIONS, ConfigError, OuterConfig, check_choice, check_divides,
                            check_fields, check_integer, check_real)
+from llm_check.architecture import GPTConfig
 from llm_check.routing import ROUTINGS, check_skip_prob
 from theory.methods import METHOD_SUMMARY, METHODS, PRESETS as THEORY_PRESETS, constrain, resolve
 
@@ -149,9 +150,7 @@ class TrainConfig:
         return learning_rate(step, self.schedule, self.lr, self.total_inner_steps, warmup=self.warmup,
                              floor=self.min_lr_frac)
 
-    def model(self):
-        from llm_check.model import GPTConfig
-
+    def model(self) -> GPTConfig:
         return GPTConfig(ctx=self.ctx, layers=self.layers, heads=self.heads, width=self.width, stages=self.stages)
 
     def tokens_per_inner_step(self) -> int:
@@ -346,12 +345,10 @@ def memory_estimate(cfg: TrainConfig, replicas: int | None = None) -> dict:
     """Bytes one training step of ``cfg`` needs with ``replicas`` replicas in this process (default
     all; 1 under torchrun), by part; ``total`` is their sum. The batch of a step and the evaluation's
     batch are alive at different times, so the larger of the two counts."""
-    from math import prod
-
     R = cfg.replicas if replicas is None else replicas
     C, L, T, V = cfg.width, cfg.layers, cfg.ctx, 256
     size = {"float64": 8, "float32": 4, "bfloat16": 2}[cfg.dtype]
-    n_params = sum(prod(shape) for shape in _param_shapes(cfg))
+    n_params = cfg.model().n_params()
     state = _STATE_COPIES * R * n_params * size
     tokens = R * cfg.batch * T
     step = tokens * (_ACTIVATION_PER_WIDTH_LAYER * C * L + _ACTIVATION_PER_VOCAB * V) * max(size, 4)
@@ -366,17 +363,6 @@ def memory_estimate(cfg: TrainConfig, replicas: int | None = None) -> dict:
     parts = {"parameters_and_optimizer": state, "activations": max(step, evaluation), "data": data,
              "spread_meter": meter}
     return {**parts, "total": sum(parts.values())}
-
-
-def _param_shapes(cfg: TrainConfig):
-    C = cfg.width
-    yield (256, C)
-    yield (cfg.ctx, C)
-    for _ in range(cfg.layers):
-        yield from ((C,), (C,), (C, 3 * C), (3 * C,), (C, C), (C,), (C,), (C,), (C, 4 * C), (4 * C,), (4 * C, C), (C,))
-    yield from ((C,), (C,))
-    if cfg.stages > 1:  # the untied head
-        yield (256, C)
 
 
 def memory_budget(max_memory=None, device: str = "cpu", share: int = 1) -> tuple[int | None, str]:
