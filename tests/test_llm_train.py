@@ -488,6 +488,17 @@ def test_memory_estimate_budget_and_sizes():
         check_memory(build("cpu-tiny"), "lots")
 
 
+def test_sizing_a_run_needs_no_torch_and_counts_the_model_s_parameters():
+    """The config sizes runs before torch loads, from the shapes the model builds its tensors from."""
+    code = ("import sys; from llm_check.config import build, memory_estimate; cfg = build('cpu-tiny', stages=2); "
+            "memory_estimate(cfg); print('torch' in sys.modules, cfg.model().n_params())")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    from llm_check.model import init_params
+
+    params = init_params(build("cpu-tiny", stages=2).model(), replicas=1, seed=0)
+    assert out.stdout.split() == ["False", str(sum(p[0].numel() for p in params.values()))]
+
+
 @pytest.mark.parametrize("kw,words", [
     (dict(replicas=6000, group_size=1), "IID shards"),
     (dict(replicas=1000, group_size=1, noniid=True), "non-IID"),
