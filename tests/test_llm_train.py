@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from llm_check.config import TrainConfig, build  # noqa: E402
-from llm_check.exchange import DistExchange, LocalExchange, PeerError, free_port, rank_device  # noqa: E402
+from llm_check.exchange import DistExchange, LocalExchange, free_port, rank_device  # noqa: E402
 from llm_check.train import Trainer, weight_std  # noqa: E402
 from theory.config import ConfigError  # noqa: E402
 from theory.io import SCHEMA_VERSION, loads  # noqa: E402
@@ -234,19 +234,14 @@ def _silent_peer_run(rank, port, report):
     import time
 
     import torch.distributed as dist
+    from peers import report_peer_error
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
                             timeout=datetime.timedelta(seconds=60))
     if rank == 0:
         ex = DistExchange(rank=0, world_size=2, local_rank=0, timeout=2.0, device=torch.device("cpu"))
-        start = time.monotonic()
-        try:
-            ex.group_means([torch.zeros(1, 3)], [torch.zeros(1, 3)], seed=0, step=2, group_size=2)
-            message = "no error"
-        except PeerError as err:
-            message = str(err)
-        with open(report, "w") as handle:
-            handle.write(f"{time.monotonic() - start:.3f}\n{message}")
+        report_peer_error(lambda: ex.group_means([torch.zeros(1, 3)], [torch.zeros(1, 3)], seed=0, step=2,
+                                                 group_size=2), report)
     else:
         time.sleep(8)  # outlives rank 0's 2 s timeout: only the timeout can end the wait early
     os._exit(0)  # skip the process-group teardown, which would wait for the silent peer

@@ -295,8 +295,9 @@ def _silent_stage_run(rank, port, report):
     import torch.distributed as dist
 
     from llm_check import data
-    from llm_check.exchange import DistExchange, PeerError
+    from llm_check.exchange import DistExchange
     from llm_check.pipeline import Pipeline
+    from peers import report_peer_error
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
                             timeout=datetime.timedelta(seconds=60))
@@ -308,14 +309,7 @@ def _silent_stage_run(rank, port, report):
         params = {k: v for k, v in init_params(cfg.model(), 1, 0).items() if param_stage(k, cfg.layers, 2) == 0}
         for p in params.values():
             p.requires_grad_(True)
-        start = time.monotonic()
-        try:
-            Pipeline(cfg, ex, cfg.model(), shards).train_step(params, 0)
-            message = "no error"
-        except PeerError as err:
-            message = str(err)
-        with open(report, "w") as handle:
-            handle.write(f"{time.monotonic() - start:.3f}\n{message}")
+        report_peer_error(lambda: Pipeline(cfg, ex, cfg.model(), shards).train_step(params, 0), report)
     else:
         time.sleep(8)  # outlives rank 0's 2 s timeout
     os._exit(0)  # skip the teardown, which would wait for the silent peer
