@@ -21,7 +21,6 @@ of the figure ``paper_figs/fig_routing.py``) and prints the tables of docs/routi
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
