@@ -7,6 +7,7 @@ import argparse
 import importlib
 import sys
 
+PROG = "python -m benchmarks"
 SUITES = {"theory-grid": "benchmarks.theory_grid", "simulator": "benchmarks.simulator",
           "comm": "benchmarks.comm", "check": "benchmarks.check", "scaling": "benchmarks.scaling",
           "llm-step": "benchmarks.llm_step", "all": "benchmarks.all"}
@@ -14,8 +15,9 @@ SUITES = {"theory-grid": "benchmarks.theory_grid", "simulator": "benchmarks.simu
 
 def build_parser() -> argparse.ArgumentParser:
     from benchmarks.timer import add_output_arguments
+    from theory.io import OneLineParser
 
-    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="name", metavar="NAME", required=True)
     for name, module_name in SUITES.items():
         module = importlib.import_module(module_name)
@@ -27,11 +29,22 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    args = build_parser().parse_args(argv)
+    """Exit codes as ``noloco``'s (:func:`theory.io.report`): 0 done, 2 bad input (one line), 130 interrupted."""
     from benchmarks.timer import emit, run
+    from theory.io import report
 
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as stop:  # --help (0) or a usage error (2, printed on one line)
+        return stop.code if isinstance(stop.code, int) else 0
     options = {k: v for k, v in vars(args).items() if k not in ("name", "module", "json", "out")}
-    result = run(args.name, args.module.measure, **options)
+    try:
+        result = run(args.name, args.module.measure, **options)
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as err:  # noqa: BLE001 - report re-raises what is not in the contract (a bug)
+        return report(PROG, err)
     print(f"{args.name}: {result['machine']}, load {result['load_average_before'][0]:.2f}", file=sys.stderr)
     emit(result, args, args.module.format_result)
     return 0

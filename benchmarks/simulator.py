@@ -8,7 +8,8 @@ replica; outer steps, partitions and recording included) for
   d-vector at a time (numpy for the d coordinates),
 * two floors over the same (trials, N, d) weights, per inner step: the bandwidth floor (one
   read and one write of the weights, nothing else) and the noise floor (drawing one Gaussian
-  per weight with the simulator's generator, then that read and write),
+  per weight with the simulator's generator, then that read and write); and the memory floor,
+  the bandwidth floor's pass over a state larger than the caches,
 * optionally the same ``noloco simulate`` command at an older commit (``--baseline DIR``, a
   git worktree) next to this one, each in a fresh process.
 
@@ -25,12 +26,15 @@ import numpy as np
 from benchmarks.timer import best_of, command_seconds
 from quadratic.simulator import SimConfig, simulate
 from theory.budget import retain_freed_memory
-from theory.config import InnerConfig, OuterConfig
+from theory.config import ConfigError, InnerConfig, OuterConfig
 from theory.numeric import fast_normal
 from theory.outer import outer_step
 from theory.partitions import partition
 
 NAME = "simulator"
+#: numbers of the memory floor's state: 128 MiB in float64, four times the 32 MiB L3 of the
+#: machine in docs/performance.md
+MEMORY_FLOOR_NUMBERS, MEMORY_FLOOR_PASSES = 1 << 24, 10
 ROOT = Path(__file__).resolve().parent.parent
 #: the command of issue 14, timed here and at the baseline commit
 COMMAND = ["simulate", "--preset", "paper", "--spectrum", "uniform:0.1:1:1000", "--trials", "200",
@@ -67,6 +71,13 @@ def bandwidth_floor(cfg: SimConfig, dim: int, dtype=np.float64) -> None:
         np.add(theta, 1.0, out=theta)
 
 
+def memory_floor(numbers: int = MEMORY_FLOOR_NUMBERS, passes: int = MEMORY_FLOOR_PASSES) -> None:
+    """The bandwidth floor's pass over a state too large for the caches (main-memory bandwidth)."""
+    theta = np.zeros(numbers)
+    for _ in range(passes):
+        np.add(theta, 1.0, out=theta)
+
+
 def noise_floor(cfg: SimConfig, dim: int, dtype=np.float64) -> None:
     """Per inner step one Gaussian per weight (the simulator's generator) and one in-place pass."""
     rng = np.random.default_rng(cfg.seed)
@@ -93,6 +104,9 @@ def add_arguments(parser) -> None:
 
 def measure(trials=200, replicas=8, dim=1000, inner_steps=50, outer_steps=10, noise=1.0, repeat=3,
             loop_trials=2, baseline=None) -> dict:
+    if loop_trials < 2:
+        raise ConfigError(f"--loop-trials={loop_trials} is out of range; allowed: an integer >= 2 (a simulation's "
+                          f"least number of trials)")
     retain_freed_memory()
     lam = tuple(np.linspace(0.1, 1.0, dim))
     outer = OuterConfig(replicas=replicas, group_size=2)
@@ -114,12 +128,14 @@ def measure(trials=200, replicas=8, dim=1000, inner_steps=50, outer_steps=10, no
         "exact_float32": rate(dataclasses.replace(exact, dtype="float32")),
         "python_loop": per_step * loop_trials / trials / best_of(lambda: loop(small, np.asarray(lam)), 1),
         "bandwidth_floor": per_step * outer_steps / best_of(lambda: bandwidth_floor(explicit, dim), repeat),
+        "memory_floor": MEMORY_FLOOR_NUMBERS * MEMORY_FLOOR_PASSES / best_of(memory_floor, repeat),
         "noise_floor": per_step * outer_steps / best_of(lambda: noise_floor(explicit, dim), repeat),
     }
     out = {"updates_per_second": rates,
            "exact_over_explicit": rates["exact"] / rates["explicit"],
            "explicit_over_loop": rates["explicit"] / rates["python_loop"],
            "bandwidth_floor_over_explicit": rates["bandwidth_floor"] / rates["explicit"],
+           "memory_floor_over_explicit": rates["memory_floor"] / rates["explicit"],
            "noise_floor_over_explicit": rates["noise_floor"] / rates["explicit"],
            "state_bytes": trials * replicas * dim * 8}
     if baseline:
@@ -139,6 +155,7 @@ def format_result(result: dict) -> str:
     lines += [f"exact / explicit            = {r['exact_over_explicit']:.1f}x",
               f"explicit / loop             = {r['explicit_over_loop']:.1f}x",
               f"bandwidth floor / explicit  = {r['bandwidth_floor_over_explicit']:.1f}x",
+              f"memory floor / explicit     = {r['memory_floor_over_explicit']:.1f}x",
               f"noise floor / explicit      = {r['noise_floor_over_explicit']:.2f}x"]
     c = r.get("commands")
     if c:

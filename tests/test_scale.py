@@ -292,3 +292,14 @@ def test_comm_a_million_replicas():
     out, seconds = _timed(["comm", "--replicas", "1000000"], 40)
     assert out.returncode == 0, out.stderr
     assert seconds < 40  # the issue asks 10 s: see docs/performance.md for why this is not met
+
+
+def test_a_benchmark_given_bad_input_says_so_on_one_line_and_exits_2(capsys):
+    from benchmarks.__main__ import main
+
+    assert main(["simulator", "--loop-trials", "1"]) == 2
+    assert main(["simulator", "--trials", "many"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err[-2] == ("python -m benchmarks: error: --loop-trials=1 is out of range; allowed: an integer >= 2 "
+                       "(a simulation's least number of trials)")
+    assert err[-1] == "python -m benchmarks simulator: error: argument --trials: invalid int value: 'many'"
