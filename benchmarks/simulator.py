@@ -24,12 +24,12 @@ from pathlib import Path
 import numpy as np
 
 from benchmarks.timer import best_of, command_seconds
-from quadratic.simulator import SimConfig, simulate
+from quadratic.simulator import SimConfig, plan, simulate
 from theory.budget import retain_freed_memory
 from theory.config import ConfigError, InnerConfig, OuterConfig
 from theory.numeric import fast_normal
 from theory.outer import outer_step
-from theory.partitions import partition
+from theory.partitions import partition, random_permutations
 
 NAME = "simulator"
 #: numbers of the memory floor's state: 128 MiB in float64, four times the 32 MiB L3 of the
@@ -89,6 +89,71 @@ def noise_floor(cfg: SimConfig, dim: int, dtype=np.float64) -> None:
         theta += noise
 
 
+def fused_exact(cfg: SimConfig, dim: int, steps: int) -> float | None:
+    """Seconds of the exact path's per-step work (group draws, new groups, group means,
+    ``theory.outer.outer_step`` compiled by numba, and the spread's per-direction sums) fused into
+    one compiled loop per block of :data:`quadratic.simulator.BLOCK` numbers; None without numba.
+    A measurement of what a compiled kernel would give, not a path of the simulator (the mean
+    trajectory and the per-step moments are left out; the explicit and exact rates include them)."""
+    try:
+        import numba
+    except ImportError:
+        return None
+    rule = cfg.outer.rule()
+    kernel = _fused_kernel(numba, rule["momentum"])
+    N, n = cfg.outer.replicas, cfg.outer.group_size
+    count, width = plan(dim, cfg.trials, N, steps, eigenbasis=True)  # the simulator's blocks
+    blocks = -(-cfg.trials // count) * -(-dim // width)
+    rng = np.random.default_rng(cfg.seed)
+    phi, delta = np.ones((count, N, width)), np.zeros((count, N, width))
+    new_phi, new_delta = np.empty_like(phi), np.empty_like(phi)
+    z = np.empty((count, N // n, width))
+    scratch = np.empty(z.size // 2 + 1, np.float32)
+    c, sd = np.full(width, 0.3), np.full(width, 0.1)
+    sums = np.empty((2, count, width))
+    args = (rule["alpha"], rule["beta"], rule["gamma"])
+    kernel(phi, delta, np.zeros((count, N), np.int64), z, c, sd, *args, new_phi, new_delta, sums)  # compile
+
+    def run():
+        nonlocal phi, delta, new_phi, new_delta
+        for _ in range(blocks * steps):
+            fast_normal(rng, z, 1.0, scratch)
+            order = random_permutations(rng, (count,), N)
+            kernel(phi, delta, order, z, c, sd, *args, new_phi, new_delta, sums)
+            phi, new_phi, delta, new_delta = new_phi, phi, new_delta, delta
+
+    return best_of(run, 3)
+
+
+def _fused_kernel(numba, momentum: str):
+    step = numba.njit(outer_step)  # on rows of a block: its momentum test runs once a row
+
+    @numba.njit
+    def kernel(phi, delta, order, z, c, sd, alpha, beta, gamma, new_phi, new_delta, sums):
+        count, N, width = phi.shape
+        n = N // z.shape[1]
+        for t in range(count):
+            for g in range(z.shape[1]):
+                mean = phi[t, order[t, g * n]].copy()
+                for j in range(1, n):
+                    mean += phi[t, order[t, g * n + j]]
+                mean /= n
+                progress = -c * mean + sd * z[t, g]
+                for j in range(n):
+                    r = order[t, g * n + j]
+                    new_phi[t, g * n + j], new_delta[t, g * n + j] = step(
+                        phi[t, r], delta[t, r], mean, progress, alpha, beta, gamma, momentum)
+            for d in range(width):
+                total = square = 0.0
+                for i in range(N):
+                    x = new_phi[t, i, d] - new_phi[t, 0, d]
+                    total += x
+                    square += x * x
+                sums[0, t, d], sums[1, t, d] = total, square
+
+    return kernel
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("--trials", type=int, default=200, help="independent trials")
     parser.add_argument("--replicas", type=int, default=8, help="replicas N (pairs)")
@@ -131,12 +196,16 @@ def measure(trials=200, replicas=8, dim=1000, inner_steps=50, outer_steps=10, no
         "memory_floor": MEMORY_FLOOR_NUMBERS * MEMORY_FLOOR_PASSES / best_of(memory_floor, repeat),
         "noise_floor": per_step * outer_steps / best_of(lambda: noise_floor(explicit, dim), repeat),
     }
+    fused = fused_exact(explicit, dim, 10 * outer_steps)
+    if fused is not None:  # counted, as the exact path is, as the H inner steps it replaces
+        rates["exact_fused_numba"] = per_step * 10 * outer_steps / fused
     out = {"updates_per_second": rates,
            "exact_over_explicit": rates["exact"] / rates["explicit"],
            "explicit_over_loop": rates["explicit"] / rates["python_loop"],
            "bandwidth_floor_over_explicit": rates["bandwidth_floor"] / rates["explicit"],
            "memory_floor_over_explicit": rates["memory_floor"] / rates["explicit"],
            "noise_floor_over_explicit": rates["noise_floor"] / rates["explicit"],
+           "exact_fused_numba_over_explicit": rates["exact_fused_numba"] / rates["explicit"] if fused else None,
            "state_bytes": trials * replicas * dim * 8}
     if baseline:
         commands = {"command": "noloco " + " ".join(COMMAND),
@@ -157,6 +226,8 @@ def format_result(result: dict) -> str:
               f"bandwidth floor / explicit  = {r['bandwidth_floor_over_explicit']:.1f}x",
               f"memory floor / explicit     = {r['memory_floor_over_explicit']:.1f}x",
               f"noise floor / explicit      = {r['noise_floor_over_explicit']:.2f}x"]
+    if r.get("exact_fused_numba_over_explicit"):
+        lines.append(f"fused exact (numba) / explicit = {r['exact_fused_numba_over_explicit']:.1f}x")
     c = r.get("commands")
     if c:
         lines += [f"{c['command']}:",

@@ -21,9 +21,11 @@ from __future__ import annotations
 
 from theory.config import MOMENTUM_CONVENTIONS
 
+# a constant message, so that a compiler of plain arithmetic (numba) takes the function as it is
+_UNKNOWN_MOMENTUM = f"momentum is not allowed; allowed: {', '.join(MOMENTUM_CONVENTIONS)}"
 
-def outer_step(phi, delta, group_mean_phi, group_mean_progress, *,
-               alpha, beta, gamma, momentum="heavy-ball"):
+
+def outer_step(phi, delta, group_mean_phi, group_mean_progress, alpha, beta, gamma, momentum="heavy-ball"):
     """One outer step; returns ``(new_phi, new_delta)``.
 
     ``phi`` outer weights, ``delta`` outer momentum, ``group_mean_phi`` and
@@ -36,4 +38,4 @@ def outer_step(phi, delta, group_mean_phi, group_mean_progress, *,
         return phi + new_delta, new_delta
     if momentum == "nesterov":
         return phi + update + alpha * new_delta, new_delta
-    raise ValueError(f"momentum={momentum!r} is not allowed; allowed: {', '.join(MOMENTUM_CONVENTIONS)}")
+    raise ValueError(_UNKNOWN_MOMENTUM)
