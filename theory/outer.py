@@ -1,8 +1,8 @@
 """The NoLoCo outer step, written once.
 
 Plain arithmetic on whatever it is given, so that ``theory`` applies it to sympy
-symbols, ``quadratic`` to numpy arrays and ``llm_check`` to torch tensors. The
-group means are passed in: computing them is communication (an index shuffle in
+symbols, ``quadratic`` to numpy arrays and ``llm_check`` to torch tensors (and
+numba compiles it, in ``benchmarks.simulator``'s fused kernel). The group means are passed in: computing them is communication (an index shuffle in
 one process, point-to-point messages across processes), not part of the rule.
 
 For replica i in group G(i), with progress ``Delta_i = theta_i - phi_i`` after the
