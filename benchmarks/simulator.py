@@ -64,18 +64,20 @@ def loop(cfg: SimConfig, lam: np.ndarray) -> None:
             phi, delta = new_phi, new_delta
 
 
-def bandwidth_floor(cfg: SimConfig, dim: int, dtype=np.float64) -> None:
-    """Per inner step one read and one write of the weights (in place), nothing else."""
-    theta = np.zeros((cfg.trials, cfg.outer.replicas, dim), dtype)
-    for _ in range(cfg.outer_steps * cfg.inner.steps):
-        np.add(theta, 1.0, out=theta)
-
-
-def memory_floor(numbers: int = MEMORY_FLOOR_NUMBERS, passes: int = MEMORY_FLOOR_PASSES) -> None:
-    """The bandwidth floor's pass over a state too large for the caches (main-memory bandwidth)."""
-    theta = np.zeros(numbers)
+def _passes(theta: np.ndarray, passes: int) -> None:
+    """``passes`` in-place passes over ``theta``: one read and one write of each number, nothing else."""
     for _ in range(passes):
         np.add(theta, 1.0, out=theta)
+
+
+def bandwidth_floor(cfg: SimConfig, dim: int, dtype=np.float64) -> None:
+    """Per inner step one read and one write of the weights (in place), nothing else."""
+    _passes(np.zeros((cfg.trials, cfg.outer.replicas, dim), dtype), cfg.outer_steps * cfg.inner.steps)
+
+
+def memory_floor() -> None:
+    """The bandwidth floor's pass over a state too large for the caches (main-memory bandwidth)."""
+    _passes(np.zeros(MEMORY_FLOOR_NUMBERS), MEMORY_FLOOR_PASSES)
 
 
 def noise_floor(cfg: SimConfig, dim: int, dtype=np.float64) -> None:
