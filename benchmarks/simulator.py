@@ -3,7 +3,8 @@ replica; outer steps, partitions and recording included) for
 
 * the explicit inner phase (every inner SGD step; float64 and float32),
 * the exact inner phase (one draw per group and direction per outer step; counted as the H
-  inner steps it replaces),
+  inner steps it replaces), with numpy and, where numba is installed, with its outer step compiled
+  (``quadratic.fused``),
 * a straightforward per-replica Python loop doing the explicit arithmetic on one replica's
   d-vector at a time (numpy for the d coordinates),
 * two floors over the same (trials, N, d) weights, per inner step: the bandwidth floor (one
@@ -18,13 +19,16 @@ replica; outer steps, partitions and recording included) for
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import importlib.util
+import os
 from pathlib import Path
 
 import numpy as np
 
 from benchmarks.timer import best_of, command_seconds
-from quadratic.simulator import SimConfig, plan, simulate
+from quadratic.simulator import SimConfig, simulate
 from theory.budget import retain_freed_memory
 from theory.config import ConfigError, InnerConfig, OuterConfig
 from theory.numeric import fast_normal
@@ -91,69 +95,18 @@ def noise_floor(cfg: SimConfig, dim: int, dtype=np.float64) -> None:
         theta += noise
 
 
-def fused_exact(cfg: SimConfig, dim: int, steps: int) -> float | None:
-    """Seconds of the exact path's per-step work (group draws, new groups, group means,
-    ``theory.outer.outer_step`` compiled by numba, and the spread's per-direction sums) fused into
-    one compiled loop per block of :data:`quadratic.simulator.BLOCK` numbers; None without numba.
-    A measurement of what a compiled kernel would give, not a path of the simulator (the mean
-    trajectory and the per-step moments are left out; the explicit and exact rates include them)."""
+@contextlib.contextmanager
+def jit(setting: str):
+    """``NOLOCO_JIT=setting`` (quadratic.fused) inside the block."""
+    previous = os.environ.get("NOLOCO_JIT")
+    os.environ["NOLOCO_JIT"] = setting
     try:
-        import numba
-    except ImportError:
-        return None
-    rule = cfg.outer.rule()
-    kernel = _fused_kernel(numba, rule["momentum"])
-    N, n = cfg.outer.replicas, cfg.outer.group_size
-    count, width = plan(dim, cfg.trials, N, steps, eigenbasis=True)  # the simulator's blocks
-    blocks = -(-cfg.trials // count) * -(-dim // width)
-    rng = np.random.default_rng(cfg.seed)
-    phi, delta = np.ones((count, N, width)), np.zeros((count, N, width))
-    new_phi, new_delta = np.empty_like(phi), np.empty_like(phi)
-    z = np.empty((count, N // n, width))
-    scratch = np.empty(z.size // 2 + 1, np.float32)
-    c, sd = np.full(width, 0.3), np.full(width, 0.1)
-    sums = np.empty((2, count, width))
-    args = (rule["alpha"], rule["beta"], rule["gamma"])
-    kernel(phi, delta, np.zeros((count, N), np.int64), z, c, sd, *args, new_phi, new_delta, sums)  # compile
-
-    def run():
-        nonlocal phi, delta, new_phi, new_delta
-        for _ in range(blocks * steps):
-            fast_normal(rng, z, 1.0, scratch)
-            order = random_permutations(rng, (count,), N)
-            kernel(phi, delta, order, z, c, sd, *args, new_phi, new_delta, sums)
-            phi, new_phi, delta, new_delta = new_phi, phi, new_delta, delta
-
-    return best_of(run, 3)
-
-
-def _fused_kernel(numba, momentum: str):
-    step = numba.njit(outer_step)  # on rows of a block: its momentum test runs once a row
-
-    @numba.njit
-    def kernel(phi, delta, order, z, c, sd, alpha, beta, gamma, new_phi, new_delta, sums):
-        count, N, width = phi.shape
-        n = N // z.shape[1]
-        for t in range(count):
-            for g in range(z.shape[1]):
-                mean = phi[t, order[t, g * n]].copy()
-                for j in range(1, n):
-                    mean += phi[t, order[t, g * n + j]]
-                mean /= n
-                progress = -c * mean + sd * z[t, g]
-                for j in range(n):
-                    r = order[t, g * n + j]
-                    new_phi[t, g * n + j], new_delta[t, g * n + j] = step(
-                        phi[t, r], delta[t, r], mean, progress, alpha, beta, gamma, momentum)
-            for d in range(width):
-                total = square = 0.0
-                for i in range(N):
-                    x = new_phi[t, i, d] - new_phi[t, 0, d]
-                    total += x
-                    square += x * x
-                sums[0, t, d], sums[1, t, d] = total, square
-
-    return kernel
+        yield
+    finally:
+        if previous is None:
+            del os.environ["NOLOCO_JIT"]
+        else:
+            os.environ["NOLOCO_JIT"] = previous
 
 
 def add_arguments(parser) -> None:
@@ -188,26 +141,31 @@ def measure(trials=200, replicas=8, dim=1000, inner_steps=50, outer_steps=10, no
     exact = SimConfig(outer=outer, inner=inner, curvatures=lam, trials=trials, outer_steps=10 * outer_steps,
                       inner_mode="exact")
     small = SimConfig(outer=outer, inner=inner, curvatures=lam, trials=loop_trials, outer_steps=1)
-    rates = {
-        "explicit": rate(explicit),
-        "explicit_float32": rate(dataclasses.replace(explicit, dtype="float32")),
-        "exact": rate(exact),
-        "exact_float32": rate(dataclasses.replace(exact, dtype="float32")),
+    with jit("0"):  # numpy throughout
+        rates = {
+            "explicit": rate(explicit),
+            "explicit_float32": rate(dataclasses.replace(explicit, dtype="float32")),
+            "exact": rate(exact),
+            "exact_float32": rate(dataclasses.replace(exact, dtype="float32")),
+        }
+    if importlib.util.find_spec("numba"):  # the compiled outer step; the best of the repeats leaves compiling out
+        with jit("1"):
+            rates["exact_compiled"] = rate(exact)
+            rates["exact_compiled_float32"] = rate(dataclasses.replace(exact, dtype="float32"))
+    rates.update({
         "python_loop": per_step * loop_trials / trials / best_of(lambda: loop(small, np.asarray(lam)), 1),
         "bandwidth_floor": per_step * outer_steps / best_of(lambda: bandwidth_floor(explicit, dim), repeat),
         "memory_floor": MEMORY_FLOOR_NUMBERS * MEMORY_FLOOR_PASSES / best_of(memory_floor, repeat),
         "noise_floor": per_step * outer_steps / best_of(lambda: noise_floor(explicit, dim), repeat),
-    }
-    fused = fused_exact(explicit, dim, 10 * outer_steps)
-    if fused is not None:  # counted, as the exact path is, as the H inner steps it replaces
-        rates["exact_fused_numba"] = per_step * 10 * outer_steps / fused
+    })
     out = {"updates_per_second": rates,
            "exact_over_explicit": rates["exact"] / rates["explicit"],
            "explicit_over_loop": rates["explicit"] / rates["python_loop"],
            "bandwidth_floor_over_explicit": rates["bandwidth_floor"] / rates["explicit"],
            "memory_floor_over_explicit": rates["memory_floor"] / rates["explicit"],
            "noise_floor_over_explicit": rates["noise_floor"] / rates["explicit"],
-           "exact_fused_numba_over_explicit": rates["exact_fused_numba"] / rates["explicit"] if fused else None,
+           "exact_compiled_over_explicit": rates["exact_compiled"] / rates["explicit"] if "exact_compiled" in rates
+           else None,
            "state_bytes": trials * replicas * dim * 8}
     if baseline:
         commands = {"command": "noloco " + " ".join(COMMAND),
@@ -222,14 +180,14 @@ def measure(trials=200, replicas=8, dim=1000, inner_steps=50, outer_steps=10, no
 
 def format_result(result: dict) -> str:
     r = result["results"]
-    lines = [f"{name:<18} {rate:12.4g} replica-coordinate updates / s" for name, rate in r["updates_per_second"].items()]
+    lines = [f"{name:<22} {rate:12.4g} replica-coordinate updates / s" for name, rate in r["updates_per_second"].items()]
     lines += [f"exact / explicit            = {r['exact_over_explicit']:.1f}x",
               f"explicit / loop             = {r['explicit_over_loop']:.1f}x",
               f"bandwidth floor / explicit  = {r['bandwidth_floor_over_explicit']:.1f}x",
               f"memory floor / explicit     = {r['memory_floor_over_explicit']:.1f}x",
               f"noise floor / explicit      = {r['noise_floor_over_explicit']:.2f}x"]
-    if r.get("exact_fused_numba_over_explicit"):
-        lines.append(f"fused exact (numba) / explicit = {r['exact_fused_numba_over_explicit']:.1f}x")
+    if r.get("exact_compiled_over_explicit"):
+        lines.append(f"exact compiled / explicit   = {r['exact_compiled_over_explicit']:.1f}x")
     c = r.get("commands")
     if c:
         lines += [f"{c['command']}:",

@@ -33,6 +33,7 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
+from quadratic import fused
 from quadratic.inner import InnerOptimizer, Noise, phase_coefficients
 from quadratic.names import METHODS, OBJECTIVES, OPTIMIZERS, SCHEDULES, SPLITS
 from quadratic.objectives import DATA_DIMENSION_BOUND, build
@@ -505,12 +506,21 @@ def _eigenbasis_block(driver: _Driver, totals: _Trials, index: int, part: int, c
     where = np.tile(np.arange(N), (count, 1))   # replica i of a trial sits in row where[i]
     trial_rows, places = np.arange(count)[:, None], np.arange(N)[None, :]
 
+    # the compiled step (quadratic.fused) writes into a second set of arrays; the two swap every step
+    compiled = exact and fused.enabled(float(cfg.trials) * N * run.eigvals.size * driver.last)
+    empty = np.empty((0, 0, 0), dtype)
+    if compiled:
+        constants = (dtype.type(n), *(dtype.type(rule[name]) for name in ("alpha", "beta", "gamma")),
+                     rule["momentum"] == "nesterov")
+        spare = [np.empty(shape, dtype), np.empty(shape, dtype), empty if shift is None else np.empty(shape, dtype)]
+        sums = np.empty((2, count, width))
     dev = np.empty(shape, dtype)
 
-    def record(t):
-        np.subtract(phi, phi[:, :1], out=dev)   # from replica 0: identical replicas give exactly 0
-        sq = np.einsum("tnd,tnd->td", dev, dev).astype(float) / N
-        dev_mean = np.add.reduce(dev, axis=1, dtype=float) / N
+    def record(t, sums=None):
+        if sums is None:  # else the compiled step's sums of the same deviations and their squares
+            np.subtract(phi, phi[:, :1], out=dev)   # from replica 0: identical replicas give exactly 0
+            sums = np.add.reduce(dev, axis=1, dtype=float), np.einsum("tnd,tnd->td", dev, dev).astype(float)
+        dev_mean, sq = sums[0] / N, sums[1] / N
         mean = phi[:, 0] + dev_mean
         spread_d = sq - dev_mean * dev_mean                     # per direction: mean_i (phi_i - mean)^2
         run.mean_distance.add(t, mean[:, local], sel)
@@ -528,31 +538,42 @@ def _eigenbasis_block(driver: _Driver, totals: _Trials, index: int, part: int, c
         # the groups are consecutive blocks of a uniformly random permutation of the replicas
         # (theory.partitions); each replica's state moves to its place in it
         order = random_permutations(partitions, (count,), N)
-        rows = (base + where[trial_rows, order]).ravel()
+        local_rows = where[trial_rows, order]
         where[trial_rows, order] = places
-        phi, delta = _rows(phi, rows), _rows(delta, rows)
-        if shift is not None:
-            shift = _rows(shift, rows)
-        blocks = phi.reshape(count, G, n, width)
-        mean_phi = _group_mean(blocks)
-        if exact:
-            k = 0 if constant else t - 1
-            gap = mean_phi if shift is None else mean_phi - _group_mean(shift.reshape(blocks.shape))
-            progress = np.multiply(gap, -c_t[k])
+        k = 0 if constant else t - 1
+        step_sums = None
+        if compiled:
             if noisy:
                 noise.fill(group_noise)
-                group_noise *= sd_t[k]
-                progress += group_noise
+            current = [phi, delta, empty if shift is None else shift]
+            fused.exact_outer_step(*current, local_rows, group_noise.reshape(count, G, width) if noisy else empty, c_t[k], sd_t[k],
+                                   *constants, *spare, sums)
+            (phi, delta, moved), spare, step_sums = spare, current, sums
+            shift = moved if moved.size else None
         else:
-            optimizer.permute(lambda x: _rows(x, rows))
-            theta[...] = phi
-            _inner_phase(cfg, inner, optimizer, noise, theta, scratch, lam_t, shift, lrs[t - 1])
-            np.subtract(theta, phi, out=theta)
-            progress = _group_mean(theta.reshape(blocks.shape))
-        phi, delta = outer_step(blocks, delta.reshape(blocks.shape), mean_phi, progress, **rule)
-        phi, delta = phi.reshape(shape), delta.reshape(shape)
+            rows = (base + local_rows).ravel()
+            phi, delta = _rows(phi, rows), _rows(delta, rows)
+            if shift is not None:
+                shift = _rows(shift, rows)
+            blocks = phi.reshape(count, G, n, width)
+            mean_phi = _group_mean(blocks)
+            if exact:
+                gap = mean_phi if shift is None else mean_phi - _group_mean(shift.reshape(blocks.shape))
+                progress = np.multiply(gap, -c_t[k])
+                if noisy:
+                    noise.fill(group_noise)
+                    group_noise *= sd_t[k]
+                    progress += group_noise
+            else:
+                optimizer.permute(lambda x: _rows(x, rows))
+                theta[...] = phi
+                _inner_phase(cfg, inner, optimizer, noise, theta, scratch, lam_t, shift, lrs[t - 1])
+                np.subtract(theta, phi, out=theta)
+                progress = _group_mean(theta.reshape(blocks.shape))
+            phi, delta = outer_step(blocks, delta.reshape(blocks.shape), mean_phi, progress, **rule)
+            phi, delta = phi.reshape(shape), delta.reshape(shape)
         driver.bar.update()
-        reason = record(t)
+        reason = record(t, step_sums)
         if reason:
             driver.diverged(t, reason)
             break

@@ -303,29 +303,3 @@ def test_a_benchmark_given_bad_input_says_so_on_one_line_and_exits_2(capsys):
     assert err[-2] == ("python -m benchmarks: error: --loop-trials=1 is out of range; allowed: an integer >= 2 "
                        "(a simulation's least number of trials)")
     assert err[-1] == "python -m benchmarks simulator: error: argument --trials: invalid int value: 'many'"
-
-
-def test_the_fused_benchmark_kernel_computes_the_exact_path_s_outer_step():
-    """The kernel timed by `python -m benchmarks simulator` (with numba) does the simulator's work:
-    group means of the regrouped replicas, ``theory.outer.outer_step``, the spread's sums."""
-    numba = pytest.importorskip("numba")
-    from benchmarks.simulator import _fused_kernel
-    from theory.outer import outer_step
-
-    rng = np.random.default_rng(5)
-    count, N, n, width = 3, 6, 3, 5
-    phi, delta = rng.standard_normal((count, N, width)), rng.standard_normal((count, N, width))
-    order = np.stack([rng.permutation(N) for _ in range(count)])
-    z, c, sd = rng.standard_normal((count, N // n, width)), rng.random(width), rng.random(width)
-    for momentum in ("heavy-ball", "nesterov"):
-        new_phi, new_delta, sums = np.empty_like(phi), np.empty_like(phi), np.empty((2, count, width))
-        _fused_kernel(numba, momentum)(phi, delta, order, z, c, sd, 0.6, 0.8, 0.3, new_phi, new_delta, sums)
-        moved = np.take_along_axis(phi, order[:, :, None], 1).reshape(count, N // n, n, width)
-        mean = moved.mean(2, keepdims=True)
-        want_phi, want_delta = outer_step(moved, np.take_along_axis(delta, order[:, :, None], 1).reshape(moved.shape),
-                                          mean, -c * mean + sd * z[:, :, None], alpha=0.6, beta=0.8, gamma=0.3,
-                                          momentum=momentum)
-        np.testing.assert_allclose(new_phi, want_phi.reshape(phi.shape), rtol=1e-13, atol=1e-13)
-        np.testing.assert_allclose(new_delta, want_delta.reshape(phi.shape), rtol=1e-13, atol=1e-13)
-        dev = new_phi - new_phi[:, :1]
-        np.testing.assert_allclose(sums, np.stack([dev.sum(1), (dev * dev).sum(1)]), rtol=1e-12, atol=1e-13)
