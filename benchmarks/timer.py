@@ -65,7 +65,7 @@ def command_seconds(argv: list, root=None, peak_memory: bool = False):
 
 def machine() -> dict:
     versions = {"python": platform.python_version(), "numpy": np.__version__}
-    for name in ("scipy", "torch"):
+    for name in ("scipy", "torch", "numba"):
         module = sys.modules.get(name)
         if module is not None:
             versions[name] = module.__version__
