@@ -1,6 +1,7 @@
 """How cost grows: ``simulate`` against directions, trials, replicas and outer steps (exact and
 explicit inner phase), the idle-time simulation of ``comm`` against replicas, and ``check``
-against the spectrum size; each point the best of ``--repeat`` runs. ``python -m
+against the spectrum size; each point the best of ``--repeat`` runs. The simulate sweeps stay on
+numpy (``NOLOCO_JIT=0``): by default the larger points would switch to the compiled outer step. ``python -m
 benchmarks.plot RESULT.json`` draws them on log-log axes (docs/img/performance.png).
 
     python -m benchmarks scaling [--repeat 2]
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.timer import best_of
+from benchmarks.timer import best_of, jit
 from quadratic.simulator import SimConfig, simulate
 from theory import comm
 from theory.budget import retain_freed_memory
@@ -31,7 +32,8 @@ def add_arguments(parser) -> None:
 def _simulate_seconds(dim, trials, replicas, steps, mode, repeat) -> float:
     cfg = SimConfig(outer=OuterConfig(replicas=replicas, group_size=2), inner=InnerConfig(lr=0.01, steps=50),
                     curvatures=tuple(np.linspace(0.1, 1, dim)), trials=trials, outer_steps=steps, inner_mode=mode)
-    return best_of(lambda: simulate(cfg), repeat)
+    with jit("0"):
+        return best_of(lambda: simulate(cfg), repeat)
 
 
 def measure(repeat: int = 2) -> dict:

@@ -19,15 +19,13 @@ replica; outer steps, partitions and recording included) for
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import importlib.util
-import os
 from pathlib import Path
 
 import numpy as np
 
-from benchmarks.timer import best_of, command_seconds
+from benchmarks.timer import best_of, command_seconds, jit
 from quadratic.simulator import SimConfig, simulate
 from theory.budget import retain_freed_memory
 from theory.config import ConfigError, InnerConfig, OuterConfig
@@ -93,20 +91,6 @@ def noise_floor(cfg: SimConfig, dim: int, dtype=np.float64) -> None:
     for _ in range(cfg.outer_steps * cfg.inner.steps):
         fast_normal(rng, noise, 0.01, scratch)
         theta += noise
-
-
-@contextlib.contextmanager
-def jit(setting: str):
-    """``NOLOCO_JIT=setting`` (quadratic.fused) inside the block."""
-    previous = os.environ.get("NOLOCO_JIT")
-    os.environ["NOLOCO_JIT"] = setting
-    try:
-        yield
-    finally:
-        if previous is None:
-            del os.environ["NOLOCO_JIT"]
-        else:
-            os.environ["NOLOCO_JIT"] = previous
 
 
 def add_arguments(parser) -> None:

@@ -8,6 +8,7 @@ measured under.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import sys
@@ -61,6 +62,20 @@ def command_seconds(argv: list, root=None, peak_memory: bool = False):
         return seconds
     peak = [line.split()[1] for line in proc.stderr.splitlines() if line.startswith("peak ")]
     return seconds, int(peak[-1]) * 1024 if peak else None
+
+
+@contextlib.contextmanager
+def jit(setting: str):
+    """``NOLOCO_JIT=setting`` (quadratic.fused) inside the block."""
+    previous = os.environ.get("NOLOCO_JIT")
+    os.environ["NOLOCO_JIT"] = setting
+    try:
+        yield
+    finally:
+        if previous is None:
+            del os.environ["NOLOCO_JIT"]
+        else:
+            os.environ["NOLOCO_JIT"] = previous
 
 
 def machine() -> dict:
