@@ -225,7 +225,8 @@ def memory_estimate(directions: int, trials: int, replicas: int, outer_steps: in
     """Bytes that a ``noloco simulate`` run (simulation, theory and result) allocates, before any
     work: the blocks (constant), 8 bytes per trial for the windowed spreads (and 16 more for the
     noise-free decay run), the per-direction arrays of the theory and of the result, the recorded
-    trajectories, and the dense Hessian machinery of a rotated quadratic (D x D, several times)."""
+    trajectories, the dense Hessian machinery of a rotated quadratic (D x D, several times), and
+    numba's compiler where the run may compile its outer step."""
     D = directions if objective == "quadratic" else DATA_DIMENSION_BOUND
     tb, width = plan(D, trials, replicas, outer_steps, eigenbasis)
     blocks = 12 * 8 * tb * replicas * width + 64 * tb * replicas
@@ -235,7 +236,9 @@ def memory_estimate(directions: int, trials: int, replicas: int, outer_steps: in
     per_direction = 400 * D + 40 * inner_steps * D          # spectrum, theory (M, T, one phase's rates), JSON
     recorded = (outer_steps + 1) * (min(D, MEAN_DIRECTIONS) * 200 + 600)
     dense = 5 * 8 * D * D if objective != "quadratic" or rotate else 0
-    return int(blocks + per_trial + per_direction + recorded + dense)
+    compiler = fused.COMPILER_BYTES if objective == "quadratic" and fused.enabled(
+        float(D) * trials * replicas * outer_steps) else 0
+    return int(blocks + per_trial + per_direction + recorded + dense + compiler)
 
 
 # ---------------------------------------------------------------- recording

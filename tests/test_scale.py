@@ -124,13 +124,16 @@ def test_noise_free_runs_do_not_depend_on_the_blocks(monkeypatch):
     assert np.all(cut.spread.mean == 0) and cut.steps_done == whole.steps_done == 12
 
 
-def test_memory_is_constant_in_directions_and_steps():
+def test_memory_is_constant_in_directions_and_steps(monkeypatch):
+    monkeypatch.setenv("NOLOCO_JIT", "0")   # numba's compiler adds a constant to large runs, tested below
     small = memory_estimate(10_000, 200, 8, 100)
     assert memory_estimate(10_000, 200, 8, 100) - memory_estimate(1_000, 200, 8, 100) < 9_000 * 4_000
     tb, width = plan(10 ** 7, 200, 8, 100, True)
     assert tb * 8 * width <= simulator.BLOCK * 2
     assert memory_estimate(1, 10 ** 8, 8, 200) > 2 * 10 ** 9 > small
     assert memory_estimate(10 ** 5, 200, 8, 200, rotate=True, eigenbasis=False) > 10 ** 11
+    monkeypatch.setattr(simulator.fused, "enabled", lambda updates: updates >= 1e9)
+    assert memory_estimate(10_000, 200, 8, 100) == small + simulator.fused.COMPILER_BYTES
 
 
 def test_mean_trajectory_of_many_directions_is_a_sample():
