@@ -20,7 +20,9 @@ def add_parser(subparsers) -> None:
                     "`noloco check`) with real inner steps on a quadratic (--curvature/--spectrum) or a "
                     "convex objective on a packaged data set, and print the simulated spread, mean and "
                     "loss next to the theory with standard errors. Results are cached under a hash of the "
-                    "full configuration. Memory is estimated before any work. Exit 0, 1 if the run diverged, 2 on "
+                    "full configuration. Memory is estimated before any work. With numba installed (the [fast] "
+                    "extra) large exact runs compile their outer step: same results, about 1.8x faster; "
+                    "NOLOCO_JIT=1 always, NOLOCO_JIT=0 never. Exit 0, 1 if the run diverged, 2 on "
                     "bad input, 3 when the run does not fit the memory budget (--max-memory).")
     add_hyper_arguments(parser)
     g = parser.add_argument_group("simulation")
