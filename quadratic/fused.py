@@ -5,7 +5,7 @@ moving each replica's rows to its new group, the group means, the outer step's t
 the spread's sums. :func:`exact_outer_step` makes one, calling :func:`theory.outer.outer_arithmetic`
 (the one outer step, compiled) on each number. It does the same arithmetic in the same order on the
 same draws, so the weights are bit for bit those of the numpy path; only the spread's sums, which
-numpy adds in another order, differ by rounding (``tests/test_fused.py``).
+numpy may add in another order, can differ by rounding (``tests/test_fused.py``).
 
 ``quadratic.simulator`` uses it for the exact inner phase of large runs when numba is installed
 (``pip install 'noloco-toolkit[fast]'``; ``NOLOCO_JIT`` overrides the choice, :func:`enabled`).
