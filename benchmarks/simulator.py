@@ -164,7 +164,8 @@ def measure(trials=200, replicas=8, dim=1000, inner_steps=50, outer_steps=10, no
 
 def format_result(result: dict) -> str:
     r = result["results"]
-    lines = [f"{name:<22} {rate:12.4g} replica-coordinate updates / s" for name, rate in r["updates_per_second"].items()]
+    lines = [f"{name:<22} {rate:12.4g} replica-coordinate updates / s"
+             for name, rate in r["updates_per_second"].items()]
     lines += [f"exact / explicit            = {r['exact_over_explicit']:.1f}x",
               f"explicit / loop             = {r['explicit_over_loop']:.1f}x",
               f"bandwidth floor / explicit  = {r['bandwidth_floor_over_explicit']:.1f}x",

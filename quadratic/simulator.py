@@ -549,8 +549,8 @@ def _eigenbasis_block(driver: _Driver, totals: _Trials, index: int, part: int, c
             if noisy:
                 noise.fill(group_noise)
             current = [phi, delta, empty if shift is None else shift]
-            fused.exact_outer_step(*current, local_rows, group_noise.reshape(count, G, width) if noisy else empty, c_t[k], sd_t[k],
-                                   *constants, *spare, sums)
+            draws = group_noise.reshape(count, G, width) if noisy else empty
+            fused.exact_outer_step(*current, local_rows, draws, c_t[k], sd_t[k], *constants, *spare, sums)
             (phi, delta, moved), spare, step_sums = spare, current, sums
             shift = moved if moved.size else None
         else:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from theory.config import MOMENTUM_CONVENTIONS
 
+
 def outer_step(phi, delta, group_mean_phi, group_mean_progress, alpha, beta, gamma, momentum="heavy-ball"):
     """One outer step; returns ``(new_phi, new_delta)``.
 
