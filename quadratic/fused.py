@@ -67,21 +67,23 @@ _compiled_step = _outer = _mean_of_rows = None
 
 def _compile():
     import numba
-    global _outer, _mean_of_rows
     previous = numba.config.CACHE_DIR
     # one folder per version of the sources: numba checks only the caller's file for staleness,
     # not that of theory/outer.py, which it compiles into the same code
     numba.config.CACHE_DIR = str(cache_dir() / "numba" / source_hash())
     try:
         try:
-            jit = numba.njit(cache=True)
-            _outer, _mean_of_rows = jit(outer_arithmetic), jit(_mean_of_rows_py)
-            return jit(_exact_step)
+            return _compile_with(numba.njit(cache=True))
         except RuntimeError:  # no writable place for numba's cache: compile in every process
-            _outer, _mean_of_rows = numba.njit(outer_arithmetic), numba.njit(_mean_of_rows_py)
-            return numba.njit(_exact_step)
+            return _compile_with(numba.njit)
     finally:
         numba.config.CACHE_DIR = previous
+
+
+def _compile_with(jit):
+    global _outer, _mean_of_rows
+    _outer, _mean_of_rows = jit(outer_arithmetic), jit(_mean_of_rows_py)
+    return jit(_exact_step)
 
 
 def _mean_of_rows_py(x, members, n, out):

@@ -371,6 +371,9 @@ class _Driver:
         outer, inner = cfg.effective()
         self.outer, self.inner = outer, inner
         self.bound = GROWTH_BOUND * max(1.0, abs(cfg.start), cfg.init_spread, inner.noise)
+        # one choice per run, by its whole size (quadratic.fused): every block takes the same path
+        self.compiled = cfg.inner_law == "exact" and fused.enabled(
+            float(cfg.trials) * outer.replicas * run.eigvals.size * cfg.outer_steps)
         self.bar = tqdm(total=blocks * cfg.outer_steps, desc=f"simulate {cfg.method}", unit="step",
                         disable=not (progress and sys.stderr.isatty()), leave=False)
 
@@ -510,7 +513,7 @@ def _eigenbasis_block(driver: _Driver, totals: _Trials, index: int, part: int, c
     trial_rows, places = np.arange(count)[:, None], np.arange(N)[None, :]
 
     # the compiled step (quadratic.fused) writes into a second set of arrays; the two swap every step
-    compiled = exact and fused.enabled(float(cfg.trials) * N * run.eigvals.size * driver.last)
+    compiled = driver.compiled
     empty = np.empty((0, 0, 0), dtype)
     if compiled:
         constants = (dtype.type(n), *(dtype.type(rule[name]) for name in ("alpha", "beta", "gamma")),
