@@ -1,14 +1,18 @@
-"""`noloco comm` at many replicas: the model tables alone, the idle-time simulation, and the whole
-command in a fresh process.
+"""`noloco comm` at many replicas: the model tables alone, the idle-time simulation (numpy, and
+compiled where numba is installed), and the whole command in a fresh process (its default choice).
 
     python -m benchmarks comm [--replicas 1000000 --steps 200 --trials 8]
+
+The simulation runs ``--steps`` and ``--trials``; the command runs with its defaults (fewer trials
+at huge N, :func:`theory.comm.default_trials`).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import time
 
-from benchmarks.timer import best_of, command_seconds
+from benchmarks.timer import best_of, command_seconds, jit
 from theory import comm
 from theory.budget import retain_freed_memory
 
@@ -27,18 +31,25 @@ def measure(replicas=1_000_000, steps=200, trials=8, repeat=1) -> dict:
     net = comm.INTERNET
     tables = best_of(lambda: (comm.sync_cost(net, 2e6, replicas), comm.payload_at_speedup(net, replicas, 1.0),
                               comm.barrier_idle_fraction(comm.Jitter(), replicas)), max(2, repeat))  # not the imports
-    start = time.perf_counter()
-    comm.simulate_idle(replicas, steps=steps, trials=trials)
-    simulation = time.perf_counter() - start
-    argv = ["comm", "--replicas", str(replicas), "--steps", str(steps), "--trials", str(trials)]
+    simulation = {}
+    for path, setting in (("numpy", "0"), ("compiled", "1")):
+        if path == "compiled" and importlib.util.find_spec("numba") is None:
+            continue
+        with jit(setting):
+            comm.simulate_idle(1 << 12, steps=2, trials=2)  # loads numba and the compiled step: not timed
+            start = time.perf_counter()
+            comm.simulate_idle(replicas, steps=steps, trials=trials)
+            simulation[path] = time.perf_counter() - start
+    argv = ["comm", "--replicas", str(replicas)]  # issue 14's command: its own default steps and trials
     return {"model_tables_s": tables, "idle_simulation_s": simulation,
-            "ns_per_replica_step": simulation / (replicas * steps * trials) * 1e9,
+            "ns_per_replica_step": {path: s / (replicas * steps * trials) * 1e9 for path, s in simulation.items()},
             "workers": comm.idle_workers(replicas, trials),
             "command": "noloco " + " ".join(argv), "command_s": command_seconds(argv)}
 
 
 def format_result(result: dict) -> str:
     r = result["results"]
-    return (f"model tables {r['model_tables_s'] * 1e3:.1f} ms; idle simulation {r['idle_simulation_s']:.1f} s "
-            f"({r['ns_per_replica_step']:.1f} ns per replica-step, {r['workers']} trial(s) at a time); "
-            f"`{r['command']}` {r['command_s']:.1f} s")
+    paths = "; ".join(f"{path} {seconds:.1f} s ({r['ns_per_replica_step'][path]:.1f} ns per replica-step)"
+                      for path, seconds in r["idle_simulation_s"].items())
+    return (f"model tables {r['model_tables_s'] * 1e3:.1f} ms; idle simulation, {r['workers']} trial(s) at a time: "
+            f"{paths}; `{r['command']}` {r['command_s']:.1f} s")

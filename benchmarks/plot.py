@@ -37,7 +37,10 @@ def draw(result: dict, out: Path) -> Path:
                    f"{r['base']['steps']} steps)", fontsize=9)
     left.legend(fontsize=7)
     for name, label in (("comm_idle_vs_replicas", "comm idle simulation vs N"),
+                        ("comm_idle_compiled_vs_replicas", "comm idle simulation, compiled, vs N"),
                         ("check_vs_directions", "check vs directions")):
+        if name not in r:  # no numba: no compiled curve
+            continue
         x, y = zip(*r[name])
         right.loglog(x, y, "o-", label=f"{label} (slope {slope(r[name]):.2f})")
     right.set_xlabel("replicas / directions")

@@ -1,13 +1,16 @@
 """How cost grows: ``simulate`` against directions, trials, replicas and outer steps (exact and
 explicit inner phase), the idle-time simulation of ``comm`` against replicas, and ``check``
-against the spectrum size; each point the best of ``--repeat`` runs. The simulate sweeps stay on
-numpy (``NOLOCO_JIT=0``): by default the larger points would switch to the compiled outer step. ``python -m
-benchmarks.plot RESULT.json`` draws them on log-log axes (docs/img/performance.png).
+against the spectrum size; each point the best of ``--repeat`` runs. Each curve is one code path
+(``NOLOCO_JIT``): by default the larger points would switch to the compiled loops. The simulate
+sweeps are numpy; the idle simulation is swept both ways. ``python -m benchmarks.plot RESULT.json``
+draws them on log-log axes (docs/img/performance.png).
 
     python -m benchmarks scaling [--repeat 2]
 """
 
 from __future__ import annotations
+
+import importlib.util
 
 import numpy as np
 
@@ -50,8 +53,13 @@ def measure(repeat: int = 2) -> dict:
                     size["steps"] = 2
                 points.append([value, _simulate_seconds(**size, mode=mode, repeat=repeat)])
             out["simulate"][f"{mode}_vs_{factor}"] = points
-    out["comm_idle_vs_replicas"] = [
-        [N, best_of(lambda N=N: comm.simulate_idle(N, steps=50, trials=2), 1)] for N in (10 ** 3, 10 ** 4, 10 ** 5, 10 ** 6)]
+    for key, setting in (("comm_idle_vs_replicas", "0"), ("comm_idle_compiled_vs_replicas", "1")):
+        if setting == "1" and importlib.util.find_spec("numba") is None:
+            continue
+        with jit(setting):
+            comm.simulate_idle(1 << 12, steps=2, trials=2)  # loads numba and the compiled step: not timed
+            out[key] = [[N, best_of(lambda N=N: comm.simulate_idle(N, steps=50, trials=2), 1)]
+                        for N in (10 ** 3, 10 ** 4, 10 ** 5, 10 ** 6)]
     outer, inner = OuterConfig(), InnerConfig()
     out["check_vs_directions"] = [
         [n, best_of(lambda n=n: analyse(outer, inner, Spectrum.power_law(1.0, 1.0, n)), 1)]
@@ -68,6 +76,8 @@ def slope(points) -> float:
 def format_result(result: dict) -> str:
     r = result["results"]
     rows = [(name, pts) for name, pts in r["simulate"].items()]
-    rows += [("comm idle vs replicas", r["comm_idle_vs_replicas"]), ("check vs directions", r["check_vs_directions"])]
+    rows += [(label, r[key]) for key, label in (("comm_idle_vs_replicas", "comm idle vs replicas"),
+                                                ("comm_idle_compiled_vs_replicas", "comm idle compiled vs N"),
+                                                ("check_vs_directions", "check vs directions")) if key in r]
     return "\n".join(f"{name:<28} slope {slope(pts):5.2f}  " + "  ".join(f"{x:g}: {y:.3g} s" for x, y in pts)
                      for name, pts in rows)

@@ -31,7 +31,7 @@ from theory.budget import retain_freed_memory
 from theory.config import ConfigError, InnerConfig, OuterConfig
 from theory.numeric import fast_normal
 from theory.outer import outer_step
-from theory.partitions import partition, random_permutations
+from theory.partitions import partition
 
 NAME = "simulator"
 #: numbers of the memory floor's state: 128 MiB in float64, four times the 32 MiB L3 of the

@@ -66,7 +66,7 @@ def command_seconds(argv: list, root=None, peak_memory: bool = False):
 
 @contextlib.contextmanager
 def jit(setting: str):
-    """``NOLOCO_JIT=setting`` (quadratic.fused) inside the block."""
+    """``NOLOCO_JIT=setting`` (theory.jit) inside the block."""
     previous = os.environ.get("NOLOCO_JIT")
     os.environ["NOLOCO_JIT"] = setting
     try:

@@ -15,10 +15,12 @@ waiting for peers (global barrier vs random groups). Defaults are internet-like:
 bf16 (2 MB, below the 6.25 MB bandwidth-delay product, so latency-bound), 256
 replicas in pairs, 30 s of compute per outer step with lognormal jitter of cv 0.1.
 Larger models turn the exchange bandwidth-bound and the speed-up shrinks; see
-docs/comm.md. Model tables are instant at any N; the idle simulation costs about 15 ns
-per replica and step on one core (two trials at a time above 65536 replicas) and 56 bytes
-per replica for each trial in flight. Exit 0, 2 on bad input, 3 when the simulation does
-not fit the memory budget (--max-memory)."""
+docs/comm.md. Model tables are instant at any N; the idle simulation takes about 12 ns of
+wall time per replica and step with numpy, 5 ns compiled (numba, the fast extra; by default
+from 1e8 replica-steps, NOLOCO_JIT=1 always, NOLOCO_JIT=0 never: other random numbers, the
+same law), with two trials at a time on two cores above 65536 replicas, and at most 56 bytes
+per replica for each trial in flight. Exit 0, 2 on bad input, 3 when the simulation does not fit the memory budget
+(--max-memory)."""
 
 
 def add_parser(subparsers):
@@ -64,14 +66,15 @@ def add_parser(subparsers):
 
 def run(args) -> int:
     from theory import budget
-    from theory.comm import default_trials, format_report, idle_memory_estimate, idle_workers, report
+    from theory.comm import default_trials, format_report, idle_compiled, idle_memory_estimate, idle_workers, report
     from theory.io import print_json
 
     trials = args.trials
     if trials is None and isinstance(args.replicas, int) and args.replicas >= 1 and args.steps >= 2:
         trials = default_trials(args.replicas, args.steps)
     if isinstance(args.replicas, int) and args.replicas >= 1 and isinstance(trials, int) and trials >= 2:
-        budget.require(idle_memory_estimate(args.replicas, idle_workers(args.replicas, trials)),
+        budget.require(idle_memory_estimate(args.replicas, idle_workers(args.replicas, trials),
+                                            idle_compiled(args.replicas, args.steps, trials)),
                        budget.resolve(args.max_memory),
                        f"the idle-time simulation of {args.replicas} replicas",
                        "fewer --replicas (the model tables need no memory)")

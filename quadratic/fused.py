@@ -8,39 +8,25 @@ same draws, so the weights are bit for bit those of the numpy path; only the spr
 numpy may add in another order, can differ by rounding (``tests/test_fused.py``).
 
 ``quadratic.simulator`` uses it for the exact inner phase of large runs when numba is installed
-(``pip install 'noloco-toolkit[fast]'``; ``NOLOCO_JIT`` overrides the choice, :func:`enabled`).
+(``pip install 'noloco-toolkit[fast]'``; ``NOLOCO_JIT`` overrides the choice, :mod:`theory.jit`).
 The explicit path stays numpy: it is bound by its Gaussian draws, not by passes over the state.
 """
 
 from __future__ import annotations
 
-import importlib.util
-import os
-
 import numpy as np
 
-from theory.config import ConfigError, check_choice
-from theory.io import cache_dir, source_hash
+from theory import jit
 from theory.outer import outer_arithmetic
 
-#: replica-coordinate outer steps from which a run compiles by default: below, numpy is quicker than
-#: loading numba and the compiled code (about 0.5 s a process; compiling, the first time on a machine
-#: for a version of the sources and a dtype, about 3 s)
+#: replica-coordinate outer steps from which a run compiles by default (``NOLOCO_JIT=auto``): below,
+#: numpy is quicker than loading numba and the compiled code (:mod:`theory.jit`)
 MIN_UPDATES = 200_000_000
-#: what numba and its compiler add to a process's peak memory (measured: 120 MiB at D = 10000)
-COMPILER_BYTES = 128 << 20
-#: ``NOLOCO_JIT``: unset or ``auto`` (by size), ``1`` (always; needs numba), ``0`` (never)
-JIT_SETTINGS = ("auto", "1", "0")
 
 
 def enabled(updates: float) -> bool:
     """Whether a run of ``updates`` replica-coordinate outer steps uses the compiled loop."""
-    setting = os.environ.get("NOLOCO_JIT") or "auto"
-    check_choice("NOLOCO_JIT", setting, JIT_SETTINGS)
-    available = importlib.util.find_spec("numba") is not None
-    if setting == "1" and not available:
-        raise ConfigError("NOLOCO_JIT=1 needs numba: pip install 'noloco-toolkit[fast]' (or unset NOLOCO_JIT)")
-    return available and (setting == "1" or (setting == "auto" and updates >= MIN_UPDATES))
+    return jit.enabled(updates, MIN_UPDATES)
 
 
 def exact_outer_step(phi, delta, shift, rows, noise, c, sd, n, alpha, beta, gamma, nesterov,
@@ -56,7 +42,7 @@ def exact_outer_step(phi, delta, shift, rows, noise, c, sd, n, alpha, beta, gamm
     and of its square (float64), what the simulator's record needs."""
     global _compiled_step
     if _compiled_step is None:
-        _compiled_step = _compile()
+        _compiled_step = jit.compile_with_cache(_compile_with)
     _compiled_step(phi, delta, shift, rows, noise, c, sd, n, alpha, beta, gamma, nesterov,
                    new_phi, new_delta, new_shift, sums)
 
@@ -65,25 +51,10 @@ def exact_outer_step(phi, delta, shift, rows, noise, c, sd, n, alpha, beta, gamm
 _compiled_step = _outer = _mean_of_rows = None
 
 
-def _compile():
-    import numba
-    previous = numba.config.CACHE_DIR
-    # one folder per version of the sources: numba checks only the caller's file for staleness,
-    # not that of theory/outer.py, which it compiles into the same code
-    numba.config.CACHE_DIR = str(cache_dir() / "numba" / source_hash())
-    try:
-        try:
-            return _compile_with(numba.njit(cache=True))
-        except RuntimeError:  # no writable place for numba's cache: compile in every process
-            return _compile_with(numba.njit)
-    finally:
-        numba.config.CACHE_DIR = previous
-
-
-def _compile_with(jit):
+def _compile_with(compile_one):
     global _outer, _mean_of_rows
-    _outer, _mean_of_rows = jit(outer_arithmetic), jit(_mean_of_rows_py)
-    return jit(_exact_step)
+    _outer, _mean_of_rows = compile_one(outer_arithmetic), compile_one(_mean_of_rows_py)
+    return compile_one(_exact_step)
 
 
 def _mean_of_rows_py(x, members, n, out):

@@ -37,6 +37,7 @@ from quadratic import fused
 from quadratic.inner import InnerOptimizer, Noise, phase_coefficients
 from quadratic.names import METHODS, OBJECTIVES, OPTIMIZERS, SCHEDULES, SPLITS
 from quadratic.objectives import DATA_DIMENSION_BOUND, build
+from theory import jit
 from theory.budget import retain_freed_memory
 from theory.config import (ConfigError, InnerConfig, OuterConfig, check_choice, check_fields, check_integer,
                            check_real)
@@ -236,7 +237,7 @@ def memory_estimate(directions: int, trials: int, replicas: int, outer_steps: in
     per_direction = 400 * D + 40 * inner_steps * D          # spectrum, theory (M, T, one phase's rates), JSON
     recorded = (outer_steps + 1) * (min(D, MEAN_DIRECTIONS) * 200 + 600)
     dense = 5 * 8 * D * D if objective != "quadratic" or rotate else 0
-    compiler = fused.COMPILER_BYTES if objective == "quadratic" and fused.enabled(
+    compiler = jit.COMPILER_BYTES if objective == "quadratic" and fused.enabled(
         float(D) * trials * replicas * outer_steps) else 0
     return int(blocks + per_trial + per_direction + recorded + dense + compiler)
 

@@ -2,9 +2,12 @@
 values, the idle-time simulation against the closed forms (fixed seeds, stated number
 of standard errors), and `noloco comm`."""
 
+import importlib.util
+import itertools
 import json
 import math
 
+import numpy as np
 import pytest
 from scipy.stats import norm
 
@@ -165,11 +168,23 @@ def test_hardware_counts():
 
 # ---------------------------------------------------------------- simulation vs closed form
 
+HAS_NUMBA = importlib.util.find_spec("numba") is not None
+
+
+@pytest.fixture(params=["numpy", "compiled"])
+def idle_path(request, monkeypatch):
+    """Each idle-simulation test below runs on both paths: numpy, and the compiled step."""
+    if request.param == "compiled" and not HAS_NUMBA:
+        pytest.skip("numba is not installed (the fast extra)")
+    monkeypatch.setenv("NOLOCO_JIT", "1" if request.param == "compiled" else "0")
+    return request.param
+
+
 @pytest.mark.parametrize("jitter, hardware", [
     (comm.Jitter("lognormal", 0.2), comm.Hardware()),
     (comm.Jitter("gamma", 0.5), comm.Hardware(((0.75, 1.0), (0.25, 1.3)))),
 ])
-def test_barrier_simulation_matches_closed_form(jitter, hardware):
+def test_barrier_simulation_matches_closed_form(jitter, hardware, idle_path):
     N = 64
     sim = comm.simulate_idle(N, 2, jitter, hardware, steps=100, trials=40, seed=1)
     slow = [s for _, s in hardware.classes]
@@ -178,7 +193,7 @@ def test_barrier_simulation_matches_closed_form(jitter, hardware):
     assert sim.barrier_idle_fraction == pytest.approx(comm.barrier_idle_fraction(jitter, N, hardware), abs=0.01)
 
 
-def test_noloco_first_step_matches_closed_form_and_later_steps_idle_more():
+def test_noloco_first_step_matches_closed_form_and_later_steps_idle_more(idle_path):
     jitter = comm.Jitter("lognormal", 0.2)
     sim = comm.simulate_idle(64, 2, jitter, steps=100, trials=40, seed=2)
     assert abs(sim.noloco_first_step - comm.expected_max(jitter, [1.0], [2])) < SE * sim.noloco_first_step_se
@@ -190,18 +205,86 @@ def test_noloco_first_step_matches_closed_form_and_later_steps_idle_more():
         comm.group_first_step_idle_fraction(jitter, 2))
 
 
-def test_group_of_everyone_is_the_barrier():
+def test_group_of_everyone_is_the_barrier(idle_path):
     sim = comm.simulate_idle(16, 16, comm.Jitter("gamma", 0.3), steps=30, trials=3, burn_in=0, seed=3)
     assert sim.noloco_step == pytest.approx(sim.barrier_step, rel=1e-12)
 
 
-def test_sync_time_enters_the_closed_form():
+def test_sync_time_enters_the_closed_form(idle_path):
     jitter = comm.Jitter("lognormal", 0.1)
     emax = comm.expected_max(jitter, [1.0], [8])
     assert comm.barrier_idle_fraction(jitter, 8, sync_seconds=5.0, compute_seconds=10.0) == pytest.approx(
         1 - 10 / (10 * emax + 5))
     sim = comm.simulate_idle(8, 8, jitter, steps=50, trials=4, barrier_sync=0.5, group_sync=0.5, burn_in=0)
     assert sim.noloco_step == pytest.approx(sim.barrier_step)
+
+
+def test_idle_paths_say_which_ran(idle_path):
+    assert comm.simulate_idle(16, 2, steps=4, trials=2).compiled == (idle_path == "compiled")
+
+
+@pytest.mark.parametrize("n, slow", [(2, (1.0,)), (4, (1.0,)), (2, (1.0, 1.3)), (4, (1.0, 1.3))])
+def test_compiled_and_numpy_paths_agree_in_distribution(n, slow, monkeypatch):
+    """Other random numbers, the same law: every statistic within SE standard errors, over enough
+    replicas (16384) that the compiled shuffle scatters into several piles."""
+    if not HAS_NUMBA:
+        pytest.skip("numba is not installed (the fast extra)")
+    assert comm.pile_bits(16384) == 2
+    hardware = comm.Hardware(tuple((1 / len(slow), s) for s in slow))
+    runs = []
+    for setting in ("0", "1"):
+        monkeypatch.setenv("NOLOCO_JIT", setting)
+        runs.append(comm.simulate_idle(16384, n, comm.Jitter("lognormal", 0.2), hardware, steps=30, trials=30,
+                                       group_sync=0.05, seed=7))
+    numpy_run, compiled_run = runs
+    assert compiled_run.compiled and not numpy_run.compiled
+    for field in ("barrier_step", "noloco_step", "noloco_first_step"):
+        a, b = getattr(numpy_run, field), getattr(compiled_run, field)
+        se = math.hypot(getattr(numpy_run, field + "_se"), getattr(compiled_run, field + "_se"))
+        assert abs(a - b) < SE * se, (field, a, b, se)
+
+
+def _compiled_order(labels, bits, seed):
+    """The compiled step's shuffle of records labelled ``labels`` (groups of one, no compute time):
+    the labels in the order the step leaves them."""
+    size = len(labels)
+    labels = np.asarray(labels, float)
+    out, out_slow = np.empty(size), np.empty(size)
+    comm._idle_kernel()(np.zeros(size), labels, np.zeros(size, np.float32), False, 1, 0.0, np.uint64(seed), bits,
+                        np.empty(size), np.empty(size), np.empty(1 << bits, np.int64), out, out_slow)
+    return out_slow
+
+
+@pytest.mark.parametrize("bits", [0, 1, 2])
+def test_compiled_shuffle_is_uniform(bits):
+    """All 24 orders of four records equally likely, in one pile or scattered into 2 or 4."""
+    if not HAS_NUMBA:
+        pytest.skip("numba is not installed (the fast extra)")
+    seeds = np.random.default_rng(bits).bit_generator.random_raw(24_000)
+    counts = {}
+    for seed in seeds:
+        order = tuple(_compiled_order([0, 1, 2, 3], bits, seed).astype(int))
+        counts[order] = counts.get(order, 0) + 1
+    assert sorted(counts) == sorted(itertools.permutations(range(4)))
+    chi2 = sum((v - 1000) ** 2 / 1000 for v in counts.values())
+    assert chi2 < 60  # 23 degrees of freedom: p < 1e-4 beyond
+    big = _compiled_order(np.arange(100_000), comm.pile_bits(100_000), 1)
+    assert np.array_equal(np.sort(big), np.arange(100_000))
+
+
+def test_compiled_groups_pair_a_group_with_itself_one_time_in_three(monkeypatch):
+    """Homogeneous hardware, N = 4: two groups of two start at 0 and 1; a fresh pairing puts each
+    group with itself (new starts {0, 1}) with probability 1/3, else mixes them ({1, 1})."""
+    if not HAS_NUMBA:
+        pytest.skip("numba is not installed (the fast extra)")
+    step = comm._CompiledStep(np.array([0.0, 1.0]), np.ones(4), homogeneous=True)
+    rng = np.random.default_rng(3)
+    trials = 9000
+    kept = 0
+    for _ in range(trials):
+        start, *_ = step(rng, np.array([0.0, 1.0]), np.zeros(4, np.float32), n=2, group_sync=0.0)
+        kept += sorted(start) == [0.0, 1.0]
+    assert abs(kept / trials - 1 / 3) < SE * math.sqrt(2 / 9 / trials)
 
 
 # ---------------------------------------------------------------- the command
@@ -225,6 +308,16 @@ def test_cli_acceptance_point(capsys):
     assert abs(r["speedup_vs_tree"] - 10) <= 0.2 * 10
     assert r["latency_share"]["group_exchange"] > 0.5
     assert 0 < r["idle_fraction_noloco"] < r["idle_fraction_barrier"] < 1
+
+
+def test_cli_says_which_path_ran_and_refuses_a_bad_switch(idle_path, monkeypatch, capsys):
+    code, out, _ = _cli(capsys, "--replicas", "64", "--steps", "4", "--trials", "2", "--json")
+    assert code == 0
+    assert json.loads(out)["idle"]["simulation"]["compiled"] == (idle_path == "compiled")
+    monkeypatch.setenv("NOLOCO_JIT", "fast")
+    code, _, err = _cli(capsys, "--replicas", "64")
+    assert code == 2
+    assert err.strip().splitlines() == ["noloco comm: error: NOLOCO_JIT='fast' is not allowed; allowed: auto, 1, 0"]
 
 
 def test_cli_table_and_bandwidth_bound_case(capsys):

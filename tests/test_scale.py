@@ -4,6 +4,8 @@ sizes the commands must handle. Statistical comparisons are z-tests at 4 standar
 fixed seeds; the timing tests are marked slow."""
 
 import dataclasses
+import importlib.util
+import json
 import math
 import subprocess
 import sys
@@ -17,7 +19,7 @@ import quadratic.simulator as simulator
 from noloco.cli import main
 from quadratic.compare import compare
 from quadratic.simulator import SimConfig, memory_estimate, plan, simulate
-from theory import budget, comm, numeric
+from theory import budget, comm, jit, numeric
 from theory.conditions import LISTED, analyse
 from theory.config import ConfigError, InnerConfig, OuterConfig
 from theory.spectrum import Spectrum
@@ -133,7 +135,7 @@ def test_memory_is_constant_in_directions_and_steps(monkeypatch):
     assert memory_estimate(1, 10 ** 8, 8, 200) > 2 * 10 ** 9 > small
     assert memory_estimate(10 ** 5, 200, 8, 200, rotate=True, eigenbasis=False) > 10 ** 11
     monkeypatch.setattr(simulator.fused, "enabled", lambda updates: updates >= 1e9)
-    assert memory_estimate(10_000, 200, 8, 100) == small + simulator.fused.COMPILER_BYTES
+    assert memory_estimate(10_000, 200, 8, 100) == small + jit.COMPILER_BYTES
 
 
 def test_mean_trajectory_of_many_directions_is_a_sample():
@@ -259,7 +261,11 @@ def test_permutation_is_uniform_and_complete():
     assert np.array_equal(np.sort(big), np.arange(300_001))
 
 
-def test_idle_simulation_does_not_depend_on_threads(monkeypatch):
+@pytest.mark.parametrize("jit", ["0", "1"])
+def test_idle_simulation_does_not_depend_on_threads(jit, monkeypatch):
+    if jit == "1":
+        pytest.importorskip("numba")
+    monkeypatch.setenv("NOLOCO_JIT", jit)
     kw = dict(replicas=1 << 16, group_size=2, steps=6, trials=3, seed=4)
     threaded = comm.simulate_idle(**kw)
     monkeypatch.setattr(comm, "THREADED_REPLICAS", 1 << 30)
@@ -292,9 +298,12 @@ def test_simulate_ten_thousand_directions(tmp_path):
 
 @pytest.mark.slow
 def test_comm_a_million_replicas():
-    out, seconds = _timed(["comm", "--replicas", "1000000"], 40)
+    # issue 14 asks 10 s: met with the compiled step (numba); numpy alone takes about 10 s here
+    limit = 10 if importlib.util.find_spec("numba") else 20
+    out, seconds = _timed(["comm", "--replicas", "1000000", "--json"], limit)
     assert out.returncode == 0, out.stderr
-    assert seconds < 40  # the issue asks 10 s: see docs/performance.md for why this is not met
+    assert json.loads(out.stdout)["idle"]["simulation"]["compiled"] == (limit == 10)
+    assert seconds < limit
 
 
 def test_a_benchmark_given_bad_input_says_so_on_one_line_and_exits_2(capsys):

@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from theory import jit
 from theory.config import ConfigError, check_choice, check_divides, check_integer, check_real
 from theory.numeric import fast_normal
 from theory.stats import mean_se
@@ -483,6 +484,8 @@ class IdleResult:
     noloco_step_se: float
     noloco_first_step: float
     noloco_first_step_se: float
+    #: whether the steps ran compiled (:class:`_CompiledStep`): its groups are other draws of the same law
+    compiled: bool = False
 
     @property
     def barrier_idle_fraction(self) -> float:
@@ -512,12 +515,21 @@ class IdleResult:
 THREADED_REPLICAS = 1 << 16
 #: above this many replicas a permutation is numpy's Fisher-Yates instead of a sort of random keys
 SORTED_PERMUTATION_MAX = 1 << 24
+#: replica-steps (over all trials) from which the idle simulation compiles by default (theory.jit):
+#: loading numba costs about 0.5 s, and each replica-step compiled saves about 10 ns
+COMPILED_REPLICA_STEPS = 1e8
 
 
-def idle_memory_estimate(replicas: int, workers: int = 2) -> int:
+def idle_memory_estimate(replicas: int, workers: int = 2, compiled: bool = False) -> int:
     """Bytes :func:`simulate_idle` allocates: about 56 bytes per replica (times, draws, the
-    permutation and its keys) for each trial in flight; the trials run ``workers`` at a time."""
-    return int(56 * replicas * workers + (1 << 20))
+    permutation and its keys; the compiled step's piles need less) for each trial in flight; the
+    trials run ``workers`` at a time; numba's compiler when ``compiled``."""
+    return int(56 * replicas * workers + (1 << 20) + (jit.COMPILER_BYTES if compiled else 0))
+
+
+def idle_compiled(replicas: int, steps: int, trials: int) -> bool:
+    """Whether :func:`simulate_idle` runs its steps compiled (:mod:`theory.jit`)."""
+    return jit.enabled(float(replicas) * steps * trials, COMPILED_REPLICA_STEPS)
 
 
 def idle_workers(replicas: int, trials: int) -> int:
@@ -584,8 +596,193 @@ def _compute_times(jitter: Jitter, rng: np.random.Generator, out: np.ndarray, sc
     return out
 
 
+def _numpy_step(rng, start, y, n: int, group_sync: float, slow, homogeneous: bool, index) -> tuple:
+    """One outer step, numpy: (the new start times, the largest and the mean compute time, the mean
+    group maximum before ``group_sync``). Groups from :func:`_permutation`; ``index`` its reusable
+    index."""
+    if homogeneous:
+        if slow[0] != 1:
+            y *= np.float32(slow[0])
+        perm = _permutation(rng, y.size, index)
+        perm //= n
+        gmax = _group_max(start[perm] + y, n)
+        y_mean = y.mean(dtype=float)
+    else:
+        y = slow * y
+        perm = _permutation(rng, y.size, index)
+        gmax = _group_max((start + y)[perm], n)
+        y_mean = y.mean()
+    top = float(gmax.mean())
+    gmax += group_sync
+    if homogeneous:
+        start = gmax
+    else:
+        start[perm] = np.repeat(gmax, n)
+    return start, float(y.max()), float(y_mean), top
+
+
+class _CompiledStep:
+    """The same step as :func:`_numpy_step` in one compiled loop (:func:`_grouped_arrivals`), two to
+    three times as fast. Its groups come from another shuffle and other random numbers: the same
+    law, so the two paths agree in distribution, not number for number.
+
+    The state is a list of records in no particular order (a fresh uniform partition each step
+    makes the order irrelevant): one start time per group on homogeneous hardware, else a start
+    time and a slowdown per replica, which travel together."""
+
+    def __init__(self, start: np.ndarray, slow: np.ndarray, homogeneous: bool):
+        replicas = slow.size
+        self.slow = slow[:1].copy() if homogeneous else slow.astype(float)
+        self.homogeneous = homogeneous
+        self.pile = np.empty(replicas)
+        self.pile_slow = np.empty(1 if homogeneous else replicas)
+        self.spare, self.spare_slow = np.empty_like(start), np.empty_like(self.slow)
+        self.bits = pile_bits(replicas)
+        self.counts = np.empty(1 << self.bits, np.int64)
+
+    def __call__(self, rng, start, y, n: int, group_sync: float) -> tuple:
+        out = self.spare
+        seed = np.uint64(rng.bit_generator.random_raw())
+        y_max, y_sum, top_sum, _ = _idle_kernel()(start, self.slow, y, self.homogeneous, n, group_sync, seed,
+                                                  self.bits, self.pile, self.pile_slow, self.counts, out,
+                                                  self.spare_slow)
+        self.spare = start
+        if not self.homogeneous:
+            self.slow, self.spare_slow = self.spare_slow, self.slow
+        return out, y_max, y_sum / y.size, top_sum / (y.size // n)
+
+
+#: slots per pile of the compiled shuffle: 32 KiB of float64, which stays in the core's first cache
+PILE_SLOTS = 4096
+
+
+def pile_bits(size: int) -> int:
+    """log2 of the piles the compiled shuffle of ``size`` slots scatters into (at most 4096 piles)."""
+    return min(12, max(0, math.ceil(math.log2(max(size, 1) / PILE_SLOTS))))
+
+
+def _splitmix(state):
+    """SplitMix64 (Steele, Lea & Flood 2014): the next state and a 64-bit random word. Seeded from
+    the trial's numpy generator each step; its words pass BigCrush."""
+    state = state + np.uint64(0x9E3779B97F4A7C15)
+    z = (state ^ (state >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return state, z ^ (z >> np.uint64(31))
+
+
+def _grouped_arrivals(start, slow, y, per_group, n, sync, seed, bits, pile, pile_slow, counts, out, out_slow):
+    """Compiled by :func:`_idle_kernel`: one step of the groups, with the records in a uniformly
+    random order by Rao and Sandelius's shuffle, which stays in cache: each slot goes to one of
+    ``2^bits`` piles at random, each pile is shuffled by Fisher-Yates (indices exactly uniform:
+    Lemire's multiply and reject), and the piles are read one after the other. Slot s carries the
+    arrival ``start + slow y[s]`` of group ``s // n`` (``per_group``) or of record s; each run of n
+    shuffled slots is a new group, whose maximum plus ``sync`` is its members' new start, into
+    ``out`` (and their slowdowns into ``out_slow``). Returns the largest and the sum of the compute
+    times, the sum of the group maxima, and a sum of the piles (returned so that the compiler keeps
+    the sequential reads that bring each pile into cache)."""
+    size = y.size
+    mask, per_word = np.uint64((1 << bits) - 1), 64 // bits if bits else 0
+    counts[:] = 0
+    if bits:
+        state, word, left = np.uint64(seed), np.uint64(0), 0
+        for s in range(size):
+            if left == 0:
+                state, word = _mix(state)
+                left = per_word
+            counts[np.int64(word & mask)] += 1
+            word >>= np.uint64(bits)
+            left -= 1
+    else:
+        counts[0] = size
+    total = 0
+    for p in range(counts.size):  # counts become the piles' next free slots
+        total, counts[p] = total + counts[p], total
+    # the same pile of each slot again (same seed): scatter the arrivals
+    state, word, left = np.uint64(seed), np.uint64(0), 0
+    factor = slow[0]
+    y_max, y_sum = -np.inf, 0.0
+    for group in range(size // n):
+        for s in range(group * n, group * n + n):
+            p = 0
+            if bits:
+                if left == 0:
+                    state, word = _mix(state)
+                    left = per_word
+                p = np.int64(word & mask)
+                word >>= np.uint64(bits)
+                left -= 1
+            record = group if per_group else s
+            f = factor if per_group else slow[record]
+            time = y[s] * f
+            y_max, y_sum = max(y_max, time), y_sum + time
+            k = counts[p]
+            pile[k] = start[record] + time
+            if not per_group:
+                pile_slow[k] = f
+            counts[p] = k + 1
+    # each pile shuffled in place, then the groups it completes
+    two32 = np.uint64(1 << 32)
+    half, lo, group, top_sum, warm = 0, 0, 0, 0.0, 0.0
+    for p in range(counts.size):
+        hi = counts[p]
+        for i in range(lo, hi):  # one sequential read brings the pile into cache for the random swaps
+            warm += pile[i]
+        for i in range(hi - 1, lo, -1):
+            bound = np.uint64(i - lo + 1)
+            while True:
+                if half == 0:
+                    state, word = _mix(state)
+                    x, half = word >> np.uint64(32), 1
+                else:
+                    x, half = word & np.uint64(0xFFFFFFFF), 0
+                product = x * bound
+                low = product & np.uint64(0xFFFFFFFF)
+                # the 2^32 mod bound lowest values of low are the biased ones; nested, so that the
+                # division runs only when low < bound (about never), not speculatively every time
+                if low < bound:
+                    if low < (two32 - bound) % bound:
+                        continue
+                break
+            j = lo + np.int64(product >> np.uint64(32))
+            pile[i], pile[j] = pile[j], pile[i]
+            if not per_group:
+                pile_slow[i], pile_slow[j] = pile_slow[j], pile_slow[i]
+        while (group + 1) * n <= hi:
+            first = group * n
+            top = pile[first]
+            for k in range(first + 1, first + n):
+                top = max(top, pile[k])
+            top_sum += top
+            if per_group:
+                out[group] = top + sync
+            else:
+                for k in range(first, first + n):
+                    out[k], out_slow[k] = top + sync, pile_slow[k]
+            group += 1
+        lo = hi
+    return y_max, y_sum, top_sum, warm
+
+
+# numba's compiled forms, made on first use: _grouped_arrivals calls _splitmix by this name
+_compiled_kernel = _mix = None
+
+
+def _idle_kernel():
+    """:func:`_grouped_arrivals`, compiled on first use (without the GIL: trials run on threads)."""
+    global _compiled_kernel
+    if _compiled_kernel is None:
+        _compiled_kernel = jit.compile_with_cache(_compile_kernel, nogil=True)
+    return _compiled_kernel
+
+
+def _compile_kernel(compile_one):
+    global _mix
+    _mix = compile_one(_splitmix)
+    return compile_one(_grouped_arrivals)
+
+
 def _idle_trial(trial: int, replicas: int, n: int, jitter: Jitter, slow: np.ndarray, steps: int, burn_in: int,
-                barrier_sync: float, group_sync: float, seed: int) -> tuple:
+                barrier_sync: float, group_sync: float, seed: int, compiled: bool = False) -> tuple:
     """One independent run: (mean barrier step, mean compute after burn-in, NoLoCo growth of the
     mean start time after burn-in, mean group maximum of the first step)."""
     rng = np.random.default_rng([seed, trial])
@@ -595,34 +792,18 @@ def _idle_trial(trial: int, replicas: int, n: int, jitter: Jitter, slow: np.ndar
     start = np.zeros(replicas // n if homogeneous else replicas)
     draws = np.empty(replicas, np.float32)
     scratch = np.empty((replicas + 1) // 2, np.float32)
-    index = np.arange(replicas, dtype=np.uint64)
+    step = _CompiledStep(start, slow, homogeneous) if compiled else functools.partial(
+        _numpy_step, slow=slow, homogeneous=homogeneous, index=np.arange(replicas, dtype=np.uint64))
     barrier = compute = 0.0
     start_at_burn_in, first = 0.0, 0.0
     for t in range(steps):
         y = _compute_times(jitter, rng, draws, scratch)
-        if homogeneous:
-            if slow[0] != 1:
-                y *= np.float32(slow[0])
-            barrier += float(y.max()) + barrier_sync
-            if t >= burn_in:
-                compute += float(y.mean(dtype=float))
-            perm = _permutation(rng, replicas, index)
-            perm //= n
-            gmax = _group_max(start[perm] + y, n)
-        else:
-            y = slow * y
-            barrier += float(y.max()) + barrier_sync
-            if t >= burn_in:
-                compute += float(y.mean())
-            perm = _permutation(rng, replicas, index)
-            gmax = _group_max((start + y)[perm], n)
+        start, y_max, y_mean, top = step(rng, start, y, n=n, group_sync=group_sync)
+        barrier += y_max + barrier_sync
+        if t >= burn_in:
+            compute += y_mean
         if t == 0:
-            first = float(gmax.mean())
-        gmax += group_sync
-        if homogeneous:
-            start = gmax
-        else:
-            start[perm] = np.repeat(gmax, n)
+            first = top
         if t + 1 == burn_in:
             start_at_burn_in = float(start.mean())
     return barrier / steps, compute, float(start.mean()) - start_at_burn_in, first
@@ -643,7 +824,9 @@ def simulate_idle(replicas: int, group_size: int = 2, jitter: Jitter = Jitter(),
     quarter). With n = N both are the same process. Vectorised over replicas (a sort of random
     keys gives each step's groups); trial t draws from ``default_rng([seed, t])``, and for large N
     the trials run two at a time on threads (:func:`idle_workers`), with the same results.
-    Memory: :func:`idle_memory_estimate`.
+    From :data:`COMPILED_REPLICA_STEPS`, where numba is installed (``NOLOCO_JIT``, :mod:`theory.jit`),
+    each step is one compiled loop that shuffles instead of sorting: the same law, other numbers
+    (``IdleResult.compiled`` says which). Memory: :func:`idle_memory_estimate`.
     """
     from tqdm.auto import tqdm
 
@@ -655,8 +838,11 @@ def simulate_idle(replicas: int, group_size: int = 2, jitter: Jitter = Jitter(),
     burn_in = steps // 4 if burn_in is None else check_integer(
         "burn_in", burn_in, f"0 <= burn_in < steps={steps}", lambda v: v >= 0 and v < steps)
     slow = hardware.slowdowns(N)
+    compiled = idle_compiled(N, steps, trials)
+    if compiled:
+        _idle_kernel()  # compiled here once, not in each thread
     run = functools.partial(_idle_trial, replicas=N, n=n, jitter=jitter, slow=slow, steps=steps, burn_in=burn_in,
-                            barrier_sync=barrier_sync, group_sync=group_sync, seed=seed)
+                            barrier_sync=barrier_sync, group_sync=group_sync, seed=seed, compiled=compiled)
     workers = idle_workers(N, trials)
     bar = tqdm(total=trials, desc=f"idle N={N} n={n}", disable=not progress, leave=False)
     try:
@@ -681,7 +867,7 @@ def simulate_idle(replicas: int, group_size: int = 2, jitter: Jitter = Jitter(),
     noloco, noloco_se = mean_se(growth / span)
     first_mean, first_se = mean_se(first)
     return IdleResult(N, n, steps, trials, float(compute.mean() / span), barrier, barrier_se,
-                      noloco, noloco_se, first_mean, first_se)
+                      noloco, noloco_se, first_mean, first_se, compiled)
 
 
 # ---------------------------------------------------------------- the report of `noloco comm`
