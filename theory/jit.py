@@ -37,16 +37,21 @@ def enabled(work: float, threshold: float) -> bool:
 def compile_with_cache(build, **options):
     """``build(jit)``, where ``jit(f)`` compiles ``f`` with numba (``options``: numba's, such as
     ``nogil=True``), caching the machine code under ``$NOLOCO_CACHE/numba/<hash of the sources>``;
-    without a writable folder numba compiles in every process instead."""
+    without a writable folder there, numba compiles in every process instead."""
     import numba
-    previous = numba.config.CACHE_DIR
     # one folder per version of the sources: numba checks only the compiled function's own file for
     # staleness, not those of the functions it calls (theory/outer.py for quadratic.fused)
-    numba.config.CACHE_DIR = str(cache_dir() / "numba" / source_hash())
+    folder = cache_dir() / "numba" / source_hash()
     try:
-        try:
-            return build(lambda f: numba.njit(f, cache=True, **options))
-        except RuntimeError:  # no writable place for numba's cache
-            return build(lambda f: numba.njit(f, **options))
+        folder.mkdir(parents=True, exist_ok=True)
+        writable = os.access(folder, os.W_OK)
+    except OSError:
+        writable = False
+    if not writable:  # not numba's own fallback, a __pycache__ beside the sources: stale after an edit
+        return build(lambda f: numba.njit(f, **options))
+    previous = numba.config.CACHE_DIR
+    numba.config.CACHE_DIR = str(folder)
+    try:
+        return build(lambda f: numba.njit(f, cache=True, **options))
     finally:
         numba.config.CACHE_DIR = previous
