@@ -583,12 +583,13 @@ def _group_max(x: np.ndarray, n: int) -> np.ndarray:
 
 def _compute_times(jitter: Jitter, rng: np.random.Generator, out: np.ndarray, scratch) -> np.ndarray:
     """Compute-time multipliers (mean 1) into float32 ``out``; lognormal from
-    :func:`theory.numeric.fast_normal`."""
+    :func:`theory.numeric.fast_normal` with its fine tail: the barrier waits for the maximum of N
+    draws, which the coarse tail biases low (by 2.8 to 5.5 standard errors at N = 10^7)."""
     if jitter.cv == 0:
         out.fill(1.0)
     elif jitter.kind == "lognormal":
         s2 = math.log1p(jitter.cv ** 2)
-        fast_normal(rng, out, math.sqrt(s2), scratch)
+        fast_normal(rng, out, math.sqrt(s2), scratch, fine_tail=True)
         out += np.float32(-s2 / 2)
         np.exp(out, out=out)
     else:
