@@ -9,10 +9,9 @@ at huge N, :func:`theory.comm.default_trials`).
 
 from __future__ import annotations
 
-import importlib.util
 import time
 
-from benchmarks.timer import best_of, command_seconds, jit
+from benchmarks.timer import best_of, command_seconds, jit, jit_paths
 from theory import comm
 from theory.budget import retain_freed_memory
 
@@ -32,9 +31,7 @@ def measure(replicas=1_000_000, steps=200, trials=8, repeat=1) -> dict:
     tables = best_of(lambda: (comm.sync_cost(net, 2e6, replicas), comm.payload_at_speedup(net, replicas, 1.0),
                               comm.barrier_idle_fraction(comm.Jitter(), replicas)), max(2, repeat))  # not the imports
     simulation = {}
-    for path, setting in (("numpy", "0"), ("compiled", "1")):
-        if path == "compiled" and importlib.util.find_spec("numba") is None:
-            continue
+    for path, setting in jit_paths():
         with jit(setting):
             comm.simulate_idle(1 << 12, steps=2, trials=2)  # loads numba and the compiled step: not timed
             start = time.perf_counter()

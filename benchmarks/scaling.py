@@ -10,11 +10,9 @@ draws them on log-log axes (docs/img/performance.png).
 
 from __future__ import annotations
 
-import importlib.util
-
 import numpy as np
 
-from benchmarks.timer import best_of, jit
+from benchmarks.timer import best_of, jit, jit_paths
 from quadratic.simulator import SimConfig, simulate
 from theory import comm
 from theory.budget import retain_freed_memory
@@ -53,9 +51,8 @@ def measure(repeat: int = 2) -> dict:
                     size["steps"] = 2
                 points.append([value, _simulate_seconds(**size, mode=mode, repeat=repeat)])
             out["simulate"][f"{mode}_vs_{factor}"] = points
-    for key, setting in (("comm_idle_vs_replicas", "0"), ("comm_idle_compiled_vs_replicas", "1")):
-        if setting == "1" and importlib.util.find_spec("numba") is None:
-            continue
+    for path, setting in jit_paths():
+        key = "comm_idle_vs_replicas" if path == "numpy" else "comm_idle_compiled_vs_replicas"
         with jit(setting):
             comm.simulate_idle(1 << 12, steps=2, trials=2)  # loads numba and the compiled step: not timed
             out[key] = [[N, best_of(lambda N=N: comm.simulate_idle(N, steps=50, trials=2), 1)]

@@ -9,6 +9,7 @@ measured under.
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import os
 import platform
 import sys
@@ -76,6 +77,12 @@ def jit(setting: str):
             del os.environ["NOLOCO_JIT"]
         else:
             os.environ["NOLOCO_JIT"] = previous
+
+
+def jit_paths() -> list:
+    """The (path, ``NOLOCO_JIT``) pairs a benchmark times both ways: numpy, and compiled where
+    numba is installed."""
+    return [("numpy", "0")] + ([("compiled", "1")] if importlib.util.find_spec("numba") else [])
 
 
 def machine() -> dict:
