@@ -219,6 +219,20 @@ def test_sync_time_enters_the_closed_form(idle_path):
     assert sim.noloco_step == pytest.approx(sim.barrier_step)
 
 
+def test_barrier_and_first_step_standard_errors_hold_with_two_trials(idle_path):
+    """With 2 trials, an SE over the trials has one degree of freedom: |z| > 3 one time in five.
+    The barrier's and the first step's SEs come from every step and group (iid), so over 40 seeds
+    |z| > 3 should be about as rare as for a normal (0.3 %): at most 2 times."""
+    jitter = comm.Jitter("lognormal", 0.2)
+    barrier_max, first_max = comm.expected_max(jitter, [1.0], [64]), comm.expected_max(jitter, [1.0], [2])
+    big = {"barrier": 0, "first": 0}
+    for seed in range(40):
+        sim = comm.simulate_idle(64, 2, jitter, steps=30, trials=2, seed=seed)
+        big["barrier"] += abs(sim.barrier_step - barrier_max) > 3 * sim.barrier_step_se
+        big["first"] += abs(sim.noloco_first_step - first_max) > 3 * sim.noloco_first_step_se
+    assert big["barrier"] <= 2 and big["first"] <= 2, big
+
+
 def test_idle_paths_say_which_ran(idle_path):
     assert comm.simulate_idle(16, 2, steps=4, trials=2).compiled == (idle_path == "compiled")
 

@@ -471,7 +471,8 @@ def group_first_step_idle_fraction(jitter: Jitter, group_size: int, sync_seconds
 class IdleResult:
     """Mean step time (seconds per outer step, in units of ``compute_seconds``) of a
     barrier and of NoLoCo groups over the same compute times, each with its standard
-    error across independent trials, and the mean compute time per step."""
+    error (NoLoCo's across independent trials; the barrier's and the first step's over
+    every step or group, which are iid), and the mean compute time per step."""
 
     replicas: int
     group_size: int
@@ -599,8 +600,8 @@ def _compute_times(jitter: Jitter, rng: np.random.Generator, out: np.ndarray, sc
 
 def _numpy_step(rng, start, y, n: int, group_sync: float, slow, homogeneous: bool, index) -> tuple:
     """One outer step, numpy: (the new start times, the largest and the mean compute time, the mean
-    group maximum before ``group_sync``). Groups from :func:`_permutation`; ``index`` its reusable
-    index."""
+    group maximum before ``group_sync`` and the mean of its square). Groups from
+    :func:`_permutation`; ``index`` its reusable index."""
     if homogeneous:
         if slow[0] != 1:
             y *= np.float32(slow[0])
@@ -613,13 +614,14 @@ def _numpy_step(rng, start, y, n: int, group_sync: float, slow, homogeneous: boo
         perm = _permutation(rng, y.size, index)
         gmax = _group_max((start + y)[perm], n)
         y_mean = y.mean()
-    top = float(gmax.mean())
+    # einsum, not np.dot: BLAS's own threads fought the two trial threads (11.6 s against 7.5 s at 1e6)
+    top, top_sq = float(gmax.mean()), float(np.einsum("i,i->", gmax, gmax)) / gmax.size
     gmax += group_sync
     if homogeneous:
         start = gmax
     else:
         start[perm] = np.repeat(gmax, n)
-    return start, float(y.max()), float(y_mean), top
+    return start, float(y.max()), float(y_mean), (top, top_sq)
 
 
 class _CompiledStep:
@@ -644,13 +646,14 @@ class _CompiledStep:
     def __call__(self, rng, start, y, n: int, group_sync: float) -> tuple:
         out = self.spare
         seed = np.uint64(rng.bit_generator.random_raw())
-        y_max, y_sum, top_sum, _ = _idle_kernel()(start, self.slow, y, self.homogeneous, n, group_sync, seed,
-                                                  self.bits, self.pile, self.pile_slow, self.counts, out,
-                                                  self.spare_slow)
+        y_max, y_sum, top_sum, top_sq, _ = _idle_kernel()(start, self.slow, y, self.homogeneous, n, group_sync,
+                                                          seed, self.bits, self.pile, self.pile_slow,
+                                                          self.counts, out, self.spare_slow)
         self.spare = start
         if not self.homogeneous:
             self.slow, self.spare_slow = self.spare_slow, self.slow
-        return out, y_max, y_sum / y.size, top_sum / (y.size // n)
+        groups = y.size // n
+        return out, y_max, y_sum / y.size, (top_sum / groups, top_sq / groups)
 
 
 #: slots per pile of the compiled shuffle: 32 KiB of float64, which stays in the core's first cache
@@ -679,8 +682,8 @@ def _grouped_arrivals(start, slow, y, per_group, n, sync, seed, bits, pile, pile
     arrival ``start + slow y[s]`` of group ``s // n`` (``per_group``) or of record s; each run of n
     shuffled slots is a new group, whose maximum plus ``sync`` is its members' new start, into
     ``out`` (and their slowdowns into ``out_slow``). Returns the largest and the sum of the compute
-    times, the sum of the group maxima, and a sum of the piles (returned so that the compiler keeps
-    the sequential reads that bring each pile into cache)."""
+    times, the sum of the group maxima and of their squares, and a sum of the piles (returned so
+    that the compiler keeps the sequential reads that bring each pile into cache)."""
     size = y.size
     mask, per_word = np.uint64((1 << bits) - 1), 64 // bits if bits else 0
     counts[:] = 0
@@ -723,7 +726,7 @@ def _grouped_arrivals(start, slow, y, per_group, n, sync, seed, bits, pile, pile
             counts[p] = k + 1
     # each pile shuffled in place, then the groups it completes
     two32 = np.uint64(1 << 32)
-    half, lo, group, top_sum, warm = 0, 0, 0, 0.0, 0.0
+    half, lo, group, top_sum, top_sq, warm = 0, 0, 0, 0.0, 0.0, 0.0
     for p in range(counts.size):
         hi = counts[p]
         for i in range(lo, hi):  # one sequential read brings the pile into cache for the random swaps
@@ -753,7 +756,7 @@ def _grouped_arrivals(start, slow, y, per_group, n, sync, seed, bits, pile, pile
             top = pile[first]
             for k in range(first + 1, first + n):
                 top = max(top, pile[k])
-            top_sum += top
+            top_sum, top_sq = top_sum + top, top_sq + top * top
             if per_group:
                 out[group] = top + sync
             else:
@@ -761,7 +764,7 @@ def _grouped_arrivals(start, slow, y, per_group, n, sync, seed, bits, pile, pile
                     out[k], out_slow[k] = top + sync, pile_slow[k]
             group += 1
         lo = hi
-    return y_max, y_sum, top_sum, warm
+    return y_max, y_sum, top_sum, top_sq, warm
 
 
 # numba's compiled forms, made on first use: _grouped_arrivals calls _splitmix by this name
@@ -784,8 +787,9 @@ def _compile_kernel(compile_one):
 
 def _idle_trial(trial: int, replicas: int, n: int, jitter: Jitter, slow: np.ndarray, steps: int, burn_in: int,
                 barrier_sync: float, group_sync: float, seed: int, compiled: bool = False) -> tuple:
-    """One independent run: (mean barrier step, mean compute after burn-in, NoLoCo growth of the
-    mean start time after burn-in, mean group maximum of the first step)."""
+    """One independent run: (the barrier's step times, mean compute after burn-in, NoLoCo growth of
+    the mean start time after burn-in, the mean group maximum of the first step and the mean of
+    its square)."""
     rng = np.random.default_rng([seed, trial])
     homogeneous = bool(np.all(slow == slow[0]))
     # homogeneous hardware: all n members of a group start together, so one time per group is the
@@ -795,19 +799,19 @@ def _idle_trial(trial: int, replicas: int, n: int, jitter: Jitter, slow: np.ndar
     scratch = np.empty((replicas + 1) // 2, np.float32)
     step = _CompiledStep(start, slow, homogeneous) if compiled else functools.partial(
         _numpy_step, slow=slow, homogeneous=homogeneous, index=np.arange(replicas, dtype=np.uint64))
-    barrier = compute = 0.0
-    start_at_burn_in, first = 0.0, 0.0
+    barrier, compute = np.empty(steps), 0.0
+    start_at_burn_in, first = 0.0, (0.0, 0.0)
     for t in range(steps):
         y = _compute_times(jitter, rng, draws, scratch)
         start, y_max, y_mean, top = step(rng, start, y, n=n, group_sync=group_sync)
-        barrier += y_max + barrier_sync
+        barrier[t] = y_max + barrier_sync
         if t >= burn_in:
             compute += y_mean
         if t == 0:
             first = top
         if t + 1 == burn_in:
             start_at_burn_in = float(start.mean())
-    return barrier / steps, compute, float(start.mean()) - start_at_burn_in, first
+    return barrier, compute, float(start.mean()) - start_at_burn_in, first
 
 
 def simulate_idle(replicas: int, group_size: int = 2, jitter: Jitter = Jitter(), hardware: Hardware = Hardware(),
@@ -862,11 +866,19 @@ def simulate_idle(replicas: int, group_size: int = 2, jitter: Jitter = Jitter(),
                     bar.update()
     finally:
         bar.close()
-    barrier_step, compute, growth, first = (np.array(x) for x in zip(*results))
+    barrier_steps, compute, growth, first = (np.array(x) for x in zip(*results))
     span = steps - burn_in
-    barrier, barrier_se = mean_se(barrier_step)
+    # the barrier's step times are iid over steps and trials (each step draws afresh, and the barrier
+    # resets), and so are the first step's group maxima (everyone starts at 0; with mixed hardware
+    # a partition makes them slightly negatively dependent, which this SE ignores, conservatively):
+    # their SEs come from every step or group, not from a few trials. NoLoCo's later steps carry
+    # their past, so its rate's SE is over the trials.
+    barrier, barrier_se = mean_se(barrier_steps.ravel())
     noloco, noloco_se = mean_se(growth / span)
-    first_mean, first_se = mean_se(first)
+    groups = trials * (N // n)
+    first_mean = float(first[:, 0].mean())
+    first_var = max(float(first[:, 1].mean()) - first_mean ** 2, 0.0) * groups / max(groups - 1, 1)
+    first_se = math.sqrt(first_var / groups)
     return IdleResult(N, n, steps, trials, float(compute.mean() / span), barrier, barrier_se,
                       noloco, noloco_se, first_mean, first_se, compiled)
 
@@ -1001,5 +1013,6 @@ def format_report(r: dict) -> str:
         f"   closed form {idle['barrier_closed_form']:.4f}",
         f"  NoLoCo groups     {r['idle_fraction_noloco']:.4f} +- {sim['noloco_idle_se']:.1e}"
         + (f"   first step, closed form {first:.4f}" if first is not None else ""),
+        f"  (the NoLoCo SE is over {i['trials']} trials; the barrier's over every step of them)",
     ]
     return "\n".join(lines)
