@@ -15,7 +15,7 @@ waiting for peers (global barrier vs random groups). Defaults are internet-like:
 bf16 (2 MB, below the 6.25 MB bandwidth-delay product, so latency-bound), 256
 replicas in pairs, 30 s of compute per outer step with lognormal jitter of cv 0.1.
 Larger models turn the exchange bandwidth-bound and the speed-up shrinks; see
-docs/comm.md. Model tables are instant at any N; the idle simulation takes 10 to 12 ns of
+docs/comm.md. Model tables are instant at any N; the idle simulation takes 9 to 12 ns of
 wall time per replica and step with numpy, 4 to 5 ns compiled (numba, the fast extra; by
 default from 1e8 replica-steps, NOLOCO_JIT=1 always, NOLOCO_JIT=0 never: other random
 numbers, the same law), with two trials at a time on two cores above 65536 replicas, and at
