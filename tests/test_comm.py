@@ -296,7 +296,7 @@ def test_compiled_groups_pair_a_group_with_itself_one_time_in_three(monkeypatch)
     trials = 9000
     kept = 0
     for _ in range(trials):
-        start, *_ = step(rng, np.array([0.0, 1.0]), np.zeros(4, np.float32), n=2, group_sync=0.0)
+        start, *_ = step(rng, np.array([0.0, 1.0]), np.zeros(4, np.float32), n=2, group_sync=0.0, first=False)
         kept += sorted(start) == [0.0, 1.0]
     assert abs(kept / trials - 1 / 3) < SE * math.sqrt(2 / 9 / trials)
 

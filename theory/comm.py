@@ -598,10 +598,10 @@ def _compute_times(jitter: Jitter, rng: np.random.Generator, out: np.ndarray, sc
     return out
 
 
-def _numpy_step(rng, start, y, n: int, group_sync: float, slow, homogeneous: bool, index) -> tuple:
-    """One outer step, numpy: (the new start times, the largest and the mean compute time, the mean
-    group maximum before ``group_sync`` and the mean of its square). Groups from
-    :func:`_permutation`; ``index`` its reusable index."""
+def _numpy_step(rng, start, y, n: int, group_sync: float, first: bool, slow, homogeneous: bool, index) -> tuple:
+    """One outer step, numpy: (the new start times, the largest and the mean compute time, and on
+    the ``first`` step the mean group maximum before ``group_sync`` and the mean of its square, else
+    None). Groups from :func:`_permutation`; ``index`` its reusable index."""
     if homogeneous:
         if slow[0] != 1:
             y *= np.float32(slow[0])
@@ -615,13 +615,13 @@ def _numpy_step(rng, start, y, n: int, group_sync: float, slow, homogeneous: boo
         gmax = _group_max((start + y)[perm], n)
         y_mean = y.mean()
     # einsum, not np.dot: BLAS's own threads fought the two trial threads (11.6 s against 7.5 s at 1e6)
-    top, top_sq = float(gmax.mean()), float(np.einsum("i,i->", gmax, gmax)) / gmax.size
+    tops = (float(gmax.mean()), float(np.einsum("i,i->", gmax, gmax)) / gmax.size) if first else None
     gmax += group_sync
     if homogeneous:
         start = gmax
     else:
         start[perm] = np.repeat(gmax, n)
-    return start, float(y.max()), float(y_mean), (top, top_sq)
+    return start, float(y.max()), float(y_mean), tops
 
 
 class _CompiledStep:
@@ -643,7 +643,8 @@ class _CompiledStep:
         self.bits = pile_bits(replicas)
         self.counts = np.empty(1 << self.bits, np.int64)
 
-    def __call__(self, rng, start, y, n: int, group_sync: float) -> tuple:
+    def __call__(self, rng, start, y, n: int, group_sync: float, first: bool) -> tuple:
+        # the kernel sums the group maxima as it goes: they cost nothing, so every step has them
         out = self.spare
         seed = np.uint64(rng.bit_generator.random_raw())
         y_max, y_sum, top_sum, top_sq, _ = _idle_kernel()(start, self.slow, y, self.homogeneous, n, group_sync,
@@ -803,12 +804,12 @@ def _idle_trial(trial: int, replicas: int, n: int, jitter: Jitter, slow: np.ndar
     start_at_burn_in, first = 0.0, (0.0, 0.0)
     for t in range(steps):
         y = _compute_times(jitter, rng, draws, scratch)
-        start, y_max, y_mean, top = step(rng, start, y, n=n, group_sync=group_sync)
+        start, y_max, y_mean, tops = step(rng, start, y, n=n, group_sync=group_sync, first=t == 0)
         barrier[t] = y_max + barrier_sync
         if t >= burn_in:
             compute += y_mean
         if t == 0:
-            first = top
+            first = tops
         if t + 1 == burn_in:
             start_at_burn_in = float(start.mean())
     return barrier, compute, float(start.mean()) - start_at_burn_in, first
