@@ -9,8 +9,10 @@ replica; outer steps, partitions and recording included) for
   d-vector at a time (numpy for the d coordinates),
 * two floors over the same (trials, N, d) weights, per inner step: the bandwidth floor (one
   read and one write of the weights, nothing else) and the noise floor (drawing one Gaussian
-  per weight with the simulator's generator, then that read and write); and the memory floor,
-  the bandwidth floor's pass over a state larger than the caches,
+  per weight with the simulator's generator, then that read and write); the bits floor (only the
+  32 random bits of one draw per weight from that generator, and the pass: what any numpy-drawn
+  noise costs before it is shaped into a Gaussian); and the memory floor, the bandwidth floor's
+  pass over a state larger than the caches,
 * optionally the same ``noloco simulate`` command at an older commit (``--baseline DIR``, a
   git worktree) next to this one, each in a fresh process.
 
@@ -93,6 +95,16 @@ def noise_floor(cfg: SimConfig, dim: int, dtype=np.float64) -> None:
         theta += noise
 
 
+def bits_floor(cfg: SimConfig, dim: int, dtype=np.float64) -> None:
+    """Per inner step the 32 raw random bits of one draw per weight from the simulator's generator
+    (nothing shaped into a Gaussian) and one in-place pass."""
+    bits = np.random.default_rng(cfg.seed).bit_generator
+    theta = np.zeros((cfg.trials, cfg.outer.replicas, dim), dtype)
+    for _ in range(cfg.outer_steps * cfg.inner.steps):
+        bits.random_raw((theta.size + 1) // 2)
+        np.add(theta, 1.0, out=theta)
+
+
 def add_arguments(parser) -> None:
     parser.add_argument("--trials", type=int, default=200, help="independent trials")
     parser.add_argument("--replicas", type=int, default=8, help="replicas N (pairs)")
@@ -140,6 +152,7 @@ def measure(trials=200, replicas=8, dim=1000, inner_steps=50, outer_steps=10, no
         "python_loop": per_step * loop_trials / trials / best_of(lambda: loop(small, np.asarray(lam)), 1),
         "bandwidth_floor": per_step * outer_steps / best_of(lambda: bandwidth_floor(explicit, dim), repeat),
         "memory_floor": MEMORY_FLOOR_NUMBERS * MEMORY_FLOOR_PASSES / best_of(memory_floor, repeat),
+        "bits_floor": per_step * outer_steps / best_of(lambda: bits_floor(explicit, dim), repeat),
         "noise_floor": per_step * outer_steps / best_of(lambda: noise_floor(explicit, dim), repeat),
     })
     out = {"updates_per_second": rates,
@@ -148,6 +161,7 @@ def measure(trials=200, replicas=8, dim=1000, inner_steps=50, outer_steps=10, no
            "bandwidth_floor_over_explicit": rates["bandwidth_floor"] / rates["explicit"],
            "memory_floor_over_explicit": rates["memory_floor"] / rates["explicit"],
            "noise_floor_over_explicit": rates["noise_floor"] / rates["explicit"],
+           "bandwidth_floor_over_bits_floor": rates["bandwidth_floor"] / rates["bits_floor"],
            "exact_compiled_over_explicit": rates["exact_compiled"] / rates["explicit"] if "exact_compiled" in rates
            else None,
            "state_bytes": trials * replicas * dim * 8}
@@ -170,7 +184,8 @@ def format_result(result: dict) -> str:
               f"explicit / loop             = {r['explicit_over_loop']:.1f}x",
               f"bandwidth floor / explicit  = {r['bandwidth_floor_over_explicit']:.1f}x",
               f"memory floor / explicit     = {r['memory_floor_over_explicit']:.1f}x",
-              f"noise floor / explicit      = {r['noise_floor_over_explicit']:.2f}x"]
+              f"noise floor / explicit      = {r['noise_floor_over_explicit']:.2f}x",
+              f"bandwidth floor / bits floor = {r['bandwidth_floor_over_bits_floor']:.1f}x"]
     if r.get("exact_compiled_over_explicit"):
         lines.append(f"exact compiled / explicit   = {r['exact_compiled_over_explicit']:.1f}x")
     c = r.get("commands")

@@ -348,3 +348,19 @@ def test_a_benchmark_given_bad_input_says_so_on_one_line_and_exits_2(capsys):
     assert err[-2] == ("python -m benchmarks: error: --loop-trials=1 is out of range; allowed: an integer >= 2 "
                        "(a simulation's least number of trials)")
     assert err[-1] == "python -m benchmarks simulator: error: argument --trials: invalid int value: 'many'"
+
+
+def test_the_simulator_benchmark_reports_every_floor_and_its_ratios(tmp_path):
+    from benchmarks.__main__ import main
+
+    out = tmp_path / "simulator.json"
+    assert main(["simulator", "--trials", "2", "--replicas", "2", "--dim", "4", "--inner-steps", "2",
+                 "--outer-steps", "1", "--repeat", "1", "--out", str(out)]) == 0
+    r = json.loads(out.read_text())["results"]
+    rates = r["updates_per_second"]
+    assert {"explicit", "exact", "bandwidth_floor", "memory_floor", "bits_floor", "noise_floor"} <= set(rates)
+    assert all(np.isfinite(v) and v > 0 for v in rates.values())
+    for ratio, (top, bottom) in {"bandwidth_floor_over_explicit": ("bandwidth_floor", "explicit"),
+                                 "noise_floor_over_explicit": ("noise_floor", "explicit"),
+                                 "bandwidth_floor_over_bits_floor": ("bandwidth_floor", "bits_floor")}.items():
+        assert r[ratio] == pytest.approx(rates[top] / rates[bottom])
