@@ -18,7 +18,8 @@ Larger models turn the exchange bandwidth-bound and the speed-up shrinks; see
 docs/comm.md. Model tables are instant at any N; the idle simulation takes 9 to 12 ns of
 wall time per replica and step with numpy, 4 to 5 ns compiled (numba, the fast extra; by
 default from 1e8 replica-steps, NOLOCO_JIT=1 always, NOLOCO_JIT=0 never: other random
-numbers, the same law), with two trials at a time on two cores above 65536 replicas, and at
+numbers, the same law; gamma jitter adds about 3 ns), with two trials at a time on two
+cores above 65536 replicas, and at
 most 56 bytes per replica for each trial in flight. Exit 0, 2 on bad input, 3 when the
 simulation does not fit the memory budget (--max-memory)."""
 

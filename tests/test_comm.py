@@ -12,7 +12,7 @@ import pytest
 from scipy.stats import norm
 
 from noloco.cli import main
-from theory import comm
+from theory import comm, numeric
 from theory.config import ConfigError
 
 # latency L = 1 s, b = 0.01 s/B per byte sent, r = 0.001 s/B per byte reduced, m = 100 B:
@@ -191,6 +191,18 @@ def test_barrier_simulation_matches_closed_form(jitter, hardware, idle_path):
     exact = comm.expected_max(jitter, slow, hardware.counts(N))
     assert abs(sim.barrier_step - exact) < SE * sim.barrier_step_se
     assert sim.barrier_idle_fraction == pytest.approx(comm.barrier_idle_fraction(jitter, N, hardware), abs=0.01)
+
+
+@pytest.mark.parametrize("cv", [0.1, 0.5, 2.0])
+def test_gamma_compute_times_from_the_fast_sampler_match_closed_forms(cv, idle_path):
+    """Above FAST_NORMAL_MIN replicas the gamma compute times come from numeric.fast_gamma (shape
+    100, 4 and 0.25: the last boosted): the barrier's mean maximum of N and the first step's mean
+    maximum of a pair against the closed forms."""
+    N = 2 * numeric.FAST_NORMAL_MIN
+    jitter = comm.Jitter("gamma", cv)
+    sim = comm.simulate_idle(N, 2, jitter, steps=40, trials=4, seed=5)
+    assert abs(sim.barrier_step - comm.expected_max(jitter, [1.0], [N])) < SE * sim.barrier_step_se
+    assert abs(sim.noloco_first_step - comm.expected_max(jitter, [1.0], [2])) < SE * sim.noloco_first_step_se
 
 
 def test_noloco_first_step_matches_closed_form_and_later_steps_idle_more(idle_path):

@@ -144,6 +144,29 @@ def test_fast_normal_moments(size, dtype):
     assert np.abs(x).max() < 5.8 and np.isfinite(x).all()
 
 
+@pytest.mark.parametrize("shape", [0.25, 1.0, 4.0, 100.0])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fast_gamma_is_gamma(shape, dtype):
+    """Mean and variance within 4 standard errors, and the whole law by Kolmogorov-Smirnov, for
+    shapes below 1 (boosted), at 1 and above; scale 2."""
+    from scipy import stats
+
+    rng, scale, size = np.random.default_rng(17), 2.0, 200_000
+    x = np.concatenate([numeric.fast_gamma(rng, shape, np.empty(size, dtype), scale).astype(float)
+                        for _ in range(5)])
+    n, mean, var = x.size, shape * scale, shape * scale ** 2
+    assert abs(x.mean() - mean) < 4 * math.sqrt(var / n)
+    assert abs(x.var() - var) < 4 * math.sqrt((6 / shape + 2) * var * var / n)   # excess kurtosis 6/shape
+    assert stats.kstest(x, stats.gamma(shape, scale=scale).cdf).pvalue > 1e-3
+    assert x.min() >= 0 and np.isfinite(x).all()
+
+
+def test_fast_gamma_below_the_threshold_is_numpys():
+    size = numeric.FAST_NORMAL_MIN - 1
+    got = numeric.fast_gamma(np.random.default_rng(4), 3.0, np.empty(size), 0.5)
+    assert np.array_equal(got, np.random.default_rng(4).gamma(3.0, 0.5, size))
+
+
 def test_noise_free_runs_do_not_depend_on_the_blocks(monkeypatch):
     """Deterministic trajectories (no noise, same start) are the same however the work is cut
     into blocks of trials and directions."""

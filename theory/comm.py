@@ -18,8 +18,8 @@ Two questions a user asks before renting a cluster, answered with explicit model
 
 Payloads are bytes per replica (parameters times bytes per value). Times are seconds.
 Depends on numpy and scipy, and within ``theory`` on the validators of :mod:`theory.config`,
-:func:`theory.stats.mean_se`, :func:`theory.numeric.fast_normal` for the compute times
-and :data:`theory.io.SCHEMA_VERSION` for :func:`report`.
+:func:`theory.stats.mean_se`, :func:`theory.numeric.fast_normal` and ``fast_gamma`` for the
+compute times and :data:`theory.io.SCHEMA_VERSION` for :func:`report`.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import numpy as np
 
 from theory import jit
 from theory.config import ConfigError, check_choice, check_divides, check_integer, check_real
-from theory.numeric import fast_normal
+from theory.numeric import fast_gamma, fast_normal
 from theory.stats import mean_se
 
 TREE_ALGORITHMS = ("binary_tree", "double_binary_tree")
@@ -354,13 +354,22 @@ class Jitter:
             return stats.lognorm(s=math.sqrt(s2), scale=math.exp(-s2 / 2))
         return stats.gamma(a=1 / self.cv ** 2, scale=self.cv ** 2)
 
-    def sample(self, rng: np.random.Generator, shape) -> np.ndarray:
+    def sample(self, rng: np.random.Generator, out: np.ndarray, scratch=None) -> np.ndarray:
+        """Fill the float32 or float64 array ``out`` with draws and return it: lognormal from
+        :func:`theory.numeric.fast_normal` with its fine tail, since the barrier waits for the
+        maximum of N draws, which the coarse tail biases low (by 2.8 to 5.5 standard errors at
+        N = 10^7); gamma from :func:`theory.numeric.fast_gamma` (the same fine tail underneath).
+        ``scratch``: ``fast_normal``'s."""
         if self.cv == 0:
-            return np.ones(shape)
-        if self.kind == "lognormal":
+            out.fill(1.0)
+        elif self.kind == "lognormal":
             s2 = math.log1p(self.cv ** 2)
-            return rng.lognormal(-s2 / 2, math.sqrt(s2), shape)
-        return rng.gamma(1 / self.cv ** 2, self.cv ** 2, shape)
+            fast_normal(rng, out, math.sqrt(s2), scratch, fine_tail=True)
+            out += out.dtype.type(-s2 / 2)
+            np.exp(out, out=out)
+        else:
+            fast_gamma(rng, 1 / self.cv ** 2, out, self.cv ** 2, scratch)
+        return out
 
 
 @dataclass(frozen=True)
@@ -582,22 +591,6 @@ def _group_max(x: np.ndarray, n: int) -> np.ndarray:
     return out
 
 
-def _compute_times(jitter: Jitter, rng: np.random.Generator, out: np.ndarray, scratch) -> np.ndarray:
-    """Compute-time multipliers (mean 1) into float32 ``out``; lognormal from
-    :func:`theory.numeric.fast_normal` with its fine tail: the barrier waits for the maximum of N
-    draws, which the coarse tail biases low (by 2.8 to 5.5 standard errors at N = 10^7)."""
-    if jitter.cv == 0:
-        out.fill(1.0)
-    elif jitter.kind == "lognormal":
-        s2 = math.log1p(jitter.cv ** 2)
-        fast_normal(rng, out, math.sqrt(s2), scratch, fine_tail=True)
-        out += np.float32(-s2 / 2)
-        np.exp(out, out=out)
-    else:
-        out[...] = jitter.sample(rng, out.shape)
-    return out
-
-
 def _numpy_step(rng, start, y, n: int, group_sync: float, first: bool, slow, homogeneous: bool, index) -> tuple:
     """One outer step, numpy: (the new start times, the largest and the mean compute time, and on
     the ``first`` step the mean group maximum before ``group_sync`` and the mean of its square, else
@@ -803,7 +796,7 @@ def _idle_trial(trial: int, replicas: int, n: int, jitter: Jitter, slow: np.ndar
     barrier, compute = np.empty(steps), 0.0
     start_at_burn_in, first = 0.0, (0.0, 0.0)
     for t in range(steps):
-        y = _compute_times(jitter, rng, draws, scratch)
+        y = jitter.sample(rng, draws, scratch)
         start, y_max, y_mean, tops = step(rng, start, y, n=n, group_sync=group_sync, first=t == 0)
         barrier[t] = y_max + barrier_sync
         if t >= burn_in:
