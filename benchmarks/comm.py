@@ -1,5 +1,6 @@
 """`noloco comm` at many replicas: the model tables alone, the idle-time simulation (numpy, and
-compiled where numba is installed), and the whole command in a fresh process (its default choice).
+compiled where numba is installed), and the whole command in a fresh process (its default choice),
+with the default lognormal compute times and with ``--jitter gamma``.
 
     python -m benchmarks comm [--replicas 1000000 --steps 200 --trials 8]
 
@@ -41,7 +42,8 @@ def measure(replicas=1_000_000, steps=200, trials=8, repeat=1) -> dict:
     return {"model_tables_s": tables, "idle_simulation_s": simulation,
             "ns_per_replica_step": {path: s / (replicas * steps * trials) * 1e9 for path, s in simulation.items()},
             "workers": comm.idle_workers(replicas, trials),
-            "command": "noloco " + " ".join(argv), "command_s": command_seconds(argv)}
+            "command": "noloco " + " ".join(argv), "command_s": command_seconds(argv),
+            "command_gamma_s": command_seconds(argv + ["--jitter", "gamma"])}
 
 
 def format_result(result: dict) -> str:
@@ -49,4 +51,4 @@ def format_result(result: dict) -> str:
     paths = "; ".join(f"{path} {seconds:.1f} s ({r['ns_per_replica_step'][path]:.1f} ns per replica-step)"
                       for path, seconds in r["idle_simulation_s"].items())
     return (f"model tables {r['model_tables_s'] * 1e3:.1f} ms; idle simulation, {r['workers']} trial(s) at a time: "
-            f"{paths}; `{r['command']}` {r['command_s']:.1f} s")
+            f"{paths}; `{r['command']}` {r['command_s']:.1f} s ({r['command_gamma_s']:.1f} s with --jitter gamma)")
