@@ -294,7 +294,7 @@ def fast_gamma(rng: np.random.Generator, shape: float, out: np.ndarray, scale: f
     work += 1                                                 # 1 + c x
     np.logical_and(accept, work > 0, out=accept)
     left = np.flatnonzero(~accept)
-    x_left, u_left = x[left].astype(float), u[left].astype(float)
+    x_left, u_left = x[left].astype(float), u[left].astype(float)  # x is out: v overwrites it next
     np.multiply(work, work, out=flat)
     flat *= work                                              # v = (1 + c x)^3
     if left.size:
