@@ -102,7 +102,7 @@ def bits_floor(cfg: SimConfig, dim: int, dtype=np.float64) -> None:
     theta = np.zeros((cfg.trials, cfg.outer.replicas, dim), dtype)
     for _ in range(cfg.outer_steps * cfg.inner.steps):
         bits.random_raw((theta.size + 1) // 2)
-        np.add(theta, 1.0, out=theta)
+        _passes(theta, 1)
 
 
 def add_arguments(parser) -> None:
