@@ -8,14 +8,14 @@ import importlib
 import sys
 
 PROG = "python -m benchmarks"
-SUITES = {"theory-grid": "benchmarks.theory_grid", "simulator": "benchmarks.simulator",
-          "comm": "benchmarks.comm", "check": "benchmarks.check", "scaling": "benchmarks.scaling",
-          "llm-step": "benchmarks.llm_step", "all": "benchmarks.all"}
+SUITES = {"theory-grid": "noloco.benchmarks.theory_grid", "simulator": "noloco.benchmarks.simulator",
+          "comm": "noloco.benchmarks.comm", "check": "noloco.benchmarks.check", "scaling": "noloco.benchmarks.scaling",
+          "llm-step": "noloco.benchmarks.llm_step", "all": "noloco.benchmarks.all"}
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from benchmarks.timer import add_output_arguments
-    from theory.io import OneLineParser
+    from noloco.benchmarks.timer import add_output_arguments
+    from noloco.infra.entry import OneLineParser
 
     parser = OneLineParser(prog=PROG, description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="name", metavar="NAME", required=True)
@@ -29,9 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    """Exit codes as ``noloco``'s (:func:`theory.io.report`): 0 done, 2 bad input (one line), 130 interrupted."""
-    from benchmarks.timer import emit, run
-    from theory.io import report
+    """Exit codes as ``noloco``'s (:func:`noloco.infra.entry.report`): 0 done, 2 bad input (one line), 130 interrupted."""
+    from noloco.benchmarks.timer import emit, run
+    from noloco.infra.entry import report
 
     try:
         args = build_parser().parse_args(argv)

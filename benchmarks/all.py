@@ -22,7 +22,7 @@ def add_arguments(parser) -> None:
 
 
 def measure(baseline=None, skip: str = "") -> dict:
-    from benchmarks.__main__ import SUITES
+    from noloco.benchmarks.__main__ import SUITES
 
     skipped = {s for s in skip.split(",") if s}
     out = {}
@@ -41,7 +41,7 @@ def measure(baseline=None, skip: str = "") -> dict:
 
 
 def format_result(result: dict) -> str:
-    from benchmarks.__main__ import SUITES
+    from noloco.benchmarks.__main__ import SUITES
 
     lines = []
     for name, res in result["results"].items():

@@ -6,7 +6,7 @@ process (the spectrum is summed chunk by chunk).
 
 from __future__ import annotations
 
-from benchmarks.timer import command_seconds
+from noloco.benchmarks.timer import command_seconds
 
 NAME = "check"
 

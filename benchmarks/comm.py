@@ -5,16 +5,16 @@ with the default lognormal compute times and with ``--jitter gamma``.
     python -m benchmarks comm [--replicas 1000000 --steps 200 --trials 8]
 
 The simulation runs ``--steps`` and ``--trials``; the command runs with its defaults (fewer trials
-at huge N, :func:`theory.comm.default_trials`).
+at huge N, :func:`noloco.theory.comm.default_trials`).
 """
 
 from __future__ import annotations
 
 import time
 
-from benchmarks.timer import best_of, command_seconds, jit, jit_paths
-from theory import comm
-from theory.budget import retain_freed_memory
+from noloco.benchmarks.timer import best_of, command_seconds, jit, jit_paths
+from noloco.theory import comm
+from noloco.infra.budget import retain_freed_memory
 
 NAME = "comm"
 

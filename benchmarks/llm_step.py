@@ -15,16 +15,16 @@ from __future__ import annotations
 
 import argparse
 
-from benchmarks.timer import best_of, run
-from llm_check.config import PRESETS, build
-from theory.config import check_integer
+from noloco.benchmarks.timer import best_of, run
+from noloco.llm_check.config import PRESETS, build
+from noloco.infra.checks import check_integer
 
 PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # bf16 dense
 SIZES = ("cpu-tiny", "cpu-small", "gpu")
 
 
 def _trainer(size: str, replicas: int, batch_scale: int, mode: str, device: str):
-    from llm_check.train import Trainer
+    from noloco.llm_check.train import Trainer
 
     cfg = build(size, "noloco", replicas=replicas, group_size=1, device=device, replica_mode=mode,
                 batch=PRESETS[size]["batch"] * batch_scale)
@@ -34,7 +34,7 @@ def _trainer(size: str, replicas: int, batch_scale: int, mode: str, device: str)
 def _vmap_step(tr) -> None:
     from torch.func import grad_and_value, vmap
 
-    from llm_check.model import losses
+    from noloco.llm_check.model import losses
 
     def one(p, w):
         loss = losses({k: v.unsqueeze(0) for k, v in p.items()}, w.unsqueeze(0), tr.model)
@@ -67,10 +67,10 @@ def _seconds_per_step(fn, device: str, steps: int) -> float:
 
 def measure(replicas: int = 8, size: str = "cpu-small", device: str = "cpu", steps: int = 10,
             threads: int | None = None) -> dict:
-    """Tokens per second of each mode (the ``results`` of :func:`benchmarks.timer.run`)."""
+    """Tokens per second of each mode (the ``results`` of :func:`noloco.benchmarks.timer.run`)."""
     import torch
 
-    from llm_check.train import set_threads
+    from noloco.llm_check.train import set_threads
 
     check_integer("replicas", replicas, "an integer >= 1", lambda v: v >= 1)
     check_integer("steps", steps, "an integer >= 1", lambda v: v >= 1)
@@ -102,7 +102,7 @@ def measure(replicas: int = 8, size: str = "cpu-small", device: str = "cpu", ste
 
 def bench(replicas: int = 8, size: str = "cpu-small", device: str = "cpu", steps: int = 10,
           threads: int | None = None) -> dict:
-    """The benchmark as one result document of :mod:`benchmarks.timer` (machine, versions, load)."""
+    """The benchmark as one result document of :mod:`noloco.benchmarks.timer` (machine, versions, load)."""
     return run("llm-step", measure, replicas=replicas, size=size, device=device, steps=steps, threads=threads)
 
 
@@ -133,7 +133,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
     """Every flag of ``noloco llm bench``: those of ``python -m benchmarks llm-step``."""
-    from benchmarks.timer import add_output_arguments
+    from noloco.benchmarks.timer import add_output_arguments
 
     add_arguments(parser)
     add_output_arguments(parser)

@@ -1,6 +1,6 @@
 """Log-log plot of a ``scaling`` result (or of the ``all`` result that holds one):
 
-    python -m benchmarks.plot RESULT.json [docs/img/performance.png]
+    python -m noloco.benchmarks.plot RESULT.json [docs/img/performance.png]
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from theory.io import read_json
+from noloco.infra.files import read_json
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -19,7 +19,7 @@ def draw(result: dict, out: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from benchmarks.scaling import slope
+    from noloco.benchmarks.scaling import slope
 
     r = result["results"]
     r = r.get("scaling", r)
@@ -50,7 +50,7 @@ def draw(result: dict, out: Path) -> Path:
     fig.suptitle(f"Cost against size, log-log (load average {load:.2f} at the start)", fontsize=10)
     fig.tight_layout()
     out.parent.mkdir(parents=True, exist_ok=True)
-    from theory.io import atomic_write
+    from noloco.infra.files import atomic_write
 
     atomic_write(out, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
     plt.close(fig)

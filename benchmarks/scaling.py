@@ -2,7 +2,7 @@
 explicit inner phase), the idle-time simulation of ``comm`` against replicas, and ``check``
 against the spectrum size; each point the best of ``--repeat`` runs. Each curve is one code path
 (``NOLOCO_JIT``): by default the larger points would switch to the compiled loops. The simulate
-sweeps are numpy; the idle simulation is swept both ways. ``python -m benchmarks.plot RESULT.json``
+sweeps are numpy; the idle simulation is swept both ways. ``python -m noloco.benchmarks.plot RESULT.json``
 draws them on log-log axes (docs/img/performance.png).
 
     python -m benchmarks scaling [--repeat 2]
@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.timer import best_of, jit, jit_paths
-from quadratic.simulator import SimConfig, simulate
-from theory import comm
-from theory.budget import retain_freed_memory
-from theory.conditions import analyse
-from theory.config import InnerConfig, OuterConfig
-from theory.spectrum import Spectrum
+from noloco.benchmarks.timer import best_of, jit, jit_paths
+from noloco.quadratic.simulator import SimConfig, simulate
+from noloco.theory import comm
+from noloco.infra.budget import retain_freed_memory
+from noloco.theory.conditions import analyse
+from noloco.theory.config import InnerConfig, OuterConfig
+from noloco.theory.spectrum import Spectrum
 
 NAME = "scaling"
 #: the point every simulate sweep varies one factor of

@@ -4,7 +4,7 @@ replica; outer steps, partitions and recording included) for
 * the explicit inner phase (every inner SGD step; float64 and float32),
 * the exact inner phase (one draw per group and direction per outer step; counted as the H
   inner steps it replaces), with numpy and, where numba is installed, with its outer step compiled
-  (``quadratic.fused``),
+  (``noloco.quadratic.fused``),
 * a straightforward per-replica Python loop doing the explicit arithmetic on one replica's
   d-vector at a time (numpy for the d coordinates),
 * two floors over the same (trials, N, d) weights, per inner step: the bandwidth floor (one
@@ -27,13 +27,14 @@ from pathlib import Path
 
 import numpy as np
 
-from benchmarks.timer import best_of, command_seconds, jit
-from quadratic.simulator import SimConfig, simulate
-from theory.budget import retain_freed_memory
-from theory.config import ConfigError, InnerConfig, OuterConfig
-from theory.numeric import fast_normal
-from theory.outer import outer_step
-from theory.partitions import partition
+from noloco.benchmarks.timer import best_of, command_seconds, jit
+from noloco.quadratic.simulator import SimConfig, simulate
+from noloco.infra.budget import retain_freed_memory
+from noloco.infra.errors import ConfigError
+from noloco.theory.config import InnerConfig, OuterConfig
+from noloco.theory.numeric import fast_normal
+from noloco.theory.outer import outer_step
+from noloco.theory.partitions import partition
 
 NAME = "simulator"
 #: numbers of the memory floor's state: 128 MiB in float64, four times the 32 MiB L3 of the

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.timer import best_of, fresh_process_seconds
+from noloco.benchmarks.timer import best_of, fresh_process_seconds
 
 NAME = "theory-grid"
 
@@ -15,7 +15,7 @@ def add_arguments(parser) -> None:
 
 
 def measure(points: int = 1000, repeat: int = 5) -> dict:
-    from theory import numeric
+    from noloco.theory import numeric
 
     alpha = np.linspace(0, 0.99, points)[:, None]
     gamma = np.linspace(0, 2, points)[None, :]

@@ -67,7 +67,7 @@ def command_seconds(argv: list, root=None, peak_memory: bool = False):
 
 @contextlib.contextmanager
 def jit(setting: str):
-    """``NOLOCO_JIT=setting`` (theory.jit) inside the block."""
+    """``NOLOCO_JIT=setting`` (noloco.infra.jit) inside the block."""
     previous = os.environ.get("NOLOCO_JIT")
     os.environ["NOLOCO_JIT"] = setting
     try:
@@ -97,7 +97,7 @@ def machine() -> dict:
 
 def run(name: str, measure, **options) -> dict:
     """``measure(**options)`` wrapped into the one result document."""
-    from theory.io import SCHEMA_VERSION
+    from noloco.infra.files import SCHEMA_VERSION
 
     load_before = os.getloadavg()
     started = time.time()
@@ -117,7 +117,7 @@ def add_output_arguments(parser) -> None:
 
 def emit(result: dict, args, format_result) -> None:
     """Print a result as a table or JSON, and write it to ``args.out`` if given."""
-    from theory.io import print_json, write_json
+    from noloco.infra.files import print_json, write_json
 
     if args.out:
         write_json(args.out, result)

@@ -1,7 +1,7 @@
 """The GPT's architecture without torch: its sizes and the shape of every parameter.
 
-:mod:`llm_check.config` sizes runs (parameter counts, the memory estimate) before torch is
-imported; :mod:`llm_check.model` builds the tensors from the same shapes.
+:mod:`noloco.llm_check.config` sizes runs (parameter counts, the memory estimate) before torch is
+imported; :mod:`noloco.llm_check.model` builds the tensors from the same shapes.
 """
 
 from __future__ import annotations

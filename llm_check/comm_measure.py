@@ -1,6 +1,6 @@
-"""Measure torch.distributed (gloo, 127.0.0.1) and compare with :mod:`theory.comm`.
+"""Measure torch.distributed (gloo, 127.0.0.1) and compare with :mod:`noloco.theory.comm`.
 
-``python -m llm_check.comm_measure [--out docs/data/comm_measured.json]``
+``python -m noloco.llm_check.comm_measure [--out docs/data/comm_measured.json]``
 
 For each N in ``--ranks`` it starts N processes and times, for each payload in
 ``--sizes``: ``all_reduce`` of a float32 buffer, a pairwise exchange (ranks 2i and
@@ -10,13 +10,13 @@ slowest rank, until its call returns.
 
 The model is fitted out of sample: the latency and the seconds per byte from the N = 2
 ping-pong (one message = half a round trip), the reduce cost per byte from the N = 2
-all-reduce (the three Hockney costs of :class:`theory.comm.Network`); the all-reduce for
+all-reduce (the three Hockney costs of :class:`noloco.theory.comm.Network`); the all-reduce for
 N >= 3 (gloo's ring) and the pairwise exchanges are then predicted, not fitted.
 Each N is also fitted on its own (time = a + b m) to show the effective latency and
 per-byte cost. On a machine with fewer cores than processes the ranks share cores,
 which the model does not know about; the JSON records the spread of every cell.
 
-torch is imported inside functions only (also through :mod:`llm_check.exchange`): it is an
+torch is imported inside functions only (also through :mod:`noloco.llm_check.exchange`): it is an
 optional extra, and ``--help`` stays fast.
 """
 
@@ -31,8 +31,8 @@ import time
 
 import numpy as np
 
-from theory import comm
-from theory.io import SCHEMA_VERSION, write_json
+from noloco.theory import comm
+from noloco.infra.files import SCHEMA_VERSION, write_json
 
 DEFAULT_OUT = "docs/data/comm_measured.json"
 DEFAULT_SIZES = tuple(1024 * 4 ** k for k in range(9))  # 1 KiB .. 64 MiB
@@ -95,7 +95,7 @@ def run_world(world: int, sizes, base_repeats: int) -> list[dict]:
     slowest rank's."""
     import multiprocessing as mp
 
-    from llm_check.exchange import free_port
+    from noloco.llm_check.exchange import free_port
 
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()
@@ -227,7 +227,7 @@ def _table(data: dict) -> str:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m llm_check.comm_measure", description=__doc__.split("\n\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m noloco.llm_check.comm_measure", description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", default=DEFAULT_OUT, help=f"JSON output path (default {DEFAULT_OUT})")
     parser.add_argument("--ranks", default="2,3,4,5,6,7,8", help="comma-separated process counts (include 2)")
     parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)),

@@ -3,12 +3,12 @@
 Imports no torch, so ``noloco --help`` stays fast.
 
 Two kinds of setting meet here. The *outer step* (N, n, alpha, beta, gamma, momentum) is a
-:class:`theory.config.OuterConfig`, resolved by :func:`theory.methods.resolve` exactly as
+:class:`noloco.theory.config.OuterConfig`, resolved by :func:`noloco.theory.methods.resolve` exactly as
 ``noloco check`` and ``noloco simulate`` resolve it, so ``noloco``, ``diloco``, ``local`` and
-``ddp`` mean the same algorithm in every command (:data:`theory.methods.METHOD_SUMMARY`).
+``ddp`` mean the same algorithm in every command (:data:`noloco.theory.methods.METHOD_SUMMARY`).
 The *model and compute* presets below (``cpu-tiny``, ``cpu-small``, ``paper``, ``gpu``) set
 the model, the data, the inner AdamW and N; their outer settings come from
-:mod:`theory.methods` (``paper`` from its ``paper`` preset, the others from the method's
+:mod:`noloco.theory.methods` (``paper`` from its ``paper`` preset, the others from the method's
 default preset). Precedence: preset, then every flag given, then the method's constraints;
 a flag that the method fixes to another value is refused.
 
@@ -30,11 +30,12 @@ import os
 import re
 from dataclasses import dataclass, field
 
-from theory.config import (MOMENTUM_CONVENTIONS, ConfigError, OuterConfig, check_choice, check_divides,
-                           check_fields, check_integer, check_real)
-from llm_check.architecture import GPTConfig
-from llm_check.routing import ROUTINGS, check_skip_prob
-from theory.methods import METHOD_SUMMARY, METHODS, PRESETS as THEORY_PRESETS, constrain, resolve
+from noloco.theory.config import MOMENTUM_CONVENTIONS, OuterConfig
+from noloco.infra.errors import ConfigError
+from noloco.infra.checks import check_choice, check_divides, check_fields, check_integer, check_real
+from noloco.llm_check.architecture import GPTConfig
+from noloco.llm_check.routing import ROUTINGS, check_skip_prob
+from noloco.theory.methods import METHOD_SUMMARY, METHODS, PRESETS as THEORY_PRESETS, constrain, resolve
 
 DTYPES = ("float32", "float64", "bfloat16")
 REPLICA_MODES = ("auto", "batched", "loop")
@@ -44,7 +45,7 @@ OUTER_FIELDS = tuple(f.name for f in dataclasses.fields(OuterConfig))
 
 
 def check_device(name: str, value) -> str:
-    """``cpu``, ``cuda`` or ``cuda:K`` (which GPU a torchrun rank uses: :func:`llm_check.exchange.rank_device`)."""
+    """``cpu``, ``cuda`` or ``cuda:K`` (which GPU a torchrun rank uses: :func:`noloco.llm_check.exchange.rank_device`)."""
     if not isinstance(value, str) or not re.fullmatch(r"cpu|cuda(:\d+)?", value):
         raise ConfigError(f"{name}={value!r} is not allowed; allowed: cpu, cuda or cuda:K")
     return value
@@ -98,7 +99,7 @@ class TrainConfig:
     dtype: str = "float32"
     device: str = "cpu"
     replica_mode: str = "auto"     # batched replica-dimension model, or a loop over replicas
-    stages: int = 1                # pipeline stages, each with N replicas (llm_check.routing)
+    stages: int = 1                # pipeline stages, each with N replicas (noloco.llm_check.routing)
     routing: str = "fixed"         # fixed chains, or a random replica of each stage per microbatch
     skip_prob: float = 0.0         # probability that a microbatch skips a middle stage
     outer_dtype: str = "same"      # dtype of the outer state phi and its momentum ("same": --dtype)
@@ -124,7 +125,7 @@ class TrainConfig:
         total = self.total_inner_steps
         check_fields(self, {  # rules that depend on fields checked above
             "heads": (check_divides, "width", self.width),
-            # theory.schedules: the warm-up must end inside the run
+            # noloco.theory.schedules: the warm-up must end inside the run
             "warmup": (check_integer, f"an integer 0 <= warmup < outer_steps * inner_steps = {total}",
                        lambda v: v == 0 or 0 < v < total),
             "stages": (check_integer, f"an integer 1 <= stages <= layers + 2 = {self.layers + 2} (each stage "
@@ -144,8 +145,8 @@ class TrainConfig:
         return self.outer_steps * self.inner_steps
 
     def inner_lr(self, step):
-        """The inner learning rate at inner step(s) ``step`` (:func:`theory.schedules.learning_rate`)."""
-        from theory.schedules import learning_rate
+        """The inner learning rate at inner step(s) ``step`` (:func:`noloco.theory.schedules.learning_rate`)."""
+        from noloco.theory.schedules import learning_rate
 
         return learning_rate(step, self.schedule, self.lr, self.total_inner_steps, warmup=self.warmup,
                              floor=self.min_lr_frac)
@@ -179,7 +180,7 @@ class TrainConfig:
         return cls(**{k: v for k, v in data.items() if k in names}, outer=outer)
 
 
-# Model and compute presets: N and everything but the outer step (that comes from theory.methods).
+# Model and compute presets: N and everything but the outer step (that comes from noloco.theory.methods).
 _CPU_SMALL = dict(replicas=8, inner_steps=25, outer_steps=50, lr=3e-3, warmup=100, batch=8, ctx=64, layers=2,
                   heads=4, width=64, eval_every=5, val_windows=128)
 PRESETS = {
@@ -188,13 +189,13 @@ PRESETS = {
     "cpu-small": _CPU_SMALL,
     # NoLoCo reference inner settings on the cpu-small model (docs/llm_check.md): H 50, plain Adam 6e-4
     # (betas 0.9, 0.999, no weight decay), clip 1, cosine with warm-up to lr/10; the outer step is
-    # theory.methods.PRESETS["paper"]. The reference keeps the outer state in bfloat16: --outer-dtype bfloat16
+    # noloco.theory.methods.PRESETS["paper"]. The reference keeps the outer state in bfloat16: --outer-dtype bfloat16
     "paper": {**_CPU_SMALL, "inner_steps": 50, "outer_steps": 30, "lr": 6e-4, "schedule": "cosine", "warmup": 100,
               "eval_every": 3, "weight_decay": 0.0, "adam_beta2": 0.999, "clip": 1.0, "min_lr_frac": 0.1},
     "gpu": dict(replicas=8, inner_steps=50, outer_steps=40, lr=1e-3, warmup=200, batch=32, ctx=256, layers=6,
                 heads=8, width=384, eval_every=4, val_windows=256, device="cuda", dtype="bfloat16"),
 }
-#: the theory.methods preset whose outer settings an llm preset starts from (None: the method's default)
+#: the noloco.theory.methods preset whose outer settings an llm preset starts from (None: the method's default)
 OUTER_PRESET = {"paper": "paper"}
 
 
@@ -330,7 +331,7 @@ def configs_from_args(args) -> list[TrainConfig]:
 
 # ------------------------------------------------------------------ memory
 
-#: fraction of the free GPU memory a run may use by default (on CPU: theory.budget's share of MemAvailable)
+#: fraction of the free GPU memory a run may use by default (on CPU: noloco.infra.budget's share of MemAvailable)
 GPU_MEMORY_FRACTION = 0.9
 # Calibration (measured peak resident memory of training steps and an evaluation, torch 2.13 CPU,
 # float32, flash attention: memory linear in ctx; docs/reliability.md): bytes per element, per token.
@@ -338,7 +339,7 @@ _ACTIVATION_PER_WIDTH_LAYER = 40   # values kept per token, per unit of width, p
 _ACTIVATION_PER_VOCAB = 6          # logits, their softmax and gradients per token
 _EVAL_PER_VOCAB, _EVAL_PER_WIDTH = 4, 8
 _STATE_COPIES = 12                 # parameters, gradients, AdamW's two moments, phi, delta, outer-step temporaries
-EVAL_CHUNK = 32                    # validation windows per evaluation batch (llm_check.train)
+EVAL_CHUNK = 32                    # validation windows per evaluation batch (noloco.llm_check.train)
 
 
 def memory_estimate(cfg: TrainConfig, replicas: int | None = None) -> dict:
@@ -358,7 +359,7 @@ def memory_estimate(cfg: TrainConfig, replicas: int | None = None) -> dict:
     eval_tokens = R * min(EVAL_CHUNK, cfg.val_windows) * T
     evaluation = eval_tokens * (_EVAL_PER_VOCAB * V + _EVAL_PER_WIDTH * C) * max(size, 4)
     data = 3 * 13e6 + cfg.val_windows * (T + 1) * 9  # the corpus and its shards, the validation windows
-    # llm_check.measure: two float64 buffers per parameter and replica, where one process holds them all
+    # noloco.llm_check.measure: two float64 buffers per parameter and replica, where one process holds them all
     meter = 2 * 8 * R * n_params if R >= 2 and cfg.method != "ddp" else 0
     parts = {"parameters_and_optimizer": state, "activations": max(step, evaluation), "data": data,
              "spread_meter": meter}
@@ -366,11 +367,11 @@ def memory_estimate(cfg: TrainConfig, replicas: int | None = None) -> dict:
 
 
 def memory_budget(max_memory=None, device: str = "cpu", share: int = 1) -> tuple[int | None, str]:
-    """``(bytes, how it was set)``: ``--max-memory`` when given (:func:`theory.budget.parse_size`),
-    else on CPU :func:`theory.budget.default_budget` divided among ``share`` processes on this host
+    """``(bytes, how it was set)``: ``--max-memory`` when given (:func:`noloco.infra.budget.parse_size`),
+    else on CPU :func:`noloco.infra.budget.default_budget` divided among ``share`` processes on this host
     (torchrun ranks), on a GPU :data:`GPU_MEMORY_FRACTION` of its free memory (None without a GPU:
     the trainer then says there is none)."""
-    from theory import budget
+    from noloco.infra import budget
 
     if max_memory is not None:
         return budget.parse_size(max_memory), "--max-memory"
@@ -388,9 +389,9 @@ def memory_budget(max_memory=None, device: str = "cpu", share: int = 1) -> tuple
 
 
 def check_memory(cfg: TrainConfig, max_memory=None, replicas: int | None = None, share: int = 1) -> dict:
-    """The estimate of :func:`memory_estimate`; a :class:`theory.budget.BudgetError` (a MemoryError:
+    """The estimate of :func:`memory_estimate`; a :class:`noloco.infra.budget.BudgetError` (a MemoryError:
     exit 3) naming it, its parts, the budget and the flags to change when it is above the budget."""
-    from theory.budget import BudgetError, human
+    from noloco.infra.budget import BudgetError, human
 
     estimate = memory_estimate(cfg, replicas)
     limit, how = memory_budget(max_memory, cfg.device, share)

@@ -107,7 +107,7 @@ def check_fits(shard_lengths, val_bytes: int, ctx: int, noniid: bool = False) ->
     """Every replica's shard and the validation text must hold a window of ``ctx + 1`` bytes; a
     ConfigError (exit 2) naming the limit otherwise (too many replicas for the text, or a context
     longer than it)."""
-    from theory.config import ConfigError
+    from noloco.infra.errors import ConfigError
 
     shortest = min(shard_lengths) if len(shard_lengths) else 0
     if shortest < ctx + 2:

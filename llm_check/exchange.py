@@ -2,7 +2,7 @@
 dimension) or across torchrun ranks (one replica per rank).
 
 Across ranks, the NoLoCo group exchange is point-to-point only: every rank derives
-the partition from (seed, outer step) with :func:`theory.partitions.partition`,
+the partition from (seed, outer step) with :func:`noloco.theory.partitions.partition`,
 sends its (phi, progress) to the other members of its group and receives theirs.
 No collective spans all ranks on that path. Collectives are used only for ``ddp``
 gradients (that is what data parallel is) and for logging at evaluations (the
@@ -10,7 +10,7 @@ replica-mean model and the weight spread); both are documented costs.
 
 With S pipeline stages there are S x N ranks, rank ``s * N + k`` holding replica k of stage s
 (``stage``); groups, ``ddp`` gradients and replica means are among the N ranks of one stage, and
-activations move between stages point-to-point (:mod:`llm_check.pipeline`).
+activations move between stages point-to-point (:mod:`noloco.llm_check.pipeline`).
 """
 
 from __future__ import annotations
@@ -21,9 +21,9 @@ from datetime import timedelta
 
 import torch
 
-from theory.config import ConfigError
-from theory.io import DataError
-from theory.partitions import partition
+from noloco.infra.errors import ConfigError
+from noloco.infra.errors import DataError
+from noloco.theory.partitions import partition
 
 
 def free_port() -> int:

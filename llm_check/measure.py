@@ -1,6 +1,6 @@
 """The outer theory's inputs, measured inside a run at every outer step.
 
-:mod:`theory.exchangeable` models one coordinate of replica i at outer step t as::
+:mod:`noloco.theory.exchangeable` models one coordinate of replica i at outer step t as::
 
     Delta_i,t = -c * y_i,t + d_i + eps_i,t,    eps AR(1): Var s2, lag-1 correlation rho,
                                                 d_i fixed (variance drift_var over replicas)

@@ -10,7 +10,7 @@ and the distributed mode (one replica per rank) run the same code.
 
 Pre-LayerNorm blocks, causal self-attention, GELU MLP, learned positions, output
 head tied to the token embedding. Cut into ``stages`` > 1 pipeline stages
-(:mod:`llm_check.routing`), the head gets its own matrix ``head.w`` (initialised equal to
+(:mod:`noloco.llm_check.routing`), the head gets its own matrix ``head.w`` (initialised equal to
 ``wte``, so the untrained model is the same function): the embedding lives in the first
 stage and the head in the last, and under random routing they belong to different replicas.
 """
@@ -22,7 +22,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from llm_check.architecture import GPTConfig, param_shapes  # noqa: F401 - the model's names
+from noloco.llm_check.architecture import GPTConfig, param_shapes  # noqa: F401 - the model's names
 
 
 def init_params(cfg: GPTConfig, replicas: int, seed: int, dtype=torch.float32, device="cpu") -> dict:
@@ -81,7 +81,7 @@ def _head(params: dict, x: torch.Tensor, cfg: GPTConfig) -> torch.Tensor:
 
 def run_stage(params: dict, stage: int, x: torch.Tensor, cfg: GPTConfig) -> torch.Tensor:
     """Stage ``stage`` of the model on its input (tokens for stage 0, activations after)."""
-    from llm_check.routing import stage_units
+    from noloco.llm_check.routing import stage_units
 
     for unit in stage_units(cfg.layers, cfg.stages)[stage]:
         x = (_embed(params, x, cfg) if unit == "embed" else _head(params, x, cfg) if unit == "head"
@@ -92,7 +92,7 @@ def run_stage(params: dict, stage: int, x: torch.Tensor, cfg: GPTConfig) -> torc
 def forward(params: dict, idx: torch.Tensor, cfg: GPTConfig, route=None, removed=()) -> torch.Tensor:
     """Logits (R, B, T, vocab) for tokens ``idx`` (R, B, T).
 
-    ``route`` (a :class:`llm_check.routing.TorchRoute`): before each stage s >= 1 the activations
+    ``route`` (a :class:`noloco.llm_check.routing.TorchRoute`): before each stage s >= 1 the activations
     are gathered along the replica dimension into that stage's slot order, and a microbatch that
     skips stage s keeps its input there; the logits are then in the last stage's slot order.
     Without it replica r of every stage forms one chain. ``removed``: middle stages left out (an

@@ -1,15 +1,15 @@
 """One inner step and one evaluation of a pipelined model under torchrun: S x N ranks, rank
-``s * N + k`` holding replica k of stage s (:class:`llm_check.exchange.DistExchange`).
+``s * N + k`` holding replica k of stage s (:class:`noloco.llm_check.exchange.DistExchange`).
 
-Every rank derives the whole step's routes from ``(seed, step)`` (:func:`llm_check.routing.route`),
+Every rank derives the whole step's routes from ``(seed, step)`` (:func:`noloco.llm_check.routing.route`),
 so each knows, without a message, which microbatches it computes, where each comes from and
 where it goes. Activations travel forward point-to-point to the next stage replica a microbatch
 visits (past the stages it skips), gradients travel back the same way, each message one
 microbatch tagged by its batch position. A stage waits for all its inputs, computes them as one
 batch, and sends; sends complete at the end of the step, and every receive waits at most the
-exchange's timeout, so a dead peer is a :class:`llm_check.exchange.PeerError`, not a hang.
+exchange's timeout, so a dead peer is a :class:`noloco.llm_check.exchange.PeerError`, not a hang.
 
-The arithmetic per microbatch is that of the batched form (:func:`llm_check.model.forward` with a
+The arithmetic per microbatch is that of the batched form (:func:`noloco.llm_check.model.forward` with a
 route); only the batches in which the stages compute differ (a skipped microbatch is not computed
 here at all), so the two agree to rounding (tests/test_routing.py compares them to 1e-5).
 """
@@ -20,9 +20,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from llm_check import data
-from llm_check.model import run_stage
-from llm_check.routing import route
+from noloco.llm_check import data
+from noloco.llm_check.model import run_stage
+from noloco.llm_check.routing import route
 
 
 class Pipeline:

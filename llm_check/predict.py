@@ -2,10 +2,10 @@
 
 A run folder holds ``result.json`` (the config: the outer step nested under ``"outer"``, or flat
 as runs of schema 1 wrote it), ``metrics.jsonl`` (``weight_std`` at every evaluation) and, for
-runs made with the meter, ``inputs.jsonl`` (one line per outer step: :class:`llm_check.measure.
+runs made with the meter, ``inputs.jsonl`` (one line per outer step: :class:`noloco.llm_check.measure.
 SpreadMeter`'s estimates per tensor). For each tensor (group) g, the per-step inputs
 (c_t, s2_t, rho_t) and the drift step the exact exchangeable recursion of
-:mod:`theory.exchangeable` (``recursion(outer, c_t, s2_t, rho_t).step``, as ``varying_trajectory``)
+:mod:`noloco.theory.exchangeable` (``recursion(outer, c_t, s2_t, rho_t).step``, as ``varying_trajectory``)
 from identical replicas, with the run's outer step (method constraints applied), and::
 
     predicted weight_std(T)^2 = sum_g numel_g E z_g,T^2 / sum_g numel_g.
@@ -43,9 +43,10 @@ from pathlib import Path
 
 import numpy as np
 
-from theory import exchangeable
-from theory.config import ConfigError
-from theory.io import SCHEMA_VERSION, DataError, read_json, read_jsonl
+from noloco.theory import exchangeable
+from noloco.infra.errors import ConfigError
+from noloco.infra.files import SCHEMA_VERSION, read_json, read_jsonl
+from noloco.infra.errors import DataError
 
 NOISE_MODELS = ("lag1", "long-run")
 RHO_CAP = 0.99  # |rho| fed to the recursion (the AR(1) noise needs |rho| < 1)
@@ -53,7 +54,7 @@ RHO_CAP = 0.99  # |rho| fed to the recursion (the AR(1) noise needs |rho| < 1)
 
 def read_run(run_dir) -> dict:
     """``{"config", "method", "outer", "metrics", "inputs"}`` of a run folder (inputs None when absent)."""
-    from llm_check.config import TrainConfig
+    from noloco.llm_check.config import TrainConfig
 
     run = Path(run_dir)
     result = read_json(run / "result.json", required=("config",))
@@ -69,7 +70,7 @@ def read_run(run_dir) -> dict:
 
 def _long_run_rho(t: int, ratio: float) -> float:
     """rho in [-RHO_CAP, RHO_CAP] with G_t(rho) / t = ratio (bisection; G_t increases with rho)."""
-    from llm_check.measure import ar1_sum_factor
+    from noloco.llm_check.measure import ar1_sum_factor
 
     if t < 2 or not math.isfinite(ratio):
         return 0.0

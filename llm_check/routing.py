@@ -16,7 +16,7 @@ last, which predicts) with probability p, independently: the stage's residual bl
 identity for it and it visits no replica there.
 
 Everything is a function of ``(seed, step)`` alone (numpy streams apart from the outer step's groups,
-:func:`theory.partitions.partition`), so one process and torchrun route identically and a resumed run
+:func:`noloco.theory.partitions.partition`), so one process and torchrun route identically and a resumed run
 continues the same routes. The outer step's groups of stage s are those of
 ``partition(seed, step, N, n, stream=s)``: stage 0 keeps the groups of a one-stage run.
 
@@ -34,8 +34,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory.config import ConfigError
-from theory.partitions import random_permutations
+from noloco.infra.errors import ConfigError
+from noloco.theory.partitions import random_permutations
 
 ROUTINGS = ("fixed", "random")
 #: numpy seed-sequence words that keep the routing and skip draws apart from the groups' [seed, step]
@@ -56,7 +56,7 @@ def stage_units(layers: int, stages: int) -> tuple[tuple, ...]:
 
 
 def param_stage(name: str, layers: int, stages: int) -> int:
-    """The stage holding parameter ``name`` of :func:`llm_check.model.param_shapes`."""
+    """The stage holding parameter ``name`` of :func:`noloco.llm_check.model.param_shapes`."""
     unit = "embed" if name in ("wte", "wpe") else "head" if name.split(".")[0] in ("lnf", "head") \
         else int(name.split(".")[0][1:])
     return next(s for s, units in enumerate(stage_units(layers, stages)) if unit in units)

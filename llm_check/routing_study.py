@@ -1,6 +1,6 @@
 """Fixed vs random routing and stage skipping, measured at equal tokens over several seeds.
 
-``python -m llm_check.routing_study --out runs/routing`` trains, for every seed:
+``python -m noloco.llm_check.routing_study --out runs/routing`` trains, for every seed:
 
 * noloco, diloco and the no-synchronisation ablation (``local``: n = 1, routing only), each with
   fixed and with random routing, on the same 4-stage model (:data:`STUDY`);
@@ -26,10 +26,12 @@ from pathlib import Path
 
 import numpy as np
 
-from llm_check.config import build
-from llm_check.routing import middle_stages
-from theory.io import DataError, OneLineParser, output_dir, read_jsonl, report, write_json
-from theory.stats import mean_se
+from noloco.llm_check.config import build
+from noloco.llm_check.routing import middle_stages
+from noloco.infra.errors import DataError
+from noloco.infra.entry import OneLineParser, report
+from noloco.infra.files import output_dir, read_jsonl, write_json
+from noloco.theory.stats import mean_se
 
 #: the model and run every study run shares (the cpu-small preset, then these)
 STUDY = dict(replicas=8, layers=4, heads=2, width=32, ctx=32, batch=4, inner_steps=25, outer_steps=40, warmup=100,
@@ -43,7 +45,7 @@ SEEDS = (0, 1, 2)
 
 def _train(cfg, where: Path, threads: int | None) -> dict:
     """The finished run of ``cfg`` in ``where`` (reused when one is there), trained otherwise."""
-    from llm_check.train import Trainer, finished_run, set_threads
+    from noloco.llm_check.train import Trainer, finished_run, set_threads
 
     done = finished_run(where, cfg)
     if done is not None:
@@ -68,7 +70,7 @@ def _summary(values) -> dict:
 def run_study(out: str | Path, seeds=SEEDS, quick: bool = False, threads: int | None = 1,
               progress: bool | None = None) -> dict:
     """Train (or reuse) every run under ``out`` and summarise them; the report written to routing.json."""
-    from llm_check.train import evaluate_run
+    from noloco.llm_check.train import evaluate_run
 
     out = output_dir(out)
     base = QUICK if quick else STUDY
@@ -168,7 +170,7 @@ def format_report(rep: dict) -> str:
     return "\n".join(lines)
 
 
-PROG = "python -m llm_check.routing_study"
+PROG = "python -m noloco.llm_check.routing_study"
 
 
 def main(argv=None) -> int:
@@ -185,7 +187,7 @@ def main(argv=None) -> int:
         return stop.code if isinstance(stop.code, int) else 0
     try:
         if args.seeds < 2:
-            from theory.config import ConfigError
+            from noloco.infra.errors import ConfigError
 
             raise ConfigError(f"--seeds {args.seeds}: at least 2 seeds are needed for a standard error")
         rep = run_study(args.out, seeds=tuple(range(args.seeds)), quick=args.quick, threads=args.threads)
@@ -195,7 +197,7 @@ def main(argv=None) -> int:
     except Exception as err:  # noqa: BLE001 - report re-raises what is not in the contract
         return report(PROG, err)
     if args.json:
-        from theory.io import print_json
+        from noloco.infra.files import print_json
 
         print_json(rep)
     else:

@@ -1,27 +1,27 @@
 """Training loop for ddp / diloco / noloco / local, batched in one process or one
 replica per rank under torchrun.
 
-The two modes share everything except how replicas talk (:mod:`llm_check.exchange`):
+The two modes share everything except how replicas talk (:mod:`noloco.llm_check.exchange`):
 in one process the R replicas are the leading dimension of every tensor and a group
 mean is an index shuffle; under torchrun each rank holds R = 1 and exchanges with its
 group by point-to-point messages. The outer step itself is
-:func:`theory.outer.outer_step`, applied tensor by tensor.
+:func:`noloco.theory.outer.outer_step`, applied tensor by tensor.
 
 Inner optimiser: AdamW on the stacked parameters. Adam is elementwise, so one AdamW
 over (R, ...) tensors is exactly R independent AdamWs; only clipping couples
 coordinates, and it is done per replica. The inner AdamW state carries over outer
 steps (as in DiLoCo); ``inner_optimizer="sgd"`` is plain SGD instead. ``ddp``
-averages the gradients every step and skips the outer step. The methods and the learning-rate schedule are :mod:`theory.methods` and
-:mod:`theory.schedules`; every file is written through :mod:`theory.io` (strict JSON).
+averages the gradients every step and skips the outer step. The methods and the learning-rate schedule are :mod:`noloco.theory.methods` and
+:mod:`noloco.theory.schedules`; every file is written through :mod:`noloco.infra.files` (strict JSON).
 
 Every outer step in one process (batched or loop mode) also logs the outer theory's inputs,
-measured per tensor by :class:`llm_check.measure.SpreadMeter`, to ``inputs.jsonl`` (written
+measured per tensor by :class:`noloco.llm_check.measure.SpreadMeter`, to ``inputs.jsonl`` (written
 with metrics.jsonl and at every checkpoint; the meter's state is in the checkpoint, so a
 resumed run continues it). Under torchrun nothing is measured: a rank holds one replica, and
 the replica means would cost a collective per outer step. ``noloco llm predict`` reads it.
 
 Runs are never lost by accident: a folder that holds a run needs ``resume`` or ``overwrite``,
-and :class:`theory.io.RunLock` keeps a second process out of it while the first is alive (under
+and :class:`noloco.infra.rundir.RunLock` keeps a second process out of it while the first is alive (under
 torchrun rank 0 holds it). ``result.json`` says ``finished: false`` from the start and at every
 checkpoint until the last step. Checkpoints come every ``ckpt_every`` outer steps, at the end and
 at ``stop_after``. The first non-finite training loss, weight, outer momentum or validation loss
@@ -32,7 +32,7 @@ they stop together instead of waiting for a peer that left.
 
 Under torchrun::
 
-    torchrun --nproc-per-node 4 -m llm_check.train --preset cpu-tiny --method noloco --out DIR
+    torchrun --nproc-per-node 4 -m noloco.llm_check.train --preset cpu-tiny --method noloco --out DIR
 """
 
 from __future__ import annotations
@@ -49,17 +49,20 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
-from llm_check import data
-from llm_check.config import (EVAL_CHUNK, TrainConfig, add_train_arguments, check_memory, check_run_flags, check_threads,
-                              config_from_args)
-from llm_check.exchange import Exchange, LocalExchange, PeerError
-from llm_check.measure import SpreadMeter
-from llm_check.model import init_params, losses, param_shapes
-from llm_check.routing import param_stage, route
-from theory.config import ConfigError
-from theory.io import (SCHEMA_VERSION, DataError, OneLineParser, RunLock, atomic_write, atomic_write_text, dumps,
-                       output_dir, read_json, read_jsonl, report, write_json)
-from theory.outer import outer_step
+from noloco.llm_check import data
+from noloco.llm_check.config import (EVAL_CHUNK, TrainConfig, add_train_arguments, check_memory, check_run_flags,
+                                     check_threads, config_from_args)
+from noloco.llm_check.exchange import Exchange, LocalExchange, PeerError
+from noloco.llm_check.measure import SpreadMeter
+from noloco.llm_check.model import init_params, losses, param_shapes
+from noloco.llm_check.routing import param_stage, route
+from noloco.infra.errors import ConfigError
+from noloco.infra.files import (SCHEMA_VERSION, atomic_write, atomic_write_text, dumps, output_dir, read_json,
+                                read_jsonl, write_json)
+from noloco.infra.errors import DataError
+from noloco.infra.entry import OneLineParser, report
+from noloco.infra.rundir import RunLock
+from noloco.theory.outer import outer_step
 
 #: settings a resumed run may change: they do not change what is computed (outer_steps too, under a
 #: constant schedule; under cosine it sets the schedule's length, so it must stay)
@@ -206,9 +209,9 @@ class Trainer:
         # the parameters of each pipeline stage (one stage: all of them)
         self.stage_keys = [[k for k in self.params if param_stage(k, cfg.layers, cfg.stages) == s]
                            for s in range(cfg.stages)]
-        self.pipe = None  # torchrun with stages: llm_check.pipeline moves the activations between ranks
+        self.pipe = None  # torchrun with stages: noloco.llm_check.pipeline moves the activations between ranks
         if self.ex.stage is not None and cfg.stages > 1:
-            from llm_check.pipeline import Pipeline
+            from noloco.llm_check.pipeline import Pipeline
 
             self.pipe = Pipeline(cfg, self.ex, self.model, all_shards)
         self.outer_done = 0
@@ -231,7 +234,7 @@ class Trainer:
         return torch.from_numpy(np.stack(rows)).long().to(self.device)
 
     def _route(self, step: int):
-        """The index tensors of inner step ``step``'s routes (:mod:`llm_check.routing`), or None where
+        """The index tensors of inner step ``step``'s routes (:mod:`noloco.llm_check.routing`), or None where
         replica r of every stage is one chain and nothing skips."""
         cfg = self.cfg
         if cfg.stages == 1 or (cfg.routing == "fixed" and cfg.skip_prob == 0):
@@ -518,7 +521,7 @@ class Trainer:
                 self.load()
             if self.ex.is_main:
                 for stale in [p for n in RUN_FILES + ("ckpt*.pt",) for p in self.out.glob(f".{n}.*.tmp")]:
-                    stale.unlink()  # a writer killed before its rename (theory.io.atomic_write) left it
+                    stale.unlink()  # a writer killed before its rename (noloco.infra.files.atomic_write) left it
                 metrics = self.out / "metrics.jsonl"
                 if overwrite:
                     for path in run_files(self.out):
@@ -664,7 +667,7 @@ def evaluate_run(out: str | Path, removed=(), threads: int | None = None) -> dic
     """The validation losses of the model in ``out``'s checkpoint (a one-process run) with the middle
     stages ``removed`` left out of every path: ``{"removed", "stages", "val_loss_avg_model",
     "val_loss_per_replica", "weight_std"}``. A ConfigError for a stage that is not a middle stage."""
-    from llm_check.routing import middle_stages
+    from noloco.llm_check.routing import middle_stages
 
     out = Path(out)
     result = read_json(out / "result.json", required=("config",))
@@ -743,11 +746,11 @@ def format_results(results: dict[str, dict]) -> str:
 
 # ----------------------------------------------------------------- torchrun
 
-PROG = "python -m llm_check.train"
+PROG = "python -m noloco.llm_check.train"
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The torchrun entry, under the exit-code contract of ``noloco`` (:func:`theory.io.report`): 0 done,
+    """The torchrun entry, under the exit-code contract of ``noloco`` (:func:`noloco.infra.entry.report`): 0 done,
     1 diverged, 2 bad input, 3 an environment or data fault (a dead peer, a corrupted checkpoint, a
     folder in use, the memory budget), 130 interrupted; one line on stderr."""
     parser = OneLineParser(prog=PROG, description="One NoLoCo/DiLoCo/DDP run; under torchrun one replica per rank.")
@@ -761,7 +764,7 @@ def main(argv: list[str] | None = None) -> int:
         set_threads(args.threads)
         ex = None
         if "WORLD_SIZE" in os.environ:
-            from llm_check.exchange import DistExchange
+            from noloco.llm_check.exchange import DistExchange
 
             ex = DistExchange.init(cfg, args.timeout)
             cfg = dataclasses.replace(cfg, device=str(ex.device))  # the rank's device: exchange.rank_device

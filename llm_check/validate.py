@@ -1,6 +1,6 @@
 """Predicted against measured replica spread of real NoLoCo training.
 
-Model (:mod:`theory.numeric`, flat-direction limit): along a direction the loss
+Model (:mod:`noloco.theory.numeric`, flat-direction limit): along a direction the loss
 barely curves, one inner phase moves a replica by pure noise, ``c -> 0`` and
 ``Var(eps) = s2``. The stationary spread is then
 ``sqrt(stationary_variance(alpha, beta, gamma, 0, s2, N, n))``. For AdamW the
@@ -13,7 +13,7 @@ the evaluations of the second half of the run (constant inner lr, so the spread
 settles), for each of several seeds (data, initialisation and groups): the mean over seeds and
 its standard error across seeds.
 
-Next to it, with no fitted constant: :func:`llm_check.predict.predict` on each run's own
+Next to it, with no fitted constant: :func:`noloco.llm_check.predict.predict` on each run's own
 measured inputs (``inputs.jsonl``: c, s2, rho, drift per tensor and outer step), the RMS of its
 predicted weight_std over the same evaluations (``predicted_zero_constant``, mean over seeds;
 ``ratio_zero_constant`` = measured / predicted, the mean over seeds of each seed's ratio, with its
@@ -33,12 +33,12 @@ from pathlib import Path
 
 import numpy as np
 
-from llm_check.config import TrainConfig, build
-from theory.config import check_choice
-from theory.io import SCHEMA_VERSION, write_json
-from theory.methods import PRESETS as THEORY_PRESETS
-from theory.numeric import stationary_variance
-from theory.stats import mean_se, rms_se
+from noloco.llm_check.config import TrainConfig, build
+from noloco.infra.checks import check_choice
+from noloco.infra.files import SCHEMA_VERSION, write_json
+from noloco.theory.methods import PRESETS as THEORY_PRESETS
+from noloco.theory.numeric import stationary_variance
+from noloco.theory.stats import mean_se, rms_se
 
 # the reference run: the paper's outer step (N 8, pairs, alpha 0.5, beta = gamma = 0.7, heavy-ball)
 _BASE = dict(method="noloco", **asdict(THEORY_PRESETS["paper"].outer), schedule="constant", warmup=20, lr=1e-3,
@@ -78,7 +78,7 @@ class Row:
     stderr: float
     ratio: float
     val_loss_avg_model: float
-    # no fitted constant: llm_check.predict on the run's own measured inputs (inputs.jsonl), RMS over the
+    # no fitted constant: noloco.llm_check.predict on the run's own measured inputs (inputs.jsonl), RMS over the
     # same evaluations as ``measured``
     predicted_zero_constant: float | None = None
     ratio_zero_constant: float | None = None
@@ -102,10 +102,10 @@ def _ratio(measured: float, predicted: float) -> float:
 
 
 def zero_constant(run_dir: Path) -> dict | None:
-    """:func:`llm_check.predict.predict` on one run (no fitted constant): ``predicted`` (RMS over the
+    """:func:`noloco.llm_check.predict.predict` on one run (no fitted constant): ``predicted`` (RMS over the
     second half of its predicted weight_std), ``decay_factor``, ``measured_growth`` and
     ``predicted_growth``; None without inputs.jsonl."""
-    from llm_check.predict import predict
+    from noloco.llm_check.predict import predict
 
     report = predict(run_dir)
     last = report["rows"][-1]["outer_step"] if report["rows"] else 0
@@ -136,9 +136,10 @@ def run_sweep(preset: str, out: str | Path, device: str | None = None, progress:
 
     from tqdm import tqdm
 
-    from llm_check.config import check_memory
-    from llm_check.train import Trainer, check_run_dir, finished_run, read_metrics, set_threads
-    from theory.io import RunLock, output_dir
+    from noloco.llm_check.config import check_memory
+    from noloco.llm_check.train import Trainer, check_run_dir, finished_run, read_metrics, set_threads
+    from noloco.infra.rundir import RunLock
+    from noloco.infra.files import output_dir
 
     check_choice("preset", preset, tuple(PRESETS))
     base, sweep, seeds = PRESETS[preset]
@@ -203,7 +204,7 @@ def run_sweep(preset: str, out: str | Path, device: str | None = None, progress:
     report = {"schema_version": SCHEMA_VERSION, "preset": preset, "base": base, "seeds": list(seeds),
               "noise_constant_k": k,
               "model": "flat direction (c = 0), s2 = k lr^2 H, k fitted on the reference run",
-              "model_zero_constant": "llm_check.predict (long-run noise model) on each run's measured inputs",
+              "model_zero_constant": "noloco.llm_check.predict (long-run noise model) on each run's measured inputs",
               "agreement": {"rule": f"stable: |ratio - 1| <= {AGREE_REL} or <= {AGREE_SE} se; unstable: growth "
                                     f"factors within {AGREE_GROWTH:.0%}",
                             "agree": sum(r.agrees for r in summary), "rows": len(summary)},

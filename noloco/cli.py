@@ -15,7 +15,7 @@ Exit codes, enforced here and nowhere else:
 2     bad input, before any work: an argparse error, ``ConfigError`` or
       ``UsageError`` (a value outside its range, conflicting flags, an empty
       output name)
-3     environment or data fault: ``theory.io.DataError`` (a missing or malformed
+3     environment or data fault: ``noloco.infra.errors.DataError`` (a missing or malformed
       input file, a run folder in use, a dead peer), ``OSError`` (an unwritable
       output, a full disk), ``MemoryError`` (also: work refused by its memory
       budget)
@@ -24,8 +24,8 @@ Exit codes, enforced here and nowhere else:
 
 Every error is one line on stderr, ``noloco COMMAND: error: ...``, without a
 traceback; ``NOLOCO_DEBUG=1`` re-raises it with its traceback. Any other exception
-is a bug and keeps its traceback. The mapping itself is :func:`theory.io.exit_code`
-(shared with the torchrun entry ``python -m llm_check.train``); numpy's arithmetic
+is a bug and keeps its traceback. The mapping itself is :func:`noloco.infra.entry.exit_code`
+(shared with the torchrun entry ``python -m noloco.llm_check.train``); numpy's arithmetic
 warnings are silenced here, since a non-finite result is reported in the output.
 """
 
@@ -36,8 +36,8 @@ import importlib
 import os
 import sys
 
-from theory.config import ConfigError
-from theory.io import OneLineParser, report
+from noloco.infra.errors import ConfigError
+from noloco.infra.entry import OneLineParser, report
 
 SUBCOMMANDS = ("check", "simulate", "comm", "tune", "figs", "llm", "claims")
 
@@ -119,7 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"{_prog(command)}: interrupted", file=sys.stderr)
         return 130
-    except Exception as err:  # noqa: BLE001 - theory.io.report re-raises what is not in the contract (a bug)
+    except Exception as err:  # noqa: BLE001 - noloco.infra.entry.report re-raises what is not in the contract (a bug)
         return report(_prog(command), err)
 
 

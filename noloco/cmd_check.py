@@ -16,7 +16,7 @@ def add_parser(subparsers) -> None:
                     "the work does not fit the memory budget.")
     add_hyper_arguments(parser)
     add_inner_model_arguments(parser.add_argument_group(
-        "inner phase beyond i.i.d. SGD noise (theory.exchangeable; evaluated per direction)"), correlation=True)
+        "inner phase beyond i.i.d. SGD noise (noloco.theory.exchangeable; evaluated per direction)"), correlation=True)
     add_memory_argument(parser)
     parser.add_argument("--json", action="store_true",
                         help="print strict JSON instead of a table (an unbounded value is null, with "
@@ -36,17 +36,17 @@ def _extras(args) -> str:
 def memory_estimate(directions: int) -> int:
     """Bytes ``check`` allocates: the chunks (constant) and, up to LISTED directions, the
     per-direction rows (Python floats in six lists and their JSON text)."""
-    from theory.conditions import LISTED
-    from theory.spectrum import CHUNK
+    from noloco.theory.conditions import LISTED
+    from noloco.theory.spectrum import CHUNK
 
     return 60 * 8 * CHUNK + (400 * directions if directions <= LISTED else 0)
 
 
 def run(args) -> int:
-    from theory import budget
+    from noloco.infra import budget
     from noloco.options import inner_model_from_args
-    from theory.conditions import analyse
-    from theory.io import print_json
+    from noloco.theory.conditions import analyse
+    from noloco.infra.files import print_json
 
     method, outer, inner, spectrum = hyper_from_args(args)
     budget.require(memory_estimate(spectrum.count), budget.resolve(args.max_memory),

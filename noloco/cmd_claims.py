@@ -1,4 +1,4 @@
-"""``noloco claims``: every claim the docs make, measured now and judged (quadratic.claims)."""
+"""``noloco claims``: every claim the docs make, measured now and judged (noloco.claims)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ recursion equals the enumeration over all partitions, the stationary spread, the
 factor, the spread's order in eta, pure pairing, the communication speed-up, idle time)
 is predicted by the theory and measured independently (Monte Carlo, exact enumeration or
 an independent computation). A Monte Carlo claim holds within 4 standard errors; the
-formulas, assumptions and references are in docs/claims.md and quadratic/claims.py.
+formulas, assumptions and references are in docs/claims.md and claims/.
 Exit 0 when every claim holds, 1 when one does not, 2 on bad input."""
 
 
@@ -35,8 +35,8 @@ def _fmt(value, digits: int = 6) -> str:
 
 
 def run(args) -> int:
-    from quadratic.claims import TOLERANCE, run_all
-    from theory.io import SCHEMA_VERSION, print_json
+    from noloco.claims import TOLERANCE, run_all
+    from noloco.infra.files import SCHEMA_VERSION, print_json
 
     only = None if args.only is None else [name.strip() for name in args.only.split(",") if name.strip()]
     if only == []:

@@ -1,5 +1,5 @@
 """`noloco comm`: seconds per synchronisation (all-reduce vs NoLoCo group exchange)
-and the idle fraction of a global barrier vs random groups. Model and report: theory.comm."""
+and the idle fraction of a global barrier vs random groups. Model and report: noloco.theory.comm."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ simulation does not fit the memory budget (--max-memory)."""
 
 
 def add_parser(subparsers):
-    from theory.comm import ALLREDUCE, EXCHANGES, JITTER_KINDS
+    from noloco.theory.comm import ALLREDUCE, EXCHANGES, JITTER_KINDS
 
     p = subparsers.add_parser("comm", help=HELP, description=DESCRIPTION)
     p.add_argument("--params", type=float, default=1e6, help="model parameters per replica (default 1e6)")
@@ -66,9 +66,10 @@ def add_parser(subparsers):
 
 
 def run(args) -> int:
-    from theory import budget
-    from theory.comm import default_trials, format_report, idle_compiled, idle_memory_estimate, idle_workers, report
-    from theory.io import print_json
+    from noloco.infra import budget
+    from noloco.theory.comm import (default_trials, format_report, idle_compiled, idle_memory_estimate, idle_workers,
+                                    report)
+    from noloco.infra.files import print_json
 
     trials = args.trials
     if trials is None and isinstance(args.replicas, int) and args.replicas >= 1 and args.steps >= 2:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 
 def add_parser(subparsers) -> None:
-    from paper_figs.run import DEFAULT_OUT, FIGURES
+    from noloco.paper_figs.run import DEFAULT_OUT, FIGURES
 
     p = subparsers.add_parser(
         "figs", help="regenerate the analysis figures (PNG and PDF)",
@@ -28,9 +28,9 @@ def run(args) -> int:
     from tqdm import tqdm
 
     from noloco.cli import UsageError
-    from paper_figs.run import FIGURES, make
-    from theory.config import check_choice
-    from theory.io import input_dir, output_dir
+    from noloco.paper_figs.run import FIGURES, make
+    from noloco.infra.checks import check_choice
+    from noloco.infra.files import input_dir, output_dir
 
     names = [n.strip() for item in (args.only or []) for n in item.split(",") if n.strip()]
     if args.only is not None and not names:

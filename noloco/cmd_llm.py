@@ -8,13 +8,13 @@ import sys
 
 
 def add_parser(subparsers) -> None:
-    from benchmarks.llm_step import add_bench_arguments
-    from llm_check.config import add_train_arguments
+    from noloco.benchmarks.llm_step import add_bench_arguments
+    from noloco.llm_check.config import add_train_arguments
 
     parser = subparsers.add_parser(
         "llm", help="train a small GPT with NoLoCo / DiLoCo / DDP and check the theory",
         description="Real training runs on CPython's standard-library text. Under torchrun use "
-                    "`torchrun --nproc-per-node N -m llm_check.train ...` (one replica per rank).")
+                    "`torchrun --nproc-per-node N -m noloco.llm_check.train ...` (one replica per rank).")
     sub = parser.add_subparsers(dest="llm_command", metavar="ACTION")
     sub.required = True
 
@@ -27,7 +27,7 @@ def add_parser(subparsers) -> None:
     val = sub.add_parser("validate", help="predicted vs measured weight-spread scaling (gamma, n, N, alpha, lr)",
                          description="Train a sweep of short runs, fit one noise constant on the reference run "
                                      "and predict the stationary weight spread of the others with the "
-                                     "flat-direction theory (llm_check.validate).")
+                                     "flat-direction theory (noloco.llm_check.validate).")
     val.add_argument("--preset", choices=("cpu-tiny", "cpu-small", "gpu"), default="cpu-small",
                      help="the sweep's model and run length (default cpu-small)")
     val.add_argument("--device", default=None, help="cpu or cuda (default: the preset's)")
@@ -46,7 +46,7 @@ def add_parser(subparsers) -> None:
     pred = sub.add_parser("predict", help="a run's weight_std predicted from the inputs measured in it (no fitted constant)",
                           description="Reads OUT/result.json, metrics.jsonl and inputs.jsonl (the per-step c, s2, rho "
                                       "and drift the trainer measures) and steps the theory's exact recursion "
-                                      "(llm_check.predict). A run made before inputs.jsonl existed gets its measured "
+                                      "(noloco.llm_check.predict). A run made before inputs.jsonl existed gets its measured "
                                       "growth and the decay factor at c = 0, not a predicted level.")
     pred.add_argument("out", metavar="OUT", help="a run folder written by `noloco llm train` (one method)")
     pred.add_argument("--noise-model", choices=("long-run", "lag1"), default="long-run",
@@ -59,7 +59,7 @@ def add_parser(subparsers) -> None:
     ev = sub.add_parser("evaluate", help="validation loss of a trained run, optionally with middle stages removed",
                         description="Loads OUT's checkpoint (a one-process run) and evaluates the replica-mean "
                                     "model and every replica's fixed path, leaving out the middle stages --remove "
-                                    "(llm_check.train.evaluate_run).")
+                                    "(noloco.llm_check.train.evaluate_run).")
     ev.add_argument("out", metavar="OUT", help="a run folder written by `noloco llm train` (one method)")
     ev.add_argument("--remove", default="", metavar="S,S,...",
                     help="middle stages to leave out (1 .. stages - 2), comma-separated (default: none)")
@@ -77,16 +77,16 @@ def _torch() -> None:
     import importlib.util
 
     if importlib.util.find_spec("torch") is None:
-        from theory.io import DataError
+        from noloco.infra.errors import DataError
 
         raise DataError("torch is not installed; install the llm extra: pip install -e '.[llm]'")
 
 
 def run(args) -> int:
-    from theory.io import output_dir, output_file, print_json
+    from noloco.infra.files import output_dir, output_file, print_json
 
     if args.llm_command == "predict":  # reads files only: no torch
-        from llm_check.predict import format_predict, predict
+        from noloco.llm_check.predict import format_predict, predict
 
         report = predict(args.out, noise_model=args.noise_model)
         if args.json:
@@ -96,8 +96,8 @@ def run(args) -> int:
         return 0
     _torch()
     if args.llm_command == "train":
-        from llm_check.config import configs_from_args
-        from llm_check.train import format_results, train_methods
+        from noloco.llm_check.config import configs_from_args
+        from noloco.llm_check.train import format_results, train_methods
 
         configs = configs_from_args(args)
         output_dir(args.out)  # before any run: not '', not a file, writable
@@ -109,8 +109,8 @@ def run(args) -> int:
             print(f"noloco llm train: {method} {results[method]['diverged']['message']}", file=sys.stderr)
         return 1 if diverged else 0
     if args.llm_command == "evaluate":
-        from llm_check.train import evaluate_run
-        from theory.config import ConfigError
+        from noloco.llm_check.train import evaluate_run
+        from noloco.infra.errors import ConfigError
 
         try:
             removed = [int(v) for v in args.remove.split(",") if v.strip()]
@@ -125,7 +125,7 @@ def run(args) -> int:
                   + " ".join(f"{v:.4f}" for v in report["val_loss_per_replica"]))
         return 0
     if args.llm_command == "validate":
-        from llm_check.validate import format_table, run_sweep
+        from noloco.llm_check.validate import format_table, run_sweep
 
         out = output_dir(args.out) / args.preset
         report = run_sweep(args.preset, out, device=args.device, threads=args.threads, overwrite=args.overwrite,
@@ -138,8 +138,8 @@ def run(args) -> int:
         return 1 if report.get("diverged") else 0
     import warnings
 
-    from benchmarks.llm_step import bench_from_args, format_result
-    from benchmarks.timer import emit
+    from noloco.benchmarks.llm_step import bench_from_args, format_result
+    from noloco.benchmarks.timer import emit
 
     if args.out is not None:
         output_file(args.out)  # before the benchmark, not after it

@@ -7,9 +7,9 @@ import sys
 
 from noloco.options import (add_hyper_arguments, add_inner_model_arguments, add_memory_argument, hyper_from_args,
                             inner_momentum_from_args)
-from quadratic.names import OBJECTIVES, SCHEDULES, SPLITS
+from noloco.quadratic.names import OBJECTIVES, SCHEDULES, SPLITS
 
-INNER_MODES = ("auto", "exact", "explicit")   # quadratic.simulator's, without importing numpy here
+INNER_MODES = ("auto", "exact", "explicit")   # noloco.quadratic.simulator's, without importing numpy here
 DTYPES = ("float64", "float32")
 
 
@@ -62,9 +62,9 @@ def add_parser(subparsers) -> None:
 def _config(args):
     """The validated SimConfig, after checking that the run fits the memory budget (before the
     spectrum is materialised: a refusal costs nothing)."""
-    from quadratic.simulator import SimConfig, memory_estimate
-    from theory import budget
-    from theory.methods import constrain
+    from noloco.quadratic.simulator import SimConfig, memory_estimate
+    from noloco.infra import budget
+    from noloco.theory.methods import constrain
 
     method, outer, inner, spectrum = hyper_from_args(args, default_shape=False)
     limit = budget.resolve(args.max_memory)
@@ -89,8 +89,8 @@ def _config(args):
 
 
 def run(args) -> int:
-    from quadratic.compare import cached_compare, format_text
-    from theory.io import print_json
+    from noloco.quadratic.compare import cached_compare, format_text
+    from noloco.infra.files import print_json
 
     cfg = _config(args)
     result, hit = cached_compare(cfg, progress=sys.stderr.isatty(), use_cache=not args.no_cache)

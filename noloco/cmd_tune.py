@@ -1,6 +1,6 @@
 """``noloco tune``: recommend alpha, beta, gamma (optionally n and H) from the exact
 quadratic theory, show the rate-vs-spread trade-off, and verify the recommendation with a
-short simulation of the simulator's inner SGD phase (exact in distribution by default) (:mod:`quadratic.tune_check`)."""
+short simulation of the simulator's inner SGD phase (exact in distribution by default) (:mod:`noloco.quadratic.tune_check`)."""
 
 from __future__ import annotations
 
@@ -75,9 +75,9 @@ def _unused_flags(args) -> None:
 
 
 def run(args) -> int:
-    from quadratic.tune_check import format_report, tune_and_verify
-    from theory.io import output_file, print_json
-    from theory.tune import make_problem
+    from noloco.quadratic.tune_check import format_report, tune_and_verify
+    from noloco.infra.files import output_file, print_json
+    from noloco.theory.tune import make_problem
 
     _unused_flags(args)
     method, outer, inner, spectrum = hyper_from_args(args)
@@ -89,7 +89,7 @@ def run(args) -> int:
                                      progress=sys.stderr.isatty())
     figure = None
     if out is not None:
-        from paper_figs.fig_tune import draw_result
+        from noloco.paper_figs.fig_tune import draw_result
 
         figure = draw_result(result, out)
     if args.json:

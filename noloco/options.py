@@ -1,14 +1,14 @@
 """Hyperparameter flags shared by every subcommand that takes a NoLoCo setting
 (``check``, ``simulate``, ``tune``), so a user moves between them by changing one word.
-What a preset or a method means lives in :mod:`theory.methods`; this module only parses."""
+What a preset or a method means lives in :mod:`noloco.theory.methods`; this module only parses."""
 
 from __future__ import annotations
 
 import argparse
 
-from theory.config import MOMENTUM_CONVENTIONS
-from theory.methods import METHOD_SUMMARY, METHODS, PRESETS
-from theory.spectrum import DEFAULT_CURVATURE
+from noloco.theory.config import MOMENTUM_CONVENTIONS
+from noloco.theory.methods import METHOD_SUMMARY, METHODS, PRESETS
+from noloco.theory.spectrum import DEFAULT_CURVATURE
 
 
 def _table(rows: dict) -> str:
@@ -45,7 +45,7 @@ def add_hyper_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def add_inner_model_arguments(parser, correlation: bool = False) -> None:
-    """The inner phase beyond i.i.d. SGD noise (``theory.exchangeable.InnerModel``), shared by
+    """The inner phase beyond i.i.d. SGD noise (``noloco.theory.exchangeable.InnerModel``), shared by
     ``check`` (a prediction) and ``simulate`` (a run and its prediction)."""
     parser.add_argument("--inner-optimizer", choices=("sgd", "momentum", "adam"), default="sgd",
                         help="inner optimizer whose state is carried across outer steps: sgd (default), "
@@ -63,7 +63,7 @@ def add_inner_model_arguments(parser, correlation: bool = False) -> None:
 
 def inner_momentum_from_args(args) -> float:
     """``--inner-momentum`` (default 0.9); refused without ``--inner-optimizer momentum``."""
-    from theory.config import ConfigError
+    from noloco.infra.errors import ConfigError
 
     if args.inner_momentum is not None and args.inner_optimizer != "momentum":
         raise ConfigError(f"--inner-momentum {args.inner_momentum:g} applies to --inner-optimizer momentum only "
@@ -72,15 +72,15 @@ def inner_momentum_from_args(args) -> float:
 
 
 def inner_model_from_args(args):
-    """The validated :class:`theory.exchangeable.InnerModel` of the flags."""
-    from theory.exchangeable import InnerModel
+    """The validated :class:`noloco.theory.exchangeable.InnerModel` of the flags."""
+    from noloco.theory.exchangeable import InnerModel
 
     return InnerModel(args.inner_optimizer, inner_momentum_from_args(args), getattr(args, "noise_correlation", 0.0),
                       args.zeta)
 
 
 def add_memory_argument(parser) -> None:
-    """``--max-memory`` of the commands that estimate their memory before any work (theory.budget)."""
+    """``--max-memory`` of the commands that estimate their memory before any work (noloco.infra.budget)."""
     parser.add_argument("--max-memory", metavar="SIZE",
                         help="memory budget, e.g. 2G or 500M (default: half the available memory); work above "
                              "it is streamed where the result allows, else refused before it starts (exit 3)")
@@ -91,8 +91,8 @@ def hyper_from_args(args: argparse.Namespace, default_shape: bool = True):
     ``spectrum`` is the quadratic's curvatures as given; when neither --curvature nor
     --spectrum is, it is one direction of curvature :data:`DEFAULT_CURVATURE`, or None
     without ``default_shape`` (``simulate``: its objective decides)."""
-    from theory.methods import resolve
-    from theory.spectrum import Spectrum
+    from noloco.theory.methods import resolve
+    from noloco.theory.spectrum import Spectrum
 
     method, outer, inner = resolve(
         args.preset, args.method, gamma_tied=args.gamma_tied, replicas=args.replicas,

@@ -1,12 +1,12 @@
 """The paper setting as the figure scripts use it (their Monte Carlo comes from
-:mod:`quadratic.claims`, its statistics from :mod:`theory.stats`)."""
+:mod:`noloco.claims`, its statistics from :mod:`noloco.theory.stats`)."""
 
 from __future__ import annotations
 
 import dataclasses
 
-from theory import numeric
-from theory.methods import PRESETS
+from noloco.theory import numeric
+from noloco.theory.methods import PRESETS
 
 PAPER = PRESETS["paper"]          # pairs, alpha 0.5, beta = gamma = 0.7, H 50, N 8, eta 0.01, sigma 1
 CURVATURE = 1.0

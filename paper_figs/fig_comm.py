@@ -5,7 +5,7 @@ the reference 'root' pair exchange is slower than the fastest all-reduce. Withou
 barrier replicas sit idle less, because each waits only for its group, although delays
 do propagate from group to group.
 
-Latency-bandwidth model of theory.comm (50 ms one-way latency, 1 Gbit/s per replica,
+Latency-bandwidth model of noloco.theory.comm (50 ms one-way latency, 1 Gbit/s per replica,
 pairs, 'root' exchange). Idle fraction: event simulation with lognormal compute-time
 jitter (cv 0.1, no communication time, to isolate stragglers), mean over runs with 2
 standard errors, next to the closed form for the barrier."""
@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from paper_figs import style
+from noloco.paper_figs import style
 
 NAME = "comm"
 PAYLOADS = {"2 MB (1M params, bf16)": 2e6, "200 MB (100M params)": 2e8, "2 GB (1B params)": 2e9}
@@ -26,7 +26,7 @@ def params(quick: bool) -> dict:
 
 
 def compute(max_log2: int, idle_max_log2: int, steps: int, trials: int) -> dict:
-    from theory import comm
+    from noloco.theory import comm
 
     net = comm.Network.from_bandwidth(0.05, 1e9)
     Ns = 2 ** np.arange(2, max_log2 + 1)

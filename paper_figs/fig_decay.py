@@ -5,7 +5,7 @@ of meeting the same partner) decays a little more slowly.
 
 Lines: rho(T) at the paper's alpha = 0.5, beta = 0.7, c = 0.395. Points: Monte Carlo of the
 noise-free scalar model from independent initial offsets, per-step ratio of the mean
-variance between two steps (the claim ``quadratic.claims.decay_factor``), with 2 standard
+variance between two steps (the claim ``noloco.claims.decay_factor``), with 2 standard
 errors; black crosses: the exact recursion over the same window (it differs from rho(T)
 where T has no spectral gap, near gamma = 0.3). For N = 4 near the stability edge the
 points fall below the line: the expected variance is carried by rare trials whose spread
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from paper_figs import common, style
+from noloco.paper_figs import common, style
 
 NAME = "decay"
 REPLICAS = (4, 8, 16, 64)
@@ -27,9 +27,9 @@ def params(quick: bool) -> dict:
 
 
 def compute(points: int, trials: int, t1: int, t2: int) -> dict:
-    from quadratic.claims import decay_factor
-    from theory import numeric
-    from theory.config import group_kappa
+    from noloco.claims import decay_factor
+    from noloco.theory import numeric
+    from noloco.theory.config import group_kappa
 
     c, _ = common.paper_c_s2()
     o = common.PAPER.outer

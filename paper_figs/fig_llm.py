@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
-from paper_figs import style
+from noloco.paper_figs import style
 
 NAME = "llm"
 CACHED = False     # the runs are the cache
@@ -26,7 +26,8 @@ def params(quick: bool, runs: str = "runs") -> dict:
 
 def _describe(path: Path) -> tuple[str, str]:
     """(method, short hyperparameter note) from the run's result.json, when it has one."""
-    from theory.io import DataError, read_json
+    from noloco.infra.errors import DataError
+    from noloco.infra.files import read_json
 
     try:
         cfg = read_json(path.parent / "result.json", required=("config",))["config"]

@@ -5,7 +5,7 @@ at the optimum, predicts where that spread settles once the weights are near the
 (far from it, early on, the spread is larger than the linearised value). DiLoCo's
 all-reduce keeps the replicas identical.
 
-Simulation with real inner minibatch SGD steps (quadratic.simulator): N = 8, shared data,
+Simulation with real inner minibatch SGD steps (noloco.quadratic.simulator): N = 8, shared data,
 minibatches of 16 rows, eta 0.05, H 20, alpha 0.5, beta = gamma = 0.7 for both methods
 (DiLoCo is n = N). Bands: 2 standard errors over independent trials."""
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from paper_figs import style
+from noloco.paper_figs import style
 
 NAME = "logistic"
 METHODS = ("noloco", "diloco")
@@ -24,9 +24,9 @@ def params(quick: bool) -> dict:
 
 
 def compute(trials: int, outer_steps: int) -> dict:
-    from quadratic.compare import compare
-    from quadratic.simulator import SimConfig
-    from theory.config import InnerConfig, OuterConfig
+    from noloco.quadratic.compare import compare
+    from noloco.quadratic.simulator import SimConfig
+    from noloco.theory.config import InnerConfig, OuterConfig
 
     out = {}
     for method in METHODS:
@@ -39,7 +39,7 @@ def compute(trials: int, outer_steps: int) -> dict:
                        "stationary_theory": r["summary"]["stationary_variance_theory"],
                        "stationary_mc": r["summary"].get("stationary_variance_mc"),
                        "stationary_se": r["summary"].get("stationary_variance_se")}
-    from quadratic.objectives import DataObjective
+    from noloco.quadratic.objectives import DataObjective
 
     obj = DataObjective("breast-cancer", split="shared", l2=1e-2, batch_size=16, replicas=8,
                         rng=np.random.default_rng(0))

@@ -6,7 +6,7 @@ together and spreads the middle ones slightly. Right: validation loss vs the pro
 skipping a middle stage in training, for the whole model and with half of its middle stages
 removed (mean and standard error over seeds).
 
-Reads the measured study ``docs/data/routing.json`` (``python -m llm_check.routing_study``, which
+Reads the measured study ``docs/data/routing.json`` (``python -m noloco.llm_check.routing_study``, which
 writes routing.json into its --out; copy it there to refresh the figure); trains nothing."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from paper_figs import style
+from noloco.paper_figs import style
 
 NAME = "routing"
 CACHED = False  # the study's JSON is the cache
@@ -27,7 +27,8 @@ def params(quick: bool, data: str | None = None) -> dict:
 
 
 def compute(data: str) -> dict:
-    from theory.io import DataError, read_json
+    from noloco.infra.errors import DataError
+    from noloco.infra.files import read_json
 
     try:
         return {"path": data, **read_json(data, required=("curves", "skipping", "settings"))}
@@ -39,7 +40,7 @@ def draw(data: dict):
     fig, axs = style.figure(2)
     a, b = axs[0]
     if "missing" in data:
-        fig.text(0.5, 0.5, f"no routing study at {data['path']}\nrun: python -m llm_check.routing_study",
+        fig.text(0.5, 0.5, f"no routing study at {data['path']}\nrun: python -m noloco.llm_check.routing_study",
                  ha="center", va="center", fontsize=10, bbox={"facecolor": "white", "edgecolor": style.VERMILION})
         return fig
     colours = dict(zip(("noloco", "diloco", "no-sync"), style.PALETTE))

@@ -6,8 +6,8 @@ inner learning rate eta when gamma > 0 but only as O(eta) without the pull (gamm
 Lines: closed form at the paper's setting (N = 8, pairs, alpha 0.5, beta = gamma = 0.7,
 H 50, sigma 1, curvature 1) with one quantity varied per panel. Points: Monte Carlo of
 the scalar model (window mean per trial after a burn-in; the estimator of the claim
-``quadratic.claims.stationary_spread``), 2 standard errors. Every setting, the Monte
-Carlo's included, is the paper preset (``theory.methods.PRESETS["paper"]``)."""
+``noloco.claims.stationary_spread``), 2 standard errors. Every setting, the Monte
+Carlo's included, is the paper preset (``noloco.theory.methods.PRESETS["paper"]``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import dataclasses
 
 import numpy as np
 
-from paper_figs import common, style
+from noloco.paper_figs import common, style
 
 NAME = "spread"
 
@@ -26,7 +26,7 @@ def params(quick: bool) -> dict:
 
 def _theory(o, c, s2, gamma=None):
     """Closed form at setting ``o`` (``gamma`` may be an array)."""
-    from theory import numeric
+    from noloco.theory import numeric
 
     gamma = o.gamma if gamma is None else gamma
     return numeric.stationary_variance(o.alpha, o.beta, gamma, c, s2, o.replicas, o.group_size, o.momentum)
@@ -34,7 +34,7 @@ def _theory(o, c, s2, gamma=None):
 
 def _mc(o, trials, window, seed, lr=None):
     """(mean, se) of the stationary spread by the claim's own estimator, inner phase from the preset."""
-    from quadratic.claims import stationary_spread
+    from noloco.claims import stationary_spread
 
     inner = common.PAPER.inner if lr is None else dataclasses.replace(common.PAPER.inner, lr=float(lr))
     claim = stationary_spread(outer=o, inner=inner, curvature=common.CURVATURE, trials=trials, window=window,

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from paper_figs import common, style
+from noloco.paper_figs import common, style
 
 NAME = "stability"
 REPLICAS = (4, 16, 64)
@@ -23,8 +23,8 @@ def params(quick: bool) -> dict:
 
 
 def compute(resolution: int) -> dict:
-    from theory import numeric
-    from theory.config import MOMENTUM_CONVENTIONS, group_kappa
+    from noloco.theory import numeric
+    from noloco.theory.config import MOMENTUM_CONVENTIONS, group_kappa
 
     c, _ = common.paper_c_s2()
     beta = common.PAPER.outer.beta

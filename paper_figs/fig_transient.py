@@ -3,16 +3,16 @@ follows the exact recursion v' = T v + s2 (1/n - 1/N) f: from identical initiali
 the spread rises to its stationary value; from scattered replicas it falls to it, fast
 with the pull gamma and slowly (and to a higher level) without it.
 
-Lines: the recursion (theory.numeric.spread_trajectory). Points: Monte Carlo of the scalar
+Lines: the recursion (noloco.theory.numeric.spread_trajectory). Points: Monte Carlo of the scalar
 model, mean over trials with 2 standard errors (both from the claim
-``quadratic.claims.transient_spread``). Paper setting unless stated (N = 8,
+``noloco.claims.transient_spread``). Paper setting unless stated (N = 8,
 pairs, alpha 0.5, beta = gamma = 0.7, c = 0.395)."""
 
 from __future__ import annotations
 
 import numpy as np
 
-from paper_figs import common, style
+from noloco.paper_figs import common, style
 
 NAME = "transient"
 CASES = (  # label, changes to the paper setting, initial replica offsets std
@@ -28,7 +28,7 @@ def params(quick: bool) -> dict:
 
 
 def compute(trials: int, steps: int) -> dict:
-    from quadratic.claims import transient_spread
+    from noloco.claims import transient_spread
 
     out = {"steps": steps, "cases": []}
     for i, (label, changes, scatter) in enumerate(CASES):

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from paper_figs import style
+from noloco.paper_figs import style
 
 NAME = "tune"
 
@@ -20,9 +20,9 @@ def params(quick: bool) -> dict:
 
 
 def compute(grid: int) -> dict:
-    from theory.methods import PRESETS
-    from theory.spectrum import Spectrum
-    from theory.tune import TuneProblem, evaluate, tune
+    from noloco.theory.methods import PRESETS
+    from noloco.theory.spectrum import Spectrum
+    from noloco.theory.tune import TuneProblem, evaluate, tune
 
     p = PRESETS["paper"]
     o = p.outer
@@ -32,7 +32,7 @@ def compute(grid: int) -> dict:
 
 
 def result_data(result) -> dict:
-    """What the figure needs from a :class:`theory.tune.TuneResult`."""
+    """What the figure needs from a :class:`noloco.theory.tune.TuneResult`."""
     L = result.landscape
     pt = lambda q: {"alpha": q.alpha, "beta": q.beta, "gamma": q.gamma, "rate": q.rate, "spread": q.spread,
                     "group_size": q.group_size, "inner_steps": q.inner_steps}
@@ -80,6 +80,6 @@ def draw(data: dict):
 
 def draw_result(result, path) -> str:
     """The tuner's figure for ``noloco tune --out``; returns the PNG path."""
-    from theory.io import jsonable
+    from noloco.infra.files import jsonable
 
     return style.save(draw(jsonable(result_data(result))), path)[0]

@@ -1,7 +1,7 @@
 """Build the figures: each ``fig_<name>.py`` gives ``params(quick, **options)``,
 ``compute(**params)`` (JSON-able data) and ``draw(data)`` (a matplotlib figure).
 
-The data is cached through :func:`theory.io.cached` (namespace ``figure-NAME``, keyed by
+The data is cached through :func:`noloco.infra.cache.cached` (namespace ``figure-NAME``, keyed by
 the parameters and by every project source), under ``$NOLOCO_CACHE`` or ``cache_dir``,
 never inside the source tree; a figure with ``CACHED = False`` reads results that are
 already on disk (the LLM runs) and is not cached."""
@@ -12,8 +12,9 @@ import importlib
 import time
 from pathlib import Path
 
-from paper_figs import style
-from theory import io
+from noloco.paper_figs import style
+from noloco.infra.cache import cached
+from noloco.infra.files import jsonable
 
 FIGURES = ("stability", "decay", "spread", "transient", "logistic", "comm", "llm", "tune", "routing")
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
@@ -35,9 +36,9 @@ def make(name: str, *, quick: bool = False, out=DEFAULT_OUT, cache_dir=None, ref
     params = m.params(quick, **(options or {}))
     compute = lambda: m.compute(**params)
     if getattr(m, "CACHED", True):
-        data, hit = io.cached(f"figure-{name}", params, compute, directory=cache_dir, refresh=refresh,
+        data, hit = cached(f"figure-{name}", params, compute, directory=cache_dir, refresh=refresh,
                               valid=_is_data)
     else:
-        data, hit = io.jsonable(compute()), False
+        data, hit = jsonable(compute()), False
     files = style.save(m.draw(data), Path(out) / name)
     return {"name": name, "files": files, "cached": hit, "seconds": time.perf_counter() - start}

@@ -45,7 +45,7 @@ def save(fig, path) -> list:
 
     import matplotlib.pyplot as plt
 
-    from theory.io import atomic_write
+    from noloco.infra.files import atomic_write
 
     path = Path(path).with_suffix("")
     written = [str(atomic_write(path.with_suffix("." + ext), lambda tmp, ext=ext: fig.savefig(tmp, format=ext)))

@@ -1,17 +1,17 @@
 """The agreement table: stable settings drawn with a fixed seed, simulated against the
 exact theory (used by the tests and by docs/quadratic.md).
 
-    python -m quadratic.agreement      # prints the markdown table
+    python -m noloco.quadratic.agreement      # prints the markdown table
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from theory.conditions import analyse
-from theory.config import InnerConfig, OuterConfig
-from theory.spectrum import Spectrum
-from theory.stats import burn_in
+from noloco.theory.conditions import analyse
+from noloco.theory.config import InnerConfig, OuterConfig
+from noloco.theory.spectrum import Spectrum
+from noloco.theory.stats import burn_in
 
 SEED = 20250611
 
@@ -48,7 +48,7 @@ def window_steps(outer, inner, spectrum) -> int:
 
 
 def config(index: int, trials: int = 300):
-    from quadratic.simulator import SimConfig
+    from noloco.quadratic.simulator import SimConfig
 
     outer, inner, spectrum = draw_settings()[index]
     return SimConfig(outer=outer, inner=inner, curvatures=spectrum.curvatures, trials=trials,
@@ -56,7 +56,7 @@ def config(index: int, trials: int = 300):
 
 
 def table(trials: int = 300) -> str:
-    from quadratic.compare import compare
+    from noloco.quadratic.compare import compare
 
     rows = ["| # | N | n | alpha | beta | gamma | momentum | eta | H | lambda | spread MC +- se | theory | z "
             "| decay MC +- se | theory | z | mean y_10 MC +- se | theory |",

@@ -1,9 +1,9 @@
 """Inner optimizers that carry state across outer steps (momentum SGD, Adam) on a quadratic:
-the simulator against the exact carried-state theory (:class:`theory.exchangeable.InnerPhase`),
+the simulator against the exact carried-state theory (:class:`noloco.theory.exchangeable.InnerPhase`),
 its AR(1) reduction, the i.i.d. model and the SGD prediction (used by the tests and by
 docs/theory.md).
 
-    python -m quadratic.carried      # prints the markdown table
+    python -m noloco.quadratic.carried      # prints the markdown table
 """
 
 from __future__ import annotations
@@ -24,10 +24,10 @@ MOMENTUM = 0.9   # inner momentum of the momentum rows; Adam uses betas (0.9, 0.
 
 def compare(optimizer, lr, H, sigma, curvature, gamma, convention, trials: int = 200, seed: int = 11) -> dict:
     """Simulated stationary spread (mean +- se over trials) and the predictions of four models."""
-    from quadratic.simulator import SimConfig, simulate
-    from theory import exchangeable as X
-    from theory import numeric, stats
-    from theory.config import InnerConfig, OuterConfig
+    from noloco.quadratic.simulator import SimConfig, simulate
+    from noloco.theory import exchangeable as X
+    from noloco.theory import numeric, stats
+    from noloco.theory.config import InnerConfig, OuterConfig
 
     outer = OuterConfig(replicas=8, group_size=2, alpha=0.5, beta=0.7, gamma=gamma, momentum=convention)
     phase = (X.InnerPhase.momentum(lr, curvature, H, sigma, MOMENTUM) if optimizer == "momentum"
@@ -45,7 +45,7 @@ def compare(optimizer, lr, H, sigma, curvature, gamma, convention, trials: int =
 
 
 def table() -> str:
-    from theory.stats import z_score
+    from noloco.theory.stats import z_score
 
     rows = ["| inner | lr | H | σ | λ | γ | outer | simulated ± se | exact carried state (z) "
             "| AR(1) reduction c, s2, ρ (z) | i.i.d. with same c, s2 (z) | SGD at the same lr |",
@@ -77,10 +77,10 @@ def compare_heterogeneous(gamma, zeta, curvature, alpha, group_size, convention,
     """Replica optima offset by zeta (fixed per trial, zero mean over replicas): for inner SGD the
     progress gains the drift d_i = c b_i, so the drift variance is c^2 zeta^2. Simulated stationary
     spread and final mean distance next to the drift theory and the theory without drift."""
-    from quadratic.simulator import SimConfig, simulate
-    from theory import exchangeable as X
-    from theory import numeric, stats
-    from theory.config import InnerConfig, OuterConfig
+    from noloco.quadratic.simulator import SimConfig, simulate
+    from noloco.theory import exchangeable as X
+    from noloco.theory import numeric, stats
+    from noloco.theory.config import InnerConfig, OuterConfig
 
     outer = OuterConfig(replicas=8, group_size=group_size, alpha=alpha, beta=0.7, gamma=gamma, momentum=convention)
     lr, H, sigma = 0.01, 20, 1.0

@@ -1,6 +1,6 @@
 """Simulation next to theory: what :mod:`theory` predicts for a :class:`SimConfig`, the
-simulated values with standard errors and z-scores (:mod:`theory.stats`), cached through
-:func:`theory.io.cached`.
+simulated values with standard errors and z-scores (:mod:`noloco.theory.stats`), cached through
+:func:`noloco.infra.cache.cached`.
 
 The theory is exact for inner SGD with additive noise on a quadratic without
 heterogeneity, for any learning-rate schedule (each outer step's (c, s2) comes from that
@@ -15,11 +15,13 @@ import dataclasses
 
 import numpy as np
 
-from quadratic.inner import phase_coefficients
-from quadratic.simulator import SimConfig, simulate
-from theory import io, numeric, stats
-from theory.conditions import analyse
-from theory.spectrum import Spectrum
+from noloco.quadratic.inner import phase_coefficients
+from noloco.quadratic.simulator import SimConfig, simulate
+from noloco.infra.cache import cached
+from noloco.infra.files import SCHEMA_VERSION, jsonable
+from noloco.theory import numeric, stats
+from noloco.theory.conditions import analyse
+from noloco.theory.spectrum import Spectrum
 
 #: the measured decay ratio spans at most 40 steps after a 20-step settling, so the
 #: noise-free spread stays far from underflow
@@ -27,11 +29,11 @@ DECAY_NOTE = "noise-free run from independent initial offsets; per-step ratio of
 
 
 def inner_model(cfg: SimConfig):
-    """The :class:`theory.exchangeable.InnerModel` that predicts ``cfg`` beyond i.i.d. SGD noise
+    """The :class:`noloco.theory.exchangeable.InnerModel` that predicts ``cfg`` beyond i.i.d. SGD noise
     (inner momentum or Adam with carried state, offset optima), or None where it does not apply:
     only on the quadratic, constant learning rate, additive noise; Adam's per-coordinate
     preconditioner needs an unrotated eigenbasis; optima offsets with inner SGD only."""
-    from theory.exchangeable import InnerModel
+    from noloco.theory.exchangeable import InnerModel
 
     if cfg.objective != "quadratic" or cfg.schedule != "constant" or cfg.batch_size or (cfg.optimizer == "sgd"
                                                                                        and not cfg.zeta):
@@ -47,7 +49,7 @@ def scope(cfg: SimConfig) -> list[str]:
     model = inner_model(cfg)
     if model is not None:
         notes.append(f"inner {cfg.optimizer}{' with optima offsets zeta' if cfg.zeta else ''}: predicted by the "
-                     "exchangeable model of theory.exchangeable (carried inner state"
+                     "exchangeable model of noloco.theory.exchangeable (carried inner state"
                      f"{', Adam linearised with v = sigma^2: near the optimum, where the noise dominates the gradient' if cfg.optimizer == 'adam' else ''}"
                      f"{', drift c zeta per replica' if cfg.zeta else ''})")
     elif cfg.optimizer != "sgd":
@@ -121,7 +123,7 @@ def stationary(cfg: SimConfig, eigvals, noise_var) -> dict:
 def extended(cfg: SimConfig, model, analysis, eigvals, noise_var, start, directions) -> tuple[dict, dict]:
     """Expected trajectories and closed forms of the carried-state / drift model, per direction
     (replicas identical at the start, buffers at zero), summed like :func:`exact`."""
-    from theory import exchangeable as X
+    from noloco.theory import exchangeable as X
 
     outer, inner = cfg.effective()
     steps = cfg.outer_steps
@@ -138,7 +140,7 @@ def extended(cfg: SimConfig, model, analysis, eigvals, noise_var, start, directi
 
 def measure_decay(cfg: SimConfig, *, progress: bool = False) -> dict:
     """Variance decay per outer step: a noise-free run from independent initial offsets,
-    per-step ratio of mean spreads between two steps (:func:`theory.stats.decay_ratio`),
+    per-step ratio of mean spreads between two steps (:func:`noloco.theory.stats.decay_ratio`),
     next to the exact ratio and the asymptotic decay factor of theory."""
     t1 = min(cfg.outer_steps // 4, 20)
     t2 = min(cfg.outer_steps, t1 + 40)
@@ -176,7 +178,7 @@ def compare(cfg: SimConfig, *, progress: bool = False, decay: bool = True) -> di
     steps = run.steps_done if run.diverged_at is None else run.diverged_at - 1
 
     result = {
-        "schema_version": io.SCHEMA_VERSION,
+        "schema_version": SCHEMA_VERSION,
         "config": cfg.as_dict(),
         "effective": {"outer": dataclasses.asdict(outer), "inner": dataclasses.asdict(inner),
                       "inner_mode": cfg.inner_law, "dtype": cfg.dtype},
@@ -223,7 +225,7 @@ def compare(cfg: SimConfig, *, progress: bool = False, decay: bool = True) -> di
         if decay and cfg.optimizer == "sgd" and not cfg.zeta and cfg.split == "shared":
             result["decay"] = measure_decay(cfg)
     result["summary"] = summary
-    return io.jsonable(result)  # non-finite values as null with the reason beside them
+    return jsonable(result)  # non-finite values as null with the reason beside them
 
 
 def _is_result(data) -> bool:
@@ -232,10 +234,10 @@ def _is_result(data) -> bool:
 
 def cached_compare(cfg: SimConfig, *, progress: bool = False, use_cache: bool = True, refresh: bool = False,
                    directory=None) -> tuple[dict, bool]:
-    """``(result, from_cache)``: :func:`compare` through :func:`theory.io.cached` (namespace
+    """``(result, from_cache)``: :func:`compare` through :func:`noloco.infra.cache.cached` (namespace
     ``simulate``), keyed by ``cfg`` and the project's sources. ``refresh`` recomputes and
     stores; ``use_cache=False`` neither reads nor writes; an interrupted run leaves nothing."""
-    return io.cached("simulate", cfg.as_dict(), lambda: compare(cfg, progress=progress), directory=directory,
+    return cached("simulate", cfg.as_dict(), lambda: compare(cfg, progress=progress), directory=directory,
                      refresh=refresh, use_cache=use_cache, valid=_is_result)
 
 

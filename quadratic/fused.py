@@ -2,13 +2,13 @@
 
 Per outer step the numpy path makes about fifteen passes over a block of the simulator's state:
 moving each replica's rows to its new group, the group means, the outer step's temporaries and
-the spread's sums. :func:`exact_outer_step` makes one, calling :func:`theory.outer.outer_arithmetic`
+the spread's sums. :func:`exact_outer_step` makes one, calling :func:`noloco.theory.outer.outer_arithmetic`
 (the one outer step, compiled) on each number. It does the same arithmetic in the same order on the
 same draws, so the weights are bit for bit those of the numpy path; only the spread's sums, which
 numpy may add in another order, can differ by rounding (``tests/test_fused.py``).
 
-``quadratic.simulator`` uses it for the exact inner phase of large runs when numba is installed
-(``pip install 'noloco-toolkit[fast]'``; ``NOLOCO_JIT`` overrides the choice, :mod:`theory.jit`).
+``noloco.quadratic.simulator`` uses it for the exact inner phase of large runs when numba is installed
+(``pip install 'noloco-toolkit[fast]'``; ``NOLOCO_JIT`` overrides the choice, :mod:`noloco.infra.jit`).
 The explicit path stays numpy: it is bound by its Gaussian draws, not by passes over the state.
 """
 
@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from theory import jit
-from theory.outer import outer_arithmetic
+from noloco.infra import jit
+from noloco.theory.outer import outer_arithmetic
 
 #: replica-coordinate outer steps from which a run compiles by default (``NOLOCO_JIT=auto``): below,
-#: numpy is quicker than loading numba and the compiled code (:mod:`theory.jit`)
+#: numpy is quicker than loading numba and the compiled code (:mod:`noloco.infra.jit`)
 MIN_UPDATES = 200_000_000
 
 

@@ -1,5 +1,5 @@
 """Inner optimizers, vectorised over (trials, N, d), the exact ``(c, s2)`` of one inner
-phase under any learning-rate schedule (the schedules are :mod:`theory.schedules`), and
+phase under any learning-rate schedule (the schedules are :mod:`noloco.theory.schedules`), and
 the Gaussian noise the simulator draws (:class:`Noise`).
 
 Inner optimizer state (momentum buffer, Adam moments) is per replica and persists
@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from quadratic.names import OPTIMIZERS
-from theory.config import check_choice
-from theory.numeric import fast_normal
+from noloco.quadratic.names import OPTIMIZERS
+from noloco.infra.checks import check_choice
+from noloco.theory.numeric import fast_normal
 
 
 def phase_coefficients(lrs, curvatures, noise):
     """(c, s2) per direction of one inner phase of SGD with per-step rates ``lrs``:
     y -> (1 - c) y + eps with c = 1 - prod_h r_h, r_h = 1 - eta_h lambda, and
     Var(eps) = sigma^2 sum_h eta_h^2 prod_{h' > h} r_h'^2. Generalises
-    :func:`theory.numeric.inner_sgd` (constant rate) to any schedule."""
+    :func:`noloco.theory.numeric.inner_sgd` (constant rate) to any schedule."""
     lrs = np.asarray(lrs, dtype=float)[:, None]
     r = 1.0 - lrs * np.asarray(curvatures, dtype=float)[None, :]
     after = np.cumprod(r[::-1], axis=0)[::-1]            # prod_{h' >= h} r_h'
@@ -31,7 +31,7 @@ def phase_coefficients(lrs, curvatures, noise):
 class Noise:
     """Standard normal draws for the simulator, about 2 ns each where numpy's
     ``standard_normal`` takes 9 ns (the draws, not the arithmetic, bound the inner steps):
-    :func:`theory.numeric.fast_normal` (Box-Muller on the generator's raw bits, float32
+    :func:`noloco.theory.numeric.fast_normal` (Box-Muller on the generator's raw bits, float32
     arithmetic; its docstring says how close to Gaussian), with a reused scratch buffer."""
 
     def __init__(self, rng: np.random.Generator):

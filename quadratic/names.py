@@ -1,8 +1,8 @@
 """The allowed names of the simulator's options; the methods and schedules are the
-toolkit's (:mod:`theory.methods`, :mod:`theory.schedules`)."""
+toolkit's (:mod:`noloco.theory.methods`, :mod:`noloco.theory.schedules`)."""
 
-from theory.methods import METHODS
-from theory.schedules import SCHEDULES
+from noloco.theory.methods import METHODS
+from noloco.theory.schedules import SCHEDULES
 
 OBJECTIVES = ("quadratic", "diabetes", "longley", "breast-cancer")
 SPLITS = ("shared", "iid", "label", "kmeans")

@@ -15,8 +15,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from quadratic.names import OBJECTIVES, SPLITS
-from theory.config import ConfigError, check_choice
+from noloco.quadratic.names import OBJECTIVES, SPLITS
+from noloco.infra.errors import ConfigError
+from noloco.infra.checks import check_choice
 
 
 
@@ -248,7 +249,7 @@ class DataObjective:
 
 
 def build(cfg, rng: np.random.Generator):
-    """The objective of a :class:`quadratic.simulator.SimConfig` (which has checked that its
+    """The objective of a :class:`noloco.quadratic.simulator.SimConfig` (which has checked that its
     fields fit the objective)."""
     N = cfg.outer.replicas
     if cfg.objective == "quadratic":

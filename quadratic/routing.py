@@ -11,13 +11,13 @@ its output gradient carries noise ``output_noise`` (backprop sends it into both 
 gradient of a_i is (h (a_i b_j - w*) + zeta) b_j, that of b_j is (...) a_i), and every stage
 replica's gradient gets independent additive noise ``noise`` per microbatch (the toolkit's
 quadratic convention). Inner SGD with learning rate eta (times ``stage_lr`` per stage), H inner
-steps, then :func:`theory.outer.outer_step` per stage with its own random groups of n.
+steps, then :func:`noloco.theory.outer.outer_step` per stage with its own random groups of n.
 
 * ``fixed`` routing: j = i, so replica i of both stages is one chain. Every chain has a flat
   direction, the rescaling (c a_i, b_i / c): chains drift apart along it.
 * ``random`` routing: at each inner step and for each of the B microbatch columns, an independent
   uniform permutation pi sends stage-1 replica i's microbatch to stage-2 replica pi(i) (as
-  ``llm_check.routing`` does). In expectation the objective becomes the all-pairs loss
+  ``noloco.llm_check.routing`` does). In expectation the objective becomes the all-pairs loss
   (1/N) sum_ij 0.5 h (a_i b_j - w*)^2, whose minimum needs a_i b_j = w* for all pairs: no per-chain
   flat direction is left (only the global rescaling, common to all replicas).
 
@@ -27,7 +27,7 @@ into an exchangeable second-moment recursion on a 6 x 6 matrix S over the per-re
 every inner step (:func:`inner_step_operator`), the inner phase (:func:`phase_operator`) and the outer
 step (:func:`outer_operator`). :func:`trajectory` and :func:`stationary` evaluate it;
 :func:`simulate` is the Monte Carlo (linearised or nonlinear), vectorised over trials, replicas,
-microbatches and coordinates. ``python -m quadratic.routing`` prints theory against simulation.
+microbatches and coordinates. ``python -m noloco.quadratic.routing`` prints theory against simulation.
 """
 
 from __future__ import annotations
@@ -39,14 +39,15 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from quadratic.inner import Noise
-from theory import stats
-from theory.config import (ConfigError, InnerConfig, OuterConfig, check_choice, check_fields, check_integer,
-                           check_real, group_kappa)
-from theory.methods import constrain
-from theory.numeric import inner_sgd, stationary_variance
-from theory.outer import outer_step
-from theory.partitions import group_mean, random_permutations
+from noloco.quadratic.inner import Noise
+from noloco.theory import stats
+from noloco.infra.errors import ConfigError
+from noloco.theory.config import InnerConfig, OuterConfig, group_kappa
+from noloco.infra.checks import check_choice, check_fields, check_integer, check_real
+from noloco.theory.methods import constrain
+from noloco.theory.numeric import inner_sgd, stationary_variance
+from noloco.theory.outer import outer_step
+from noloco.theory.partitions import group_mean, random_permutations
 
 ROUTINGS = ("fixed", "random")
 #: outer-step groups: an independent partition per stage (as llm_check does, stream = stage), or one
@@ -66,7 +67,7 @@ def _positive(v):
 @dataclass(frozen=True)
 class TwoStageModel:
     """The two-stage deep-linear model and its routing (the inner learning rate, steps and additive
-    noise are :class:`theory.config.InnerConfig`'s ``lr``, ``steps``, ``noise``).
+    noise are :class:`noloco.theory.config.InnerConfig`'s ``lr``, ``steps``, ``noise``).
 
     ``a_star``, ``b_star``: the solution linearised around (w* = a* b*), both > 0 (signs are a
     symmetry). ``curvatures``: h per coordinate (D = its length). ``output_noise``: std of the noise
@@ -185,7 +186,7 @@ def phase_operator(model: TwoStageModel, inner: InnerConfig, replicas: int, h: f
 
 def _outer_maps(outer: OuterConfig):
     """(F0, F1a, F1b): the outer step on the 6-state as a map of the own state and of each stage's
-    group mean (read off :func:`theory.outer.outer_step` applied to unit vectors); theta restarts at
+    group mean (read off :func:`noloco.theory.outer.outer_step` applied to unit vectors); theta restarts at
     the new phi."""
     rule = outer.rule()
     F0, F1 = np.zeros((6, 6)), [np.zeros((6, 6)), np.zeros((6, 6))]
@@ -344,8 +345,8 @@ def stationary(model: TwoStageModel, outer: OuterConfig, inner: InnerConfig) -> 
 # ------------------------------------------------------------------- closed forms (limits)
 
 def scalar_spread(outer: OuterConfig, lr: float, curvature: float, steps: int, noise_var: float) -> float:
-    """Stationary spread of one direction in the toolkit's scalar model (:func:`theory.numeric.inner_sgd`,
-    :func:`theory.numeric.stationary_variance`): SGD with learning rate ``lr`` on ``curvature`` with
+    """Stationary spread of one direction in the toolkit's scalar model (:func:`noloco.theory.numeric.inner_sgd`,
+    :func:`noloco.theory.numeric.stationary_variance`): SGD with learning rate ``lr`` on ``curvature`` with
     gradient-noise variance ``noise_var``."""
     c, s2 = inner_sgd(lr, curvature, steps, math.sqrt(noise_var))
     return float(stationary_variance(outer.alpha, outer.beta, outer.gamma, float(c), float(s2),
@@ -443,7 +444,7 @@ class RoutingRun:
 
     def window(self, start: int, stop: int | None = None) -> dict:
         """Mean over outer steps start..stop (inclusive, of the ``outer`` index; ``inner`` over the
-        phases ending at those steps) and standard error over trials, from :func:`theory.stats.mean_se`:
+        phases ending at those steps) and standard error over trials, from :func:`noloco.theory.stats.mean_se`:
         {"outer": [(mean, se)] * 2, "inner": [...], "flat": (mean, se)}."""
         stop = self.outer.shape[0] - 1 if stop is None else stop
         if not 1 <= start <= stop <= self.outer.shape[0] - 1:
@@ -512,7 +513,7 @@ def simulate(model: TwoStageModel, outer: OuterConfig, inner: InnerConfig, *, tr
              seed: int = 0, linear: bool = True) -> RoutingRun:
     """Monte Carlo of ``trials`` independent runs of ``outer_steps`` outer steps, linearised (``linear``)
     or nonlinear, vectorised over trials, replicas, microbatches and coordinates. The outer step is
-    :func:`theory.outer.outer_step` per stage with :func:`theory.partitions.group_mean` over fresh
+    :func:`noloco.theory.outer.outer_step` per stage with :func:`noloco.theory.partitions.group_mean` over fresh
     random groups (per stage, or shared); routes are fresh uniform permutations per inner step and
     microbatch column."""
     trials = check_integer("trials", trials, "an integer >= 2", lambda v: v >= 2)
@@ -625,7 +626,7 @@ SCAN_INNER = InnerConfig(lr=0.02, steps=20, noise=1.0)
 
 
 def table(trials: int = 200, outer_steps: int = 80, start: int = 40, seed: int = 0) -> list[Row]:
-    """Rows of ``python -m quadratic.routing``: noloco (the paper's outer step, n = 2), diloco (n = N)
+    """Rows of ``python -m noloco.quadratic.routing``: noloco (the paper's outer step, n = 2), diloco (n = N)
     and local (no synchronisation, n = 1: routing only), each with fixed and random routing."""
     rows = []
     for k, method in enumerate(TABLE_METHODS):

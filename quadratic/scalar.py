@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from theory.config import OuterConfig
-from theory.outer import outer_step
-from theory.partitions import group_mean, random_permutations
+from noloco.theory.config import OuterConfig
+from noloco.theory.outer import outer_step
+from noloco.theory.partitions import group_mean, random_permutations
 
 
 def simulate_scalar(outer: OuterConfig, c: float, s2: float, steps: int, trials: int, rng,

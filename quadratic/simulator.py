@@ -8,7 +8,7 @@ Two ways through the inner phase (``SimConfig.inner_mode``):
 
 * ``exact``: inner SGD with additive Gaussian noise on a quadratic. Per eigen-direction the H
   inner steps map ``y -> r y + eps`` with ``r = prod_h (1 - eta_h lambda) = 1 - c`` and
-  ``eps ~ N(0, s2)`` independent of everything else (:func:`quadratic.inner.phase_coefficients`,
+  ``eps ~ N(0, s2)`` independent of everything else (:func:`noloco.quadratic.inner.phase_coefficients`,
   any schedule). The outer step needs only each group's mean progress, ``-c (mean_G y - mean_G
   shift) + N(0, s2 / n)``, so one outer step costs one draw per group and direction instead of H
   per replica: about H times less work, and the same law for everything the run records (the
@@ -33,19 +33,20 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from quadratic import fused
-from quadratic.inner import InnerOptimizer, Noise, phase_coefficients
-from quadratic.names import METHODS, OBJECTIVES, OPTIMIZERS, SCHEDULES, SPLITS
-from quadratic.objectives import DATA_DIMENSION_BOUND, build
-from theory import jit
-from theory.budget import retain_freed_memory
-from theory.config import (ConfigError, InnerConfig, OuterConfig, check_choice, check_fields, check_integer,
-                           check_real)
-from theory.methods import constrain
-from theory.outer import outer_step
-from theory.partitions import group_mean, random_permutations
-from theory.schedules import learning_rate, learning_rates
-from theory.spectrum import DEFAULT_CURVATURE, Spectrum
+from noloco.quadratic import fused
+from noloco.quadratic.inner import InnerOptimizer, Noise, phase_coefficients
+from noloco.quadratic.names import METHODS, OBJECTIVES, OPTIMIZERS, SCHEDULES, SPLITS
+from noloco.quadratic.objectives import DATA_DIMENSION_BOUND, build
+from noloco.infra import jit
+from noloco.infra.budget import retain_freed_memory
+from noloco.infra.errors import ConfigError
+from noloco.theory.config import InnerConfig, OuterConfig
+from noloco.infra.checks import check_choice, check_fields, check_integer, check_real
+from noloco.theory.methods import constrain
+from noloco.theory.outer import outer_step
+from noloco.theory.partitions import group_mean, random_permutations
+from noloco.theory.schedules import learning_rate, learning_rates
+from noloco.theory.spectrum import DEFAULT_CURVATURE, Spectrum
 
 #: a run is divergent when any |phi - optimum| exceeds this many times its initial scale
 GROWTH_BOUND = 1e6
@@ -82,7 +83,7 @@ class SimConfig:
     the value and the allowed range, as do combinations that do not fit the objective
     (``curvatures`` or ``zeta`` with a data objective, a data ``split`` of the quadratic,
     ``inner_mode='exact'`` where the inner phase has no closed form).
-    ``curvatures=None`` means "not given": :data:`theory.spectrum.DEFAULT_CURVATURE` for the
+    ``curvatures=None`` means "not given": :data:`noloco.theory.spectrum.DEFAULT_CURVATURE` for the
     quadratic; a data objective takes its Hessian from the data.
     """
 
@@ -179,7 +180,7 @@ class SimConfig:
         return self.objective == "quadratic" and (not self.rotate or self.inner_law == "exact")
 
     def effective(self) -> tuple[OuterConfig, InnerConfig]:
-        """The outer and inner settings with the method's constraints (:mod:`theory.methods`)."""
+        """The outer and inner settings with the method's constraints (:mod:`noloco.theory.methods`)."""
         return constrain(self.method, self.outer, self.inner)
 
     @property
@@ -372,7 +373,7 @@ class _Driver:
         outer, inner = cfg.effective()
         self.outer, self.inner = outer, inner
         self.bound = GROWTH_BOUND * max(1.0, abs(cfg.start), cfg.init_spread, inner.noise)
-        # one choice per run, by its whole size (quadratic.fused): every block takes the same path
+        # one choice per run, by its whole size (noloco.quadratic.fused): every block takes the same path
         self.compiled = cfg.inner_law == "exact" and fused.enabled(
             float(cfg.trials) * outer.replicas * run.eigvals.size * cfg.outer_steps)
         self.bar = tqdm(total=blocks * cfg.outer_steps, desc=f"simulate {cfg.method}", unit="step",
@@ -513,7 +514,7 @@ def _eigenbasis_block(driver: _Driver, totals: _Trials, index: int, part: int, c
     where = np.tile(np.arange(N), (count, 1))   # replica i of a trial sits in row where[i]
     trial_rows, places = np.arange(count)[:, None], np.arange(N)[None, :]
 
-    # the compiled step (quadratic.fused) writes into a second set of arrays; the two swap every step
+    # the compiled step (noloco.quadratic.fused) writes into a second set of arrays; the two swap every step
     compiled = driver.compiled
     empty = np.empty((0, 0, 0), dtype)
     if compiled:
@@ -543,7 +544,7 @@ def _eigenbasis_block(driver: _Driver, totals: _Trials, index: int, part: int, c
     record(0)
     for t in range(1, driver.last + 1):
         # the groups are consecutive blocks of a uniformly random permutation of the replicas
-        # (theory.partitions); each replica's state moves to its place in it
+        # (noloco.theory.partitions); each replica's state moves to its place in it
         order = random_permutations(partitions, (count,), N)
         local_rows = where[trial_rows, order]
         where[trial_rows, order] = places

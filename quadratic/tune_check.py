@@ -1,6 +1,6 @@
-"""`noloco tune` as a library: tune with :mod:`theory.tune`, then verify the recommendation
+"""`noloco tune` as a library: tune with :mod:`noloco.theory.tune`, then verify the recommendation
 (and the paper setting on the same problem) with a short simulation of the simulator's inner SGD phase (exact in distribution by default)
-(:mod:`quadratic.simulator`), and report predicted next to simulated with standard errors.
+(:mod:`noloco.quadratic.simulator`), and report predicted next to simulated with standard errors.
 
 Verification, per setting:
 
@@ -21,11 +21,11 @@ import math
 
 import numpy as np
 
-from theory import numeric
-from theory.config import check_integer
-from theory.io import SCHEMA_VERSION
-from theory.stats import burn_in, jackknife, mean_se, z_score
-from theory.tune import TuneProblem, TuneResult, tune
+from noloco.theory import numeric
+from noloco.infra.checks import check_integer
+from noloco.infra.files import SCHEMA_VERSION
+from noloco.theory.stats import burn_in, jackknife, mean_se, z_score
+from noloco.theory.tune import TuneProblem, TuneResult, tune
 
 SIM_BATCHES = 10   # independent seeds for the rate's jackknife standard error
 RATE_START = 1e3   # initial distance to the optimum (per coordinate) of the rate runs
@@ -59,7 +59,7 @@ def _sorted_index(curvatures, i) -> int:
 def simulate_point(problem: TuneProblem, point, *, trials: int, seed: int, progress: bool = False) -> dict:
     """Simulated rate (jackknife SE over independent seeds) and stationary spread (SE over
     trials) of one setting, with the simulator's inner SGD phase (exact in distribution by default) on the quadratic."""
-    from quadratic.simulator import SimConfig, simulate
+    from noloco.quadratic.simulator import SimConfig, simulate
 
     outer = dataclasses.replace(problem.outer, alpha=point.alpha, beta=point.beta, gamma=point.gamma,
                                 group_size=point.group_size)
@@ -139,7 +139,7 @@ def tune_and_verify(problem: TuneProblem, *, verify: bool = True, trials: int = 
 
 
 def report(result: TuneResult, checks: dict) -> dict:
-    """Everything `noloco tune` prints, as data (strict JSON through :func:`theory.io.print_json`)."""
+    """Everything `noloco tune` prints, as data (strict JSON through :func:`noloco.infra.files.print_json`)."""
     b, pr = result.best, result.problem
     rec = checks.get("recommended", {})
     return {

@@ -1,18 +1,19 @@
-"""The one cache (:func:`theory.io.cached`) as `noloco simulate` and `noloco figs` use it:
+"""The one cache (:func:`noloco.infra.cache.cached`) as `noloco simulate` and `noloco figs` use it:
 keyed by the request and every project source, rebuilt when an entry is bad, harmless
 when its folder cannot be written, and never inside the repository."""
 
 import os
 import shutil
+from pathlib import Path
 
 import pytest
 
-from paper_figs.run import make
-from quadratic.compare import cached_compare
-from quadratic.simulator import SimConfig
-from theory import io
+from noloco.paper_figs.run import make
+from noloco.quadratic.compare import cached_compare
+from noloco.quadratic.simulator import SimConfig
+from noloco.infra import cache as cache_module, files
 
-REPO = io.ROOT
+REPO = Path(__file__).resolve().parents[1]
 SMALL = SimConfig(trials=4, outer_steps=10)
 
 
@@ -21,17 +22,19 @@ def tree_copy(tmp_path, monkeypatch):
     """A copy of the project's packages that keys the cache in place of the real tree, so a
     test can edit a source file without touching the repository."""
     copy = tmp_path / "tree"
-    for package in io.PACKAGES:
-        shutil.copytree(REPO / package, copy / package, ignore=shutil.ignore_patterns("__pycache__", "out"))
-    monkeypatch.setattr(io, "ROOT", copy)
-    io.source_hash.cache_clear()
+    folders = {}
+    for package, folder in cache_module.source_folders().items():
+        folders[package] = copy / package
+        shutil.copytree(folder, folders[package], ignore=shutil.ignore_patterns("__pycache__", "out"))
+    monkeypatch.setattr(cache_module, "source_folders", lambda: folders)
+    cache_module.source_hash.cache_clear()
     yield copy
-    io.source_hash.cache_clear()
+    cache_module.source_hash.cache_clear()
 
 
 def _edit(path):
     path.write_text(path.read_text() + "\n# an edit that changes no behaviour\n")
-    io.source_hash.cache_clear()  # what a new process would see
+    cache_module.source_hash.cache_clear()  # what a new process would see
 
 
 @pytest.mark.parametrize("edited", ["theory/conditions.py", "paper_figs/common.py", "quadratic/objectives.py"])
@@ -91,11 +94,11 @@ def test_a_read_only_cache_is_still_read(tmp_path):
 def test_a_bad_entry_is_rebuilt_with_one_warning_naming_the_file(tmp_path, capsys, content):
     cache = tmp_path / "cache"
     result, _ = cached_compare(SMALL, directory=cache)
-    path = io.cache_path("simulate", SMALL.as_dict(), cache)
+    path = cache_module.cache_path("simulate", SMALL.as_dict(), cache)
     if content == "wrong shape":  # a valid entry of this version whose data is not a result
-        entry = io.loads(path.read_text())
+        entry = files.loads(path.read_text())
         entry["data"] = {"summary": 1.0}
-        content = io.dumps(entry)
+        content = files.dumps(entry)
     path.write_text(content)
     capsys.readouterr()
     assert cached_compare(SMALL, directory=cache) == (result, False)

@@ -1,4 +1,4 @@
-"""Every claim of quadratic.claims holds (quick, fixed seed), each can fail, and
+"""Every claim of noloco.claims holds (quick, fixed seed), each can fail, and
 ``noloco claims --quick --json`` prints strict JSON and exits 0."""
 
 import dataclasses
@@ -8,11 +8,11 @@ import math
 import numpy as np
 import pytest
 
-from quadratic import claims
-from quadratic.claims import CLAIMS
-from theory import comm, numeric
-from theory.config import OuterConfig
-from theory.io import loads
+from noloco import claims
+from noloco.claims import CLAIMS
+from noloco.theory import comm, numeric
+from noloco.theory.config import OuterConfig
+from noloco.infra.files import loads
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +57,7 @@ def test_wrong_decay_factor_is_caught(monkeypatch):
 
 
 def test_wrong_kappa_is_caught_by_the_enumeration(monkeypatch):
-    from theory import config
+    from noloco.theory import config
 
     kappa = config.group_kappa
     for module in (config, numeric):  # wherever the recursion takes kappa from
@@ -89,7 +89,7 @@ def test_wrong_expected_maximum_is_caught(monkeypatch):
 def test_unstable_setting_does_not_hold_and_stays_strict_json():
     c = claims.stationary_spread(outer=OuterConfig(gamma=3.0))
     assert not c.holds and c.z is None and math.isinf(c.predicted)
-    from theory.io import dumps
+    from noloco.infra.files import dumps
 
     data = loads(dumps(c))
     assert data["predicted"] is None and data["predicted_nonfinite"] == "inf"
@@ -134,7 +134,7 @@ def test_same_seed_same_numbers():
 
 
 def test_wrong_routing_recursion_is_caught(monkeypatch):
-    from quadratic import routing
+    from noloco.quadratic import routing
 
     original = routing.trajectory
     monkeypatch.setattr(routing, "trajectory",

@@ -6,7 +6,8 @@ import sys
 import pytest
 
 from noloco.cli import SUBCOMMANDS, build_parser, main
-from theory.io import SCHEMA_VERSION, DataError
+from noloco.infra.files import SCHEMA_VERSION
+from noloco.infra.errors import DataError
 
 
 def run_json(capsys, *argv):

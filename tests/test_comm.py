@@ -1,4 +1,4 @@
-"""theory.comm: each formula against a hand calculation, the closed forms against exact
+"""noloco.theory.comm: each formula against a hand calculation, the closed forms against exact
 values, the idle-time simulation against the closed forms (fixed seeds, stated number
 of standard errors), and `noloco comm`."""
 
@@ -12,8 +12,8 @@ import pytest
 from scipy.stats import norm
 
 from noloco.cli import main
-from theory import comm, numeric
-from theory.config import ConfigError
+from noloco.theory import comm, numeric
+from noloco.infra.errors import ConfigError
 
 # latency L = 1 s, b = 0.01 s/B per byte sent, r = 0.001 s/B per byte reduced, m = 100 B:
 # every term is visible.
@@ -373,8 +373,8 @@ def test_cli_bad_input_exits_2(capsys, argv):
 
 def test_measure_two_ranks_tiny_payload(tmp_path):
     pytest.importorskip("torch")
-    from llm_check import comm_measure
-    from theory.io import SCHEMA_VERSION, write_json
+    from noloco.llm_check import comm_measure
+    from noloco.infra.files import SCHEMA_VERSION, write_json
 
     data = comm_measure.measure(ranks=[2], sizes=[1024, 4096], base_repeats=3, progress=False)
     assert data["schema_version"] == SCHEMA_VERSION

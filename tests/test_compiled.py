@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from theory import codegen
+from noloco.theory import codegen
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("theory", "quadratic", "llm_check", "paper_figs", "noloco")
@@ -23,7 +23,7 @@ def test_compiled_module_is_up_to_date():
 
 
 def test_numeric_needs_no_sympy():
-    code = "import sys, theory.numeric; print('sympy' in sys.modules)"
+    code = "import sys, noloco.theory.numeric; print('sympy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
 

@@ -2,7 +2,8 @@ import math
 
 import pytest
 
-from theory.config import ConfigError, InnerConfig, OuterConfig
+from noloco.infra.errors import ConfigError
+from noloco.theory.config import InnerConfig, OuterConfig
 
 
 @pytest.mark.parametrize("field,value,words", [

@@ -4,12 +4,12 @@ closed forms, the sympy maps, exact enumeration over all partitions, and Monte C
 import numpy as np
 import pytest
 
-from theory import exchangeable as X
-from theory import numeric, stats
-from theory.config import OuterConfig
-from theory.enumeration import enumerate_moments
-from theory.outer import outer_step
-from quadratic import carried
+from noloco.theory import exchangeable as X
+from noloco.theory import numeric, stats
+from noloco.theory.config import OuterConfig
+from noloco.theory.enumeration import enumerate_moments
+from noloco.theory.outer import outer_step
+from noloco.quadratic import carried
 
 SETTINGS = [(8, 2, 0.5, 0.7, 0.7, 0.4), (16, 4, 0.3, 0.9, 0.2, 0.1), (4, 2, 0.8, 0.5, 1.0, 0.05),
             (6, 3, 0.0, 1.0, 0.5, 0.3)]
@@ -69,8 +69,8 @@ def test_recursion_equals_exact_enumeration(N, n, momentum):
 
 
 def _monte_carlo(o, c, s2, rho, drift_var, steps, trials, seed, burn):
-    """Replica variance of the model stepped with real random partitions (theory.partitions)."""
-    from theory.partitions import group_mean, random_permutations
+    """Replica variance of the model stepped with real random partitions (noloco.theory.partitions)."""
+    from noloco.theory.partitions import group_mean, random_permutations
 
     rng = np.random.default_rng(seed)
     N, n = o.replicas, o.group_size
@@ -183,7 +183,7 @@ def test_carried_momentum_phase_equals_enumeration_of_real_inner_steps(N, n, mom
 
 @pytest.mark.parametrize("setting", carried.SETTINGS)
 def test_carried_state_theory_matches_the_simulator_with_inner_momentum_and_adam(setting):
-    """quadratic.simulator with real inner momentum SGD / Adam (state carried across outer steps)
+    """noloco.quadratic.simulator with real inner momentum SGD / Adam (state carried across outer steps)
     against the exact carried-state recursion: stationary spread within 4 SE (200 trials)."""
     r = carried.compare(*setting)
     assert abs(stats.z_score(r["simulated"], r["se"], r["exact"])) < 4, r
@@ -191,7 +191,7 @@ def test_carried_state_theory_matches_the_simulator_with_inner_momentum_and_adam
 
 @pytest.mark.parametrize("setting", carried.HETEROGENEOUS)
 def test_heterogeneous_optima_floor_and_mean_match_the_simulator(setting):
-    """Offsets zeta of the replicas' optima (quadratic.simulator's --zeta): the drift theory's floor
+    """Offsets zeta of the replicas' optima (noloco.quadratic.simulator's --zeta): the drift theory's floor
     within 4 SE, the no-drift theory rejected, and the replica mean at the average optimum (4 SE)."""
     r = carried.compare_heterogeneous(*setting)
     assert abs(stats.z_score(r["simulated"], r["se"], r["drift"])) < 4, r
@@ -256,9 +256,9 @@ def test_check_heterogeneity_and_conflicts(capsys):
 @pytest.mark.parametrize("optimizer,zeta", [("adam", 0.0), ("momentum", 0.0), ("sgd", 0.3)])
 def test_simulate_predicts_carried_state_and_drift(optimizer, zeta):
     """`noloco simulate` puts the extended model next to the run: the windowed spread within 4 SE."""
-    from quadratic.compare import compare
-    from quadratic.simulator import SimConfig
-    from theory.config import InnerConfig
+    from noloco.quadratic.compare import compare
+    from noloco.quadratic.simulator import SimConfig
+    from noloco.theory.config import InnerConfig
 
     cfg = SimConfig(outer=OuterConfig(), inner=InnerConfig(lr=0.01, steps=10, noise=1.0), curvatures=(1.0,),
                     optimizer=optimizer, zeta=zeta, trials=200, outer_steps=300, start=0.0, seed=2)

@@ -18,12 +18,12 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from llm_check.config import build  # noqa: E402
-from llm_check.exchange import free_port  # noqa: E402
-from llm_check.train import Trainer  # noqa: E402
+from noloco.llm_check.config import build  # noqa: E402
+from noloco.llm_check.exchange import free_port  # noqa: E402
+from noloco.llm_check.train import Trainer  # noqa: E402
 from noloco.cli import main  # noqa: E402
 import test_llm_train  # noqa: E402
-from theory import io  # noqa: E402
+from noloco.infra import errors, files, rundir  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 one_thread = test_llm_train.one_thread  # autouse: one torch thread per process on a shared machine
@@ -37,15 +37,15 @@ RUN = ["llm", "train", "--preset", "cpu-tiny", "--method", "noloco", "--val-wind
        "--outer-steps", "3", "--eval-every", "1", "--threads", "1"]
 TINY = dict(val_windows=4, warmup=0, outer_steps=3, eval_every=1)
 
-# Runs `noloco ARGV` with theory.io.atomic_write hooked: from the (AFTER+1)-th write of a file named
+# Runs `noloco ARGV` with noloco.infra.files.atomic_write hooked: from the (AFTER+1)-th write of a file named
 # TARGET (a name, or FOLDER/*SUFFIX) on, the writer fills its temporary file halfway, says so on stdout
 # and waits to be killed.
 HOOK = r"""
 import os, sys, time
 from pathlib import Path
-import theory.io as io
+from noloco.infra import files
 target, after = sys.argv[1], int(sys.argv[2])
-original, seen = io.atomic_write, [0]
+original, seen = files.atomic_write, [0]
 
 def matches(path):
     folder, _, name = target.rpartition("/")
@@ -66,9 +66,9 @@ def hooked(path, write):
             return original(path, half)
     return original(path, write)
 
-io.atomic_write = hooked
-import llm_check.train
-llm_check.train.atomic_write = hooked
+files.atomic_write = hooked
+import noloco.llm_check.train
+noloco.llm_check.train.atomic_write = hooked
 from noloco.cli import main
 sys.exit(main(sys.argv[3:]))
 """
@@ -95,7 +95,7 @@ def kill_while_writing(target: str, after: int, argv: list, cwd, env=None) -> st
 
 
 def rows(out):
-    return [io.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+    return [files.loads(line) for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
 
 
 # ---------------------------------------------------------------- kill -9 while writing
@@ -115,14 +115,14 @@ def test_kill_while_writing_a_run_file_keeps_the_previous_one_and_resumes(tmp_pa
     elif target == "ckpt.pt":
         assert torch.load(out / "ckpt.pt", weights_only=True)["outer_step"] == 1
     else:
-        result = io.loads((out / "result.json").read_text())
+        result = files.loads((out / "result.json").read_text())
         assert result["finished"] is False and result["outer_steps_done"] == 0
     assert list(out.glob(f".{target}.*.tmp"))  # the half-written temporary file, never renamed
     capsys.readouterr()
     assert main([*RUN, "--out", str(out), "--resume"]) == 0
     assert "taking over the lock" in capsys.readouterr().err
     assert [r["outer_step"] for r in rows(out)] == [1, 2, 3]
-    assert io.loads((out / "result.json").read_text())["finished"] is True
+    assert files.loads((out / "result.json").read_text())["finished"] is True
     assert not list(out.glob(".*.tmp")) and not (out / "run.lock").exists()
     full = Trainer(build("cpu-tiny", "noloco", **TINY), tmp_path / "full", progress=False)
     full.run()
@@ -133,7 +133,7 @@ def test_kill_while_writing_a_run_file_keeps_the_previous_one_and_resumes(tmp_pa
 
 @pytest.fixture(scope="module")
 def figure_run(tmp_path_factory):
-    from paper_figs.run import make
+    from noloco.paper_figs.run import make
 
     root = tmp_path_factory.mktemp("figs")
     make("stability", quick=True, out=root / "out", cache_dir=root / "cache")
@@ -175,7 +175,7 @@ def test_kill_while_writing_a_new_cache_entry_leaves_none(tmp_path, capsys, monk
 
 def test_a_second_run_into_a_folder_in_use_is_refused(tmp_path, capsys):
     out = tmp_path / "run"
-    first = subprocess.Popen([sys.executable, "-m", "llm_check.train", "--preset", "cpu-tiny", "--val-windows", "4",
+    first = subprocess.Popen([sys.executable, "-m", "noloco.llm_check.train", "--preset", "cpu-tiny", "--val-windows", "4",
                               "--warmup", "0", "--outer-steps", "2000", "--eval-every", "1000", "--ckpt-every", "1",
                               "--threads", "1", "--out", str(out)], cwd=tmp_path, env=environment(),
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -184,7 +184,7 @@ def test_a_second_run_into_a_folder_in_use_is_refused(tmp_path, capsys):
         while not (out / "ckpt.pt").exists():  # it holds the lock and has checkpointed
             assert first.poll() is None and time.monotonic() < deadline, first.stderr.read()
             time.sleep(0.1)
-        assert io.loads((out / "run.lock").read_text())["pid"] == first.pid
+        assert files.loads((out / "run.lock").read_text())["pid"] == first.pid
         metrics = (out / "metrics.jsonl").read_bytes()
         for extra in ([], ["--resume"], ["--overwrite"]):
             capsys.readouterr()
@@ -204,29 +204,29 @@ def test_a_second_run_into_a_folder_in_use_is_refused(tmp_path, capsys):
 
 
 def test_the_lock_is_reentrant_and_only_its_owner_removes_it(tmp_path):
-    lock = io.RunLock(tmp_path)
+    lock = rundir.RunLock(tmp_path)
     with lock:
-        with io.RunLock(tmp_path):  # the same process again (noloco llm train, then its trainer)
+        with rundir.RunLock(tmp_path):  # the same process again (noloco llm train, then its trainer)
             pass
         assert (tmp_path / "run.lock").exists()
     assert not (tmp_path / "run.lock").exists()
     (tmp_path / "run.lock").write_text('{"pid": 1, "host": "elsewhere"}')
-    with pytest.raises(io.LockedError, match="another host"):
-        io.RunLock(tmp_path).acquire()
+    with pytest.raises(errors.LockedError, match="another host"):
+        rundir.RunLock(tmp_path).acquire()
     assert (tmp_path / "run.lock").exists()
 
 
 # ---------------------------------------------------------------- a dead peer
 
 def test_a_dead_peer_is_exit_3_with_one_line(tmp_path):
-    """Two ranks of `python -m llm_check.train` (no torchrun agent, which would stop the other rank
+    """Two ranks of `python -m noloco.llm_check.train` (no torchrun agent, which would stop the other rank
     itself); rank 1 is killed mid-run, rank 0 reports it within its --timeout."""
     port = str(free_port())
     procs = []
     for rank in (0, 1):
         env = {**environment(), "WORLD_SIZE": "2", "RANK": str(rank), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
-        procs.append(subprocess.Popen([sys.executable, "-m", "llm_check.train", "--preset", "cpu-tiny", "--replicas",
+        procs.append(subprocess.Popen([sys.executable, "-m", "noloco.llm_check.train", "--preset", "cpu-tiny", "--replicas",
                                        "2", "--val-windows", "4", "--warmup", "0", "--outer-steps", "2000",
                                        "--eval-every", "1000", "--ckpt-every", "1", "--timeout", "4", "--out",
                                        str(tmp_path)], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
@@ -245,7 +245,7 @@ def test_a_dead_peer_is_exit_3_with_one_line(tmp_path):
         procs[0].send_signal(signal.SIGCONT)
         assert procs[0].wait(timeout=60) == 3
         err = procs[0].stderr.read().strip().splitlines()
-        assert len(err) == 1 and err[0].startswith("python -m llm_check.train: error: rank 0:"), err
+        assert len(err) == 1 and err[0].startswith("python -m noloco.llm_check.train: error: rank 0:"), err
         assert "Traceback" not in "".join(err)
     finally:
         for p in procs:
@@ -281,7 +281,7 @@ def test_a_damaged_checkpoint_is_exit_3_and_overwrite_recovers(finished, tmp_pat
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and str(ckpt) in err and "--overwrite" in err and "Traceback" not in err
     assert main([*RUN, "--out", str(out), "--overwrite"]) == 0
-    assert io.loads((out / "result.json").read_text())["finished"] is True
+    assert files.loads((out / "result.json").read_text())["finished"] is True
 
 
 @pytest.mark.parametrize("line", ['{"outer_step": 2, "weight_std"', "[1, 2]", '{"weight_std": 0}',
@@ -303,14 +303,14 @@ def test_a_cache_entry_of_the_wrong_shape_is_rebuilt_with_one_warning(tmp_path, 
     assert main(argv) == 0
     first = capsys.readouterr().out
     (entry,) = (tmp_path / "cache").rglob("*.json")
-    stored = io.loads(entry.read_text())
-    entry.write_text(io.dumps({**stored, "data": {"summary": 1.0}}))  # valid JSON, wrong shape
+    stored = files.loads(entry.read_text())
+    entry.write_text(files.dumps({**stored, "data": {"summary": 1.0}}))  # valid JSON, wrong shape
     assert main(argv) == 0
     captured = capsys.readouterr()
     assert captured.out == first
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and "warning" in lines[0] and str(entry) in lines[0]
-    assert io.loads(entry.read_text()) == stored  # rebuilt
+    assert files.loads(entry.read_text()) == stored  # rebuilt
 
 
 def test_work_above_the_memory_budget_is_refused_before_it_starts(tmp_path, capsys):

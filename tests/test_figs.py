@@ -5,8 +5,8 @@ import numpy as np
 import pytest
 
 from noloco.cli import main
-from paper_figs import style
-from paper_figs.run import FIGURES, make
+from noloco.paper_figs import style
+from noloco.paper_figs.run import FIGURES, make
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def test_second_run_reads_the_cache(tmp_path):
 
 
 def test_llm_figure_says_when_no_run_is_cached(tmp_path):
-    from paper_figs import fig_llm
+    from noloco.paper_figs import fig_llm
 
     data = fig_llm.compute(str(tmp_path / "nothing-here"))
     assert data["runs"] == []
@@ -58,7 +58,7 @@ def test_unknown_figure_exits_2(capsys):
 
 
 def test_every_script_states_its_claim():
-    from paper_figs.run import module
+    from noloco.paper_figs.run import module
 
     for name in FIGURES:
         doc = module(name).__doc__

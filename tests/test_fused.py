@@ -7,10 +7,11 @@ import numpy as np
 import pytest
 
 from noloco.cli import main
-from quadratic import fused
-from quadratic.simulator import SimConfig, _group_mean, _rows, simulate
-from theory.config import ConfigError, InnerConfig, OuterConfig
-from theory.outer import outer_step
+from noloco.quadratic import fused
+from noloco.quadratic.simulator import SimConfig, _group_mean, _rows, simulate
+from noloco.infra.errors import ConfigError
+from noloco.theory.config import InnerConfig, OuterConfig
+from noloco.theory.outer import outer_step
 
 needs_numba = pytest.mark.skipif(importlib.util.find_spec("numba") is None,
                                  reason="numba is not installed (the [fast] extra)")
@@ -75,7 +76,7 @@ def test_compiled_runs_record_what_numpy_runs_record(name, monkeypatch):
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
 @pytest.mark.parametrize("momentum", ["heavy-ball", "nesterov"])
 def test_one_compiled_step_is_the_numpy_step_bit_for_bit(dtype, momentum):
-    """New groups, group means, the progress -c gap + sd z and ``theory.outer.outer_step``: the
+    """New groups, group means, the progress -c gap + sd z and ``noloco.theory.outer.outer_step``: the
     numpy path's operations one by one, on the same numbers, give the same bits."""
     rng = np.random.default_rng(7)
     count, N, n, width = 3, 6, 3, 5

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from theory import io
+from noloco.infra import cache, errors, files
 
 
 def _strict(text):
@@ -20,7 +20,7 @@ def _strict(text):
 def test_non_finite_values_become_null_with_the_reason_beside_them():
     data = {"a": math.inf, "b": -np.inf, "c": float("nan"), "d": np.float32(1.5), "e": [1.0, math.inf, math.nan],
             "f": np.array([[1, 2], [3, 4]]), "g": {"h": -math.inf}, "i": (np.int64(3), True, np.bool_(False))}
-    out = _strict(io.dumps(data))
+    out = _strict(files.dumps(data))
     assert out["a"] is None and out["a_nonfinite"] == "inf"
     assert out["b"] is None and out["b_nonfinite"] == "-inf"
     assert out["c"] is None and out["c_nonfinite"] == "nan"
@@ -37,41 +37,41 @@ def test_dataclasses_and_strict_loads():
         x: float
         y: tuple
 
-    assert _strict(io.dumps(P(math.inf, (1, 2)))) == {"x": None, "x_nonfinite": "inf", "y": [1, 2]}
+    assert _strict(files.dumps(P(math.inf, (1, 2)))) == {"x": None, "x_nonfinite": "inf", "y": [1, 2]}
     with pytest.raises(ValueError):
-        io.loads('{"a": NaN}')
+        files.loads('{"a": NaN}')
     with pytest.raises(ValueError):
-        io.loads('[Infinity]')
+        files.loads('[Infinity]')
 
 
 def test_atomic_write_leaves_nothing_on_failure(tmp_path):
     path = tmp_path / "sub" / "x.json"
-    io.write_json(path, {"a": 1})
-    assert io.loads(path.read_text()) == {"a": 1}
+    files.write_json(path, {"a": 1})
+    assert files.loads(path.read_text()) == {"a": 1}
 
     def boom(tmp):
         open(tmp, "w").write("half")
         raise RuntimeError("crash while writing")
 
     with pytest.raises(RuntimeError):
-        io.atomic_write(path, boom)
-    assert io.loads(path.read_text()) == {"a": 1}
+        files.atomic_write(path, boom)
+    assert files.loads(path.read_text()) == {"a": 1}
     assert sorted(p.name for p in path.parent.iterdir()) == ["x.json"]
 
 
 def test_read_json_names_the_file(tmp_path):
     bad = tmp_path / "bad.json"
     bad.write_text("{not json")
-    with pytest.raises(io.DataError, match="bad.json"):
-        io.read_json(bad)
+    with pytest.raises(errors.DataError, match="bad.json"):
+        files.read_json(bad)
     bad.write_text("[1, 2]")
-    with pytest.raises(io.DataError, match="bad.json"):
-        io.read_json(bad)
+    with pytest.raises(errors.DataError, match="bad.json"):
+        files.read_json(bad)
     bad.write_text('{"a": 1}')
-    with pytest.raises(io.DataError, match="lacks b"):
-        io.read_json(bad, required=("a", "b"))
-    with pytest.raises(io.DataError, match="missing.json"):
-        io.read_json(tmp_path / "missing.json")
+    with pytest.raises(errors.DataError, match="lacks b"):
+        files.read_json(bad, required=("a", "b"))
+    with pytest.raises(errors.DataError, match="missing.json"):
+        files.read_json(tmp_path / "missing.json")
 
 
 def test_cache_hit_miss_bad_entry_and_read_only(tmp_path, capsys):
@@ -81,29 +81,29 @@ def test_cache_hit_miss_bad_entry_and_read_only(tmp_path, capsys):
         calls.append(1)
         return {"value": np.float64(2.5), "inf": math.inf}
 
-    data, hit = io.cached("unit", {"p": 1}, compute, directory=tmp_path)
+    data, hit = cache.cached("unit", {"p": 1}, compute, directory=tmp_path)
     assert not hit and data["value"] == 2.5 and data["inf"] is None
-    data, hit = io.cached("unit", {"p": 1}, compute, directory=tmp_path)
+    data, hit = cache.cached("unit", {"p": 1}, compute, directory=tmp_path)
     assert hit and len(calls) == 1
-    _, hit = io.cached("unit", {"p": 2}, compute, directory=tmp_path)
+    _, hit = cache.cached("unit", {"p": 2}, compute, directory=tmp_path)
     assert not hit and len(calls) == 2
 
     # valid JSON of the wrong shape: rebuilt, with one warning line naming the file
-    path = io.cache_path("unit", {"p": 1}, tmp_path)
+    path = cache.cache_path("unit", {"p": 1}, tmp_path)
     path.write_text('{"schema_version": 2, "key": "x"}')
     capsys.readouterr()
-    data, hit = io.cached("unit", {"p": 1}, compute, directory=tmp_path)
+    data, hit = cache.cached("unit", {"p": 1}, compute, directory=tmp_path)
     err = capsys.readouterr().err
     assert not hit and data["value"] == 2.5 and str(path) in err and len(err.strip().splitlines()) == 1
     # a content check that fails also rebuilds
-    _, hit = io.cached("unit", {"p": 1}, compute, directory=tmp_path, valid=lambda d: "missing" in d)
+    _, hit = cache.cached("unit", {"p": 1}, compute, directory=tmp_path, valid=lambda d: "missing" in d)
     assert not hit
 
     # an unwritable cache location (a file where the folder should be): computed, no error
     blocker = tmp_path / "file"
     blocker.write_text("not a folder")
     before = len(calls)
-    _, hit = io.cached("unit", {"p": 1}, compute, directory=blocker)
+    _, hit = cache.cached("unit", {"p": 1}, compute, directory=blocker)
     assert not hit and len(calls) == before + 1 and blocker.read_text() == "not a folder"
 
     # a read-only cache folder: computed every time, nothing written, no error
@@ -115,7 +115,7 @@ def test_cache_hit_miss_bad_entry_and_read_only(tmp_path, capsys):
             pytest.skip("running as a user who can write to read-only folders")
         before = len(calls)
         for _ in range(2):
-            _, hit = io.cached("unit", {"p": 1}, compute, directory=ro)
+            _, hit = cache.cached("unit", {"p": 1}, compute, directory=ro)
             assert not hit
         assert len(calls) == before + 2 and list(ro.iterdir()) == []
     finally:
@@ -124,21 +124,22 @@ def test_cache_hit_miss_bad_entry_and_read_only(tmp_path, capsys):
 
 def test_cache_key_depends_on_every_project_source(monkeypatch, tmp_path):
     """The key includes a hash over every .py file of every package: editing any one changes it."""
-    for package in io.PACKAGES:
+    packages = ("noloco",) + cache.PACKAGES
+    for package in packages:
         (tmp_path / package / "sub").mkdir(parents=True)
         (tmp_path / package / "a.py").write_text("x = 1\n")
         (tmp_path / package / "sub" / "b.py").write_text("y = 2\n")
-    monkeypatch.setattr(io, "ROOT", tmp_path)
+    monkeypatch.setattr(cache, "source_folders", lambda: {p: tmp_path / p for p in packages})
     keys = set()
-    for package in io.PACKAGES:
-        for name in ("a.py", "sub/b.py"):
-            io.source_hash.cache_clear()
-            before = io.cache_key("ns", {"p": 1})
+    for package in packages:  # the command line's own folder holds the subpackages when installed: not recursive
+        for name in ("a.py",) if package == "noloco" else ("a.py", "sub/b.py"):
+            cache.source_hash.cache_clear()
+            before = cache.cache_key("ns", {"p": 1})
             path = tmp_path / package / name
             path.write_text(path.read_text() + "# edit\n")
-            io.source_hash.cache_clear()
-            after = io.cache_key("ns", {"p": 1})
+            cache.source_hash.cache_clear()
+            after = cache.cache_key("ns", {"p": 1})
             assert before != after, f"editing {package}/{name} left the cache key unchanged"
             keys.add(after)
-    io.source_hash.cache_clear()
-    assert len(keys) == 2 * len(io.PACKAGES)
+    cache.source_hash.cache_clear()
+    assert len(keys) == 1 + 2 * len(cache.PACKAGES)

@@ -1,4 +1,4 @@
-"""theory.jit: numba's machine code cached in the toolkit's cache, keyed by the sources, and never
+"""noloco.infra.jit: numba's machine code cached in the toolkit's cache, keyed by the sources, and never
 beside the sources (where numba would fall back to, and where an edit to another file leaves it
 stale)."""
 
@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from theory import jit
-from theory.io import source_hash
+from noloco.infra import jit
+from noloco.infra.cache import source_hash
 
 numba = pytest.importorskip("numba")
 

@@ -1,13 +1,13 @@
 """Every `--json` output of check, simulate, comm and tune is strict JSON: no NaN or Infinity
 (`json.loads` with a `parse_constant` that raises), with non-finite values written as null
-and the reason in a neighbouring `<key>_nonfinite` field (theory.io)."""
+and the reason in a neighbouring `<key>_nonfinite` field (noloco.infra.files)."""
 
 import json
 
 import pytest
 
 from noloco.cli import main
-from theory.io import SCHEMA_VERSION
+from noloco.infra.files import SCHEMA_VERSION
 
 
 def _refuse(name):

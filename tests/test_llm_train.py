@@ -1,5 +1,5 @@
 """llm_check: batched == looped, torchrun == batched, resume == uninterrupted, the
-weight-spread metric, DiLoCo/DDP keep zero spread, methods mean what theory.methods says,
+weight-spread metric, DiLoCo/DDP keep zero spread, methods mean what noloco.theory.methods says,
 bad input exits 2, strict JSON, one device rule under torchrun."""
 
 import argparse
@@ -14,14 +14,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from llm_check.config import TrainConfig, build  # noqa: E402
-from llm_check.exchange import DistExchange, LocalExchange, free_port, rank_device  # noqa: E402
-from llm_check.train import Trainer, weight_std  # noqa: E402
-from theory.config import ConfigError  # noqa: E402
-from theory.io import SCHEMA_VERSION, loads  # noqa: E402
-from theory.methods import PRESETS as THEORY_PRESETS  # noqa: E402
-from theory.partitions import group_mean, partition  # noqa: E402
-from theory.schedules import learning_rate  # noqa: E402
+from noloco.llm_check.config import TrainConfig, build  # noqa: E402
+from noloco.llm_check.exchange import DistExchange, LocalExchange, free_port, rank_device  # noqa: E402
+from noloco.llm_check.train import Trainer, weight_std  # noqa: E402
+from noloco.infra.errors import ConfigError  # noqa: E402
+from noloco.infra.files import SCHEMA_VERSION, loads  # noqa: E402
+from noloco.theory.methods import PRESETS as THEORY_PRESETS  # noqa: E402
+from noloco.theory.partitions import group_mean, partition  # noqa: E402
+from noloco.theory.schedules import learning_rate  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(outer_steps=3, eval_every=1, val_windows=8)
@@ -116,7 +116,7 @@ def test_metrics_keys_and_result(tmp_path):
     assert result["finished"] and result["schema_version"] == SCHEMA_VERSION
     cfg = build("cpu-tiny", "noloco", **{**TINY, "outer_steps": 2})
     assert TrainConfig.from_dict(result["config"]) == cfg and result["config"]["outer"]["replicas"] == 4
-    for r in rows(tmp_path):  # the logged lr is theory.schedules'
+    for r in rows(tmp_path):  # the logged lr is noloco.theory.schedules'
 
         assert r["lr"] == learning_rate(r["step"] - 1, "cosine", cfg.lr, cfg.total_inner_steps, warmup=cfg.warmup,
                                         floor=cfg.min_lr_frac)
@@ -124,8 +124,8 @@ def test_metrics_keys_and_result(tmp_path):
 
 @pytest.mark.parametrize("method", ["noloco", "diloco", "local", "ddp"])
 def test_methods_mean_what_theory_methods_says(method):
-    """The outer step of every method is the one check and simulate use (theory.methods.resolve)."""
-    from theory.methods import resolve
+    """The outer step of every method is the one check and simulate use (noloco.theory.methods.resolve)."""
+    from noloco.theory.methods import resolve
 
     assert build("cpu-small", method).outer == resolve(None, method, replicas=8)[1]
     expected = {"noloco": dict(group_size=2, alpha=0.5, beta=0.7, gamma=0.7),
@@ -174,7 +174,7 @@ def test_every_llm_flag_has_help(name):
 
 
 def test_noloco_llm_bench_takes_the_flags_of_the_benchmark_suite():
-    from benchmarks.__main__ import build_parser
+    from noloco.benchmarks.__main__ import build_parser
 
     suite = build_parser()._subparsers._group_actions[0].choices["llm-step"]
     flags = lambda p: sorted(s for a in p._actions for s in a.option_strings)
@@ -265,7 +265,7 @@ def test_torchrun_gloo_matches_batched(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     port = free_port()  # for the rendezvous
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--master-addr", "127.0.0.1",
-           "--master-port", str(port), "-m", "llm_check.train", *args, "--out", str(tmp_path / "dist")]
+           "--master-port", str(port), "-m", "noloco.llm_check.train", *args, "--out", str(tmp_path / "dist")]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     single = train(tmp_path / "one", outer_steps=4, eval_every=2)
@@ -285,8 +285,8 @@ def test_validate_cpu_tiny(tmp_path):
     """The rows that are predictions (not the reference run k is fitted on, whose ratio is 1 by
     construction) agree within 3 standard errors of the difference: the measured spread's and the
     prediction's, which inherits the reference measurement's relative error through k."""
-    from llm_check.validate import format_table, run_sweep
-    from theory.stats import holds, z_score
+    from noloco.llm_check.validate import format_table, run_sweep
+    from noloco.theory.stats import holds, z_score
 
     report = run_sweep("cpu-tiny", tmp_path, progress=False)
     ref, *predicted = report["rows"]
@@ -308,7 +308,7 @@ def test_validate_cpu_tiny(tmp_path):
 
 @pytest.mark.slow
 def test_bench_runs(tmp_path):
-    from benchmarks.llm_step import bench
+    from noloco.benchmarks.llm_step import bench
 
     result = bench(replicas=4, size="cpu-tiny", steps=1)
     assert result["results"]["modes"]["batched"]["tokens_per_s"] > 0
@@ -458,7 +458,7 @@ def test_a_huge_learning_rate_exits_1_with_strict_files(tmp_path, capsys):
 def test_torchrun_ranks_stop_together_on_divergence(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(free_port()), "-m", "llm_check.train", "--preset", "cpu-tiny", "--replicas", "2",
+           "--master-port", str(free_port()), "-m", "noloco.llm_check.train", "--preset", "cpu-tiny", "--replicas", "2",
            "--outer-steps", "4", "--eval-every", "2", "--val-windows", "4", "--lr", "1e6", "--timeout", "30",
            "--out", str(tmp_path)]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
@@ -469,7 +469,7 @@ def test_torchrun_ranks_stop_together_on_divergence(tmp_path):
 # ---------------------------------------------------------------- resources and data bounds
 
 def test_memory_estimate_budget_and_sizes():
-    from llm_check.config import check_memory, memory_budget, memory_estimate
+    from noloco.llm_check.config import check_memory, memory_budget, memory_estimate
 
     small = memory_estimate(build("cpu-tiny"))["total"]
     assert 1e6 < small < 2e8
@@ -485,10 +485,10 @@ def test_memory_estimate_budget_and_sizes():
 
 def test_sizing_a_run_needs_no_torch_and_counts_the_model_s_parameters():
     """The config sizes runs before torch loads, from the shapes the model builds its tensors from."""
-    code = ("import sys; from llm_check.config import build, memory_estimate; cfg = build('cpu-tiny', stages=2); "
+    code = ("import sys; from noloco.llm_check.config import build, memory_estimate; cfg = build('cpu-tiny', stages=2); "
             "memory_estimate(cfg); print('torch' in sys.modules, cfg.model().n_params())")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
-    from llm_check.model import init_params
+    from noloco.llm_check.model import init_params
 
     params = init_params(build("cpu-tiny", stages=2).model(), replicas=1, seed=0)
     assert out.stdout.split() == ["False", str(sum(p[0].numel() for p in params.values()))]

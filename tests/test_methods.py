@@ -3,9 +3,11 @@
 import numpy as np
 import pytest
 
-from theory.config import ConfigError, OuterConfig, check_choice, check_divides
-from theory.methods import METHODS, PRESETS, constrain, resolve
-from theory.schedules import learning_rate, learning_rates
+from noloco.infra.errors import ConfigError
+from noloco.theory.config import OuterConfig
+from noloco.infra.checks import check_choice, check_divides
+from noloco.theory.methods import METHODS, PRESETS, constrain, resolve
+from noloco.theory.schedules import learning_rate, learning_rates
 
 
 def test_presets_match_the_reference_configurations():

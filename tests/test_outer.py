@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from theory.outer import outer_step
+from noloco.theory.outer import outer_step
 
 
 def test_heavy_ball_exact_integers():

@@ -4,8 +4,8 @@ import numpy as np
 import pytest
 from scipy import stats
 
-from theory.config import ConfigError
-from theory.partitions import group_mean, partition, random_permutations
+from noloco.infra.errors import ConfigError
+from noloco.theory.partitions import group_mean, partition, random_permutations
 
 
 def test_same_seed_and_step_same_partition():

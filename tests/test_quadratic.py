@@ -12,16 +12,18 @@ import numpy as np
 import pytest
 
 from noloco.cli import main
-from quadratic.agreement import config, draw_settings
-from quadratic.compare import compare
-from quadratic.inner import InnerOptimizer, phase_coefficients
-from quadratic.simulator import SimConfig, simulate
-from theory import io, numeric
-from theory.config import ConfigError, InnerConfig, OuterConfig
-from theory.schedules import learning_rates
-from theory.stats import holds, z_score
+from noloco.quadratic.agreement import config, draw_settings
+from noloco.quadratic.compare import compare
+from noloco.quadratic.inner import InnerOptimizer, phase_coefficients
+from noloco.quadratic.simulator import SimConfig, simulate
+from noloco.infra import files
+from noloco.theory import numeric
+from noloco.infra.errors import ConfigError
+from noloco.theory.config import InnerConfig, OuterConfig
+from noloco.theory.schedules import learning_rates
+from noloco.theory.stats import holds, z_score
 
-SE = 4  # simulated values must lie within 4 standard errors of the theory (theory.stats.z_score)
+SE = 4  # simulated values must lie within 4 standard errors of the theory (noloco.theory.stats.z_score)
 
 
 SETTINGS = draw_settings()
@@ -117,7 +119,7 @@ def test_unstable_configuration_is_caught():
     assert d["violated_conditions"] == ["replica spread decays: spectral radius of T"]
     assert result["summary"]["z_score"] is None
     # the unbounded closed form is strict JSON: null, with the reason beside it
-    summary = io.loads(io.dumps(result))["summary"]
+    summary = files.loads(files.dumps(result))["summary"]
     assert summary["stationary_variance_theory"] is None
     assert summary["stationary_variance_theory_nonfinite"] == "inf"
 
@@ -129,7 +131,7 @@ def test_inner_lr_too_large_is_caught():
 
 
 def test_methods_are_configurations():
-    """The methods of theory.methods: local is phi <- theta (no synchronisation at all)."""
+    """The methods of noloco.theory.methods: local is phi <- theta (no synchronisation at all)."""
     cfg = SimConfig(outer=OuterConfig(replicas=8, group_size=2, alpha=0.5), inner=InnerConfig(steps=50))
     o = dataclasses.replace(cfg, method="diloco").effective()[0]
     assert (o.group_size, o.alpha, o.gamma) == (8, 0.5, 0.0)
@@ -208,7 +210,7 @@ def test_cli_json_summary_and_cache(tmp_path, monkeypatch, capsys):
     argv = ("--preset", "paper", "--curvature", "2", "--trials", "50", "--outer-steps", "60", "--json")
     code, out = _cli(capsys, *argv)
     assert code == 0
-    result = io.loads(out.out)
+    result = files.loads(out.out)
     for key in ("stationary_variance_mc", "stationary_variance_se", "stationary_variance_theory", "z_score"):
         assert isinstance(result["summary"][key], float), key
     assert len(result["trajectories"]["spread"]["mc"]) == 61
@@ -216,7 +218,7 @@ def test_cli_json_summary_and_cache(tmp_path, monkeypatch, capsys):
     assert len(entries) == 1
     # the same flags hit the cache; a different seed does not
     code, again = _cli(capsys, *argv)
-    assert io.loads(again.out) == result
+    assert files.loads(again.out) == result
     _cli(capsys, *argv, "--seed", "1")
     assert len(list((tmp_path / "simulate").glob("*.json"))) == 2
 

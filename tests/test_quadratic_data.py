@@ -7,12 +7,13 @@ import dataclasses
 import numpy as np
 import pytest
 
-from quadratic.compare import compare
-from quadratic.objectives import DataObjective
-from quadratic.simulator import SimConfig
-from theory.config import ConfigError, InnerConfig
-from theory.methods import PRESETS
-from theory.stats import holds
+from noloco.quadratic.compare import compare
+from noloco.quadratic.objectives import DataObjective
+from noloco.quadratic.simulator import SimConfig
+from noloco.infra.errors import ConfigError
+from noloco.theory.config import InnerConfig
+from noloco.theory.methods import PRESETS
+from noloco.theory.stats import holds
 
 SE = 4
 

@@ -1,4 +1,4 @@
-"""Pipeline stages, random routing and stage skipping (llm_check.routing, model, pipeline, train):
+"""Pipeline stages, random routing and stage skipping (noloco.llm_check.routing, model, pipeline, train):
 routes are a function of (seed, step); S = 1 and p = 0 change nothing; gradients reach exactly the
 stage replicas a microbatch visited; the batched gather equals a per-microbatch chain; torchrun
 with S x N ranks equals the batched run; resume continues the same routes."""
@@ -15,14 +15,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
-from llm_check.config import build  # noqa: E402
-from llm_check.exchange import free_port  # noqa: E402
-from llm_check.model import GPTConfig, forward, init_params, losses, run_stage  # noqa: E402
-from llm_check.routing import Route, middle_stages, param_stage, route, stage_units  # noqa: E402
-from llm_check.train import Trainer, evaluate_run  # noqa: E402
+from noloco.llm_check.config import build  # noqa: E402
+from noloco.llm_check.exchange import free_port  # noqa: E402
+from noloco.llm_check.model import GPTConfig, forward, init_params, losses, run_stage  # noqa: E402
+from noloco.llm_check.routing import Route, middle_stages, param_stage, route, stage_units  # noqa: E402
+from noloco.llm_check.train import Trainer, evaluate_run  # noqa: E402
 from noloco.cli import main  # noqa: E402
-from theory.config import ConfigError  # noqa: E402
-from theory.io import loads  # noqa: E402
+from noloco.infra.errors import ConfigError  # noqa: E402
+from noloco.infra.files import loads  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -48,7 +48,7 @@ def test_stage_units_cover_the_model_in_order():
             sizes = [len(part) for part in units]
             assert max(sizes) - min(sizes) <= 1
     cfg = GPTConfig(layers=2, stages=3)
-    from llm_check.model import param_shapes
+    from noloco.llm_check.model import param_shapes
 
     owner = {k: param_stage(k, 2, 3) for k in param_shapes(cfg)}
     assert owner["wte"] == owner["wpe"] == 0 and owner["head.w"] == owner["lnf.w"] == 2 and owner["h1.qkv.w"] == 1
@@ -191,7 +191,7 @@ def test_theta_std_is_the_spread_before_the_outer_step(tmp_path):
     row = rows(tmp_path / "d")[-1]
     assert row["weight_std"] == 0 and row["weight_std_per_stage"] == [0, 0]
     assert all(v > 0 for v in row["theta_std_per_stage"])
-    from llm_check.train import weight_std
+    from noloco.llm_check.train import weight_std
 
     local = train(tmp_path / "l", method="local", outer_steps=2, eval_every=2, stages=2, routing="random")
     last = rows(tmp_path / "l")[-1]  # local: beta 1, no pull, so phi = theta
@@ -249,7 +249,7 @@ def test_torchrun_stages_match_batched(tmp_path):
         args += ["--" + k.replace("_", "-"), str(v)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "12", "--master-addr", "127.0.0.1",
-           "--master-port", str(free_port()), "-m", "llm_check.train", *args, "--out", str(tmp_path / "dist")]
+           "--master-port", str(free_port()), "-m", "noloco.llm_check.train", *args, "--out", str(tmp_path / "dist")]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     single = train(tmp_path / "one", routing="random", **kw)
@@ -269,8 +269,8 @@ def test_torchrun_stages_match_batched(tmp_path):
 
 def test_routing_study_quick_writes_every_table(tmp_path, capsys):
     """The study's pipeline end to end at a tiny size: runs reused on a second call, tables and the figure."""
-    from llm_check.routing_study import SKIP_PROBS, VARIANTS, format_report, main as study_main
-    from paper_figs import fig_routing
+    from noloco.llm_check.routing_study import SKIP_PROBS, VARIANTS, format_report, main as study_main
+    from noloco.paper_figs import fig_routing
 
     assert study_main(["--quick", "--seeds", "2", "--out", str(tmp_path)]) == 0
     table = capsys.readouterr().out
@@ -294,9 +294,9 @@ def _silent_stage_run(rank, port, report):
 
     import torch.distributed as dist
 
-    from llm_check import data
-    from llm_check.exchange import DistExchange
-    from llm_check.pipeline import Pipeline
+    from noloco.llm_check import data
+    from noloco.llm_check.exchange import DistExchange
+    from noloco.llm_check.pipeline import Pipeline
     from peers import report_peer_error
 
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,

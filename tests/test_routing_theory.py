@@ -2,7 +2,7 @@
 second-moment recursion against enumeration over every permutation and partition, against the
 toolkit's one-direction closed forms, and against Monte Carlo (linearised and nonlinear) within
 4 standard errors; the predictions it makes (the flat direction's factor, routing noise, backprop
-noise, a frozen stage) and where it stops. Estimates and standard errors come from theory.stats."""
+noise, a frozen stage) and where it stops. Estimates and standard errors come from noloco.theory.stats."""
 
 import dataclasses
 import math
@@ -11,12 +11,13 @@ from itertools import permutations, product
 import numpy as np
 import pytest
 
-from quadratic import routing as R
-from theory import stats
-from theory.config import ConfigError, InnerConfig, OuterConfig
-from theory.enumeration import all_partitions, averaging_matrix, full_maps
-from theory.methods import constrain
-from theory.outer import outer_step
+from noloco.quadratic import routing as R
+from noloco.theory import stats
+from noloco.infra.errors import ConfigError
+from noloco.theory.config import InnerConfig, OuterConfig
+from noloco.theory.enumeration import all_partitions, averaging_matrix, full_maps
+from noloco.theory.methods import constrain
+from noloco.theory.outer import outer_step
 
 Z_MAX = 4.0
 PAPER = OuterConfig(replicas=8, group_size=2, alpha=0.5, beta=0.7, gamma=0.7)
@@ -25,7 +26,7 @@ BALANCED = R.TwoStageModel(a_star=1.0, b_star=1.0, curvatures=(1.0,) * 8)
 
 
 def setting(method, routing="random", inner=INNER, outer=PAPER, **model):
-    """(model, outer, inner) for a method of theory.methods (noloco: the paper's outer step)."""
+    """(model, outer, inner) for a method of noloco.theory.methods (noloco: the paper's outer step)."""
     o, i = constrain(method, outer, inner)
     return dataclasses.replace(BALANCED, routing=routing, **model), o, i
 
@@ -46,7 +47,7 @@ def project(C, N, components=6):
 def linear_inner_step(model, inner, h, columns):
     """One inner step of the linearised model on w (6, N), for the permutations ``columns`` (one per
     microbatch column), with innovations xi (3 B, N): additive per stage, output noise per microbatch.
-    Written from the model's definition, independently of quadratic.routing's operators."""
+    Written from the model's definition, independently of noloco.quadratic.routing's operators."""
     a, b, B = model.a_star, model.b_star, model.microbatches
     lr_a, lr_b = (inner.lr * s for s in model.stage_lr)
 

@@ -15,15 +15,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import quadratic.simulator as simulator
+from noloco.quadratic import simulator as simulator
 from noloco.cli import main
-from quadratic.compare import compare
-from quadratic.simulator import SimConfig, memory_estimate, plan, simulate
-from theory import budget, comm, jit, numeric
-from theory.conditions import LISTED, analyse
-from theory.config import ConfigError, InnerConfig, OuterConfig
-from theory.spectrum import Spectrum
-from theory.stats import holds
+from noloco.quadratic.compare import compare
+from noloco.quadratic.simulator import SimConfig, memory_estimate, plan, simulate
+from noloco.infra import budget, jit
+from noloco.theory import comm, numeric
+from noloco.theory.conditions import LISTED, analyse
+from noloco.infra.errors import ConfigError
+from noloco.theory.config import InnerConfig, OuterConfig
+from noloco.theory.spectrum import Spectrum
+from noloco.theory.stats import holds
 
 SE = 4
 ROOT = Path(__file__).resolve().parents[1]
@@ -246,7 +248,7 @@ def test_non_finite_results_are_not_stable(capsys):
     out = capsys.readouterr().out
     assert "NOT FINITE" in out and "STABLE" not in out.replace("NOT FINITE", "")
     assert main(["check", "--noise", "1e300", "--json"]) == 1
-    from theory.io import loads
+    from noloco.infra.files import loads
 
     data = loads(capsys.readouterr().out)
     assert data["stable"] is False and data["conditions"][-1]["name"].startswith("finite")
@@ -296,7 +298,7 @@ def test_inner_momentum_with_momentum_is_accepted(tmp_path, monkeypatch, capsys)
     monkeypatch.setenv("NOLOCO_CACHE", str(tmp_path))
     assert main(["simulate", "--inner-optimizer", "momentum", "--inner-momentum", "0.5", "--trials", "4",
                  "--outer-steps", "3", "--json"]) == 0
-    from theory.io import loads
+    from noloco.infra.files import loads
 
     data = loads(capsys.readouterr().out)
     assert data["config"]["inner_momentum"] == 0.5 and data["effective"]["inner_mode"] == "explicit"
@@ -363,7 +365,7 @@ def test_comm_a_million_replicas():
 
 
 def test_a_benchmark_given_bad_input_says_so_on_one_line_and_exits_2(capsys):
-    from benchmarks.__main__ import main
+    from noloco.benchmarks.__main__ import main
 
     assert main(["simulator", "--loop-trials", "1"]) == 2
     assert main(["simulator", "--trials", "many"]) == 2
@@ -374,7 +376,7 @@ def test_a_benchmark_given_bad_input_says_so_on_one_line_and_exits_2(capsys):
 
 
 def test_the_simulator_benchmark_reports_every_floor_and_its_ratios(tmp_path):
-    from benchmarks.__main__ import main
+    from noloco.benchmarks.__main__ import main
 
     out = tmp_path / "simulator.json"
     assert main(["simulator", "--trials", "2", "--replicas", "2", "--dim", "4", "--inner-steps", "2",

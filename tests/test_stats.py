@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from theory import stats
+from noloco.theory import stats
 
 
 def test_mean_se_matches_textbook_formula():

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from theory import numeric, symbolic as S
-from theory.config import OuterConfig, group_kappa
-from theory.enumeration import all_partitions, exact_enumeration
+from noloco.theory import numeric, symbolic as S
+from noloco.theory.config import OuterConfig, group_kappa
+from noloco.theory.enumeration import all_partitions, exact_enumeration
 
 CASES = [(N, n) for N in (4, 6, 8) for n in sorted({1, 2, 4, N}) if N % n == 0]
 

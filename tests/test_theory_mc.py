@@ -1,15 +1,15 @@
 """The closed forms against Monte Carlo of the scalar model, within 4 standard errors.
 
 Settings are drawn with a fixed seed from the stable region. Trials are independent;
-means, standard errors, z-scores, decay ratios and burn-in come from :mod:`theory.stats`.
+means, standard errors, z-scores, decay ratios and burn-in come from :mod:`noloco.theory.stats`.
 """
 
 import numpy as np
 import pytest
 
-from quadratic.scalar import simulate_scalar
-from theory import numeric, stats
-from theory.config import OuterConfig
+from noloco.quadratic.scalar import simulate_scalar
+from noloco.theory import numeric, stats
+from noloco.theory.config import OuterConfig
 
 Z_MAX = 4.0
 

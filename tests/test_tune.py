@@ -1,5 +1,5 @@
 """`noloco tune`: the recommendation beats the paper setting at the same spread, and the
-verifying simulation (real inner SGD steps, :mod:`quadratic.tune_check`) confirms its
+verifying simulation (real inner SGD steps, :mod:`noloco.quadratic.tune_check`) confirms its
 predicted rate and spread."""
 
 import json
@@ -12,13 +12,13 @@ import numpy as np
 import pytest
 
 from noloco.cli import main
-from quadratic.tune_check import _fit, _radius, frontier_rows
-from theory.config import ConfigError
-from theory.conditions import analyse
-from theory.io import SCHEMA_VERSION
-from theory.methods import PRESETS
-from theory.spectrum import Spectrum
-from theory.tune import TuneProblem, evaluate, make_problem, pareto, tune
+from noloco.quadratic.tune_check import _fit, _radius, frontier_rows
+from noloco.infra.errors import ConfigError
+from noloco.theory.conditions import analyse
+from noloco.infra.files import SCHEMA_VERSION
+from noloco.theory.methods import PRESETS
+from noloco.theory.spectrum import Spectrum
+from noloco.theory.tune import TuneProblem, evaluate, make_problem, pareto, tune
 
 
 @pytest.fixture(scope="module")

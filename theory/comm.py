@@ -17,9 +17,9 @@ Two questions a user asks before renting a cluster, answered with explicit model
    random compute times; :func:`expected_max` gives the closed forms that exist.
 
 Payloads are bytes per replica (parameters times bytes per value). Times are seconds.
-Depends on numpy and scipy, and within ``theory`` on the validators of :mod:`theory.config`,
-:func:`theory.stats.mean_se`, :func:`theory.numeric.fast_normal` and ``fast_gamma`` for the
-compute times and :data:`theory.io.SCHEMA_VERSION` for :func:`report`.
+Depends on numpy and scipy, and within ``theory`` on the validators of :mod:`noloco.theory.config`,
+:func:`noloco.theory.stats.mean_se`, :func:`noloco.theory.numeric.fast_normal` and ``fast_gamma`` for the
+compute times and :data:`noloco.infra.files.SCHEMA_VERSION` for :func:`report`.
 """
 
 from __future__ import annotations
@@ -31,10 +31,11 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from theory import jit
-from theory.config import ConfigError, check_choice, check_divides, check_integer, check_real
-from theory.numeric import fast_gamma, fast_normal
-from theory.stats import mean_se
+from noloco.infra import jit
+from noloco.infra.errors import ConfigError
+from noloco.infra.checks import check_choice, check_divides, check_integer, check_real
+from noloco.theory.numeric import fast_gamma, fast_normal
+from noloco.theory.stats import mean_se
 
 TREE_ALGORITHMS = ("binary_tree", "double_binary_tree")
 JITTER_KINDS = ("lognormal", "gamma")
@@ -356,9 +357,9 @@ class Jitter:
 
     def sample(self, rng: np.random.Generator, out: np.ndarray, scratch=None) -> np.ndarray:
         """Fill the float32 or float64 array ``out`` with draws and return it: lognormal from
-        :func:`theory.numeric.fast_normal` with its fine tail, since the barrier waits for the
+        :func:`noloco.theory.numeric.fast_normal` with its fine tail, since the barrier waits for the
         maximum of N draws, which the coarse tail biases low (by 2.8 to 5.5 standard errors at
-        N = 10^7); gamma from :func:`theory.numeric.fast_gamma` (the same fine tail underneath).
+        N = 10^7); gamma from :func:`noloco.theory.numeric.fast_gamma` (the same fine tail underneath).
         ``scratch``: ``fast_normal``'s."""
         if self.cv == 0:
             out.fill(1.0)
@@ -525,7 +526,7 @@ class IdleResult:
 THREADED_REPLICAS = 1 << 16
 #: above this many replicas a permutation is numpy's Fisher-Yates instead of a sort of random keys
 SORTED_PERMUTATION_MAX = 1 << 24
-#: replica-steps (over all trials) from which the idle simulation compiles by default (theory.jit):
+#: replica-steps (over all trials) from which the idle simulation compiles by default (noloco.infra.jit):
 #: loading numba costs about 0.5 s, and each replica-step compiled saves about 10 ns
 COMPILED_REPLICA_STEPS = 1e8
 
@@ -538,7 +539,7 @@ def idle_memory_estimate(replicas: int, workers: int = 2, compiled: bool = False
 
 
 def idle_compiled(replicas: int, steps: int, trials: int) -> bool:
-    """Whether :func:`simulate_idle` runs its steps compiled (:mod:`theory.jit`)."""
+    """Whether :func:`simulate_idle` runs its steps compiled (:mod:`noloco.infra.jit`)."""
     return jit.enabled(float(replicas) * steps * trials, COMPILED_REPLICA_STEPS)
 
 
@@ -823,7 +824,7 @@ def simulate_idle(replicas: int, group_size: int = 2, jitter: Jitter = Jitter(),
     quarter). With n = N both are the same process. Vectorised over replicas (a sort of random
     keys gives each step's groups); trial t draws from ``default_rng([seed, t])``, and for large N
     the trials run two at a time on threads (:func:`idle_workers`), with the same results.
-    From :data:`COMPILED_REPLICA_STEPS`, where numba is installed (``NOLOCO_JIT``, :mod:`theory.jit`),
+    From :data:`COMPILED_REPLICA_STEPS`, where numba is installed (``NOLOCO_JIT``, :mod:`noloco.infra.jit`),
     each step is one compiled loop that shuffles instead of sorting: the same law, other numbers
     (``IdleResult.compiled`` says which). Memory: :func:`idle_memory_estimate`.
     """
@@ -900,7 +901,7 @@ def report(*, params: float = 1e6, bytes_per_value: float = 2.0, replicas: int =
     ``hardware`` the text of :meth:`Hardware.parse`, ``algorithm`` the all-reduce the barrier pays
     (``best``: the fastest); ``trials`` None: :func:`default_trials`. Every input is validated
     before any work (ConfigError)."""
-    from theory.io import SCHEMA_VERSION
+    from noloco.infra.files import SCHEMA_VERSION
 
     params = _nonnegative("params", params)
     seed = _at_least("seed", seed, 0)

@@ -13,10 +13,10 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from theory import numeric
-from theory.config import InnerConfig, OuterConfig
-from theory.io import SCHEMA_VERSION
-from theory.spectrum import Spectrum
+from noloco.theory import numeric
+from noloco.theory.config import InnerConfig, OuterConfig
+from noloco.infra.files import SCHEMA_VERSION
+from noloco.theory.spectrum import Spectrum
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class Analysis:
     variance_decay_factor: float = 0.0
     stationary_variance: float = 0.0
     directions: int = 0
-    model: object = None          # theory.exchangeable.InnerModel beyond i.i.d. SGD noise, if any
+    model: object = None          # noloco.theory.exchangeable.InnerModel beyond i.i.d. SGD noise, if any
 
     @property
     def stable(self) -> bool:
@@ -66,7 +66,7 @@ class Analysis:
 
     def to_json(self) -> dict:
         """The analysis as data. Unbounded quantities (an unstable setting) stay inf here; strict
-        JSON output (:func:`theory.io.print_json`) writes them as null with the reason beside them."""
+        JSON output (:func:`noloco.infra.files.print_json`) writes them as null with the reason beside them."""
         out = {
             "schema_version": SCHEMA_VERSION,
             "outer": asdict(self.outer),
@@ -120,9 +120,9 @@ EXTENDED_MAX = 10_000
 
 def analyse(outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum, model=None) -> Analysis:
     """The conditions and rates of ``spectrum``, chunk by chunk (:meth:`Spectrum.chunks`): memory is
-    bounded for any number of directions. ``model`` (:class:`theory.exchangeable.InnerModel`): an
+    bounded for any number of directions. ``model`` (:class:`noloco.theory.exchangeable.InnerModel`): an
     inner optimizer with carried state, correlated noise or heterogeneous optima; evaluated with the
-    exchangeable recursion of :mod:`theory.exchangeable` per direction."""
+    exchangeable recursion of :mod:`noloco.theory.exchangeable` per direction."""
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         # a diverging setting overflows to inf (or nan): that is the answer, reported as unstable
         if model is None or model.plain:
@@ -131,8 +131,8 @@ def analyse(outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum, model=No
 
 
 def _analyse_extended(outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum, model) -> Analysis:
-    from theory import exchangeable as X
-    from theory.config import ConfigError
+    from noloco.theory import exchangeable as X
+    from noloco.infra.errors import ConfigError
 
     if spectrum.count > EXTENDED_MAX:
         raise ConfigError(f"spectrum of {spectrum.count} directions: the {model.optimizer} / correlated / "

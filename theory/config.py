@@ -2,7 +2,7 @@
 
 A bad value is rejected at construction with a :class:`ConfigError` that names the
 field, the value and the allowed range. Stability is *not* a validation rule: an
-unstable but well-formed setting is accepted, and :mod:`theory.conditions` says
+unstable but well-formed setting is accepted, and :mod:`noloco.theory.conditions` says
 which condition it violates.
 """
 
@@ -10,53 +10,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from numbers import Integral, Real
+
+from noloco.infra.checks import check_choice, check_divides, check_fields, check_integer, check_real
 
 MOMENTUM_CONVENTIONS = ("heavy-ball", "nesterov")
-
-
-class ConfigError(ValueError):
-    """A hyperparameter outside its allowed range."""
-
-
-def check_real(name: str, value, allowed: str, ok=lambda v: True) -> float:
-    """A finite-or-infinite real number (never NaN) for which ``ok`` holds."""
-    if isinstance(value, bool) or not isinstance(value, Real):
-        raise ConfigError(f"{name}={value!r} is not a number; allowed: {allowed}")
-    value = float(value)
-    if math.isnan(value) or not ok(value):
-        raise ConfigError(f"{name}={value!r} is out of range; allowed: {allowed}")
-    return value
-
-
-def check_integer(name: str, value, allowed: str, ok=lambda v: True) -> int:
-    if isinstance(value, bool) or not isinstance(value, Integral):
-        raise ConfigError(f"{name}={value!r} is not an integer; allowed: {allowed}")
-    value = int(value)
-    if not ok(value):
-        raise ConfigError(f"{name}={value!r} is out of range; allowed: {allowed}")
-    return value
-
-
-def check_choice(name: str, value, choices) -> str:
-    if value not in choices:
-        raise ConfigError(f"{name}={value!r} is not allowed; allowed: {', '.join(map(str, choices))}")
-    return value
-
-
-def check_divides(name: str, value, total_name: str, total: int) -> int:
-    """An integer >= 1 dividing ``total`` (a group size dividing the replica count)."""
-    return check_integer(name, value, f"an integer >= 1 dividing {total_name}={total}",
-                         lambda v: v >= 1 and total % v == 0)
-
-
-def check_fields(obj, rules: dict, names: dict | None = None) -> None:
-    """Validate and normalise the fields of a frozen dataclass: ``rules`` maps a field name to
-    ``(checker, *args)``, called as ``checker(shown, value, *args)`` with ``shown`` the field's
-    name in messages (``names`` may rename it after its flag); the result is stored back."""
-    for name, (checker, *args) in rules.items():
-        shown = (names or {}).get(name, name)
-        object.__setattr__(obj, name, checker(shown, getattr(obj, name), *args))
 
 
 @dataclass(frozen=True)
@@ -98,7 +55,7 @@ class OuterConfig:
         return group_kappa(self.replicas, self.group_size)
 
     def rule(self) -> dict:
-        """Keyword arguments of :func:`theory.outer.outer_step`."""
+        """Keyword arguments of :func:`noloco.theory.outer.outer_step`."""
         return dict(alpha=self.alpha, beta=self.beta, gamma=self.gamma, momentum=self.momentum)
 
 

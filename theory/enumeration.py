@@ -2,7 +2,7 @@
 
 :func:`exact_enumeration` propagates the full 2N x 2N covariance of all replicas by
 averaging over *every* partition of N replicas into groups of n, with the per-partition
-linear map obtained by applying :func:`theory.outer.outer_step` to unit vectors. No
+linear map obtained by applying :func:`noloco.theory.outer.outer_step` to unit vectors. No
 closure assumption is made.
 """
 
@@ -12,8 +12,8 @@ from itertools import combinations
 
 import numpy as np
 
-from theory.config import OuterConfig
-from theory.outer import outer_step
+from noloco.theory.config import OuterConfig
+from noloco.theory.outer import outer_step
 
 
 def all_partitions(replicas: int, group_size: int):

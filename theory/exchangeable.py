@@ -2,7 +2,7 @@
 progress noise (the state an inner optimizer carries) and heterogeneous data (a
 per-replica drift), on top of the same outer step.
 
-Model, per eigen-direction and replica i (c, s2 as in :mod:`theory.symbolic`)::
+Model, per eigen-direction and replica i (c, s2 as in :mod:`noloco.theory.symbolic`)::
 
     eps_i,t = rho * eps_i,t-1 + sqrt(1 - rho^2) * sqrt(s2) * xi_i,t     (AR(1), stationary Var = s2)
     Delta_i = -c * y_i + d_i + eps_i,t
@@ -26,7 +26,7 @@ partitions the deviation covariance is S (x) (I - J) with::
 noise term.) The per-coordinate replica variance is E z^2 = (1 - 1/N) S_yy. The drift block
 S_dd is constant, so the stationary S solves the linear system on the other entries; it is
 finite when the spectral radius of that block's transition is below 1. With rho = 0 and no
-drift this is the three-moment recursion of :mod:`theory.numeric`.
+drift this is the three-moment recursion of :mod:`noloco.theory.numeric`.
 
 More generally the inner phase may carry any linear state s (a momentum buffer, Adam's first
 moment at small learning rates): :class:`InnerPhase` describes one phase as
@@ -36,7 +36,7 @@ of H steps of heavy-ball SGD or of linearised Adam on one direction of a quadrat
 buffer carried from one phase into the next. :meth:`InnerPhase.ar1_inputs` reduces any phase
 to the (c, s2, rho) of the AR(1) model.
 
-Everything here is numeric (numpy), built by applying :func:`theory.outer.outer_step` to
+Everything here is numeric (numpy), built by applying :func:`noloco.theory.outer.outer_step` to
 unit vectors; :func:`symbolic_maps` gives the same maps with sympy (a test compares them).
 """
 
@@ -47,9 +47,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory.config import ConfigError, OuterConfig, check_choice, check_fields, check_real, group_kappa
-from theory.numeric import inner_sgd
-from theory.outer import outer_step
+from noloco.infra.errors import ConfigError
+from noloco.theory.config import OuterConfig, group_kappa
+from noloco.infra.checks import check_choice, check_fields, check_real
+from noloco.theory.numeric import inner_sgd
+from noloco.theory.outer import outer_step
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,7 @@ def symbolic_maps(momentum: str = "heavy-ball"):
     """(F0, F1, g0, g1) of the AR(1) model as sympy matrices in alpha, beta, gamma, c, rho, s2."""
     import sympy as sp
 
-    from theory.symbolic import alpha, beta, c, gamma, s2
+    from noloco.theory.symbolic import alpha, beta, c, gamma, s2
 
     rho = sp.Symbol("rho", real=True)
     own = sp.symbols("y delta e b")
@@ -349,7 +351,7 @@ class InnerModel:
 
     @property
     def plain(self) -> bool:
-        """i.i.d. SGD noise, shared optimum: the closed forms of :mod:`theory.numeric` apply."""
+        """i.i.d. SGD noise, shared optimum: the closed forms of :mod:`noloco.theory.numeric` apply."""
         return self.optimizer == "sgd" and not self.correlation and not self.zeta
 
     def phase(self, lr: float, curvature: float, steps: int, noise: float) -> InnerPhase:

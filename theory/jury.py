@@ -1,7 +1,7 @@
 """Jury (Schur-Cohn) stability tests for monic real polynomials of degree 2 and 3.
 
-Plain arithmetic, so ``theory.symbolic`` applies them to sympy coefficients (the
-stability region as inequalities) and ``theory.numeric`` to numpy arrays.
+Plain arithmetic, so ``noloco.theory.symbolic`` applies them to sympy coefficients (the
+stability region as inequalities) and ``noloco.theory.numeric`` to numpy arrays.
 Every returned expression must be > 0 for all roots to lie strictly inside the unit circle.
 """
 

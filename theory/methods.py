@@ -26,7 +26,9 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
-from theory.config import ConfigError, InnerConfig, OuterConfig, check_choice
+from noloco.infra.errors import ConfigError
+from noloco.theory.config import InnerConfig, OuterConfig
+from noloco.infra.checks import check_choice
 
 METHODS = ("noloco", "diloco", "local", "ddp")
 METHOD_SUMMARY = {

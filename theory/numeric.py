@@ -1,8 +1,8 @@
-"""The symbolic results of :mod:`theory.symbolic`, as vectorised numpy.
+"""The symbolic results of :mod:`noloco.theory.symbolic`, as vectorised numpy.
 
 Every function broadcasts over its arguments, so a whole grid of hyperparameters is
-one call. The expressions come from :mod:`theory.compiled`, a module generated from the
-sympy derivation and kept in the repository (``python -m theory.codegen`` rewrites it;
+one call. The expressions come from :mod:`noloco.theory.compiled`, a module generated from the
+sympy derivation and kept in the repository (``python -m noloco.theory.codegen`` rewrites it;
 ``tests/test_compiled.py`` fails while it is stale), so nothing here needs sympy.
 """
 
@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from theory.compiled import FUNCTIONS
-from theory.config import MOMENTUM_CONVENTIONS, group_kappa
-from theory.jury import jury_cubic, jury_quadratic
+from noloco.theory.compiled import FUNCTIONS
+from noloco.theory.config import MOMENTUM_CONVENTIONS, group_kappa
+from noloco.theory.jury import jury_cubic, jury_quadratic
 
 
 def _eval(momentum: str, part: str, alpha, beta, gamma, c, kappa=0.0):

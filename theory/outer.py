@@ -2,7 +2,7 @@
 
 Plain arithmetic on whatever it is given, so that ``theory`` applies it to sympy
 symbols, ``quadratic`` to numpy arrays, ``llm_check`` to torch tensors, and numba
-compiles it for ``quadratic.fused``. The group means are passed in: computing them
+compiles it for ``noloco.quadratic.fused``. The group means are passed in: computing them
 is communication (an index shuffle in one process, point-to-point messages across
 processes), not part of the rule.
 
@@ -20,7 +20,7 @@ applied to the pseudo-gradient ``-u_i / beta`` with ``delta = -lr * buf``.
 
 from __future__ import annotations
 
-from theory.config import MOMENTUM_CONVENTIONS
+from noloco.theory.config import MOMENTUM_CONVENTIONS
 
 
 def outer_step(phi, delta, group_mean_phi, group_mean_progress, alpha, beta, gamma, momentum="heavy-ball"):
@@ -38,7 +38,7 @@ def outer_step(phi, delta, group_mean_phi, group_mean_progress, alpha, beta, gam
 
 def outer_arithmetic(phi, delta, group_mean_phi, group_mean_progress, alpha, beta, gamma, nesterov):
     """:func:`outer_step` with the convention as a flag, for compiled loops (numba, in
-    ``quadratic.fused``) that call it once per number: a flag costs nothing there, a string
+    ``noloco.quadratic.fused``) that call it once per number: a flag costs nothing there, a string
     compared on every call costs more than the arithmetic."""
     update = beta * group_mean_progress + gamma * (group_mean_phi - phi)
     new_delta = alpha * delta + update

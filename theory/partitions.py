@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from theory.config import ConfigError
+from noloco.infra.errors import ConfigError
 
 
 def _check(replicas: int, group_size: int) -> None:
@@ -28,7 +28,7 @@ def random_permutations(rng: np.random.Generator, shape: tuple, replicas: int) -
 def partition(seed: int, step: int, replicas: int, group_size: int, stream: int = 0) -> np.ndarray:
     """The groups of outer step ``step``: an int array of shape (N / n, n), each row
     one group. Depends on ``(seed, step)`` only, and on ``stream`` where several sets of
-    groups are drawn at once (the pipeline stages of :mod:`llm_check.routing`; stream 0 is
+    groups are drawn at once (the pipeline stages of :mod:`noloco.llm_check.routing`; stream 0 is
     the one set of a run without stages)."""
     _check(replicas, group_size)
     if seed < 0 or step < 0 or stream < 0:

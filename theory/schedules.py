@@ -7,7 +7,8 @@ import math
 
 import numpy as np
 
-from theory.config import ConfigError, check_choice
+from noloco.infra.errors import ConfigError
+from noloco.infra.checks import check_choice
 
 SCHEDULES = ("constant", "cosine", "inverse")
 

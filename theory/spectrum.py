@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from theory.config import ConfigError
+from noloco.infra.errors import ConfigError
 
 #: the curvature of the one-direction quadratic when none is given
 DEFAULT_CURVATURE = 1.0
@@ -100,7 +100,7 @@ class Spectrum:
         return np.concatenate(list(self.chunks())) if self.size else np.zeros(0)
 
     def values(self) -> tuple:
-        """Every curvature as a tuple (what :class:`quadratic.simulator.SimConfig` takes)."""
+        """Every curvature as a tuple (what :class:`noloco.quadratic.simulator.SimConfig` takes)."""
         return self.curvatures if self.curvatures is not None else tuple(float(v) for v in self.array)
 
     @classmethod

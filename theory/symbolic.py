@@ -1,4 +1,4 @@
-"""Exact theory of NoLoCo on a quadratic, derived with sympy from :func:`theory.outer.outer_step`.
+"""Exact theory of NoLoCo on a quadratic, derived with sympy from :func:`noloco.theory.outer.outer_step`.
 
 Model (one eigen-direction of a quadratic with curvature lambda; y = phi - optimum).
 The inner phase of H SGD steps with learning rate eta and additive gradient noise of
@@ -41,8 +41,8 @@ from dataclasses import dataclass
 
 import sympy as sp
 
-from theory.jury import jury_cubic, jury_quadratic
-from theory.outer import outer_step
+from noloco.theory.jury import jury_cubic, jury_quadratic
+from noloco.theory.outer import outer_step
 
 alpha, beta, gamma, c, kappa, s2 = sp.symbols("alpha beta gamma c kappa s2", real=True)
 eta, lam, sigma = sp.symbols("eta lambda sigma", positive=True)

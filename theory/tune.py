@@ -26,10 +26,11 @@ from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
-from theory import numeric
-from theory.config import (ConfigError, InnerConfig, OuterConfig, check_choice, check_integer, check_real,
-                           group_kappa)
-from theory.spectrum import Spectrum
+from noloco.theory import numeric
+from noloco.infra.errors import ConfigError
+from noloco.theory.config import InnerConfig, OuterConfig, group_kappa
+from noloco.infra.checks import check_choice, check_integer, check_real
+from noloco.theory.spectrum import Spectrum
 
 OBJECTIVES = ("rate", "steps", "inner-steps")
 TUNABLE = ("n", "H")  # besides alpha, beta, gamma
@@ -75,7 +76,7 @@ class TuneProblem:
 def given_spread(outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum) -> float:
     """The stationary spread of the given setting: the default budget, so that the answer is
     compared with the given setting at equal spread."""
-    from theory.conditions import analyse
+    from noloco.theory.conditions import analyse
 
     return analyse(outer, inner, spectrum).stationary_variance
 
@@ -83,7 +84,7 @@ def given_spread(outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum) -> 
 def make_problem(method: str, outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum, *,
                  budget: float | None = None, objective: str = "rate", target: float = 1e-3, tune=(),
                  h_values=(), grid: int = 24) -> TuneProblem:
-    """The tuning problem of a resolved setting (see :func:`theory.methods.resolve`): ``tune``
+    """The tuning problem of a resolved setting (see :func:`noloco.theory.methods.resolve`): ``tune``
     names what to search besides alpha, beta, gamma (a subset of :data:`TUNABLE`), ``h_values``
     the candidate H of ``tune`` H; ``budget`` defaults to :func:`given_spread`."""
     if method != "noloco":

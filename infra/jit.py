@@ -1,8 +1,8 @@
 """Compiled loops (numba), where numba is installed: the one switch that chooses them and the one way
 they are compiled.
 
-Two hot loops have a compiled form: the exact inner phase's outer step (:mod:`quadratic.fused`) and
-a step of the idle-time simulation (:func:`theory.comm.simulate_idle`). Each is used when numba is
+Two hot loops have a compiled form: the exact inner phase's outer step (:mod:`noloco.quadratic.fused`) and
+a step of the idle-time simulation (:func:`noloco.theory.comm.simulate_idle`). Each is used when numba is
 installed (``pip install 'noloco-toolkit[fast]'``) and the work is large enough to pay for loading
 numba (about 0.5 s a process; compiling, the first time on a machine for a version of the sources,
 a few seconds). ``NOLOCO_JIT`` overrides the choice: unset or ``auto`` (by size), ``1`` (always;
@@ -14,8 +14,9 @@ from __future__ import annotations
 import importlib.util
 import os
 
-from theory.config import ConfigError, check_choice
-from theory.io import cache_dir, source_hash
+from noloco.infra.cache import cache_dir, source_hash
+from noloco.infra.checks import check_choice
+from noloco.infra.errors import ConfigError
 
 #: what numba and its compiler add to a process's peak memory (measured: 120 MiB at D = 10000)
 COMPILER_BYTES = 128 << 20
@@ -40,7 +41,7 @@ def compile_with_cache(build, **options):
     without a writable folder there, numba compiles in every process instead."""
     import numba
     # one folder per version of the sources: numba checks only the compiled function's own file for
-    # staleness, not those of the functions it calls (theory/outer.py for quadratic.fused)
+    # staleness, not those of the functions it calls (theory/outer.py for noloco.quadratic.fused)
     folder = cache_dir() / "numba" / source_hash()
     try:
         folder.mkdir(parents=True, exist_ok=True)

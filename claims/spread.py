@@ -1,106 +1,30 @@
-"""Every claim the docs make, as a function that measures it (in the style of PEPit).
-
-Each claim function states a formula, its assumptions and where it is made (its
-docstring), computes the prediction, measures the same quantity independently (Monte
-Carlo of the model, an exact enumeration, or an independent computation) and returns a
-:class:`Claim`: predicted, measured, standard error, z-score and the tolerance it is
-judged at. ``noloco claims``, ``tests/test_claims.py`` and the figures in ``paper_figs/``
-call these functions, so the estimator behind every quoted number is defined here once.
-
-Every function takes ``quick`` (small Monte Carlo, for tests and ``--quick``) and
-``seed`` (the random stream; the same seed gives the same numbers), plus keyword
-settings that default to the paper preset (``theory.methods.PRESETS["paper"]``).
-
-Judging. A Monte Carlo claim holds when ``|z| <= tolerance`` (4 standard errors) with
-``z = (measured - predicted) / se`` from :func:`theory.stats.z_score`; a claim about a
-whole trajectory is judged at its worst step. A deterministic quantity (se = 0) holds
-by the se = 0 policy of :mod:`theory.stats` (equal to rounding), unless its tolerance
-is stated in another unit: ``"absolute"`` (``|measured - predicted| <= tolerance``; the
-enumeration, which agrees to floating-point error, not to 1e-9 of a zero prediction) or
-``"relative"`` (``|measured - predicted| <= tolerance * |predicted|``; the paper's
-order-of-magnitude speed-up). Those report no z.
+"""Claims about the replica mean and the replica spread on quadratics: the exact recursion against
+Monte Carlo of the scalar model and against exact enumeration (docs/theory.md, docs/quadratic.md).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from quadratic.scalar import simulate_scalar
-from theory import comm, numeric, stats
-from theory.config import OuterConfig, check_choice, check_integer
-from theory.methods import PRESETS
+from noloco.claims.judge import Claim, judge, judge_path
+from noloco.quadratic.scalar import simulate_scalar
+from noloco.theory import numeric, stats
+from noloco.theory.config import OuterConfig
+from noloco.theory.methods import PRESETS
 
-#: standard errors a Monte Carlo claim may miss by (a false alarm per claim about 6e-5)
-TOLERANCE = 4.0
 #: the enumeration and the recursion agree to floating-point error: 1e-12 of the moments' scale
 ENUMERATION_ATOL = 1e-12
 PAPER = PRESETS["paper"]
-#: `noloco comm`'s default payload: 1e6 parameters in bf16, below the bandwidth-delay product
-COMM_PAYLOAD_BYTES = 2e6
-#: "a few hundred to a thousand replicas" (the paper's scale)
-PAPER_REPLICAS = (256, 512, 1024)
-UNITS = ("se", "absolute", "relative")
-
-
-@dataclass(frozen=True)
-class Claim:
-    """The verdict on one claim. ``tolerance`` is in standard errors (``unit`` "se") or
-    in the measured quantity's own units ("absolute", "relative"); ``z`` is None where
-    the tolerance is not in standard errors or there is no finite prediction."""
-
-    name: str
-    statement: str
-    reference: str
-    predicted: float
-    measured: float
-    se: float
-    z: float | None
-    tolerance: float
-    unit: str
-    holds: bool
-    details: dict = field(default_factory=dict)
-    seconds: float = 0.0
-
-
-def judge(name: str, statement: str, reference: str, predicted, measured, se, *, tolerance: float = TOLERANCE,
-          unit: str = "se", also: bool = True, details: dict | None = None) -> Claim:
-    """A :class:`Claim` from a prediction and a measurement. ``also`` is a further condition
-    the claim needs (stated in ``details``); the verdict is both."""
-    check_choice("unit", unit, UNITS)
-    predicted, measured, se = float(predicted), float(measured), float(se)
-    if unit == "se":
-        z = stats.z_score(measured, se, predicted)
-        ok = stats.holds(z, tolerance)
-    else:
-        z = None
-        scale = 1.0 if unit == "absolute" else abs(predicted)
-        ok = math.isfinite(measured - predicted) and abs(measured - predicted) <= tolerance * scale
-    return Claim(name, statement, reference, predicted, measured, se, z, float(tolerance), unit,
-                 bool(ok and also), dict(details or {}))
-
-
-def judge_path(name: str, statement: str, reference: str, predicted, measured, se, *,
-               tolerance: float = TOLERANCE, details: dict | None = None) -> Claim:
-    """A claim about a trajectory (steps 1..t; step 0 is the start): judged at its worst step,
-    which the returned predicted/measured/se/z describe; the whole paths are in ``details``."""
-    predicted, measured, se = (np.asarray(x, dtype=float) for x in (predicted, measured, se))
-    z = [stats.z_score(m, s, p) for p, m, s in zip(predicted[1:], measured[1:], se[1:])]
-    worst = 1 + max(range(len(z)), key=lambda i: math.inf if z[i] is None else abs(z[i]))
-    paths = {"worst_step": worst, "predicted_path": predicted, "measured_path": measured, "se_path": se}
-    return judge(name, statement, reference, predicted[worst], measured[worst], se[worst], tolerance=tolerance,
-                 also=all(stats.holds(v, tolerance) for v in z), details={**(details or {}), **paths})
 
 
 # ------------------------------------------------------------------ settings and estimators
 
 def setting(outer: OuterConfig | None = None, inner=None, curvature: float = 1.0):
     """``(outer, c, s2)`` of one eigen-direction: the paper preset unless given; (c, s2) of
-    the inner SGD phase from :func:`theory.numeric.inner_sgd`."""
+    the inner SGD phase from :func:`noloco.theory.numeric.inner_sgd`."""
     outer = PAPER.outer if outer is None else outer
     inner = PAPER.inner if inner is None else inner
     c, s2 = numeric.inner_sgd(inner.lr, curvature, inner.steps, inner.noise)
@@ -119,7 +43,7 @@ def scattered_spread(outer: OuterConfig, c: float, s2: float, steps: int, trials
 
 def stationary_spread_mc(outer: OuterConfig, c: float, s2: float, *, trials: int, window: int, seed):
     """Stationary replica variance by Monte Carlo of the scalar model: per trial the mean over
-    ``window`` steps after a burn-in (:func:`theory.stats.burn_in` of the decay factor rho(T)),
+    ``window`` steps after a burn-in (:func:`noloco.theory.stats.burn_in` of the decay factor rho(T)),
     then mean and standard error over independent trials. Returns ``(mean, se, burn_in)``."""
     decay = numeric.variance_decay_factor(outer.alpha, outer.beta, outer.gamma, c, outer.kappa, outer.momentum)
     burn = stats.burn_in(decay)
@@ -143,15 +67,15 @@ def mean_is_diloco(quick: bool = True, seed: int = 0, *, outer=None, inner=None,
 
     Assumptions: a quadratic (here one direction, curvature 1), inner SGD with additive
     zero-mean noise, homogeneous data, momentum 0 at the start. Measured: the full
-    simulator (``quadratic.simulator``, inner SGD phase exact in distribution by default, random groups), mean over
+    simulator (``noloco.quadratic.simulator``, inner SGD phase exact in distribution by default, random groups), mean over
     trials at each outer step 1..steps; predicted: M^t (start, 0) from
-    ``theory.numeric.transition``; ``details`` also runs DiLoCo's outer step itself
-    (one replica, noise-free, ``theory.outer.outer_step``) for comparison.
+    ``noloco.theory.numeric.transition``; ``details`` also runs DiLoCo's outer step itself
+    (one replica, noise-free, ``noloco.theory.outer.outer_step``) for comparison.
     Reference: docs/theory.md, Results 1 ("The mean is DiLoCo"); the paper's
     convergence claim for the expected weights (arXiv 2506.10911).
     """
-    from quadratic.simulator import SimConfig, simulate
-    from theory.outer import outer_step
+    from noloco.quadratic.simulator import SimConfig, simulate
+    from noloco.theory.outer import outer_step
 
     outer, c, _ = setting(outer, inner)
     trials = trials or (4000 if quick else 20000)
@@ -187,8 +111,8 @@ def exchangeable_start(replicas: int, seed) -> tuple[np.ndarray, np.ndarray]:
 def recursion_equals_enumeration(quick: bool = True, seed: int = 0, *, c: float = 0.35, s2: float = 0.2,
                                  steps: int = 12) -> Claim:
     """The closed second-moment recursion v' = T v + s2 (1/n - 1/N) f (kappa = (N - n)/(n (N - 1)))
-    is exact: E z_t^2 from ``theory.numeric.spread_trajectory`` equals the expectation over
-    *all* partitions of the full 2N x 2N covariance (``theory.enumeration``), no closure
+    is exact: E z_t^2 from ``noloco.theory.numeric.spread_trajectory`` equals the expectation over
+    *all* partitions of the full 2N x 2N covariance (``noloco.theory.enumeration``), no closure
     assumed. E z^2 after one step mixes all three moments, so a wrong E z u or E u^2 shows.
 
     Assumptions: exchangeable replicas (a random exchangeable start here), uniformly random
@@ -199,7 +123,7 @@ def recursion_equals_enumeration(quick: bool = True, seed: int = 0, *, c: float 
     (floating-point error; a wrong kappa misses by about 1e-3).
     Reference: docs/theory.md Results 2 and "How each result is verified".
     """
-    from theory.enumeration import exact_enumeration
+    from noloco.theory.enumeration import exact_enumeration
 
     cases = ([(4, 2), (6, 2), (6, 3), (8, 2)] if quick else
              [(N, n) for N in (4, 6, 8) for n in sorted({1, 2, 4, N}) if N % n == 0])
@@ -223,7 +147,7 @@ def stationary_spread(quick: bool = True, seed: int = 0, *, outer=None, inner=No
     heavy-ball R = beta^2 (1+alpha) / D with
     D = (1-kappa) gamma (1-alpha)(2(1+alpha)-gamma) + kappa beta c (1-alpha)(2(1+alpha)-beta c)
         - 2 alpha kappa (1-kappa)(beta c - gamma)^2
-    (Nesterov: ``theory.symbolic.derive("nesterov").spread_ratio``).
+    (Nesterov: ``noloco.theory.symbolic.derive("nesterov").spread_ratio``).
 
     Assumptions: a quadratic direction of curvature ``curvature``, inner SGD (c, s2 from the
     inner setting), a stable spread (rho(T) < 1), homogeneous data. Measured: Monte Carlo of
@@ -248,12 +172,12 @@ def stationary_spread(quick: bool = True, seed: int = 0, *, outer=None, inner=No
 def decay_factor(quick: bool = True, seed: int = 0, *, outer=None, inner=None, curvature: float = 1.0,
                  window: tuple[int, int] | None = None, trials: int | None = None) -> Claim:
     """The noise-free expected replica variance shrinks by rho(T) per outer step (T the 3 x 3
-    second-moment transition; ``theory.numeric.variance_decay_factor``).
+    second-moment transition; ``noloco.theory.numeric.variance_decay_factor``).
 
     Assumptions: as the recursion; rho(T) is an asymptotic rate, which a finite window shows
     only where T has a spectral gap. Measured: (E v_t2 / E v_t1)^(1/(t2 - t1)) over Monte
     Carlo trials of the noise-free scalar model from independent unit offsets
-    (:func:`theory.stats.decay_ratio`, delta-method SE). Without ``window`` (the claim as
+    (:func:`noloco.theory.stats.decay_ratio`, delta-method SE). Without ``window`` (the claim as
     stated) the prediction is rho(T), measured over the first 8 steps over which the exact
     recursion's ratio is within 1e-3 of rho(T); the claim also needs such a window to exist
     (a spectral gap: otherwise the variance oscillates inside the envelope rho^t). With a
@@ -349,7 +273,7 @@ def pure_pairing(quick: bool = True, seed: int = 0, *, replicas: int = 8, steps:
     Assumptions: those of the recursion only (exchangeable replicas, a fresh uniformly random
     pairing every step); no property of the objective enters. Measured: Monte Carlo of the scalar model from independent unit offsets (the paper's c
     and s2, which must not matter), per-step ratio over steps 0..``steps``
-    (:func:`theory.stats.decay_ratio`). Reference: docs/theory.md Results 3; "Side by side
+    (:func:`noloco.theory.stats.decay_ratio`). Reference: docs/theory.md Results 3; "Side by side
     with the paper" (random pairs suffice).
     """
     outer = OuterConfig(replicas=replicas, group_size=2, alpha=0.0, beta=0.0, gamma=1.0)
@@ -383,145 +307,3 @@ def transient_spread(quick: bool = True, seed: int = 0, *, outer=None, inner=Non
     return judge_path("transient_spread", "E z_t^2 follows the exact recursion at every step t",
                       "docs/theory.md verification table", predicted, mean, se,
                       details={"c": c, "s2": s2, "scatter": scatter, "trials": trials})
-
-
-def comm_speedup_latency_bound(quick: bool = True, seed: int = 0, *, replicas=PAPER_REPLICAS + (1000,)) -> Claim:
-    """In the latency limit (seconds_per_byte = reduce_seconds_per_byte = 0) the reference
-    root-mediated pair exchange is floor(lg N) times faster than a (double) binary-tree
-    all-reduce, and lg N / 4 times faster than recursive doubling for N a power of two.
-
-    Derivation, independent of the model's code: a pipelined tree with one segment pays
-    2 messages (two children, one port) per level, D = floor(lg N) levels, up and down:
-    4 D latency; the root exchange of a pair sends slow weights and progress in and both
-    means out: 4 latency. Recursive doubling: lg N messages. Assumptions: Hockney's model,
-    single-ported full duplex, one flattened bucket, one segment (optimal when bandwidth is
-    free), the reference code's root exchange of two vectors. Deterministic: predicted and
-    measured must agree to rounding (se = 0 policy). Measured: ``theory.comm.sync_cost`` at
-    the internet latency (50 ms) with free bandwidth, for N = 256, 512, 1024 and 1000.
-    Reference: docs/comm.md "The paper's claim"; the paper (arXiv 2506.10911), "an order of
-    magnitude faster than all-reduce, growing like log2 N".
-    """
-    net = comm.Network(latency=comm.INTERNET.latency, seconds_per_byte=0.0)
-    rows = []
-    for N in replicas:
-        cost = comm.sync_cost(net, COMM_PAYLOAD_BYTES, N, 2, "root")
-        D = N.bit_length() - 1
-        rows.append({"replicas": N, "tree": [D, cost.speedup_vs_tree],
-                     "recursive_doubling": [D / 4, cost.speedup(cost.allreduce_seconds["recursive_doubling"])]
-                     if N == 1 << D else None})
-    checks = [pair for row in rows for pair in (row["tree"], row["recursive_doubling"]) if pair is not None]
-    shown = rows[[r["replicas"] for r in rows].index(max(replicas))]["tree"]
-    return judge("comm_speedup_latency_bound", "latency-bound: pair exchange floor(lg N) x faster than a tree",
-                 "docs/comm.md paper's claim", shown[0], shown[1], 0.0,
-                 also=all(stats.holds(stats.z_score(m, 0.0, p), TOLERANCE) for p, m in checks),
-                 details={"rows": rows, "shown": f"N = {max(replicas)}, vs tree"})
-
-
-def comm_speedup_internet(quick: bool = True, seed: int = 0, *, payload_bytes: float = COMM_PAYLOAD_BYTES,
-                          tolerance: float = 0.2) -> Claim:
-    """At the paper's scale over the internet (50 ms, 1 Gbit/s, N = 256..1024, a 2 MB payload)
-    the root exchange is about log2 N times faster than the faster tree all-reduce: within
-    ``tolerance`` (20 %) of log2 N at every N (8.79 vs 10 at N = 1024).
-
-    Assumptions: Hockney's model, single-ported full duplex, one flattened bucket; the
-    payload below the bandwidth-delay product (6.25 MB), i.e. latency-bound. Deterministic,
-    judged at a relative tolerance. The speed-up falls for larger payloads (docs/comm.md:
-    refuted for the paper's 125M-6.8B models on such links); ``details`` has the value at
-    2.5e8 bytes. Reference: docs/comm.md "The paper's claim" and `tests/test_comm.py`'s
-    acceptance test.
-    """
-    speedup = {N: comm.sync_cost(comm.INTERNET, payload_bytes, N, 2, "root").speedup_vs_tree
-               for N in PAPER_REPLICAS}
-    N = max(PAPER_REPLICAS)
-    within = all(abs(s - math.log2(n)) <= tolerance * math.log2(n) for n, s in speedup.items())
-    return judge("comm_speedup_internet", "2 MB over the internet: pair exchange ~ log2 N x faster than a tree",
-                 "docs/comm.md paper's claim", math.log2(N), speedup[N], 0.0, tolerance=tolerance, unit="relative",
-                 also=within, details={"speedup_vs_tree": speedup, "payload_bytes": payload_bytes,
-                                       "speedup_at_250MB": comm.sync_cost(comm.INTERNET, 2.5e8, N).speedup_vs_tree})
-
-
-def _idle(quick: bool, seed: int, replicas, cv: float):
-    jitter = comm.Jitter("lognormal", cv)
-    replicas = replicas or (256 if quick else 1024)
-    return jitter, comm.simulate_idle(replicas, 2, jitter, steps=200 if quick else 400, trials=16, seed=seed)
-
-
-def idle_barrier(quick: bool = True, seed: int = 0, *, replicas: int | None = None, cv: float = 0.1) -> Claim:
-    """A global barrier (DiLoCo) idles 1 - E[Y] / (E[max_N Y] + T_sync) of the time, exactly (the
-    barrier resets every step), with E[max] = int_0^inf (1 - prod_c F(x/s_c)^k_c) dx
-    (``theory.comm.barrier_idle_fraction`` / ``expected_max``).
-
-    Assumptions: compute times iid per replica and step (lognormal, mean 1, coefficient of
-    variation ``cv``), homogeneous hardware, no communication time. Measured: the event
-    simulation ``theory.comm.simulate_idle`` (16 trials; delta-method SE). ``details`` also
-    has NoLoCo's simulated idle fraction, which has no closed form. Reference: docs/comm.md
-    "Idle time".
-    """
-    jitter, result = _idle(quick, seed, replicas, cv)
-    return judge("idle_barrier", "barrier idle fraction = 1 - E[Y] / E[max_N Y]", "docs/comm.md Idle time",
-                 comm.barrier_idle_fraction(jitter, result.replicas), result.barrier_idle_fraction,
-                 result.barrier_idle_se, details={"replicas": result.replicas, "cv": cv, "steps": result.steps,
-                                                  "noloco_idle_fraction": result.noloco_idle_fraction,
-                                                  "noloco_idle_se": result.noloco_idle_se})
-
-
-def idle_noloco_first_step(quick: bool = True, seed: int = 0, *, replicas: int | None = None,
-                           cv: float = 0.1) -> Claim:
-    """The first NoLoCo outer step from a common start lasts E[max_n X] (a replica waits for the
-    slowest of its n group members), so it idles 1 - 1 / E[max_n X]
-    (``theory.comm.group_first_step_idle_fraction``, a lower bound for later steps).
-
-    Assumptions as :func:`idle_barrier`, pairs (n = 2). Measured: the mean first-step
-    duration in ``theory.comm.simulate_idle`` against ``theory.comm.expected_max``.
-    Reference: docs/comm.md "Idle time".
-    """
-    jitter, result = _idle(quick, seed, replicas, cv)
-    return judge("idle_noloco_first_step", "first NoLoCo step lasts E[max_n X] (idle 1 - 1/E[max_n X])",
-                 "docs/comm.md Idle time", comm.expected_max(jitter, [1.0], [2]), result.noloco_first_step,
-                 result.noloco_first_step_se,
-                 details={"replicas": result.replicas, "cv": cv,
-                          "first_step_idle_fraction": comm.group_first_step_idle_fraction(jitter, 2)})
-
-
-def routing_flat_direction(quick: bool = True, seed: int = 0, *, trials: int | None = None,
-                           outer_steps: int = 60, start: int = 30) -> Claim:
-    """Random pipeline routing: on two stages of a deep-linear model (a_i b_j = w*), the replicas' spread
-    along a chain's flat direction (the rescaling (c a, b / c)) follows the exact second-moment
-    recursion over routes and groups (``quadratic.routing.trajectory``): routing gives that direction
-    the curvature each stage has with its partner held fixed: 0.56 of fixed routing's stationary
-    spread here (per-stage groups; 0.376 with one partition for both stages).
-
-    Assumptions: the linearised model around a* = b* = 1, additive gradient noise, inner SGD (lr 0.01,
-    H 50, unit curvature), NoLoCo's outer step per stage with independent groups, N 8. Measured:
-    ``quadratic.routing.simulate`` (linearised; real permutations and groups), mean over outer steps
-    ``start..outer_steps`` against the recursion's mean over the same steps. Reference: docs/routing.md
-    "Theory".
-    """
-    from quadratic import routing
-
-    model = dataclasses.replace(routing.TABLE_MODEL, routing="random")
-    rows = routing.compare(model, routing.TABLE_OUTER, routing.TABLE_INNER, trials=trials or (100 if quick else 400),
-                           outer_steps=outer_steps, start=start, seed=seed, method="noloco")
-    flat = next(r for r in rows if r.quantity == "flat")
-    fixed = routing.stationary(dataclasses.replace(model, routing="fixed"), routing.TABLE_OUTER, routing.TABLE_INNER)
-    return judge("routing_flat_direction", "random routing: flat-direction spread follows the two-stage recursion",
-                 "docs/routing.md Theory", flat.theory, flat.mc, flat.se,
-                 details={"fixed_routing_stationary": float(fixed.flat), "window": [start, outer_steps]})
-
-
-CLAIMS = {f.__name__: f for f in (
-    mean_is_diloco, recursion_equals_enumeration, stationary_spread, decay_factor, spread_eta_squared,
-    spread_eta_linear, pure_pairing, transient_spread, comm_speedup_latency_bound, comm_speedup_internet,
-    idle_barrier, idle_noloco_first_step, routing_flat_direction)}
-
-
-def run_all(quick: bool = True, seed: int = 0, only=None) -> list[Claim]:
-    """Every claim of :data:`CLAIMS` (or those named in ``only``), each timed."""
-    check_integer("seed", seed, "an integer >= 0", lambda v: v >= 0)
-    names = list(CLAIMS) if not only else [check_choice("claim", name, tuple(CLAIMS)) for name in only]
-    out = []
-    for name in names:
-        start = time.perf_counter()
-        claim = CLAIMS[name](quick, seed)
-        out.append(dataclasses.replace(claim, seconds=time.perf_counter() - start))
-    return out

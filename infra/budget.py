@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import re
 
-from theory.config import ConfigError
+from noloco.infra.errors import ConfigError
 
 #: share of the available memory a run may plan to use by default (the machine is shared)
 DEFAULT_FRACTION = 0.5

@@ -1,0 +1,51 @@
+"""The validators every settings class and entry point uses, one message format for all:
+``NAME=VALUE is out of range; allowed: RANGE`` (or ``is not a number`` / ``is not an integer``),
+raised as :class:`noloco.infra.errors.ConfigError` (exit 2) before any work.
+"""
+
+from __future__ import annotations
+
+import math
+from numbers import Integral, Real
+
+from noloco.infra.errors import ConfigError
+
+
+def check_real(name: str, value, allowed: str, ok=lambda v: True) -> float:
+    """A finite-or-infinite real number (never NaN) for which ``ok`` holds."""
+    if isinstance(value, bool) or not isinstance(value, Real):
+        raise ConfigError(f"{name}={value!r} is not a number; allowed: {allowed}")
+    value = float(value)
+    if math.isnan(value) or not ok(value):
+        raise ConfigError(f"{name}={value!r} is out of range; allowed: {allowed}")
+    return value
+
+
+def check_integer(name: str, value, allowed: str, ok=lambda v: True) -> int:
+    if isinstance(value, bool) or not isinstance(value, Integral):
+        raise ConfigError(f"{name}={value!r} is not an integer; allowed: {allowed}")
+    value = int(value)
+    if not ok(value):
+        raise ConfigError(f"{name}={value!r} is out of range; allowed: {allowed}")
+    return value
+
+
+def check_choice(name: str, value, choices) -> str:
+    if value not in choices:
+        raise ConfigError(f"{name}={value!r} is not allowed; allowed: {', '.join(map(str, choices))}")
+    return value
+
+
+def check_divides(name: str, value, total_name: str, total: int) -> int:
+    """An integer >= 1 dividing ``total`` (a group size dividing the replica count)."""
+    return check_integer(name, value, f"an integer >= 1 dividing {total_name}={total}",
+                         lambda v: v >= 1 and total % v == 0)
+
+
+def check_fields(obj, rules: dict, names: dict | None = None) -> None:
+    """Validate and normalise the fields of a frozen dataclass: ``rules`` maps a field name to
+    ``(checker, *args)``, called as ``checker(shown, value, *args)`` with ``shown`` the field's
+    name in messages (``names`` may rename it after its flag); the result is stored back."""
+    for name, (checker, *args) in rules.items():
+        shown = (names or {}).get(name, name)
+        object.__setattr__(obj, name, checker(shown, getattr(obj, name), *args))
