@@ -39,7 +39,7 @@ import sys
 from noloco.infra.errors import ConfigError
 from noloco.infra.entry import OneLineParser, report
 
-SUBCOMMANDS = ("check", "simulate", "comm", "tune", "figs", "llm", "claims")
+SUBCOMMANDS = ("check", "simulate", "comm", "tune", "figs", "llm", "claims", "paper")
 
 
 class UsageError(ConfigError):

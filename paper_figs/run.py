@@ -21,7 +21,7 @@ DEFAULT_OUT = Path(__file__).resolve().parent / "out"
 
 
 def module(name: str):
-    return importlib.import_module(f"paper_figs.fig_{name}")
+    return importlib.import_module(f"noloco.paper_figs.fig_{name}")
 
 
 def _is_data(data) -> bool:  # every figure's data is a JSON object
