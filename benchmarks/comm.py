@@ -5,7 +5,7 @@ with the default lognormal compute times and with ``--jitter gamma``.
     python -m benchmarks comm [--replicas 1000000 --steps 200 --trials 8]
 
 The simulation runs ``--steps`` and ``--trials``; the command runs with its defaults (fewer trials
-at huge N, :func:`noloco.theory.comm.default_trials`).
+at huge N, :func:`noloco.quadratic.comm_report.default_trials`).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import time
 
 from noloco.benchmarks.timer import best_of, command_seconds, jit, jit_paths
 from noloco.theory import comm
+from noloco.quadratic import idle
+from noloco.theory import jitter
 from noloco.infra.budget import retain_freed_memory
 
 NAME = "comm"
@@ -30,18 +32,18 @@ def measure(replicas=1_000_000, steps=200, trials=8, repeat=1) -> dict:
     retain_freed_memory()
     net = comm.INTERNET
     tables = best_of(lambda: (comm.sync_cost(net, 2e6, replicas), comm.payload_at_speedup(net, replicas, 1.0),
-                              comm.barrier_idle_fraction(comm.Jitter(), replicas)), max(2, repeat))  # not the imports
+                              jitter.barrier_idle_fraction(jitter.Jitter(), replicas)), max(2, repeat))  # not the imports
     simulation = {}
     for path, setting in jit_paths():
         with jit(setting):
-            comm.simulate_idle(1 << 12, steps=2, trials=2)  # loads numba and the compiled step: not timed
+            idle.simulate_idle(1 << 12, steps=2, trials=2)  # loads numba and the compiled step: not timed
             start = time.perf_counter()
-            comm.simulate_idle(replicas, steps=steps, trials=trials)
+            idle.simulate_idle(replicas, steps=steps, trials=trials)
             simulation[path] = time.perf_counter() - start
     argv = ["comm", "--replicas", str(replicas)]  # issue 14's command: its own default steps and trials
     return {"model_tables_s": tables, "idle_simulation_s": simulation,
             "ns_per_replica_step": {path: s / (replicas * steps * trials) * 1e9 for path, s in simulation.items()},
-            "workers": comm.idle_workers(replicas, trials),
+            "workers": idle.idle_workers(replicas, trials),
             "command": "noloco " + " ".join(argv), "command_s": command_seconds(argv),
             "command_gamma_s": command_seconds(argv + ["--jitter", "gamma"])}
 

@@ -14,7 +14,7 @@ import numpy as np
 
 from noloco.benchmarks.timer import best_of, jit, jit_paths
 from noloco.quadratic.simulator import SimConfig, simulate
-from noloco.theory import comm
+from noloco.quadratic import idle
 from noloco.infra.budget import retain_freed_memory
 from noloco.theory.conditions import analyse
 from noloco.theory.config import InnerConfig, OuterConfig
@@ -54,8 +54,8 @@ def measure(repeat: int = 2) -> dict:
     for path, setting in jit_paths():
         key = "comm_idle_vs_replicas" if path == "numpy" else "comm_idle_compiled_vs_replicas"
         with jit(setting):
-            comm.simulate_idle(1 << 12, steps=2, trials=2)  # loads numba and the compiled step: not timed
-            out[key] = [[N, best_of(lambda N=N: comm.simulate_idle(N, steps=50, trials=2), 1)]
+            idle.simulate_idle(1 << 12, steps=2, trials=2)  # loads numba and the compiled step: not timed
+            out[key] = [[N, best_of(lambda N=N: idle.simulate_idle(N, steps=50, trials=2), 1)]
                         for N in (10 ** 3, 10 ** 4, 10 ** 5, 10 ** 6)]
     outer, inner = OuterConfig(), InnerConfig()
     out["check_vs_directions"] = [

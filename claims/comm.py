@@ -8,6 +8,8 @@ import math
 
 from noloco.claims.judge import TOLERANCE, Claim, judge
 from noloco.theory import comm, stats
+from noloco.quadratic import idle
+from noloco.theory import jitter
 
 #: `noloco comm`'s default payload: 1e6 parameters in bf16, below the bandwidth-delay product
 COMM_PAYLOAD_BYTES = 2e6
@@ -71,25 +73,25 @@ def comm_speedup_internet(quick: bool = True, seed: int = 0, *, payload_bytes: f
 
 
 def _idle(quick: bool, seed: int, replicas, cv: float):
-    jitter = comm.Jitter("lognormal", cv)
+    law = jitter.Jitter("lognormal", cv)
     replicas = replicas or (256 if quick else 1024)
-    return jitter, comm.simulate_idle(replicas, 2, jitter, steps=200 if quick else 400, trials=16, seed=seed)
+    return law, idle.simulate_idle(replicas, 2, law, steps=200 if quick else 400, trials=16, seed=seed)
 
 
 def idle_barrier(quick: bool = True, seed: int = 0, *, replicas: int | None = None, cv: float = 0.1) -> Claim:
     """A global barrier (DiLoCo) idles 1 - E[Y] / (E[max_N Y] + T_sync) of the time, exactly (the
     barrier resets every step), with E[max] = int_0^inf (1 - prod_c F(x/s_c)^k_c) dx
-    (``noloco.theory.comm.barrier_idle_fraction`` / ``expected_max``).
+    (``noloco.theory.jitter.barrier_idle_fraction`` / ``expected_max``).
 
     Assumptions: compute times iid per replica and step (lognormal, mean 1, coefficient of
     variation ``cv``), homogeneous hardware, no communication time. Measured: the event
-    simulation ``noloco.theory.comm.simulate_idle`` (16 trials; delta-method SE). ``details`` also
+    simulation ``noloco.quadratic.idle.simulate_idle`` (16 trials; delta-method SE). ``details`` also
     has NoLoCo's simulated idle fraction, which has no closed form. Reference: docs/comm.md
     "Idle time".
     """
-    jitter, result = _idle(quick, seed, replicas, cv)
+    law, result = _idle(quick, seed, replicas, cv)
     return judge("idle_barrier", "barrier idle fraction = 1 - E[Y] / E[max_N Y]", "docs/comm.md Idle time",
-                 comm.barrier_idle_fraction(jitter, result.replicas), result.barrier_idle_fraction,
+                 jitter.barrier_idle_fraction(law, result.replicas), result.barrier_idle_fraction,
                  result.barrier_idle_se, details={"replicas": result.replicas, "cv": cv, "steps": result.steps,
                                                   "noloco_idle_fraction": result.noloco_idle_fraction,
                                                   "noloco_idle_se": result.noloco_idle_se})
@@ -99,15 +101,15 @@ def idle_noloco_first_step(quick: bool = True, seed: int = 0, *, replicas: int |
                            cv: float = 0.1) -> Claim:
     """The first NoLoCo outer step from a common start lasts E[max_n X] (a replica waits for the
     slowest of its n group members), so it idles 1 - 1 / E[max_n X]
-    (``noloco.theory.comm.group_first_step_idle_fraction``, a lower bound for later steps).
+    (``noloco.theory.jitter.group_first_step_idle_fraction``, a lower bound for later steps).
 
     Assumptions as :func:`idle_barrier`, pairs (n = 2). Measured: the mean first-step
-    duration in ``noloco.theory.comm.simulate_idle`` against ``noloco.theory.comm.expected_max``.
+    duration in ``noloco.quadratic.idle.simulate_idle`` against ``noloco.theory.jitter.expected_max``.
     Reference: docs/comm.md "Idle time".
     """
-    jitter, result = _idle(quick, seed, replicas, cv)
+    law, result = _idle(quick, seed, replicas, cv)
     return judge("idle_noloco_first_step", "first NoLoCo step lasts E[max_n X] (idle 1 - 1/E[max_n X])",
-                 "docs/comm.md Idle time", comm.expected_max(jitter, [1.0], [2]), result.noloco_first_step,
+                 "docs/comm.md Idle time", jitter.expected_max(law, [1.0], [2]), result.noloco_first_step,
                  result.noloco_first_step_se,
                  details={"replicas": result.replicas, "cv": cv,
-                          "first_step_idle_fraction": comm.group_first_step_idle_fraction(jitter, 2)})
+                          "first_step_idle_fraction": jitter.group_first_step_idle_fraction(law, 2)})

@@ -49,3 +49,18 @@ def check_fields(obj, rules: dict, names: dict | None = None) -> None:
     for name, (checker, *args) in rules.items():
         shown = (names or {}).get(name, name)
         object.__setattr__(obj, name, checker(shown, getattr(obj, name), *args))
+
+
+def check_at_least(name: str, value, low: int) -> int:
+    """An integer >= ``low``."""
+    return check_integer(name, value, f"an integer >= {low}", lambda v: v >= low)
+
+
+def check_nonnegative(name: str, value) -> float:
+    """A finite real number >= 0."""
+    return check_real(name, value, f"0 <= {name} < inf", lambda v: 0 <= v < math.inf)
+
+
+def check_positive(name: str, value) -> float:
+    """A finite real number > 0."""
+    return check_real(name, value, f"0 < {name} < inf", lambda v: 0 < v < math.inf)

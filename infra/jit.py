@@ -2,7 +2,7 @@
 they are compiled.
 
 Two hot loops have a compiled form: the exact inner phase's outer step (:mod:`noloco.quadratic.fused`) and
-a step of the idle-time simulation (:func:`noloco.theory.comm.simulate_idle`). Each is used when numba is
+a step of the idle-time simulation (:func:`noloco.quadratic.idle.simulate_idle`). Each is used when numba is
 installed (``pip install 'noloco-toolkit[fast]'``) and the work is large enough to pay for loading
 numba (about 0.5 s a process; compiling, the first time on a machine for a version of the sources,
 a few seconds). ``NOLOCO_JIT`` overrides the choice: unset or ``auto`` (by size), ``1`` (always;

@@ -1,5 +1,5 @@
 """`noloco comm`: seconds per synchronisation (all-reduce vs NoLoCo group exchange)
-and the idle fraction of a global barrier vs random groups. Model and report: noloco.theory.comm."""
+and the idle fraction of a global barrier vs random groups (noloco.quadratic.comm_report)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,9 @@ simulation does not fit the memory budget (--max-memory)."""
 
 
 def add_parser(subparsers):
-    from noloco.theory.comm import ALLREDUCE, EXCHANGES, JITTER_KINDS
+    from noloco.options import add_memory_argument
+    from noloco.theory.comm import ALLREDUCE, EXCHANGES
+    from noloco.theory.jitter import JITTER_KINDS
 
     p = subparsers.add_parser("comm", help=HELP, description=DESCRIPTION)
     p.add_argument("--params", type=float, default=1e6, help="model parameters per replica (default 1e6)")
@@ -55,8 +57,6 @@ def add_parser(subparsers):
                    help="independent simulated runs (default 8; fewer, at least 2, when replicas x steps exceeds "
                         "1e8: each run then averages over that many replicas)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
-    from noloco.options import add_memory_argument
-
     add_memory_argument(p)
     p.add_argument("--json", action="store_true",
                    help="print strict JSON instead of a table (an unbounded value, such as the speed-up of "
@@ -66,29 +66,14 @@ def add_parser(subparsers):
 
 
 def run(args) -> int:
-    from noloco.infra import budget
-    from noloco.theory.comm import (default_trials, format_report, idle_compiled, idle_memory_estimate, idle_workers,
-                                    report)
     from noloco.infra.files import print_json
+    from noloco.quadratic.comm_report import format_report, report
 
-    trials = args.trials
-    if trials is None and isinstance(args.replicas, int) and args.replicas >= 1 and args.steps >= 2:
-        trials = default_trials(args.replicas, args.steps)
-    if isinstance(args.replicas, int) and args.replicas >= 1 and isinstance(trials, int) and trials >= 2:
-        budget.require(idle_memory_estimate(args.replicas, idle_workers(args.replicas, trials),
-                                            idle_compiled(args.replicas, args.steps, trials)),
-                       budget.resolve(args.max_memory),
-                       f"the idle-time simulation of {args.replicas} replicas",
-                       "fewer --replicas (the model tables need no memory)")
-    budget.retain_freed_memory()
     r = report(params=args.params, bytes_per_value=args.bytes_per_value, replicas=args.replicas,
                group_size=args.group_size, latency=args.latency, bandwidth=args.bandwidth,
                reduce_seconds_per_byte=args.reduce_cost, algorithm=args.algorithm, exchange=args.exchange,
                jitter=args.jitter, jitter_cv=args.jitter_cv, hardware=args.hardware,
-               compute_seconds=args.compute_seconds, steps=args.steps, trials=trials, seed=args.seed,
-               progress=sys.stderr.isatty())
-    if args.json:
-        print_json(r)
-    else:
-        print(format_report(r))
+               compute_seconds=args.compute_seconds, steps=args.steps, trials=args.trials, seed=args.seed,
+               progress=sys.stderr.isatty(), max_memory=args.max_memory)
+    print_json(r) if args.json else print(format_report(r))
     return 0

@@ -26,7 +26,9 @@ def params(quick: bool) -> dict:
 
 
 def compute(max_log2: int, idle_max_log2: int, steps: int, trials: int) -> dict:
+    from noloco.quadratic.idle import simulate_idle
     from noloco.theory import comm
+    from noloco.theory.jitter import Jitter, barrier_idle_fraction
 
     net = comm.Network.from_bandwidth(0.05, 1e9)
     Ns = 2 ** np.arange(2, max_log2 + 1)
@@ -37,16 +39,16 @@ def compute(max_log2: int, idle_max_log2: int, steps: int, trials: int) -> dict:
             speed[label]["tree"].append(cost.speedup_vs_tree)
             speed[label]["ring"].append(cost.speedup_vs_ring)
             speed[label]["best"].append(cost.speedup_vs_best)
-    jitter = comm.Jitter("lognormal", 0.1)
+    jitter = Jitter("lognormal", 0.1)
     Ni = 2 ** np.arange(1, idle_max_log2 + 1)
     idle = {"N": Ni, "barrier": [], "barrier_se": [], "noloco": [], "noloco_se": [], "closed": []}
     for N in Ni:
-        r = comm.simulate_idle(int(N), 2, jitter, steps=steps, trials=trials, seed=int(N))
+        r = simulate_idle(int(N), 2, jitter, steps=steps, trials=trials, seed=int(N))
         idle["barrier"].append(r.barrier_idle_fraction)
         idle["barrier_se"].append(r.barrier_idle_se)
         idle["noloco"].append(r.noloco_idle_fraction)
         idle["noloco_se"].append(r.noloco_idle_se)
-        idle["closed"].append(comm.barrier_idle_fraction(jitter, int(N)))
+        idle["closed"].append(barrier_idle_fraction(jitter, int(N)))
     return {"N": Ns, "speedup": speed, "idle": idle}
 
 

@@ -11,6 +11,7 @@ import pytest
 from noloco import claims
 from noloco.claims import CLAIMS
 from noloco.theory import comm, numeric
+from noloco.theory import jitter
 from noloco.theory.config import OuterConfig
 from noloco.infra.files import loads
 
@@ -81,7 +82,7 @@ def test_wrong_communication_model_is_caught(monkeypatch):
 
 
 def test_wrong_expected_maximum_is_caught(monkeypatch):
-    scaled(monkeypatch, comm, "expected_max", 1.1)
+    scaled(monkeypatch, jitter, "expected_max", 1.1)
     assert not claims.idle_barrier(quick=True).holds
     assert not claims.idle_noloco_first_step(quick=True).holds
 

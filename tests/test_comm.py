@@ -13,6 +13,9 @@ from scipy.stats import norm
 
 from noloco.cli import main
 from noloco.theory import comm, numeric
+from noloco.quadratic import comm_report
+from noloco.quadratic import idle
+from noloco.theory.jitter import Hardware, Jitter, barrier_idle_fraction, expected_max, group_first_step_idle_fraction
 from noloco.infra.errors import ConfigError
 
 # latency L = 1 s, b = 0.01 s/B per byte sent, r = 0.001 s/B per byte reduced, m = 100 B:
@@ -105,10 +108,10 @@ def test_payload_at_speedup():
     (lambda: comm.sync_cost(NET, M, 1024, 3), "group_size"),
     (lambda: comm.binary_tree_allreduce(NET, M, 8, segments=0), "segments"),
     (lambda: comm.group_exchange(NET, M, 2, "ring"), "exchange"),
-    (lambda: comm.Jitter("weibull"), "jitter"),
-    (lambda: comm.Jitter(cv=-0.1), "jitter_cv"),
-    (lambda: comm.Hardware(((0.5, 1.0), (0.4, 2.0))), "hardware"),
-    (lambda: comm.Hardware(((1.0, 0.0),)), "slowdown"),
+    (lambda: Jitter("weibull"), "jitter"),
+    (lambda: Jitter(cv=-0.1), "jitter_cv"),
+    (lambda: Hardware(((0.5, 1.0), (0.4, 2.0))), "hardware"),
+    (lambda: Hardware(((1.0, 0.0),)), "slowdown"),
 ])
 def test_bad_input_names_the_field(make, field):
     with pytest.raises(ConfigError, match=field):
@@ -116,22 +119,22 @@ def test_bad_input_names_the_field(make, field):
 
 
 def test_hardware_parse():
-    assert comm.Hardware.parse("0.75:1,0.25:1.5").classes == ((0.75, 1.0), (0.25, 1.5))
+    assert Hardware.parse("0.75:1,0.25:1.5").classes == ((0.75, 1.0), (0.25, 1.5))
     for bad in ("0.5:1,0.4", "a:b", "", "1:1:1"):
         with pytest.raises(ConfigError, match="hardware"):
-            comm.Hardware.parse(bad)
+            Hardware.parse(bad)
 
 
 def test_report_is_the_model():
     """`noloco comm`'s report is the model's numbers, not a copy of them."""
-    r = comm.report(replicas=64, params=1e7, steps=20, trials=2, hardware="0.5:1,0.5:2")
+    r = comm_report.report(replicas=64, params=1e7, steps=20, trials=2, hardware="0.5:1,0.5:2")
     cost = comm.sync_cost(comm.INTERNET, 2e7, 64)
     assert r["allreduce_seconds"] == cost.allreduce_seconds
     assert r["speedup_vs_tree"] == cost.speedup_vs_tree and r["inputs"]["payload_bytes"] == 2e7
     assert r["inputs"]["algorithm"] == min(cost.allreduce_seconds, key=cost.allreduce_seconds.get)
     assert r["idle"]["noloco_first_step_closed_form"] is None       # no closed form for mixed hardware
     with pytest.raises(ConfigError, match="algorithm"):
-        comm.report(algorithm="gossip")
+        comm_report.report(algorithm="gossip")
 
 
 # ---------------------------------------------------------------- closed forms
@@ -139,28 +142,28 @@ def test_report_is_the_model():
 @pytest.mark.parametrize("N", [1, 2, 10, 1000])
 def test_expected_max_exponential_is_harmonic_number(N):
     # gamma with cv 1 is Exp(1): E[max of N] = H_N.
-    assert comm.expected_max(comm.Jitter("gamma", 1.0), [1.0], [N]) == pytest.approx(
+    assert expected_max(Jitter("gamma", 1.0), [1.0], [N]) == pytest.approx(
         sum(1 / k for k in range(1, N + 1)), rel=1e-7)
-    assert comm.expected_max(comm.Jitter("gamma", 1.0), [3.0], [N]) == pytest.approx(
+    assert expected_max(Jitter("gamma", 1.0), [3.0], [N]) == pytest.approx(
         3 * sum(1 / k for k in range(1, N + 1)), rel=1e-7)
 
 
 def test_expected_max_two_lognormals():
     # E[max(X1, X2)] = 2 E[X] Phi(sigma / sqrt 2) for iid lognormal with mean E[X] = 1.
-    jitter = comm.Jitter("lognormal", 0.3)
+    jitter = Jitter("lognormal", 0.3)
     sigma = math.sqrt(math.log1p(0.3 ** 2))
-    assert comm.expected_max(jitter, [1.0], [2]) == pytest.approx(2 * norm.cdf(sigma / math.sqrt(2)), rel=1e-8)
+    assert expected_max(jitter, [1.0], [2]) == pytest.approx(2 * norm.cdf(sigma / math.sqrt(2)), rel=1e-8)
 
 
 def test_expected_max_mixed_classes():
     # max of Exp(mean a) and Exp(mean b): a + b - ab / (a + b).
     a, b = 1.0, 2.5
-    assert comm.expected_max(comm.Jitter("gamma", 1.0), [a, b], [1, 1]) == pytest.approx(a + b - a * b / (a + b))
-    assert comm.expected_max(comm.Jitter("gamma", 0.0), [a, b], [1, 1]) == b
+    assert expected_max(Jitter("gamma", 1.0), [a, b], [1, 1]) == pytest.approx(a + b - a * b / (a + b))
+    assert expected_max(Jitter("gamma", 0.0), [a, b], [1, 1]) == b
 
 
 def test_hardware_counts():
-    hw = comm.Hardware(((0.75, 1.0), (0.25, 1.5)))
+    hw = Hardware(((0.75, 1.0), (0.25, 1.5)))
     assert hw.counts(10).tolist() == [7, 3] or hw.counts(10).tolist() == [8, 2]
     assert hw.counts(10).sum() == 10
     assert hw.slowdowns(8).tolist() == [1.0] * 6 + [1.5] * 2
@@ -181,16 +184,16 @@ def idle_path(request, monkeypatch):
 
 
 @pytest.mark.parametrize("jitter, hardware", [
-    (comm.Jitter("lognormal", 0.2), comm.Hardware()),
-    (comm.Jitter("gamma", 0.5), comm.Hardware(((0.75, 1.0), (0.25, 1.3)))),
+    (Jitter("lognormal", 0.2), Hardware()),
+    (Jitter("gamma", 0.5), Hardware(((0.75, 1.0), (0.25, 1.3)))),
 ])
 def test_barrier_simulation_matches_closed_form(jitter, hardware, idle_path):
     N = 64
-    sim = comm.simulate_idle(N, 2, jitter, hardware, steps=100, trials=40, seed=1)
+    sim = idle.simulate_idle(N, 2, jitter, hardware, steps=100, trials=40, seed=1)
     slow = [s for _, s in hardware.classes]
-    exact = comm.expected_max(jitter, slow, hardware.counts(N))
+    exact = expected_max(jitter, slow, hardware.counts(N))
     assert abs(sim.barrier_step - exact) < SE * sim.barrier_step_se
-    assert sim.barrier_idle_fraction == pytest.approx(comm.barrier_idle_fraction(jitter, N, hardware), abs=0.01)
+    assert sim.barrier_idle_fraction == pytest.approx(barrier_idle_fraction(jitter, N, hardware), abs=0.01)
 
 
 @pytest.mark.parametrize("cv", [0.1, 0.5, 2.0])
@@ -199,35 +202,35 @@ def test_gamma_compute_times_from_the_fast_sampler_match_closed_forms(cv, idle_p
     100, 4 and 0.25: the last boosted): the barrier's mean maximum of N and the first step's mean
     maximum of a pair against the closed forms."""
     N = 2 * numeric.FAST_NORMAL_MIN
-    jitter = comm.Jitter("gamma", cv)
-    sim = comm.simulate_idle(N, 2, jitter, steps=40, trials=4, seed=5)
-    assert abs(sim.barrier_step - comm.expected_max(jitter, [1.0], [N])) < SE * sim.barrier_step_se
-    assert abs(sim.noloco_first_step - comm.expected_max(jitter, [1.0], [2])) < SE * sim.noloco_first_step_se
+    jitter = Jitter("gamma", cv)
+    sim = idle.simulate_idle(N, 2, jitter, steps=40, trials=4, seed=5)
+    assert abs(sim.barrier_step - expected_max(jitter, [1.0], [N])) < SE * sim.barrier_step_se
+    assert abs(sim.noloco_first_step - expected_max(jitter, [1.0], [2])) < SE * sim.noloco_first_step_se
 
 
 def test_noloco_first_step_matches_closed_form_and_later_steps_idle_more(idle_path):
-    jitter = comm.Jitter("lognormal", 0.2)
-    sim = comm.simulate_idle(64, 2, jitter, steps=100, trials=40, seed=2)
-    assert abs(sim.noloco_first_step - comm.expected_max(jitter, [1.0], [2])) < SE * sim.noloco_first_step_se
+    jitter = Jitter("lognormal", 0.2)
+    sim = idle.simulate_idle(64, 2, jitter, steps=100, trials=40, seed=2)
+    assert abs(sim.noloco_first_step - expected_max(jitter, [1.0], [2])) < SE * sim.noloco_first_step_se
     # Delays propagate through the chain of groups: the long-run step is longer than
     # the first, and shorter than the barrier's (each by many standard errors).
     assert sim.noloco_step - sim.noloco_first_step > 10 * math.hypot(sim.noloco_step_se, sim.noloco_first_step_se)
     assert sim.barrier_step - sim.noloco_step > 10 * math.hypot(sim.barrier_step_se, sim.noloco_step_se)
-    assert 1 - 1 / comm.expected_max(jitter, [1.0], [2]) == pytest.approx(
-        comm.group_first_step_idle_fraction(jitter, 2))
+    assert 1 - 1 / expected_max(jitter, [1.0], [2]) == pytest.approx(
+        group_first_step_idle_fraction(jitter, 2))
 
 
 def test_group_of_everyone_is_the_barrier(idle_path):
-    sim = comm.simulate_idle(16, 16, comm.Jitter("gamma", 0.3), steps=30, trials=3, burn_in=0, seed=3)
+    sim = idle.simulate_idle(16, 16, Jitter("gamma", 0.3), steps=30, trials=3, burn_in=0, seed=3)
     assert sim.noloco_step == pytest.approx(sim.barrier_step, rel=1e-12)
 
 
 def test_sync_time_enters_the_closed_form(idle_path):
-    jitter = comm.Jitter("lognormal", 0.1)
-    emax = comm.expected_max(jitter, [1.0], [8])
-    assert comm.barrier_idle_fraction(jitter, 8, sync_seconds=5.0, compute_seconds=10.0) == pytest.approx(
+    jitter = Jitter("lognormal", 0.1)
+    emax = expected_max(jitter, [1.0], [8])
+    assert barrier_idle_fraction(jitter, 8, sync_seconds=5.0, compute_seconds=10.0) == pytest.approx(
         1 - 10 / (10 * emax + 5))
-    sim = comm.simulate_idle(8, 8, jitter, steps=50, trials=4, barrier_sync=0.5, group_sync=0.5, burn_in=0)
+    sim = idle.simulate_idle(8, 8, jitter, steps=50, trials=4, barrier_sync=0.5, group_sync=0.5, burn_in=0)
     assert sim.noloco_step == pytest.approx(sim.barrier_step)
 
 
@@ -235,18 +238,18 @@ def test_barrier_and_first_step_standard_errors_hold_with_two_trials(idle_path):
     """With 2 trials, an SE over the trials has one degree of freedom: |z| > 3 one time in five.
     The barrier's and the first step's SEs come from every step and group (iid), so over 40 seeds
     |z| > 3 should be about as rare as for a normal (0.3 %): at most 2 times."""
-    jitter = comm.Jitter("lognormal", 0.2)
-    barrier_max, first_max = comm.expected_max(jitter, [1.0], [64]), comm.expected_max(jitter, [1.0], [2])
+    jitter = Jitter("lognormal", 0.2)
+    barrier_max, first_max = expected_max(jitter, [1.0], [64]), expected_max(jitter, [1.0], [2])
     big = {"barrier": 0, "first": 0}
     for seed in range(40):
-        sim = comm.simulate_idle(64, 2, jitter, steps=30, trials=2, seed=seed)
+        sim = idle.simulate_idle(64, 2, jitter, steps=30, trials=2, seed=seed)
         big["barrier"] += abs(sim.barrier_step - barrier_max) > 3 * sim.barrier_step_se
         big["first"] += abs(sim.noloco_first_step - first_max) > 3 * sim.noloco_first_step_se
     assert big["barrier"] <= 2 and big["first"] <= 2, big
 
 
 def test_idle_paths_say_which_ran(idle_path):
-    assert comm.simulate_idle(16, 2, steps=4, trials=2).compiled == (idle_path == "compiled")
+    assert idle.simulate_idle(16, 2, steps=4, trials=2).compiled == (idle_path == "compiled")
 
 
 @pytest.mark.parametrize("n, slow", [(2, (1.0,)), (4, (1.0,)), (2, (1.0, 1.3)), (4, (1.0, 1.3))])
@@ -255,12 +258,12 @@ def test_compiled_and_numpy_paths_agree_in_distribution(n, slow, monkeypatch):
     replicas (16384) that the compiled shuffle scatters into several piles."""
     if not HAS_NUMBA:
         pytest.skip("numba is not installed (the fast extra)")
-    assert comm.pile_bits(16384) == 2
-    hardware = comm.Hardware(tuple((1 / len(slow), s) for s in slow))
+    assert idle.pile_bits(16384) == 2
+    hardware = Hardware(tuple((1 / len(slow), s) for s in slow))
     runs = []
     for setting in ("0", "1"):
         monkeypatch.setenv("NOLOCO_JIT", setting)
-        runs.append(comm.simulate_idle(16384, n, comm.Jitter("lognormal", 0.2), hardware, steps=30, trials=30,
+        runs.append(idle.simulate_idle(16384, n, Jitter("lognormal", 0.2), hardware, steps=30, trials=30,
                                        group_sync=0.05, seed=7))
     numpy_run, compiled_run = runs
     assert compiled_run.compiled and not numpy_run.compiled
@@ -276,7 +279,7 @@ def _compiled_order(labels, bits, seed):
     size = len(labels)
     labels = np.asarray(labels, float)
     out, out_slow = np.empty(size), np.empty(size)
-    comm._idle_kernel()(np.zeros(size), labels, np.zeros(size, np.float32), False, 1, 0.0, np.uint64(seed), bits,
+    idle._idle_kernel()(np.zeros(size), labels, np.zeros(size, np.float32), False, 1, 0.0, np.uint64(seed), bits,
                         np.empty(size), np.empty(size), np.empty(1 << bits, np.int64), out, out_slow)
     return out_slow
 
@@ -294,7 +297,7 @@ def test_compiled_shuffle_is_uniform(bits):
     assert sorted(counts) == sorted(itertools.permutations(range(4)))
     chi2 = sum((v - 1000) ** 2 / 1000 for v in counts.values())
     assert chi2 < 60  # 23 degrees of freedom: p < 1e-4 beyond
-    big = _compiled_order(np.arange(100_000), comm.pile_bits(100_000), 1)
+    big = _compiled_order(np.arange(100_000), idle.pile_bits(100_000), 1)
     assert np.array_equal(np.sort(big), np.arange(100_000))
 
 
@@ -303,7 +306,7 @@ def test_compiled_groups_pair_a_group_with_itself_one_time_in_three(monkeypatch)
     group with itself (new starts {0, 1}) with probability 1/3, else mixes them ({1, 1})."""
     if not HAS_NUMBA:
         pytest.skip("numba is not installed (the fast extra)")
-    step = comm._CompiledStep(np.array([0.0, 1.0]), np.ones(4), homogeneous=True)
+    step = idle._CompiledStep(np.array([0.0, 1.0]), np.ones(4), homogeneous=True)
     rng = np.random.default_rng(3)
     trials = 9000
     kept = 0

@@ -20,7 +20,9 @@ from noloco.cli import main
 from noloco.quadratic.compare import compare
 from noloco.quadratic.simulator import SimConfig, memory_estimate, plan, simulate
 from noloco.infra import budget, jit
-from noloco.theory import comm, numeric
+from noloco.theory import numeric
+from noloco.quadratic import idle
+from noloco.theory import jitter
 from noloco.theory.conditions import LISTED, analyse
 from noloco.infra.errors import ConfigError
 from noloco.theory.config import InnerConfig, OuterConfig
@@ -124,7 +126,7 @@ def test_fast_normal_fine_tail_gives_the_mean_maximum_of_ten_million():
     rng, out, scratch = np.random.default_rng(11), np.empty(size, np.float32), np.empty(size // 2, np.float32)
     tops = [float(numeric.fast_normal(rng, out, 1.0, scratch, fine_tail=True).max()) for _ in range(reps)]
     maxima = np.exp(math.sqrt(s2) * np.array(tops) - s2 / 2)
-    exact = comm.expected_max(comm.Jitter("lognormal", cv), [1.0], [size])
+    exact = jitter.expected_max(jitter.Jitter("lognormal", cv), [1.0], [size])
     assert abs(maxima.mean() - exact) < 4 * maxima.std(ddof=1) / math.sqrt(reps)
 
 
@@ -310,12 +312,12 @@ def test_permutation_is_uniform_and_complete():
     rng = np.random.default_rng(3)
     counts = {}
     for _ in range(24_000):
-        key = tuple(comm._permutation(rng, 4))
+        key = tuple(idle._permutation(rng, 4))
         counts[key] = counts.get(key, 0) + 1
     assert len(counts) == 24
     chi2 = sum((v - 1000) ** 2 / 1000 for v in counts.values())
     assert chi2 < 60  # 23 degrees of freedom: p < 1e-4 beyond
-    big = comm._permutation(rng, 300_001)
+    big = idle._permutation(rng, 300_001)
     assert np.array_equal(np.sort(big), np.arange(300_001))
 
 
@@ -325,9 +327,9 @@ def test_idle_simulation_does_not_depend_on_threads(jit, monkeypatch):
         pytest.importorskip("numba")
     monkeypatch.setenv("NOLOCO_JIT", jit)
     kw = dict(replicas=1 << 16, group_size=2, steps=6, trials=3, seed=4)
-    threaded = comm.simulate_idle(**kw)
-    monkeypatch.setattr(comm, "THREADED_REPLICAS", 1 << 30)
-    assert comm.simulate_idle(**kw) == threaded
+    threaded = idle.simulate_idle(**kw)
+    monkeypatch.setattr(idle, "THREADED_REPLICAS", 1 << 30)
+    assert idle.simulate_idle(**kw) == threaded
 
 
 # ---------------------------------------------------------------- the sizes of issue 14 (slow)
