@@ -11,7 +11,7 @@ def routing_flat_direction(quick: bool = True, seed: int = 0, *, trials: int | N
                            outer_steps: int = 60, start: int = 30) -> Claim:
     """Random pipeline routing: on two stages of a deep-linear model (a_i b_j = w*), the replicas' spread
     along a chain's flat direction (the rescaling (c a, b / c)) follows the exact second-moment
-    recursion over routes and groups (``noloco.quadratic.routing.trajectory``): routing gives that direction
+    recursion over routes and groups (``noloco.theory.routing.trajectory``): routing gives that direction
     the curvature each stage has with its partner held fixed: 0.56 of fixed routing's stationary
     spread here (per-stage groups; 0.376 with one partition for both stages).
 
@@ -22,12 +22,13 @@ def routing_flat_direction(quick: bool = True, seed: int = 0, *, trials: int | N
     "Theory".
     """
     from noloco.quadratic import routing
+    from noloco.theory.routing import stationary
 
     model = dataclasses.replace(routing.TABLE_MODEL, routing="random")
     rows = routing.compare(model, routing.TABLE_OUTER, routing.TABLE_INNER, trials=trials or (100 if quick else 400),
                            outer_steps=outer_steps, start=start, seed=seed, method="noloco")
     flat = next(r for r in rows if r.quantity == "flat")
-    fixed = routing.stationary(dataclasses.replace(model, routing="fixed"), routing.TABLE_OUTER, routing.TABLE_INNER)
+    fixed = stationary(dataclasses.replace(model, routing="fixed"), routing.TABLE_OUTER, routing.TABLE_INNER)
     return judge("routing_flat_direction", "random routing: flat-direction spread follows the two-stage recursion",
                  "docs/routing.md Theory", flat.theory, flat.mc, flat.se,
                  details={"fixed_routing_stationary": float(fixed.flat), "window": [start, outer_steps]})

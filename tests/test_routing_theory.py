@@ -11,7 +11,8 @@ from itertools import permutations, product
 import numpy as np
 import pytest
 
-from noloco.quadratic import routing as R
+from noloco.quadratic import routing as MC
+from noloco.theory import routing as R
 from noloco.theory import stats
 from noloco.infra.errors import ConfigError
 from noloco.theory.config import InnerConfig, OuterConfig
@@ -169,10 +170,10 @@ def check_rows(rows, context=""):
 def test_theory_matches_monte_carlo(method, routing):
     """Per stage: outer spread (weight_std^2), inner spread at the sync, flat direction; window 20..40."""
     model, outer, inner = setting(method, routing, inner=InnerConfig(lr=0.02, steps=20, noise=1.0))
-    rows = R.compare(model, outer, inner, trials=150, outer_steps=40, start=20, seed=11)
+    rows = MC.compare(model, outer, inner, trials=150, outer_steps=40, start=20, seed=11)
     check_rows(rows, f"{method} {routing}")
     if method == "diloco":
-        assert all(r.mc <= R.ROUNDING for r in rows if r.quantity != "inner")
+        assert all(r.mc <= MC.ROUNDING for r in rows if r.quantity != "inner")
         assert all(r.theory > 0 for r in rows if r.quantity == "inner")
 
 
@@ -183,7 +184,7 @@ def test_theory_matches_monte_carlo_unbalanced_microbatches_shared_groups(routin
     model, outer, inner = setting("noloco", routing, outer=dataclasses.replace(PAPER, momentum="nesterov"),
                                   inner=InnerConfig(lr=0.02, steps=20, noise=0.8), a_star=0.7, b_star=1.4,
                                   curvatures=(1.0, 1.0, 2.0, 2.0), microbatches=3, output_noise=0.6, groups="shared")
-    rows = R.compare(model, outer, inner, trials=150, outer_steps=40, start=20, seed=12)
+    rows = MC.compare(model, outer, inner, trials=150, outer_steps=40, start=20, seed=12)
     check_rows(rows, routing)
     assert rows[0].theory != pytest.approx(rows[1].theory, rel=0.05)  # the stages really differ
 
@@ -194,7 +195,7 @@ def ratio_estimate(numerator, denominator):
 
 
 def flat_window(model, outer, inner, seed, steps=40, start=20, trials=150):
-    run = R.simulate(model, outer, inner, trials=trials, outer_steps=steps, seed=seed)
+    run = MC.simulate(model, outer, inner, trials=trials, outer_steps=steps, seed=seed)
     return run.flat[start:].mean(0)
 
 
@@ -234,7 +235,7 @@ def test_routing_noise_is_real_at_large_learning_rates(microbatches):
     if microbatches == 1:
         assert exact == pytest.approx(7 / 64, rel=1e-12)
         assert without == pytest.approx(0.2 * 0.875 / 1.8, rel=1e-12)
-    rows = R.compare(model, outer, inner, trials=150, outer_steps=40, start=10, seed=31)
+    rows = MC.compare(model, outer, inner, trials=150, outer_steps=40, start=10, seed=31)
     check_rows(rows)
     for r in rows[:2]:
         assert r.theory == pytest.approx(exact, rel=1e-6)
@@ -251,8 +252,8 @@ def test_a_spread_along_the_flat_direction_collapses_under_random_routing():
     paths = {}
     for routing in ("fixed", "random"):
         model, outer, _ = setting("local", routing, inner=inner, outer=outer4, flat_start=0.1)
-        check_rows(R.compare(model, outer, inner, trials=200, outer_steps=5, start=1, seed=81), routing)
-        run = R.simulate(model, outer, inner, trials=200, outer_steps=1, seed=82)
+        check_rows(MC.compare(model, outer, inner, trials=200, outer_steps=5, start=1, seed=81), routing)
+        run = MC.simulate(model, outer, inner, trials=200, outer_steps=1, seed=82)
         paths[routing] = (R.trajectory(model, outer, inner, 1)["flat"], stats.mean_se(run.flat[1]))
     (fixed, _), (routed, (mc, se)) = paths["fixed"], paths["random"]
     assert fixed[1] > fixed[0] and routed[1] < 0.15 * routed[0]
@@ -272,7 +273,7 @@ def test_backprop_noise_alone_makes_random_routing_double_the_spread():
     noloco = setting("noloco", inner=inner, output_noise=1.0)
     assert R.stationary(noloco[0], *noloco[1:]).outer[0] > 1.2 * \
         R.stationary(dataclasses.replace(noloco[0], routing="fixed"), *noloco[1:]).outer[0]
-    window = [R.simulate(m, outer, inner, trials=150, outer_steps=30, seed=s).outer[10:, 0].mean(0)
+    window = [MC.simulate(m, outer, inner, trials=150, outer_steps=30, seed=s).outer[10:, 0].mean(0)
               for m, s in ((routed, 41), (model, 42))]
     ratio, se = ratio_estimate(*window)
     assert stats.holds(stats.z_score(ratio, se, 2.0), Z_MAX), (ratio, se)
@@ -299,7 +300,7 @@ def test_routing_does_nothing_where_partners_are_interchangeable(case):
     np.testing.assert_allclose(random_v.inner, fixed_v.inner, rtol=1e-12)
     if closed is not None:
         assert fixed_v.outer[1] == pytest.approx(closed, rel=1e-9) and fixed_v.outer[0] == 0
-    rows = R.compare(routed, outer, inner, trials=150, outer_steps=30, start=10, seed=51)
+    rows = MC.compare(routed, outer, inner, trials=150, outer_steps=30, start=10, seed=51)
     check_rows(rows, case)
     row = next(r for r in rows if r.quantity == quantity and r.stage == stage)
     assert row.theory == pytest.approx(getattr(fixed_v, quantity)[stage], rel=1e-2) and row.theory > 0
@@ -310,7 +311,7 @@ def test_routing_does_nothing_where_partners_are_interchangeable(case):
 @pytest.mark.parametrize("routing", ["fixed", "random"])
 def test_nonlinear_model_follows_the_linear_theory_at_small_noise(routing):
     model, outer, inner = setting("noloco", routing, inner=InnerConfig(lr=0.02, steps=20, noise=0.5))
-    check_rows(R.compare(model, outer, inner, trials=150, outer_steps=40, start=20, seed=61, linear=False), routing)
+    check_rows(MC.compare(model, outer, inner, trials=150, outer_steps=40, start=20, seed=61, linear=False), routing)
 
 
 @pytest.mark.parametrize("routing,noise,quantity", [("random", 15.0, "outer"), ("fixed", 5.0, "flat")])
@@ -321,8 +322,8 @@ def test_nonlinear_model_departs_from_the_linear_theory_at_large_noise(routing, 
     at noise 5 (flat spread about 0.1) about 10 % below. The linearised simulation at the same noise
     still follows the theory, so the departure is the nonlinearity."""
     model, outer, inner = setting("noloco", routing, inner=InnerConfig(lr=0.02, steps=20, noise=noise))
-    check_rows(R.compare(model, outer, inner, trials=150, outer_steps=40, start=20, seed=71), "linearised")
-    nonlinear = R.compare(model, outer, inner, trials=150, outer_steps=40, start=20, seed=71, linear=False)
+    check_rows(MC.compare(model, outer, inner, trials=150, outer_steps=40, start=20, seed=71), "linearised")
+    nonlinear = MC.compare(model, outer, inner, trials=150, outer_steps=40, start=20, seed=71, linear=False)
     for r in (r for r in nonlinear if r.quantity == quantity):
         assert r.mc < 0.95 * r.theory and r.z < -5, r
 
@@ -341,7 +342,7 @@ def test_bad_settings_are_refused_naming_the_field(field, value):
 
 def test_bad_simulation_arguments_are_refused():
     with pytest.raises(ConfigError, match="trials"):
-        R.simulate(BALANCED, PAPER, INNER, trials=1, outer_steps=3)
-    run = R.simulate(BALANCED, PAPER, InnerConfig(lr=0.01, steps=2), trials=2, outer_steps=3)
+        MC.simulate(BALANCED, PAPER, INNER, trials=1, outer_steps=3)
+    run = MC.simulate(BALANCED, PAPER, InnerConfig(lr=0.01, steps=2), trials=2, outer_steps=3)
     with pytest.raises(ConfigError, match="window"):
         run.window(0)
