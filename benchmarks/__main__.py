@@ -1,4 +1,4 @@
-"""``python -m benchmarks NAME [options] [--json] [--out FILE]``: run one benchmark, print a table
+"""``python -m noloco.benchmarks NAME [options] [--json] [--out FILE]``: run one benchmark, print a table
 (or the JSON result), and optionally store the JSON result atomically."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import argparse
 import importlib
 import sys
 
-PROG = "python -m benchmarks"
+PROG = "python -m noloco.benchmarks"
 SUITES = {"theory-grid": "noloco.benchmarks.theory_grid", "simulator": "noloco.benchmarks.simulator",
           "comm": "noloco.benchmarks.comm", "check": "noloco.benchmarks.check", "scaling": "noloco.benchmarks.scaling",
           "llm-step": "noloco.benchmarks.llm_step", "all": "noloco.benchmarks.all"}
@@ -29,22 +29,17 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv=None) -> int:
-    """Exit codes as ``noloco``'s (:func:`noloco.infra.entry.report`): 0 done, 2 bad input (one line), 130 interrupted."""
-    from noloco.benchmarks.timer import emit, run
-    from noloco.infra.entry import report
+    """Under the toolkit's exit-code contract (:func:`noloco.infra.entry.run`)."""
+    from noloco.infra.entry import run as run_entry
 
-    try:
-        args = build_parser().parse_args(argv)
-    except SystemExit as stop:  # --help (0) or a usage error (2, printed on one line)
-        return stop.code if isinstance(stop.code, int) else 0
+    return run_entry(PROG, build_parser(), _work, argv)
+
+
+def _work(args) -> int:
+    from noloco.benchmarks.timer import emit, run
+
     options = {k: v for k, v in vars(args).items() if k not in ("name", "module", "json", "out")}
-    try:
-        result = run(args.name, args.module.measure, **options)
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
-    except Exception as err:  # noqa: BLE001 - report re-raises what is not in the contract (a bug)
-        return report(PROG, err)
+    result = run(args.name, args.module.measure, **options)
     print(f"{args.name}: {result['machine']}, load {result['load_average_before'][0]:.2f}", file=sys.stderr)
     emit(result, args, args.module.format_result)
     return 0

@@ -1,37 +1,63 @@
-"""The exit-code contract, written once for every entry point.
+"""The exit-code contract, written once: every entry point (``noloco``, the torchrun entry, the studies,
+the benchmarks, the gloo timings, the generators) runs its work through :func:`run`.
 
 ====  =====================================================================
 0     success (also ``--help``, ``--version``, and a reader that closed the pipe early)
-1     a checked condition fails (unstable, diverged, a claim does not hold): the command returns 1
+1     a checked condition fails (unstable, diverged, a claim does not hold): the work returns 1
 2     bad input or usage, detected before any work (:class:`~noloco.infra.errors.ConfigError`,
       an argparse error)
 3     an environment or data fault (:class:`~noloco.infra.errors.DataError`, ``OSError``,
-      ``MemoryError``, a refused memory budget)
-130   interrupted (Ctrl-C, SIGTERM)
+      ``MemoryError``, a refused memory budget), and an internal error (a bug), whose line says so
+130   interrupted: Ctrl-C or SIGTERM (what schedulers send), wherever it lands
 ====  =====================================================================
 
-Every error is one line on stderr, ``PROG: error: ...``; ``NOLOCO_DEBUG=1`` shows the traceback
-instead.
+Every error is one line on stderr, ``PROG: error: ...``; ``NOLOCO_DEBUG=1`` prints the traceback
+before it and keeps the code. Exit 1 is never an accident: a Python traceback would exit 1, so no
+exception leaves :func:`run`. numpy's arithmetic warnings are silenced while the work runs (a
+non-finite result is reported in the output itself).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
+import signal
 import sys
+import threading
+import traceback
+from typing import Callable
 
 from noloco.infra.errors import ConfigError, DataError
 
+#: what an internal error's line starts with (tests look for it: a bug, not a handled case)
+INTERNAL = "internal error"
 
-def exit_code(err: BaseException) -> int | None:
-    """The contract's exit code of an error reported in one line: 2 bad input or usage
-    (noloco.infra.errors.ConfigError), 3 an environment or data fault (DataError, OSError,
-    MemoryError); None for anything else, which is a bug and keeps its traceback."""
-    if isinstance(err, ConfigError):
-        return 2
-    if isinstance(err, (DataError, OSError, MemoryError)):
-        return 3
-    return None
+
+class Interrupted(KeyboardInterrupt):
+    """Ctrl-C or SIGTERM, after the work saved what it could; ``hint`` says how to go on."""
+
+    def __init__(self, hint: str = "", signal_name: str = "Ctrl-C"):
+        super().__init__(hint)
+        self.hint, self.signal_name = hint, signal_name
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM, raised where it lands, so that it unwinds exactly as Ctrl-C does."""
+
+    hint, signal_name = "", "SIGTERM"
+
+
+def interrupted(err: KeyboardInterrupt, hint: str) -> Interrupted:
+    """``err`` (Ctrl-C, SIGTERM or an earlier :class:`Interrupted`) with ``hint`` added to what it says."""
+    hints = [h for h in (getattr(err, "hint", ""), hint) if h]
+    return Interrupted("; ".join(hints), getattr(err, "signal_name", "Ctrl-C"))
+
+
+def exit_code(err: BaseException) -> int:
+    """The contract's exit code of an error: 2 bad input (ConfigError), 3 an environment or data fault
+    (DataError, OSError, MemoryError) or an internal error (anything else: a bug)."""
+    return 2 if isinstance(err, ConfigError) else 3
 
 
 def describe(err: BaseException) -> str:
@@ -41,17 +67,20 @@ def describe(err: BaseException) -> str:
         return f"{where}: {err.strerror}" if where else err.strerror
     if isinstance(err, MemoryError) and not str(err):
         return "out of memory"
-    return " ".join((str(err) or type(err).__name__).split())
+    text = " ".join((str(err) or type(err).__name__).split())
+    if not isinstance(err, (ConfigError, DataError, OSError, MemoryError)):
+        return (f"{INTERNAL} ({type(err).__name__}: {text}); this is a bug, please report it with the command "
+                f"(NOLOCO_DEBUG=1 shows the traceback)")
+    return text
 
 
 def report(prog: str, err: BaseException) -> int:
-    """Print ``PROG: error: ...`` on one line and return the error's exit code; re-raise a bug, or
-    anything under ``NOLOCO_DEBUG=1`` (its traceback)."""
-    code = exit_code(err)
-    if code is None or os.environ.get("NOLOCO_DEBUG") == "1":
-        raise err
+    """Print ``PROG: error: ...`` on one line (after the traceback under ``NOLOCO_DEBUG=1``) and return
+    the error's exit code."""
+    if os.environ.get("NOLOCO_DEBUG") == "1":
+        traceback.print_exception(err)
     print(f"{prog}: error: {describe(err)}", file=sys.stderr)
-    return code
+    return exit_code(err)
 
 
 class OneLineParser(argparse.ArgumentParser):
@@ -59,3 +88,123 @@ class OneLineParser(argparse.ArgumentParser):
 
     def error(self, message: str):
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
+
+
+def _raise_terminated(signum, frame):
+    raise Terminated()
+
+
+@contextlib.contextmanager
+def termination_as_interrupt():
+    """SIGTERM raises :class:`Terminated` (a KeyboardInterrupt) inside the block, so a scheduler's stop is
+    handled like Ctrl-C: checkpoints written, locks released, exit 130. Only the main thread can set it."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+class StopRequest:
+    """Ctrl-C and SIGTERM deferred to the points where the work can stop cleanly (:func:`deferred_stop`):
+    ``signal_name`` is None until one arrives; a second one raises at once."""
+
+    def __init__(self):
+        self.signal_name: str | None = None
+
+    def __call__(self, signum, frame):
+        name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
+        if self.signal_name is not None:  # asked twice: stop now
+            raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+        self.signal_name = name
+
+
+@contextlib.contextmanager
+def deferred_stop(enabled: bool = True):
+    """Inside the block Ctrl-C and SIGTERM only set the yielded :class:`StopRequest`, so the work can finish
+    its step, save its state and raise :class:`Interrupted`; a second signal stops at once. Without
+    ``enabled`` (or off the main thread) signals keep their meaning and the request never fires."""
+    request = StopRequest()
+    if not enabled or threading.current_thread() is not threading.main_thread():
+        yield request
+        return
+    previous = signal.signal(signal.SIGINT, request), signal.signal(signal.SIGTERM, request)
+    try:
+        yield request
+    finally:
+        signal.signal(signal.SIGINT, previous[0])
+        signal.signal(signal.SIGTERM, previous[1])
+
+
+@contextlib.contextmanager
+def quiet_arithmetic():
+    """numpy's overflow / invalid-value warnings off (``NOLOCO_DEBUG=1`` keeps them)."""
+    import warnings
+
+    import numpy as np
+
+    if os.environ.get("NOLOCO_DEBUG") == "1":
+        yield
+        return
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", category=RuntimeWarning,
+                                message=r".*(overflow|invalid value|divide by zero|underflow)")
+        yield
+
+
+def _reader_gone() -> bool:
+    """True when stdout is a pipe whose reader has closed it (poll reports an error on it)."""
+    import select
+
+    try:
+        poller = select.poll()
+        poller.register(sys.stdout.fileno(), select.POLLOUT)
+        return any(events & select.POLLERR for _, events in poller.poll(0))
+    except (OSError, ValueError, AttributeError):  # no real file descriptor (an in-process capture)
+        return False
+
+
+def _silence_stdout() -> None:
+    """Send what is still buffered for a closed stdout to /dev/null, so the final flush raises nothing."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+
+
+def run(prog: str, parser: argparse.ArgumentParser, work: Callable[[argparse.Namespace], int | None],
+        argv: list[str] | None = None, *, name: Callable[[argparse.Namespace], str] | None = None) -> int:
+    """Parse ``argv`` with ``parser`` and call ``work(args)`` under the contract; the exit code.
+    ``name(args)`` names the command in messages once the arguments are known (``noloco llm train``)."""
+    with termination_as_interrupt():
+        try:
+            try:
+                args = parser.parse_args(argv)
+            except SystemExit as stop:  # argparse: --help/--version (0) or a usage error (2, printed)
+                sys.stdout.flush()
+                return 0 if stop.code is None else stop.code if isinstance(stop.code, int) else 2
+            prog = name(args) if name else prog
+            with quiet_arithmetic():
+                code = int(work(args) or 0)
+            sys.stdout.flush()  # a closed pipe shows here, not at exit
+            return code
+        except BrokenPipeError as err:
+            if not _reader_gone():  # a broken pipe that is not stdout: an environment fault like any other
+                return report(prog, err)
+            _silence_stdout()
+            return 0
+        except KeyboardInterrupt as err:
+            hint = getattr(err, "hint", "")
+            how = "terminated (SIGTERM)" if getattr(err, "signal_name", "") == "SIGTERM" else "interrupted"
+            print(f"{prog}: {how}{'; ' + hint if hint else ''}", file=sys.stderr)
+            return 130
+        except Exception as err:  # noqa: BLE001 - the contract: every error is one line and a code
+            return report(prog, err)
+
+
+def print_main(prog: str, doc: str, produce: Callable[[], str], argv: list[str] | None = None) -> int:
+    """The entry of a module that prints one table (``python -m noloco.quadratic.agreement``): ``--help``
+    shows ``doc``'s first paragraph, and ``produce()`` runs under the contract."""
+    parser = OneLineParser(prog=prog, description=doc.split("\n\n")[0])
+    return run(prog, parser, lambda args: print(produce()), argv)

@@ -16,6 +16,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
@@ -101,19 +102,28 @@ def print_json(x, file=None) -> None:
 # ------------------------------------------------------------------ atomic files
 
 def atomic_write(path, write: Callable[[str], None]) -> Path:
-    """Call ``write(tmp_path)`` to produce the file, then rename it onto ``path``."""
+    """Call ``write(tmp_path)`` to produce the file, then rename it onto ``path``: a reader (or a run
+    after a crash, a full disk or an interrupt) sees the old file or the new one, never half of one. A
+    write that fails (a full disk: an OSError, or torch's RuntimeError) is a DataError naming ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     os.close(fd)
     try:
-        write(tmp)
-        os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are for everyone to read
-        with open(tmp, "rb") as handle:  # on disk before the rename: a crash leaves the old file or the new one
-            os.fsync(handle.fileno())
+        try:
+            write(tmp)
+            os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are for everyone to read
+            with open(tmp, "rb") as handle:  # on disk before the rename: a crash leaves the old file or the new one
+                os.fsync(handle.fileno())
+        except (OSError, RuntimeError) as err:
+            if isinstance(err, DataError):
+                raise
+            reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err).splitlines()[0]
+            raise DataError(f"cannot write {path} ({reason}); the previous file, if any, is unchanged") from err
         os.replace(tmp, path)
     except BaseException:
-        os.unlink(tmp)
+        with contextlib.suppress(FileNotFoundError):  # an interrupt right after the rename: nothing to remove
+            os.unlink(tmp)
         raise
     return path
 

@@ -1,16 +1,25 @@
-"""A run folder: the lock that keeps a second run out while the first is alive.
+"""A run folder: checked, locked and cleared once, then handed to the work that writes into it.
+
+* :class:`RunLock`: ``FOLDER/run.lock``, which keeps a second run out while the first is alive.
+* :class:`RunFolder`: the folder as one object: writable (checked before any work), locked for the
+  life of the run, holding no run unless resuming or overwriting, and knowing which of its files
+  are the run's own (``--overwrite`` removes those and nothing else).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import socket
+import stat
 import sys
 import time
 from pathlib import Path
+from typing import Callable
 
-from noloco.infra.errors import LockedError, warn
+from noloco.infra.errors import ConfigError, DataError, LockedError, warn
+from noloco.infra.files import output_dir
 
 
 LOCK_NAME = "run.lock"
@@ -33,8 +42,8 @@ def _owner_alive(info: dict) -> bool | None:
     if info.get("host") != socket.gethostname():
         return None
     pid = info.get("pid")
-    if not isinstance(pid, int) or pid <= 0:
-        return False
+    if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 1 << 31:
+        return False  # no process has it (a pid is a positive C int)
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -107,10 +116,17 @@ class RunLock:
 
     def _refuse_or_clear(self) -> None:
         try:
+            mode = os.lstat(self.path).st_mode
+        except FileNotFoundError:
+            return  # released meanwhile
+        if not stat.S_ISREG(mode):  # never follow a link or open a pipe: a lock is a plain file we wrote
+            raise DataError(f"{self.path} is not a lock file this toolkit wrote (a "
+                            f"{'symbolic link' if stat.S_ISLNK(mode) else 'special file'}); remove it and run again")
+        try:
             owner = json.loads(self.path.read_text())
         except FileNotFoundError:
             return  # released meanwhile
-        except (OSError, ValueError):
+        except (OSError, ValueError, RecursionError):
             owner = None  # written under the guard, so a half-written lock's writer died
         alive = _owner_alive(owner) if isinstance(owner, dict) else False
         if alive is False:
@@ -136,10 +152,11 @@ class RunLock:
             return
         _HELD.pop(key, None)
         try:
-            owner = json.loads(self.path.read_text())
-            if owner.get("pid") == os.getpid() and owner.get("host") == socket.gethostname():
-                self.path.unlink()
-        except (OSError, ValueError, AttributeError):
+            if stat.S_ISREG(os.lstat(self.path).st_mode):
+                owner = json.loads(self.path.read_text())
+                if owner.get("pid") == os.getpid() and owner.get("host") == socket.gethostname():
+                    self.path.unlink()
+        except (OSError, ValueError, AttributeError, RecursionError):
             pass
 
     def __enter__(self) -> "RunLock":
@@ -147,3 +164,75 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+class RunFolder:
+    """A run's folder, validated and locked once (:meth:`open`), for the life of the run.
+
+    ``own``: the names of the run's own files; each is a file name or a regular expression in
+    ``re:...`` form (``re:ckpt(-rank\\d+)?\\.pt``). Opening checks the folder before any work (an
+    empty name is bad input, exit 2; a file in the way or an unwritable place a DataError, exit 3),
+    takes its lock, and refuses a folder that holds a run unless ``resume`` or ``overwrite``
+    (ConfigError naming what it holds, ``describe(folder)`` saying how far it got, and how to go
+    on: ``how``, or resume / overwrite). :meth:`clear` removes the run's own files and the temporaries a killed writer left, and
+    nothing else of the user's. ``lock=False``: a torchrun rank other than 0, which shares rank 0's
+    folder and lock."""
+
+    def __init__(self, path, *, own: tuple = (), resume: bool = False, overwrite: bool = False,
+                 describe: Callable[[Path], str] | None = None, flag: str = "--out", lock: bool = True,
+                 how: str | None = None):
+        if resume and overwrite:
+            raise ConfigError("--resume continues the run in OUT and --overwrite replaces it; give one of them")
+        self.path, self.own, self.resume, self.overwrite = path, tuple(own), resume, overwrite
+        self.describe, self.flag, self.locking, self.how = describe, flag, lock, how
+        self.lock: RunLock | None = None
+
+    def _is_own(self, name: str) -> bool:
+        return any(re.fullmatch(pattern[3:], name) if pattern.startswith("re:") else name == pattern
+                   for pattern in self.own)
+
+    def own_files(self) -> list[Path]:
+        """The run's own files present in the folder, sorted."""
+        folder = Path(self.path)
+        if not folder.is_dir():
+            return []
+        return sorted(p for p in folder.iterdir() if self._is_own(p.name) and not p.is_dir())
+
+    def open(self, accept_existing: bool = False) -> "RunFolder":
+        """Check and lock the folder; ``accept_existing``: the caller keeps the run it holds (a finished run
+        that a sweep reuses), so holding one is not refused."""
+        self.path = output_dir(self.path, self.flag)
+        if self.locking:
+            self.lock = RunLock(self.path).acquire()
+        try:
+            found = self.own_files()
+            if found and not (self.resume or self.overwrite or accept_existing):
+                state = f", {self.describe(self.path)}" if self.describe else ""
+                resumable = any(p.suffix == ".pt" for p in found)
+                how = self.how or ("continue it with --resume or replace it with --overwrite" if resumable else
+                                   "it has no checkpoint to resume from: replace it with --overwrite")
+                raise ConfigError(f"{self.path} holds a run ({', '.join(p.name for p in found)}{state}); {how}")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def clear(self, everything: bool) -> None:
+        """Remove the temporaries a writer killed before its rename left (``.NAME.*.tmp`` of an own file)
+        and, with ``everything``, the run's own files too; other files stay."""
+        for p in Path(self.path).iterdir():
+            temporary = p.name.startswith(".") and p.name.endswith(".tmp") and self._is_own(
+                p.name[1:].rsplit(".", 2)[0])
+            if temporary or (everything and self._is_own(p.name) and not p.is_dir()):
+                p.unlink(missing_ok=True)
+
+    def close(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
+
+    def __enter__(self) -> "RunFolder":
+        return self.open()
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -22,7 +22,6 @@ optional extra, and ``--help`` stays fast.
 
 from __future__ import annotations
 
-import argparse
 import math
 import os
 import platform
@@ -32,7 +31,10 @@ import time
 import numpy as np
 
 from noloco.theory import comm
-from noloco.infra.files import SCHEMA_VERSION, write_json
+from noloco.infra.checks import check_at_least
+from noloco.infra.entry import OneLineParser, run
+from noloco.infra.errors import ConfigError
+from noloco.infra.files import SCHEMA_VERSION, output_file, write_json
 
 DEFAULT_OUT = "docs/data/comm_measured.json"
 DEFAULT_SIZES = tuple(1024 * 4 ** k for k in range(9))  # 1 KiB .. 64 MiB
@@ -226,25 +228,38 @@ def _table(data: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m noloco.llm_check.comm_measure", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default=DEFAULT_OUT, help=f"JSON output path (default {DEFAULT_OUT})")
-    parser.add_argument("--ranks", default="2,3,4,5,6,7,8", help="comma-separated process counts (include 2)")
-    parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)),
-                        help="comma-separated payload sizes in bytes (default 1 KiB .. 64 MiB, x4)")
-    parser.add_argument("--repeats", type=int, default=20, help="repetitions at 1 KiB; fewer at larger sizes")
-    args = parser.parse_args(argv)
+PROG = "python -m noloco.llm_check.comm_measure"
+
+
+def _integers(flag: str, text: str, low: int) -> list[int]:
+    """Comma-separated integers >= ``low`` (ConfigError naming ``flag`` otherwise)."""
     try:
-        ranks = [int(x) for x in args.ranks.split(",")]
-        sizes = [int(x) for x in args.sizes.split(",")]
+        values = [int(x) for x in text.split(",")]
     except ValueError:
-        parser.error("--ranks and --sizes take comma-separated integers")
-    if min(ranks) < 2 or min(sizes) < 4 or args.repeats < 3:
-        parser.error("ranks >= 2, sizes >= 4 bytes, repeats >= 3")
+        raise ConfigError(f"{flag} {text!r} is not a comma-separated list of integers") from None
+    for value in values:
+        check_at_least(flag, value, low)
+    return values
+
+
+def main(argv=None) -> int:
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", default=DEFAULT_OUT, help=f"JSON output path (default {DEFAULT_OUT})")
+    parser.add_argument("--ranks", default="2,3,4,5,6,7,8", help="comma-separated process counts >= 2 (include 2)")
+    parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)),
+                        help="comma-separated payload sizes in bytes >= 4 (default 1 KiB .. 64 MiB, x4)")
+    parser.add_argument("--repeats", type=int, default=20, help="repetitions at 1 KiB (>= 3); fewer at larger sizes")
+    return run(PROG, parser, _work, argv)
+
+
+def _work(args) -> int:
+    ranks, sizes = _integers("--ranks", args.ranks, 2), _integers("--sizes", args.sizes, 4)
+    check_at_least("--repeats", args.repeats, 3)
+    out = output_file(args.out)  # before minutes of timing
     data = measure(ranks, sizes, args.repeats, progress=sys.stderr.isatty())
-    write_json(args.out, data)
+    write_json(out, data)
     print(_table(data))
-    print(f"wrote {args.out}")
+    print(f"wrote {out}")
     return 0
 
 

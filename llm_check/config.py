@@ -32,10 +32,10 @@ from dataclasses import dataclass, field
 
 from noloco.theory.config import MOMENTUM_CONVENTIONS, OuterConfig
 from noloco.infra.errors import ConfigError
-from noloco.infra.checks import check_choice, check_divides, check_fields, check_integer, check_real
+from noloco.infra.checks import check_at_least, check_choice, check_divides, check_fields, check_integer, check_real
 from noloco.llm_check.architecture import GPTConfig
 from noloco.llm_check.routing import ROUTINGS, check_skip_prob
-from noloco.theory.methods import METHOD_SUMMARY, METHODS, PRESETS as THEORY_PRESETS, constrain, resolve
+from noloco.theory.methods import METHOD_SUMMARY, METHODS, PRESETS as THEORY_PRESETS, constrain, method_of, resolve
 
 DTYPES = ("float32", "float64", "bfloat16")
 REPLICA_MODES = ("auto", "batched", "loop")
@@ -64,7 +64,7 @@ def check_outer(name: str, value, method: str) -> OuterConfig:
 
 
 def _at_least(low: int):
-    return (check_integer, f"an integer >= {low}", lambda v: v >= low)
+    return (check_at_least, low)
 
 
 def _default_then(name: str, value, default, checker, *args):
@@ -141,6 +141,11 @@ class TrainConfig:
         return self.outer.replicas
 
     @property
+    def synchronous(self) -> bool:
+        """Gradients averaged at every inner step and no outer step (data parallel)."""
+        return method_of(self.method).synchronous
+
+    @property
     def total_inner_steps(self) -> int:
         return self.outer_steps * self.inner_steps
 
@@ -174,7 +179,7 @@ class TrainConfig:
         else:
             old = {k: data.pop(k) for k in OUTER_FIELDS if k in data}
             N = old.get("replicas", OuterConfig.replicas)
-            old["group_size"] = {"ddp": N, "diloco": N, "local": 1}.get(method, old.get("group_size"))
+            old["group_size"] = method_of(method).group_size(N) or old.get("group_size")
             outer = constrain(method, OuterConfig(**old))[0]
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names}, outer=outer)
@@ -360,7 +365,7 @@ def memory_estimate(cfg: TrainConfig, replicas: int | None = None) -> dict:
     evaluation = eval_tokens * (_EVAL_PER_VOCAB * V + _EVAL_PER_WIDTH * C) * max(size, 4)
     data = 3 * 13e6 + cfg.val_windows * (T + 1) * 9  # the corpus and its shards, the validation windows
     # noloco.llm_check.measure: two float64 buffers per parameter and replica, where one process holds them all
-    meter = 2 * 8 * R * n_params if R >= 2 and cfg.method != "ddp" else 0
+    meter = 2 * 8 * R * n_params if R >= 2 and not cfg.synchronous else 0
     parts = {"parameters_and_optimizer": state, "activations": max(step, evaluation), "data": data,
              "spread_meter": meter}
     return {**parts, "total": sum(parts.values())}

@@ -28,9 +28,10 @@ import numpy as np
 
 from noloco.llm_check.config import build
 from noloco.llm_check.routing import middle_stages
-from noloco.infra.errors import DataError
-from noloco.infra.entry import OneLineParser, report
-from noloco.infra.files import output_dir, read_jsonl, write_json
+from noloco.infra import entry
+from noloco.infra.entry import OneLineParser, interrupted
+from noloco.infra.errors import ConfigError, DataError
+from noloco.infra.files import output_dir, print_json, read_jsonl, write_json
 from noloco.theory.stats import mean_se
 
 #: the model and run every study run shares (the cpu-small preset, then these)
@@ -45,7 +46,8 @@ SEEDS = (0, 1, 2)
 
 def _train(cfg, where: Path, threads: int | None) -> dict:
     """The finished run of ``cfg`` in ``where`` (reused when one is there), trained otherwise."""
-    from noloco.llm_check.train import Trainer, finished_run, set_threads
+    from noloco.llm_check.train import Trainer, set_threads
+    from noloco.llm_check.lifecycle import finished_run
 
     done = finished_run(where, cfg)
     if done is not None:
@@ -181,27 +183,17 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="a tiny version of the study (a smoke test)")
     parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per run (default 1)")
     parser.add_argument("--json", action="store_true", help="print the JSON report instead of the tables")
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as stop:
-        return stop.code if isinstance(stop.code, int) else 0
-    try:
-        if args.seeds < 2:
-            from noloco.infra.errors import ConfigError
+    return entry.run(PROG, parser, _work, argv)
 
-            raise ConfigError(f"--seeds {args.seeds}: at least 2 seeds are needed for a standard error")
+
+def _work(args) -> int:
+    if args.seeds < 2:
+        raise ConfigError(f"--seeds {args.seeds}: at least 2 seeds are needed for a standard error")
+    try:
         rep = run_study(args.out, seeds=tuple(range(args.seeds)), quick=args.quick, threads=args.threads)
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted (finished runs are kept and reused)", file=sys.stderr)
-        return 130
-    except Exception as err:  # noqa: BLE001 - report re-raises what is not in the contract
-        return report(PROG, err)
-    if args.json:
-        from noloco.infra.files import print_json
-
-        print_json(rep)
-    else:
-        print(format_report(rep))
+    except KeyboardInterrupt as err:
+        raise interrupted(err, "finished runs are kept and reused by the same command") from None
+    print_json(rep) if args.json else print(format_report(rep))
     return 0
 
 

@@ -1,34 +1,20 @@
-"""Training loop for ddp / diloco / noloco / local, batched in one process or one
-replica per rank under torchrun.
+"""Training of ddp / diloco / noloco / local, batched in one process or one replica per rank under
+torchrun: :class:`Trainer` is the training step (the inner step, the outer step, the evaluation, its
+state); the run's life (folder, files, checkpoints, resume, interrupts) is
+:mod:`noloco.llm_check.lifecycle` and divergence tracking :mod:`noloco.llm_check.divergence`.
 
-The two modes share everything except how replicas talk (:mod:`noloco.llm_check.exchange`):
-in one process the R replicas are the leading dimension of every tensor and a group
-mean is an index shuffle; under torchrun each rank holds R = 1 and exchanges with its
-group by point-to-point messages. The outer step itself is
-:func:`noloco.theory.outer.outer_step`, applied tensor by tensor.
+The two modes share everything except how replicas talk (:mod:`noloco.llm_check.exchange`): in one
+process the R replicas are the leading dimension of every tensor and a group mean is an index shuffle;
+under torchrun each rank holds R = 1 and exchanges with its group by point-to-point messages. The
+outer step itself is :func:`noloco.theory.outer.outer_step`, applied tensor by tensor.
 
-Inner optimiser: AdamW on the stacked parameters. Adam is elementwise, so one AdamW
-over (R, ...) tensors is exactly R independent AdamWs; only clipping couples
-coordinates, and it is done per replica. The inner AdamW state carries over outer
-steps (as in DiLoCo); ``inner_optimizer="sgd"`` is plain SGD instead. ``ddp``
-averages the gradients every step and skips the outer step. The methods and the learning-rate schedule are :mod:`noloco.theory.methods` and
-:mod:`noloco.theory.schedules`; every file is written through :mod:`noloco.infra.files` (strict JSON).
-
-Every outer step in one process (batched or loop mode) also logs the outer theory's inputs,
-measured per tensor by :class:`noloco.llm_check.measure.SpreadMeter`, to ``inputs.jsonl`` (written
-with metrics.jsonl and at every checkpoint; the meter's state is in the checkpoint, so a
-resumed run continues it). Under torchrun nothing is measured: a rank holds one replica, and
-the replica means would cost a collective per outer step. ``noloco llm predict`` reads it.
-
-Runs are never lost by accident: a folder that holds a run needs ``resume`` or ``overwrite``,
-and :class:`noloco.infra.rundir.RunLock` keeps a second process out of it while the first is alive (under
-torchrun rank 0 holds it). ``result.json`` says ``finished: false`` from the start and at every
-checkpoint until the last step. Checkpoints come every ``ckpt_every`` outer steps, at the end and
-at ``stop_after``. The first non-finite training loss, weight, outer momentum or validation loss
-stops the run (:data:`QUANTITIES`): the last finite checkpoint is kept, and ``result.json``
-records the divergence (outer step, replica, quantity); the command exits 1. Under torchrun the
-ranks learn of a divergence at the next evaluation or checkpoint (one small all-gather), so that
-they stop together instead of waiting for a peer that left.
+Inner optimiser: AdamW on the stacked parameters. Adam is elementwise, so one AdamW over (R, ...)
+tensors is exactly R independent AdamWs; only clipping couples coordinates, and it is done per
+replica. The inner AdamW state carries over outer steps (as in DiLoCo); ``inner_optimizer="sgd"`` is
+plain SGD instead. A synchronous method (``ddp``) averages the gradients every step and skips the
+outer step. Every outer step in one process also measures the outer theory's inputs
+(:class:`noloco.llm_check.measure.SpreadMeter`, ``inputs.jsonl``); under torchrun nothing is measured
+(the replica means would cost a collective per outer step).
 
 Under torchrun::
 
@@ -49,30 +35,19 @@ from types import SimpleNamespace
 import numpy as np
 import torch
 
+from noloco.infra import entry
+from noloco.infra.errors import ConfigError, DataError
+from noloco.infra.files import output_dir, read_json
+from noloco.infra.rundir import RunFolder
 from noloco.llm_check import data
 from noloco.llm_check.config import (EVAL_CHUNK, TrainConfig, add_train_arguments, check_memory, check_run_flags,
                                      check_threads, config_from_args)
-from noloco.llm_check.exchange import Exchange, LocalExchange, PeerError
+from noloco.llm_check.exchange import Exchange, LocalExchange
+from noloco.llm_check.lifecycle import Lifecycle, run_folder
 from noloco.llm_check.measure import SpreadMeter
 from noloco.llm_check.model import init_params, losses, param_shapes
 from noloco.llm_check.routing import param_stage, route
-from noloco.infra.errors import ConfigError
-from noloco.infra.files import (SCHEMA_VERSION, atomic_write, atomic_write_text, dumps, output_dir, read_json,
-                                read_jsonl, write_json)
-from noloco.infra.errors import DataError
-from noloco.infra.entry import OneLineParser, report
-from noloco.infra.rundir import RunLock
 from noloco.theory.outer import outer_step
-
-#: settings a resumed run may change: they do not change what is computed (outer_steps too, under a
-#: constant schedule; under cosine it sets the schedule's length, so it must stay)
-RESUMABLE_CHANGES = ("device", "replica_mode", "ckpt_every")
-#: the files of a run besides its checkpoints (ckpt.pt, or ckpt-rankR.pt under torchrun)
-RUN_FILES = ("metrics.jsonl", "inputs.jsonl", "result.json")
-#: checkpoint schema versions this version reads (1: written before strict JSON; same content)
-CKPT_VERSIONS = (1, SCHEMA_VERSION)
-#: what a divergence can be found in, in the order it is checked
-QUANTITIES = ("training loss", "weights", "outer momentum", "optimizer state", "validation loss")
 
 
 def weight_std(phi: dict) -> float:
@@ -88,96 +63,23 @@ def set_threads(threads: int | None) -> None:
         torch.set_num_threads(check_threads(threads))
 
 
-def read_metrics(path: str | Path, fix: str = "") -> list[dict]:
-    """The rows of a metrics.jsonl, each an object with ``outer_step`` and ``weight_std``
-    (Python's json: rows of runs made before strict JSON may hold NaN); a DataError naming the
-    file, the line and ``fix`` otherwise."""
-    rows = read_jsonl(path, required=("outer_step", "weight_std"), fix=fix)
-    for number, row in enumerate(rows, 1):
-        if isinstance(row["outer_step"], bool) or not isinstance(row["outer_step"], int):
-            raise DataError(f"{path} row {number}: outer_step={row['outer_step']!r} is not an integer"
-                            + (f"; {fix}" if fix else ""))
-    return rows
-
-
-def run_files(out: str | Path) -> list[Path]:
-    """The files of a run in ``out`` (metrics, result, checkpoints), those that exist."""
-    out = Path(out)
-    return [out / name for name in RUN_FILES if (out / name).exists()] + sorted(out.glob("ckpt*.pt"))
-
-
-def check_run_dir(out: str | Path, *, resume: bool = False, overwrite: bool = False, how: str | None = None) -> Path:
-    """``out`` as a run folder, checked before any work: a writable folder (``--out ''`` exit 2, a
-    file or an unwritable place exit 3) that holds no run unless ``resume`` or ``overwrite``
-    (ConfigError naming what it holds, and ``how`` to go on)."""
-    check_run_flags(SimpleNamespace(resume=resume, overwrite=overwrite))
-    out = output_dir(out)
-    found = run_files(out)
-    if found and not (resume or overwrite):
-        state = ""
-        with contextlib.suppress(DataError):
-            done = read_json(out / "result.json")
-            total = (done.get("config") or {}).get("outer_steps", "?")
-            state = (f", {'finished' if done.get('finished') else 'unfinished'} at outer step "
-                     f"{done.get('outer_steps_done', '?')} of {total}")
-        how = how or ("continue it with --resume or replace it with --overwrite" if any(p.suffix == ".pt" for p in found)
-                      else "it has no checkpoint to resume from: replace it with --overwrite")
-        raise ConfigError(f"{out} holds a run ({', '.join(p.name for p in found)}{state}); {how}")
-    return out
-
-
-def finished_run(out: str | Path, cfg: TrainConfig) -> dict | None:
-    """The result of the finished run of ``cfg`` that ``out`` holds, or None (no run, unfinished, diverged,
-    other settings, or an unreadable result.json). Settings are compared through
-    :meth:`TrainConfig.from_dict`, so a field added since the run was made takes its default."""
-    try:
-        result = read_json(Path(out) / "result.json", required=("config", "finished"))
-        same = TrainConfig.from_dict(result["config"]) == cfg
-    except (DataError, ConfigError, TypeError, KeyError, ValueError, AttributeError):
-        return None
-    return result if same and result["finished"] and not result.get("diverged") else None
-
-
-def divergence_message(d: dict) -> str:
-    """One line: where the run diverged and which checkpoint is kept."""
-    inner = f" (inner step {d['inner_step']})" if d.get("inner_step") is not None else ""
-    tensor = f" {d['tensor']}" if d.get("tensor") else ""
-    who = f"replica {d['replica']}'s" if d.get("replica") is not None else "the averaged model's"
-    kept = (f"the last finite checkpoint (outer step {d['checkpoint_outer_step']}) is kept in {d['checkpoint']}"
-            if d.get("checkpoint_outer_step") is not None else "no checkpoint had been written")
-    return (f"diverged at outer step {d['outer_step']}{inner}: {who} {d['quantity']}{tensor} is not finite "
-            f"({d.get('value', 'nan')}); {kept}")
-
-
-def _first_bad(x: torch.Tensor) -> int | None:
-    """Index along dimension 0 of the first slice of ``x`` holding a non-finite value, or None."""
-    if x.dim() == 0:
-        return None if bool(torch.isfinite(x)) else 0
-    bad = ~torch.isfinite(x.reshape(x.shape[0], -1)).all(1)
-    return int(bad.nonzero()[0, 0]) if bool(bad.any()) else None
-
-
 def _allocation(err: RuntimeError) -> bool:
     oom = getattr(torch, "OutOfMemoryError", ())
     return (oom and isinstance(err, oom)) or "can't allocate memory" in str(err) or "out of memory" in str(err)
 
 
-def _flat(config: dict, prefix: str = "") -> dict:
-    out = {}
-    for key, value in config.items():
-        out.update(_flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key: value})
-    return out
-
-
 class Trainer:
-    """One run; ``exchange`` decides which replicas live here (all, or one per rank)."""
+    """One run's training step; ``exchange`` decides which replicas live here (all, or one per rank);
+    ``out``: the run folder (a path, or a RunFolder the caller opened)."""
 
-    def __init__(self, cfg: TrainConfig, out: str | Path, exchange: Exchange | None = None,
+    def __init__(self, cfg: TrainConfig, out: str | Path | RunFolder, exchange: Exchange | None = None,
                  progress: bool | None = None, max_memory=None):
         self.cfg = cfg
-        self.out = Path(out)
+        self.folder = out if isinstance(out, RunFolder) else None  # opened by the caller, who holds its lock
+        self.out = Path(out.path if isinstance(out, RunFolder) else out)
+        self._out_given = out  # as given: an empty name is refused when the folder is opened
         self.ex = exchange or LocalExchange(cfg.replicas)
-        self.progress = sys.stderr.isatty() if progress is None else progress  # a bar only on a terminal
+        self.progress = progress  # None: a bar on a terminal, a line per evaluation in a log; False: silent
         self.device = torch.device(cfg.device)
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise ConfigError("device=cuda but torch sees no GPU")
@@ -215,16 +117,16 @@ class Trainer:
 
             self.pipe = Pipeline(cfg, self.ex, self.model, all_shards)
         self.outer_done = 0
-        self.saved_at = None      # outer step of the checkpoint on disk (None: none yet)
-        self.diverged = None      # the first divergence seen here (a dict), or None
+        self.inner_done = 0       # inner steps of the current phase done (a checkpoint taken by an interrupt)
         self.train_sum = torch.zeros(R, dtype=torch.float64)  # training loss since the last evaluation
         self.train_count = 0
         # the theory's inputs at every outer step (inputs.jsonl): only where one process holds every
         # replica (the replica means would cost a collective per outer step under torchrun) and
         # there is an outer step (not ddp)
-        self.meter = SpreadMeter(R) if self.ex.world_size == 1 and R >= 2 and cfg.method != "ddp" else None
+        self.meter = SpreadMeter(R) if self.ex.world_size == 1 and R >= 2 and not cfg.synchronous else None
         self.inputs: list[dict] = []
         self.theta_spread: dict = {}  # outer_update(measure=True): the inner weights' spread before the outer step
+
 
     # ------------------------------------------------------------- inner phase
 
@@ -270,12 +172,17 @@ class Trainer:
             group["lr"] = lr
         self.opt.zero_grad(set_to_none=False)
         loss = self._backward(None if self.pipe else self._windows(step), step)
-        if self.cfg.method == "ddp":
+        if self.cfg.synchronous:
             self.ex.average_grads([p.grad for p in self.params.values()])
         if self.cfg.clip > 0:
             self._clip()
         self.opt.step()
         return loss
+
+    def record_loss(self, loss: torch.Tensor) -> None:
+        """One inner step's training losses into the sums of the next metrics row."""
+        self.train_sum += loss
+        self.train_count += 1
 
     # ------------------------------------------------------------- outer step
 
@@ -286,7 +193,7 @@ class Trainer:
         average removes, so diloco's weight_std, measured after it, is 0)."""
         if measure:
             self.theta_spread = self._spread({k: p.detach() for k, p in self.params.items()}, None, "theta_std")
-        if self.cfg.method == "ddp":  # every step was synchronous: nothing to average
+        if self.cfg.synchronous:  # every step averaged the gradients: nothing to average
             for k in self.phi:
                 self.phi[k].copy_(self.params[k])
             return
@@ -302,6 +209,7 @@ class Trainer:
                 phi, delta = outer_step(self.phi[k], self.delta[k], mphi, mprog, **rule)
                 self.phi[k], self.delta[k] = phi.to(self.outer_dtype), delta.to(self.outer_dtype)
                 self.params[k].copy_(self.phi[k])
+
 
     # ------------------------------------------------------------- evaluation
 
@@ -351,90 +259,71 @@ class Trainer:
         """Every replica's value, in replica order: under torchrun with stages, those of the last stage's ranks."""
         return self.ex.gather_floats(values)[-self.cfg.replicas:]
 
-    # ------------------------------------------------------------- checkpoints
+    def metrics_row(self, since: float) -> dict:
+        """The metrics row after an outer step (evaluation included; tokens/s over the work since ``since``,
+        a perf_counter time); the training-loss sums restart."""
+        cfg = self.cfg
+        step = self.outer_done * cfg.inner_steps
+        train_per = self._last_stage((self.train_sum / max(self.train_count, 1)).tolist())
+        row = {"step": step, "outer_step": self.outer_done, "tokens": step * cfg.tokens_per_inner_step(),
+               "train_loss": float(np.mean(train_per)), "train_loss_per_replica": train_per, **self.evaluate(),
+               "tokens_per_s": self.train_count * cfg.tokens_per_inner_step() / (time.perf_counter() - since),
+               "lr": cfg.inner_lr(step - 1)}
+        self.train_sum.zero_()
+        self.train_count = 0
+        return row
 
-    def _ckpt_path(self) -> Path:
-        return self.out / (self.ex.ckpt_name())
+    # ------------------------------------------------------------- state
 
-    def save(self) -> None:
-        state = {"schema_version": SCHEMA_VERSION, "config": self.cfg.as_dict(), "outer_step": self.outer_done,
-                 "replicas": list(self.ex.replicas), "phi": self.phi, "delta": self.delta,
-                 "opt": self.opt.state_dict(), "torch_rng": torch.get_rng_state(),
-                 "train_sum": self.train_sum, "train_count": self.train_count,
-                 "meter": None if self.meter is None else self.meter.state_dict(),
-                 "data_rng": "numpy default_rng([seed, replica, inner_step]); groups from (seed, outer_step)"}
-        atomic_write(self._ckpt_path(), lambda tmp: torch.save(state, tmp))
-        self.saved_at = self.outer_done
+    def tensor_names(self) -> list[str]:
+        """Every parameter's name, whatever stage this rank holds."""
+        return list(param_shapes(self.model))
 
-    def _recover(self) -> str:
-        return (f"start the run again with --overwrite (it deletes the run in {self.out}), or put back a good "
-                f"copy of {self._ckpt_path().name}")
+    def state_tensors(self, optimizer: bool = False):
+        """``(quantity, {name: tensor})`` in the order a divergence is looked for: weights, outer momentum
+        and, with ``optimizer``, the inner optimizer's state."""
+        parts = [("weights", self.phi), ("outer momentum", self.delta)]
+        if optimizer:
+            names = {id(p): k for k, p in self.params.items()}
+            parts.append(("optimizer state", {f"{names.get(id(p), '?')}.{key}": v
+                                              for p, st in self.opt.state.items() for key, v in st.items()
+                                              if isinstance(v, torch.Tensor) and v.dim() > 0}))
+        return parts
 
-    def _read_checkpoint(self) -> dict:
-        path = self._ckpt_path()
-        try:  # tensors and plain data only: unpickling arbitrary objects would run code from the file
-            state = torch.load(path, map_location=self.device, weights_only=True)
-        except Exception as err:  # damaged bytes make torch's unpickler raise almost anything (IndexError too)
-            first = (str(err).splitlines() or [type(err).__name__])[0]
-            raise DataError(f"checkpoint {path} is unreadable (truncated or corrupted: {first}); "
-                            f"{self._recover()}") from None
-        if not isinstance(state, dict):
-            raise DataError(f"checkpoint {path} holds a {type(state).__name__}, not a checkpoint; {self._recover()}")
-        missing = [k for k in ("config", "outer_step", "phi", "delta", "opt", "torch_rng") if k not in state]
-        if missing or state.get("schema_version", 1) not in CKPT_VERSIONS:
-            what = (f"lacks {', '.join(missing)}" if missing else
-                    f"has schema_version {state.get('schema_version')!r} (this version reads "
-                    f"{', '.join(map(str, CKPT_VERSIONS))})")
-            raise DataError(f"checkpoint {path} {what}; {self._recover()}")
+    def state_dict(self) -> dict:
+        """Everything a resumed run needs (data and groups are functions of the seed and the step). Mid-phase
+        (``inner_step`` > 0, an interrupt) the inner weights ``theta`` too."""
+        state = {"outer_step": self.outer_done, "inner_step": self.inner_done, "phi": self.phi, "delta": self.delta,
+                 "opt": self.opt.state_dict(), "torch_rng": torch.get_rng_state(), "train_sum": self.train_sum,
+                 "train_count": self.train_count, "meter": None if self.meter is None else self.meter.state_dict()}
+        if self.inner_done:
+            state["theta"] = {k: p.detach() for k, p in self.params.items()}
         return state
 
-    def _check_resume_settings(self, state: dict) -> None:
-        path = self._ckpt_path()
-        try:  # a nested config, or the flat one of checkpoints written before the outer step was nested
-            saved_cfg = TrainConfig.from_dict(state["config"])
-        except (ConfigError, TypeError, KeyError, AttributeError) as err:
-            raise ConfigError(f"checkpoint {path} holds settings this version cannot read ({err}); "
-                              f"resume with the version that wrote it, or start a new --out") from None
-        saved, now = _flat(saved_cfg.as_dict()), _flat(self.cfg.as_dict())
-        free = RESUMABLE_CHANGES + (("outer_steps",) if now["schedule"] == saved.get("schedule") == "constant" else ())
-        differ = [k for k in now if k.split(".")[0] not in free and saved.get(k) != now[k]]
-        if differ:
-            why = ("; outer_steps sets the length of the cosine learning-rate schedule (outer_steps * inner_steps "
-                   "inner steps), so another value reshapes it" if "outer_steps" in differ else "")
-            raise ConfigError(f"--resume: the checkpoint in {self.out} was written with other settings: "
-                              + ", ".join(f"{k}={saved.get(k)!r} (now {now[k]!r})" for k in differ)
-                              + f"{why}; resume with the checkpoint's values or start a new --out")
-        done = state["outer_step"]
-        if isinstance(done, bool) or not isinstance(done, int) or done < 0:
-            raise DataError(f"checkpoint {path} has outer_step={done!r}; {self._recover()}")
-        if done > self.cfg.outer_steps:
-            raise ConfigError(f"--resume: the checkpoint in {self.out} is at outer step {done}, beyond "
-                              f"outer_steps={self.cfg.outer_steps}")
-
-    def load(self) -> None:
-        path = self._ckpt_path()
-        state = self._read_checkpoint()
-        self._check_resume_settings(state)
-        for part in ("phi", "delta"):
-            saved = state[part]
-            for k, mine in getattr(self, part).items():
+    def load_state_dict(self, state: dict, path: Path, recover: str) -> None:
+        """A validated checkpoint's state (DataError naming ``path`` and how to ``recover`` when it does not fit)."""
+        self.inner_done = state.get("inner_step", 0)
+        parts = ("phi", "delta") + (("theta",) if self.inner_done else ())
+        for part in parts:
+            saved = state.get(part)
+            for k, mine in (self.params if part == "theta" else getattr(self, part)).items():
                 got = saved.get(k) if isinstance(saved, dict) else None
                 if not isinstance(got, torch.Tensor) or got.shape != mine.shape:
                     shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
                     raise DataError(f"checkpoint {path} holds {part}[{k!r}] of shape {shape}, expected "
-                                    f"{tuple(mine.shape)}; {self._recover()}")
+                                    f"{tuple(mine.shape)}; {recover}")
         try:
             with torch.no_grad():
                 for k in self.phi:
                     self.phi[k] = state["phi"][k].to(self.device, self.outer_dtype)
                     self.delta[k] = state["delta"][k].to(self.device, self.outer_dtype)
-                    self.params[k].copy_(self.phi[k])
+                    self.params[k].copy_(state["theta"][k] if self.inner_done else self.phi[k])
             self.opt.load_state_dict(state["opt"])
             torch.set_rng_state(state["torch_rng"])
         except (ValueError, KeyError, TypeError, RuntimeError) as err:
             raise DataError(f"checkpoint {path} does not fit this run ({str(err).splitlines()[0]}); "
-                            f"{self._recover()}") from None
-        self.outer_done = self.saved_at = state["outer_step"]
+                            f"{recover}") from None
+        self.outer_done = state["outer_step"]
         if isinstance(state.get("train_sum"), torch.Tensor) and state["train_sum"].shape == self.train_sum.shape:
             self.train_sum = state["train_sum"].double().cpu()
             self.train_count = int(state.get("train_count", 0))
@@ -444,221 +333,23 @@ class Trainer:
             else:
                 self.meter = None
 
-    # ------------------------------------------------------------- divergence
-
-    def _diverge(self, outer_step: int, inner_step: int | None, replica: int | None, quantity: str,
-                 tensor: str | None = None, value=float("nan")) -> None:
-        """Record the first divergence seen here (``replica`` indexes this process's replicas)."""
-        if self.diverged is None:
-            self.diverged = {"outer_step": outer_step, "inner_step": inner_step,
-                             "replica": None if replica is None else self.ex.replicas[replica],
-                             "quantity": quantity, "tensor": tensor, "value": str(float(value))}
-
-    def _check_state(self, outer_step: int, optimizer: bool = False) -> None:
-        """A non-finite weight or outer momentum (and, with ``optimizer``, AdamW state) is a divergence."""
-        parts = [("weights", self.phi), ("outer momentum", self.delta)]
-        if optimizer:
-            names = {id(p): k for k, p in self.params.items()}
-            parts.append(("optimizer state", {f"{names.get(id(p), '?')}.{key}": v
-                                              for p, st in self.opt.state.items() for key, v in st.items()
-                                              if isinstance(v, torch.Tensor) and v.dim() > 0}))
-        for quantity, tensors in parts:
-            for name, x in tensors.items():
-                r = _first_bad(x)
-                if r is not None:
-                    bad = x[r][~torch.isfinite(x[r])].flatten()[0].item()
-                    return self._diverge(outer_step, None, r, quantity, name, bad)
-
-    def _sync_divergence(self) -> bool:
-        """Whether any replica has diverged; under torchrun every rank learns the earliest divergence of
-        any rank (one all-gather), so that all stop at the same outer step."""
-        if self.ex.world_size > 1:
-            d = self.diverged
-            keys = list(param_shapes(self.model))  # every rank's names, whatever stage it holds
-            mine = ([1.0, d["outer_step"], -1 if d["inner_step"] is None else d["inner_step"],
-                     -1 if d["replica"] is None else d["replica"], QUANTITIES.index(d["quantity"]),
-                     keys.index(d["tensor"]) if d["tensor"] in keys else -1] if d else [0.0] * 6)
-            every = self.ex.agree(mine)
-            seen = [every[i:i + 6] for i in range(0, len(every), 6) if every[i] > 0]
-            if seen:
-                flag, outer, inner, replica, quantity, tensor = min(seen, key=lambda v: (v[1], v[2]))
-                first = {"outer_step": int(outer), "inner_step": None if inner < 0 else int(inner),
-                         "replica": None if replica < 0 else int(replica), "quantity": QUANTITIES[int(quantity)],
-                         "tensor": keys[int(tensor)] if tensor >= 0 else None}
-                self.diverged = {**first, "value": d["value"] if d and d["replica"] == first["replica"] else "nan"}
-        return self.diverged is not None
-
     # ------------------------------------------------------------- the run
 
-    def _result(self, rows: list, started: float) -> dict:
-        cfg = self.cfg
-        result = {"schema_version": SCHEMA_VERSION, "config": cfg.as_dict(), **self.corpus.info(),
-                  "unigram_entropy": self._entropy, "torch": torch.__version__,
-                  "n_params": self.model.n_params(), "outer_steps_done": self.outer_done,
-                  "finished": self.outer_done == cfg.outer_steps and self.diverged is None,
-                  "checkpoint_outer_step": self.saved_at, "wall_s": time.perf_counter() - started,
-                  "world_size": self.ex.world_size, "final": rows[-1] if rows else None}
-        if self.diverged is not None:
-            result["diverged"] = {**self.diverged, "message": divergence_message(self._divergence_report())}
-        return result
-
-    def _divergence_report(self) -> dict:
-        return {**self.diverged, "checkpoint_outer_step": self.saved_at, "checkpoint": str(self._ckpt_path())}
-
-    def _start(self, resume: bool, overwrite: bool) -> list:
-        """Checks and files before the first step: the lock and the folder (rank 0), the checkpoint
-        (every rank), then metrics.jsonl and result.json saying ``finished: false``; the metrics rows
-        kept. Under torchrun every rank learns whether all of them could start."""
-        failure, rows = None, []
-        try:
-            if self.ex.is_main:
-                output_dir(self.out)
-                self._lock.acquire()
-                check_run_dir(self.out, resume=resume, overwrite=overwrite)
-            if resume:
-                if not self._ckpt_path().exists():
-                    raise ConfigError(f"--resume: no checkpoint {self._ckpt_path()}")
-                self.load()
-            if self.ex.is_main:
-                for stale in [p for n in RUN_FILES + ("ckpt*.pt",) for p in self.out.glob(f".{n}.*.tmp")]:
-                    stale.unlink()  # a writer killed before its rename (noloco.infra.files.atomic_write) left it
-                metrics = self.out / "metrics.jsonl"
-                if overwrite:
-                    for path in run_files(self.out):
-                        path.unlink()
-                elif resume and metrics.exists():
-                    fix = (f"delete that line (rows after the checkpoint's outer step {self.outer_done} are "
-                           f"recomputed), or start again with --overwrite")
-                    rows = [r for r in read_metrics(metrics, fix) if r["outer_step"] <= self.outer_done]
-                if resume:
-                    self._resume_inputs()
-        except (ConfigError, DataError, OSError, MemoryError) as err:
-            failure = err
-        if self.ex.world_size > 1:  # every rank prepared, from checkpoints of the same outer step?
-            every = self.ex.agree([0.0 if failure is None else 1.0, float(self.outer_done)])
-            ranks_failed = [r for r in range(self.ex.world_size) if every[2 * r] > 0]
-            steps = sorted({every[2 * r + 1] for r in range(self.ex.world_size)})
-            if failure is None and ranks_failed:
-                failure = PeerError(f"rank(s) {ranks_failed} could not start the run (see their error); "
-                                    f"nothing was trained")
-            elif failure is None and len(steps) > 1:
-                failure = DataError(f"the checkpoints in {self.out} are at different outer steps "
-                                    f"({', '.join(str(int(s)) for s in steps)}): a rank was stopped while they "
-                                    f"were written; start the run again with --overwrite")
-        if failure is not None:
-            raise failure
-        return rows
-
-    def _resume_inputs(self) -> None:
-        """The inputs.jsonl rows up to the checkpoint. The meter continues only from a checkpoint that
-        holds its state and a file that holds every outer step up to it; otherwise the rows kept end
-        there (``noloco llm predict`` then predicts the evaluations up to that step)."""
-        path = self.out / "inputs.jsonl"
-        fix = "delete inputs.jsonl (the run then goes on without it) or start again with --overwrite"
-        kept = ([r for r in read_jsonl(path, required=("outer_step", "groups"), fix=fix)
-                 if r["outer_step"] <= self.outer_done] if path.exists() else [])
-        if [r["outer_step"] for r in kept] != list(range(1, self.outer_done + 1)):
-            self.meter = None
-        self.inputs = kept
-
-    def _write_rows(self, rows: list) -> None:
-        if self.ex.is_main:  # the whole file, atomically: a crash never leaves half a line
-            atomic_write_text(self.out / "metrics.jsonl", "".join(dumps(r) + "\n" for r in rows))
-        self._write_inputs()
-
-    def _write_inputs(self) -> None:
-        if self.ex.is_main and (self.meter is not None or self.inputs):
-            atomic_write_text(self.out / "inputs.jsonl", "".join(dumps(r) + "\n" for r in self.inputs))
-
-    def _write_result(self, rows: list, started: float) -> dict:
-        result = self._result(rows, started)
-        if self.ex.is_main:
-            write_json(self.out / "result.json", result, indent=2)
-        return result
-
     def run(self, resume: bool = False, stop_after: int | None = None, overwrite: bool = False) -> dict:
-        """Train to ``outer_steps`` (or ``stop_after``); the result, as written to result.json. A
-        divergence ends the run early with ``result["diverged"]`` (see :func:`divergence_message`)."""
-        self._lock = RunLock(self.out)
+        """Train to ``outer_steps`` (or ``stop_after``); the result, as written to result.json. A divergence
+        ends the run early with ``result["diverged"]``; Ctrl-C or SIGTERM checkpoint and raise
+        :class:`noloco.infra.entry.Interrupted` (:mod:`noloco.llm_check.lifecycle`). The folder is the
+        caller's opened RunFolder, or one the lifecycle opens (under torchrun rank 0, the ranks agreeing)."""
+        folder = self.folder or run_folder(self._out_given, resume=resume, overwrite=overwrite, lock=self.ex.is_main)
         try:
-            return self._run(resume, stop_after, overwrite)
+            return Lifecycle(self, folder).execute(resume, stop_after, overwrite, self.progress,
+                                                   open_folder=self.folder is None)
         except RuntimeError as err:
             if _allocation(err):
                 raise MemoryError(f"{self.cfg.method}: {str(err).splitlines()[0]} (the estimate was "
                                   f"{self.memory['total'] / 1e9:.3g} GB); lower --batch, --ctx or --replicas, "
                                   f"or lower --max-memory so the estimate refuses it") from err
             raise
-        finally:
-            if self.ex.is_main:
-                self._lock.release()
-
-    def _run(self, resume: bool, stop_after: int | None, overwrite: bool) -> dict:
-        cfg = self.cfg
-        started = time.perf_counter()
-        self._entropy = self.corpus.unigram_entropy()
-        rows = self._start(resume, overwrite)
-        self._write_rows(rows)
-        self._write_result(rows, started)
-        last = min(cfg.outer_steps if stop_after is None else stop_after, cfg.outer_steps)
-        tokens_step = cfg.tokens_per_inner_step()
-        clock = time.perf_counter()
-        single = self.ex.world_size == 1
-        bar = None
-        if self.progress and self.ex.is_main:
-            from tqdm import tqdm
-
-            bar = tqdm(total=cfg.total_inner_steps, initial=self.outer_done * cfg.inner_steps,
-                       desc=f"{cfg.method} N={cfg.replicas}", unit="step", leave=False, dynamic_ncols=True)
-        while self.outer_done < last:
-            t = self.outer_done
-            for h in range(cfg.inner_steps):
-                loss = self.inner_step(t * cfg.inner_steps + h).double().cpu()
-                r = _first_bad(loss)
-                if r is not None:
-                    self._diverge(t + 1, t * cfg.inner_steps + h + 1, r, "training loss", None, loss[r].item())
-                    if single:
-                        break
-                self.train_sum += loss
-                self.train_count += 1
-                if bar is not None:
-                    bar.update(1)
-            if single and self.diverged:
-                break
-            evaluate = (t + 1) % cfg.eval_every == 0 or t + 1 == cfg.outer_steps
-            self.outer_update(t, measure=evaluate)
-            self.outer_done = t + 1
-            save = self.outer_done % cfg.ckpt_every == 0 or self.outer_done == last
-            self._check_state(self.outer_done, optimizer=save)
-            if (single or evaluate or save) and self._sync_divergence():
-                break
-            if evaluate:
-                step = self.outer_done * cfg.inner_steps
-                train_per = self._last_stage((self.train_sum / max(self.train_count, 1)).tolist())
-                row = {"step": step, "outer_step": self.outer_done, "tokens": step * tokens_step,
-                       "train_loss": float(np.mean(train_per)), "train_loss_per_replica": train_per,
-                       **self.evaluate(), "tokens_per_s": self.train_count * tokens_step / (time.perf_counter() - clock),
-                       "lr": cfg.inner_lr(step - 1)}
-                bad = [i for i, v in enumerate(row["val_loss_per_replica"]) if not math.isfinite(v)]
-                if bad or not math.isfinite(row["val_loss_avg_model"]):  # every rank sees the same row
-                    self.diverged = {"outer_step": self.outer_done, "inner_step": None,
-                                     "replica": bad[0] if bad else None, "quantity": "validation loss",
-                                     "tensor": None,
-                                     "value": str(row["val_loss_per_replica"][bad[0]] if bad else row["val_loss_avg_model"])}
-                    break
-                rows.append(row)
-                self._write_rows(rows)
-                if bar is not None:
-                    bar.set_postfix(val=f"{row['val_loss_avg_model']:.3f}", std=f"{row['weight_std']:.2e}")
-                self.train_sum.zero_()
-                self.train_count, clock = 0, time.perf_counter()
-            if save:
-                self.save()
-                self._write_inputs()
-                self._write_result(rows, started)
-        if bar is not None:
-            bar.close()
-        self._write_inputs()
-        return self._write_result(rows, started)
 
 
 # ----------------------------------------------------------------- stages removed
@@ -686,7 +377,7 @@ def evaluate_run(out: str | Path, removed=(), threads: int | None = None) -> dic
                         f"one-process run)")
     set_threads(threads)
     trainer = Trainer(cfg, out, progress=False)
-    trainer.load()
+    Lifecycle(trainer, run_folder(out, lock=False)).load()
     row = trainer.evaluate(removed=tuple(removed))
     return {"removed": removed, "stages": cfg.stages, "outer_step": trainer.outer_done,
             **{k: row[k] for k in ("val_loss_avg_model", "val_loss_per_replica", "weight_std")}}
@@ -707,19 +398,16 @@ def train_methods(configs: list[TrainConfig], out: str | Path, *, resume: bool =
         raise ConfigError(f"method={','.join(methods)} names {', '.join(twice)} more than once; "
                           "give each method once")
     check_run_flags(SimpleNamespace(resume=resume, overwrite=overwrite, stop_after=stop_after, threads=threads))
-    folders = [Path(out) / cfg.method if len(configs) > 1 else Path(out) for cfg in configs]
     output_dir(out)
     for cfg in configs:
         check_memory(cfg, max_memory)
-    with contextlib.ExitStack() as locks:
-        for where in folders:
-            output_dir(where)
-            locks.enter_context(RunLock(where))
-            check_run_dir(where, resume=resume, overwrite=overwrite)
+    with contextlib.ExitStack() as opened:
+        folders = [opened.enter_context(run_folder(Path(out) / cfg.method if len(configs) > 1 else out,
+                                                   resume=resume, overwrite=overwrite)) for cfg in configs]
         set_threads(threads)
         results = {}
-        for cfg, where in zip(configs, folders):
-            trainer = Trainer(cfg, where, progress=progress, max_memory=max_memory)
+        for cfg, folder in zip(configs, folders):
+            trainer = Trainer(cfg, folder, progress=progress, max_memory=max_memory)
             results[cfg.method] = trainer.run(resume=resume, stop_after=stop_after, overwrite=overwrite)
     return results
 
@@ -750,37 +438,49 @@ PROG = "python -m noloco.llm_check.train"
 
 
 def main(argv: list[str] | None = None) -> int:
-    """The torchrun entry, under the exit-code contract of ``noloco`` (:func:`noloco.infra.entry.report`): 0 done,
-    1 diverged, 2 bad input, 3 an environment or data fault (a dead peer, a corrupted checkpoint, a
-    folder in use, the memory budget), 130 interrupted; one line on stderr."""
-    parser = OneLineParser(prog=PROG, description="One NoLoCo/DiLoCo/DDP run; under torchrun one replica per rank.")
+    """The torchrun entry, under the toolkit's exit-code contract (:func:`noloco.infra.entry.run`): 0 done,
+    1 diverged, 2 bad input, 3 an environment or data fault (a dead peer, a corrupted checkpoint, a folder in
+    use, the memory budget), 130 interrupted; one line on stderr."""
+    parser = entry.OneLineParser(prog=PROG, description="One NoLoCo/DiLoCo/DDP run; under torchrun one replica "
+                                                         "per rank.")
     add_train_arguments(parser)
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as stop:  # --help (0) or a usage error (2, printed on one line)
-        return stop.code if isinstance(stop.code, int) else 0
-    try:
-        cfg = config_from_args(args)
-        set_threads(args.threads)
-        ex = None
-        if "WORLD_SIZE" in os.environ:
-            from noloco.llm_check.exchange import DistExchange
+    return entry.run(PROG, parser, _main, argv)
 
-            ex = DistExchange.init(cfg, args.timeout)
-            cfg = dataclasses.replace(cfg, device=str(ex.device))  # the rank's device: exchange.rank_device
+
+def _world_size() -> int | None:
+    """torchrun's WORLD_SIZE (None outside torchrun); ConfigError when it is not a positive integer."""
+    text = os.environ.get("WORLD_SIZE")
+    if text is None:
+        return None
+    try:
+        world = int(text)
+    except ValueError:
+        world = 0
+    if world < 1:
+        raise ConfigError(f"WORLD_SIZE={text!r} is not a positive integer (it is set by torchrun)")
+    return world
+
+
+def _main(args) -> int:
+    cfg = config_from_args(args)
+    set_threads(args.threads)
+    ex = None
+    if _world_size() is not None:
+        from noloco.llm_check.exchange import DistExchange
+
+        ex = DistExchange.init(cfg, args.timeout)
+        cfg = dataclasses.replace(cfg, device=str(ex.device))  # the rank's device: exchange.rank_device
+    # one process: the folder is checked and locked before any work; under torchrun rank 0 does it
+    # when every rank has started, so that all of them learn whether it could (Lifecycle.start)
+    out = args.out if ex is not None else run_folder(args.out, resume=args.resume, overwrite=args.overwrite).open()
+    try:
+        result = Trainer(cfg, out, ex, max_memory=args.max_memory).run(
+            resume=args.resume, stop_after=args.stop_after, overwrite=args.overwrite)
+    finally:
+        if ex is not None:
+            ex.close()
         else:
-            check_run_dir(args.out, resume=args.resume, overwrite=args.overwrite)
-        try:
-            result = Trainer(cfg, args.out, ex, max_memory=args.max_memory).run(
-                resume=args.resume, stop_after=args.stop_after, overwrite=args.overwrite)
-        finally:
-            if ex is not None:
-                ex.close()
-    except KeyboardInterrupt:
-        print(f"{PROG}: interrupted", file=sys.stderr)
-        return 130
-    except Exception as err:  # noqa: BLE001 - report re-raises what is not in the contract (a bug)
-        return report(PROG, err)
+            out.close()
     if result.get("diverged"):
         print(f"{PROG}: {result['diverged']['message']}", file=sys.stderr)
         return 1

@@ -137,9 +137,9 @@ def run_sweep(preset: str, out: str | Path, device: str | None = None, progress:
     from tqdm import tqdm
 
     from noloco.llm_check.config import check_memory
-    from noloco.llm_check.train import Trainer, check_run_dir, finished_run, read_metrics, set_threads
-    from noloco.infra.rundir import RunLock
+    from noloco.llm_check.train import Trainer, set_threads
     from noloco.infra.files import output_dir
+    from noloco.llm_check.lifecycle import finished_run, read_metrics, run_folder
 
     check_choice("preset", preset, tuple(PRESETS))
     base, sweep, seeds = PRESETS[preset]
@@ -153,21 +153,18 @@ def run_sweep(preset: str, out: str | Path, device: str | None = None, progress:
     out = output_dir(out)
     folders = [out / (f"run{i:02d}" + (f"-seed{seed}" if seed != seeds[0] else "")) for i, seed in jobs]
     runs: dict[int, list] = {}
-    with ExitStack() as locks:
-        kept = []  # with reuse: each folder's finished run of the same settings (None: train it)
+    how = "replace the sweep with --overwrite, keep its finished runs with --reuse, or give another --out"
+    with ExitStack() as opened:
+        kept, runs_in = [], []  # with reuse: each folder's finished run of the same settings (None: train it)
         for where, cfg in zip(folders, configs):
-            output_dir(where)
-            locks.enter_context(RunLock(where))
             kept.append(finished_run(where, cfg) if reuse else None)
-            if kept[-1] is None:
-                check_run_dir(where, overwrite=overwrite,
-                              how="replace the sweep with --overwrite, keep its finished runs with --reuse, "
-                                  "or give another --out")
-        for (i, seed), cfg, where, result in tqdm(list(zip(jobs, configs, folders, kept)), desc=f"validate {preset}",
-                                                  unit="run", disable=not progress):
+            runs_in.append(run_folder(where, overwrite=overwrite, how=how).open(accept_existing=kept[-1] is not None))
+            opened.callback(runs_in[-1].close)
+        for (i, seed), cfg, where, folder, result in tqdm(list(zip(jobs, configs, folders, runs_in, kept)),
+                                                          desc=f"validate {preset}", unit="run", disable=not progress):
             factor, changes = sweep[i]
             if result is None:
-                result = Trainer(cfg, where, progress=False, max_memory=max_memory).run(overwrite=True)
+                result = Trainer(cfg, folder, progress=False, max_memory=max_memory).run(overwrite=overwrite)
             if result.get("diverged"):
                 report = {"schema_version": SCHEMA_VERSION, "preset": preset, "base": base, "rows": [],
                           "diverged": f"{where.name} ({factor} {changes}, seed {seed}): "

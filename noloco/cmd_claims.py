@@ -40,9 +40,9 @@ def run(args) -> int:
 
     only = None if args.only is None else [name.strip() for name in args.only.split(",") if name.strip()]
     if only == []:
-        from noloco.cli import UsageError
+        from noloco.infra.errors import ConfigError
 
-        raise UsageError(f"--only {args.only!r} names no claim; give claim names (see `noloco claims`) or drop --only")
+        raise ConfigError(f"--only {args.only!r} names no claim; give claim names (see `noloco claims`) or drop --only")
     claims = run_all(quick=args.quick, seed=args.seed, only=only)
     every = all(c.holds for c in claims)
     if args.json:

@@ -27,14 +27,14 @@ def run(args) -> int:
 
     from tqdm import tqdm
 
-    from noloco.cli import UsageError
+    from noloco.infra.errors import ConfigError
     from noloco.paper_figs.run import FIGURES, make
     from noloco.infra.checks import check_choice
     from noloco.infra.files import input_dir, output_dir
 
     names = [n.strip() for item in (args.only or []) for n in item.split(",") if n.strip()]
     if args.only is not None and not names:
-        raise UsageError(f"--only {','.join(args.only)!r} names no figure; allowed: {', '.join(FIGURES)}")
+        raise ConfigError(f"--only {','.join(args.only)!r} names no figure; allowed: {', '.join(FIGURES)}")
     for name in names:
         check_choice("only", name, FIGURES)
     names = names or list(FIGURES)

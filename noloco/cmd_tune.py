@@ -65,12 +65,12 @@ def add_parser(subparsers) -> None:
 
 def _unused_flags(args) -> None:
     """Flags that would be silently ignored are refused (exit 2)."""
-    from noloco.cli import UsageError
+    from noloco.infra.errors import ConfigError
 
     if args.h_values is not None and "H" not in args.tune:
-        raise UsageError("--h-values lists candidate H for --tune H; add --tune H (or drop --h-values)")
+        raise ConfigError("--h-values lists candidate H for --tune H; add --tune H (or drop --h-values)")
     if args.target is not None and args.objective == "rate":
-        raise UsageError("--target is the distance reduction of --objective steps or inner-steps; "
+        raise ConfigError("--target is the distance reduction of --objective steps or inner-steps; "
                          "--objective rate does not use it")
 
 

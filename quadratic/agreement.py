@@ -78,4 +78,6 @@ def table(trials: int = 300) -> str:
 
 
 if __name__ == "__main__":
-    print(table())
+    from noloco.infra.entry import print_main
+
+    raise SystemExit(print_main("python -m noloco.quadratic.agreement", __doc__, table))

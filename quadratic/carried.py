@@ -62,8 +62,6 @@ def table() -> str:
     return "\n".join(rows)
 
 
-if __name__ == "__main__":
-    print(table())
 
 
 #: heterogeneous optima (SimConfig.zeta): gamma, zeta, curvature, alpha, n, momentum (N = 8, beta 0.7,
@@ -93,3 +91,9 @@ def compare_heterogeneous(gamma, zeta, curvature, alpha, group_size, convention,
     return {"simulated": mc, "se": se, "drift": X.stationary_spread(outer, c, s2, drift_var=c * c * zeta * zeta),
             "no_drift": X.stationary_spread(outer, c, s2),
             "mean": float(run.mean_distance.mean[-1][0]), "mean_se": float(run.mean_distance.se[-1][0])}
+
+
+if __name__ == "__main__":
+    from noloco.infra.entry import print_main
+
+    raise SystemExit(print_main("python -m noloco.quadratic.carried", __doc__, table))

@@ -7,5 +7,7 @@ from noloco.theory.schedules import SCHEDULES
 OBJECTIVES = ("quadratic", "diabetes", "longley", "breast-cancer")
 SPLITS = ("shared", "iid", "label", "kmeans")
 OPTIMIZERS = ("sgd", "momentum", "adam")
+INNER_MODES = ("auto", "exact", "explicit")
+DTYPES = ("float64", "float32")
 
-__all__ = ["METHODS", "OBJECTIVES", "OPTIMIZERS", "SCHEDULES", "SPLITS"]
+__all__ = ["DTYPES", "INNER_MODES", "METHODS", "OBJECTIVES", "OPTIMIZERS", "SCHEDULES", "SPLITS"]

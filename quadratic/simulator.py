@@ -35,7 +35,7 @@ import numpy as np
 
 from noloco.quadratic import fused
 from noloco.quadratic.inner import InnerOptimizer, Noise, phase_coefficients
-from noloco.quadratic.names import METHODS, OBJECTIVES, OPTIMIZERS, SCHEDULES, SPLITS
+from noloco.quadratic.names import DTYPES, INNER_MODES, METHODS, OBJECTIVES, OPTIMIZERS, SCHEDULES, SPLITS
 from noloco.quadratic.objectives import DATA_DIMENSION_BOUND, build
 from noloco.infra import jit
 from noloco.infra.budget import retain_freed_memory
@@ -51,8 +51,6 @@ from noloco.theory.spectrum import DEFAULT_CURVATURE, Spectrum
 #: a run is divergent when any |phi - optimum| exceeds this many times its initial scale
 GROWTH_BOUND = 1e6
 #: how the inner phase is simulated: auto is exact wherever exact is exact, else explicit
-INNER_MODES = ("auto", "exact", "explicit")
-DTYPES = ("float64", "float32")
 #: numbers per state array in one block (512 KiB in float64: a block's arrays stay in the
 #: caches of the machine measured in docs/performance.md, and numpy's per-call cost is spread
 #: over enough numbers; 2^17 measured the same)

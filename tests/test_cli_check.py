@@ -159,20 +159,24 @@ def test_environment_faults_exit_3_with_one_line(capsys, monkeypatch, error, cod
     assert err.startswith("noloco check: error: ") and err.count("\n") == 1 and "Traceback" not in err
 
 
-def test_a_bug_keeps_its_traceback(monkeypatch):
+def test_a_bug_is_exit_3_in_one_line_never_1(monkeypatch, capsys):
+    """Exit 1 means a finding (issue 22): a bug must not read as one. It is exit 3, one line that says it is
+    an internal error."""
     def fail(args):
         raise ZeroDivisionError("a bug")
 
     monkeypatch.setattr("noloco.cmd_check.run", fail)
-    with pytest.raises(ZeroDivisionError):
-        main(["check"])
+    assert main(["check"]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "internal error (ZeroDivisionError: a bug)" in err and "Traceback" not in err
 
 
-def test_debug_shows_the_traceback():
+@pytest.mark.parametrize("argv, code", [(["check", "--alpha", "1.5"], 2), (["llm", "predict", "/nonexistent"], 3)])
+def test_debug_shows_the_traceback_and_keeps_the_code(argv, code):
     env = dict(os.environ, NOLOCO_DEBUG="1")
-    proc = subprocess.run([sys.executable, "-m", "noloco", "check", "--alpha", "1.5"], capture_output=True,
-                          text=True, timeout=120, env=env)
-    assert proc.returncode != 0 and "Traceback" in proc.stderr and "ConfigError" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "noloco", *argv], capture_output=True, text=True, timeout=120, env=env)
+    assert proc.returncode == code and "Traceback" in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith(f"noloco {' '.join(argv[:-2] if code == 2 else argv[:2])}")
 
 
 def test_closed_output_pipe_ends_quietly():

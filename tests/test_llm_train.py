@@ -356,14 +356,16 @@ def test_stop_after_below_eval_every_leaves_a_checkpoint_and_resumes_identically
 
 
 def test_checkpoints_every_ckpt_every_outer_steps(tmp_path, monkeypatch):
+    from noloco.llm_check.lifecycle import Lifecycle
+
     saved = []
-    original = Trainer.save
+    original = Lifecycle.save
 
     def spy(self):
-        saved.append(self.outer_done)
+        saved.append(self.trainer.outer_done)
         original(self)
 
-    monkeypatch.setattr(Trainer, "save", spy)
+    monkeypatch.setattr(Lifecycle, "save", spy)
     train(tmp_path, outer_steps=5, eval_every=4, ckpt_every=2)
     assert saved == [2, 4, 5] and [r["outer_step"] for r in rows(tmp_path)] == [4, 5]
     assert build("cpu-tiny", eval_every=3).ckpt_every == 3  # the default follows --eval-every

@@ -93,10 +93,11 @@ def generate() -> str:
     return "\n\n".join([header] + functions + [footer])
 
 
-def main() -> int:
-    atomic_write_text(TARGET, generate())
-    print(f"wrote {TARGET}")
-    return 0
+def main(argv=None) -> int:
+    from noloco.infra.entry import print_main
+
+    return print_main("python -m noloco.theory.codegen", __doc__,
+                      lambda: f"wrote {atomic_write_text(TARGET, generate())}", argv)
 
 
 if __name__ == "__main__":

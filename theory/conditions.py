@@ -60,6 +60,15 @@ class Analysis:
         return all(c.holds for c in self.conditions)
 
     @property
+    def verdict(self) -> str:
+        """``stable``, ``unstable`` (a condition fails) or ``not finite`` (only the finiteness condition fails:
+        a value overflows float64, so there is no verdict on stability)."""
+        failing = [c for c in self.conditions if not c.holds]
+        if not failing:
+            return "stable"
+        return "not finite" if failing == [self.conditions[-1]] and failing[0].name.startswith("finite") else "unstable"
+
+    @property
     def stationary_std(self) -> float:
         with np.errstate(invalid="ignore"):  # an unstable setting's variance may be negative: nan
             return float(np.sqrt(self.stationary_variance))
@@ -93,6 +102,52 @@ class Analysis:
                                                self.decay_factor, self.variance)
             ]
         return out
+
+
+def memory_estimate(directions: int) -> int:
+    """Bytes :func:`analyse` allocates: the chunks (constant) and, up to :data:`LISTED` directions, the
+    per-direction rows (Python floats in six lists and their JSON text)."""
+    from noloco.theory.spectrum import CHUNK
+
+    return 60 * 8 * CHUNK + (400 * directions if directions <= LISTED else 0)
+
+
+def check(outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum, model=None, max_memory=None) -> Analysis:
+    """``noloco check`` as a library: :func:`analyse` after its memory is checked against the budget
+    (:mod:`noloco.infra.budget`, BudgetError before any work)."""
+    from noloco.infra import budget
+
+    budget.require(memory_estimate(spectrum.count), budget.resolve(max_memory),
+                   f"check over {spectrum.count} directions")
+    budget.retain_freed_memory()  # chunk temporaries of 512 KiB: reuse, do not page-fault them in
+    return analyse(outer, inner, spectrum, model)
+
+
+_VERDICT = {"stable": "STABLE", "unstable": "UNSTABLE (a condition fails)",
+            "not finite": "NOT FINITE (a value overflows float64: no verdict on stability)"}
+
+
+def format_analysis(result: Analysis, method: str, spectrum: Spectrum) -> str:
+    """The table ``noloco check`` prints."""
+    o, i, m = result.outer, result.inner, result.model
+    optimizer = m.optimizer if m is not None else "sgd"
+    extras = [(m.momentum if m is not None and m.optimizer == "momentum" else None, "mu"),
+              (m.correlation or None if m is not None else None, "rho"), (m.zeta or None if m is not None else None, "zeta")]
+    fmt = lambda value: f"{value:.6g}"  # noqa: E731
+    width = max(len(c.name) for c in result.conditions)
+    lines = [f"{method} setting: N={o.replicas} n={o.group_size} alpha={o.alpha:g} beta={o.beta:g} "
+             f"gamma={o.gamma:g} momentum={o.momentum} | inner {optimizer} eta={i.lr:g} H={i.steps} "
+             f"sigma={i.noise:g}" + "".join(f" {name}={value:g}" for value, name in extras if value is not None)
+             + f" | {spectrum.count} direction(s), curvature {spectrum.low:g}..{spectrum.high:g}",
+             f"{'condition'.ljust(width)}  {'value':>12}  holds  requirement"]
+    lines += [f"{c.name.ljust(width)}  {fmt(c.value):>12}  {'yes' if c.holds else 'NO':>5}  {c.requirement}"
+              for c in result.conditions]
+    lines += [f"kappa = (N - n)/(n (N - 1))       = {fmt(o.kappa)}",
+              f"variance decay factor per step   = {fmt(result.variance_decay_factor)} (noise-free, slowest direction)",
+              f"stationary replica variance      = {fmt(result.stationary_variance)} per coordinate, summed over "
+              f"directions (std {fmt(result.stationary_std)})",
+              f"verdict: {_VERDICT[result.verdict]}"]
+    return "\n".join(lines)
 
 
 def spread_condition(outer: OuterConfig, decay: float) -> Condition:

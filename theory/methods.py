@@ -30,13 +30,48 @@ from noloco.infra.errors import ConfigError
 from noloco.theory.config import InnerConfig, OuterConfig
 from noloco.infra.checks import check_choice
 
-METHODS = ("noloco", "diloco", "local", "ddp")
-METHOD_SUMMARY = {
-    "noloco": "random groups of n, pull gamma, outer momentum alpha (the setting as given)",
-    "diloco": "n = N (all-reduce of the progress), gamma 0",
-    "local": "no synchronisation: n = 1, alpha 0, beta 1, gamma 0 (phi <- theta)",
-    "ddp": "data parallel: n = N, alpha 0, beta 1, gamma 0, gradients averaged every inner step (H = 1)",
-}
+@dataclass(frozen=True)
+class Method:
+    """One method as data: what it does to the outer step, from which everything else is derived.
+
+    ``groups``: ``"given"`` (n as set), ``"all"`` (n = N) or ``"one"`` (n = 1); ``fixed``: the outer
+    fields it sets; ``synchronous``: gradients averaged at every inner step, so there is no outer step
+    and H = 1 (data parallel); ``preset``: the preset whose setting it starts from when none is named."""
+
+    name: str
+    summary: str
+    groups: str = "given"
+    fixed: tuple = ()
+    synchronous: bool = False
+    preset: str = "paper"
+
+    def group_size(self, replicas: int) -> int | None:
+        """The group size the method implies for N replicas (None: the setting's)."""
+        return {"given": None, "all": replicas, "one": 1}[self.groups]
+
+    @property
+    def forced_fields(self) -> tuple[str, ...]:
+        """The outer/inner fields the method fixes (a user value for one of them is a conflict)."""
+        return (("group_size",) if self.groups != "given" else ()) + tuple(k for k, _ in self.fixed) \
+            + (("steps",) if self.synchronous else ())
+
+
+_NO_OUTER_STEP = (("alpha", 0.0), ("beta", 1.0), ("gamma", 0.0))  # phi <- theta (or the mean of theta)
+#: every method, one row each
+METHOD_TABLE = {m.name: m for m in (
+    Method("noloco", "random groups of n, pull gamma, outer momentum alpha (the setting as given)"),
+    Method("diloco", "n = N (all-reduce of the progress), gamma 0", "all", (("gamma", 0.0),), preset="diloco"),
+    Method("local", "no synchronisation: n = 1, alpha 0, beta 1, gamma 0 (phi <- theta)", "one", _NO_OUTER_STEP),
+    Method("ddp", "data parallel: n = N, alpha 0, beta 1, gamma 0, gradients averaged every inner step (H = 1)",
+           "all", _NO_OUTER_STEP, synchronous=True),
+)}
+METHODS = tuple(METHOD_TABLE)
+METHOD_SUMMARY = {name: m.summary for name, m in METHOD_TABLE.items()}
+
+
+def method_of(name: str) -> Method:
+    """The method called ``name`` (ConfigError naming the allowed ones otherwise)."""
+    return METHOD_TABLE[check_choice("method", name, METHODS)]
 
 
 @dataclass(frozen=True)
@@ -71,28 +106,16 @@ PRESETS: dict[str, Preset] = {
         "DiLoCo as torch implementations run it: n = N, SGD(lr 0.7, momentum 0.9, nesterov), H 500",
     ),
 }
-#: the preset whose outer settings a method starts from when none is named
-METHOD_PRESET = {"noloco": "paper", "diloco": "diloco", "local": "paper", "ddp": "paper"}
-
-
-def constrain(method: str, outer: OuterConfig, inner: InnerConfig | None = None):
+def constrain(name: str, outer: OuterConfig, inner: InnerConfig | None = None):
     """The method's constraints applied to a setting: ``(outer, inner)`` (``inner`` may be None)."""
-    check_choice("method", method, METHODS)
-    N = outer.replicas
-    forced = {"noloco": {}, "diloco": {"group_size": N, "gamma": 0.0},
-              "local": {"group_size": 1, "alpha": 0.0, "beta": 1.0, "gamma": 0.0},
-              "ddp": {"group_size": N, "alpha": 0.0, "beta": 1.0, "gamma": 0.0}}[method]
+    m = method_of(name)
+    forced = dict(m.fixed)
+    if m.groups != "given":
+        forced["group_size"] = m.group_size(outer.replicas)
     outer = dataclasses.replace(outer, **forced)
-    if method == "ddp" and inner is not None:
+    if m.synchronous and inner is not None:
         inner = dataclasses.replace(inner, steps=1)
     return outer, inner
-
-
-def forced_fields(method: str) -> tuple[str, ...]:
-    """The outer/inner fields a method fixes (a user value for one of them is a conflict)."""
-    return {"noloco": (), "diloco": ("group_size", "gamma"),
-            "local": ("group_size", "alpha", "beta", "gamma"),
-            "ddp": ("group_size", "alpha", "beta", "gamma", "steps")}[check_choice("method", method, METHODS)]
 
 
 def resolve(preset: str | None = None, method: str | None = None, *, gamma_tied: bool = False,
@@ -106,9 +129,8 @@ def resolve(preset: str | None = None, method: str | None = None, *, gamma_tied:
     """
     if preset is not None:
         check_choice("preset", preset, tuple(PRESETS))
-    if method is not None:
-        check_choice("method", method, METHODS)
-    base = PRESETS[preset or METHOD_PRESET[method or "noloco"]]
+    chosen = method_of(method or "noloco")  # validated before anything else
+    base = PRESETS[preset or chosen.preset]
     method = method or base.method
     given = {k: v for k, v in overrides.items() if v is not None}
     outer_names = {f.name for f in dataclasses.fields(OuterConfig)}
@@ -123,13 +145,13 @@ def resolve(preset: str | None = None, method: str | None = None, *, gamma_tied:
     outer_values = {k: v for k, v in given.items() if k in outer_names}
     if "group_size" not in outer_values:  # the group size the method implies follows a new N
         N = outer_values.get("replicas", base.outer.replicas)
-        implied = {"diloco": N, "ddp": N, "local": 1}.get(method)
+        implied = METHOD_TABLE[method].group_size(N)
         if implied is not None or (base.method == "diloco" and "replicas" in outer_values):
             outer_values["group_size"] = implied if implied is not None else N
     outer = dataclasses.replace(base.outer, **outer_values)
     inner = dataclasses.replace(base.inner, **{k: v for k, v in given.items() if k in inner_names})
     constrained_outer, constrained_inner = constrain(method, outer, inner)
-    for name in forced_fields(method):
+    for name in METHOD_TABLE[method].forced_fields:
         if name in given:
             value = getattr(constrained_inner if name == "steps" else constrained_outer, name)
             if given[name] != value:

@@ -1,0 +1,360 @@
+"""The life of one training run: its folder, its files, its checkpoints, resuming, stopping.
+
+* The folder is a :class:`noloco.infra.rundir.RunFolder`, checked and locked once (under torchrun by
+  rank 0). ``--overwrite`` removes the run's own files (:data:`OWN_FILES`) and nothing else.
+* ``metrics.jsonl`` (a row per evaluation), ``inputs.jsonl`` (the theory's inputs per outer step) and
+  ``result.json`` (``finished: false`` from the start and at every checkpoint until the last step) are
+  rewritten whole and atomically (:mod:`noloco.infra.files`).
+* Checkpoints every ``ckpt_every`` outer steps, at the end and at ``stop_after``: the trainer's
+  :meth:`~noloco.llm_check.train.Trainer.state_dict`, loaded with ``weights_only=True`` (no code runs
+  from the file), validated, and refused when written with other settings.
+* Ctrl-C and SIGTERM in one process are deferred to the end of the inner step they land in: the state
+  at that inner step is checkpointed (resuming from it is exact), the lock released, and the
+  ``--resume`` command printed; exit 130. Under torchrun a rank cannot save mid-phase (its group may be
+  at another point), so the last periodic checkpoint is what a resumed run starts from.
+* A divergence (:mod:`noloco.llm_check.divergence`) keeps the last finite checkpoint and ends the run.
+* Progress: a bar on a terminal, a line per evaluation in a log (:mod:`noloco.infra.progress`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shlex
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+from noloco.infra.entry import Interrupted, deferred_stop
+from noloco.infra.errors import ConfigError, DataError
+from noloco.infra.files import SCHEMA_VERSION, atomic_write, atomic_write_text, dumps, read_json, read_jsonl, write_json
+from noloco.infra.progress import Progress
+from noloco.infra.rundir import RunFolder
+from noloco.llm_check import divergence
+from noloco.llm_check.config import TrainConfig
+from noloco.llm_check.exchange import PeerError
+
+#: the files of a run besides its checkpoints
+RUN_FILES = ("metrics.jsonl", "inputs.jsonl", "result.json")
+#: a run's own files: ``--overwrite`` removes these and nothing else (``ckpt-backup.pt`` stays)
+OWN_FILES = RUN_FILES + (r"re:ckpt(-rank\d+)?\.pt",)
+#: settings a resumed run may change: they do not change what is computed (outer_steps too, under a
+#: constant schedule; under cosine it sets the schedule's length, so it must stay)
+RESUMABLE_CHANGES = ("device", "replica_mode", "ckpt_every")
+#: checkpoint schema versions this version reads (1: written before strict JSON; same content)
+CKPT_VERSIONS = (1, SCHEMA_VERSION)
+
+
+def describe_run(folder: Path) -> str:
+    """How far the run in ``folder`` got, from its result.json ("" when unreadable)."""
+    with contextlib.suppress(DataError):
+        done = read_json(Path(folder) / "result.json")
+        total = (done.get("config") or {}).get("outer_steps", "?") if isinstance(done.get("config"), dict) else "?"
+        return (f"{'finished' if done.get('finished') else 'unfinished'} at outer step "
+                f"{done.get('outer_steps_done', '?')} of {total}")
+    return ""
+
+
+def run_folder(out, *, resume: bool = False, overwrite: bool = False, lock: bool = True,
+               how: str | None = None) -> RunFolder:
+    """The (unopened) RunFolder of a training run in ``out``."""
+    return RunFolder(out, own=OWN_FILES, resume=resume, overwrite=overwrite, describe=describe_run, lock=lock,
+                     how=how)
+
+
+def check_run_dir(out, *, resume: bool = False, overwrite: bool = False) -> Path:
+    """``out`` checked as a run folder before any work (writable; holding no run unless ``resume`` or
+    ``overwrite``); its lock is taken and released."""
+    with run_folder(out, resume=resume, overwrite=overwrite) as folder:
+        return folder.path
+
+
+def read_metrics(path, fix: str = "") -> list[dict]:
+    """The rows of a metrics.jsonl, each an object with ``outer_step`` and ``weight_std`` (Python's json:
+    rows of runs made before strict JSON may hold NaN); a DataError naming the file, the line and ``fix``."""
+    rows = read_jsonl(path, required=("outer_step", "weight_std"), fix=fix)
+    for number, row in enumerate(rows, 1):
+        if isinstance(row["outer_step"], bool) or not isinstance(row["outer_step"], int):
+            raise DataError(f"{path} row {number}: outer_step={row['outer_step']!r} is not an integer"
+                            + (f"; {fix}" if fix else ""))
+    return rows
+
+
+def finished_run(out, cfg: TrainConfig) -> dict | None:
+    """The result of the finished run of ``cfg`` that ``out`` holds, or None (no run, unfinished, diverged,
+    other settings, or an unreadable result.json). Settings are compared through
+    :meth:`TrainConfig.from_dict`, so a field added since the run was made takes its default."""
+    try:
+        result = read_json(Path(out) / "result.json", required=("config", "finished"))
+        same = TrainConfig.from_dict(result["config"]) == cfg
+    except (DataError, ConfigError, TypeError, KeyError, ValueError, AttributeError):
+        return None
+    return result if same and result["finished"] and not result.get("diverged") else None
+
+
+def _flat(config: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in config.items():
+        out.update(_flat(value, f"{prefix}{key}.") if isinstance(value, dict) else {prefix + key: value})
+    return out
+
+
+def resume_command(world_size: int = 1) -> str:
+    """The command line of this process with ``--resume`` instead of ``--overwrite``."""
+    argv = [a for a in sys.argv[1:] if a not in ("--overwrite", "--resume")] + ["--resume"]
+    program = Path(sys.argv[0]).name if sys.argv else "noloco"
+    if world_size > 1:
+        head = ["torchrun", "--nproc-per-node", str(world_size), "-m", "noloco.llm_check.train"]
+    else:
+        head = ["noloco"] if program in ("noloco", "__main__.py") else ["python", "-m", "noloco.llm_check.train"]
+    return shlex.join(head + argv)
+
+
+class Lifecycle:
+    """One run of ``trainer`` in an opened ``folder`` (see the module docstring)."""
+
+    def __init__(self, trainer, folder: RunFolder):
+        self.trainer, self.folder = trainer, folder
+        self.out = Path(trainer.out)
+        self.ex = trainer.ex
+        self.divergence = divergence.Divergence(self.ex.replicas)
+        self.saved_at = None  # outer step of the checkpoint on disk (None: none yet)
+        self.rows: list[dict] = []
+        self.open_folder = False
+
+    # ------------------------------------------------------------- checkpoints
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.out / self.ex.ckpt_name()
+
+    def _recover(self) -> str:
+        return (f"start the run again with --overwrite (it deletes the run in {self.out}), or put back a good "
+                f"copy of {self.checkpoint.name}")
+
+    def save(self) -> None:
+        state = {"schema_version": SCHEMA_VERSION, "config": self.trainer.cfg.as_dict(),
+                 "replicas": list(self.ex.replicas), **self.trainer.state_dict(),
+                 "data_rng": "numpy default_rng([seed, replica, inner_step]); groups from (seed, outer_step)"}
+        atomic_write(self.checkpoint, lambda tmp: torch.save(state, tmp))
+        self.saved_at = self.trainer.outer_done
+
+    def read_checkpoint(self) -> dict:
+        path = self.checkpoint
+        try:  # tensors and plain data only: unpickling arbitrary objects would run code from the file
+            state = torch.load(path, map_location=self.trainer.device, weights_only=True)
+        except Exception as err:  # damaged bytes make torch's unpickler raise almost anything (IndexError too)
+            first = (str(err).splitlines() or [type(err).__name__])[0]
+            raise DataError(f"checkpoint {path} is unreadable (truncated or corrupted: {first}); "
+                            f"{self._recover()}") from None
+        if not isinstance(state, dict):
+            raise DataError(f"checkpoint {path} holds a {type(state).__name__}, not a checkpoint; {self._recover()}")
+        missing = [k for k in ("config", "outer_step", "phi", "delta", "opt", "torch_rng") if k not in state]
+        if missing or state.get("schema_version", 1) not in CKPT_VERSIONS:
+            what = (f"lacks {', '.join(missing)}" if missing else
+                    f"has schema_version {state.get('schema_version')!r} (this version reads "
+                    f"{', '.join(map(str, CKPT_VERSIONS))})")
+            raise DataError(f"checkpoint {path} {what}; {self._recover()}")
+        return state
+
+    def check_resume_settings(self, state: dict) -> None:
+        path, cfg = self.checkpoint, self.trainer.cfg
+        try:  # a nested config, or the flat one of checkpoints written before the outer step was nested
+            saved_cfg = TrainConfig.from_dict(state["config"])
+        except (ConfigError, TypeError, KeyError, AttributeError) as err:
+            raise ConfigError(f"checkpoint {path} holds settings this version cannot read ({err}); "
+                              f"resume with the version that wrote it, or start a new --out") from None
+        saved, now = _flat(saved_cfg.as_dict()), _flat(cfg.as_dict())
+        free = RESUMABLE_CHANGES + (("outer_steps",) if now["schedule"] == saved.get("schedule") == "constant" else ())
+        differ = [k for k in now if k.split(".")[0] not in free and saved.get(k) != now[k]]
+        if differ:
+            why = ("; outer_steps sets the length of the cosine learning-rate schedule (outer_steps * inner_steps "
+                   "inner steps), so another value reshapes it" if "outer_steps" in differ else "")
+            raise ConfigError(f"--resume: the checkpoint in {self.out} was written with other settings: "
+                              + ", ".join(f"{k}={saved.get(k)!r} (now {now[k]!r})" for k in differ)
+                              + f"{why}; resume with the checkpoint's values or start a new --out")
+        for key, top in (("outer_step", cfg.outer_steps), ("inner_step", cfg.inner_steps - 1)):
+            done = state.get(key, 0)
+            if isinstance(done, bool) or not isinstance(done, int) or done < 0:
+                raise DataError(f"checkpoint {path} has {key}={done!r}; {self._recover()}")
+            if done > top:
+                raise ConfigError(f"--resume: the checkpoint in {self.out} is at {key.replace('_', ' ')} {done}, "
+                                  f"beyond {'outer_steps' if key == 'outer_step' else 'inner_steps - 1'}={top}")
+
+    def load(self) -> None:
+        """The checkpoint into the trainer (validated first)."""
+        state = self.read_checkpoint()
+        self.check_resume_settings(state)
+        self.trainer.load_state_dict(state, self.checkpoint, self._recover())
+        self.saved_at = self.trainer.outer_done
+
+    # ------------------------------------------------------------- files
+
+    def _write_rows(self) -> None:
+        if self.ex.is_main:  # the whole file, atomically: a crash never leaves half a line
+            atomic_write_text(self.out / "metrics.jsonl", "".join(dumps(r) + "\n" for r in self.rows))
+        self._write_inputs()
+
+    def _write_inputs(self) -> None:
+        t = self.trainer
+        if self.ex.is_main and (t.meter is not None or t.inputs):
+            atomic_write_text(self.out / "inputs.jsonl", "".join(dumps(r) + "\n" for r in t.inputs))
+
+    def _divergence_report(self) -> dict:
+        return {**self.divergence.first, "checkpoint_outer_step": self.saved_at, "checkpoint": str(self.checkpoint)}
+
+    def _result(self, started: float) -> dict:
+        t = self.trainer
+        result = {"schema_version": SCHEMA_VERSION, "config": t.cfg.as_dict(), **t.corpus.info(),
+                  "unigram_entropy": self._entropy, "torch": torch.__version__,
+                  "n_params": t.model.n_params(), "outer_steps_done": t.outer_done,
+                  "finished": t.outer_done == t.cfg.outer_steps and self.divergence.first is None,
+                  "checkpoint_outer_step": self.saved_at, "wall_s": time.perf_counter() - started,
+                  "world_size": self.ex.world_size, "final": self.rows[-1] if self.rows else None}
+        if self.divergence.first is not None:
+            result["diverged"] = {**self.divergence.first, "message": divergence.message(self._divergence_report())}
+        return result
+
+    def _write_result(self, started: float) -> dict:
+        result = self._result(started)
+        if self.ex.is_main:
+            write_json(self.out / "result.json", result, indent=2)
+        return result
+
+    def _resume_inputs(self) -> None:
+        """The inputs.jsonl rows up to the checkpoint. The meter continues only from a checkpoint that
+        holds its state and a file that holds every outer step up to it; otherwise the rows kept end
+        there (``noloco llm predict`` then predicts the evaluations up to that step)."""
+        t, path = self.trainer, self.out / "inputs.jsonl"
+        fix = "delete inputs.jsonl (the run then goes on without it) or start again with --overwrite"
+        kept = ([r for r in read_jsonl(path, required=("outer_step", "groups"), fix=fix)
+                 if r["outer_step"] <= t.outer_done] if path.exists() else [])
+        if [r["outer_step"] for r in kept] != list(range(1, t.outer_done + 1)):
+            t.meter = None
+        t.inputs = kept
+
+    def start(self, resume: bool, overwrite: bool) -> None:
+        """Before the first step: the checkpoint (every rank), the folder's own files (rank 0: stale
+        temporaries, or everything with ``overwrite``), the metrics rows kept. Under torchrun every rank
+        learns whether all of them could start."""
+        failure = None
+        try:
+            if self.open_folder:
+                if self.ex.is_main:
+                    self.folder.open()
+                    self.out = Path(self.folder.path)
+            if resume:
+                if not self.checkpoint.exists():
+                    raise ConfigError(f"--resume: no checkpoint {self.checkpoint}")
+                self.load()
+            if self.ex.is_main:
+                self.folder.clear(everything=overwrite)
+                metrics = self.out / "metrics.jsonl"
+                if resume and metrics.exists():
+                    fix = (f"delete that line (rows after the checkpoint's outer step {self.trainer.outer_done} are "
+                           f"recomputed), or start again with --overwrite")
+                    self.rows = [r for r in read_metrics(metrics, fix) if r["outer_step"] <= self.trainer.outer_done]
+                if resume:
+                    self._resume_inputs()
+        except (ConfigError, DataError, OSError, MemoryError) as err:
+            failure = err
+        if self.ex.world_size > 1:  # every rank prepared, from checkpoints of the same outer step?
+            every = self.ex.agree([0.0 if failure is None else 1.0, float(self.trainer.outer_done)])
+            ranks_failed = [r for r in range(self.ex.world_size) if every[2 * r] > 0]
+            steps = sorted({every[2 * r + 1] for r in range(self.ex.world_size)})
+            if failure is None and ranks_failed:
+                failure = PeerError(f"rank(s) {ranks_failed} could not start the run (see their error); "
+                                    f"nothing was trained")
+            elif failure is None and len(steps) > 1:
+                failure = DataError(f"the checkpoints in {self.out} are at different outer steps "
+                                    f"({', '.join(str(int(s)) for s in steps)}): a rank was stopped while they "
+                                    f"were written; start the run again with --overwrite")
+        if failure is not None:
+            raise failure
+
+    # ------------------------------------------------------------- the run
+
+    def _stop(self, request, inner_step: int | None) -> None:
+        """Checkpoint the state the stop request found (one process) and raise :class:`Interrupted`."""
+        t = self.trainer
+        where = f"outer step {t.outer_done}" + (f", inner step {inner_step}" if inner_step else "")
+        self.save()
+        self._write_inputs()
+        self._write_result(self.started)
+        raise Interrupted(f"the state at {where} is saved in {self.checkpoint}; continue with: {resume_command()}",
+                          request.signal_name)
+
+    def execute(self, resume: bool, stop_after: int | None, overwrite: bool, progress: bool | None,
+                open_folder: bool = False) -> dict:
+        """The run (see the module docstring); ``open_folder``: the folder is opened here, inside
+        :meth:`start`, and closed at the end."""
+        self.open_folder = open_folder
+        try:
+            return self._execute(resume, stop_after, overwrite, progress)
+        finally:
+            if open_folder:
+                self.folder.close()
+
+    def _execute(self, resume: bool, stop_after: int | None, overwrite: bool, progress: bool | None) -> dict:
+        t, cfg = self.trainer, self.trainer.cfg
+        self.started = started = time.perf_counter()
+        self._entropy = t.corpus.unigram_entropy()
+        self.start(resume, overwrite)
+        self._write_rows()
+        self._write_result(started)
+        last = min(cfg.outer_steps if stop_after is None else stop_after, cfg.outer_steps)
+        single = self.ex.world_size == 1
+        names = t.tensor_names()
+        bar = Progress(cfg.total_inner_steps, f"{cfg.method} N={cfg.replicas}", unit="inner step",
+                       initial=t.outer_done * cfg.inner_steps + t.inner_done,
+                       show=progress if self.ex.is_main else False)
+        clock = time.perf_counter()
+        try:
+            with bar, deferred_stop(enabled=single) as request:
+                while t.outer_done < last:
+                    step0 = t.outer_done * cfg.inner_steps
+                    for h in range(t.inner_done, cfg.inner_steps):
+                        loss = t.inner_step(step0 + h).double().cpu()
+                        t.inner_done = h + 1
+                        self.divergence.check_losses(loss, t.outer_done + 1, step0 + h + 1)
+                        if single and self.divergence.first:
+                            break
+                        t.record_loss(loss)
+                        bar.update(1)
+                        if request.signal_name and h + 1 < cfg.inner_steps:
+                            self._stop(request, h + 1)
+                    if single and self.divergence.first:
+                        break
+                    evaluate = (t.outer_done + 1) % cfg.eval_every == 0 or t.outer_done + 1 == cfg.outer_steps
+                    t.outer_update(t.outer_done, measure=evaluate)
+                    t.outer_done, t.inner_done = t.outer_done + 1, 0
+                    save = t.outer_done % cfg.ckpt_every == 0 or t.outer_done == last
+                    self.divergence.check_tensors(t.outer_done, t.state_tensors(optimizer=save))
+                    if (single or evaluate or save) and self.divergence.synchronise(self.ex, names):
+                        break
+                    if evaluate:
+                        row = t.metrics_row(clock)
+                        self.divergence.check_evaluation(t.outer_done, row)
+                        if self.divergence.first:
+                            break
+                        self.rows.append(row)
+                        self._write_rows()
+                        bar.note(f"val {row['val_loss_avg_model']:.3f}, weight_std {row['weight_std']:.2e}")
+                        clock = time.perf_counter()
+                    if save:
+                        self.save()
+                        self._write_inputs()
+                        self._write_result(started)
+                    if request.signal_name and t.outer_done < last:
+                        self._stop(request, None)
+        except KeyboardInterrupt as err:
+            if isinstance(err, Interrupted):
+                raise
+            kept = (f"the last checkpoint (outer step {self.saved_at}) is kept in {self.checkpoint}"
+                    if self.saved_at is not None else "no checkpoint had been written")
+            raise Interrupted(f"{kept}; continue with: {resume_command(self.ex.world_size)}",
+                              getattr(err, "signal_name", "Ctrl-C")) from None
+        self._write_inputs()
+        return self._write_result(started)
+

@@ -1,0 +1,143 @@
+"""A training run's life: Ctrl-C and SIGTERM checkpoint the state where they land and resuming from it is
+exact; the lock is released; --overwrite removes the run's own files and nothing else; a full disk is
+exit 3 naming the file with the previous checkpoint intact; a log shows a line per evaluation."""
+
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from noloco.infra.entry import Interrupted  # noqa: E402
+from noloco.infra.files import loads  # noqa: E402
+from noloco.llm_check.config import build  # noqa: E402
+from noloco.llm_check.train import Trainer  # noqa: E402
+
+SETTING = dict(outer_steps=4, eval_every=2, val_windows=8)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def one_thread():
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+def _rows(out):
+    strip = ("tokens_per_s",)  # wall-clock
+    return [{k: v for k, v in loads(line).items() if k not in strip}
+            for line in (Path(out) / "metrics.jsonl").read_text().splitlines()]
+
+
+def _signal_at(monkeypatch, inner_step: int, signum: int):
+    """Send ``signum`` to this process during inner step ``inner_step`` (as a user or a scheduler would)."""
+    original = Trainer.inner_step
+
+    def inner(self, step):
+        if step == inner_step:
+            os.kill(os.getpid(), signum)
+        return original(self, step)
+
+    monkeypatch.setattr(Trainer, "inner_step", inner)
+
+
+@pytest.mark.parametrize("signum, where", [(signal.SIGTERM, 7), (signal.SIGINT, 4), (signal.SIGTERM, 9)])
+def test_a_signal_checkpoints_where_it_lands_and_resuming_is_exact(tmp_path, monkeypatch, signum, where):
+    """cpu-tiny has H = 5: inner step 7 is mid-phase (2 of 5 done in outer step 2), 4 the last of a phase
+    (the stop waits for the outer step), 9 also the last of a phase."""
+    cfg = build("cpu-tiny", "noloco", **SETTING)
+    full = Trainer(cfg, tmp_path / "full", progress=False)
+    full.run()
+    _signal_at(monkeypatch, where, signum)
+    with pytest.raises(Interrupted) as stop:
+        Trainer(cfg, tmp_path / "cut", progress=False).run()
+    monkeypatch.undo()
+    assert stop.value.signal_name == ("SIGTERM" if signum == signal.SIGTERM else "Ctrl-C")
+    assert "--resume" in stop.value.hint and str(tmp_path / "cut" / "ckpt.pt") in stop.value.hint
+    assert not (tmp_path / "cut" / "run.lock").exists()  # released
+    state = torch.load(tmp_path / "cut" / "ckpt.pt", weights_only=True)
+    done = where + 1
+    assert (state["outer_step"], state["inner_step"]) == divmod(done, cfg.inner_steps)
+    assert ("theta" in state) == (done % cfg.inner_steps != 0)
+    assert loads((tmp_path / "cut" / "result.json").read_text())["finished"] is False
+    resumed = Trainer(cfg, tmp_path / "cut", progress=False)
+    resumed.run(resume=True)
+    for k in full.phi:
+        assert torch.equal(full.phi[k], resumed.phi[k]), k
+        assert torch.equal(full.delta[k], resumed.delta[k]), k
+    assert _rows(tmp_path / "full") == _rows(tmp_path / "cut")
+    assert (tmp_path / "full" / "inputs.jsonl").read_text() == (tmp_path / "cut" / "inputs.jsonl").read_text()
+
+
+def _env():
+    return {**os.environ, "OMP_NUM_THREADS": "1"}
+
+
+def test_sigterm_on_the_command_line_exits_130_with_the_resume_command(tmp_path):
+    out = tmp_path / "run"
+    command = [sys.executable, "-m", "noloco", "llm", "train", "--preset", "cpu-tiny", "--method", "noloco",
+               "--outer-steps", "60", "--eval-every", "1", "--val-windows", "4", "--threads", "1", "--out", str(out)]
+    proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
+    try:
+        for line in proc.stderr:  # a log, not a terminal: a line per evaluation
+            if "inner steps" in line:
+                break
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    lines = err.strip().splitlines()
+    assert proc.returncode == 130 and "Traceback" not in err
+    assert lines[-1].startswith("noloco llm train: terminated (SIGTERM); the state at outer step")
+    assert lines[-1].endswith(f"--out {out} --resume")
+    assert not (out / "run.lock").exists()
+    resumed = subprocess.run(lines[-1].split("continue with: ")[1].split(), capture_output=True, text=True,
+                             env=_env(), timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    assert loads((out / "result.json").read_text())["finished"] is True
+
+
+def test_overwrite_removes_only_the_runs_own_files(tmp_path):
+    cfg = build("cpu-tiny", "noloco", **SETTING)
+    Trainer(cfg, tmp_path, progress=False).run(stop_after=2)
+    mine = {"ckpt-backup.pt": b"keep me", "notes.txt": b"mine", "ckpt.pt.orig": b"also mine"}
+    for name, content in mine.items():
+        (tmp_path / name).write_bytes(content)
+    Trainer(cfg, tmp_path, progress=False).run(overwrite=True)
+    for name, content in mine.items():
+        assert (tmp_path / name).read_bytes() == content
+    assert loads((tmp_path / "result.json").read_text())["finished"] is True
+
+
+FULL_DISK = r"""
+import resource, signal, sys
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)   # writes past the limit fail with EFBIG, as on a full disk
+from noloco.llm_check.config import build
+from noloco.llm_check.lifecycle import Lifecycle
+original = Lifecycle.save
+def save(self):
+    if self.trainer.outer_done == 2:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (4096, resource.RLIM_INFINITY))
+    original(self)
+Lifecycle.save = save
+from noloco.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+def test_a_full_disk_at_a_checkpoint_is_exit_3_naming_the_file_and_keeps_the_previous_one(tmp_path):
+    args = ["llm", "train", "--preset", "cpu-tiny", "--method", "noloco", "--outer-steps", "4", "--eval-every", "1",
+            "--ckpt-every", "1", "--val-windows", "4", "--threads", "1", "--out", str(tmp_path)]
+    proc = subprocess.run([sys.executable, "-c", FULL_DISK, *args], capture_output=True, text=True, env=_env(),
+                          timeout=300)
+    assert proc.returncode == 3, proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert "Traceback" not in proc.stderr and str(tmp_path / "ckpt.pt") in line and line.startswith("noloco llm train")
+    kept = torch.load(tmp_path / "ckpt.pt", weights_only=True)
+    assert kept["outer_step"] == 1  # the checkpoint before the failed one, whole
+    assert not list(tmp_path.glob(".ckpt.pt.*.tmp"))
