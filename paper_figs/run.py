@@ -16,7 +16,8 @@ from noloco.paper_figs import style
 from noloco.infra.cache import cached
 from noloco.infra.files import jsonable
 
-FIGURES = ("stability", "decay", "spread", "transient", "logistic", "comm", "llm", "tune", "routing")
+FIGURES = ("stability", "decay", "spread", "transient", "logistic", "comm", "llm", "tune", "routing", "paper_maps",
+           "paper_comm")
 DEFAULT_OUT = Path(__file__).resolve().parent / "out"
 
 

@@ -1,0 +1,113 @@
+"""Claim: the paper's stability conditions are not the exact ones. Theorem 3's window (Eq 74,
+|d_V| < 1, the same for every N) and the exact spread stability agree on only part of the
+(alpha, gamma) plane: the exact upper limit on gamma falls with alpha (in a flat direction towards 0 as alpha -> 1)
+and moves a little with N, where the window's rises; below the window's lower edge (gamma < alpha
+for pairs) the spread is often stable too, in a curved direction down to gamma = 0. Theorem 2's
+sufficient condition beta > alpha admits settings whose mean diverges (beta c > 2 (1 + alpha)),
+and misses stable ones.
+
+(a) a flat direction (c = 0) and (b) the paper preset's direction (c = 0.395), pairs at the paper's
+beta = 0.7: shaded, the exact region where the second moments of the replica deviations decay for
+N = 8 (Jury test of the exact recursion); coloured lines, its edge for N = 4, 8 and 64; vermilion,
+the paper's window (solid as printed, dashed with the first power of gamma in Eq 55), the same for
+every N. (c) In (alpha, beta): shaded, the exact region where the replica mean converges at
+c = 0.395; green line, its edge at c = 1 (the paper's "m large"); vermilion, beta = alpha (the
+paper's sufficient condition holds above it). Crosses: the strongest counterexample where the paper
+says stable and the exact theory unstable (N = 8; c = 0.395); plus signs, the reverse. The legend
+gives the share of the grid where the paper and the exact theory agree."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from noloco.paper_figs import common, style
+
+NAME = "paper_maps"
+REPLICAS = (4, 8, 64)
+GROUP = 2
+
+
+def params(quick: bool, **options) -> dict:
+    return {"resolution": 61 if quick else 241}
+
+
+def compute(resolution: int) -> dict:
+    from noloco.claims.paper import mean_map, window_map
+
+    c, _ = common.paper_c_s2()
+    beta = common.PAPER.outer.beta
+    alpha = np.linspace(0, 0.99, resolution)
+    gamma = np.linspace(0, 3, resolution)
+    betas = np.linspace(0, 6, resolution)
+    windows = {f"{name}|{N}": window_map(c_value, N, GROUP, alpha, gamma, beta)
+               for name, c_value in (("flat", 0.0), ("curved", c)) for N in REPLICAS}
+    means = {f"{c_value:.3f}": mean_map(c_value, alpha, betas) for c_value in (c, 1.0)}
+    return {"alpha": alpha, "gamma": gamma, "beta_grid": betas, "beta": beta, "c": c, "windows": windows,
+            "means": means}
+
+
+def _mark(ax, comparison: dict, y: str) -> None:
+    for key, marker in (("paper_stable_exact_unstable", "x"), ("paper_unstable_exact_stable", "+")):
+        point = comparison[key]
+        if point is not None:
+            ax.plot(point["alpha"], point[y], marker, color=style.BLACK, ms=8, mew=1.8, clip_on=False, zorder=5)
+
+
+def _line(colour, ls="-", label=None, marker=None):
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], color=colour, ls="none" if marker else ls, marker=marker, mew=1.8, label=label)
+
+
+def _patch(colour, alpha, label):
+    from matplotlib.patches import Patch
+
+    return Patch(facecolor=colour, alpha=alpha, label=label)
+
+
+def draw(data: dict):
+    from noloco.theory import paper
+
+    fig, axs = style.figure(3)
+    A = np.array(data["alpha"])
+    G, Bg = np.array(data["gamma"]), np.array(data["beta_grid"])
+    colours = dict(zip(REPLICAS, (style.BLUE, style.BLACK, style.GREEN)))
+    for ax, name, title in zip(axs[0], ("flat", "curved"), ("(a) spread, flat direction, c = 0",
+                                                            f"(b) spread, c = {data['c']:.3f}")):
+        shares = []
+        for N in REPLICAS:
+            w = data["windows"][f"{name}|{N}"]
+            exact = np.array(w["exact"], dtype=float).T
+            if N == 8:
+                ax.contourf(A, G, exact, levels=[0.5, 1.5], colors=[style.SKY], alpha=0.45)
+                _mark(ax, w["power2"], "gamma")
+            ax.contour(A, G, exact, levels=[0.5], colors=[colours[N]], linewidths=1.3)
+            shares.append(_line(colours[N], label=f"exact edge, N = {N}: agree {w['power2']['agreement']:.0%}"))
+        for power, ls in ((2, "-"), (1, "--")):
+            for edge in paper.spread_window(A, GROUP, power):
+                ax.plot(A, edge, ls, color=style.VERMILION, lw=1.4)
+        ax.set(title=title, xlabel="momentum alpha", ylabel="pull gamma", ylim=(G[0], 1.25 * G[-1]))
+        ax.set_yticks(np.arange(0, G[-1] + 0.01, 0.5))
+        ax.legend(handles=shares, loc="upper left", fontsize=7.5, handlelength=1.2)
+    ax = axs[0][2]
+    low, high = sorted(data["means"], key=float)
+    m = data["means"][low]
+    ax.contourf(A, Bg, np.array(m["exact"], dtype=float).T, levels=[0.5, 1.5], colors=[style.SKY], alpha=0.45)
+    ax.contour(A, Bg, np.array(data["means"][high]["exact"], dtype=float).T, levels=[0.5], colors=[style.GREEN],
+               linewidths=1.3)
+    ax.plot(A, A, "-", color=style.VERMILION, lw=1.4)
+    _mark(ax, m["sufficient"], "beta")
+    ax.set(title="(c) mean, Theorem 2", xlabel="momentum alpha", ylabel="outer learning rate beta",
+           ylim=(Bg[0], Bg[-1]))
+    share = m["sufficient"]["agreement"]
+    ax.legend(handles=[_patch(style.SKY, 0.45, f"exact, c = {float(low):.3f}: agree {share:.0%}"),
+                       _line(style.GREEN, label=f"exact edge, c = 1: agree "
+                                                f"{data['means'][high]['sufficient']['agreement']:.0%}")],
+              loc="upper right", fontsize=7.5, handlelength=1.2)
+    fig.legend(handles=[_patch(style.SKY, 0.45, "exact stable (N = 8)"),
+                        _line(style.VERMILION, label="paper: Eq 74 window / beta > alpha"),
+                        _line(style.VERMILION, "--", label="Eq 74, gamma^1 in Eq 55"),
+                        _line(style.BLACK, marker="x", label="paper stable, exact not"),
+                        _line(style.BLACK, marker="+", label="paper unstable, exact stable")],
+               loc="outside lower center", ncol=3, fontsize=7.5)
+    return fig
