@@ -5,66 +5,65 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
-from noloco.infra.files import read_json
+from noloco.infra.files import output_file, read_json
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def draw(result: dict, out: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def figure(result: dict):
+    """The figure of a ``scaling`` result, in the house style (:mod:`noloco.paper_figs.style`)."""
     from noloco.benchmarks.scaling import slope
+    from noloco.paper_figs import style
 
     r = result["results"]
     r = r.get("scaling", r)
     load = result.get("load_average_before", [float("nan")])[0]
-    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    fig, axs = style.figure(2)
+    left, right = axs[0]
     labels = {"dim": "directions D", "trials": "trials", "replicas": "replicas N", "steps": "outer steps"}
-    for name, points in r["simulate"].items():
+    for (name, points), colour, marker in zip(r["simulate"].items(), style.PALETTE, style.MARKERS):
         mode, _, factor = name.partition("_vs_")
         x, y = zip(*points)
-        left.loglog([v / x[0] for v in x], y, "o-" if mode == "exact" else "s--",
-                    label=f"simulate {mode} vs {labels[factor]} (slope {slope(points):.2f})")
-    left.set_xlabel("size / smallest size")
-    left.set_ylabel("seconds")
-    left.set_title(f"simulate (base: D {r['base']['dim']}, {r['base']['trials']} trials, N {r['base']['replicas']}, "
-                   f"{r['base']['steps']} steps)", fontsize=9)
-    left.legend(fontsize=7)
-    for name, label in (("comm_idle_vs_replicas", "comm idle simulation vs N"),
-                        ("comm_idle_compiled_vs_replicas", "comm idle simulation, compiled, vs N"),
-                        ("check_vs_directions", "check vs directions")):
-        if name not in r:  # no numba: no compiled curve
-            continue
-        x, y = zip(*r[name])
-        right.loglog(x, y, "o-", label=f"{label} (slope {slope(r[name]):.2f})")
-    right.set_xlabel("replicas / directions")
-    right.set_ylabel("seconds")
-    right.set_title("comm (50 steps, 2 trials) and check", fontsize=9)
-    right.legend(fontsize=7)
-    fig.suptitle(f"Cost against size, log-log (load average {load:.2f} at the start)", fontsize=10)
-    fig.tight_layout()
-    out.parent.mkdir(parents=True, exist_ok=True)
-    from noloco.infra.files import atomic_write
+        left.loglog([v / x[0] for v in x], y, marker=marker, ls="-" if mode == "exact" else "--", color=colour,
+                    label=f"{mode}, vs {labels[factor]} (slope {slope(points):.2f})")
+    b = r["base"]
+    left.set(xlabel="size / smallest size (ratio)", ylabel="wall time, best of repeats (s)",
+             title=f"simulate, from D {b['dim']}, {b['trials']} trials, N {b['replicas']}, {b['steps']} steps")
+    for (name, label), colour, marker in zip((("comm_idle_vs_replicas", "comm idle simulation vs N"),
+                                              ("comm_idle_compiled_vs_replicas", "the same, compiled"),
+                                              ("check_vs_directions", "check vs directions")),
+                                             style.PALETTE, style.MARKERS):
+        if name in r:  # no numba: no compiled curve
+            x, y = zip(*r[name])
+            right.loglog(x, y, marker=marker, color=colour, label=f"{label} (slope {slope(r[name]):.2f})")
+    right.set(xlabel="replicas N or directions (count)", ylabel="wall time (s)",
+              title="comm (50 steps, 2 trials) and check")
+    for ax in (left, right):  # a decade of room below the lines, for the legend
+        ax.set_ylim(bottom=ax.get_ylim()[0] / 10)
+        ax.legend(loc="lower right")
+    fig.suptitle(f"Cost against size, log-log (load average {load:.2f} at the start)")
+    return fig
 
-    atomic_write(out, lambda tmp: fig.savefig(tmp, format="png", dpi=110))
-    plt.close(fig)
-    return out
+
+def draw(result: dict, out: Path) -> Path:
+    """Write the figure of ``result`` to ``out`` (PNG)."""
+    from noloco.paper_figs import style
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    return Path(style.save(figure(result), out, formats=("png",))[0])
 
 
 def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    if not argv:
-        print(__doc__.strip().splitlines()[-1].strip(), file=sys.stderr)
-        return 2
-    out = Path(argv[1]) if len(argv) > 1 else ROOT / "docs" / "img" / "performance.png"
-    print(draw(read_json(argv[0]), out))
-    return 0
+    from noloco.infra.entry import OneLineParser, run
+
+    prog = "python -m noloco.benchmarks.plot"
+    parser = OneLineParser(prog=prog, description=__doc__.split("\n\n")[0])
+    parser.add_argument("result", help="a scaling result JSON (or the 'all' result holding one)")
+    parser.add_argument("out", nargs="?", default=str(ROOT / "docs" / "img" / "performance.png"),
+                        help="the PNG to write (default docs/img/performance.png)")
+    return run(prog, parser, lambda args: print(draw(read_json(args.result), output_file(args.out))), argv)
 
 
 if __name__ == "__main__":

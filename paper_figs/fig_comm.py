@@ -53,17 +53,22 @@ def compute(max_log2: int, idle_max_log2: int, steps: int, trials: int) -> dict:
 
 
 def draw(data: dict):
+    from matplotlib.lines import Line2D
+
     fig, axs = style.figure(2)
     a, b = axs[0]
     N = np.array(data["N"], dtype=float)
-    for (label, s), colour in zip(data["speedup"].items(), style.PALETTE):
-        a.plot(N, s["tree"], color=colour, label=f"{label}, vs tree")
-        a.plot(N, s["best"], "--", color=colour, label=f"{label}, vs fastest all-reduce")
+    for (label, s), colour in zip(data["speedup"].items(), style.PALETTE):  # colour: payload; dash: baseline
+        a.plot(N, s["tree"], color=colour, label=label)
+        a.plot(N, s["best"], "--", color=colour)
     a.axhline(1, color="grey", lw=0.8, ls=":")
     a.set(xscale="log", yscale="log", xlabel="replicas N (count)", ylabel="speed-up of one synchronisation (x)",
           title="all-reduce time / NoLoCo pair exchange")
+    a.set_ylim(top=4 * max(max(s["tree"]) for s in data["speedup"].values()))  # room for the legend
     a.set_xticks([4, 16, 64, 256, 1024, 4096], labels=["4", "16", "64", "256", "1024", "4096"])
-    a.legend(fontsize=6.5, loc="upper left")
+    a.legend(handles=a.get_legend_handles_labels()[0] + [
+        Line2D([], [], color="grey", label="vs tree all-reduce"),
+        Line2D([], [], color="grey", ls="--", label="vs fastest all-reduce")], loc="upper left")
     d = data["idle"]
     Ni = np.array(d["N"], dtype=float)
     b.errorbar(Ni, d["barrier"], yerr=2 * np.array(d["barrier_se"]), fmt="o", color=style.VERMILION, mfc="white",

@@ -1,10 +1,13 @@
 """Claim: random pipeline routing is NoLoCo's second way of keeping replicas together. Left: the
-replicas' spread over training (theta_std, the inner weights before the outer step; mean over
-seeds) of the last stage (thick) and of a middle stage (thin), fixed (dashed) vs random (solid)
-routing, for noloco, diloco and the no-synchronisation ablation: routing pulls the last stage
-together and spreads the middle ones slightly. Right: validation loss vs the probability of
-skipping a middle stage in training, for the whole model and with half of its middle stages
-removed (mean and standard error over seeds).
+replicas' spread per pipeline stage with random routing divided by that with fixed routing
+(theta_std, the inner weights before the outer step, averaged over the second half of training;
+mean over seeds of the per-seed ratio, 2 standard errors), for noloco, diloco and the
+no-synchronisation ablation, with the change of the final validation loss in the legend: routing
+pulls the last stage (the one with the head) together, spreads the middle ones slightly and leaves
+the loss unchanged. Right: validation loss of the averaged model vs the probability of skipping a
+middle stage in training, for the whole model and with half of its middle stages removed (mean
+and 2 standard errors over seeds). The spread over training per stage is in routing.json
+(``curves``).
 
 Reads the measured study ``docs/data/routing.json`` (``python -m noloco.llm_check.routing_study``, which
 writes routing.json into its --out; copy it there to refresh the figure); trains nothing."""
@@ -36,36 +39,42 @@ def compute(data: str) -> dict:
         return {"path": data, "missing": str(err)}
 
 
+NAMES = {"noloco": "NoLoCo", "diloco": "DiLoCo", "no-sync": "no synchronisation"}
+
+
 def draw(data: dict):
     fig, axs = style.figure(2)
     a, b = axs[0]
     if "missing" in data:
+        for ax in (a, b):
+            ax.set_axis_off()
         fig.text(0.5, 0.5, f"no routing study at {data['path']}\nrun: python -m noloco.llm_check.routing_study",
-                 ha="center", va="center", fontsize=10, bbox={"facecolor": "white", "edgecolor": style.VERMILION})
+                 ha="center", va="center", fontsize=10, wrap=True,
+                 bbox={"facecolor": "white", "edgecolor": style.VERMILION})
         return fig
-    colours = dict(zip(("noloco", "diloco", "no-sync"), style.PALETTE))
     s = data["settings"]
-    last = s["stages"] - 1
-    for name, curve in data["curves"].items():
-        variant, routing = name.rsplit("-", 1)
-        per_stage = np.asarray(curve["theta_std_per_stage"], dtype=float)
-        style_ = dict(color=colours.get(variant, style.BLACK), ls="-" if routing == "random" else "--")
-        a.plot(curve["outer_step"], per_stage[:, last], lw=2, label=f"{variant}, {routing} routing", **style_)
-        a.plot(curve["outer_step"], per_stage[:, 1], lw=0.8, alpha=0.7, **style_)
-    a.set_yscale("log")
-    a.set(xlabel="outer step (count)", ylabel="theta_std before the outer step (weight units)",
-          title=f"spread per stage, N = {s['replicas']}, {s['stages']} stages")
-    a.text(0.02, 0.97, f"thick: last stage ({last}, with the head)\nthin: middle stage 1", transform=a.transAxes,
-           fontsize=7, va="top")
-    a.legend(fontsize=6.5, loc="lower left")
+    stages = np.arange(s["stages"])
+    width = 0.8 / len(data["ratios"])
+    for k, ((variant, row), colour) in enumerate(zip(data["ratios"].items(), style.PALETTE)):
+        ratio, loss = row["theta_std_random_over_fixed"], row["val_loss_random_minus_fixed"]
+        x, mean, err = stages + (k - (len(data["ratios"]) - 1) / 2) * width, ratio["mean"], 2 * np.array(ratio["se"])
+        a.bar(x, mean, width, yerr=err, color=colour, capsize=2,
+              label=f"{NAMES.get(variant, variant)}: loss {loss['mean'][0]:+.3f} ± {2 * loss['se'][0]:.3f}")
+        for xi, m, e in zip(x, mean, err):  # the value above its error bar
+            a.text(xi, m + e + 0.02, f"{m:.2f}", rotation=90, ha="center", va="bottom", fontsize=7.5)
+    a.axhline(1, color="grey", lw=0.8, ls=":")
+    a.set_xticks(stages, labels=[f"{t}" for t in stages[:-1]] + [f"{stages[-1]} (head)"])
+    a.set(xlabel="pipeline stage", ylabel="replica spread, random ÷ fixed routing (ratio)", ylim=(0, 1.9),
+          title=f"random vs fixed routing, N = {s['replicas']}")
+    a.legend(loc="upper left", title="val. loss change, random − fixed (± 2 SE)", title_fontsize=8)
     probs = np.array([float(p) for p in data["skipping"]])
-    for key, label, colour, marker in (("val_loss", "whole model", style.BLUE, "o"),
-                                       ("val_loss_half_removed", "half of the middle stages removed",
-                                        style.VERMILION, "s")):
+    for key, label, colour, marker, shift in (("val_loss", "whole model", style.BLUE, "o", -0.005),
+                                              ("val_loss_half_removed", "half of the middle stages removed",
+                                               style.VERMILION, "s", 0.005)):
         mean = np.array([row[key]["mean"][0] for row in data["skipping"].values()])
         se = np.array([row[key]["se"][0] for row in data["skipping"].values()])
-        b.errorbar(probs, mean, yerr=se, color=colour, marker=marker, ms=4, capsize=3, label=label)
-    b.set(xlabel="skip probability per middle stage (training)", ylabel="validation loss (nats/byte)",
-          title="stage skipping (noloco, random routing)")
-    b.legend(fontsize=7)
+        b.errorbar(probs + shift, mean, yerr=2 * se, color=colour, marker=marker, capsize=3, label=label)
+    b.set(xlabel="skip probability per middle stage in training", ylabel="validation loss (nats/byte)",
+          title="stage skipping (NoLoCo, random routing)", xticks=probs)
+    b.legend(loc="upper left")
     return fig

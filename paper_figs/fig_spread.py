@@ -4,7 +4,8 @@ the stability edge), rises only mildly with N for pairs, and shrinks as O(eta^2)
 inner learning rate eta when gamma > 0 but only as O(eta) without the pull (gamma = 0).
 
 Lines: closed form at the paper's setting (N = 8, pairs, alpha 0.5, beta = gamma = 0.7,
-H 50, sigma 1, curvature 1) with one quantity varied per panel. Points: Monte Carlo of
+H 50, sigma 1, curvature 1) with one quantity varied per panel (the lines in the right panel: gamma = 0.7 and 0; grey,
+reference slopes 2 and 1). Points: Monte Carlo of
 the scalar model (window mean per trial after a burn-in; the estimator of the claim
 ``noloco.claims.stationary_spread``), 2 standard errors. Every setting, the Monte
 Carlo's included, is the paper preset (``noloco.theory.methods.PRESETS["paper"]``)."""
@@ -72,32 +73,39 @@ def _points(ax, x, mc, colour, marker, label):
     ax.errorbar(x, mc[:, 0], yerr=2 * mc[:, 1], fmt=marker, color=colour, mfc="white", label=label)
 
 
+VARIANCE = "stationary replica variance (weight²)"
+
+
 def draw(data: dict):
     fig, axs = style.figure(3)
     a, b, cax = axs[0]
     d = data["gamma"]
     a.plot(d["x"], d["theory"], color=style.BLUE, label="closed form")
-    _points(a, d["x_mc"], d["mc"], style.BLUE, "o", "Monte Carlo +-2 SE")
-    a.set(yscale="log", xlabel="pull gamma (dimensionless)", ylabel="stationary replica variance (weight$^2$)",
-          title=f"vs gamma (N = {data['setting']['replicas']})")
+    _points(a, d["x_mc"], d["mc"], style.BLUE, "o", "Monte Carlo ± 2 SE")
+    a.set(yscale="log", xlabel="pull γ (dimensionless)", ylabel=VARIANCE,
+          title=f"vs γ (N = {data['setting']['replicas']})", xticks=np.arange(0, 2, 0.5))
     a.legend()
     d = data["replicas"]
     b.plot(d["x"], d["theory"], color=style.VERMILION, label="closed form")
-    _points(b, d["x_mc"], d["mc"], style.VERMILION, "s", "Monte Carlo +-2 SE")
+    _points(b, d["x_mc"], d["mc"], style.VERMILION, "s", "Monte Carlo ± 2 SE")
     n = data["setting"]["group_size"]
-    b.set(xscale="log", xlabel="replicas N (count)", title="vs N (pairs)" if n == 2 else f"vs N (n = {n})")
+    b.set(xscale="log", xlabel="replicas N (count)", ylabel=VARIANCE,
+          title="vs N (pairs)" if n == 2 else f"vs N (n = {n})")
     ticks = np.array(d["x"])[::2]
     b.set_xticks(ticks, labels=[f"{t:g}" for t in ticks])
-    b.legend()
+    b.legend(loc="lower right")
     d = data["lr"]
     pull, _ = d["gammas"]
     for gamma, colour, marker in zip(d["gammas"], (style.BLUE, style.PURPLE), ("o", "D")):
-        cax.plot(d["x"], d[f"theory_{gamma}"], color=colour, label=f"gamma = {gamma:g}")
+        cax.plot(d["x"], d[f"theory_{gamma}"], color=colour, label=f"γ = {gamma:g}")
         _points(cax, d["x_mc"], d[f"mc_{gamma}"], colour, marker, None)
     x = np.array(d["x"])
     ref = np.array(d[f"theory_{pull}"])[0]
-    cax.plot(x, ref * (x / x[0]) ** 2, ":", color="grey", label="slope 2 (eta$^2$)")
-    cax.plot(x, np.array(d["theory_0.0"])[0] * (x / x[0]), "--", color="grey", label="slope 1 (eta)")
-    cax.set(xscale="log", yscale="log", xlabel="inner learning rate eta (1/curv.)", title=f"vs eta (H = {data['setting']['inner_steps']})")
-    cax.legend(loc="lower right")
+    cax.plot(x, ref * (x / x[0]) ** 2, ":", color="grey", label="slope 2 (∝ η²)")
+    cax.plot(x, np.array(d["theory_0.0"])[0] * (x / x[0]), "--", color="grey", label="slope 1 (∝ η)")
+    cax.errorbar([], [], yerr=[], fmt="o", color="grey", mfc="white", label="Monte Carlo ± 2 SE")
+    cax.set(xscale="log", yscale="log", xlabel="inner learning rate η\n(1/curvature)", ylabel=VARIANCE,
+            title=f"vs η (H = {data['setting']['inner_steps']})")
+    cax.set_ylim(top=30 * float(np.max(d["theory_0.0"])))  # a decade of room for the legend
+    cax.legend(loc="upper left")
     return fig

@@ -59,10 +59,10 @@ def draw(data: dict):
                 ax.plot([], [], color=colours[n], label=f"n = {n}")
             ax.set_title(f"{m}, N = {N}")
             if row == 1:
-                ax.set_xlabel("pull gamma (dimensionless)")
+                ax.set_xlabel("pull γ (dimensionless)")
             if col == 0:
-                ax.set_ylabel("momentum alpha")
+                ax.set_ylabel("outer momentum α")
             if row == 0 and col == 2:
                 ax.legend(loc="upper right", title="boundary", title_fontsize=8)
-    fig.suptitle(f"stable region (shaded: pairs), beta = {data['beta']:g}, c = {data['c']:.3f}")
+    fig.suptitle(f"stable region (shaded: pairs), β = {data['beta']:g}, c = {data['c']:.3f}")
     return fig

@@ -41,15 +41,21 @@ def compute(trials: int, steps: int) -> dict:
 
 
 def draw(data: dict):
+    from matplotlib.lines import Line2D
+
     fig, axs = style.figure(1)
     ax = axs[0][0]
     t = np.arange(data["steps"] + 1)
+    handles = []
     for case, colour, marker in zip(data["cases"], style.PALETTE, style.MARKERS):
-        ax.plot(t, case["theory"], color=colour, label=f"{case['label']}: theory")
+        ax.plot(t, case["theory"], color=colour)
         mc, se = np.array(case["mc"], dtype=float), np.array(case["se"], dtype=float)
-        ax.errorbar(t[1::2], mc[1::2], yerr=2 * se[1::2], fmt=marker, color=colour, mfc="white", ms=4,
-                    label=f"{case['label']}: Monte Carlo +-2 SE")
-    ax.set(yscale="log", xlabel="outer step t (count)", ylabel="replica variance E z$^2$ (weight$^2$)",
+        ax.errorbar(t[1::2], mc[1::2], yerr=2 * se[1::2], fmt=marker, color=colour, mfc="white", ms=4)
+        handles.append(Line2D([], [], color=colour, marker=marker, mfc="white", label=case["label"].replace(
+            "gamma", "γ")))
+    handles += [Line2D([], [], color="grey", label="line: exact recursion"),
+                Line2D([], [], color="grey", marker="o", ls="", mfc="white", label="points: Monte Carlo ± 2 SE")]
+    ax.set(yscale="log", xlabel="outer step t (count)", ylabel="replica variance E z² (weight²)",
            title="transient spread, theory vs Monte Carlo")
-    ax.legend(ncol=2, loc="upper right")
+    ax.legend(handles=handles, ncol=2, loc="upper right")
     return fig

@@ -2,9 +2,11 @@
 rate-vs-spread frontier of the quadratic theory: at the same stationary spread, other
 (alpha, beta, gamma) make the replica mean converge faster, and `noloco tune` finds them.
 
-Left: the mean's rate per outer step over (alpha, beta) (it does not depend on gamma),
-with the region where some gamma keeps the stationary spread within the budget.
-Right: the frontier, best rate at each spread, with the paper setting and the tuner's pick."""
+Left: the mean's rate per outer step over (alpha, beta) (it does not depend on gamma) at the
+tuned (n, H), with the region where some gamma keeps the stationary spread within the budget.
+Right: the frontier, best rate at each spread, with the paper setting and the tuner's pick.
+When the tuner changes n or H, the paper setting is not on that landscape: it is drawn only on
+the right, next to the frontier at its own (n, H)."""
 
 from __future__ import annotations
 
@@ -36,12 +38,26 @@ def result_data(result) -> dict:
     L = result.landscape
     pt = lambda q: {"alpha": q.alpha, "beta": q.beta, "gamma": q.gamma, "rate": q.rate, "spread": q.spread,
                     "group_size": q.group_size, "inner_steps": q.inner_steps}
-    return {
+    data = {
         "alpha": L["alpha"], "beta": L["beta"], "rate": L["rate"], "min_spread": L["min_spread"],
         "budget": result.problem.budget, "group_size": L["group_size"], "inner_steps": L["inner_steps"],
         "frontier": [pt(q) for q in result.frontier], "best": pt(result.best), "paper": pt(result.paper),
         "given": pt(result.start),
     }
+    p = result.paper
+    if (p.group_size, p.inner_steps) != (L["group_size"], L["inner_steps"]):
+        # the paper's (n, H) has another landscape: its point goes with its own frontier
+        data["paper_frontier"] = _frontier(result.problem, p)
+    return data
+
+
+def _frontier(problem, point) -> dict:
+    """The rate-vs-spread frontier at ``point``'s (n, H) (as :func:`noloco.theory.tune.landscape` finds it)."""
+    from noloco.theory.tune import evaluate, landscape
+
+    alpha, beta, gamma = np.array(landscape(problem, point, point)["frontier"], dtype=float).T
+    r = evaluate(problem, alpha, beta, gamma, point.group_size, point.inner_steps)
+    return {"rate": r["rate"], "spread": r["spread"]}
 
 
 def _array(values) -> np.ndarray:
@@ -50,30 +66,49 @@ def _array(values) -> np.ndarray:
 
 
 def draw(data: dict):
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+    from matplotlib.ticker import NullFormatter
+
     fig, axs = style.figure(2)
     ax, bx = axs[0]
+    n, h = data["group_size"], data["inner_steps"]
     A, B, rate = _array(data["alpha"]), _array(data["beta"]), _array(data["rate"])
     ok = np.nan_to_num(_array(data["min_spread"]), nan=np.inf) <= data["budget"] * (1 + 1e-9)
     mesh = ax.pcolormesh(B, A, np.clip(rate, 0, 1), shading="nearest", cmap="viridis_r", vmin=0, vmax=1,
                          rasterized=True)
-    fig.colorbar(mesh, ax=ax, label="mean's rate per outer step (spectral radius of M)")
+    fig.colorbar(mesh, ax=ax, label="mean's rate per outer step (1: no progress)")
     ax.contour(B, A, ok.astype(float), levels=[0.5], colors="white", linewidths=1.6)
     ax.contourf(B, A, (~ok).astype(float), levels=[0.5, 1.5], colors="none", hatches=["///"])
     best, paper = data["best"], data["paper"]
-    ax.plot(paper["beta"], paper["alpha"], "s", color=style.VERMILION, mec="white", ms=8, label="paper setting")
-    ax.plot(best["beta"], best["alpha"], "*", color=style.YELLOW, mec="black", ms=12, label="tuned")
-    ax.set(xlabel="outer learning rate beta (dimensionless)", ylabel="outer momentum alpha (dimensionless)",
-           title="rate; hatched: no gamma meets the spread budget")
-    ax.legend(loc="upper right", frameon=True)
-    s = np.array([q["spread"] for q in data["frontier"]], dtype=float)
-    r = np.array([q["rate"] for q in data["frontier"]], dtype=float)
-    bx.plot(s, r, color=style.BLUE, label="frontier: best rate at each spread")
-    bx.axvline(data["budget"], color="grey", ls="--", lw=1, label="spread budget")
-    bx.plot(paper["spread"], paper["rate"], "s", color=style.VERMILION, ms=8, label="paper setting")
-    bx.plot(best["spread"], best["rate"], "*", color=style.YELLOW, mec="black", ms=12, label="tuned")
-    bx.set(xscale="log", xlabel="stationary replica variance (weight units$^2$)",
-           ylabel="mean's rate per outer step", title=f"trade-off, n={data['group_size']}, H={data['inner_steps']}")
-    bx.xaxis.set_minor_formatter(__import__("matplotlib").ticker.NullFormatter())
+    other = "paper_frontier" in data  # the paper setting is not on this (n, H)
+    paper_label = f"paper (n = {paper['group_size']}, H = {paper['inner_steps']})" if other else "paper setting"
+    setting = lambda q: f"α {q['alpha']:.2f}, β {q['beta']:.2f}, γ {q['gamma']:.2f}"
+    if not other:
+        ax.plot(paper["beta"], paper["alpha"], "s", color=style.VERMILION, mec="white", ms=8,
+                label=f"paper: {setting(paper)}")
+    ax.plot(best["beta"], best["alpha"], "*", color=style.YELLOW, mec="black", ms=12, label=f"tuned: {setting(best)}",
+            clip_on=False)
+    handles = ax.get_legend_handles_labels()[0] + [
+        Line2D([], [], color="white", lw=1.6, label="edge of the spread budget"),
+        Patch(facecolor="white", edgecolor="black", hatch="///", label="no γ meets the budget")]
+    ax.set(xlabel="outer learning rate β (dimensionless)", ylabel="outer momentum α (dimensionless)",
+           title=f"mean's rate at n = {n}, H = {h}")
+    ax.legend(handles=handles, loc="upper right", frameon=True, facecolor="0.8")  # grey: the white edge shows
+    s, r = (np.array([q[k] for q in data["frontier"]], dtype=float) for k in ("spread", "rate"))
+    bx.plot(s, r, color=style.BLUE,
+            label=f"frontier at n = {n}, H = {h}" if other else "frontier: best rate at each spread")
+    if other:
+        bx.plot(data["paper_frontier"]["spread"], data["paper_frontier"]["rate"], "--", color=style.VERMILION,
+                label=f"frontier at n = {paper['group_size']}, H = {paper['inner_steps']}")
+    bx.axvline(data["budget"], color="grey", ls="--", lw=1, label=f"spread budget {data['budget']:.3g}")
+    bx.plot(paper["spread"], paper["rate"], "s", color=style.VERMILION, ms=8,
+            label=f"{paper_label}, rate {paper['rate']:.3f}")
+    bx.plot(best["spread"], best["rate"], "*", color=style.YELLOW, mec="black", ms=12,
+            label=f"tuned, rate {best['rate']:.3f}", clip_on=False)
+    bx.set(xscale="log", xlabel="stationary replica variance (weight²)", ylabel="mean's rate per outer step (ratio)",
+           title="frontiers: best rate at each spread" if other else f"rate vs spread, n = {n}, H = {h}")
+    bx.xaxis.set_minor_formatter(NullFormatter())
     bx.legend(loc="lower left")
     return fig
 
