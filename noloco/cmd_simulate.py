@@ -3,14 +3,9 @@ simulated quantity next to what the theory predicts, with standard errors."""
 
 from __future__ import annotations
 
-import sys
-
 from noloco.options import (add_hyper_arguments, add_inner_model_arguments, add_memory_argument, hyper_from_args,
                             inner_momentum_from_args)
-from noloco.quadratic.names import OBJECTIVES, SCHEDULES, SPLITS
-
-INNER_MODES = ("auto", "exact", "explicit")   # noloco.quadratic.simulator's, without importing numpy here
-DTYPES = ("float64", "float32")
+from noloco.quadratic.names import DTYPES, INNER_MODES, OBJECTIVES, SCHEDULES, SPLITS
 
 
 def add_parser(subparsers) -> None:
@@ -59,43 +54,18 @@ def add_parser(subparsers) -> None:
     parser.set_defaults(run=run)
 
 
-def _config(args):
-    """The validated SimConfig, after checking that the run fits the memory budget (before the
-    spectrum is materialised: a refusal costs nothing)."""
-    from noloco.quadratic.simulator import SimConfig, memory_estimate
-    from noloco.infra import budget
-    from noloco.theory.methods import constrain
+def run(args) -> int:
+    from noloco.infra.files import print_json
+    from noloco.quadratic.compare import simulate_setting
 
     method, outer, inner, spectrum = hyper_from_args(args, default_shape=False)
-    limit = budget.resolve(args.max_memory)
-    count = 1 if spectrum is None else spectrum.count
-    N = constrain(method, outer, inner)[0].replicas
-    rotated_or_data = args.rotate or args.objective != "quadratic"
-    trials, steps = max(args.trials, 2), max(args.outer_steps, 1)   # SimConfig names a bad value
-    budget.require(memory_estimate(count, trials, N, steps, inner_steps=inner.steps, objective=args.objective,
-                                   rotate=args.rotate, eigenbasis=not rotated_or_data or args.inner_mode == "exact"),
-                   limit, f"simulate with {count} direction(s) x {trials} trials x {N} replicas x {steps} outer steps",
-                   "fewer --trials, --outer-steps or directions")
-    # SimConfig refuses curvatures with a data objective, which takes its Hessian from the data
-    return SimConfig(outer=outer, inner=inner, objective=args.objective,
-                     curvatures=None if spectrum is None else spectrum.values(),
-                     rotate=args.rotate, zeta=args.zeta, split=args.split, batch_size=args.batch_size,
-                     l2=args.l2, optimizer=args.inner_optimizer,
-                     inner_momentum=inner_momentum_from_args(args),
-                     schedule=args.schedule, warmup=args.warmup, decay_time=args.decay_time,
-                     method=method, trials=args.trials, outer_steps=args.outer_steps,
-                     burn_in=args.burn_in, start=args.start, seed=args.seed, inner_mode=args.inner_mode,
-                     dtype=args.dtype)
-
-
-def run(args) -> int:
-    from noloco.quadratic.compare import cached_compare, format_text
-    from noloco.infra.files import print_json
-
-    cfg = _config(args)
-    result, hit = cached_compare(cfg, progress=sys.stderr.isatty(), use_cache=not args.no_cache)
-    if args.json:
-        print_json(result)
-        return 1 if result["diverged"] else 0
-    print(format_text(result, cfg, hit))
+    # curvatures with a data objective (which takes its Hessian from the data) are refused by SimConfig
+    result, text = simulate_setting(
+        method, outer, inner, spectrum, objective=args.objective, rotate=args.rotate, trials=args.trials,
+        outer_steps=args.outer_steps, inner_mode=args.inner_mode, max_memory=args.max_memory,
+        use_cache=not args.no_cache, zeta=args.zeta, split=args.split, batch_size=args.batch_size, l2=args.l2,
+        optimizer=args.inner_optimizer, inner_momentum=inner_momentum_from_args(args), schedule=args.schedule,
+        warmup=args.warmup, decay_time=args.decay_time, burn_in=args.burn_in, start=args.start, seed=args.seed,
+        dtype=args.dtype)
+    print_json(result) if args.json else print(text)
     return 1 if result["diverged"] else 0

@@ -241,6 +241,35 @@ def cached_compare(cfg: SimConfig, *, progress: bool = False, use_cache: bool = 
                      refresh=refresh, use_cache=use_cache, valid=_is_result)
 
 
+def simulate_setting(method: str, outer, inner, spectrum, *, objective: str = "quadratic", rotate: bool = False,
+                     trials: int = 200, outer_steps: int = 200, inner_mode: str = "auto", max_memory=None,
+                     progress: bool | None = None, use_cache: bool = True, **fields) -> tuple[dict, str]:
+    """``noloco simulate`` as a library: the run's memory checked against the budget before the spectrum is
+    materialised (a refusal costs nothing), the validated :class:`SimConfig` (``fields``: its other
+    fields), the cached comparison; ``(result, its text)``."""
+    import sys
+
+    from noloco.infra import budget
+    from noloco.quadratic.simulator import memory_estimate
+    from noloco.theory.methods import constrain
+
+    count = 1 if spectrum is None else spectrum.count
+    N = constrain(method, outer, inner)[0].replicas
+    rows, steps = max(trials, 2), max(outer_steps, 1)  # SimConfig names a bad value
+    eigenbasis = (not rotate and objective == "quadratic") or inner_mode == "exact"
+    budget.require(memory_estimate(count, rows, N, steps, inner_steps=inner.steps, objective=objective,
+                                   rotate=rotate, eigenbasis=eigenbasis),
+                   budget.resolve(max_memory),
+                   f"simulate with {count} direction(s) x {rows} trials x {N} replicas x {steps} outer steps",
+                   "fewer --trials, --outer-steps or directions")
+    cfg = SimConfig(outer=outer, inner=inner, objective=objective, rotate=rotate, method=method, trials=trials,
+                    outer_steps=outer_steps, inner_mode=inner_mode,
+                    curvatures=None if spectrum is None else spectrum.values(), **fields)
+    result, hit = cached_compare(cfg, progress=sys.stderr.isatty() if progress is None else progress,
+                                 use_cache=use_cache)
+    return result, format_text(result, cfg, hit)
+
+
 def _fmt(x):
     return "-" if x is None else f"{x:.6g}"
 
