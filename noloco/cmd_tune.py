@@ -55,8 +55,8 @@ def add_parser(subparsers) -> None:
     g.add_argument("--no-verify", action="store_true", help="skip the verifying simulation")
     g.add_argument("--seed", type=int, default=0, help="seed of the verifying simulation (default 0)")
     g.add_argument("--out", default=None, metavar="PATH",
-                   help="write the figure to PATH (.png) and PATH with .pdf; default: no figure. The folder "
-                        "must be writable (checked before the search)")
+                   help="write the figure to PATH, a .png, .pdf or .svg file (its suffix chooses the format; "
+                        "nothing else is written); default: no figure. Checked before the search")
     g.add_argument("--json", action="store_true",
                    help="print strict JSON instead of text (an unbounded value is null, with "
                         "'<key>_nonfinite' beside it)")
@@ -75,8 +75,10 @@ def _unused_flags(args) -> None:
 
 
 def run(args) -> int:
+    from noloco.infra.files import print_json
+    from noloco.paper_figs.fig_tune import draw_result
+    from noloco.paper_figs.style import figure_file
     from noloco.quadratic.tune_check import format_report, tune_and_verify
-    from noloco.infra.files import output_file, print_json
     from noloco.theory.tune import make_problem
 
     _unused_flags(args)
@@ -84,16 +86,9 @@ def run(args) -> int:
     problem = make_problem(method, outer, inner, spectrum, budget=args.spread_budget, objective=args.objective,
                            target=1e-3 if args.target is None else args.target, tune=args.tune,
                            h_values=H_VALUES if args.h_values is None else args.h_values, grid=args.grid)
-    out = None if args.out is None else output_file(args.out)  # fail now, not after the search
+    out = None if args.out is None else figure_file(args.out)  # fail now, not after the search
     result, report = tune_and_verify(problem, verify=not args.no_verify, trials=args.trials, seed=args.seed,
                                      progress=sys.stderr.isatty())
-    figure = None
-    if out is not None:
-        from noloco.paper_figs.fig_tune import draw_result
-
-        figure = draw_result(result, out)
-    if args.json:
-        print_json(report)
-    else:
-        print(format_report(report, figure))
+    figure = None if out is None else draw_result(result, out)  # the tuner's figure (paper_figs/fig_tune.py)
+    print_json(report) if args.json else print(format_report(report, figure))
     return 0

@@ -114,7 +114,9 @@ def draw(data: dict):
 
 
 def draw_result(result, path) -> str:
-    """The tuner's figure for ``noloco tune --out``; returns the PNG path."""
+    """The tuner's figure for ``noloco tune --out``, written to exactly ``path`` (its suffix chooses the
+    format: :func:`noloco.paper_figs.style.figure_file`); returns the path."""
     from noloco.infra.files import jsonable
 
-    return style.save(draw(jsonable(result_data(result))), path)[0]
+    path = style.figure_file(path)
+    return style.save(draw(jsonable(result_data(result))), path, formats=(path.suffix.lower().lstrip("."),))[0]

@@ -44,6 +44,26 @@ def figure(ncols: int = 1, nrows: int = 1, **kw):
     return plt.subplots(nrows, ncols, figsize=SIZE, dpi=DPI, squeeze=False, **kw)
 
 
+#: the formats a figure file may have (its suffix chooses)
+FORMATS = ("png", "pdf", "svg")
+
+
+def figure_file(path, flag: str = "--out"):
+    """``path`` as one figure file, checked before any work: a writable place (noloco.infra.files.output_file)
+    whose suffix is one of :data:`FORMATS` (ConfigError otherwise: a name like ``x.txt`` would otherwise
+    write ``x.png`` beside it)."""
+    from pathlib import Path
+
+    from noloco.infra.errors import ConfigError
+    from noloco.infra.files import output_file
+
+    path = output_file(path, flag)
+    if path.suffix.lower().lstrip(".") not in FORMATS:
+        raise ConfigError(f"{flag} {str(path)!r} must name a figure file ending in "
+                          f"{', '.join('.' + f for f in FORMATS)} (its suffix chooses the format)")
+    return Path(path)
+
+
 def save(fig, path, formats=("png", "pdf")) -> list:
     """Write ``path`` in each format (atomically: temporary file, then rename); returns the paths."""
     from pathlib import Path

@@ -64,7 +64,7 @@ def test_recommendation_meets_budget_and_beats_paper(paper_json):
 
 def test_figure_written(paper_json):
     _, _, out = paper_json
-    assert out.exists() and out.with_suffix(".pdf").exists()
+    assert out.exists() and not out.with_suffix(".pdf").exists()  # exactly the file named (issue 22)
 
 
 def test_recommendation_is_locally_optimal():
@@ -173,3 +173,14 @@ def test_frontier_rows_pick_the_fastest_within_each_budget():
     rows = frontier_rows(front, budget=1e-2, rows=4)
     assert [q["rate"] for q in rows] == [0.9, 0.7, 0.5, 0.3]
     assert frontier_rows(front, budget=1e-2, rows=2) == [front[0], front[3]]
+
+
+def test_out_names_exactly_the_file_it_writes(tmp_path):
+    """`--out DIR/x.txt` used to write x.png and overwrite x.pdf beside it: a figure file's suffix chooses its
+    format, any other suffix is bad input, and nothing else is written."""
+    keep = tmp_path / "x.pdf"
+    keep.write_bytes(b"the user's own pdf")
+    assert main(["tune", "--no-verify", "--grid", "6", "--out", str(tmp_path / "x.txt")]) == 2
+    assert main(["tune", "--no-verify", "--grid", "6", "--out", str(tmp_path / "x.png")]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["x.pdf", "x.png"]
+    assert keep.read_bytes() == b"the user's own pdf"
