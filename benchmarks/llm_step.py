@@ -141,3 +141,18 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
 
 def bench_from_args(args) -> dict:
     return bench(args.replicas, args.size, args.device, args.steps, args.threads)
+
+
+def bench_command(args) -> None:
+    """``noloco llm bench``: the output place checked before the benchmark, then the result printed (and
+    stored with ``--out``) as ``python -m noloco.benchmarks llm-step`` does."""
+    import warnings
+
+    from noloco.benchmarks.timer import emit
+    from noloco.infra.files import output_file
+
+    if args.out is not None:
+        output_file(args.out)  # before the benchmark, not after it
+    with warnings.catch_warnings():  # torch.func's note that vmap falls back to a loop for attention
+        warnings.filterwarnings("ignore", message=r"There is a performance drop because we have not yet implemented")
+        emit(bench_from_args(args), args, format_result)

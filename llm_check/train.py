@@ -356,9 +356,16 @@ class Trainer:
 
 def evaluate_run(out: str | Path, removed=(), threads: int | None = None) -> dict:
     """The validation losses of the model in ``out``'s checkpoint (a one-process run) with the middle
-    stages ``removed`` left out of every path: ``{"removed", "stages", "val_loss_avg_model",
-    "val_loss_per_replica", "weight_std"}``. A ConfigError for a stage that is not a middle stage."""
+    stages ``removed`` (stage numbers, or their comma-separated text) left out of every path:
+    ``{"removed", "stages", "val_loss_avg_model", "val_loss_per_replica", "weight_std"}``. A ConfigError
+    for a stage that is not a middle stage."""
     from noloco.llm_check.routing import middle_stages
+
+    if isinstance(removed, str):
+        try:
+            removed = [int(v) for v in removed.split(",") if v.strip()]
+        except ValueError:
+            raise ConfigError(f"--remove {removed!r}: give stage numbers, e.g. 1,2") from None
 
     out = Path(out)
     result = read_json(out / "result.json", required=("config",))
@@ -381,6 +388,12 @@ def evaluate_run(out: str | Path, removed=(), threads: int | None = None) -> dic
     row = trainer.evaluate(removed=tuple(removed))
     return {"removed": removed, "stages": cfg.stages, "outer_step": trainer.outer_done,
             **{k: row[k] for k in ("val_loss_avg_model", "val_loss_per_replica", "weight_std")}}
+
+
+def format_evaluation(report: dict) -> str:
+    return (f"stages {report['stages']}, removed {report['removed'] or 'none'}, outer step {report['outer_step']}: "
+            f"val loss (replica-mean model) {report['val_loss_avg_model']:.4f}, per replica "
+            + " ".join(f"{v:.4f}" for v in report["val_loss_per_replica"]))
 
 
 # ----------------------------------------------------------------- several methods

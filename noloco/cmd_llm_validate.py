@@ -1,0 +1,39 @@
+"""``noloco llm validate``: a sweep of short runs, the measured weight spread against the theory's
+prediction (noloco.llm_check.validate)."""
+
+from __future__ import annotations
+
+import sys
+
+
+def add_parser(sub) -> None:
+    val = sub.add_parser("validate", help="predicted vs measured weight-spread scaling (gamma, n, N, alpha, lr)",
+                         description="Train a sweep of short runs, fit one noise constant on the reference run "
+                                     "and predict the stationary weight spread of the others with the "
+                                     "flat-direction theory (noloco.llm_check.validate).")
+    val.add_argument("--preset", choices=("cpu-tiny", "cpu-small", "gpu"), default="cpu-small",
+                     help="the sweep's model and run length (default cpu-small)")
+    val.add_argument("--device", default=None, help="cpu or cuda (default: the preset's)")
+    val.add_argument("--out", default="runs/llm-validate", help="run directory (default runs/llm-validate/PRESET)")
+    val.add_argument("--overwrite", action="store_true",
+                     help="replace the sweep's runs under OUT/PRESET (without it a folder holding them is refused)")
+    val.add_argument("--reuse", action="store_true",
+                     help="keep the finished runs of the same settings under OUT/PRESET and train only the others "
+                          "(an interrupted sweep continues; the report is recomputed)")
+    val.add_argument("--max-memory", default=None, metavar="SIZE",
+                     help="memory budget of each run, e.g. 8G (default: half the memory available)")
+    val.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
+    val.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is fastest on a busy CPU)")
+    val.set_defaults(run=run)
+
+
+def run(args) -> int:
+    from noloco.infra.files import output_dir, print_json
+    from noloco.llm_check.validate import format_table, run_sweep
+
+    out = output_dir(args.out) / args.preset
+    report = run_sweep(args.preset, out, device=args.device, threads=args.threads, overwrite=args.overwrite,
+                       max_memory=args.max_memory, reuse=args.reuse)
+    print_json(report) if args.json else print(format_table(report))
+    print(f"(runs and validate.json in {out})", file=sys.stderr)
+    return 1 if report.get("diverged") else 0
