@@ -461,125 +461,198 @@ def _rows(x: np.ndarray, rows: np.ndarray) -> np.ndarray:
     return np.take(x.reshape(-1, width), rows, axis=0).reshape(x.shape)
 
 
-def _eigenbasis_block(driver: _Driver, totals: _Trials, index: int, part: int, cols: slice) -> None:
-    """One block of trials x directions of the quadratic, in its eigenbasis, for the whole run."""
-    cfg, run, outer, inner = driver.cfg, driver.run, driver.outer, driver.inner
-    dtype = np.dtype(cfg.dtype)
-    N, n = outer.replicas, outer.group_size
-    G = N // n
-    count = totals.count
-    lam = run.eigvals[cols]
-    width = lam.size
-    shape = (count, N, width)
-    rng = np.random.default_rng([cfg.seed, 2] if index == part == 0 else [cfg.seed, 2, index, part])
-    # the groups of a trial block are the same in each of its direction blocks: their own generator
-    # when there are several; with one, the one generator in the order of the first version
-    single = width == run.eigvals.size
-    partitions = rng if single else np.random.default_rng([cfg.seed, 3, index])
-    noise = Noise(rng)
-    obj = run.objective
+class _Block:
+    """The state of one block of trials x directions of the quadratic, in its eigenbasis: the outer
+    weights ``phi``, the outer momentum ``delta``, the replicas' optima offsets ``shift`` (None without
+    heterogeneity), each (trials, N, width), and the random streams."""
 
-    phi = np.empty(shape, dtype)
-    phi[...] = obj.start_in_eigenbasis(cfg.start)[cols]
-    if cfg.init_spread:  # offsets with zero mean over replicas: the mean stays at the start
-        offsets = cfg.init_spread * rng.standard_normal(shape)
-        phi += offsets - offsets.mean(1, keepdims=True)
-    shift = None
-    if cfg.zeta:  # replica optima; isotropic, so drawn in the eigenbasis directly
-        draw = cfg.zeta * rng.standard_normal(shape)
-        shift = (draw - draw.mean(1, keepdims=True)).astype(dtype)
-    delta = np.zeros(shape, dtype)
-    rule = outer.rule()
-    lrs = cfg.learning_rates()
-    constant = bool(np.all(lrs == lrs[0]))
-    exact = cfg.inner_law == "exact"
-    lam_t = lam.astype(dtype)
-    if exact:  # per phase: contraction c and the std of a group's mean noise
-        phases = lrs[:1] if constant else lrs
-        law = [phase_coefficients(rates, lam, inner.noise) for rates in phases]
-        c_t = [c.astype(dtype) for c, _ in law]
-        sd_t = [np.sqrt(s2 / n).astype(dtype) for _, s2 in law]
-        noisy = inner.noise > 0
-        group_noise = np.empty((count, G, 1, width), dtype)
-    else:
-        optimizer = InnerOptimizer(cfg.optimizer, shape, momentum=cfg.inner_momentum, dtype=dtype)
-        theta, scratch = np.empty(shape, dtype), np.empty(shape, dtype)
+    def __init__(self, driver: _Driver, totals: _Trials, index: int, part: int, cols: slice):
+        cfg, run = driver.cfg, driver.run
+        self.dtype = np.dtype(cfg.dtype)
+        N = driver.outer.replicas
+        self.count = count = totals.count
+        self.lam = run.eigvals[cols]
+        self.shape = shape = (count, N, self.lam.size)
+        rng = np.random.default_rng([cfg.seed, 2] if index == part == 0 else [cfg.seed, 2, index, part])
+        # the groups of a trial block are the same in each of its direction blocks: their own generator
+        # when there are several; with one, the one generator in the order of the first version
+        self.partitions = rng if self.lam.size == run.eigvals.size else np.random.default_rng([cfg.seed, 3, index])
+        self.noise = Noise(rng)
+        self.phi = np.empty(shape, self.dtype)
+        self.phi[...] = run.objective.start_in_eigenbasis(cfg.start)[cols]
+        if cfg.init_spread:  # offsets with zero mean over replicas: the mean stays at the start
+            offsets = cfg.init_spread * rng.standard_normal(shape)
+            self.phi += offsets - offsets.mean(1, keepdims=True)
+        self.shift = None
+        if cfg.zeta:  # replica optima; isotropic, so drawn in the eigenbasis directly
+            draw = cfg.zeta * rng.standard_normal(shape)
+            self.shift = (draw - draw.mean(1, keepdims=True)).astype(self.dtype)
+        self.delta = np.zeros(shape, self.dtype)
+        self.base = (np.arange(count) * N)[:, None]
+        self.where = np.tile(np.arange(N), (count, 1))   # replica i of a trial sits in row where[i]
 
-    sel = slice(*np.searchsorted(run.directions, [cols.start, cols.stop]))
-    local = run.directions[sel] - cols.start
-    lam64 = lam.astype(float)
-    base = (np.arange(count) * N)[:, None]
-    where = np.tile(np.arange(N), (count, 1))   # replica i of a trial sits in row where[i]
-    trial_rows, places = np.arange(count)[:, None], np.arange(N)[None, :]
+    def regroup(self) -> np.ndarray:
+        """A fresh uniformly random partition (consecutive blocks of a random permutation of the
+        replicas, noloco.theory.partitions): the rows each replica's state moves to, per trial."""
+        count, N = self.shape[:2]
+        order = random_permutations(self.partitions, (count,), N)
+        trial_rows = np.arange(count)[:, None]
+        local_rows = self.where[trial_rows, order]
+        self.where[trial_rows, order] = np.arange(N)[None, :]
+        return local_rows
 
-    # the compiled step (noloco.quadratic.fused) writes into a second set of arrays; the two swap every step
-    compiled = driver.compiled
-    empty = np.empty((0, 0, 0), dtype)
-    if compiled:
-        constants = (dtype.type(n), *(dtype.type(rule[name]) for name in ("alpha", "beta", "gamma")),
-                     rule["momentum"] == "nesterov")
-        spare = [np.empty(shape, dtype), np.empty(shape, dtype), empty if shift is None else np.empty(shape, dtype)]
-        sums = np.empty((2, count, width))
-    dev = np.empty(shape, dtype)
+    def move(self, local_rows: np.ndarray) -> np.ndarray:
+        """Every replica's state (phi, delta, shift) to its row in the new partition; the flat rows."""
+        rows = (self.base + local_rows).ravel()
+        self.phi, self.delta = _rows(self.phi, rows), _rows(self.delta, rows)
+        if self.shift is not None:
+            self.shift = _rows(self.shift, rows)
+        return rows
 
-    def record(t, sums=None):
+
+class _ExactLaw:
+    """The exact inner phase's law per phase: contraction c and the std of a group's mean noise."""
+
+    def __init__(self, driver: _Driver, block: _Block):
+        cfg, n = driver.cfg, driver.outer.group_size
+        lrs = cfg.learning_rates()
+        self.constant = bool(np.all(lrs == lrs[0]))
+        law = [phase_coefficients(rates, block.lam, driver.inner.noise) for rates in (lrs[:1] if self.constant else lrs)]
+        self.c = [c.astype(block.dtype) for c, _ in law]
+        self.sd = [np.sqrt(s2 / n).astype(block.dtype) for _, s2 in law]
+        self.noisy = driver.inner.noise > 0
+        count, N, width = block.shape
+        self.group_noise = np.empty((count, N // n, 1, width), block.dtype)
+
+    def phase(self, t: int) -> int:
+        return 0 if self.constant else t - 1
+
+
+class _ExactStep:
+    """One outer step with the inner phase drawn from its exact law (numpy)."""
+
+    def __init__(self, driver: _Driver, block: _Block):
+        self.block, self.law, self.rule, self.n = block, _ExactLaw(driver, block), driver.outer.rule(), \
+            driver.outer.group_size
+
+    def __call__(self, t: int, local_rows: np.ndarray):
+        b, law = self.block, self.law
+        b.move(local_rows)
+        count, N, width = b.shape
+        blocks = b.phi.reshape(count, N // self.n, self.n, width)
+        mean_phi = _group_mean(blocks)
+        gap = mean_phi if b.shift is None else mean_phi - _group_mean(b.shift.reshape(blocks.shape))
+        progress = np.multiply(gap, -law.c[law.phase(t)])
+        if law.noisy:
+            b.noise.fill(law.group_noise)
+            law.group_noise *= law.sd[law.phase(t)]
+            progress += law.group_noise
+        phi, delta = outer_step(blocks, b.delta.reshape(blocks.shape), mean_phi, progress, **self.rule)
+        b.phi, b.delta = phi.reshape(b.shape), delta.reshape(b.shape)
+        return None
+
+
+class _CompiledExactStep:
+    """The same step in one compiled loop (noloco.quadratic.fused), writing into a second set of arrays (the
+    two swap every step); it also returns the sums of the deviations and their squares that the
+    recorder needs, computed in the same loop."""
+
+    def __init__(self, driver: _Driver, block: _Block):
+        self.block, self.law = block, _ExactLaw(driver, block)
+        rule, dtype = driver.outer.rule(), block.dtype
+        self.constants = (dtype.type(driver.outer.group_size), *(dtype.type(rule[k]) for k in ("alpha", "beta", "gamma")),
+                          rule["momentum"] == "nesterov")
+        self.empty = np.empty((0, 0, 0), dtype)
+        self.spare = [np.empty(block.shape, dtype), np.empty(block.shape, dtype),
+                      self.empty if block.shift is None else np.empty(block.shape, dtype)]
+        self.sums = np.empty((2, block.count, block.lam.size))
+
+    def __call__(self, t: int, local_rows: np.ndarray):
+        b, law, k = self.block, self.law, self.law.phase(t)
+        if law.noisy:
+            b.noise.fill(law.group_noise)
+        current = [b.phi, b.delta, self.empty if b.shift is None else b.shift]
+        count, G, _, width = law.group_noise.shape
+        draws = law.group_noise.reshape(count, G, width) if law.noisy else self.empty
+        fused.exact_outer_step(*current, local_rows, draws, law.c[k], law.sd[k], *self.constants, *self.spare,
+                               self.sums)
+        (b.phi, b.delta, moved), self.spare = self.spare, current
+        b.shift = moved if moved.size else None
+        return self.sums
+
+
+class _ExplicitStep:
+    """One outer step with every inner step simulated (any inner optimizer)."""
+
+    def __init__(self, driver: _Driver, block: _Block):
+        cfg = driver.cfg
+        self.block, self.cfg, self.inner, self.rule, self.n = block, cfg, driver.inner, driver.outer.rule(), \
+            driver.outer.group_size
+        self.optimizer = InnerOptimizer(cfg.optimizer, block.shape, momentum=cfg.inner_momentum, dtype=block.dtype)
+        self.theta, self.scratch = np.empty(block.shape, block.dtype), np.empty(block.shape, block.dtype)
+        self.lam, self.lrs = block.lam.astype(block.dtype), cfg.learning_rates()
+
+    def __call__(self, t: int, local_rows: np.ndarray):
+        b, theta = self.block, self.theta
+        rows = b.move(local_rows)
+        count, N, width = b.shape
+        blocks = b.phi.reshape(count, N // self.n, self.n, width)
+        mean_phi = _group_mean(blocks)
+        self.optimizer.permute(lambda x: _rows(x, rows))
+        theta[...] = b.phi
+        _inner_phase(self.cfg, self.inner, self.optimizer, b.noise, theta, self.scratch, self.lam, b.shift,
+                     self.lrs[t - 1])
+        np.subtract(theta, b.phi, out=theta)
+        progress = _group_mean(theta.reshape(blocks.shape))
+        phi, delta = outer_step(blocks, b.delta.reshape(blocks.shape), mean_phi, progress, **self.rule)
+        b.phi, b.delta = phi.reshape(b.shape), delta.reshape(b.shape)
+        return None
+
+
+class _Recorder:
+    """What every step records of a block: the mean's distance along the listed directions, the spread,
+    the losses; and whether the weights left the bound (a divergence reason, or "")."""
+
+    def __init__(self, driver: _Driver, totals: _Trials, block: _Block, cols: slice):
+        run = driver.run
+        self.driver, self.totals, self.block = driver, totals, block
+        self.sel = slice(*np.searchsorted(run.directions, [cols.start, cols.stop]))
+        self.local = run.directions[self.sel] - cols.start
+        self.lam64 = block.lam.astype(float)
+        self.dev = np.empty(block.shape, block.dtype)
+
+    def __call__(self, t: int, sums=None) -> str:
+        phi, N, run = self.block.phi, self.block.shape[1], self.driver.run
         if sums is None:  # else the compiled step's sums of the same deviations and their squares
-            np.subtract(phi, phi[:, :1], out=dev)   # from replica 0: identical replicas give exactly 0
-            sums = np.add.reduce(dev, axis=1, dtype=float), np.einsum("tnd,tnd->td", dev, dev).astype(float)
+            np.subtract(phi, phi[:, :1], out=self.dev)   # from replica 0: identical replicas give exactly 0
+            sums = np.add.reduce(self.dev, axis=1, dtype=float), np.einsum("tnd,tnd->td", self.dev, self.dev).astype(float)
         dev_mean, sq = sums[0] / N, sums[1] / N
         mean = phi[:, 0] + dev_mean
         spread_d = sq - dev_mean * dev_mean                     # per direction: mean_i (phi_i - mean)^2
-        run.mean_distance.add(t, mean[:, local], sel)
-        loss_at_mean = 0.5 * (mean * mean) @ lam64
-        loss_replicas = loss_at_mean + 0.5 * spread_d @ lam64   # mean_i phi_i^2 = mean^2 + spread
-        totals.add(t, spread_d.sum(1), loss_at_mean, loss_replicas)
+        run.mean_distance.add(t, mean[:, self.local], self.sel)
+        loss_at_mean = 0.5 * (mean * mean) @ self.lam64
+        loss_replicas = loss_at_mean + 0.5 * spread_d @ self.lam64   # mean_i phi_i^2 = mean^2 + spread
+        self.totals.add(t, spread_d.sum(1), loss_at_mean, loss_replicas)
         # |phi_i| <= |phi_0| + |phi_i - phi_0|: a cheap bound first, the exact maximum only when it fails
         screen = float(np.abs(phi[:, 0]).max()) + math.sqrt(float(sq.max()) * N)
-        if not (screen <= driver.bound):
-            return _divergence(phi, 0.0, driver.bound) or _overflow(loss_replicas)
+        if not (screen <= self.driver.bound):
+            return _divergence(phi, 0.0, self.driver.bound) or _overflow(loss_replicas)
         return _overflow(loss_replicas)
 
+
+def _eigenbasis_block(driver: _Driver, totals: _Trials, index: int, part: int, cols: slice) -> None:
+    """One block of trials x directions of the quadratic, in its eigenbasis, for the whole run: a fresh
+    partition each step, then one step of the run's path (compiled exact, exact or explicit inner phase),
+    then the recorder."""
+    block = _Block(driver, totals, index, part, cols)
+    step = (_CompiledExactStep if driver.compiled else _ExactStep if driver.cfg.inner_law == "exact"
+            else _ExplicitStep)(driver, block)
+    record = _Recorder(driver, totals, block, cols)
     record(0)
     for t in range(1, driver.last + 1):
-        # the groups are consecutive blocks of a uniformly random permutation of the replicas
-        # (noloco.theory.partitions); each replica's state moves to its place in it
-        order = random_permutations(partitions, (count,), N)
-        local_rows = where[trial_rows, order]
-        where[trial_rows, order] = places
-        k = 0 if constant else t - 1
-        step_sums = None
-        if compiled:
-            if noisy:
-                noise.fill(group_noise)
-            current = [phi, delta, empty if shift is None else shift]
-            draws = group_noise.reshape(count, G, width) if noisy else empty
-            fused.exact_outer_step(*current, local_rows, draws, c_t[k], sd_t[k], *constants, *spare, sums)
-            (phi, delta, moved), spare, step_sums = spare, current, sums
-            shift = moved if moved.size else None
-        else:
-            rows = (base + local_rows).ravel()
-            phi, delta = _rows(phi, rows), _rows(delta, rows)
-            if shift is not None:
-                shift = _rows(shift, rows)
-            blocks = phi.reshape(count, G, n, width)
-            mean_phi = _group_mean(blocks)
-            if exact:
-                gap = mean_phi if shift is None else mean_phi - _group_mean(shift.reshape(blocks.shape))
-                progress = np.multiply(gap, -c_t[k])
-                if noisy:
-                    noise.fill(group_noise)
-                    group_noise *= sd_t[k]
-                    progress += group_noise
-            else:
-                optimizer.permute(lambda x: _rows(x, rows))
-                theta[...] = phi
-                _inner_phase(cfg, inner, optimizer, noise, theta, scratch, lam_t, shift, lrs[t - 1])
-                np.subtract(theta, phi, out=theta)
-                progress = _group_mean(theta.reshape(blocks.shape))
-            phi, delta = outer_step(blocks, delta.reshape(blocks.shape), mean_phi, progress, **rule)
-            phi, delta = phi.reshape(shape), delta.reshape(shape)
+        sums = step(t, block.regroup())
         driver.bar.update()
-        reason = record(t, step_sums)
+        reason = record(t, sums)
         if reason:
             driver.diverged(t, reason)
             break
