@@ -16,15 +16,29 @@ NAME = "all"
 ORDER = ("theory-grid", "simulator", "comm", "check", "scaling", "llm-step")
 
 
+def _skipped(text: str) -> str:
+    from noloco.infra.checks import check_choice
+
+    for name in text.split(","):
+        if name.strip():
+            check_choice("skip", name.strip(), ORDER)
+    return text
+
+
 def add_arguments(parser) -> None:
-    parser.add_argument("--baseline", help="a checkout of an older commit for the simulator's command comparison")
-    parser.add_argument("--skip", default="", help="comma-separated suites to leave out")
+    from noloco.benchmarks.simulator import baseline_checkout
+    from noloco.infra.entry import argument_type
+
+    parser.add_argument("--baseline", type=argument_type(str, baseline_checkout),
+                        help="a checkout of an older commit for the simulator's command comparison")
+    parser.add_argument("--skip", type=argument_type(str, _skipped), default="",
+                        help=f"comma-separated suites to leave out: {', '.join(ORDER)}")
 
 
 def measure(baseline=None, skip: str = "") -> dict:
     from noloco.benchmarks.__main__ import SUITES
 
-    skipped = {s for s in skip.split(",") if s}
+    skipped = {s.strip() for s in skip.split(",") if s.strip()}
     out = {}
     for name in ORDER:
         if name in skipped:

@@ -11,8 +11,18 @@ from noloco.benchmarks.timer import command_seconds
 NAME = "check"
 
 
+def _spectrum(text: str) -> str:
+    from noloco.theory.spectrum import Spectrum
+
+    Spectrum.parse(text)  # a ConfigError (exit 2) now, not a failed command after the fresh process started
+    return text
+
+
 def add_arguments(parser) -> None:
-    parser.add_argument("--spectrum", default="powerlaw:1:1:100000000", help="the spectrum checked")
+    from noloco.infra.entry import argument_type
+
+    parser.add_argument("--spectrum", type=argument_type(str, _spectrum), default="powerlaw:1:1:100000000",
+                        help="the spectrum checked")
 
 
 def measure(spectrum="powerlaw:1:1:100000000") -> dict:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import time
 
-from noloco.benchmarks.timer import best_of, command_seconds, jit, jit_paths
+from noloco.benchmarks.timer import best_of, command_seconds, integer, jit, jit_paths
 from noloco.theory import comm
 from noloco.quadratic import idle
 from noloco.theory import jitter
@@ -22,10 +22,10 @@ NAME = "comm"
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--replicas", type=int, default=1_000_000, help="replicas N")
-    parser.add_argument("--steps", type=int, default=200, help="outer steps simulated")
-    parser.add_argument("--trials", type=int, default=8, help="independent simulated runs")
-    parser.add_argument("--repeat", type=int, default=1, help="best of this many runs")
+    parser.add_argument("--replicas", type=integer("replicas", 2, 100_000_000), default=1_000_000, help="replicas N (even)")
+    parser.add_argument("--steps", type=integer("steps", 2, 100_000), default=200, help="outer steps simulated")
+    parser.add_argument("--trials", type=integer("trials", 2, 1000), default=8, help="independent simulated runs")
+    parser.add_argument("--repeat", type=integer("repeat", 1, 100), default=1, help="best of this many runs")
 
 
 def measure(replicas=1_000_000, steps=200, trials=8, repeat=1) -> dict:

@@ -122,11 +122,14 @@ def format_result(result: dict) -> str:
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of :func:`measure` (the interface of a ``python -m benchmarks`` suite)."""
-    parser.add_argument("--replicas", type=int, default=8, help="replicas N (default 8)")
+    from noloco.benchmarks.timer import integer
+
+    parser.add_argument("--replicas", type=integer("replicas", 1, 1_000_000), default=8, help="replicas N (default 8)")
     parser.add_argument("--size", choices=SIZES, default="cpu-small",
                         help="model size: the llm preset of that name (default cpu-small)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or cuda:K (default cpu)")
-    parser.add_argument("--steps", type=int, default=10, help="timed inner steps per mode, after 2 warm-up steps")
+    parser.add_argument("--steps", type=integer("steps", 1, 100_000), default=10,
+                        help="timed inner steps per mode, after 2 warm-up steps")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default torch's; 1 is much faster on a shared, busy CPU)")
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from noloco.infra.files import output_file, read_json
+from noloco.infra.files import NUMBER, output_file, read_json, shape_error
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -47,6 +47,31 @@ def figure(result: dict):
     return fig
 
 
+_POINTS = [[NUMBER]]
+#: what :func:`figure` reads of a scaling result (noloco.infra.files.shape_error)
+SHAPE = {"simulate": {...: _POINTS}, "base": {"dim": int, "trials": int, "replicas": int, "steps": int}}
+OPTIONAL = ("comm_idle_vs_replicas", "comm_idle_compiled_vs_replicas", "check_vs_directions")
+
+
+def read_result(path) -> dict:
+    """A scaling result (or the ``all`` result holding one) whose shape :func:`figure` can draw; a DataError
+    naming the file and what is wrong otherwise."""
+    from noloco.infra.errors import DataError
+
+    result = read_json(path, required=("results",), types={"results": dict})
+    r = result["results"].get("scaling", result["results"])
+    error = shape_error(r, SHAPE, "results") or next(
+        (e for key in OPTIONAL if key in r for e in [shape_error(r[key], _POINTS, key)] if e), "")
+    if not error:
+        series = [*r["simulate"].values(), *(r[k] for k in OPTIONAL if k in r)]
+        if any(len(points) < 2 or any(len(pt) != 2 or not pt[0] or not pt[1] or pt[0] <= 0 or pt[1] <= 0
+                                      for pt in points) for points in series):
+            error = "a series of fewer than 2 (size, seconds) pairs, or one that is not positive"
+    if error:
+        raise DataError(f"{path} is not a scaling result this plot can draw: {error}")
+    return result
+
+
 def draw(result: dict, out: Path) -> Path:
     """Write the figure of ``result`` to ``out`` (PNG)."""
     from noloco.paper_figs import style
@@ -63,7 +88,7 @@ def main(argv=None) -> int:
     parser.add_argument("result", help="a scaling result JSON (or the 'all' result holding one)")
     parser.add_argument("out", nargs="?", default=str(ROOT / "docs" / "img" / "performance.png"),
                         help="the PNG to write (default docs/img/performance.png)")
-    return run(prog, parser, lambda args: print(draw(read_json(args.result), output_file(args.out))), argv)
+    return run(prog, parser, lambda args: print(draw(read_result(args.result), output_file(args.out))), argv)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from noloco.benchmarks.timer import best_of, jit, jit_paths
+from noloco.benchmarks.timer import best_of, integer, jit, jit_paths
 from noloco.quadratic.simulator import SimConfig, simulate
 from noloco.quadratic import idle
 from noloco.infra.budget import retain_freed_memory
@@ -27,7 +27,7 @@ SWEEPS = {"dim": (100, 1000, 10000), "trials": (50, 200, 800), "replicas": (8, 6
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--repeat", type=int, default=2, help="best of this many runs per point")
+    parser.add_argument("--repeat", type=integer("repeat", 1, 100), default=2, help="best of this many runs per point")
 
 
 def _simulate_seconds(dim, trials, replicas, steps, mode, repeat) -> float:

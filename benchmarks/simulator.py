@@ -27,7 +27,7 @@ from pathlib import Path
 
 import numpy as np
 
-from noloco.benchmarks.timer import best_of, command_seconds, jit
+from noloco.benchmarks.timer import best_of, command_seconds, integer, jit
 from noloco.quadratic.simulator import SimConfig, simulate
 from noloco.infra.budget import retain_freed_memory
 from noloco.infra.errors import ConfigError
@@ -106,17 +106,34 @@ def bits_floor(cfg: SimConfig, dim: int, dtype=np.float64) -> None:
         _passes(theta, 1)
 
 
+def baseline_checkout(text: str) -> str:
+    """``--baseline``: a folder holding an older checkout of the toolkit (its ``noloco`` package), checked
+    before any work (exit 2 for an empty name, 3 for a folder that is not one)."""
+    from noloco.infra.errors import ConfigError, DataError
+
+    if not text.strip():
+        raise ConfigError("--baseline '' names no folder; give an older checkout of the toolkit")
+    if not (Path(text) / "noloco" / "__init__.py").is_file():
+        raise DataError(f"--baseline {text}: no checkout of the toolkit there (no noloco/__init__.py)")
+    return text
+
+
 def add_arguments(parser) -> None:
-    parser.add_argument("--trials", type=int, default=200, help="independent trials")
-    parser.add_argument("--replicas", type=int, default=8, help="replicas N (pairs)")
-    parser.add_argument("--dim", type=int, default=1000, help="directions of the quadratic")
-    parser.add_argument("--inner-steps", type=int, default=50, help="inner steps H")
-    parser.add_argument("--outer-steps", type=int, default=10, help="outer steps of the explicit runs "
+    from noloco.infra.entry import argument_type
+
+    parser.add_argument("--trials", type=integer("trials", 2, 100_000), default=200, help="independent trials")
+    parser.add_argument("--replicas", type=integer("replicas", 2, 4096), default=8, help="replicas N (pairs)")
+    parser.add_argument("--dim", type=integer("dim", 1, 1_000_000), default=1000, help="directions of the quadratic")
+    parser.add_argument("--inner-steps", type=integer("inner_steps", 1, 10_000), default=50, help="inner steps H")
+    parser.add_argument("--outer-steps", type=integer("outer_steps", 1, 10_000), default=10,
+                        help="outer steps of the explicit runs "
                                                                     "(the exact runs take ten times as many)")
     parser.add_argument("--noise", type=float, default=1.0, help="gradient noise std")
-    parser.add_argument("--repeat", type=int, default=3, help="best of this many runs")
-    parser.add_argument("--loop-trials", type=int, default=2, help="trials of the (slow) per-replica loop")
-    parser.add_argument("--baseline", help="a checkout of an older commit: time the same simulate command there")
+    parser.add_argument("--repeat", type=integer("repeat", 1, 100), default=3, help="best of this many runs")
+    parser.add_argument("--loop-trials", type=integer("loop_trials", 2, 10_000), default=2,
+                        help="trials of the (slow) per-replica loop")
+    parser.add_argument("--baseline", type=argument_type(str, baseline_checkout),
+                        help="a checkout of an older commit: time the same simulate command there")
 
 
 def measure(trials=200, replicas=8, dim=1000, inner_steps=50, outer_steps=10, noise=1.0, repeat=3,

@@ -4,14 +4,15 @@ from __future__ import annotations
 
 import numpy as np
 
-from noloco.benchmarks.timer import best_of, fresh_process_seconds
+from noloco.benchmarks.timer import best_of, fresh_process_seconds, integer
 
 NAME = "theory-grid"
 
 
 def add_arguments(parser) -> None:
-    parser.add_argument("--points", type=int, default=1000, help="grid points per axis (alpha x gamma)")
-    parser.add_argument("--repeat", type=int, default=5, help="best of this many runs")
+    parser.add_argument("--points", type=integer("points", 2, 4000), default=1000,
+                        help="grid points per axis (alpha x gamma; 2 to 4000: 16e6 points hold 128 MiB per array)")
+    parser.add_argument("--repeat", type=integer("repeat", 1, 100), default=5, help="best of this many runs")
 
 
 def measure(points: int = 1000, repeat: int = 5) -> dict:

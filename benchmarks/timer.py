@@ -58,7 +58,9 @@ def command_seconds(argv: list, root=None, peak_memory: bool = False):
                               stderr=subprocess.PIPE, text=True)
         seconds = time.perf_counter() - start
         if proc.returncode not in (0, 1):
-            raise RuntimeError(f"noloco {' '.join(map(str, argv))} exited {proc.returncode}: {proc.stderr[-500:]}")
+            from noloco.infra.errors import DataError
+
+            raise DataError(f"noloco {' '.join(map(str, argv))} exited {proc.returncode}: {proc.stderr[-500:]}")
     if not peak_memory:
         return seconds
     peak = [line.split()[1] for line in proc.stderr.splitlines() if line.startswith("peak ")]
@@ -107,6 +109,24 @@ def run(name: str, measure, **options) -> dict:
             "wall_s": time.time() - started, "machine": machine(),
             "load_average_before": list(load_before), "load_average_after": list(os.getloadavg()),
             "results": results}
+
+
+def integer(name: str, low: int, high: int):
+    """An argparse ``type`` for a benchmark's size flag: an integer ``low <= value <= high`` (the upper bound keeps
+    a benchmark within a machine's memory and a day's time), checked before any work."""
+    from noloco.infra.checks import check_integer
+    from noloco.infra.entry import argument_type
+
+    return argument_type(int, lambda v: check_integer(name, v, f"an integer {low} <= {name} <= {high:,}".replace(",", "_"),
+                                                      lambda v: low <= v <= high))
+
+
+def checked_out(args) -> None:
+    """``--out`` of a benchmark checked before the work (an empty name exit 2, an unwritable place exit 3)."""
+    from noloco.infra.files import output_file
+
+    if getattr(args, "out", None) is not None:
+        output_file(args.out)
 
 
 def add_output_arguments(parser) -> None:

@@ -28,7 +28,7 @@ from noloco.claims.judge import TOLERANCE, Claim, judge, judge_path  # noqa: F40
 from noloco.claims.routing import routing_flat_direction
 from noloco.claims.spread import (decay_factor, mean_is_diloco, pure_pairing, recursion_equals_enumeration,
                                   spread_eta_linear, spread_eta_squared, stationary_spread, transient_spread)
-from noloco.infra.checks import check_choice, check_integer
+from noloco.infra.checks import check_choice, check_seed
 
 CLAIMS = {f.__name__: f for f in (
     mean_is_diloco, recursion_equals_enumeration, stationary_spread, decay_factor, spread_eta_squared,
@@ -38,7 +38,7 @@ CLAIMS = {f.__name__: f for f in (
 
 def run_all(quick: bool = True, seed: int = 0, only=None) -> list[Claim]:
     """Every claim of :data:`CLAIMS` (or those named in ``only``), each timed."""
-    check_integer("seed", seed, "an integer >= 0", lambda v: v >= 0)
+    check_seed("seed", seed)
     names = list(CLAIMS) if not only else [check_choice("claim", name, tuple(CLAIMS)) for name in only]
     out = []
     for name in names:

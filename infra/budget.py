@@ -1,6 +1,6 @@
-"""Memory budget of a command: what a run will allocate is estimated before any work, and a
-run that does not fit is refused with one line giving the estimate, the budget and the flag
-that changes it.
+"""Memory and time budgets of a command: what a run will allocate, and how long it will take, are
+estimated before any work, and a run that does not fit is refused with one line giving the estimate,
+the budget and the flag that changes it (``--max-memory``, ``--max-time``).
 
 The budget is ``--max-memory`` (``2G``, ``500M``, ``1.5GiB``, or bytes) or, by default,
 :data:`DEFAULT_FRACTION` of the memory the kernel reports as available (``MemAvailable`` in
@@ -9,13 +9,21 @@ The budget is ``--max-memory`` (``2G``, ``500M``, ``1.5GiB``, or bytes) or, by d
 estimated is what cannot be: per-trial and per-direction results, dense matrices, the result
 document. A refusal is a :class:`BudgetError`, a :class:`MemoryError`: exit code 3 (an
 environment fault, like running out of memory), before any work.
+
+The time budget is ``--max-time`` (``90``, ``30m``, ``2h``, ``none``), by default
+:data:`DEFAULT_MAX_SECONDS` (one hour). The estimate is the work's size times a per-unit cost measured on
+the project's 2-core machine (the constants beside each estimate say where they come from); above
+:data:`SHOW_SECONDS` it is printed on stderr before the work (``noloco: estimate: ...``), above the budget
+the work is refused (:class:`TimeBudgetError`, a DataError: exit 3), before anything is computed.
 """
 
 from __future__ import annotations
 
+import math
 import re
+import sys
 
-from noloco.infra.errors import ConfigError
+from noloco.infra.errors import ConfigError, DataError
 
 #: share of the available memory a run may plan to use by default (the machine is shared)
 DEFAULT_FRACTION = 0.5
@@ -119,3 +127,90 @@ def retain_freed_memory() -> None:
 
 
 _RETAINED = False
+
+
+# ------------------------------------------------------------------ time
+
+#: the time budget of long work when ``--max-time`` is not given (seconds)
+DEFAULT_MAX_SECONDS = 3600.0
+#: an estimate above this many seconds is printed before the work starts
+SHOW_SECONDS = 60.0
+_TIME_UNITS = {"": 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 86400}
+
+
+class TimeBudgetError(DataError):
+    """The estimated time of the requested work exceeds ``--max-time`` (exit code 3, like the memory budget)."""
+
+
+def parse_time(text) -> float | None:
+    """Seconds of ``--max-time``: a number with an optional unit s, m (min), h or d (``90``, ``30m``, ``1.5h``),
+    or ``none`` (no limit: None)."""
+    if isinstance(text, (int, float)) and not isinstance(text, bool):
+        value, unit = float(text), ""
+    else:
+        if str(text).strip().lower() in ("none", "inf", "unlimited"):
+            return None
+        match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*(s|sec|m|min|h|d)?\s*", str(text).lower())
+        if not match:
+            raise ConfigError(f"max_time={text!r} is not a duration; allowed: seconds with an optional unit s, m, h "
+                              "or d (e.g. 90, 30m, 2h), or none (no limit)")
+        value, unit = float(match.group(1)), match.group(2) or ""
+    seconds = value * _TIME_UNITS[unit]
+    if not 1 <= seconds < math.inf:
+        raise ConfigError(f"max_time={text!r} is out of range; allowed: at least 1 second, or none (no limit)")
+    return seconds
+
+
+class TimeBudget(float):
+    """Seconds a run may plan to take; ``given`` tells whether they came from ``--max-time``."""
+
+    given: bool = False
+
+
+def resolve_time(max_time=None) -> TimeBudget | None:
+    """The time budget in seconds: ``max_time`` parsed (None for ``none``), or :data:`DEFAULT_MAX_SECONDS`."""
+    if max_time is None:
+        return TimeBudget(DEFAULT_MAX_SECONDS)
+    seconds = parse_time(max_time)
+    if seconds is None:
+        return None
+    budget = TimeBudget(seconds)
+    budget.given = True
+    return budget
+
+
+def duration(seconds: float) -> str:
+    """``seconds`` as a short text: ``45 s``, ``12 min``, ``3.2 h``, ``5.1 days``, ``1.2e+06 years``."""
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 3600:
+        return f"{seconds / 60:.0f} min"
+    if seconds < 2 * 86400:
+        return f"{seconds / 3600:.1f} h"
+    if seconds < 2 * 365 * 86400:
+        return f"{seconds / 86400:.1f} days"
+    return f"{seconds / (365 * 86400):.2g} years"
+
+
+def require_time(seconds: float, max_time, what: str, smaller: str = "", how: str = "", stream=None) -> None:
+    """Before long work: refuse it (:class:`TimeBudgetError`, exit 3) when its estimate ``seconds`` exceeds the
+    time budget (``max_time``: ``--max-time``; default :data:`DEFAULT_MAX_SECONDS`), else print the estimate on
+    stderr when it is above :data:`SHOW_SECONDS`. ``what`` names the work, ``how`` what the estimate is made
+    of (size x per-unit cost), ``smaller`` the flags that shrink it."""
+    budget = resolve_time(max_time)
+    basis = f" ({how})" if how else ""
+    if budget is not None and seconds > budget:
+        hint = f"; or {smaller}" if smaller else ""
+        limit = (f"--max-time {duration(budget)}" if budget.given else
+                 f"the default time budget of {duration(budget)}")
+        raise TimeBudgetError(f"{what} would take about {duration(seconds)}{basis}, above {limit}: allow it with "
+                              f"--max-time {_allow(seconds)} or none{hint}")
+    if seconds > SHOW_SECONDS:
+        print(f"noloco: estimate: {what} takes about {duration(seconds)}{basis}", file=stream or sys.stderr,
+              flush=True)
+
+
+def _allow(seconds: float) -> str:
+    """A ``--max-time`` value a little above ``seconds`` (whole hours, or days)."""
+    hours = math.ceil(seconds * 1.5 / 3600)
+    return f"{hours}h" if hours < 48 else f"{math.ceil(hours / 24)}d"

@@ -64,3 +64,21 @@ def check_nonnegative(name: str, value) -> float:
 def check_positive(name: str, value) -> float:
     """A finite real number > 0."""
     return check_real(name, value, f"0 < {name} < inf", lambda v: 0 < v < math.inf)
+
+
+#: the largest seed: a 64-bit signed integer, what torch's generators and numpy's seed sequences both take
+SEED_MAX = 2**63 - 1
+#: the largest standard deviation of an input (zeta, an initial spread): its square, a variance, and that
+#: times a phase's contraction must stay finite in float64
+SCALE_MAX = 1e150
+
+
+def check_seed(name: str, value) -> int:
+    """A random seed: an integer 0 <= seed <= 2**63 - 1."""
+    return check_integer(name, value, f"an integer 0 <= {name} <= 2**63 - 1", lambda v: 0 <= v <= SEED_MAX)
+
+
+def check_scale(name: str, value) -> float:
+    """A standard deviation: 0 <= value <= :data:`SCALE_MAX` (its square must be a finite float64)."""
+    return check_real(name, value, f"0 <= {name} <= 1e150 (its square, a variance, must be finite)",
+                      lambda v: 0 <= v <= SCALE_MAX)

@@ -90,22 +90,94 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
 
 
+class CommandParser(OneLineParser):
+    """A parser of subcommands: an argument no subcommand knows is reported by that subcommand's parser
+    (``noloco check: error: unrecognized arguments: ...``), not by the top one. Call :func:`mark_parsers`
+    once every subparser is added."""
+
+    def parse_args(self, args=None, namespace=None):
+        args, extras = self.parse_known_args(args, namespace)
+        if extras:
+            getattr(args, "parser", self).error(f"unrecognized arguments: {' '.join(extras)}")
+        return args
+
+
+def mark_parsers(parser: argparse.ArgumentParser) -> None:
+    """Every (sub)parser records itself as the default ``parser``, so the deepest one chosen wins."""
+    parser.set_defaults(parser=parser)
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for child in action.choices.values():
+                mark_parsers(child)
+
+
+def argument_type(convert: Callable, check: Callable):
+    """An argparse ``type`` that converts the text (``int``, ``float``, ``str``) and checks the value with one of
+    :mod:`noloco.infra.checks`' validators, so a value out of range is a usage error at parse time (exit 2,
+    before any work), with the validator's message: ``argument --points: points=0 is out of range; ...``."""
+    def parse(text: str):
+        try:
+            value = convert(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"invalid {getattr(convert, '__name__', 'value')} value: {text!r}") from None
+        try:
+            return check(value)
+        except ConfigError as err:
+            raise argparse.ArgumentTypeError(str(err)) from None
+
+    return parse
+
+
+#: the signals (``"SIGTERM"``, ``"Ctrl-C"``) received while :func:`run`'s work ran: an exception that a library
+#: made of the KeyboardInterrupt (pybind11 turns one raised during an extension's import into ``ImportError:
+#: initialization failed``) is still an interrupt
+_received: list[str] = []
+
+
 def _raise_terminated(signum, frame):
+    _received.append("SIGTERM")
     raise Terminated()
+
+
+def _raise_interrupt(signum, frame):
+    _received.append("Ctrl-C")
+    raise KeyboardInterrupt()
 
 
 @contextlib.contextmanager
 def termination_as_interrupt():
     """SIGTERM raises :class:`Terminated` (a KeyboardInterrupt) inside the block, so a scheduler's stop is
-    handled like Ctrl-C: checkpoints written, locks released, exit 130. Only the main thread can set it."""
+    handled like Ctrl-C: checkpoints written, locks released, exit 130; both are recorded (:func:`run` then
+    knows an error that a library made of them for an interrupt). Only the main thread can set it."""
+    _received.clear()
     if threading.current_thread() is not threading.main_thread():
         yield
         return
     previous = signal.signal(signal.SIGTERM, _raise_terminated)
+    # Ctrl-C: Python's own handler, recorded (one that ignores it, nohup's, is left alone)
+    interrupt = signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    previous_int = signal.signal(signal.SIGINT, _raise_interrupt) if interrupt else None
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        if interrupt:
+            signal.signal(signal.SIGINT, previous_int)
+
+
+def _interrupt_behind(err: BaseException) -> KeyboardInterrupt | None:
+    """The interrupt an error stands for: a KeyboardInterrupt among its causes and contexts (a library that
+    caught Ctrl-C or SIGTERM and raised its own error), or, for an error outside the contract (not a bad
+    input or a fault, which keep their meaning), a signal received while the work ran."""
+    seen, cause = set(), err
+    while cause is not None and id(cause) not in seen:
+        if isinstance(cause, KeyboardInterrupt):
+            return cause
+        seen.add(id(cause))
+        cause = cause.__cause__ or cause.__context__
+    if _received and not isinstance(err, (ConfigError, DataError, OSError, MemoryError)):
+        return Terminated() if _received[-1] == "SIGTERM" else KeyboardInterrupt()
+    return None
 
 
 class StopRequest:
@@ -117,6 +189,7 @@ class StopRequest:
 
     def __call__(self, signum, frame):
         name = "SIGTERM" if signum == signal.SIGTERM else "Ctrl-C"
+        _received.append(name)
         if self.signal_name is not None:  # asked twice: stop now
             raise Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
         self.signal_name = name
@@ -195,12 +268,22 @@ def run(prog: str, parser: argparse.ArgumentParser, work: Callable[[argparse.Nam
             _silence_stdout()
             return 0
         except KeyboardInterrupt as err:
-            hint = getattr(err, "hint", "")
-            how = "terminated (SIGTERM)" if getattr(err, "signal_name", "") == "SIGTERM" else "interrupted"
-            print(f"{prog}: {how}{'; ' + hint if hint else ''}", file=sys.stderr)
-            return 130
+            return _report_interrupt(prog, err)
         except Exception as err:  # noqa: BLE001 - the contract: every error is one line and a code
+            behind = _interrupt_behind(err)
+            if behind is not None:
+                if os.environ.get("NOLOCO_DEBUG") == "1":
+                    traceback.print_exception(err)
+                return _report_interrupt(prog, behind)
             return report(prog, err)
+
+
+def _report_interrupt(prog: str, err: KeyboardInterrupt) -> int:
+    """``PROG: interrupted`` (or ``terminated (SIGTERM)``) with the work's hint; exit 130."""
+    hint = getattr(err, "hint", "")
+    how = "terminated (SIGTERM)" if getattr(err, "signal_name", "") == "SIGTERM" else "interrupted"
+    print(f"{prog}: {how}{'; ' + hint if hint else ''}", file=sys.stderr)
+    return 130
 
 
 def print_main(prog: str, doc: str, produce: Callable[[], str], argv: list[str] | None = None) -> int:

@@ -32,3 +32,15 @@ class LockedError(DataError):
 def warn(message: str) -> None:
     """One line on stderr that does not stop the work."""
     print(f"noloco: warning: {message}", file=sys.stderr)
+
+
+def require_extra(module: str, package: str, extra: str, what: str) -> None:
+    """A :class:`DataError` (exit 3: the environment lacks it) naming the package and the extra that installs
+    it when ``module`` cannot be imported; ``what`` says what needs it."""
+    import importlib
+
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise DataError(f"{what} needs {package}, which is not installed: pip install -e '.[{extra}]' "
+                        f"(or pip install 'noloco-toolkit[{extra}]')") from None

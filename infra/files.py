@@ -18,11 +18,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import errno
 import json
 import math
 import os
+import signal
+import stat
 import sys
 import tempfile
+import threading
 from pathlib import Path
 from typing import Callable
 
@@ -90,9 +94,18 @@ def _refuse_constant(name: str):
     raise ValueError(f"{name} is not JSON")
 
 
+def parse(text: str, strict: bool = True):
+    """``json.loads`` (``strict``: refusing NaN and Infinity) whose every failure is a ValueError: a
+    document nested too deeply for the parser (json raises RecursionError) included."""
+    try:
+        return json.loads(text, parse_constant=_refuse_constant) if strict else json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply to be a document this toolkit wrote") from None
+
+
 def loads(text: str):
-    """json.loads that refuses NaN and Infinity."""
-    return json.loads(text, parse_constant=_refuse_constant)
+    """json.loads that refuses NaN and Infinity (a ValueError for every malformed text)."""
+    return parse(text)
 
 
 def print_json(x, file=None) -> None:
@@ -101,15 +114,38 @@ def print_json(x, file=None) -> None:
 
 # ------------------------------------------------------------------ atomic files
 
+@contextlib.contextmanager
+def _interrupts_held():
+    """Ctrl-C and SIGTERM wait until the block is done, then arrive as they would have (their handlers run):
+    the two steps that must not be split by an interrupt (make the temporary and learn its name; rename it
+    and forget it) are each one step for them. Off the main thread, where no handler runs, a no-op."""
+    held = (signal.SIGINT, signal.SIGTERM)
+    if threading.current_thread() is not threading.main_thread() or any(signal.getsignal(s) is None for s in held):
+        yield  # (None: a handler installed outside Python, which could not be put back)
+        return
+    caught: list[int] = []
+    previous = {signum: signal.signal(signum, lambda signum, frame: caught.append(signum)) for signum in held}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if caught:
+            signal.raise_signal(caught[0])
+
+
 def atomic_write(path, write: Callable[[str], None]) -> Path:
     """Call ``write(tmp_path)`` to produce the file, then rename it onto ``path``: a reader (or a run
-    after a crash, a full disk or an interrupt) sees the old file or the new one, never half of one. A
-    write that fails (a full disk: an OSError, or torch's RuntimeError) is a DataError naming ``path``."""
+    after a crash, a full disk or an interrupt) sees the old file or the new one, never half of one, and
+    no temporary is left behind by an interrupt (Ctrl-C, SIGTERM) wherever it lands. A write that fails
+    (a full disk: an OSError, or torch's RuntimeError) is a DataError naming ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
+    tmp = None
     try:
+        with _interrupts_held():
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+            os.close(fd)
         try:
             write(tmp)
             os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are for everyone to read
@@ -118,14 +154,29 @@ def atomic_write(path, write: Callable[[str], None]) -> Path:
         except (OSError, RuntimeError) as err:
             if isinstance(err, DataError):
                 raise
-            reason = err.strerror if isinstance(err, OSError) and err.strerror else str(err).splitlines()[0]
+            reason = err.strerror if isinstance(err, OSError) and err.strerror else _write_failure(err, path.parent)
             raise DataError(f"cannot write {path} ({reason}); the previous file, if any, is unchanged") from err
-        os.replace(tmp, path)
+        with _interrupts_held():
+            os.replace(tmp, path)
+            tmp = None
     except BaseException:
-        with contextlib.suppress(FileNotFoundError):  # an interrupt right after the rename: nothing to remove
-            os.unlink(tmp)
+        if tmp is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
         raise
     return path
+
+
+def _write_failure(err: BaseException, folder: Path) -> str:
+    """What a writer's non-OSError failure (torch's RuntimeError: ``unexpected pos 164672 vs 164560``) means:
+    a full disk where the folder has (almost) no space left, with the writer's own words after it."""
+    words = (str(err).splitlines() or [type(err).__name__])[0]
+    try:
+        free = os.statvfs(folder)
+        full = free.f_bavail * free.f_frsize < 1 << 20
+    except OSError:
+        full = False
+    return f"No space left on device: {words}" if full else words
 
 
 def atomic_write_text(path, text: str) -> Path:
@@ -137,16 +188,98 @@ def write_json(path, x, indent: int | None = 1) -> Path:
     return atomic_write_text(path, dumps(x, indent=indent) + "\n")
 
 
+def _kind_of(mode: int) -> str:
+    for test, name in ((stat.S_ISDIR, "a folder"), (stat.S_ISLNK, "a symbolic link"), (stat.S_ISFIFO, "a named pipe"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return "not a regular file"
+
+
+class NotRegularFileError(OSError):
+    """A path that should be a file the toolkit wrote is a named pipe, a device, a socket, a folder or
+    (where links are not followed) a symbolic link."""
+
+
+def read_regular_text(path, *, follow: bool = True) -> str:
+    """The text of ``path``, which must be a regular file: a named pipe (which would block), a device,
+    a socket or a folder is refused before it is opened and again on the opened descriptor (nothing
+    can swap it in between); without ``follow`` a symbolic link is refused too. Every failure is an
+    OSError (:class:`NotRegularFileError`; ``FileNotFoundError`` for a missing file) or a ``ValueError``
+    (not text)."""
+    path = Path(path)
+    mode = (os.stat if follow else os.lstat)(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise NotRegularFileError(errno.EINVAL, f"{_kind_of(mode)}, not a regular file", str(path))
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else getattr(os, "O_NOFOLLOW", 0))
+    fd = os.open(path, flags)
+    with os.fdopen(fd, "rb") as handle:
+        mode = os.fstat(handle.fileno()).st_mode
+        if not stat.S_ISREG(mode):
+            raise NotRegularFileError(errno.EINVAL, f"{_kind_of(mode)}, not a regular file", str(path))
+        data = handle.read()
+    return data.decode()
+
+
 def _read_text(path: Path) -> str:
     try:
-        return path.read_text()
+        return read_regular_text(path)
     except UnicodeDecodeError:
         raise DataError(f"{path} is not text (corrupted?)") from None
     except OSError as err:
+        if isinstance(err, NotRegularFileError):  # a pipe, a device, a socket, a folder
+            raise DataError(f"{path} is {err.strerror}; give the file the toolkit wrote") from None
         raise DataError(f"cannot read {path}: {err.strerror or err}") from None
 
 
-def _object(data, where: str, required: tuple, versions: tuple | None) -> dict:
+def _type_names(kinds) -> str:
+    names = {bool: "true/false", int: "an integer", float: "a number", str: "a string", dict: "an object",
+             list: "a list", type(None): "null"}
+    return " or ".join(names.get(k, k.__name__) for k in (kinds if isinstance(kinds, tuple) else (kinds,)))
+
+
+def _has_type(value, kinds) -> bool:
+    kinds = kinds if isinstance(kinds, tuple) else (kinds,)
+    if isinstance(value, bool):
+        return bool in kinds
+    if isinstance(value, int) and float in kinds:
+        return True  # JSON writes 2.0 as 2 where the value happens to be whole
+    return isinstance(value, kinds)
+
+
+def shape_error(value, spec, name: str = "") -> str:
+    """'' when ``value`` has the shape ``spec``, else what differs (``curves.noloco.mean[3]='x'; expected a number``).
+    ``spec``: a type or a tuple of types (:data:`NUMBER`: a number or null); a dict of key to spec (every key
+    present; the key ``...`` is the spec of every value of a dict whose keys are free); a one-element list: a
+    list whose every element has that spec."""
+    if isinstance(spec, dict):
+        if not isinstance(value, dict):
+            return f"{name or 'the document'} is {_type_names(type(value))}; expected {_type_names(dict)}"
+        for key, sub in spec.items():
+            items = value.items() if key is ... else [(key, value[key])] if key in value else None
+            if items is None:
+                return f"{name + '.' if name else ''}{key} is missing"
+            for k, v in items:
+                error = shape_error(v, sub, f"{name}.{k}" if name else str(k))
+                if error:
+                    return error
+        return ""
+    if isinstance(spec, list):
+        if not isinstance(value, list):
+            return f"{name} is {_type_names(type(value))}; expected {_type_names(list)}"
+        for i, v in enumerate(value):
+            error = shape_error(v, spec[0], f"{name}[{i}]")
+            if error:
+                return error
+        return ""
+    if _has_type(value, spec):
+        return ""
+    shown = repr(value)
+    return f"{name}={shown if len(shown) <= 40 else shown[:37] + '...'}; expected {_type_names(spec)}"
+
+
+def _object(data, where: str, required: tuple, versions: tuple | None, types: dict | None = None) -> dict:
     if not isinstance(data, dict):
         raise DataError(f"{where} holds a {type(data).__name__}, expected a JSON object")
     missing = [k for k in required if k not in data]
@@ -155,24 +288,34 @@ def _object(data, where: str, required: tuple, versions: tuple | None) -> dict:
     if versions is not None and data.get("schema_version") not in versions:
         raise DataError(f"{where} has schema_version {data.get('schema_version')!r}; this version reads "
                         f"{', '.join(map(str, versions))}")
+    for key, spec in (types or {}).items():
+        error = shape_error(data[key], spec, key) if key in data else ""
+        if error:
+            raise DataError(f"{where} has {error}")
     return data
 
 
-def read_json(path, *, required: tuple = (), versions: tuple | None = None) -> dict:
+#: ``types`` of the readers: the JSON value of a number that may be non-finite (strict JSON writes null)
+NUMBER = (float, type(None))
+
+
+def read_json(path, *, required: tuple = (), versions: tuple | None = None, types: dict | None = None) -> dict:
     """A JSON object from ``path`` with the keys ``required`` (and, given ``versions``, a
-    ``schema_version`` among them); DataError naming the file otherwise. Python's json, so
-    that files written before strict JSON (which may hold NaN) stay readable."""
+    ``schema_version`` among them; given ``types``, ``{key: type or tuple of types}``, those of the keys
+    present); DataError naming the file otherwise, also for a file that is not a regular file (a named
+    pipe, a device). Python's json, so that files written before strict JSON (which may hold NaN) stay
+    readable."""
     path = Path(path)
     try:
-        data = json.loads(_read_text(path))
+        data = parse(_read_text(path), strict=False)
     except ValueError as err:
         raise DataError(f"{path} is not valid JSON ({err})") from None
-    return _object(data, str(path), required, versions)
+    return _object(data, str(path), required, versions, types)
 
 
-def read_jsonl(path, *, required: tuple = (), fix: str = "") -> list[dict]:
-    """The rows of a JSON-lines file, each a JSON object with the keys ``required``; a bad
-    line is a DataError naming the file, the line and ``fix`` (how to recover)."""
+def read_jsonl(path, *, required: tuple = (), fix: str = "", types: dict | None = None) -> list[dict]:
+    """The rows of a JSON-lines file, each a JSON object with the keys ``required`` (and the ``types`` of
+    :func:`read_json`); a bad line is a DataError naming the file, the line and ``fix`` (how to recover)."""
     path = Path(path)
     rows = []
     for number, line in enumerate(_read_text(path).splitlines(), 1):
@@ -180,7 +323,7 @@ def read_jsonl(path, *, required: tuple = (), fix: str = "") -> list[dict]:
             continue
         where = f"{path} line {number}"
         try:
-            rows.append(_object(json.loads(line), where, required, None))
+            rows.append(_object(parse(line, strict=False), where, required, None, types))
         except ValueError as err:
             raise DataError(f"{where} is not valid JSON ({err}){'; ' + fix if fix else ''}") from None
         except DataError as err:

@@ -7,14 +7,25 @@ installed (``pip install 'noloco-toolkit[fast]'``) and the work is large enough 
 numba (about 0.5 s a process; compiling, the first time on a machine for a version of the sources,
 a few seconds). ``NOLOCO_JIT`` overrides the choice: unset or ``auto`` (by size), ``1`` (always;
 without numba a ConfigError, exit 2), ``0`` (never).
+
+The machine code is cached under ``$NOLOCO_CACHE/numba/<hash of the sources>/``, and numba reads its
+cache index with pickle, which runs whatever code a planted file names. So the cache is used only where
+no one but this user can have written it (:func:`noloco.infra.cache.private_folder`): every folder from the
+cache root down a real folder (no symbolic link), owned by this user and not writable by group or
+others (made with mode 0700), and every file of the function's cache folder a regular file of this user
+that no one else can write; checked when the function is compiled and again before every load and every
+save. Anywhere else (a shared, group-writable or restored cache, one owned by another uid) the loops are
+compiled without a cache: a few seconds, nothing read. A cache that cannot be written (a full disk, a
+read-only folder) or an entry that cannot be loaded only costs the compile, never an error.
 """
 
 from __future__ import annotations
 
 import importlib.util
+import inspect
 import os
 
-from noloco.infra.cache import cache_dir, source_hash
+from noloco.infra.cache import cache_dir, private_folder, source_hash, untrusted_reason
 from noloco.infra.checks import check_choice
 from noloco.infra.errors import ConfigError
 
@@ -35,24 +46,87 @@ def enabled(work: float, threshold: float) -> bool:
     return available and (setting == "1" or (setting == "auto" and work >= threshold))
 
 
+def cache_folders(function) -> tuple:
+    """``(root, parts)``: the cache root and the folders below it where numba keeps ``function``'s
+    machine code (``numba``, the sources' hash, numba's own folder name for the function's source file)."""
+    from numba.core.caching import _CacheLocator
+
+    return cache_dir(), ("numba", source_hash(), _CacheLocator.get_suitable_cache_subpath(inspect.getfile(function)))
+
+
+def untrusted(root, parts: tuple) -> str:
+    """Why the cache folder ``root/parts...`` must not be read ('' when it may): a folder of the chain or a
+    file in the last one that is a link, belongs to another user or that others can write."""
+    reason = private_folder(root, *parts, create=False)
+    if reason:
+        return reason
+    folder = os.path.join(root, *parts)
+    try:
+        names = sorted(os.listdir(folder))
+    except OSError as err:
+        return f"{folder}: {err.strerror or err}"
+    for name in names:
+        reason = untrusted_reason(os.path.join(folder, name), "file")
+        if reason:
+            return reason
+    return ""
+
+
+class _PrivateCache:
+    """numba's cache of one function, read and written only while :func:`untrusted` finds nothing wrong
+    (checked again before every load and every save); a failed load or save costs only the compile."""
+
+    def __init__(self, cache, root, parts: tuple):
+        self._cache, self._root, self._parts = cache, root, parts
+
+    def __getattr__(self, name):  # cache_path, flush, enable, disable: numba's own
+        return getattr(self._cache, name)
+
+    def load_overload(self, sig, target_context):
+        if untrusted(self._root, self._parts):
+            return None
+        try:
+            return self._cache.load_overload(sig, target_context)
+        except Exception:  # noqa: BLE001 - an entry numba cannot read (truncated, another version): compile
+            return None
+
+    def save_overload(self, sig, data):
+        if untrusted(self._root, self._parts):
+            return
+        try:
+            self._cache.save_overload(sig, data)
+        except OSError:  # a full disk or a read-only folder: the next process compiles again
+            pass
+
+
 def compile_with_cache(build, **options):
     """``build(jit)``, where ``jit(f)`` compiles ``f`` with numba (``options``: numba's, such as
-    ``nogil=True``), caching the machine code under ``$NOLOCO_CACHE/numba/<hash of the sources>``;
-    without a writable folder there, numba compiles in every process instead."""
+    ``nogil=True``), caching the machine code under ``$NOLOCO_CACHE/numba/<hash of the sources>`` where that
+    folder chain is this user's alone (module docstring); anywhere else numba compiles in every process,
+    with no cache at all (not numba's own fallback, a ``__pycache__`` beside the sources, which another
+    edit leaves stale)."""
     import numba
-    # one folder per version of the sources: numba checks only the compiled function's own file for
-    # staleness, not those of the functions it calls (theory/outer.py for noloco.quadratic.fused)
-    folder = cache_dir() / "numba" / source_hash()
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        writable = os.access(folder, os.W_OK)
-    except OSError:
-        writable = False
-    if not writable:  # not numba's own fallback, a __pycache__ beside the sources: stale after an edit
-        return build(lambda f: numba.njit(f, **options))
-    previous = numba.config.CACHE_DIR
-    numba.config.CACHE_DIR = str(folder)
-    try:
-        return build(lambda f: numba.njit(f, cache=True, **options))
-    finally:
-        numba.config.CACHE_DIR = previous
+    from numba.core.caching import NullCache
+
+    def compile_one(f):
+        # one folder per version of the sources: numba checks only the compiled function's own file for
+        # staleness, not those of the functions it calls (theory/outer.py for noloco.quadratic.fused)
+        root, parts = cache_folders(f)
+        if private_folder(root, *parts) or untrusted(root, parts):
+            return numba.njit(f, **options)
+        previous = numba.config.CACHE_DIR
+        numba.config.CACHE_DIR = os.path.join(root, *parts[:2])
+        try:
+            dispatcher = numba.njit(f, cache=True, **options)
+        except RuntimeError:  # numba found no place for its cache ("no locator available")
+            return numba.njit(f, **options)
+        finally:
+            numba.config.CACHE_DIR = previous
+        cache = dispatcher._cache
+        here = os.path.realpath(os.path.join(root, *parts))
+        trusted = os.path.realpath(getattr(cache, "cache_path", "") or "") == here
+        # numba falls back to other places when it cannot use ours: then no cache at all
+        dispatcher._cache = _PrivateCache(cache, root, parts) if trusted else NullCache()
+        return dispatcher
+
+    return build(compile_one)

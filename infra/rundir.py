@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -108,8 +109,14 @@ class RunLock:
                 except FileExistsError:
                     self._refuse_or_clear()
                     continue
-                with os.fdopen(fd, "w") as handle:
-                    handle.write(json.dumps(mine) + "\n")
+                try:
+                    with os.fdopen(fd, "w") as handle:
+                        handle.write(json.dumps(mine) + "\n")
+                except OSError as err:  # a full disk: no empty lock left behind, and the file named
+                    with contextlib.suppress(OSError):
+                        os.unlink(self.path)
+                    raise DataError(f"cannot write the lock {self.path} ({err.strerror or err}); free some space "
+                                    f"there or give another folder") from None
                 break
         _HELD[key] = 1
         return self

@@ -124,14 +124,17 @@ def unit_variance(cfg: TrainConfig) -> float:
 
 
 def run_sweep(preset: str, out: str | Path, device: str | None = None, progress: bool | None = None,
-              threads: int | None = None, overwrite: bool = False, max_memory=None, reuse: bool = False) -> dict:
+              threads: int | None = None, overwrite: bool = False, max_memory=None, reuse: bool = False,
+              max_time=None) -> dict:
     """Train every run of the preset's sweep under ``out``, fit k on the reference run, predict the
     others; the report is also written to ``out/validate.json``. A bar only when stderr is a terminal.
     Before the first run: every config, every run folder (locked; one that holds a run needs
     ``overwrite``) and every memory estimate. With ``reuse`` a folder holding the finished run of the same
     settings is kept and read, not trained again (an interrupted sweep continues; a changed analysis
     re-summarises in seconds). A run that diverges ends the sweep: the report then
-    has ``"diverged"`` (its message) and no rows."""
+    has ``"diverged"`` (its message) and no rows. The runs still to train are timed in advance
+    (:func:`noloco.llm_check.config.time_estimate`, on a CPU): above ``max_time`` (:mod:`noloco.infra.budget`,
+    default one hour) the sweep is refused before the first run, above a minute the estimate is printed."""
     from contextlib import ExitStack
 
     from tqdm import tqdm
@@ -141,7 +144,10 @@ def run_sweep(preset: str, out: str | Path, device: str | None = None, progress:
     from noloco.infra.files import output_dir
     from noloco.llm_check.lifecycle import finished_run, read_metrics, run_folder
 
+    from noloco.infra.budget import resolve_time
+
     check_choice("preset", preset, tuple(PRESETS))
+    resolve_time(max_time)  # a malformed --max-time is bad input before anything else
     base, sweep, seeds = PRESETS[preset]
     base = dict(base, **({"device": device} if device else {}))
     jobs = [(i, seed) for i in range(len(sweep)) for seed in seeds]
@@ -160,6 +166,7 @@ def run_sweep(preset: str, out: str | Path, device: str | None = None, progress:
             kept.append(finished_run(where, cfg) if reuse else None)
             runs_in.append(run_folder(where, overwrite=overwrite, how=how).open(accept_existing=kept[-1] is not None))
             opened.callback(runs_in[-1].close)
+        _require_time([cfg for cfg, result in zip(configs, kept) if result is None], max_time, preset)
         for (i, seed), cfg, where, folder, result in tqdm(list(zip(jobs, configs, folders, runs_in, kept)),
                                                           desc=f"validate {preset}", unit="run", disable=not progress):
             factor, changes = sweep[i]
@@ -212,6 +219,34 @@ def run_sweep(preset: str, out: str | Path, device: str | None = None, progress:
     return report
 
 
+def _require_time(configs: list, max_time, preset: str) -> None:
+    """The sweep's runs still to train, timed before the first one (:mod:`noloco.infra.budget`)."""
+    from noloco.infra import budget
+    from noloco.llm_check.config import time_estimate
+
+    times = [time_estimate(cfg) for cfg in configs]
+    if configs and None not in times:  # on a GPU no per-run cost was measured: no estimate
+        budget.require_time(sum(times), max_time, f"llm validate --preset {preset}: {len(configs)} training runs",
+                            "--reuse to keep finished runs", "at the cpu-small sweep's measured cost, one thread")
+
+
+def disagreements(report: dict) -> list[str]:
+    """The settings whose zero-constant prediction disagrees with the measurement (``agrees`` false), the
+    reference run included: nothing is fitted on it there, so it is a prediction like every other row (its
+    ``fit`` in the fitted model's ratio is 1 by construction and is not judged). ``noloco llm validate``
+    exits 1 when this is not empty: a checked condition that fails, like a claim that does not hold."""
+    out = []
+    for row in report.get("rows", []):
+        if row.get("agrees") is False:
+            change = ", ".join(f"{k}={_value(v)}" for k, v in row["changes"].items()) or "-"
+            ratio, se = row.get("ratio_zero_constant"), row.get("ratio_zero_constant_se")
+            how = (f"growth {row['growth_measured']:.3g}/{row['growth_predicted']:.3g}" if row.get("unstable") and
+                   row.get("growth_measured") is not None and row.get("growth_predicted") is not None else
+                   f"ratio {ratio:.2f} +- {se:.2f}" if ratio is not None and se is not None else "no ratio")
+            out.append(f"{row['factor']} {change} ({how})")
+    return out
+
+
 def _agrees(row: Row) -> bool:
     """The zero-constant prediction's verdict on one row (see the module docstring)."""
     if row.unstable:
@@ -249,5 +284,7 @@ def format_table(report: dict) -> str:
                      f"{growth:>17} {agrees:>6}")
     if report.get("agreement"):
         a = report["agreement"]
-        lines.append(f"zero-constant prediction agrees on {a['agree']} of {a['rows']} settings ({a['rule']})")
+        lines.append(f"zero-constant prediction agrees on {a['agree']} of {a['rows']} settings ({a['rule']}; the "
+                     "reference run is a prediction there too, k is fitted only in the first ratio); a NO is a finding: "
+                     "exit 1")
     return "\n".join(lines)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import importlib
 
-from noloco.infra.entry import OneLineParser, run
+from noloco.infra.entry import CommandParser, OneLineParser, mark_parsers, run
 
 SUBCOMMANDS = ("check", "simulate", "comm", "tune", "figs", "llm", "claims", "paper")
 
@@ -47,28 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
                 continue  # subcommand not part of this build
             raise
         module.add_parser(sub)
-    _mark_parsers(parser)
+    mark_parsers(parser)
     return parser
-
-
-class CommandParser(OneLineParser):
-    """The top-level parser: an argument no subcommand knows is reported by that subcommand's parser
-    (``noloco check: error: unrecognized arguments: ...``), not by ``noloco``."""
-
-    def parse_args(self, args=None, namespace=None):
-        args, extras = self.parse_known_args(args, namespace)
-        if extras:
-            getattr(args, "parser", self).error(f"unrecognized arguments: {' '.join(extras)}")
-        return args
-
-
-def _mark_parsers(parser: argparse.ArgumentParser) -> None:
-    """Every (sub)parser records itself as the default ``parser``, so the deepest one chosen wins."""
-    parser.set_defaults(parser=parser)
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            for child in action.choices.values():
-                _mark_parsers(child)
 
 
 def _command_name(args) -> str:

@@ -21,11 +21,11 @@ default from 1e8 replica-steps, NOLOCO_JIT=1 always, NOLOCO_JIT=0 never: other r
 numbers, the same law; gamma jitter adds about 3 ns), with two trials at a time on two
 cores above 65536 replicas, and at
 most 56 bytes per replica for each trial in flight. Exit 0, 2 on bad input, 3 when the
-simulation does not fit the memory budget (--max-memory)."""
+simulation does not fit the memory or time budget (--max-memory, --max-time)."""
 
 
 def add_parser(subparsers):
-    from noloco.options import add_memory_argument
+    from noloco.options import add_memory_argument, add_time_argument
     from noloco.theory.comm import ALLREDUCE, EXCHANGES
     from noloco.theory.jitter import JITTER_KINDS
 
@@ -58,6 +58,7 @@ def add_parser(subparsers):
                         "1e8: each run then averages over that many replicas)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     add_memory_argument(p)
+    add_time_argument(p)
     p.add_argument("--json", action="store_true",
                    help="print strict JSON instead of a table (an unbounded value, such as the speed-up of "
                         "n = 1, is null with '<key>_nonfinite' beside it)")
@@ -74,6 +75,6 @@ def run(args) -> int:
                reduce_seconds_per_byte=args.reduce_cost, algorithm=args.algorithm, exchange=args.exchange,
                jitter=args.jitter, jitter_cv=args.jitter_cv, hardware=args.hardware,
                compute_seconds=args.compute_seconds, steps=args.steps, trials=args.trials, seed=args.seed,
-               progress=sys.stderr.isatty(), max_memory=args.max_memory)
+               progress=sys.stderr.isatty(), max_memory=args.max_memory, max_time=args.max_time)
     print_json(r) if args.json else print(format_report(r))
     return 0

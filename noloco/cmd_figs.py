@@ -19,6 +19,8 @@ def add_parser(subparsers) -> None:
                    help="cache directory (default: the toolkit's cache, $NOLOCO_CACHE or ~/.cache/noloco)")
     p.add_argument("--refresh", action="store_true", help="recompute even when a cached result exists")
     p.add_argument("--llm-runs", default="runs", help="directory searched for LLM metrics.jsonl (default runs)")
+    p.add_argument("--max-time", metavar="DURATION",
+                   help="time budget, e.g. 10m or none (default 1h): figures estimated above it are refused (exit 3)")
     p.set_defaults(run=run)
 
 
@@ -28,7 +30,7 @@ def run(args) -> int:
     from tqdm import tqdm
 
     from noloco.infra.errors import ConfigError
-    from noloco.paper_figs.run import FIGURES, make
+    from noloco.paper_figs.run import FIGURES, make, require_time
     from noloco.infra.checks import check_choice
     from noloco.infra.files import input_dir, output_dir
 
@@ -44,10 +46,36 @@ def run(args) -> int:
         input_dir(args.llm_runs, "--llm-runs")
     output_dir(args.out)  # fail now, not after minutes of computation
     options = {"llm": {"runs": args.llm_runs}}
+    require_time(names, quick=args.quick, cache_dir=args.cache, refresh=args.refresh, options=options,
+                 max_time=args.max_time)
     bar = tqdm(names, desc="figs", unit="fig", disable=not sys.stderr.isatty())
     for name in bar:
         bar.set_postfix_str(name)
-        r = make(name, quick=args.quick, out=args.out, cache_dir=args.cache, refresh=args.refresh,
-                 options=options.get(name))
+        r = _make(make, name, args, options.get(name))
         tqdm.write(f"{name:<10} {r['seconds']:6.1f} s {'(cache)' if r['cached'] else '':<8} {r['files'][0]}")
     return 0
+
+
+def _make(make, name: str, args, options):
+    """``make`` one figure; cached data that passed its checksum but does not draw (edited with its checksum
+    recomputed, or written by another version's bug: a KeyError, a TypeError) is recomputed with one warning."""
+    from noloco.infra.errors import ConfigError, DataError, warn
+
+    def draw(refresh: bool):
+        return make(name, quick=args.quick, out=args.out, cache_dir=args.cache, refresh=refresh, options=options)
+
+    from noloco.paper_figs.run import module
+
+    try:
+        return draw(args.refresh)
+    except (KeyError, TypeError, IndexError, ValueError, AttributeError) as err:
+        if isinstance(err, (ConfigError, DataError)):
+            raise
+        what = f"{type(err).__name__}: {' '.join(str(err).split())[:200]}"
+        if not getattr(module(name), "CACHED", True):  # it reads files of the user's (the llm runs), not the cache
+            raise DataError(f"figure {name}: a file under --llm-runs {args.llm_runs} holds a value of a shape it "
+                            f"cannot draw ({what}); move that run away, or give another --llm-runs") from err
+        if args.refresh:
+            raise
+        warn(f"figure {name}: its cached data does not draw ({what}); recomputing it")
+        return draw(True)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-ACTIONS = ("train", "validate", "predict", "evaluate", "bench")
+ACTIONS = ("train", "validate", "predict", "evaluate", "bench", "ensemble")
 
 
 def add_parser(subparsers) -> None:

@@ -10,7 +10,10 @@ def add_parser(sub) -> None:
     val = sub.add_parser("validate", help="predicted vs measured weight-spread scaling (gamma, n, N, alpha, lr)",
                          description="Train a sweep of short runs, fit one noise constant on the reference run "
                                      "and predict the stationary weight spread of the others with the "
-                                     "flat-direction theory (noloco.llm_check.validate).")
+                                     "flat-direction theory (noloco.llm_check.validate); next to it the prediction "
+                                     "with no fitted constant. Exit 0 when that prediction agrees on every setting "
+                                     "(the reference included), 1 when it does not on one or a run diverged, 2 on bad "
+                                     "input, 3 for an environment fault or work above --max-memory / --max-time.")
     val.add_argument("--preset", choices=("cpu-tiny", "cpu-small", "gpu"), default="cpu-small",
                      help="the sweep's model and run length (default cpu-small)")
     val.add_argument("--device", default=None, help="cpu or cuda (default: the preset's)")
@@ -22,6 +25,9 @@ def add_parser(sub) -> None:
                           "(an interrupted sweep continues; the report is recomputed)")
     val.add_argument("--max-memory", default=None, metavar="SIZE",
                      help="memory budget of each run, e.g. 8G (default: half the memory available)")
+    val.add_argument("--max-time", default=None, metavar="DURATION",
+                     help="time budget of the sweep on a CPU, e.g. 30m, 2h or none (default 1h): a sweep estimated "
+                          "above it is refused before the first run (exit 3)")
     val.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
     val.add_argument("--threads", type=int, default=None, help="torch CPU threads (1 is fastest on a busy CPU)")
     val.set_defaults(run=run)
@@ -29,11 +35,15 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from noloco.infra.files import output_dir, print_json
-    from noloco.llm_check.validate import format_table, run_sweep
+    from noloco.llm_check.validate import disagreements, format_table, run_sweep
 
     out = output_dir(args.out) / args.preset
     report = run_sweep(args.preset, out, device=args.device, threads=args.threads, overwrite=args.overwrite,
-                       max_memory=args.max_memory, reuse=args.reuse)
+                       max_memory=args.max_memory, reuse=args.reuse, max_time=args.max_time)
     print_json(report) if args.json else print(format_table(report))
     print(f"(runs and validate.json in {out})", file=sys.stderr)
-    return 1 if report.get("diverged") else 0
+    wrong = disagreements(report)
+    if wrong:  # a finding, like a claim that does not hold: exit 1 (noloco.llm_check.validate.disagreements)
+        print(f"noloco llm validate: the zero-constant prediction disagrees on {len(wrong)} of "
+              f"{len(report['rows'])} settings: {'; '.join(wrong)}", file=sys.stderr)
+    return 1 if report.get("diverged") or wrong else 0

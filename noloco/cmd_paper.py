@@ -30,11 +30,11 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     from noloco.claims.paper import audit, format_audit
-    from noloco.infra.checks import check_integer
+    from noloco.infra.checks import check_seed
     from noloco.infra.files import print_json
 
     _, outer, inner, spectrum = hyper_from_args(args)
-    seed = check_integer("seed", args.seed, "an integer >= 0", lambda v: v >= 0)
+    seed = check_seed("seed", args.seed)
     report = audit(outer, inner, spectrum.high, seed=seed, quick=args.quick)
     if args.json:
         print_json(report.to_json())

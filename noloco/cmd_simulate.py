@@ -3,8 +3,8 @@ simulated quantity next to what the theory predicts, with standard errors."""
 
 from __future__ import annotations
 
-from noloco.options import (add_hyper_arguments, add_inner_model_arguments, add_memory_argument, hyper_from_args,
-                            inner_momentum_from_args)
+from noloco.options import (add_hyper_arguments, add_inner_model_arguments, add_memory_argument, add_time_argument,
+                            hyper_from_args, inner_momentum_from_args)
 from noloco.quadratic.names import DTYPES, INNER_MODES, OBJECTIVES, SCHEDULES, SPLITS
 
 
@@ -18,7 +18,7 @@ def add_parser(subparsers) -> None:
                     "full configuration. Memory is estimated before any work. With numba installed (the [fast] "
                     "extra) large exact runs compile their outer step: same results, about 1.8x faster; "
                     "NOLOCO_JIT=1 always, NOLOCO_JIT=0 never. Exit 0, 1 if the run diverged, 2 on "
-                    "bad input, 3 when the run does not fit the memory budget (--max-memory).")
+                    "bad input, 3 when the run does not fit the memory or time budget (--max-memory, --max-time).")
     add_hyper_arguments(parser)
     g = parser.add_argument_group("simulation")
     g.add_argument("--objective", choices=OBJECTIVES, default="quadratic",
@@ -48,6 +48,7 @@ def add_parser(subparsers) -> None:
     g.add_argument("--burn-in", type=int, help="outer steps before the stationary window (default half)")
     g.add_argument("--no-cache", action="store_true", help="recompute even if a cached result exists")
     add_memory_argument(g)
+    add_time_argument(g)
     g.add_argument("--json", action="store_true",
                    help="print the full result as strict JSON (an unbounded value is null, with "
                         "'<key>_nonfinite' beside it)")
@@ -62,7 +63,7 @@ def run(args) -> int:
     # curvatures with a data objective (which takes its Hessian from the data) are refused by SimConfig
     result, text = simulate_setting(
         method, outer, inner, spectrum, objective=args.objective, rotate=args.rotate, trials=args.trials,
-        outer_steps=args.outer_steps, inner_mode=args.inner_mode, max_memory=args.max_memory,
+        outer_steps=args.outer_steps, inner_mode=args.inner_mode, max_memory=args.max_memory, max_time=args.max_time,
         use_cache=not args.no_cache, zeta=args.zeta, split=args.split, batch_size=args.batch_size, l2=args.l2,
         optimizer=args.inner_optimizer, inner_momentum=inner_momentum_from_args(args), schedule=args.schedule,
         warmup=args.warmup, decay_time=args.decay_time, burn_in=args.burn_in, start=args.start, seed=args.seed,

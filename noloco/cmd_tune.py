@@ -7,11 +7,18 @@ from __future__ import annotations
 import argparse
 import sys
 
-from noloco.options import add_hyper_arguments, hyper_from_args
+from noloco.options import add_hyper_arguments, add_memory_argument, add_time_argument, hyper_from_args
 
 
 def _names(text: str) -> tuple:
     return tuple(w.strip() for w in text.split(",") if w.strip())
+
+
+def _tuned(text: str) -> tuple:
+    names = _names(text)
+    if not names:  # '' would silently mean "tune only alpha, beta, gamma"
+        raise argparse.ArgumentTypeError(f"{text!r} names nothing to tune; give n, H or n,H (or drop --tune)")
+    return names
 
 
 def _integers(text: str) -> tuple:
@@ -35,7 +42,8 @@ def add_parser(subparsers) -> None:
                     "warm start, then Nelder-Mead. Prints the best setting, the rate-vs-spread frontier and "
                     "the paper setting on the same problem, and verifies the recommendation with a short "
                     "simulation (predicted vs simulated, standard errors). Writes a figure only with --out. "
-                    "Exit 0, 2 on bad input, 3 when --out cannot be written.")
+                    "Exit 0, 2 on bad input, 3 when --out cannot be written or the search does not fit "
+                    "--max-memory / --max-time.")
     add_hyper_arguments(p)
     g = p.add_argument_group("tuning")
     g.add_argument("--spread-budget", type=float,
@@ -46,7 +54,7 @@ def add_parser(subparsers) -> None:
                         "to shrink the mean's distance by --target (default rate)")
     g.add_argument("--target", type=float, default=None,
                    help="distance reduction for --objective steps or inner-steps (default 1e-3)")
-    g.add_argument("--tune", type=_names, default=(),
+    g.add_argument("--tune", type=_tuned, default=(),
                    help="also tune 'n', 'H' or 'n,H' (default: only alpha, beta, gamma)")
     g.add_argument("--h-values", type=_integers, default=None,
                    help=f"candidate H for --tune H, comma-separated (default {','.join(map(str, H_VALUES))})")
@@ -57,6 +65,8 @@ def add_parser(subparsers) -> None:
     g.add_argument("--out", default=None, metavar="PATH",
                    help="write the figure to PATH, a .png, .pdf or .svg file (its suffix chooses the format; "
                         "nothing else is written); default: no figure. Checked before the search")
+    add_memory_argument(g)
+    add_time_argument(g)
     g.add_argument("--json", action="store_true",
                    help="print strict JSON instead of text (an unbounded value is null, with "
                         "'<key>_nonfinite' beside it)")
@@ -88,7 +98,7 @@ def run(args) -> int:
                            h_values=H_VALUES if args.h_values is None else args.h_values, grid=args.grid)
     out = None if args.out is None else figure_file(args.out)  # fail now, not after the search
     result, report = tune_and_verify(problem, verify=not args.no_verify, trials=args.trials, seed=args.seed,
-                                     progress=sys.stderr.isatty())
+                                     progress=sys.stderr.isatty(), max_memory=args.max_memory, max_time=args.max_time)
     figure = None if out is None else draw_result(result, out)  # the tuner's figure (paper_figs/fig_tune.py)
     print_json(report) if args.json else print(format_report(report, figure))
     return 0

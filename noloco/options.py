@@ -86,6 +86,13 @@ def add_memory_argument(parser) -> None:
                              "it is streamed where the result allows, else refused before it starts (exit 3)")
 
 
+def add_time_argument(parser) -> None:
+    """``--max-time`` of the commands that estimate their time before long work (noloco.infra.budget)."""
+    parser.add_argument("--max-time", metavar="DURATION",
+                        help="time budget, e.g. 90, 30m, 2h or none (default 1h): work estimated above it is refused "
+                             "before it starts (exit 3); an estimate above a minute is printed first")
+
+
 def hyper_from_args(args: argparse.Namespace, default_shape: bool = True):
     """``(method, outer, inner, spectrum)``, validated (ConfigError naming the bad field).
     ``spectrum`` is the quadratic's curvatures as given; when neither --curvature nor

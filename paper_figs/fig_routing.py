@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
+from noloco.infra.files import NUMBER
 from noloco.paper_figs import style
 
 NAME = "routing"
@@ -29,14 +30,42 @@ def params(quick: bool, data: str | None = None) -> dict:
     return {"data": str(data or DEFAULT_DATA)}
 
 
+_SERIES = {"mean": [NUMBER], "se": [NUMBER]}
+#: what :func:`draw` reads of the study's JSON (noloco.infra.files.shape_error): a file of another shape is drawn
+#: as missing, naming what is wrong
+SHAPE = {"settings": {"stages": int, "replicas": int},
+         "ratios": {...: {"theta_std_random_over_fixed": _SERIES, "val_loss_random_minus_fixed": _SERIES}},
+         "skipping": {...: {"val_loss": _SERIES, "val_loss_half_removed": _SERIES}}, "curves": dict}
+
+
 def compute(data: str) -> dict:
     from noloco.infra.errors import DataError
     from noloco.infra.files import read_json
 
     try:
-        return {"path": data, **read_json(data, required=("curves", "skipping", "settings"))}
+        doc = read_json(data, required=("curves", "skipping", "settings", "ratios"), types=SHAPE)
+        stages = doc["settings"]["stages"]
+        for name, series in [(f"ratios.{v}.{k}", x) for v, row in doc["ratios"].items() for k, x in row.items()] + \
+                [(f"skipping.{p}.{k}", x) for p, row in doc["skipping"].items() for k, x in row.items()]:
+            if not series["mean"] or len(series["mean"]) != len(series["se"]) or (
+                    name.startswith("ratios") and name.endswith("fixed") and "theta" in name
+                    and len(series["mean"]) != stages):
+                raise DataError(f"{data} has {name} of {len(series['mean'])} means and {len(series['se'])} standard "
+                                f"errors; expected as many, one per stage ({stages}) for a spread ratio")
+        bad = [p for p in doc["skipping"] if not _is_number(p)]
+        if bad:
+            raise DataError(f"{data} has skipping.{bad[0]!r}; expected a skip probability")
+        return {"path": data, **doc}
     except DataError as err:
         return {"path": data, "missing": str(err)}
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
 
 
 NAMES = {"noloco": "NoLoCo", "diloco": "DiLoCo", "no-sync": "no synchronisation"}

@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 
 from noloco.infra import budget
-from noloco.infra.checks import check_at_least, check_choice, check_nonnegative, check_positive, check_real
+from noloco.infra.checks import check_at_least, check_choice, check_seed, check_nonnegative, check_positive, check_real
 from noloco.infra.files import SCHEMA_VERSION
-from noloco.quadratic.idle import idle_compiled, idle_memory_estimate, idle_workers, simulate_idle
+from noloco.quadratic.idle import idle_compiled, idle_memory_estimate, idle_time_estimate, idle_workers, simulate_idle
 from noloco.theory.comm import (ALLREDUCE, EXCHANGES, Network, check_replicas, group_exchange, payload_at_speedup,
                                 sync_cost)
 from noloco.theory.jitter import Hardware, Jitter, barrier_idle_fraction, group_first_step_idle_fraction
@@ -31,16 +31,16 @@ def report(*, params: float = 1e6, bytes_per_value: float = 2.0, replicas: int =
            latency: float = 0.05, bandwidth: float = 1e9, reduce_seconds_per_byte: float = 0.0,
            algorithm: str = "best", exchange: str = "root", jitter: str = "lognormal", jitter_cv: float = 0.1,
            hardware: str = "1:1", compute_seconds: float = 30.0, steps: int = 200, trials: int | None = None,
-           seed: int = 0, progress: bool = False, max_memory=None) -> dict:
+           seed: int = 0, progress: bool = False, max_memory=None, max_time=None) -> dict:
     """Everything `noloco comm` prints, as data: seconds per synchronisation for every all-reduce
     and the NoLoCo exchange, the speed-ups, where the speed-up falls with the payload, and the
     idle fractions (closed forms and :func:`simulate_idle`). ``bandwidth`` is in bits per second,
     ``hardware`` the text of :meth:`Hardware.parse`, ``algorithm`` the all-reduce the barrier pays
     (``best``: the fastest); ``trials`` None: :func:`default_trials`. Every input is validated
-    before any work (ConfigError), and the simulation's memory against ``max_memory``
-    (:mod:`noloco.infra.budget`: BudgetError, exit 3)."""
+    before any work (ConfigError), and the simulation's memory and time against ``max_memory`` and
+    ``max_time`` (:mod:`noloco.infra.budget`: exit 3)."""
     params = check_nonnegative("params", params)
-    seed = check_at_least("seed", seed, 0)
+    seed = check_seed("seed", seed)
     steps = check_at_least("steps", steps, 2)
     trials = default_trials(check_replicas(replicas), steps) if trials is None else check_at_least("trials", trials, 2)
     width = check_real("bytes_per_value", bytes_per_value, "0 < bytes_per_value <= 16", lambda v: 0 < v <= 16)
@@ -51,9 +51,12 @@ def report(*, params: float = 1e6, bytes_per_value: float = 2.0, replicas: int =
     cost = sync_cost(net, payload, replicas, group_size, exchange)
     latency_only = sync_cost(Network(net.latency, 0.0), payload, replicas, group_size, exchange)
     jitter_model, machines = Jitter(jitter, jitter_cv), Hardware.parse(hardware)
-    budget.require(idle_memory_estimate(replicas, idle_workers(replicas, trials), idle_compiled(replicas, steps, trials)),
-                   budget.resolve(max_memory), f"the idle-time simulation of {replicas} replicas",
-                   "fewer --replicas (the model tables need no memory)")
+    workers, compiled = idle_workers(replicas, trials), idle_compiled(replicas, steps, trials)
+    what = f"the idle-time simulation of {replicas} replicas x {steps} steps x {trials} trials"
+    budget.require(idle_memory_estimate(replicas, workers, compiled, steps, trials), budget.resolve(max_memory),
+                   what, "fewer --replicas, --steps or --trials (the model tables need no memory)")
+    budget.require_time(idle_time_estimate(replicas, steps, trials, compiled, jitter == "gamma"), max_time,
+                        what, "fewer --replicas, --steps or --trials", "at docs/performance.md's ns per replica-step")
     budget.retain_freed_memory()
 
     name = min(cost.allreduce_seconds, key=cost.allreduce_seconds.get) if algorithm == "best" else algorithm

@@ -232,41 +232,53 @@ def _is_result(data) -> bool:
     return isinstance(data, dict) and isinstance(data.get("summary"), dict) and isinstance(data.get("trajectories"), dict)
 
 
+def _readable(cfg: SimConfig):
+    """The shape check of a cached comparison: it has the keys and types :func:`format_text` reads (which raises
+    a KeyError or a TypeError on any other shape: the cache then rebuilds the entry instead of the command failing)."""
+    return lambda data: _is_result(data) and isinstance(format_text(data, cfg), str)
+
+
 def cached_compare(cfg: SimConfig, *, progress: bool = False, use_cache: bool = True, refresh: bool = False,
                    directory=None) -> tuple[dict, bool]:
     """``(result, from_cache)``: :func:`compare` through :func:`noloco.infra.cache.cached` (namespace
     ``simulate``), keyed by ``cfg`` and the project's sources. ``refresh`` recomputes and
     stores; ``use_cache=False`` neither reads nor writes; an interrupted run leaves nothing."""
     return cached("simulate", cfg.as_dict(), lambda: compare(cfg, progress=progress), directory=directory,
-                     refresh=refresh, use_cache=use_cache, valid=_is_result)
+                     refresh=refresh, use_cache=use_cache, valid=_readable(cfg))
 
 
 def simulate_setting(method: str, outer, inner, spectrum, *, objective: str = "quadratic", rotate: bool = False,
                      trials: int = 200, outer_steps: int = 200, inner_mode: str = "auto", max_memory=None,
-                     progress: bool | None = None, use_cache: bool = True, **fields) -> tuple[dict, str]:
-    """``noloco simulate`` as a library: the run's memory checked against the budget before the spectrum is
-    materialised (a refusal costs nothing), the validated :class:`SimConfig` (``fields``: its other
-    fields), the cached comparison; ``(result, its text)``."""
-    import sys
-
+                     max_time=None, progress: bool | None = None, use_cache: bool = True,
+                     **fields) -> tuple[dict, str]:
+    """``noloco simulate`` as a library: the run's memory and time checked against their budgets
+    (``max_memory``, ``max_time``: :mod:`noloco.infra.budget`) before the spectrum is materialised (a refusal
+    costs nothing; a long run's estimate is printed), the validated :class:`SimConfig` (``fields``: its
+    other fields), the cached comparison; ``(result, its text)``."""
     from noloco.infra import budget
-    from noloco.quadratic.simulator import memory_estimate
+    from noloco.quadratic.simulator import memory_estimate, time_estimate
     from noloco.theory.methods import constrain
 
     count = 1 if spectrum is None else spectrum.count
-    N = constrain(method, outer, inner)[0].replicas
+    N, H = constrain(method, outer, inner)[0].replicas, constrain(method, outer, inner)[1].steps
     rows, steps = max(trials, 2), max(outer_steps, 1)  # SimConfig names a bad value
     eigenbasis = (not rotate and objective == "quadratic") or inner_mode == "exact"
+    size = f"{count} direction(s) x {rows} trials x {N} replicas x {steps} outer steps"
     budget.require(memory_estimate(count, rows, N, steps, inner_steps=inner.steps, objective=objective,
                                    rotate=rotate, eigenbasis=eigenbasis),
-                   budget.resolve(max_memory),
-                   f"simulate with {count} direction(s) x {rows} trials x {N} replicas x {steps} outer steps",
-                   "fewer --trials, --outer-steps or directions")
+                   budget.resolve(max_memory), f"simulate with {size}", "fewer --trials, --outer-steps or directions")
+    sgd = fields.get("optimizer", "sgd") == "sgd"
+    exact = objective == "quadratic" and sgd and inner_mode != "explicit"
+    decay = sgd and not fields.get("zeta") and fields.get("split", "shared") == "shared"
+    budget.require_time(time_estimate(count, rows, N, steps, inner_steps=H, objective=objective, rotate=rotate,
+                                      exact=exact, decay=decay),
+                        max_time, f"simulate with {size}", "fewer --trials, --outer-steps or directions",
+                        "at docs/performance.md's costs per replica step, idle machine")
     cfg = SimConfig(outer=outer, inner=inner, objective=objective, rotate=rotate, method=method, trials=trials,
                     outer_steps=outer_steps, inner_mode=inner_mode,
                     curvatures=None if spectrum is None else spectrum.values(), **fields)
-    result, hit = cached_compare(cfg, progress=sys.stderr.isatty() if progress is None else progress,
-                                 use_cache=use_cache)
+    # progress: a bar on a terminal, a line a minute in a log (noloco.infra.progress)
+    result, hit = cached_compare(cfg, progress=True if progress is None else progress, use_cache=use_cache)
     return result, format_text(result, cfg, hit)
 
 

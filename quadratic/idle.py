@@ -9,12 +9,13 @@ from __future__ import annotations
 import functools
 import math
 import os
+import threading
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
 from noloco.infra import jit
-from noloco.infra.checks import check_at_least, check_integer
+from noloco.infra.checks import check_at_least, check_integer, check_seed
 from noloco.theory.comm import check_group, check_replicas
 from noloco.theory.jitter import Hardware, Jitter
 from noloco.theory.stats import mean_se
@@ -74,11 +75,26 @@ SORTED_PERMUTATION_MAX = 1 << 24
 COMPILED_REPLICA_STEPS = 1e8
 
 
-def idle_memory_estimate(replicas: int, workers: int = 2, compiled: bool = False) -> int:
+def idle_memory_estimate(replicas: int, workers: int = 2, compiled: bool = False, steps: int = 200,
+                         trials: int = 16) -> int:
     """Bytes :func:`simulate_idle` allocates: about 56 bytes per replica (times, draws, the
     permutation and its keys; the compiled step's piles need less) for each trial in flight; the
-    trials run ``workers`` at a time; numba's compiler when ``compiled``."""
-    return int(56 * replicas * workers + (1 << 20) + (jit.COMPILER_BYTES if compiled else 0))
+    trials run ``workers`` at a time; each trial's barrier step times (8 bytes a step) and its result
+    are kept until the end; numba's compiler when ``compiled``."""
+    return int(56 * replicas * workers + 8 * (steps + 32) * trials + (1 << 20)
+               + (jit.COMPILER_BYTES if compiled else 0))
+
+
+#: wall nanoseconds per replica, step and trial of :func:`simulate_idle` on the project's 2-core machine when
+#: idle (docs/performance.md, ``python -m noloco.benchmarks comm``, two trials at a time on the two cores):
+#: numpy 12, compiled 5 (the upper ends of the measured 9 to 12 and 4 to 5), gamma jitter 3 more
+NS_IDLE, NS_IDLE_COMPILED, NS_GAMMA = 12.0, 5.0, 3.0
+
+
+def idle_time_estimate(replicas: int, steps: int, trials: int, compiled: bool = False, gamma: bool = False) -> float:
+    """Seconds of :func:`simulate_idle` at :data:`NS_IDLE` (or compiled) per replica, step and trial."""
+    ns = (NS_IDLE_COMPILED if compiled else NS_IDLE) + (NS_GAMMA if gamma else 0.0)
+    return 0.5 + float(replicas) * steps * trials * ns * 1e-9
 
 
 def idle_compiled(replicas: int, steps: int, trials: int) -> bool:
@@ -323,11 +339,17 @@ def _compile_kernel(compile_one):
     return compile_one(_grouped_arrivals)
 
 
+class _Stopped(Exception):
+    """A trial thread saw the stop flag (the main thread was interrupted): it ends at once."""
+
+
 def _idle_trial(trial: int, replicas: int, n: int, jitter: Jitter, slow: np.ndarray, steps: int, burn_in: int,
-                barrier_sync: float, group_sync: float, seed: int, compiled: bool = False) -> tuple:
+                barrier_sync: float, group_sync: float, seed: int, compiled: bool = False,
+                stop: threading.Event | None = None) -> tuple:
     """One independent run: (the barrier's step times, mean compute after burn-in, NoLoCo growth of
     the mean start time after burn-in, the mean group maximum of the first step and the mean of
-    its square)."""
+    its square). ``stop``: checked before every step; once set the trial raises :class:`_Stopped` (so that
+    Ctrl-C or SIGTERM in the main thread does not wait for the trials on other threads)."""
     rng = np.random.default_rng([seed, trial])
     homogeneous = bool(np.all(slow == slow[0]))
     # homogeneous hardware: all n members of a group start together, so one time per group is the
@@ -340,6 +362,8 @@ def _idle_trial(trial: int, replicas: int, n: int, jitter: Jitter, slow: np.ndar
     barrier, compute = np.empty(steps), 0.0
     start_at_burn_in, first = 0.0, (0.0, 0.0)
     for t in range(steps):
+        if stop is not None and stop.is_set():
+            raise _Stopped()
         y = jitter.sample(rng, draws, scratch)
         start, y_max, y_mean, tops = step(rng, start, y, n=n, group_sync=group_sync, first=t == 0)
         barrier[t] = y_max + barrier_sync
@@ -377,15 +401,16 @@ def simulate_idle(replicas: int, group_size: int = 2, jitter: Jitter = Jitter(),
     n = check_group(group_size, N)
     steps = check_at_least("steps", steps, 2)
     trials = check_at_least("trials", trials, 2)
-    seed = check_at_least("seed", seed, 0)
+    seed = check_seed("seed", seed)
     burn_in = steps // 4 if burn_in is None else check_integer(
         "burn_in", burn_in, f"0 <= burn_in < steps={steps}", lambda v: v >= 0 and v < steps)
     slow = hardware.slowdowns(N)
     compiled = idle_compiled(N, steps, trials)
     if compiled:
         _idle_kernel()  # compiled here once, not in each thread
+    stop = threading.Event()  # set when the main thread leaves (an interrupt): the trial threads end at their next step
     run = functools.partial(_idle_trial, replicas=N, n=n, jitter=jitter, slow=slow, steps=steps, burn_in=burn_in,
-                            barrier_sync=barrier_sync, group_sync=group_sync, seed=seed, compiled=compiled)
+                            barrier_sync=barrier_sync, group_sync=group_sync, seed=seed, compiled=compiled, stop=stop)
     workers = idle_workers(N, trials)
     bar = tqdm(total=trials, desc=f"idle N={N} n={n}", disable=not progress, leave=False)
     try:
@@ -397,11 +422,18 @@ def simulate_idle(replicas: int, group_size: int = 2, jitter: Jitter = Jitter(),
         else:
             from concurrent.futures import ThreadPoolExecutor
 
-            with ThreadPoolExecutor(workers) as pool:  # numpy releases the GIL in its loops
+            pool = ThreadPoolExecutor(workers)  # numpy (and the compiled step) release the GIL in their loops
+            try:
+                futures = [pool.submit(run, t) for t in range(trials)]
                 results = []
-                for r in pool.map(run, range(trials)):
-                    results.append(r)
+                for future in futures:
+                    results.append(future.result())
                     bar.update()
+            finally:
+                # Ctrl-C or SIGTERM (or an error) lands here in the main thread: the trials not started are
+                # cancelled and the running ones stop at their next step, so the command ends at once
+                stop.set()
+                pool.shutdown(wait=True, cancel_futures=True)
     finally:
         bar.close()
     barrier_steps, compute, growth, first = (np.array(x) for x in zip(*results))

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from noloco.quadratic.names import OBJECTIVES, SPLITS
-from noloco.infra.errors import ConfigError
+from noloco.infra.errors import ConfigError, require_extra
 from noloco.infra.checks import check_choice
 
 
@@ -95,6 +95,8 @@ def _standardise(X):
 def load_data(name: str):
     """(X standardised, y, labels for a by-label split) of a data set shipped in a package."""
     check_choice("objective", name, OBJECTIVES[1:])
+    module, package = ("statsmodels", "statsmodels") if name == "longley" else ("sklearn", "scikit-learn")
+    require_extra(module, package, "data", f"objective={name!r}")
     if name == "diabetes":
         from sklearn.datasets import load_diabetes
         X, y = load_diabetes(return_X_y=True)

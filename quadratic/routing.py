@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from noloco.infra.checks import check_integer
+from noloco.infra.checks import check_integer, check_seed
 from noloco.infra.errors import ConfigError
 from noloco.quadratic.inner import Noise
 from noloco.theory import stats
@@ -113,7 +113,7 @@ def simulate(model: TwoStageModel, outer: OuterConfig, inner: InnerConfig, *, tr
     microbatch column."""
     trials = check_integer("trials", trials, "an integer >= 2", lambda v: v >= 2)
     outer_steps = check_integer("outer_steps", outer_steps, "an integer >= 1", lambda v: v >= 1)
-    seed = check_integer("seed", seed, "an integer >= 0", lambda v: v >= 0)
+    seed = check_seed("seed", seed)
     rng = np.random.default_rng(seed)
     noise = Noise(rng)
     N, n, B = outer.replicas, outer.group_size, model.microbatches

@@ -28,7 +28,6 @@ are then consecutive blocks), which is a uniformly random partition.
 from __future__ import annotations
 
 import math
-import sys
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -39,9 +38,10 @@ from noloco.quadratic.names import DTYPES, INNER_MODES, METHODS, OBJECTIVES, OPT
 from noloco.quadratic.objectives import DATA_DIMENSION_BOUND, build
 from noloco.infra import jit
 from noloco.infra.budget import retain_freed_memory
+from noloco.infra.progress import Progress
 from noloco.infra.errors import ConfigError
 from noloco.theory.config import InnerConfig, OuterConfig
-from noloco.infra.checks import check_choice, check_fields, check_integer, check_real
+from noloco.infra.checks import check_choice, check_fields, check_integer, check_real, check_scale, check_seed
 from noloco.theory.methods import constrain
 from noloco.theory.outer import outer_step
 from noloco.theory.partitions import group_mean, random_permutations
@@ -121,10 +121,10 @@ class SimConfig:
             "trials": (check_integer, "an integer >= 2", lambda v: v >= 2),
             "outer_steps": (check_integer, "an integer >= 1", lambda v: v >= 1),
             "batch_size": (check_integer, "an integer >= 0", lambda v: v >= 0),
-            "seed": (check_integer, "an integer >= 0", lambda v: v >= 0),
-            "zeta": (check_real, _NON_NEGATIVE, _non_negative),
+            "seed": (check_seed,),
+            "zeta": (check_scale,),
             "l2": (check_real, _NON_NEGATIVE, _non_negative),
-            "init_spread": (check_real, _NON_NEGATIVE, _non_negative),
+            "init_spread": (check_scale,),
             "start": (check_real, _FINITE, math.isfinite),
             "inner_momentum": (check_real, "0 <= inner_momentum < 1", lambda v: 0 <= v < 1),
             "decay_time": (check_real, "0 < decay_time < inf", lambda v: 0 < v < math.inf),
@@ -239,6 +239,39 @@ def memory_estimate(directions: int, trials: int, replicas: int, outer_steps: in
     compiler = jit.COMPILER_BYTES if objective == "quadratic" and fused.enabled(
         float(D) * trials * replicas * outer_steps) else 0
     return int(blocks + per_trial + per_direction + recorded + dense + compiler)
+
+
+#: nanoseconds per unit of simulated work on the project's 2-core machine when idle, for :func:`time_estimate`:
+#: ``(per replica and step, per replica, step and coordinate)``. The per-coordinate terms of the exact inner
+#: phase (per outer step; numpy 6.2 ns, compiled 0.068 ns x H = 50) and of explicit inner steps (per inner
+#: step, 2.69 ns) are docs/performance.md's (``python -m noloco.benchmarks simulator``). The rest was measured
+#: for issue 22 with ``simulate(SimConfig(...))`` at D = 1 to 1000 and load 4.5 on the 2 cores, and divided by
+#: the ratio of those runs to the benchmark's at D = 1000 (3 to 4): what a replica's step costs besides its
+#: coordinates (regrouping, recording), a rotated quadratic's dense gradient (per coordinate squared), a
+#: data objective's full gradient (per replica and inner step). Under that load runs took 2.7 to 4 times
+#: as long as estimated.
+NS_EXACT, NS_EXACT_COMPILED, NS_EXPLICIT = (15.0, 6.2), (30.0, 3.4), (0.0, 2.7)
+NS_DENSE = 0.06
+NS_DATA = {"diabetes": 300.0, "longley": 200.0, "breast-cancer": 3500.0}
+#: what a run costs besides its steps: imports, the theory, the result (seconds)
+SETUP_SECONDS = 1.0
+
+
+def time_estimate(directions: int, trials: int, replicas: int, outer_steps: int, *, inner_steps: int = 50,
+                  objective: str = "quadratic", rotate: bool = False, exact: bool = True, decay: bool = True) -> float:
+    """Seconds a ``noloco simulate`` run takes on the project's machine when idle, from its size and the
+    per-unit costs above: the simulation, plus the noise-free decay run of up to 60 outer steps that
+    :func:`noloco.quadratic.compare.compare` adds for inner SGD (``decay``)."""
+    D = float(directions)
+    steps = outer_steps + (min(outer_steps, 60) if decay else 0)
+    if objective != "quadratic":
+        per_replica_step = NS_DATA.get(objective, max(NS_DATA.values())) * inner_steps
+    elif exact:
+        fixed, per = NS_EXACT_COMPILED if fused.enabled(D * trials * replicas * outer_steps) else NS_EXACT
+        per_replica_step = fixed + per * D
+    else:
+        per_replica_step = (NS_EXPLICIT[0] + NS_EXPLICIT[1] * D + (NS_DENSE * D * D if rotate else 0.0)) * inner_steps
+    return SETUP_SECONDS + float(trials) * replicas * steps * per_replica_step * 1e-9
 
 
 # ---------------------------------------------------------------- recording
@@ -365,8 +398,6 @@ class _Driver:
     """What every block shares: the run, the steps still to simulate, divergence, progress."""
 
     def __init__(self, cfg: SimConfig, run: Run, blocks: int, progress: bool):
-        from tqdm import tqdm
-
         self.cfg, self.run = cfg, run
         outer, inner = cfg.effective()
         self.outer, self.inner = outer, inner
@@ -374,8 +405,9 @@ class _Driver:
         # one choice per run, by its whole size (noloco.quadratic.fused): every block takes the same path
         self.compiled = cfg.inner_law == "exact" and fused.enabled(
             float(cfg.trials) * outer.replicas * run.eigvals.size * cfg.outer_steps)
-        self.bar = tqdm(total=blocks * cfg.outer_steps, desc=f"simulate {cfg.method}", unit="step",
-                        disable=not (progress and sys.stderr.isatty()), leave=False)
+        # a bar on a terminal, a line a minute in a log (noloco.infra.progress)
+        self.bar = Progress(blocks * cfg.outer_steps, f"simulate {cfg.method}", unit="step",
+                            show=None if progress else False)
 
     @property
     def last(self) -> int:
@@ -391,7 +423,7 @@ class _Driver:
 
 def simulate(cfg: SimConfig, *, progress: bool = False, keep_spread=None) -> Run:
     """Run ``cfg.trials`` independent trials of ``cfg.outer_steps`` outer steps; ``progress``
-    shows a tqdm bar when stderr is a terminal. ``keep_spread``: the steps whose per-trial
+    shows a bar when stderr is a terminal and a line a minute when it is a log (:mod:`noloco.infra.progress`). ``keep_spread``: the steps whose per-trial
     spreads ``Run.spread_trials`` keeps (default: every step while that is at most
     :data:`KEEP_SPREAD` numbers, else none)."""
     retain_freed_memory()

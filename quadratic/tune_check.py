@@ -123,11 +123,48 @@ def check_trials(trials) -> int:
     return check_integer("trials", trials, f"an integer >= {MIN_TRIALS}", lambda v: v >= MIN_TRIALS)
 
 
+#: the search's costs on the project's 2-core machine (issue 22: ``tune`` and ``landscape`` of
+#: :mod:`noloco.theory.tune` timed at 1 to 100 directions and grids of 24 to 100 at load 5, divided by 3 for an
+#: idle machine; peak resident memory of the same runs): seconds per grid point and direction of the warm
+#: start and of the landscape, seconds of the Nelder-Mead polish per (n, H) candidate, and bytes per grid point
+#: and direction that the broadcast arrays of one evaluation hold (3.4 GiB at 80 x 80 x 41 points x 100).
+SECONDS_PER_POINT, POLISH_SECONDS, BYTES_PER_POINT = 0.6e-6, 3.0, 130
+LANDSCAPE_POINTS = 80 * 80 * 41
+#: outer steps of one verification at most: rate runs (at most 60) and the spread run (burn-in at most 400, 200)
+VERIFY_STEPS = 60 + 600
+
+
+def estimate(problem: TuneProblem, verify: bool, trials: int) -> tuple[float, int]:
+    """``(seconds, bytes)`` of :func:`tune_and_verify` on the project's machine when idle: the warm-start grid
+    and the polish per candidate, the landscape, and the two verifying simulations
+    (:func:`noloco.quadratic.simulator.time_estimate`)."""
+    from noloco.quadratic.simulator import time_estimate
+
+    D = problem.spectrum.count
+    grid = float(problem.grid) ** 3
+    candidates = len(problem.candidates())
+    seconds = candidates * (grid * D * SECONDS_PER_POINT + POLISH_SECONDS) + LANDSCAPE_POINTS * D * SECONDS_PER_POINT
+    if verify:
+        steps = max(problem.tune_h or (problem.inner.steps,))
+        seconds += 2 * time_estimate(D, trials, problem.outer.replicas, VERIFY_STEPS, inner_steps=steps, decay=False)
+    return seconds, int(BYTES_PER_POINT * max(grid, LANDSCAPE_POINTS) * D + (64 << 20))
+
+
 def tune_and_verify(problem: TuneProblem, *, verify: bool = True, trials: int = 400, seed: int = 0,
-                    progress: bool = False) -> tuple[TuneResult, dict]:
+                    progress: bool = False, max_memory=None, max_time=None) -> tuple[TuneResult, dict]:
     """Tune, then (``verify``) check the recommendation and the paper setting with ``trials``
-    trials each. Returns the result (for figures) and the report (:func:`report`)."""
+    trials each. Returns the result (for figures) and the report (:func:`report`). The search's memory and
+    time are estimated first (:func:`estimate`) and refused above ``max_memory`` / ``max_time``
+    (:mod:`noloco.infra.budget`, exit 3), before any work."""
+    from noloco.infra import budget
+
     check_trials(trials)  # bad input is refused before the search, not after it
+    seconds, size = estimate(problem, verify, trials)
+    what = (f"tune over {problem.spectrum.count} direction(s), a {problem.grid}^3 grid and "
+            f"{len(problem.candidates())} (n, H) candidate(s)")
+    budget.require(size, budget.resolve(max_memory), what, "fewer directions or a smaller --grid")
+    budget.require_time(seconds, max_time, what, "fewer directions, a smaller --grid or --no-verify",
+                        "at the search's measured costs, idle machine")
     result = tune(problem, progress=progress)
     checks = {}
     if verify:

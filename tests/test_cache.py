@@ -119,3 +119,113 @@ def test_nothing_is_written_inside_the_repository(tmp_path, monkeypatch):
     assert files() - before == set()
     home = tmp_path / "home" / ".cache" / "noloco"
     assert [p.parent.name for p in sorted(home.glob("*/*.json"))] == ["figure-stability", "simulate"]
+
+
+# ------------------------------------------------------------------ entries that are not what they seem (issue 22)
+
+import signal  # noqa: E402
+import contextlib  # noqa: E402
+
+
+@contextlib.contextmanager
+def _within(seconds: int):
+    """Fail (instead of hanging the test run) when the block takes longer than ``seconds``."""
+    def hang(signum, frame):
+        raise AssertionError(f"blocked for more than {seconds} s")
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _deep(depth: int = 100_000) -> str:
+    return '{"schema_version": 2, "data": ' + "[" * depth + "]" * depth + "}"
+
+
+@pytest.mark.parametrize("kind", ["named pipe", "symbolic link", "deeply nested", "edited data", "a folder"])
+def test_an_entry_that_is_not_a_plain_entry_is_rebuilt_without_blocking(tmp_path, capsys, kind):
+    cache = tmp_path / "cache"
+    result, _ = cached_compare(SMALL, directory=cache)
+    path = cache_module.cache_path("simulate", SMALL.as_dict(), cache)
+    entry = path.read_text()
+    path.unlink()
+    if kind == "named pipe":
+        os.mkfifo(path)
+    elif kind == "symbolic link":  # a link to a valid entry: never followed
+        (tmp_path / "elsewhere.json").write_text(entry)
+        path.symlink_to(tmp_path / "elsewhere.json")
+    elif kind == "deeply nested":
+        path.write_text(_deep())
+    elif kind == "edited data":  # the right JSON and a plausible shape, but not what was computed
+        doc = files.loads(entry)
+        doc["data"]["summary"]["stationary_variance_mc"] = 123.0
+        path.write_text(files.dumps(doc))
+    else:
+        path.mkdir()
+        (path / "x").write_text("")
+    capsys.readouterr()
+    with _within(60):
+        assert cached_compare(SMALL, directory=cache) == (result, False)
+    warning = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(warning) == 1 and str(path) in warning[0] and "warning" in warning[0], warning
+
+
+def test_a_full_cache_disk_only_costs_the_computation(tmp_path, monkeypatch, capsys):
+    def full(path, write):
+        raise files.DataError(f"cannot write {path} (No space left on device)")
+    monkeypatch.setattr(files, "atomic_write", full)
+    assert cached_compare(SMALL, directory=tmp_path / "cache")[1] is False
+    assert capsys.readouterr().err == ""
+
+
+def _forge(path, change) -> None:
+    """Edit the entry's data with ``change(data)`` and recompute its checksum (a deliberate edit, or an entry
+    written by another version's bug: the checksum alone cannot tell)."""
+    import hashlib
+
+    doc = files.loads(path.read_text())
+    change(doc["data"])
+    doc["sha256"] = hashlib.sha256(files.dumps(doc["data"]).encode()).hexdigest()
+    path.write_text(files.dumps(doc))
+
+
+@pytest.mark.parametrize("change", [lambda d: d.update(summary={"x": 1}),
+                                    lambda d: d["trajectories"].update(mean_distance={"mc": "x"}),
+                                    lambda d: d["effective"].pop("outer")],
+                         ids=["summary", "trajectories", "effective"])
+def test_an_entry_with_its_checksum_but_a_shape_its_reader_cannot_use_is_rebuilt(tmp_path, capsys, change):
+    cache = tmp_path / "cache"
+    result, _ = cached_compare(SMALL, directory=cache)
+    path = cache_module.cache_path("simulate", SMALL.as_dict(), cache)
+    _forge(path, change)
+    capsys.readouterr()
+    assert cached_compare(SMALL, directory=cache) == (result, False)
+    warning = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(warning) == 1 and str(path) in warning[0] and "unexpected content" in warning[0], warning
+
+
+def test_a_shape_check_that_raises_counts_as_a_wrong_shape(tmp_path, capsys):
+    def valid(data):
+        return data["missing"]  # KeyError: the reader could not use it
+
+    cache_module.cached("x", {"a": 1}, lambda: {"b": 2}, directory=tmp_path)
+    assert cache_module.cached("x", {"a": 1}, lambda: {"b": 3}, directory=tmp_path, valid=valid) == ({"b": 3}, False)
+    assert "unexpected content" in capsys.readouterr().err
+
+
+def test_a_figure_whose_cached_data_does_not_draw_is_recomputed(tmp_path, monkeypatch, capsys):
+    from noloco.cli import main
+
+    monkeypatch.setenv("NOLOCO_CACHE", str(tmp_path / "cache"))
+    argv = ["figs", "--quick", "--only", "transient", "--out", str(tmp_path / "figs")]
+    assert main(argv) == 0
+    path = next((tmp_path / "cache").glob("figure-transient/*.json"))
+    _forge(path, lambda d: d.update(steps="x"))
+    capsys.readouterr()
+    assert main(argv) == 0
+    err = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(err) == 1 and err[0].startswith("noloco: warning: figure transient: its cached data does not draw"), err
+    assert main(argv) == 0 and "(cache)" in capsys.readouterr().out  # rebuilt: read back the next time

@@ -143,3 +143,55 @@ def test_cache_key_depends_on_every_project_source(monkeypatch, tmp_path):
             keys.add(after)
     cache.source_hash.cache_clear()
     assert len(keys) == 1 + 2 * len(cache.PACKAGES)
+
+
+# ------------------------------------------------------------------ readers of run files (issue 22)
+
+import os as _os  # noqa: E402
+from pathlib import Path  # noqa: E402
+import signal as _signal  # noqa: E402
+
+from noloco.infra.errors import DataError as _DataError  # noqa: E402
+from noloco.infra.files import NUMBER, read_json as _read_json, read_jsonl as _read_jsonl  # noqa: E402
+
+
+def _no_hang(seconds=30):
+    def hang(signum, frame):
+        raise AssertionError("blocked")
+    _signal.signal(_signal.SIGALRM, hang)
+    _signal.alarm(seconds)
+
+
+@pytest.mark.parametrize("reader", ["json", "jsonl"])
+@pytest.mark.parametrize("kind", ["named pipe", "device", "folder", "deeply nested", "wrong type"])
+def test_a_run_file_that_is_not_what_it_should_be_is_a_data_error_naming_it(tmp_path, reader, kind):
+    path = tmp_path / ("result.json" if reader == "json" else "metrics.jsonl")
+    if kind == "named pipe":
+        _os.mkfifo(path)
+    elif kind == "device":
+        path = Path("/dev/zero")
+    elif kind == "folder":
+        path.mkdir()
+    elif kind == "deeply nested":
+        path.write_text('{"a": ' + "[" * 100_000 + "]" * 100_000 + "}\n")
+    else:
+        path.write_text('{"outer_step": "7", "weight_std": 0.5}\n')
+    read = (lambda: _read_json(path, types={"outer_step": int, "weight_std": NUMBER})) if reader == "json" else \
+        (lambda: _read_jsonl(path, types={"outer_step": int, "weight_std": NUMBER}, fix="delete that line"))
+    _no_hang()
+    try:
+        with pytest.raises(_DataError) as err:
+            read()
+    finally:
+        _signal.alarm(0)
+    message = str(err.value)
+    assert str(path) in message and "\n" not in message
+    if kind == "wrong type":
+        assert "outer_step='7'; expected an integer" in message
+
+
+def test_numbers_may_be_whole_or_null_but_not_true():
+    from noloco.infra.files import _has_type
+
+    assert _has_type(2, NUMBER) and _has_type(None, NUMBER) and _has_type(0.5, NUMBER)
+    assert not _has_type(True, NUMBER) and not _has_type("1", NUMBER) and not _has_type(True, int)

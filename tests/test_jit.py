@@ -39,3 +39,146 @@ def test_an_unwritable_cache_compiles_without_caching_anywhere(tmp_path, monkeyp
     before = _index_files(tests)
     assert _compiled_twice()(4) == 8
     assert _index_files(tests) == before   # numba's own fallback would write tests/__pycache__/
+
+
+# ------------------------------------------------------------------ the cache's trust model (issue 22)
+
+import errno  # noqa: E402
+import os  # noqa: E402
+import pickle  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class _Payload:
+    """Unpickling this creates the file ``path``: what a planted cache index could do (run any code)."""
+
+    def __init__(self, path):
+        self.path = str(path)
+
+    def __reduce__(self):
+        return open, (self.path, "w")
+
+
+def _plant(cache_root: Path, marker: Path) -> list:
+    """Replace every numba index under ``cache_root`` by the payload; the files replaced."""
+    planted = sorted(cache_root.rglob("*.nbi"))
+    assert planted, "nothing was cached to plant into"
+    for index in planted:
+        index.write_bytes(pickle.dumps(_Payload(marker)))
+    return planted
+
+
+def _cached_twice(tmp_path, monkeypatch) -> Path:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("NOLOCO_CACHE", str(cache))
+    assert _compiled_twice()(21) == 42
+    return cache
+
+
+def _group_writable(cache: Path, monkeypatch) -> None:
+    cache.chmod(0o770)
+
+
+def _numba_group_writable(cache: Path, monkeypatch) -> None:
+    (cache / "numba").chmod(0o777)
+
+
+def _other_owner(cache: Path, monkeypatch) -> None:
+    monkeypatch.setattr(os, "getuid", lambda: os.stat(cache).st_uid + 1)  # the folders are someone else's
+
+
+def _linked(cache: Path, monkeypatch) -> None:
+    (cache / "numba").rename(cache / "elsewhere")
+    (cache / "numba").symlink_to(cache / "elsewhere")
+
+
+def _file_group_writable(cache: Path, monkeypatch) -> None:
+    for index in cache.rglob("*.nbi"):
+        index.chmod(0o664)
+
+
+@pytest.mark.parametrize("untrust", [_group_writable, _numba_group_writable, _other_owner, _linked,
+                                     _file_group_writable], ids=lambda f: f.__name__.strip("_"))
+def test_a_planted_index_outside_a_private_folder_chain_is_never_unpickled(tmp_path, monkeypatch, untrust):
+    cache = _cached_twice(tmp_path, monkeypatch)
+    marker = tmp_path / "marker"
+    _plant(cache, marker)
+    untrust(cache, monkeypatch)
+    assert _compiled_twice()(4) == 8      # compiled afresh, nothing read
+    assert not marker.exists()
+
+
+def test_a_private_cache_is_read_back(tmp_path, monkeypatch):
+    """The control of the test above: the same planted index in a private folder chain is read (so that
+    test would fail if the checks were gone), and a second dispatcher loads the first one's machine code."""
+    cache = _cached_twice(tmp_path, monkeypatch)
+    second = _compiled_twice()
+    assert second(5) == 10 and second.stats.cache_hits and not second.stats.cache_misses
+    _plant(cache, tmp_path / "marker")
+    _compiled_twice()(1)
+    assert (tmp_path / "marker").exists()  # numba unpickled it: what a private cache is trusted with
+
+
+def test_made_folders_are_private(tmp_path, monkeypatch):
+    cache = _cached_twice(tmp_path, monkeypatch)
+    chain = [cache, cache / "numba", cache / "numba" / source_hash()]
+    chain.append(next(p for p in chain[-1].iterdir()))
+    assert [oct(p.stat().st_mode & 0o777) for p in chain] == ["0o700"] * 4
+
+
+@pytest.mark.parametrize("failure", ["full disk", "numba folder is a file"])
+def test_a_cache_that_cannot_be_written_only_costs_the_compile(tmp_path, monkeypatch, failure):
+    monkeypatch.setenv("NOLOCO_CACHE", str(tmp_path))
+    if failure == "full disk":
+        from numba.core import caching
+
+        def full(self, *args):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        monkeypatch.setattr(caching.IndexDataCacheFile, "_save_index", full)
+        monkeypatch.setattr(caching.IndexDataCacheFile, "_save_data", full)
+    else:
+        (tmp_path / "numba").write_text("")
+    compiled = _compiled_twice()
+    assert compiled(21) == 42 and compiled.stats.cache_misses
+    assert not _index_files(tmp_path)
+
+
+def _numba_index(function, cache: Path) -> Path:
+    """The index file numba reads for ``function`` in the toolkit's cache under ``cache`` (numba's own
+    FunctionCache names it, with the folder noloco.infra.jit gives numba)."""
+    from numba.core.caching import FunctionCache
+
+    _, parts = jit.cache_folders(function)
+    previous, numba.config.CACHE_DIR = numba.config.CACHE_DIR, str(cache.joinpath(*parts[:2]))
+    try:
+        return Path(FunctionCache(function)._cache_file._index_path)
+    finally:
+        numba.config.CACHE_DIR = previous
+
+
+def test_the_commands_compiled_path_never_reads_a_shared_cache(tmp_path):
+    """`NOLOCO_JIT=1 noloco simulate` (the exact inner phase's compiled outer step) in a fresh process, with
+    a payload planted as the index of each of its three compiled functions in a group-writable cache: the
+    command succeeds and the payload never runs. Afterwards numba's own index loader runs it (so it sat
+    where numba looks)."""
+    from noloco.quadratic import fused
+    from noloco.theory.outer import outer_arithmetic
+
+    cache, marker = tmp_path / "cache", tmp_path / "marker"
+    indexes = [_numba_index(f, cache) for f in (outer_arithmetic, fused._mean_of_rows_py, fused._exact_step)]
+    for index in indexes:
+        index.write_bytes(pickle.dumps(_Payload(marker)))
+    cache.chmod(0o775)
+    env = {**os.environ, "NOLOCO_CACHE": str(cache), "NOLOCO_JIT": "1", "PYTHONPATH": str(ROOT),
+           "OMP_NUM_THREADS": "1"}
+    argv = [sys.executable, "-m", "noloco", "simulate", "--trials", "4", "--outer-steps", "3", "--no-cache"]
+    run = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0 and run.stderr == "", run.stderr
+    assert not marker.exists()
+    assert all(index.read_bytes() == pickle.dumps(_Payload(marker)) for index in indexes)  # not rewritten either
+    with open(indexes[0], "rb") as handle:
+        pickle.load(handle)
+    assert marker.exists()

@@ -96,7 +96,9 @@ def test_sigterm_on_the_command_line_exits_130_with_the_resume_command(tmp_path)
     assert lines[-1].startswith("noloco llm train: terminated (SIGTERM); the state at outer step")
     assert lines[-1].endswith(f"--out {out} --resume")
     assert not (out / "run.lock").exists()
-    resumed = subprocess.run(lines[-1].split("continue with: ")[1].split(), capture_output=True, text=True,
+    words = lines[-1].split("continue with: ")[1].split()
+    assert words[0] == "noloco"  # the command as the user typed it; run here through this interpreter
+    resumed = subprocess.run([sys.executable, "-m", "noloco", *words[1:]], capture_output=True, text=True,
                              env=_env(), timeout=600)
     assert resumed.returncode == 0, resumed.stderr
     assert loads((out / "result.json").read_text())["finished"] is True
@@ -141,3 +143,96 @@ def test_a_full_disk_at_a_checkpoint_is_exit_3_naming_the_file_and_keeps_the_pre
     kept = torch.load(tmp_path / "ckpt.pt", weights_only=True)
     assert kept["outer_step"] == 1  # the checkpoint before the failed one, whole
     assert not list(tmp_path.glob(".ckpt.pt.*.tmp"))
+
+
+# ------------------------------------------------------------------ the lock and the files of a run (issue 22)
+
+import errno  # noqa: E402
+import json  # noqa: E402
+import socket  # noqa: E402
+
+from noloco.infra import files, rundir  # noqa: E402
+from noloco.infra.errors import DataError  # noqa: E402
+
+
+def _within(seconds: int):
+    """Fail instead of hanging: SIGALRM after ``seconds`` (cancel with signal.alarm(0))."""
+    def hang(signum, frame):
+        raise AssertionError(f"blocked for more than {seconds} s")
+    signal.signal(signal.SIGALRM, hang)
+    signal.alarm(seconds)
+
+
+@pytest.mark.parametrize("pid", [99999999999999999999999, -1, 0, "12", None, True])
+def test_a_lock_of_a_pid_no_process_can_have_is_taken_over(tmp_path, capsys, pid):
+    (tmp_path / "run.lock").write_text(json.dumps({"pid": pid, "host": socket.gethostname(), "start": "1"}))
+    lock = rundir.RunLock(tmp_path).acquire()
+    assert json.loads((tmp_path / "run.lock").read_text())["pid"] == os.getpid()
+    lock.release()
+    assert not (tmp_path / "run.lock").exists()
+    assert "taking over the lock" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["dangling symbolic link", "symbolic link to a lock", "named pipe", "folder"])
+def test_a_lock_that_is_not_a_plain_file_is_refused_at_once(tmp_path, kind):
+    lock = tmp_path / "run.lock"
+    if kind == "dangling symbolic link":
+        lock.symlink_to(tmp_path / "nowhere")
+    elif kind == "symbolic link to a lock":
+        (tmp_path / "elsewhere").write_text(json.dumps({"pid": 1, "host": "x"}))
+        lock.symlink_to(tmp_path / "elsewhere")
+    elif kind == "named pipe":
+        os.mkfifo(lock)
+    else:
+        lock.mkdir()
+    _within(30)
+    try:
+        with pytest.raises(DataError, match="run.lock is not a lock file this toolkit wrote"):
+            rundir.RunLock(tmp_path).acquire()
+    finally:
+        signal.alarm(0)
+
+
+def test_a_lock_that_cannot_be_written_is_a_fault_naming_it_and_leaves_no_empty_lock(tmp_path, monkeypatch):
+    class Full:  # a full disk: the write fails
+        def __init__(self, fd):
+            self.fd = fd
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            os.close(self.fd)
+
+        def write(self, text):
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(rundir.os, "fdopen", lambda fd, *a, **k: Full(fd))
+    with pytest.raises(DataError) as err:
+        rundir.RunLock(tmp_path).acquire()
+    monkeypatch.undo()
+    assert str(tmp_path / "run.lock") in str(err.value) and "No space left on device" in str(err.value)
+    assert not (tmp_path / "run.lock").exists()  # an empty lock would be taken for a dead owner's next time
+    rundir.RunLock(tmp_path).acquire().release()
+
+
+def test_a_writer_that_fails_on_a_full_disk_without_saying_so_is_named_a_full_disk(tmp_path, monkeypatch):
+    """torch.save on a full disk raises RuntimeError('... unexpected pos 164672 vs 164560'): the line says what
+    it means, names the file, and the previous file stays."""
+    path = tmp_path / "ckpt.pt"
+    path.write_bytes(b"previous")
+
+    def torch_like(tmp):
+        Path(tmp).write_bytes(b"half")
+        raise RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 164672 vs 164560")
+
+    real = os.statvfs
+    monkeypatch.setattr(files.os, "statvfs", lambda p: os.statvfs_result((4096, 4096, 10, 0, 0, 10, 0, 0, 0, 255)))
+    with pytest.raises(DataError) as err:
+        files.atomic_write(path, torch_like)
+    monkeypatch.setattr(files.os, "statvfs", real)
+    assert str(path) in str(err.value) and "No space left on device: [enforce fail" in str(err.value)
+    assert path.read_bytes() == b"previous" and sorted(p.name for p in tmp_path.iterdir()) == ["ckpt.pt"]
+    with pytest.raises(DataError) as err:  # with space left, the writer's own words only
+        files.atomic_write(path, torch_like)
+    assert "No space left" not in str(err.value)

@@ -178,7 +178,7 @@ def test_heterogeneity_widens_the_spread():
     ("trials", 2.0, "trials=2.0 is not an integer; allowed: an integer >= 2"),
     ("start", float("nan"), "start=nan is out of range; allowed: a finite number"),
     ("start", float("inf"), "start=inf is out of range; allowed: a finite number"),
-    ("zeta", float("inf"), "zeta=inf is out of range; allowed: 0 <= value < inf"),
+    ("zeta", float("inf"), "zeta=inf is out of range; allowed: 0 <= zeta <= 1e150"),
     ("l2", float("nan"), "l2=nan is out of range; allowed: 0 <= value < inf"),
     ("inner_momentum", 1.0, "inner_momentum=1.0 is out of range; allowed: 0 <= inner_momentum < 1"),
     ("curvatures", (1.0, -2.0), "curvature=-2.0 is out of range; allowed: 0 < curvature < inf"),

@@ -372,8 +372,8 @@ def test_a_benchmark_given_bad_input_says_so_on_one_line_and_exits_2(capsys):
     assert main(["simulator", "--loop-trials", "1"]) == 2
     assert main(["simulator", "--trials", "many"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err[-2] == ("python -m noloco.benchmarks: error: --loop-trials=1 is out of range; allowed: an integer >= 2 "
-                       "(a simulation's least number of trials)")
+    assert err[-2] == ("python -m noloco.benchmarks simulator: error: argument --loop-trials: loop_trials=1 is out of "
+                       "range; allowed: an integer 2 <= loop_trials <= 10_000")  # at parse time, before any work
     assert err[-1] == "python -m noloco.benchmarks simulator: error: argument --trials: invalid int value: 'many'"
 
 

@@ -20,6 +20,9 @@ from noloco.theory.comm import check_group, check_replicas
 from noloco.theory.numeric import fast_gamma, fast_normal
 
 JITTER_KINDS = ("lognormal", "gamma")
+#: the smallest non-zero coefficient of variation: gamma's shape 1 / cv^2 and the quadrature of the expected
+#: maximum stay well conditioned (at 1e-300 the shape overflows; below about 1e-100 the quadrature warns)
+CV_MIN = 1e-6
 
 
 @dataclass(frozen=True)
@@ -33,7 +36,9 @@ class Jitter:
 
     def __post_init__(self):
         check_choice("jitter", self.kind, JITTER_KINDS)
-        object.__setattr__(self, "cv", check_real("jitter_cv", self.cv, "0 <= jitter_cv <= 10", lambda v: 0 <= v <= 10))
+        object.__setattr__(self, "cv", check_real(
+            "jitter_cv", self.cv, f"jitter_cv = 0 (no jitter) or {CV_MIN:g} <= jitter_cv <= 10 (below {CV_MIN:g} the "
+            "compute time is constant to 6 digits: give 0)", lambda v: v == 0 or CV_MIN <= v <= 10))
 
     def dist(self):
         """The frozen scipy distribution (mean 1), or None when cv = 0."""

@@ -47,7 +47,9 @@ def exact_moments(outer: OuterConfig, c: float, s2: float) -> Moments:
     N, n, kappa = outer.replicas, outer.group_size, outer.kappa
     rule = (outer.alpha, outer.beta, outer.gamma)
     _, T, f = numeric.transition(*rule, c, kappa, outer.momentum)
-    _, T_mean, _ = numeric.transition(*rule, c, 1.0, outer.momentum)  # kappa = 1: M (x) M
+    # kappa = 1: M (x) M, in which the pull cancels exactly; gamma = 0 keeps a huge gamma's terms from cancelling
+    # in floating point (gamma = 1e6 left I - T singular)
+    _, T_mean, _ = numeric.transition(outer.alpha, outer.beta, 0.0, c, 1.0, outer.momentum)
     inf = np.full(3, math.inf)
     mean = _stationary(T_mean, s2 / N * f) if numeric.mean_stable(*rule, c, outer.momentum) else inf
     share = float(numeric.noise_share(N, n))

@@ -22,6 +22,16 @@ MATERIALISED = 1_000_000
 #: directions per chunk of :meth:`Spectrum.chunks`
 CHUNK = 1 << 16
 KINDS = ("list", "uniform", "powerlaw")
+#: the most directions a generated spectrum may have: `noloco check` evaluates about 1e7 a second on one
+#: core (76 to 160 ns a direction, docs/performance.md), so 1e10 is 15 to 30 minutes; 1e20 would be millennia
+MAX_COUNT = 10**10
+
+
+def _check_count(kind: str, count: int) -> int:
+    if not 1 <= count <= MAX_COUNT:
+        raise ConfigError(f"{kind} spectrum count={count} is out of range; allowed: 1 <= count <= {MAX_COUNT:.0e} "
+                          "(at about 1e7 directions a second, 1e10 already takes 15 to 30 minutes)")
+    return int(count)
 
 
 @dataclass(frozen=True)
@@ -108,14 +118,14 @@ class Spectrum:
         """``count`` curvatures evenly spaced in [low, high] (the values of ``np.linspace``)."""
         if count < 1 or not (0 < low <= high < math.inf):
             raise ConfigError(f"uniform spectrum low={low}, high={high}, count={count}; allowed: 0 < low <= high, count >= 1")
-        return cls(None, "uniform", (float(low), float(high)), int(count))
+        return cls(None, "uniform", (float(low), float(high)), _check_count("uniform", count))
 
     @classmethod
     def power_law(cls, high: float, exponent: float, count: int) -> "Spectrum":
         """lambda_k = high * k^(-exponent), k = 1..count (a heavy-tailed Hessian spectrum)."""
         if count < 1 or not 0 < high < math.inf or not 0 <= exponent < math.inf:
             raise ConfigError(f"power-law spectrum high={high}, exponent={exponent}, count={count}; allowed: high > 0, exponent >= 0, count >= 1")
-        spectrum = cls(None, "powerlaw", (float(high), float(exponent)), int(count))
+        spectrum = cls(None, "powerlaw", (float(high), float(exponent)), _check_count("power-law", count))
         if not spectrum.low > 0:
             raise ConfigError(f"power-law spectrum high={high}, exponent={exponent}, count={count}: the smallest "
                               f"curvature underflows to {spectrum.low!r}; allowed: curvatures > 0")

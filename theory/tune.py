@@ -36,6 +36,7 @@ OBJECTIVES = ("rate", "steps", "inner-steps")
 TUNABLE = ("n", "H")  # besides alpha, beta, gamma
 TIE_BREAK = 1e-3   # weight of spread / budget in the score: prefers the smaller spread at equal rate
 ALPHA_MAX = 0.95   # beyond this the mean's rate sqrt(alpha) is poor and transients are long
+MAX_DIRECTIONS = 100_000  # the search's memory is checked against the budget too (noloco.quadratic.tune_check)
 
 
 @dataclass(frozen=True)
@@ -90,9 +91,18 @@ def make_problem(method: str, outer: OuterConfig, inner: InnerConfig, spectrum: 
     if method != "noloco":
         raise ConfigError(f"method={method!r} is not allowed; allowed: noloco (the tuner searches alpha, beta "
                           f"and gamma, which method={method!r} fixes)")
+    if spectrum.count > MAX_DIRECTIONS:  # before given_spread sums them: the search holds each at every grid point
+        raise ConfigError(f"spectrum of {spectrum.count} directions: the tuner evaluates every direction at every grid "
+                          f"point; allowed: at most {MAX_DIRECTIONS} (a few hundred fit in memory at --grid 24)")
     unknown = [w for w in tune if w not in TUNABLE]
     if unknown:
         raise ConfigError(f"tune={','.join(tune)!r} is not allowed; allowed: any of {', '.join(TUNABLE)}")
+    for h in (tuple(h_values) if "H" in tune else ()) or (inner.steps,):
+        c = float(np.max(numeric.inner_sgd(inner.lr, spectrum.high, h, inner.noise)[0]))
+        if c == 0:  # eta * lambda underflows against 1: the grid's beta axis (up to 2(1 + alpha) / c) has no end
+            raise ConfigError(f"curvatures up to {spectrum.high:g} with inner_lr={inner.lr:g} and H={h}: an inner phase "
+                              "does not move the weights (c = 0); the tuner needs c > 0 in the stiffest direction: "
+                              "raise --inner-lr or the curvatures")
     if budget is None:
         budget = given_spread(outer, inner, spectrum)
         if not (math.isfinite(budget) and budget > 0):
