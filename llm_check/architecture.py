@@ -31,6 +31,24 @@ class GPTConfig:
         """Training FLOPs per token: 6 per parameter plus attention (as in nanoGPT)."""
         return 6 * self.n_params() + 12 * self.layers * self.width * self.ctx
 
+    def forward_flops_per_token(self) -> int:
+        """Matmul FLOPs (a multiply-add counts 2) of the forward pass per token, from the shapes below: in
+        each block the projections qkv (C x 3C), proj (C x C), fc (C x 4C) and fc2 (4C x C), together
+        24 C^2, and attention's two products Q K^T and A V over the full T x T scores (the masked half
+        included, as the math backend computes it), 4 T C; then the output head (C x V), 2 C V. Not
+        counted: embedding lookups, biases, norms, GELU, softmax, the loss and the optimiser (elementwise
+        work, O(C) per token)."""
+        C = self.width
+        return self.layers * (24 * C * C + 4 * self.ctx * C) + 2 * C * self.vocab
+
+    def train_step_flops(self, batch: int) -> int:
+        """Matmul FLOPs of one training step of one replica on ``batch`` windows of ``ctx`` tokens: the
+        forward pass and the backward pass, which is twice the forward (each product's gradient with
+        respect to both operands; no product has a constant operand, the tokens enter by lookup).
+        ``torch.utils.flop_counter`` gives the same number under the math attention backend
+        (tests/test_hdee.py)."""
+        return 3 * batch * self.ctx * self.forward_flops_per_token()
+
 
 def param_shapes(cfg: GPTConfig) -> dict[str, tuple]:
     C = cfg.width

@@ -32,8 +32,10 @@ from dataclasses import dataclass, field
 
 from noloco.theory.config import MOMENTUM_CONVENTIONS, OuterConfig
 from noloco.infra.errors import ConfigError
-from noloco.infra.checks import check_at_least, check_choice, check_divides, check_fields, check_integer, check_real
+from noloco.infra.checks import (check_at_least, check_choice, check_divides, check_fields, check_integer, check_real,
+                                  check_seed)
 from noloco.llm_check.architecture import GPTConfig
+from noloco.llm_check.domains import ALL_TRAINING, NAMES as DOMAIN_NAMES, check_spec as check_domain
 from noloco.llm_check.routing import ROUTINGS, check_skip_prob
 from noloco.theory.methods import METHOD_SUMMARY, METHODS, PRESETS as THEORY_PRESETS, constrain, method_of, resolve
 
@@ -44,10 +46,17 @@ INNER_OPTIMIZERS = ("adamw", "sgd")
 OUTER_FIELDS = tuple(f.name for f in dataclasses.fields(OuterConfig))
 
 
+#: torch keeps a device index in 8 bits: cuda:128 would silently become cuda:-128
+DEVICE_INDEX_MAX = 127
+
+
 def check_device(name: str, value) -> str:
-    """``cpu``, ``cuda`` or ``cuda:K`` (which GPU a torchrun rank uses: :func:`noloco.llm_check.exchange.rank_device`)."""
-    if not isinstance(value, str) or not re.fullmatch(r"cpu|cuda(:\d+)?", value):
-        raise ConfigError(f"{name}={value!r} is not allowed; allowed: cpu, cuda or cuda:K")
+    """``cpu``, ``cuda`` or ``cuda:K`` with 0 <= K <= 127 (which GPU a torchrun rank uses:
+    :func:`noloco.llm_check.exchange.rank_device`); whether that GPU exists is the trainer's check."""
+    match = re.fullmatch(r"cpu|cuda(?::(\d+))?", value) if isinstance(value, str) else None
+    if not match or (match.group(1) is not None and int(match.group(1)) > DEVICE_INDEX_MAX):
+        raise ConfigError(f"{name}={value!r} is not allowed; allowed: cpu, cuda or cuda:K with 0 <= K <= "
+                          f"{DEVICE_INDEX_MAX}")
     return value
 
 
@@ -65,6 +74,19 @@ def check_outer(name: str, value, method: str) -> OuterConfig:
 
 def _at_least(low: int):
     return (check_at_least, low)
+
+
+#: counts beyond which a run cannot be made: its steps (1e9 inner steps take a month at 3 ms each) and the
+#: blocks of its model (each listed by name, far beyond any model this toolkit trains)
+MAX_STEPS, MAX_LAYERS = 10**9, 10_000
+
+
+def _count(name: str, value, most: int) -> int:
+    return check_integer(name, value, f"an integer 1 <= {name} <= {most:,}".replace(",", "_"), lambda v: 1 <= v <= most)
+
+
+def _counted(most: int):
+    return (_count, most)
 
 
 def _default_then(name: str, value, default, checker, *args):
@@ -103,14 +125,16 @@ class TrainConfig:
     routing: str = "fixed"         # fixed chains, or a random replica of each stage per microbatch
     skip_prob: float = 0.0         # probability that a microbatch skips a middle stage
     outer_dtype: str = "same"      # dtype of the outer state phi and its momentum ("same": --dtype)
+    domain: str | None = None      # train and validate on these domains only (noloco.llm_check.domains); None: all text
 
     def __post_init__(self):
         method = check_choice("method", self.method, METHODS)
         check_fields(self, {
             "outer": (check_outer, method),
-            "inner_steps": _at_least(1), "outer_steps": _at_least(1), "batch": _at_least(1), "ctx": _at_least(2),
-            "layers": _at_least(1), "heads": _at_least(1), "width": _at_least(1), "eval_every": _at_least(1),
-            "val_windows": _at_least(1), "seed": _at_least(0),
+            "inner_steps": _counted(MAX_STEPS), "outer_steps": _counted(MAX_STEPS), "batch": _at_least(1),
+            "ctx": _at_least(2), "layers": _counted(MAX_LAYERS), "heads": _at_least(1), "width": _at_least(1),
+            "eval_every": _at_least(1),
+            "val_windows": _at_least(1), "seed": (check_seed,),
             "ckpt_every": (_default_then, self.eval_every, *_at_least(1)),
             "lr": (check_real, "0 < lr < inf", lambda v: 0 < v < math.inf),
             "min_lr_frac": (check_real, "0 <= min_lr_frac <= 1", lambda v: 0 <= v <= 1),
@@ -121,8 +145,12 @@ class TrainConfig:
             "schedule": (check_choice, SCHEDULES), "dtype": (check_choice, DTYPES),
             "replica_mode": (check_choice, REPLICA_MODES), "noniid": (check_choice, (False, True)),
             "device": (check_device,), "routing": (check_choice, ROUTINGS),
+            "domain": (_default_then, None, check_domain),
         })
         total = self.total_inner_steps
+        if total > MAX_STEPS:
+            raise ConfigError(f"outer_steps * inner_steps = {total} is out of range; allowed: at most {MAX_STEPS:.0e} "
+                              "inner steps in all (at 3 ms a step, 35 days)")
         check_fields(self, {  # rules that depend on fields checked above
             "heads": (check_divides, "width", self.width),
             # noloco.theory.schedules: the warm-up must end inside the run
@@ -261,7 +289,7 @@ def add_train_arguments(parser: argparse.ArgumentParser, methods_list: bool = Fa
                         help="outer momentum convention: heavy-ball (reference code) or nesterov")
     for f in dataclasses.fields(TrainConfig):
         if f.name not in ("method", "outer", "noniid", "schedule", "dtype", "replica_mode", "routing", "outer_dtype",
-                          "inner_optimizer"):
+                          "inner_optimizer", "domain"):
             parser.add_argument("--" + f.name.replace("_", "-"), type=int if f.default is None else type(f.default),
                                 default=None, help=_FLAG_HELP[f.name])
     parser.add_argument("--schedule", choices=SCHEDULES, default=None,
@@ -279,6 +307,10 @@ def add_train_arguments(parser: argparse.ArgumentParser, methods_list: bool = Fa
                         help="with --stages > 1: fixed (replica r of every stage forms one model) or random (every "
                              "microbatch visits a random replica of each stage after the first, a fresh "
                              "permutation per stage, step and batch position)")
+    parser.add_argument("--domain", default=None,
+                        help=f"train and validate on these domains of the corpus only: one of {', '.join(DOMAIN_NAMES)}, "
+                             f"a comma-separated list, or {ALL_TRAINING} (every domain not held out); "
+                             f"noloco.llm_check.domains, docs/hdee.md")
     parser.add_argument("--noniid", action="store_true", default=None,
                         help="non-IID shards: each replica reads different source files")
     parser.add_argument("--out", required=True,
@@ -391,6 +423,27 @@ def memory_budget(max_memory=None, device: str = "cpu", share: int = 1) -> tuple
     share = max(int(share), 1)
     return budget.default_budget() // share, (f"{budget.DEFAULT_FRACTION:.0%} of the memory available"
                                               + (f", shared by {share} processes" if share > 1 else ""))
+
+
+# ------------------------------------------------------------------ time
+
+#: one training run's cost on the project's 2-core machine, one torch thread (fitted to the `llm validate`
+#: sweeps of docs/llm_check.md: cpu-small, 51 runs in 17 min 45 s, about 21 s a run; cpu-tiny, 6 runs in about
+#: 10 s): seconds to start a run (data, model, files), seconds per inner step besides its arithmetic, and
+#: floating-point operations a second (6 per parameter and token for a training step, 2 for an evaluation).
+RUN_SECONDS, STEP_SECONDS, CPU_FLOPS = 1.0, 0.02, 5e10
+
+
+def time_estimate(cfg: TrainConfig) -> float | None:
+    """Seconds one run of ``cfg`` takes on the project's CPU; None on a GPU, where no cost was measured."""
+    if cfg.device != "cpu":
+        return None
+    P, attention = cfg.model().n_params(), cfg.layers * cfg.ctx * cfg.width
+    tokens = cfg.total_inner_steps * cfg.replicas * cfg.batch * cfg.ctx
+    evaluations = cfg.outer_steps // cfg.eval_every + 1
+    eval_tokens = evaluations * cfg.val_windows * cfg.ctx * cfg.replicas
+    flops = tokens * 6 * (P + attention) + eval_tokens * 2 * (P + attention)
+    return RUN_SECONDS + cfg.total_inner_steps * STEP_SECONDS + flops / CPU_FLOPS
 
 
 def check_memory(cfg: TrainConfig, max_memory=None, replicas: int | None = None, share: int = 1) -> dict:

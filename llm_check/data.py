@@ -26,7 +26,8 @@ _SKIP_DIRS = {"site-packages", "test", "tests", "idle_test", "__pycache__"}
 BLOCK = 2048  # bytes per IID block
 
 
-def _documents() -> list[tuple[str, bytes]]:
+@functools.lru_cache(maxsize=1)
+def _documents() -> tuple[tuple[str, bytes], ...]:
     root = Path(sysconfig.get_paths()["stdlib"])
     docs = []
     for path in sorted(root.rglob("*.py")):
@@ -38,7 +39,7 @@ def _documents() -> list[tuple[str, bytes]]:
 
     for key in sorted(topics):
         docs.append((f"pydoc_data/{key}", topics[key].encode("utf-8")))
-    return docs
+    return tuple(docs)
 
 
 def _is_val(name: str, val_percent: int) -> bool:
@@ -72,17 +73,21 @@ class Corpus:
                 "train_bytes": self.train_bytes, "val_bytes": int(len(self.val))}
 
 
-@functools.lru_cache(maxsize=2)
-def load_corpus(val_percent: int = 5) -> Corpus:
+@functools.lru_cache(maxsize=4)
+def load_corpus(val_percent: int = 5, names: frozenset | None = None) -> Corpus:
+    """The corpus; ``names``: only these documents (a domain: noloco.llm_check.domains.corpus), the hash
+    still the whole corpus's."""
     docs = _documents()
     digest = hashlib.sha256()
     train, val = [], []
     for name, text in docs:
         digest.update(name.encode() + b"\0" + text + b"\0")
+        if names is not None and name not in names:
+            continue
         arr = np.frombuffer(text + b"\n", dtype=np.uint8)
         (val if _is_val(name, val_percent) else train).append(arr)
     return Corpus(tuple(train), np.concatenate(val), digest.hexdigest(),
-                  sys.version.split()[0], len(docs))
+                  sys.version.split()[0], len(train) + len(val))
 
 
 def shards(corpus: Corpus, replicas: int, seed: int, noniid: bool = False) -> list[np.ndarray]:

@@ -39,7 +39,7 @@ from noloco.infra import entry
 from noloco.infra.errors import ConfigError, DataError
 from noloco.infra.files import output_dir, read_json
 from noloco.infra.rundir import RunFolder
-from noloco.llm_check import data
+from noloco.llm_check import data, domains
 from noloco.llm_check.config import (EVAL_CHUNK, TrainConfig, add_train_arguments, check_memory, check_run_flags,
                                      check_threads, config_from_args)
 from noloco.llm_check.exchange import Exchange, LocalExchange
@@ -87,7 +87,7 @@ class Trainer:
         self.memory = check_memory(cfg, max_memory, len(self.ex.replicas), share)  # before anything is allocated
         self.dtype = getattr(torch, cfg.dtype)
         self.model = cfg.model()
-        self.corpus = data.load_corpus()
+        self.corpus = data.load_corpus() if cfg.domain is None else domains.corpus(cfg.domain)
         all_shards = data.shards(self.corpus, cfg.replicas, cfg.seed, cfg.noniid)
         data.check_fits([len(s) for s in all_shards], len(self.corpus.val), cfg.ctx, cfg.noniid)
         self.shards = [all_shards[r] for r in self.ex.replicas]
@@ -460,8 +460,25 @@ def main(argv: list[str] | None = None) -> int:
     return entry.run(PROG, parser, _main, argv)
 
 
+def _env_integer(name: str, low: int, high: int | None, default: str | None = None) -> int:
+    """The integer environment variable ``name`` (set by torchrun), low <= value (< high); ConfigError otherwise."""
+    text = os.environ.get(name, default)
+    if text is None:
+        raise ConfigError(f"{name} is not set: WORLD_SIZE is, so this looks like a torchrun run, and torchrun sets "
+                          f"both (start it with torchrun, or unset WORLD_SIZE for a single process)")
+    try:
+        value = int(text)
+    except ValueError:
+        value = None
+    if value is None or value < low or (high is not None and value >= high) or value >= 1 << 31:
+        allowed = f"an integer {low} <= {name} < {high}" if high is not None else f"an integer >= {low}"
+        raise ConfigError(f"{name}={text!r} is out of range; allowed: {allowed} (it is set by torchrun)")
+    return value
+
+
 def _world_size() -> int | None:
-    """torchrun's WORLD_SIZE (None outside torchrun); ConfigError when it is not a positive integer."""
+    """torchrun's WORLD_SIZE (None outside torchrun); ConfigError when it, or another variable torchrun sets
+    (RANK, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT), is missing or not an integer in range."""
     text = os.environ.get("WORLD_SIZE")
     if text is None:
         return None
@@ -469,8 +486,16 @@ def _world_size() -> int | None:
         world = int(text)
     except ValueError:
         world = 0
-    if world < 1:
+    if not 1 <= world < 1 << 31:
         raise ConfigError(f"WORLD_SIZE={text!r} is not a positive integer (it is set by torchrun)")
+    _env_integer("RANK", 0, world)
+    _env_integer("LOCAL_WORLD_SIZE", 1, world + 1, "1")
+    _env_integer("LOCAL_RANK", 0, world, "0")
+    if world > 1:
+        _env_integer("MASTER_PORT", 1, 65536)
+        if not os.environ.get("MASTER_ADDR"):
+            raise ConfigError("MASTER_ADDR is not set: WORLD_SIZE is, so this looks like a torchrun run, and torchrun "
+                              "sets both (start it with torchrun, or unset WORLD_SIZE for a single process)")
     return world
 
 

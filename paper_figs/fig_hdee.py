@@ -1,0 +1,127 @@
+"""Claim: NoLoCo sits between data parallel and no communication at all. Left: validation perplexity
+(the geometric mean over domains, in-domain and held-out, mean over seeds with 2 standard errors)
+against the bytes each replica sends during training, for ddp, diloco, noloco and the homogeneous and
+heterogeneous domain-expert ensembles (0 bytes, mixed by the domain posterior), all trained with one
+budget of matmul FLOPs on the same text. Right: every domain's perplexity divided by ddp's, the domains
+held out of all training marked; below 1 a method beats data parallel there.
+
+Reads the measured study ``docs/data/hdee.json`` (``noloco llm ensemble --out DIR`` writes DIR/hdee.json;
+copy it there to refresh the figure); trains nothing. docs/hdee.md has the tables."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from noloco.paper_figs import style
+
+NAME = "hdee"
+CACHED = False  # the study's JSON is the cache
+DEFAULT_DATA = Path(__file__).resolve().parents[1] / "docs" / "data" / "hdee.json"
+COMMAND = "noloco llm ensemble --out DIR, then copy DIR/hdee.json to docs/data/"
+LABELS = {"homogeneous": "homogeneous ensemble", "heterogeneous": "heterogeneous ensemble", "ddp": "data parallel",
+          "diloco": "DiLoCo", "noloco": "NoLoCo"}
+COLOURS = {"homogeneous": style.GREEN, "heterogeneous": style.PURPLE, "ddp": style.BLACK, "diloco": style.BLUE,
+           "noloco": style.VERMILION}
+
+
+def params(quick: bool, data: str | None = None) -> dict:
+    return {"data": str(data or DEFAULT_DATA)}
+
+
+def compute(data: str) -> dict:
+    from noloco.infra.errors import DataError
+    from noloco.infra.files import read_json
+
+    try:
+        return {"path": data, **read_json(data, required=("per_domain", "averages", "communication", "settings",
+                                                          "evaluated", "domains"))}
+    except DataError as err:
+        return {"path": data, "missing": str(err)}
+
+
+def _missing(fig, axs, data: dict):
+    for ax in axs:
+        ax.set_axis_off()
+    fig.text(0.5, 0.5, f"no ensemble study at {data['path']}\nrun: {COMMAND}", ha="center", va="center",
+             fontsize=10, wrap=True, bbox={"facecolor": "white", "edgecolor": style.VERMILION})
+    return fig
+
+
+def draw(data: dict):
+    fig, axs = style.figure(2)
+    a, b = axs[0]
+    if "missing" in data:
+        return _missing(fig, (a, b), data)
+    configs = data["settings"]["configs"]
+    comm = data["communication"]
+    sent = [comm[c]["bytes_per_replica"] for c in configs if comm[c]["bytes_per_replica"] > 0]
+    zero = min(sent) / 30 if sent else 1.0  # where "no communication" sits on the log axis
+    ensembles = [c for c in configs if comm[c]["bytes_per_replica"] == 0]
+    for c in configs:
+        x = comm[c]["bytes_per_replica"] or zero * (1.35 ** (ensembles.index(c) - (len(ensembles) - 1) / 2))
+        for part, marker, fill in (("in_domain", "o", COLOURS[c]), ("held_out", "s", "white")):
+            row = data["averages"][c][part]
+            if row["mean"] is None:
+                continue
+            se = row["se"] or 0.0
+            y, low, high = (math.exp(row["mean"] + k * 2 * se) for k in (0, -1, 1))
+            a.errorbar([x], [y], yerr=[[y - low], [high - y]], color=COLOURS[c], marker=marker, mfc=fill, ms=6,
+                       capsize=3, lw=1.2, label=LABELS[c] if part == "in_domain" else None)
+    a.set_xscale("log")
+    ticks = [zero] + [10.0 ** k for k in range(math.ceil(math.log10(min(sent) if sent else 10)),
+                                              math.floor(math.log10(max(sent) if sent else 10)) + 1)]
+    a.set_xticks(ticks, labels=["0"] + [f"$10^{{{round(math.log10(t))}}}$" for t in ticks[1:]])
+    a.minorticks_off()
+    a.set_xlim(zero / 3, (max(sent) if sent else 10) * 3)
+    a.set(xlabel="bytes sent per replica during training (B)",
+          ylabel="validation perplexity per byte\n(geometric mean over domains)",
+          title=f"equal training FLOPs ({_power(data['budget']['flops'])}), {_seeds(len(data['settings']['seeds']))}")
+    a.plot([], [], "ko", label="training domains")
+    a.plot([], [], "ks", mfc="white", label="held-out domains")
+    a.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=7.5)
+
+    names = data["evaluated"]
+    held = {r["name"] for r in data["domains"] if r["held_out"]}
+    x = np.arange(len(names))
+    others = [c for c in configs if c != "ddp"]
+    width = 0.7 / max(len(others), 1)
+    if "ddp" in configs:
+        ddp = np.array([data["per_domain"]["ddp"][d]["perplexity"] for d in names])
+        for k, c in enumerate(others):
+            ratio = np.array([data["per_domain"][c][d]["perplexity"] for d in names]) / ddp
+            b.plot(x + (k - (len(others) - 1) / 2) * width, ratio, ls="none", marker=style.MARKERS[k],
+                   color=COLOURS[c], label=LABELS[c])
+        b.axhline(1, color=COLOURS["ddp"], lw=0.8, ls=":")
+    for lo, hi in _runs([d in held for d in names]):
+        b.axvspan(lo - 0.5, hi + 0.5, color="grey", alpha=0.12, lw=0)
+    b.set_xticks(x, labels=[d + (" (held out)" if d in held else "") for d in names], rotation=90, fontsize=7.5)
+    b.set_xlim(-0.6, len(names) - 0.4)
+    b.set(xlabel="domain (shaded: held out of all training)", ylabel="perplexity ÷ data parallel's (ratio)",
+          title="per domain")
+    b.legend(loc="best", fontsize=7.5)
+    return fig
+
+
+def _power(x: float) -> str:
+    """``x`` as mathtext, two significant digits: 3.9e12 -> ``$3.9 \\times 10^{12}$``."""
+    mantissa, exponent = f"{x:.1e}".split("e")
+    return f"${mantissa} \\times 10^{{{int(exponent)}}}$"
+
+
+def _seeds(count: int) -> str:
+    return f"{count} seed" + ("s" if count != 1 else "")
+
+
+def _runs(flags: list) -> list:
+    """(first, last) index of every run of consecutive True."""
+    out, start = [], None
+    for i, f in enumerate(list(flags) + [False]):
+        if f and start is None:
+            start = i
+        elif not f and start is not None:
+            out.append((start, i - 1))
+            start = None
+    return out

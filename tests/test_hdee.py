@@ -1,0 +1,256 @@
+"""Domain-expert ensembles (noloco llm ensemble, noloco.llm_check.ensemble): the domain split, the FLOP
+count against a hand count and torch's counter, one budget for every configuration, the domain posterior,
+resume == uninterrupted, bad input exits 2, the figure without data."""
+
+import math
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+from noloco.cli import main  # noqa: E402
+from noloco.infra.errors import ConfigError  # noqa: E402
+from noloco.infra.files import loads  # noqa: E402
+from noloco.llm_check import data, domains  # noqa: E402
+from noloco.llm_check.architecture import GPTConfig  # noqa: E402
+from noloco.llm_check.config import build  # noqa: E402
+from noloco.llm_check.ensemble import (BASELINES, CONFIGS, EXPERT_UNIT, QUICK, Study, allocation,  # noqa: E402
+                                       budget_report, communication, log_posterior, mixture_logprob, plan)
+
+QUICK_ARGS = ["--quick", "--threads", "1", "--domains", "docs,web", "--eval-windows", "4"]
+
+
+# ----------------------------------------------------------------- domains
+
+def test_domain_split_is_deterministic_and_covers_every_file_once():
+    names = [name for name, _ in data._documents()]
+    split = domains.split()
+    domains.split.cache_clear()
+    data._documents.cache_clear()
+    assert domains.split() == split  # recomputed from the files: the same split
+    seen = [doc for parts in split.values() for part in parts.values() for doc in part]
+    assert sorted(seen) == sorted(names) and len(seen) == len(set(seen))  # every document exactly once
+    for name, parts in split.items():  # the corpus's own train/validation split, both parts non-empty
+        assert parts["train"] and parts["val"], name
+        assert all(not data._is_val(d, 5) for d in parts["train"]) and all(data._is_val(d, 5) for d in parts["val"])
+    corpus = data.load_corpus()
+    stats = {r["name"]: r for r in domains.statistics()}
+    assert sum(r["train_bytes"] for r in stats.values()) == corpus.train_bytes
+    assert sum(r["val_bytes"] for r in stats.values()) == len(corpus.val)
+    assert set(domains.TRAINING) | set(domains.HELD_OUT) == set(domains.NAMES) and len(domains.NAMES) >= 12
+    assert domains.HELD_OUT and not set(domains.TRAINING) & set(domains.HELD_OUT)
+    assert all(0 < r["unigram_entropy"] < math.log(256) and r["zlib_bits_per_byte"] > 0 for r in stats.values())
+    assert domains.domain_of("stdlib/email/mime/text.py") == "email" and domains.domain_of("pydoc_data/if") == "docs"
+    assert domains.domain_of("stdlib/brand_new_module.py") == domains.FALLBACK
+
+
+def test_a_domain_restricts_the_training_shard_and_the_validation_text(tmp_path):
+    from noloco.llm_check.train import Trainer
+
+    web = {r["name"]: r for r in domains.statistics()}["web"]
+    trainer = Trainer(build("cpu-tiny", "ddp", replicas=1, domain="web", outer_steps=2), tmp_path, progress=False)
+    assert trainer.corpus.train_bytes == web["train_bytes"] and len(trainer.corpus.val) == web["val_bytes"]
+    assert trainer.corpus.sha256 == data.load_corpus().sha256  # the record still names the whole corpus
+    both = domains.corpus("web,docs")
+    assert both.train_bytes == web["train_bytes"] + domains.corpus("docs").train_bytes
+    assert domains.corpus("train").train_bytes == sum(r["train_bytes"] for r in domains.statistics()
+                                                      if not r["held_out"])
+
+
+# ----------------------------------------------------------------- FLOPs
+
+def test_train_step_flops_equal_a_hand_count():
+    # width 8, 2 layers, ctx 16, vocab 256, 3 windows. Forward per token: per layer qkv 2*8*24, proj 2*8*8,
+    # fc 2*8*32, fc2 2*32*8 (= 1536) and attention 2 * (2*16*8) (= 512); head 2*8*256 = 4096.
+    forward = 2 * (1536 + 512) + 4096
+    assert GPTConfig(ctx=16, layers=2, heads=2, width=8).train_step_flops(3) == 3 * 3 * 16 * forward == 1179648
+
+
+@pytest.mark.parametrize("shape", [dict(ctx=16, layers=2, heads=2, width=8), dict(ctx=8, layers=1, heads=3, width=12),
+                                   dict(ctx=12, layers=3, heads=2, width=16, stages=2)])
+def test_train_step_flops_equal_torchs_counter(shape):
+    """torch.utils.flop_counter counts every matmul of a forward and backward pass (attention too under the
+    math backend): the same number as the count from the shapes."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    from torch.utils.flop_counter import FlopCounterMode
+
+    from noloco.llm_check.model import init_params, losses
+
+    cfg = GPTConfig(**shape)
+    params = init_params(cfg, 1, 0)
+    for p in params.values():
+        p.requires_grad_(True)
+    windows = torch.randint(0, 256, (1, 3, cfg.ctx + 1))
+    with sdpa_kernel(SDPBackend.MATH), FlopCounterMode(display=False) as counter:
+        losses(params, windows, cfg).sum().backward()
+    assert counter.get_total_flops() == cfg.train_step_flops(3)
+
+
+@pytest.mark.parametrize("study", [Study(), Study(**QUICK), Study(domains=("docs", "web", "os", "text", "core"),
+                                                                  expert_steps=45, replicas=6, inner_steps=7)])
+def test_every_configuration_spends_the_same_budget(study):
+    """Each configuration's FLOPs, counted from the TrainConfigs it trains, are at most the budget and less
+    than one step unit (of its cheapest expert, or one outer step of the baselines) below it."""
+    report = budget_report(study)
+    runs = plan(study)
+    for config in CONFIGS:
+        mine = [r for r in runs if r.config == config and r.seed == study.seeds[0]]
+        spent = sum(r.flops for r in mine)
+        assert spent == report["per_config"][config]["flops"] <= study.budget
+        unit = min(EXPERT_UNIT * r.train.model().train_step_flops(r.train.batch) if r.domain else
+                   r.train.inner_steps * r.train.replicas * r.train.model().train_step_flops(r.train.batch) for r in mine)
+        assert study.budget - spent < unit, config
+        assert all(r.train.domain == (r.domain or study.mixture) for r in mine)
+    assert report["per_config"]["homogeneous"]["flops"] == study.budget
+    hetero = allocation(study, "heterogeneous")
+    assert {a["group"] for a in hetero} == {"easy", "medium", "hard"}
+    widths = {a["group"]: a["width"] for a in hetero}
+    assert widths["easy"] < widths["medium"] == study.width < widths["hard"]
+
+
+def test_default_study_budget_is_exact_for_the_baselines():
+    study = Study()
+    report = budget_report(study)
+    assert report["baseline_steps"] * study.replicas == len(study.domains) * study.expert_steps
+    assert all(report["per_config"][c]["relative_to_budget"] == 0 for c in ("homogeneous", *BASELINES))
+    assert abs(report["per_config"]["heterogeneous"]["relative_to_budget"]) < 1e-3
+
+
+# ----------------------------------------------------------------- posterior
+
+def test_posterior_weights_sum_to_one_and_follow_bayes_rule():
+    rng = np.random.default_rng(0)
+    logp = np.log(rng.dirichlet(np.ones(5), size=(3, 4, 6))[..., 0])  # 3 experts, 4 segments, 6 bytes
+    log_prior = np.log([0.5, 0.3, 0.2])
+    log_w = log_posterior(logp, log_prior)
+    assert np.allclose(np.exp(log_w).sum(0), 1.0, rtol=0, atol=1e-12)
+    assert np.allclose(np.exp(log_w[:, :, 0]), np.exp(log_prior)[:, None])  # before any byte: the prior
+    t = 4  # by hand: prior times the likelihood of the bytes before t, normalised
+    joint = np.exp(log_prior)[:, None] * np.exp(logp[:, :, :t].sum(-1))
+    assert np.allclose(np.exp(log_w[:, :, t]), joint / joint.sum(0))
+    mix = mixture_logprob(logp, log_w)
+    assert np.allclose(np.exp(mix), (np.exp(log_w) * np.exp(logp)).sum(0))
+    uniform = mixture_logprob(logp, np.full((3, 1, 1), -math.log(3)))
+    assert np.allclose(np.exp(uniform), np.exp(logp).mean(0))
+
+
+def test_posterior_picks_the_expert_of_the_domain_the_text_comes_from():
+    """Experts that are the byte frequencies of five training domains; text drawn from one of them (2 segments
+    of 2 KiB each): the posterior ends on that expert, and the mixture's loss is within 0.05 nats per
+    byte of that expert's own (the price of the first bytes, before the posterior has settled), while
+    uniform mixing pays far more. (On real validation text the posterior of trained experts is measured
+    by the study: hdee.json's posterior.)"""
+    names = ("docs", "encodings", "web", "formats", "os")
+    experts = []
+    for name in names:
+        counts = sum(np.bincount(doc, minlength=256) for doc in domains.corpus(name).train_docs) + 1
+        experts.append(np.log(counts / counts.sum()))
+    sizes = {r["name"]: r["train_bytes"] for r in domains.statistics()}
+    log_prior = np.log([sizes[n] for n in names]) - math.log(sum(sizes[n] for n in names))
+    rng = np.random.default_rng(0)
+    for j, name in enumerate(names):
+        text = rng.choice(256, size=(2, 2048), p=np.exp(experts[j]))
+        logp = np.stack([e[text] for e in experts])
+        log_w = log_posterior(logp, log_prior)
+        assert np.allclose(np.exp(log_w).sum(0), 1.0, rtol=0, atol=1e-12)
+        assert (np.exp(log_w[j, :, -1]) > 0.99).all(), (name, np.exp(log_w[:, :, -1]).round(3))
+        own, mix = logp[j].mean(), mixture_logprob(logp, log_w).mean()
+        uniform = mixture_logprob(logp, np.full((len(names), 1, 1), -math.log(len(names)))).mean()
+        assert own - 0.05 < mix and uniform < mix, (name, own, mix, uniform)
+
+
+# ----------------------------------------------------------------- communication
+
+def test_bytes_sent_per_replica():
+    m = 1000 * 4
+    assert communication("noloco", 1000, 8, 100, 25)["bytes_per_replica"] == 4 * 2 * m  # 4 outer steps, 2 m each
+    assert communication("diloco", 1000, 4, 100, 25)["bytes_per_replica"] == 4 * 2 * 3 / 4 * m  # ring: 2 (N-1)/N m
+    assert communication("ddp", 1000, 4, 100, 25)["bytes_per_replica"] == 100 * 2 * 3 / 4 * m
+    assert communication("homogeneous", 1000, 4, 100, 25)["bytes_per_replica"] == 0
+
+
+# ----------------------------------------------------------------- the command
+
+def test_resume_equals_an_uninterrupted_study(tmp_path, capsys):
+    """--stop-after leaves every run at a checkpoint; --resume continues them to the same expert weights
+    (bit-identical) and the same per-domain losses as a study that was never stopped."""
+    args = QUICK_ARGS + ["--configs", "homogeneous,noloco", "--json"]
+    assert main(["llm", "ensemble", *args, "--out", str(tmp_path / "cut"), "--stop-after", "1"]) == 0
+    assert loads(capsys.readouterr().out)["unfinished"]
+    assert main(["llm", "ensemble", *args, "--out", str(tmp_path / "cut"), "--resume"]) == 0
+    cut = loads(capsys.readouterr().out)
+    assert main(["llm", "ensemble", *args, "--out", str(tmp_path / "whole")]) == 0
+    whole = loads(capsys.readouterr().out)
+    for sub in ("seed0/homogeneous/docs", "seed0/homogeneous/web", "seed0/noloco"):
+        a, b = (torch.load(tmp_path / run / sub / "ckpt.pt", weights_only=True) for run in ("cut", "whole"))
+        assert a["outer_step"] == b["outer_step"] > 1
+        assert all(torch.equal(a["phi"][k], b["phi"][k]) for k in b["phi"]), sub
+    assert cut["per_seed"] == whole["per_seed"] and cut["per_domain"] == whole["per_domain"]
+    assert set(whole["per_domain"]["homogeneous"]) == {"docs", "web", *domains.HELD_OUT}
+    assert whole["communication"]["homogeneous"]["bytes_per_replica"] == 0
+    assert (tmp_path / "whole" / "hdee.json").exists()
+
+
+@pytest.mark.parametrize("flags", [["--configs", "nope"], ["--domains", "gui"], ["--domains", "docs"],
+                                   ["--domains", "web,web"], ["--expert-steps", "7"], ["--seeds", "a"],
+                                   ["--seeds", "0,0"], ["--replicas", "3"], ["--width", "15"], ["--lr", "inf"],
+                                   ["--resume", "--overwrite"], ["--threads", "0"], ["--segment", "3000"]])
+def test_bad_input_exits_2_before_any_work(tmp_path, capsys, flags):
+    out = tmp_path / "out"
+    assert main(["llm", "ensemble", *QUICK_ARGS, "--out", str(out), *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("noloco llm ensemble: error:") and len(err.strip().splitlines()) == 1, err
+    assert not (out / "seed0").exists()
+
+
+def test_a_folder_holding_a_study_needs_resume_or_overwrite(tmp_path, capsys):
+    args = ["llm", "ensemble", *QUICK_ARGS, "--configs", "homogeneous", "--out", str(tmp_path)]
+    assert main([*args, "--stop-after", "1"]) == 0
+    assert main(args) == 2 and "--resume" in capsys.readouterr().err
+    assert main([*args, "--resume", "--expert-steps", "20"]) == 2
+    assert "other settings: expert_steps=10 (now 20)" in capsys.readouterr().err
+
+
+def test_train_refuses_an_unknown_domain(capsys):
+    assert main(["llm", "train", "--preset", "cpu-tiny", "--domain", "nope", "--out", "x"]) == 2
+    assert "domain='nope' is not allowed" in capsys.readouterr().err
+    with pytest.raises(ConfigError, match="named twice"):
+        build("cpu-tiny", "noloco", domain="web,web")
+
+
+def test_figure_without_data_names_the_command(tmp_path):
+    import matplotlib.pyplot as plt
+
+    from noloco.paper_figs import fig_hdee
+
+    fig = fig_hdee.draw(fig_hdee.compute(str(tmp_path / "none.json")))
+    assert any("noloco llm ensemble" in t.get_text() for t in fig.texts)
+    assert not any(ax.axison for ax in fig.axes)
+    plt.close(fig)
+
+
+def test_the_shipped_study_is_consistent_with_the_code():
+    """docs/data/hdee.json (the study docs/hdee.md reports): its budget and allocation are what the code
+    computes for its settings, all five configurations spent exactly the budget, its bytes are
+    communication()'s, and each domain's winner is the configuration with the lowest mean loss."""
+    from pathlib import Path
+
+    from noloco.infra.files import dumps, read_json
+    from noloco.llm_check.ensemble import baseline_steps
+
+    path = Path(__file__).resolve().parents[1] / "docs" / "data" / "hdee.json"
+    if not path.exists():
+        pytest.skip("no shipped study")
+    rep = read_json(path)
+    study = Study(**rep["settings"])
+    assert loads(dumps(budget_report(study))) == rep["budget"]
+    assert all(v["flops"] == study.budget for v in rep["budget"]["per_config"].values())
+    for c in study.configs:
+        steps = baseline_steps(study) if c in BASELINES else 0
+        assert loads(dumps(communication(c, study.model().n_params(), study.replicas, steps, study.inner_steps))) \
+            == rep["communication"][c]
+    for d, w in rep["winners"].items():
+        means = {c: rep["per_domain"][c][d]["mean"] for c in study.configs}
+        assert w["best"] == min(means, key=means.get)
+        assert all(abs(sum(s[c][d] for s in rep["per_seed"]) / len(rep["per_seed"]) - means[c]) < 1e-12 for c in means)
