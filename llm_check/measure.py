@@ -54,24 +54,13 @@ from __future__ import annotations
 import math
 from typing import Callable, Mapping
 
-import numpy as np
 import torch
+
+from noloco.theory.exchangeable import ar1_sum_factor  # noqa: F401 (defined with the AR(1) noise model)
 
 #: keys of one group's entry in :meth:`SpreadMeter.row`
 ROW_KEYS = ("numel", "spread", "progress_var", "c", "s2", "lag1_cov", "rho", "sum_var", "drift_var", "s2_noise",
             "rho_noise")
-
-
-def ar1_sum_factor(t: int, rho) -> np.ndarray:
-    """G_t(rho) = Var(e_1 + ... + e_t) / s2 for a stationary AR(1) e with lag-1 correlation rho:
-    t + 2 sum_{k=1}^{t-1} (t - k) rho^k (exact; vectorised over rho)."""
-    rho = np.asarray(rho, dtype=float)
-    if t <= 1:
-        return np.full_like(rho, float(t))
-    k = np.arange(1, t)
-    if np.all((1 - rho) ** 2 * t > 1e-5):  # closed form; relative rounding ~ 1e-16 / ((1 - rho)^2 t)
-        return t * (1 + rho) / (1 - rho) - 2 * rho * (1 - rho ** t) / (1 - rho) ** 2
-    return t + 2 * np.sum((t - k) * np.power.outer(rho, k), axis=-1)
 
 
 def _sum_factor(t: int, rho: float) -> float:

@@ -45,7 +45,7 @@ import numpy as np
 
 from noloco.theory import exchangeable
 from noloco.infra.errors import ConfigError
-from noloco.infra.files import SCHEMA_VERSION, read_json, read_jsonl
+from noloco.infra.files import NUMBER, SCHEMA_VERSION, read_json, read_jsonl
 from noloco.infra.errors import DataError
 
 NOISE_MODELS = ("lag1", "long-run")
@@ -53,28 +53,47 @@ RHO_CAP = 0.99  # |rho| fed to the recursion (the AR(1) noise needs |rho| < 1)
 
 
 def read_run(run_dir) -> dict:
-    """``{"config", "method", "outer", "metrics", "inputs"}`` of a run folder (inputs None when absent)."""
+    """``{"config", "method", "outer", "metrics", "inputs", "world_size"}`` of a run folder (inputs None when
+    absent). An empty name is bad input (exit 2); a folder that holds the method folders of ``llm train
+    --method a,b`` instead of a run, and a run with no evaluation yet, are DataErrors that say what to give."""
+    from noloco.infra.files import input_dir
     from noloco.llm_check.config import TrainConfig
 
-    run = Path(run_dir)
-    result = read_json(run / "result.json", required=("config",))
+    run = input_dir(run_dir, "OUT")
+    if not (run / "result.json").exists():
+        methods = sorted(str(p.parent) for p in run.glob("*/result.json"))
+        if methods:
+            raise DataError(f"{run} holds no run but the runs of {len(methods)} methods: give one of "
+                            f"{', '.join(methods)}")
+    result = read_json(run / "result.json", required=("config",), types={"config": dict})
     try:
         cfg = TrainConfig.from_dict(result["config"])
-    except (ConfigError, TypeError, KeyError) as err:
+    except (ConfigError, TypeError, KeyError, AttributeError, ValueError) as err:
         raise DataError(f"{run / 'result.json'}: config not readable ({err})") from None
-    metrics = read_jsonl(run / "metrics.jsonl", required=("outer_step", "weight_std"))
+    metrics = read_jsonl(run / "metrics.jsonl", required=("outer_step", "weight_std"),
+                         types={"outer_step": int, "weight_std": NUMBER})
+    if not metrics:
+        diverged = result.get("diverged") if isinstance(result.get("diverged"), dict) else None
+        why = (f"the run diverged before its first evaluation ({diverged.get('message')})" if diverged else
+               "the run has not reached its first evaluation")
+        raise DataError(f"{run / 'metrics.jsonl'} holds no evaluation, so there is nothing to predict: {why}")
     inputs_path = run / "inputs.jsonl"
-    inputs = read_jsonl(inputs_path, required=("outer_step", "groups")) if inputs_path.exists() else None
-    return {"config": cfg, "method": cfg.method, "outer": cfg.outer, "metrics": metrics, "inputs": inputs}
+    inputs = (read_jsonl(inputs_path, required=("outer_step", "groups"), types={"outer_step": int, "groups": dict})
+              if inputs_path.exists() else None)
+    if inputs == []:
+        raise DataError(f"{inputs_path} is empty although {run / 'metrics.jsonl'} has evaluations; delete it to "
+                        "get the measured growth only, or train the run again")
+    world = result.get("world_size", 1)
+    return {"config": cfg, "method": cfg.method, "outer": cfg.outer, "metrics": metrics, "inputs": inputs,
+            "world_size": world if isinstance(world, int) and not isinstance(world, bool) else 1}
 
 
 def _long_run_rho(t: int, ratio: float) -> float:
     """rho in [-RHO_CAP, RHO_CAP] with G_t(rho) / t = ratio (bisection; G_t increases with rho)."""
-    from noloco.llm_check.measure import ar1_sum_factor
-
     if t < 2 or not math.isfinite(ratio):
         return 0.0
     lo, hi = -RHO_CAP, RHO_CAP
+    ar1_sum_factor = exchangeable.ar1_sum_factor
     if ratio <= ar1_sum_factor(t, lo) / t:
         return lo
     if ratio >= ar1_sum_factor(t, hi) / t:
@@ -114,22 +133,31 @@ def group_inputs(rows: list[dict], name: str) -> dict:
             "lag1": (s2_lag1, rho_lag1, D), "long-run": (v, rho_long, 0.0)}
 
 
-def trajectory(outer, c_reg, s2_reg, rho, drift_var: float = 0.0):
-    """``(E z_t^2 for t = 0..T, c_t)``: the exchangeable recursion from identical replicas with the
-    per-step regression inputs ``c_reg``, ``s2_reg`` read through the theory (module docstring):
-    before step t, with S the recursion's state, ``b = (S_yd + rho_t S_y,eps) / S_yy``,
-    c_t = c_reg_t + b and s2_t = s2_reg_t + b^2 S_yy."""
-    S = exchangeable.initial(float(s2_reg[0]), float(rho[0]), drift_var)
+def replay(outer, c_reg, s2_reg, rho, drift_var: float = 0.0, S=None):
+    """The exchangeable recursion stepped with the per-step regression inputs ``c_reg``, ``s2_reg`` read
+    through the theory (module docstring): before step t, with S the recursion's state,
+    ``b = (S_yd + rho_t S_y,eps) / S_yy``, c_t = c_reg_t + b and s2_t = s2_reg_t + b^2 S_yy. From ``S``
+    (default: identical replicas) it returns ``(S after the last step, E z_t^2 for t = 0..T, c_t, s2_t)``
+    with the inputs as the theory reads them."""
+    S = exchangeable.initial(float(s2_reg[0]), float(rho[0]), drift_var) if S is None else S
+    step = exchangeable.Stepper(outer)
     scale = 1 - 1 / outer.replicas
-    spread, c_true = [scale * S[0, 0]], []
+    spread, c_true, s2_true = [scale * S[0, 0]], [], []
     for c_t, s2_t, rho_t in zip(c_reg, s2_reg, rho):
         if S[0, 0] > 0:
             zw = S[0, -1] + rho_t * S[0, 2]  # state (y, delta, eps_prev, drift)
             c_t, s2_t = c_t + zw / S[0, 0], s2_t + zw * zw / S[0, 0]
-        S = exchangeable.recursion(outer, float(c_t), float(s2_t), float(rho_t)).step(S)
+        S = step(S, float(c_t), float(s2_t), float(rho_t))
         spread.append(scale * S[0, 0])
         c_true.append(float(c_t))
-    return np.array(spread), np.array(c_true)
+        s2_true.append(float(s2_t))
+    return S, np.array(spread), np.array(c_true), np.array(s2_true)
+
+
+def trajectory(outer, c_reg, s2_reg, rho, drift_var: float = 0.0):
+    """``(E z_t^2 for t = 0..T, c_t)`` of :func:`replay` from identical replicas."""
+    _, spread, c_true, _ = replay(outer, c_reg, s2_reg, rho, drift_var)
+    return spread, c_true
 
 
 def _growth(steps, values):
@@ -165,7 +193,9 @@ def predict(run_dir, noise_model: str = "long-run") -> dict:
     elif inputs is None:
         report["decay_factor"] = exchangeable.decay_factor(outer, 0.0)
         report["flattest_c"] = 0.0
-        notes.append("no inputs.jsonl (a run made before the meter): measured_growth and the decay factor at "
+        why = (f"a torchrun run ({run['world_size']} ranks, one replica per rank) measures no inputs"
+               if run.get("world_size", 1) > 1 else "a run made before the meter")
+        notes.append(f"no inputs.jsonl ({why}): measured_growth and the decay factor at "
                      "c = 0 are given; the level of weight_std needs the measured noise, so predicted is null")
     else:
         known = [int(r["outer_step"]) for r in inputs]

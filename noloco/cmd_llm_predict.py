@@ -1,28 +1,55 @@
-"""``noloco llm predict``: a run's weight_std predicted from the inputs measured inside it, with no fitted
-constant (noloco.llm_check.predict). Reads files only: no torch."""
+"""``noloco llm predict``: a run's weight_std predicted from the inputs measured in it, with no fitted constant
+(noloco.llm_check.predict); with ``--forecast``, to the end of its schedule from its first outer steps, and with
+``--as``, for another setting (noloco.llm_check.forecast). Reads files only: no torch."""
 
 from __future__ import annotations
 
 
 def add_parser(sub) -> None:
-    pred = sub.add_parser("predict", help="a run's weight_std predicted from the inputs measured in it (no fitted constant)",
+    pred = sub.add_parser("predict", help="a run's weight_std predicted from the inputs measured in it (no fitted "
+                                          "constant); --forecast to the end of the run, --as for another setting",
                           description="Reads OUT/result.json, metrics.jsonl and inputs.jsonl (the per-step c, s2, rho "
                                       "and drift the trainer measures) and steps the theory's exact recursion "
                                       "(noloco.llm_check.predict). A run made before inputs.jsonl existed gets its measured "
-                                      "growth and the decay factor at c = 0, not a predicted level.")
+                                      "growth and the decay factor at c = 0, not a predicted level. --forecast and "
+                                      "--as give advice: their recipes and where they hold are in docs/advice.md.")
     pred.add_argument("out", metavar="OUT", help="a run folder written by `noloco llm train` (one method)")
     pred.add_argument("--noise-model", choices=("long-run", "lag1"), default="long-run",
                       help="how the measured residual becomes the theory's AR(1) noise: long-run (default): no "
                            "drift, rho matched to the variance of the residual's running sum; lag1: rho = lag-1 "
                            "correlation, plus the measured drift (both are in every row)")
+    advice = pred.add_mutually_exclusive_group()
+    advice.add_argument("--forecast", action="store_true",
+                        help="forecast the spread to the run's last outer step from the steps measured so far (a run "
+                             "that is still going works), with an 80 %% interval and flags where it is not sure")
+    advice.add_argument("--as", dest="changes", metavar="CHANGES",
+                        help="predict the spread of this run's setting with CHANGES (e.g. alpha=0.3,gamma=0.5 or "
+                             "lr=2e-3,inner-steps=25,outer-steps=32; fields alpha beta gamma group-size replicas "
+                             "momentum lr inner-steps outer-steps) from its measured inputs")
+    pred.add_argument("--from-step", type=int, metavar="K",
+                      help="with --forecast: use the first K measured outer steps only (default: all measured)")
     pred.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
     pred.set_defaults(run=run)
 
 
 def run(args) -> int:
+    from noloco.infra.errors import ConfigError
     from noloco.infra.files import print_json
-    from noloco.llm_check.predict import format_predict, predict
 
-    report = predict(args.out, noise_model=args.noise_model)
-    print_json(report) if args.json else print(format_predict(report))
+    if args.from_step is not None and not args.forecast:
+        raise ConfigError("--from-step applies to --forecast only; add --forecast")
+    if args.forecast or args.changes is not None:
+        from noloco.llm_check import forecast as advice
+
+        if args.noise_model != "long-run":
+            raise ConfigError("--forecast and --as use the long-run noise model; drop --noise-model")
+        if args.forecast:
+            report, text = advice.forecast(args.out, from_step=args.from_step), advice.format_forecast
+        else:
+            report, text = advice.transfer(args.out, **advice.parse_changes(args.changes)), advice.format_transfer
+    else:
+        from noloco.llm_check.predict import format_predict, predict
+
+        report, text = predict(args.out, noise_model=args.noise_model), format_predict
+    print_json(report) if args.json else print(text(report))
     return 0

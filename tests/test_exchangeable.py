@@ -265,3 +265,15 @@ def test_simulate_predicts_carried_state_and_drift(optimizer, zeta):
     s = compare(cfg, decay=False)["summary"]
     assert abs(s["z_score"]) < 4, s
     assert s["stationary_variance_theory"] == pytest.approx(s["stationary_variance_window_theory"], rel=0.02)
+
+
+@pytest.mark.parametrize("outer", [OuterConfig(), OuterConfig(replicas=16, group_size=4, alpha=0.8, gamma=0.2,
+                                                               momentum="nesterov"), OuterConfig(group_size=8, gamma=0.0)])
+def test_the_stepper_is_the_recursions_step(outer):
+    """X.Stepper builds the maps once (affine in c and rho): the same step as X.recursion(...).step, drift included."""
+    step, rng = X.Stepper(outer), np.random.default_rng(0)
+    for _ in range(20):
+        c, rho, s2 = rng.uniform(-0.5, 1), rng.uniform(-0.9, 0.9), rng.uniform(0.1, 2)
+        A = rng.normal(size=(4, 4))
+        S = A @ A.T
+        np.testing.assert_allclose(step(S, c, s2, rho), X.recursion(outer, c, s2, rho).step(S), rtol=1e-12, atol=1e-12)

@@ -49,7 +49,7 @@ import numpy as np
 
 from noloco.infra.errors import ConfigError
 from noloco.theory.config import OuterConfig, group_kappa
-from noloco.infra.checks import check_choice, check_fields, check_real
+from noloco.infra.checks import check_choice, check_fields, check_real, check_scale
 from noloco.theory.numeric import inner_sgd
 from noloco.theory.outer import outer_step
 
@@ -77,7 +77,7 @@ class InnerPhase:
     def ar1(c: float, s2: float, rho: float = 0.0) -> "InnerPhase":
         """Progress noise eps_t = rho eps_t-1 + sqrt(1 - rho^2) sqrt(s2) xi_t: s = eps_prev."""
         if not -1 < rho < 1:
-            raise ValueError(f"rho={rho!r} is out of range; allowed: -1 < rho < 1")
+            raise ConfigError(f"rho={rho!r} is out of range; allowed: -1 < rho < 1")
         scale = math.sqrt((1 - rho * rho) * s2)
         return InnerPhase(float(c), np.array([rho]), np.zeros(1), np.array([[rho]]), np.array([[scale], [scale]]))
 
@@ -109,7 +109,8 @@ class InnerPhase:
         carried across phases (bias corrections -> 1 after the first few hundred steps)."""
         scale = noise if scale is None else scale
         if not scale > 0:
-            raise ValueError("Adam's linearisation needs a positive gradient scale (noise > 0 or scale > 0)")
+            raise ConfigError(f"noise={noise!r} is out of range for inner_optimizer='adam'; allowed: noise > 0 (the "
+                              "theory linearises Adam where its second moment has settled at noise^2)")
         return InnerPhase.momentum(lr / scale, curvature, steps, noise, beta1, 1 - beta1)
 
     def stationary_state(self) -> np.ndarray:
@@ -128,6 +129,26 @@ class InnerPhase:
         s2 = float(self.k @ S @ self.k + L0 @ L0)
         lag1 = float(self.k @ (self.Q @ S @ self.k + Ls @ L0))
         return self.c, s2, (lag1 / s2 if s2 > 0 else 0.0)
+
+
+def spectral_radius(matrix: np.ndarray) -> float:
+    """The largest |eigenvalue| of ``matrix``; inf when an entry is not finite (a phase whose map overflows
+    float64, e.g. inner Adam or momentum at a learning rate of 1e300, amplifies without bound: unstable)."""
+    if not np.all(np.isfinite(matrix)):
+        return math.inf
+    return float(np.max(np.abs(np.linalg.eigvals(matrix))))
+
+
+def ar1_sum_factor(t: int, rho) -> np.ndarray:
+    """G_t(rho) = Var(e_1 + ... + e_t) / s2 for a stationary AR(1) e with lag-1 correlation rho:
+    t + 2 sum_{k=1}^{t-1} (t - k) rho^k (exact; vectorised over rho)."""
+    rho = np.asarray(rho, dtype=float)
+    if t <= 1:
+        return np.full_like(rho, float(t))
+    k = np.arange(1, t)
+    if np.all((1 - rho) ** 2 * t > 1e-5):  # closed form; relative rounding ~ 1e-16 / ((1 - rho)^2 t)
+        return t * (1 + rho) / (1 - rho) - 2 * rho * (1 - rho ** t) / (1 - rho) ** 2
+    return t + 2 * np.sum((t - k) * np.power.outer(rho, k), axis=-1)
 
 
 def _phase(c, s2, rho, phase):
@@ -200,7 +221,7 @@ class Recursion:
         drift it also holds the cross moments, which relax like the mean deviation itself
         ((1 - kappa) F0 + kappa M); at or above 1 the drift drives the spread without bound."""
         idx = self._indices(with_drift)
-        return float(np.max(np.abs(np.linalg.eigvals(self.T[np.ix_(idx, idx)]))))
+        return spectral_radius(self.T[np.ix_(idx, idx)])
 
     def step(self, S: np.ndarray) -> np.ndarray:
         return (self.T @ S.reshape(-1) + self.forcing).reshape(self.size, self.size)
@@ -230,6 +251,32 @@ def recursion(outer: OuterConfig, c: float = 0.0, s2: float = 1.0, rho: float = 
     T = (1 - kappa) * np.kron(F0, F0) + kappa * np.kron(M, M)
     forcing = (1 - kappa) * g0 @ g0.T + kappa * g @ g.T
     return Recursion(T, forcing.reshape(-1), outer.replicas, F0.shape[0])
+
+
+class Stepper:
+    """:func:`recursion`'s step for one outer setting at any (c, s2, rho) of the AR(1) model, without
+    rebuilding its maps: F0 and F1 are affine in c and rho (the progress and the carried noise are), and the
+    innovation maps are proportional to sqrt((1 - rho^2) s2), so three evaluations of :func:`step_maps`
+    give them all. ``stepper(S, c, s2, rho)`` equals ``recursion(outer, c, s2, rho).step(S)``; it runs the
+    long per-step recursions of a measured run (:mod:`noloco.llm_check.predict`, the forecasts) without a
+    Kronecker product per step."""
+
+    def __init__(self, outer: OuterConfig):
+        F0, F1, g0, g1 = step_maps(outer, 0.0, 0.0, 1.0)
+        c0, c1 = step_maps(outer, 1.0, 0.0, 1.0)[:2]
+        r0, r1 = step_maps(outer, 0.0, 0.5, 1.0 / 0.75)[:2]  # scale (1 - 0.25) s2 = 1, as at rho = 0
+        self.F0, self.F1 = F0, F1
+        self.F0c, self.F1c, self.F0r, self.F1r = c0 - F0, c1 - F1, (r0 - F0) / 0.5, (r1 - F1) / 0.5
+        self.g0, self.g = g0[:, 0], (g0 + g1)[:, 0]
+        self.kappa = group_kappa(outer.replicas, outer.group_size)
+        self.replicas = outer.replicas
+
+    def __call__(self, S: np.ndarray, c: float, s2: float, rho: float = 0.0) -> np.ndarray:
+        F0 = self.F0 + c * self.F0c + rho * self.F0r
+        M = F0 + self.F1 + c * self.F1c + rho * self.F1r
+        k, scale = self.kappa, (1 - rho * rho) * s2
+        return ((1 - k) * (F0 @ S @ F0.T) + k * (M @ S @ M.T)
+                + scale * ((1 - k) * np.outer(self.g0, self.g0) + k * np.outer(self.g, self.g)))
 
 
 def initial(s2: float = 1.0, rho: float = 0.0, drift_var: float = 0.0, spread0: float = 0.0,
@@ -300,7 +347,7 @@ def mean_radius(outer: OuterConfig, phase: InnerPhase) -> float:
     # neither moves the expected mean
     keep = 2 + (phase.p if np.any(phase.b != 0) else 0)
     M = (F0 + F1)[:keep, :keep]
-    return float(np.max(np.abs(np.linalg.eigvals(M))))
+    return spectral_radius(M)
 
 
 def mean_trajectory(outer: OuterConfig, phase: InnerPhase, start: float, steps: int) -> np.ndarray:
@@ -343,7 +390,7 @@ class InnerModel:
             "optimizer": (check_choice, ("sgd", "momentum", "adam")),
             "momentum": (check_real, "0 <= inner_momentum < 1", lambda v: 0 <= v < 1),
             "correlation": (check_real, "-1 < noise_correlation < 1", lambda v: -1 < v < 1),
-            "zeta": (check_real, "0 <= zeta < inf", lambda v: 0 <= v < math.inf),
+            "zeta": (check_scale,),
         }, names={"momentum": "inner_momentum", "correlation": "noise_correlation"})
         if self.optimizer != "sgd" and (self.correlation or self.zeta):
             raise ConfigError(f"noise_correlation and zeta model inner SGD; with inner_optimizer={self.optimizer!r} "
@@ -363,7 +410,8 @@ class InnerModel:
         return InnerPhase.ar1(c, s2, self.correlation)
 
     def drift_var(self, phase: InnerPhase) -> float:
-        return (phase.c * self.zeta) ** 2
+        drift = phase.c * self.zeta  # IEEE arithmetic: a diverging phase's huge c gives inf, reported as not finite
+        return drift * drift
 
 
 #: Adam's beta1 in the inner model (the simulator's Adam uses betas (0.9, 0.999))
@@ -374,4 +422,4 @@ def inner_radius(phase: InnerPhase) -> float:
     """Spectral radius of one inner phase's own map on (y, s): below 1 the inner phase contracts."""
     top = np.concatenate([[1 - phase.c], phase.k])
     rest = np.column_stack([phase.b, phase.Q])
-    return float(np.max(np.abs(np.linalg.eigvals(np.vstack([top, rest])))))
+    return spectral_radius(np.vstack([top, rest]))

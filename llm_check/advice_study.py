@@ -1,0 +1,240 @@
+"""The held-out validation of the advice (:mod:`noloco.llm_check.forecast`) on the cpu-small GPT.
+
+The settings, the pilots and the agreement rule below were written down (and committed) before any of these
+runs existed; the recipe's constants were chosen on an earlier sweep (docs/advice.md, "development sweep"),
+none of whose runs is in this one.
+
+Agreement rule, per seed: the root mean square of weight_std over the evaluations of the second half of the
+run (outer step > T/2), predicted / measured, within 15 % (:data:`TOLERANCE`). The forecast uses the first
+quarter of the run's outer steps (floor(T/4)); a transfer uses the whole pilot (the base setting, same seed).
+A prediction that carries a flag counts as a claim the toolkit did not make when the flag says it
+extrapolates ("not settled", "extrapolates", "unstable"): it is reported, and counted separately.
+
+``python -m noloco.llm_check.advice_study --runs DIR`` trains what is missing (``noloco llm train``, one thread,
+finished runs reused) and writes ``advice_holdout.json`` into DIR (copy it to docs/data/ to refresh the docs).
+"""
+
+from __future__ import annotations
+
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+from noloco.infra import entry
+from noloco.infra.entry import OneLineParser
+from noloco.infra.errors import DataError
+from noloco.infra.files import print_json, read_json, write_json
+
+PROG = "python -m noloco.llm_check.advice_study"
+SEEDS = (0, 1, 2)
+TOLERANCE = 0.15
+#: the base setting (the development sweep's): cpu-small model, N 8 pairs, alpha 0.5, beta 0.7, gamma 0.7,
+#: AdamW lr 1e-3 without weight decay, H 10, 80 outer steps, constant after 20 warm-up steps
+BASE = dict(method="noloco", replicas=8, group_size=2, alpha=0.5, beta=0.7, gamma=0.7, layers=2, heads=4,
+            width=64, ctx=64, batch=4, val_windows=8, weight_decay=0.0, lr=1e-3, inner_steps=10, outer_steps=80,
+            eval_every=2, schedule="constant", warmup=20)
+COSINE = dict(schedule="cosine", warmup=100)
+#: held-out settings (changes against BASE); "forecast": forecast from the first quarter
+SETTINGS = {
+    "base": ({}, False),  # the pilot of the transfers (a new run of the development base, seeds 0-2)
+    "cos_h20_lr2e3": (dict(COSINE, inner_steps=20, outer_steps=40, lr=2e-3, eval_every=1), True),
+    "cos_h50_long": (dict(COSINE, inner_steps=50, outer_steps=64, eval_every=2), True),
+    "const_a03_b09_g05": (dict(alpha=0.3, beta=0.9, gamma=0.5), True),
+    "cos_N16_n4": (dict(COSINE, replicas=16, group_size=4), True),
+    "cos_nesterov_wd": (dict(COSINE, momentum="nesterov", alpha=0.7, weight_decay=0.1), True),
+    "const_h25": (dict(inner_steps=25, outer_steps=32, eval_every=1), False),
+    "const_N16_n4": (dict(replicas=16, group_size=4), False),
+    "const_lr15e3": (dict(lr=1.5e-3), False),
+    "const_a07": (dict(alpha=0.7), False),
+}
+#: transfers: target setting -> the changes that turn the pilot (``base``, same seed) into it
+TRANSFERS = {
+    "const_a03_b09_g05": dict(alpha=0.3, beta=0.9, gamma=0.5),
+    "const_h25": dict(inner_steps=25, outer_steps=32),
+    "const_N16_n4": dict(replicas=16, group_size=4),
+    "const_lr15e3": dict(lr=1.5e-3),
+    "const_a07": dict(alpha=0.7),
+}
+EXTRAPOLATING = ("not settled", "too few steps", "extrapolates", "unstable")
+
+
+def flags(name: str, seed: int, folder: Path) -> list[str]:
+    values = {**BASE, **SETTINGS[name][0]}
+    out = []
+    for key, value in values.items():
+        out += ["--" + key.replace("_", "-"), str(value)]
+    return out + ["--threads", "1", "--seed", str(seed), "--out", str(folder)]
+
+
+def _finished(folder: Path) -> bool:
+    try:
+        return read_json(folder / "result.json").get("finished") is True
+    except Exception:  # noqa: BLE001 (missing or partial: train it)
+        return False
+
+
+def train_missing(runs: Path) -> None:
+    todo = [(n, s) for n in SETTINGS for s in SEEDS if not _finished(runs / n / f"s{s}")]
+    for i, (name, seed) in enumerate(todo, 1):
+        folder = runs / name / f"s{seed}"
+        print(f"advice study: training {i}/{len(todo)}: {name} seed {seed}", file=sys.stderr, flush=True)
+        cmd = [sys.executable, "-m", "noloco", "llm", "train", *flags(name, seed, folder), "--overwrite"]
+        done = subprocess.run(cmd, stdout=subprocess.DEVNULL)
+        if done.returncode:
+            raise DataError(f"training {folder} ended with exit {done.returncode}: {' '.join(cmd)}")
+
+
+def _rms_second_half(rows: list[dict], key: str, T: int) -> float:
+    values = [r[key] for r in rows if r["outer_step"] > T / 2 and r.get(key) is not None]
+    return math.sqrt(float(np.mean(np.square(values))))
+
+
+def _verdict(ratio: float, flagged: bool) -> str:
+    if flagged:
+        return "flagged"
+    return "agrees" if abs(ratio - 1) <= TOLERANCE else "misses"
+
+
+def forecast_check(folder: Path, setting: str, seed: int) -> dict:
+    """The forecast of one run from its first quarter, against its measured second half."""
+    from noloco.llm_check.forecast import forecast
+    from noloco.llm_check.predict import read_run
+
+    T = read_run(folder)["config"].outer_steps
+    fc = forecast(folder, from_step=T // 4)
+    measured = [r for r in fc["rows"] if r["measured"] is not None]
+    ratio = _rms_second_half(measured, "forecast", T) / _rms_second_half(measured, "measured", T)
+    flagged = any(f.startswith(EXTRAPOLATING) for f in fc["flags"])
+    return {"setting": setting, "seed": seed, "from_step": fc["from_step"], "outer_steps": T, "ratio": ratio,
+            "flags": fc["flags"], "verdict": _verdict(ratio, flagged)}
+
+
+def development(root: Path) -> dict:
+    """The forecasts of every run ``root/SETTING/sSEED`` of the development sweep (where the recipe was chosen)
+    and the 10 % / 90 % quantiles of forecast / measured over the unflagged ones: the forecast's interval."""
+    items = [forecast_check(f, f.parent.name, int(f.name[1:])) for f in sorted(root.glob("*/s[0-9]*"))
+             if (f / "inputs.jsonl").exists() and _finished(f) and read_json(f / "result.json")["config"]
+             ["outer"]["group_size"] < read_json(f / "result.json")["config"]["outer"]["replicas"]]
+    unflagged = [x["ratio"] for x in items if x["verdict"] != "flagged"]
+    return {"schema": "advice-development", "runs": items, "unflagged": len(unflagged),
+            "quantiles": [float(np.quantile(unflagged, 0.1)), float(np.quantile(unflagged, 0.9))]}
+
+
+def changes_between(pilot, target) -> dict | None:
+    """The transferable changes that turn config ``pilot`` into ``target`` (None when anything else differs)."""
+    from dataclasses import asdict
+
+    outer_keys = ("alpha", "beta", "gamma", "group_size", "replicas", "momentum")
+    a, b = asdict(pilot), asdict(target)
+    changes = {k: b["outer"][k] for k in outer_keys if a["outer"][k] != b["outer"][k]}
+    changes.update({k: b[k] for k in ("lr", "inner_steps", "outer_steps") if a[k] != b[k]})
+    ignored = {"outer", "lr", "inner_steps", "outer_steps", "seed", "eval_every", "ckpt_every", "val_windows"}
+    if any(a[k] != b[k] for k in a if k not in ignored):
+        return None
+    return changes
+
+
+def transfer_check(pilot: Path, target: Path, setting: str, seed: int, changes: dict) -> dict:
+    """The transfer from ``pilot`` to the setting of ``target``, against ``target``'s measured second half."""
+    from noloco.llm_check.forecast import transfer
+    from noloco.llm_check.predict import read_run
+
+    pred = transfer(pilot, **changes)
+    run = read_run(target)
+    T = run["config"].outer_steps
+    predicted = {r["outer_step"]: r["predicted"] for r in pred["rows"]}
+    rows = [{"outer_step": int(m["outer_step"]), "measured": m["weight_std"],
+             "predicted": predicted.get(int(m["outer_step"]))} for m in run["metrics"]]
+    ratio = _rms_second_half(rows, "predicted", T) / _rms_second_half(rows, "measured", T)
+    flagged = any(f.startswith(EXTRAPOLATING) for f in pred["flags"])
+    return {"target": setting, "seed": seed, "changes": changes, "ratio": ratio, "flags": pred["flags"],
+            "verdict": _verdict(ratio, flagged)}
+
+
+def development_transfers(root: Path, pilot: str = "const_h10") -> dict:
+    """Transfers from ``root/pilot/sS`` to every other setting of the development sweep that differs from it
+    only in transferable fields (same seed), and the 10 % / 90 % quantiles of the unflagged ratios."""
+    from noloco.llm_check.predict import read_run
+
+    items = []
+    for folder in sorted(root.glob("*/s[0-9]*")):
+        if folder.parent.name == pilot or not _finished(folder) or not (folder / "inputs.jsonl").exists():
+            continue
+        source = root / pilot / folder.name
+        target = read_run(folder)["config"]
+        changes = changes_between(read_run(source)["config"], target)
+        if changes and target.outer.group_size < target.outer.replicas:  # n = N: no spread to predict
+            items.append(transfer_check(source, folder, folder.parent.name, int(folder.name[1:]), changes))
+    unflagged = [x["ratio"] for x in items if x["verdict"] != "flagged"]
+    return {"schema": "advice-development-transfers", "pilot": pilot, "runs": items, "unflagged": len(unflagged),
+            "quantiles": [float(np.quantile(unflagged, 0.1)), float(np.quantile(unflagged, 0.9))]}
+
+
+def evaluate(runs: Path) -> dict:
+    """Every forecast and transfer of the held-out sweep against the measured runs."""
+    forecasts, transfers = [], []
+    for name, (_, do_forecast) in SETTINGS.items():
+        if do_forecast:
+            forecasts += [forecast_check(runs / name / f"s{seed}", name, seed) for seed in SEEDS]
+    for name, changes in TRANSFERS.items():
+        transfers += [transfer_check(runs / "base" / f"s{seed}", runs / name / f"s{seed}", name, seed, changes)
+                      for seed in SEEDS]
+
+    def tally(items):
+        claimed = [x for x in items if x["verdict"] != "flagged"]
+        return {"runs": len(items), "claimed": len(claimed), "agree": sum(x["verdict"] == "agrees" for x in items),
+                "flagged": len(items) - len(claimed),
+                "agree_all_counted": sum(abs(x["ratio"] - 1) <= TOLERANCE for x in items)}
+
+    return {"schema": "advice-holdout", "tolerance": TOLERANCE, "seeds": list(SEEDS), "base": BASE,
+            "settings": {n: c for n, (c, _) in SETTINGS.items()}, "forecasts": forecasts, "transfers": transfers,
+            "summary": {"forecast": tally(forecasts), "transfer": tally(transfers)}}
+
+
+def format_report(rep: dict) -> str:
+    lines = [f"forecast from the first quarter (agreement: |ratio - 1| <= {rep['tolerance']:g}):",
+             f"{'setting':<20} {'seed':>4} {'ratio':>6}  verdict"]
+    lines += [f"{x['setting']:<20} {x['seed']:>4} {x['ratio']:6.3f}  {x['verdict']}" for x in rep["forecasts"]]
+    lines += ["", "transfer from the base run (same seed):", f"{'target':<20} {'seed':>4} {'ratio':>6}  verdict"]
+    lines += [f"{x['target']:<20} {x['seed']:>4} {x['ratio']:6.3f}  {x['verdict']}" for x in rep["transfers"]]
+    for key, s in rep["summary"].items():
+        lines.append(f"{key}: {s['agree']} of {s['claimed']} unflagged predictions agree ({s['flagged']} flagged); "
+                     f"counting every run: {s['agree_all_counted']} of {s['runs']}")
+    return "\n".join(lines)
+
+
+def main(argv=None) -> int:
+    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", default="runs/advice-holdout",
+                        help="folder of the runs (default runs/advice-holdout)")
+    parser.add_argument("--no-train", action="store_true", help="evaluate only (every run must exist)")
+    parser.add_argument("--development", metavar="DIR",
+                        help="instead: the forecasts and transfers of the development sweep's runs DIR/SETTING/sSEED "
+                             "(pilot DIR/const_h10), written to DIR/advice_development.json")
+    parser.add_argument("--json", action="store_true", help="print the JSON report")
+    return entry.run(PROG, parser, _work, argv)
+
+
+def _work(args) -> int:
+    if args.development:
+        root = Path(args.development)
+        rep = {"forecasts": development(root), "transfers": development_transfers(root)}
+        write_json(root / "advice_development.json", rep)
+        print_json(rep) if args.json else print(
+            f"development sweep: forecast 10/90 % quantiles {rep['forecasts']['quantiles']}, transfer "
+            f"{rep['transfers']['quantiles']}")
+        return 0
+    runs = Path(args.runs)
+    if not args.no_train:
+        train_missing(runs)
+    rep = evaluate(runs)
+    write_json(runs / "advice_holdout.json", rep)
+    print_json(rep) if args.json else print(format_report(rep))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

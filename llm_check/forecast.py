@@ -1,0 +1,335 @@
+"""Advice from measured runs: a run's spread forecast to the end of its schedule from its first outer steps,
+and the spread of another outer setting predicted from a pilot run's measured inputs.
+
+Both start where :mod:`noloco.llm_check.predict` does: per tensor g, the meter's inputs (c, s2, rho) read
+through the exact exchangeable recursion (:func:`noloco.llm_check.predict.replay`, the long-run noise model),
+which gives the inputs as the theory defines them, ``c_t`` and ``s2_t``, for every measured outer step t.
+
+**Forecast** (:func:`forecast`). From the steps measured so far (``from_step``, default all of them: a run that is
+still going is forecast from its files) to the run's last outer step T. The inputs are normalised per step
+by the schedule's functionals of that step's phase (lr_k the inner learning rate of inner step k):
+``L1_t = sum_k lr_k``, ``L2_t = sum_k lr_k^2`` and ``EMA_t``, the variance of a phase's progress when Adam's
+first moment (decay beta1) averages white noise, in units of the noise (:func:`phase_functionals`). Over a
+window of the last :data:`WINDOW` measured steps the medians of ``c_t / L1_t^(1/2)``, ``s2_t / L2_t`` and the
+noise fraction ``f_t = s2_t / EMA_t`` are held, and the future is::
+
+    c_t  = c_hat L1_t^(1/2)
+    s2_t = s_hat L2_t G(t),   G(t) = f(t) / f_w,   (1 - f(t)) / f(t) = (1 - f_w) / f_w (lr_t / lr_w)^p (k_t / k_w)^-b
+
+with lr_t = L1_t / H the phase's mean rate, k_t = t H the inner steps done, and rho held at its last
+long-run value. The saturation model says the replicas' own noise takes a growing share of Adam's normalised
+update as the mean gradient shrinks (more inner steps done) and as the rate decays; its exponents
+:data:`SATURATION` were fitted once on the *inputs* (never on a spread) of the development runs of
+docs/advice.md. c ~ L1^(1/2) is the compromise of those runs: the measured c neither scales with the rate
+(the SGD rule) nor stays fixed. The forecast is stepped from the recursion's own state at the last measured
+step, so the spread already built carries over.
+
+**Another setting** (:func:`transfer`). The pilot's per-step inputs, mapped onto the other setting's steps
+by the fraction of training done, step the other setting's outer recursion: c unchanged, s2 scaled by the
+ratio of ``L2`` (the rate's square summed over a phase: what correlated Adam noise adds over a phase whatever
+its length, docs/advice.md), rho unchanged. Measured on the cpu-small GPT, this holds for changes that scale
+the amplification of flat and stiff directions alike; the report flags a change that amplifies flat
+directions more (:func:`amplification_tilt` above :data:`TILT_LIMIT`: alpha near the stability edge, gamma
+0), a pilot on non-IID shards, and a setting whose exact recursion is unstable at the pilot's flattest c.
+
+Both report what they rest on (``flags``): a window whose pooled c still rises by more than
+:data:`SETTLED_RISE` across it (the inputs have not settled: early in a run, or at H = 50 in the first
+quarter), too few measured steps, an unstable target. The interval is empirical: the forecast times the
+10 % and 90 % quantiles of forecast / measured over the validation sweep of docs/advice.md
+(:data:`FORECAST_ERROR`, :data:`TRANSFER_ERROR`); within-run resampling was tried and covers far fewer
+runs than it claims (docs/advice.md).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import numpy as np
+
+from noloco.infra.errors import ConfigError, DataError
+from noloco.theory import exchangeable
+
+#: the inner AdamW's first-moment decay (llm_check.train builds AdamW with betas (0.9, adam_beta2))
+ADAM_BETA1 = 0.9
+#: outer steps of the window whose inputs are held (never the first step, where c is 0 by definition)
+WINDOW = 5
+#: the saturation model's exponents of the learning rate (p) and of the inner steps done (b), fitted on the
+#: inputs of the development runs (docs/advice.md: numel-weighted noise fraction, log-odds least squares)
+SATURATION = {"p": 0.466, "b": 0.719}
+#: a window whose pooled c rises by more than this share of its mean has not settled
+SETTLED_RISE = 0.5
+#: a transfer extrapolates when the target's outer step amplifies the flattest directions more than this factor,
+#: relative to the stiff ones (c = 1), than the pilot's does (:func:`amplification_tilt`)
+TILT_LIMIT = 1.5
+#: the flattest c the tilt is evaluated at, when the pilot's flattest tensor is flatter (c ~ 0 is where every
+#: outer step's amplification diverges together)
+TILT_FLAT_C = 0.02
+#: forecast / measured RMS weight_std over the second half: 10 % and 90 % quantiles over the unflagged runs of
+#: the development sweep (docs/data/advice_development.json); the interval is the forecast divided by them
+FORECAST_ERROR = (0.88, 1.07)
+#: the same for the unflagged transfers of the development sweep (docs/data/advice_development.json)
+TRANSFER_ERROR = (0.94, 1.09)
+
+
+def phase_functionals(lrs: np.ndarray, inner_steps: int, beta1: float = ADAM_BETA1) -> dict:
+    """Per outer step (index t - 1) of the learning rates ``lrs`` of every inner step: ``L1`` (sum of the phase's
+    rates), ``L2`` (sum of their squares) and ``EMA`` = Var(sum_k lr_k m_k) / sigma^2, m an exponential average
+    (decay beta1) of white noise of variance sigma^2 in its stationary state, Cov(m_j, m_k) = (1 - b)/(1 + b)
+    b^|j - k|."""
+    T = len(lrs) // inner_steps
+    P = np.asarray(lrs[: T * inner_steps], dtype=float).reshape(T, inner_steps)
+    k = np.arange(inner_steps)
+    C = (1 - beta1) / (1 + beta1) * beta1 ** np.abs(k[:, None] - k[None, :])
+    return {"L1": P.sum(1), "L2": (P * P).sum(1), "EMA": np.einsum("tj,jk,tk->t", P, C, P)}
+
+
+def _schedule(cfg) -> dict:
+    lrs = np.asarray(cfg.inner_lr(np.arange(cfg.outer_steps * cfg.inner_steps)), dtype=float)
+    return phase_functionals(lrs, cfg.inner_steps)
+
+
+def _measured(run_dir, from_step: int | None):
+    """The run, its per-tensor inputs and the measured outer steps used (1..t0)."""
+    from noloco.llm_check.predict import group_inputs, read_run
+
+    run = read_run(run_dir)
+    inputs = run["inputs"]
+    if run["outer"].group_size == run["outer"].replicas:
+        raise DataError(f"{run_dir}: method {run['method']} leaves the replicas identical (n = N): its spread is 0 "
+                        "at every step, there is nothing to forecast or transfer")
+    if inputs is None:
+        raise DataError(f"{run_dir} has no inputs.jsonl (a run made before the meter, or a torchrun run): the "
+                        "forecast needs the measured inputs; train it with `noloco llm train` (batched replicas)")
+    t0 = len(inputs) if from_step is None else from_step
+    if not 1 <= t0 <= len(inputs):
+        raise ConfigError(f"from_step={from_step!r} is out of range; allowed: 1 <= from_step <= {len(inputs)} "
+                          "(the measured outer steps)")
+    names = list(inputs[0]["groups"])
+    try:
+        groups = {name: group_inputs(inputs[:t0], name) for name in names}
+    except (KeyError, TypeError, ValueError) as err:
+        raise DataError(f"{run_dir}/inputs.jsonl: a tensor lacks or garbles {err} in some row") from None
+    return run, groups, t0
+
+
+def _replayed(outer, groups: dict) -> dict:
+    """Per tensor: the recursion's state after the measured steps and the inputs as the theory reads them."""
+    from noloco.llm_check.predict import replay
+
+    out = {}
+    for name, g in groups.items():
+        s2, rho, _ = g["long-run"]
+        S, _, c_true, s2_true = replay(outer, g["c"], s2, rho)
+        out[name] = {"numel": g["numel"], "S": S, "c": c_true, "s2": s2_true, "rho": float(rho[-1])}
+    return out
+
+
+def _step_forward(outer, S, c, s2, rho) -> np.ndarray:
+    """E z^2 after each of the given steps (inputs as the theory reads them: no correction)."""
+    step, scale = exchangeable.Stepper(outer), 1 - 1 / outer.replicas
+    out = np.empty(len(c))
+    for i, (c_t, s2_t) in enumerate(zip(c, s2)):
+        S = step(S, float(c_t), float(s2_t), rho)
+        out[i] = scale * S[0, 0]
+    return out
+
+
+def _weight_std(per_tensor: list[tuple[int, np.ndarray]]) -> np.ndarray:
+    total = sum(n for n, _ in per_tensor)
+    return np.sqrt(np.maximum(sum(n * v for n, v in per_tensor), 0.0) / total)
+
+
+def _pooled(tensors: dict, key: str, idx) -> np.ndarray:
+    total = sum(t["numel"] for t in tensors.values())
+    return sum(t["numel"] * t[key][idx] for t in tensors.values()) / total
+
+
+def saturation(f_w: float, rate_ratio: np.ndarray, steps_ratio: np.ndarray, p: float, b: float) -> np.ndarray:
+    """G = f / f_w of the saturation model, where the noise fraction's odds (1 - f)/f scale like
+    rate^p steps^-b from f_w (1 where f_w is not in (0, 0.99): already saturated or no signal)."""
+    if not 0 < f_w < 0.99:
+        return np.ones_like(rate_ratio)
+    odds = (1 - f_w) / f_w * rate_ratio ** p * steps_ratio ** (-b)
+    return 1 / (1 + odds) / f_w
+
+
+def amplification_tilt(pilot, target, c_flat: float, rho: float = 0.0) -> float:
+    """How much more the ``target`` outer step amplifies a direction of restoring coefficient ``c_flat`` than a
+    stiff one (c = 1), relative to the ``pilot``'s: [R_B(c_flat) / R_A(c_flat)] / [R_B(1) / R_A(1)], R the exact
+    stationary spread per unit noise. 1 when a change scales every direction alike (then the pilot's pooled
+    inputs carry over); inf when the target is unstable at ``c_flat``."""
+    R = exchangeable.stationary_spread
+    stiff = R(target, 1.0, 1.0, rho) / R(pilot, 1.0, 1.0, rho)
+    return R(target, c_flat, 1.0, rho) / R(pilot, c_flat, 1.0, rho) / stiff
+
+
+def _interval(values: np.ndarray, error: tuple[float, float]) -> dict:
+    lo, hi = error
+    return {"low": (values / hi).tolist(), "high": (values / lo).tolist()}
+
+
+def _measured_rows(run: dict) -> dict:
+    return {int(m["outer_step"]): m.get("weight_std") for m in run["metrics"]}
+
+
+def forecast(run_dir, from_step: int | None = None) -> dict:
+    """The spread of a run forecast from its measured outer steps 1..``from_step`` (default: all measured) to its last
+    outer step (module docstring). Rows for every future step, with the measured weight_std where the run has it."""
+    run, groups, t0 = _measured(run_dir, from_step)
+    cfg, outer = run["config"], run["outer"]
+    T, H = cfg.outer_steps, cfg.inner_steps
+    if t0 < 3:
+        raise DataError(f"{run_dir}: {t0} measured outer step(s); a forecast needs at least 3 (the first step's c "
+                        "is 0 by definition)")
+    tensors = _replayed(outer, groups)
+    ph = _schedule(cfg)
+    window = np.arange(max(t0 - WINDOW, 1), t0)  # 0-based steps, never the first
+    future = np.arange(t0, T)
+    flags = []
+    c_pooled = _pooled(tensors, "c", window)
+    rise = (c_pooled[-2:].mean() - c_pooled[:2].mean()) / abs(c_pooled.mean()) if c_pooled.mean() else math.inf
+    if rise > SETTLED_RISE:
+        flags.append(f"not settled: the pooled c rose by {rise:.0%} across outer steps {window[0] + 1} to {t0} "
+                     f"(more than {SETTLED_RISE:.0%}); the forecast is likely too high, wait for more steps")
+    if len(window) < WINDOW:
+        flags.append(f"too few steps: the window holds {len(window)} outer steps after the first, the validated recipe "
+                     f"{WINDOW}; forecast from outer step {WINDOW + 1} or later")
+    if not future.size:
+        flags.append("the run is measured to its last outer step: nothing is left to forecast")
+    rate = ph["L1"] / H
+    done = (np.arange(T) + 1) * H
+    w = int(np.median(window))
+    per = []
+    for t in tensors.values():
+        c_hat = float(np.median(t["c"][window] / np.sqrt(ph["L1"][window])))
+        s_hat = float(np.median(t["s2"][window] / ph["L2"][window]))
+        f_w = float(np.median(t["s2"][window] / ph["EMA"][window]))
+        grow = saturation(f_w, rate[future] / rate[w], done[future] / done[w], **SATURATION)
+        c = c_hat * np.sqrt(ph["L1"][future])
+        s2 = s_hat * ph["L2"][future] * grow
+        per.append((t["numel"], _step_forward(outer, t["S"], c, s2, t["rho"])))
+    ws = _weight_std(per) if future.size else np.zeros(0)
+    if future.size and not np.all(np.isfinite(ws)):
+        flags.append("the forecast recursion diverges: the held inputs make this outer setting unstable")
+    band = _interval(ws, FORECAST_ERROR)
+    measured = _measured_rows(run)
+    rows = [{"outer_step": int(s + 1), "forecast": float(v), "low": lo, "high": hi,
+             "measured": measured.get(int(s + 1))} for s, v, lo, hi in zip(future, ws, band["low"], band["high"])]
+    return {"run": str(run_dir), "method": run["method"], "from_step": t0, "outer_steps": T,
+            "window": [int(window[0] + 1), t0], "c_rise": float(rise), "flags": flags, "rows": rows,
+            "interval": {"quantiles": list(FORECAST_ERROR), "from": "docs/data/advice_development.json"},
+            "recipe": {"window": WINDOW, "c_scaling": "L1^0.5", "s2_scaling": "L2 x saturation", **SATURATION}}
+
+
+def transfer(run_dir, **changes) -> dict:
+    """The spread of the pilot run's setting with ``changes`` (outer fields: alpha, beta, gamma, group_size,
+    replicas, momentum; schedule: lr, inner_steps, outer_steps) predicted from the pilot's measured inputs
+    (module docstring), the pilot's own prediction beside it, and the flags of what it extrapolates."""
+    run, groups, t0 = _measured(run_dir, None)
+    pilot_cfg = run["config"]
+    allowed = {"alpha", "beta", "gamma", "group_size", "replicas", "momentum", "lr", "inner_steps", "outer_steps"}
+    unknown = set(changes) - allowed
+    if unknown:
+        raise ConfigError(f"cannot transfer a change of {', '.join(sorted(unknown))}; allowed: "
+                          f"{', '.join(sorted(allowed))}")
+    outer_changes = {k: v for k, v in changes.items() if k in ("alpha", "beta", "gamma", "group_size", "replicas",
+                                                               "momentum")}
+    try:
+        target_cfg = replace(pilot_cfg, outer=replace(pilot_cfg.outer, **outer_changes),
+                             **{k: v for k, v in changes.items() if k in ("lr", "inner_steps", "outer_steps")})
+    except TypeError as err:
+        raise ConfigError(f"the changed setting is not valid: {err}") from None
+    outer_b = target_cfg.outer
+    tensors = _replayed(run["outer"], groups)
+    pilot_ph, target_ph = _schedule(pilot_cfg), _schedule(target_cfg)
+    Tb = target_cfg.outer_steps
+    # the pilot's step covering the same fraction of training (0-based), within what was measured
+    src = np.minimum(np.ceil((np.arange(Tb) + 1) * pilot_cfg.outer_steps / Tb).astype(int) - 1, t0 - 1)
+    l2_ratio = target_ph["L2"] / pilot_ph["L2"][src]
+    flags = []
+    if t0 < pilot_cfg.outer_steps:
+        flags.append(f"the pilot is measured to outer step {t0} of {pilot_cfg.outer_steps}: later steps reuse its "
+                     "last inputs")
+    if pilot_cfg.noniid:
+        flags.append("the pilot trains on non-IID shards: its drift is carried over as it was measured")
+    per, per_pilot = [], []
+    for t in tensors.values():
+        start = exchangeable.initial(float(t["s2"][0]), 0.0, 0.0)
+        per.append((t["numel"], _step_forward(outer_b, start, t["c"][src], t["s2"][src] * l2_ratio, t["rho"])))
+        per_pilot.append((t["numel"], _step_forward(run["outer"], start, t["c"], t["s2"], t["rho"])))
+    ws, ws_pilot = _weight_std(per), _weight_std(per_pilot)
+    flattest = min(float(np.median(t["c"][max(t0 // 2, 1):])) for t in tensors.values())
+    radius = exchangeable.decay_factor(outer_b, max(flattest, 0.0))
+    if not radius < 1:
+        flags.append(f"unstable: the target's decay factor at the pilot's flattest c ({flattest:.3g}) is "
+                     f"{radius:.4g} >= 1; its spread grows without bound and no level is predicted")
+    tilt = amplification_tilt(run["outer"], outer_b, max(flattest, TILT_FLAT_C), float(np.median(
+        [t["rho"] for t in tensors.values()])))
+    if tilt > TILT_LIMIT:
+        flags.append(f"extrapolates: the new outer step amplifies the flat directions {tilt:.2f}x more, relative to "
+                     f"the stiff ones, than the pilot's (limit {TILT_LIMIT:g}); a tensor's pooled c and s2 mix "
+                     "directions of different curvature, so its inputs move with such a change (near the "
+                     "stability edge, gamma 0): run a pilot nearer the target")
+    late = slice(Tb // 2, None)
+    level = float(math.sqrt(np.mean(ws[late] ** 2))) if np.all(np.isfinite(ws)) else math.inf
+    band = _interval(ws, TRANSFER_ERROR)
+    rows = [{"outer_step": s + 1, "predicted": float(v), "low": lo, "high": hi}
+            for s, v, lo, hi in zip(range(Tb), ws, band["low"], band["high"])]
+    return {"run": str(run_dir), "changes": changes, "flags": flags, "decay_factor": radius,
+            "flattest_c": flattest, "tilt": tilt, "second_half_rms": level,
+            "pilot_replayed_rms": float(math.sqrt(np.mean(ws_pilot[len(ws_pilot) // 2:] ** 2))),
+            "interval": {"quantiles": list(TRANSFER_ERROR), "from": "docs/data/advice_development.json"},
+            "rows": rows}
+
+
+#: the fields ``--as`` may change, with their types
+TRANSFER_FIELDS = {"alpha": float, "beta": float, "gamma": float, "group_size": int, "replicas": int, "momentum": str,
+                   "lr": float, "inner_steps": int, "outer_steps": int}
+
+
+def parse_changes(text: str) -> dict:
+    """``alpha=0.3,gamma=0.5,inner-steps=25`` as ``{"alpha": 0.3, "gamma": 0.5, "inner_steps": 25}``."""
+    changes = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        key = key.strip().replace("-", "_")
+        if not sep or key not in TRANSFER_FIELDS:
+            raise ConfigError(f"--as {text!r}: {item!r} is not FIELD=VALUE with FIELD one of "
+                              f"{', '.join(k.replace('_', '-') for k in TRANSFER_FIELDS)}")
+        try:
+            changes[key] = TRANSFER_FIELDS[key](value.strip())
+        except ValueError:
+            raise ConfigError(f"--as {text!r}: {key}={value!r} is not a {TRANSFER_FIELDS[key].__name__}") from None
+    if not changes:
+        raise ConfigError(f"--as {text!r} names no change; e.g. --as alpha=0.3,gamma=0.5")
+    return changes
+
+
+def _fmt(x, spec: str) -> str:
+    return "-" if x is None or not math.isfinite(x) else format(x, spec)
+
+
+def format_forecast(report: dict) -> str:
+    lines = [f"{report['run']}: {report['method']}; forecast from outer steps 1 to {report['from_step']} "
+             f"(window {report['window'][0]} to {report['window'][1]}) to step {report['outer_steps']}; "
+             f"80 % interval from the development sweep's errors",
+             f"{'outer':>6} {'forecast':>11} {'low':>11} {'high':>11} {'measured':>11}"]
+    lines += [f"{r['outer_step']:>6} {_fmt(r['forecast'], '11.4e')} {_fmt(r['low'], '11.4e')} "
+              f"{_fmt(r['high'], '11.4e')} {_fmt(r['measured'], '11.4e')}" for r in report["rows"]]
+    lines += [f"flag: {f}" for f in report["flags"]]
+    return "\n".join(lines)
+
+
+def format_transfer(report: dict) -> str:
+    changes = ", ".join(f"{k}={v}" for k, v in report["changes"].items())
+    lines = [f"{report['run']} as {changes}: predicted weight_std from the pilot's measured inputs; 80 % interval "
+             "from the development sweep's errors",
+             f"{'outer':>6} {'predicted':>11} {'low':>11} {'high':>11}"]
+    lines += [f"{r['outer_step']:>6} {_fmt(r['predicted'], '11.4e')} {_fmt(r['low'], '11.4e')} "
+              f"{_fmt(r['high'], '11.4e')}" for r in report["rows"]]
+    lines.append(f"second-half RMS: predicted {_fmt(report['second_half_rms'], '.4e')}, the pilot's own (replayed) "
+                 f"{_fmt(report['pilot_replayed_rms'], '.4e')}; decay factor at the flattest c "
+                 f"{_fmt(report['decay_factor'], '.4f')}; tilt {_fmt(report['tilt'], '.3f')} (limit {TILT_LIMIT:g})")
+    lines += [f"flag: {f}" for f in report["flags"]]
+    return "\n".join(lines)

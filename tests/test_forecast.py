@@ -1,0 +1,178 @@
+"""The advice of noloco.llm_check.forecast on synthetic runs whose inputs follow the forecast's own model exactly,
+so the forecast must equal the replay of the whole run; the transfer's exact scalings (no change, the learning
+rate); the flags; and the command line (``noloco llm predict --forecast / --as``)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from noloco.cli import main
+from noloco.infra.files import dumps, write_json
+from noloco.llm_check import forecast as F
+from noloco.llm_check.config import TrainConfig
+from noloco.llm_check.predict import replay
+from noloco.theory.config import OuterConfig
+
+OUTER = OuterConfig(replicas=8, group_size=2, alpha=0.5, beta=0.7, gamma=0.7)
+GROUPS = {"flat": (0.05, 3.0, 3000), "curved": (0.5, 5.0, 1000)}  # c0, s0, numel: c = c0 sqrt(L1), s2 = s0 L2
+
+
+def config(outer=OUTER, **fields) -> TrainConfig:
+    values = dict(method="noloco", outer=outer, inner_steps=10, outer_steps=40, lr=1e-3, warmup=50,
+                  schedule="cosine", eval_every=2, weight_decay=0.0)
+    return TrainConfig(**{**values, **fields})
+
+
+def write_run(path, cfg: TrainConfig, groups=GROUPS, c_scale=1.0, measured_to=None):
+    """A run folder whose inputs are exactly the forecast's model: rho 0 (running-sum variance = the sum of the
+    variances), c = c0 sqrt(L1_t), s2 = s0 L2_t with s0 large enough that the noise fraction is saturated.
+    ``measured_to`` cuts inputs.jsonl (a run still going); weight_std is logged as 1 at every evaluation."""
+    from dataclasses import asdict
+
+    ph = F._schedule(cfg)
+    T = measured_to or cfg.outer_steps
+    rows = []
+    cum = {name: 0.0 for name in groups}
+    for t in range(T):
+        entry = {}
+        for name, (c0, s0, numel) in groups.items():
+            s2 = s0 * ph["L2"][t]
+            cum[name] += s2
+            entry[name] = {"c": c_scale * c0 * math.sqrt(ph["L1"][t]) if t else 0.0, "s2": s2, "lag1_cov": 0.0,
+                           "sum_var": cum[name], "numel": numel, "spread": 0.0, "drift_var": None}
+        rows.append({"outer_step": t + 1, "groups": entry})
+    path.mkdir(parents=True, exist_ok=True)
+    write_json(path / "result.json", {"schema_version": 2, "config": asdict(cfg)})
+    metrics = [{"outer_step": s, "weight_std": 1.0} for s in range(cfg.eval_every, T + 1, cfg.eval_every)]
+    (path / "metrics.jsonl").write_text("".join(dumps(r) + "\n" for r in metrics))
+    (path / "inputs.jsonl").write_text("".join(dumps(r) + "\n" for r in rows))
+    return ph
+
+
+def replayed_weight_std(cfg, ph, groups=GROUPS, outer=None) -> np.ndarray:
+    """weight_std after every outer step of predict's replay of the model's inputs over the whole run."""
+    outer = outer or cfg.outer
+    level = 0.0
+    for c0, s0, numel in groups.values():
+        c = c0 * np.sqrt(ph["L1"])
+        c[0] = 0.0
+        _, spread, _, _ = replay(outer, c, s0 * ph["L2"], np.zeros(cfg.outer_steps))
+        level = level + numel * spread[1:]
+    return np.sqrt(level / sum(g[2] for g in groups.values()))
+
+
+@pytest.mark.parametrize("from_step", [10, 20, 33])
+def test_a_forecast_of_inputs_that_follow_its_model_is_the_replay_of_the_whole_run(tmp_path, from_step):
+    cfg = config()
+    ph = write_run(tmp_path, cfg)
+    assert np.all(5.0 * ph["L2"] / ph["EMA"] > 0.99)  # saturated: the growth factor is 1, as the model says
+    rep = F.forecast(tmp_path, from_step=from_step)
+    exact = replayed_weight_std(cfg, ph)
+    got = np.array([r["forecast"] for r in rep["rows"]])
+    assert [r["outer_step"] for r in rep["rows"]] == list(range(from_step + 1, cfg.outer_steps + 1))
+    np.testing.assert_allclose(got, exact[from_step:], rtol=1e-9)
+    assert not [f for f in rep["flags"] if f.startswith(("not settled", "too few"))]
+    lo, hi = F.FORECAST_ERROR
+    for r in rep["rows"]:
+        assert r["low"] == pytest.approx(r["forecast"] / hi) and r["high"] == pytest.approx(r["forecast"] / lo)
+
+
+def test_the_forecast_would_see_a_wrong_scaling_of_c(tmp_path):
+    """Inputs whose c follows the SGD rule (c ~ L1) under the cosine decay: equal to the model's over the window,
+    smaller later; the forecast (c ~ L1^1/2) then misses the replay of those inputs. The check can fail."""
+    cfg, groups = config(), {"curved": (3.0, 5.0, 1000)}
+    ph = write_run(tmp_path, cfg, groups)
+    ref = ph["L1"][9]
+    rows = [__import__("json").loads(x) for x in (tmp_path / "inputs.jsonl").read_text().splitlines()]
+    for t, r in enumerate(rows):
+        for g in r["groups"].values():
+            g["c"] *= math.sqrt(ph["L1"][t] / ref)
+    (tmp_path / "inputs.jsonl").write_text("".join(dumps(r) + "\n" for r in rows))
+    level = 0.0
+    for name, (c0, s0, numel) in groups.items():
+        c = np.array([r["groups"][name]["c"] for r in rows])
+        level = level + numel * replay(OUTER, c, s0 * ph["L2"], np.zeros(cfg.outer_steps))[1][1:]
+    truth = np.sqrt(level / sum(g[2] for g in groups.values()))
+    got = np.array([r["forecast"] for r in F.forecast(tmp_path, from_step=10)["rows"]])
+    assert np.max(np.abs(got / truth[10:] - 1)) > 0.05
+
+
+def test_the_saturation_model():
+    """G = f / f_w with odds (1 - f)/f = (1 - f_w)/f_w r^p k^-b: 1 at the window, towards 1/f_w as k grows."""
+    f_w, p, b = 0.4, 0.466, 0.719
+    r, k = np.array([1.0, 0.5, 1.0]), np.array([1.0, 1.0, 4.0])
+    odds = (1 - f_w) / f_w * r ** p * k ** -b
+    np.testing.assert_allclose(F.saturation(f_w, r, k, p, b), 1 / (1 + odds) / f_w, rtol=1e-15)
+    assert F.saturation(f_w, r, k, p, b)[0] == pytest.approx(1.0)
+    assert np.all(F.saturation(0.995, r, k, p, b) == 1.0)  # already saturated
+
+
+def test_a_running_run_is_forecast_from_what_it_has_written(tmp_path):
+    cfg = config()
+    write_run(tmp_path, cfg, measured_to=12)
+    rep = F.forecast(tmp_path)
+    assert rep["from_step"] == 12 and rep["rows"][-1]["outer_step"] == cfg.outer_steps
+    assert rep["rows"][0]["measured"] is None  # later than the run's last evaluation
+
+
+def test_flags_early_steps_and_unsettled_inputs(tmp_path):
+    cfg = config()
+    write_run(tmp_path, cfg)
+    assert any(f.startswith("too few steps") for f in F.forecast(tmp_path, from_step=4)["flags"])
+    with pytest.raises(Exception, match="at least 3"):
+        F.forecast(tmp_path, from_step=2)
+    rows = [__import__("json").loads(x) for x in (tmp_path / "inputs.jsonl").read_text().splitlines()]
+    for t, r in enumerate(rows[:10]):  # c ramps up across the window
+        for g in r["groups"].values():
+            g["c"] *= (t / 10) ** 2
+    (tmp_path / "inputs.jsonl").write_text("".join(dumps(r) + "\n" for r in rows))
+    assert any(f.startswith("not settled") for f in F.forecast(tmp_path, from_step=10)["flags"])
+
+
+def test_a_transfer_with_no_change_is_the_pilots_replay_and_the_rate_scales_it_exactly(tmp_path):
+    cfg = config(schedule="constant", warmup=20)
+    write_run(tmp_path, cfg)
+    same = F.transfer(tmp_path, alpha=OUTER.alpha)
+    assert same["second_half_rms"] == pytest.approx(same["pilot_replayed_rms"], rel=1e-12)
+    assert same["tilt"] == pytest.approx(1.0) and same["flags"] == []
+    double = F.transfer(tmp_path, lr=2e-3)  # s2 ~ L2 = 4x, c unchanged: the spread doubles, step by step
+    np.testing.assert_allclose([r["predicted"] for r in double["rows"]],
+                               [2 * r["predicted"] for r in same["rows"]], rtol=1e-9)
+
+
+def test_a_transfer_to_another_outer_step_is_that_steps_recursion_with_the_pilots_inputs(tmp_path):
+    cfg = config(schedule="constant", warmup=20)
+    ph = write_run(tmp_path, cfg)
+    target = OuterConfig(replicas=16, group_size=4, alpha=0.3, beta=0.9, gamma=0.5)
+    rep = F.transfer(tmp_path, replicas=16, group_size=4, alpha=0.3, beta=0.9, gamma=0.5)
+    np.testing.assert_allclose([r["predicted"] for r in rep["rows"]], replayed_weight_std(cfg, ph, outer=target),
+                               rtol=1e-9)
+
+
+def test_a_transfer_that_amplifies_flat_directions_is_flagged(tmp_path):
+    cfg = config(schedule="constant", warmup=20)
+    write_run(tmp_path, cfg)
+    assert F.amplification_tilt(OUTER, OUTER, 0.02) == pytest.approx(1.0)
+    flags = F.transfer(tmp_path, gamma=0.0)["flags"]
+    assert any(f.startswith("extrapolates") for f in flags)
+    with pytest.raises(Exception, match="cannot transfer"):
+        F.transfer(tmp_path, weight_decay=0.1)
+
+
+def test_the_command_line(tmp_path, capsys):
+    cfg = config()
+    write_run(tmp_path, cfg)
+    assert main(["llm", "predict", str(tmp_path), "--forecast", "--from-step", "10"]) == 0
+    out = capsys.readouterr().out
+    assert "forecast from outer steps 1 to 10" in out and out.count("\n") >= cfg.outer_steps - 10
+    assert main(["llm", "predict", str(tmp_path), "--as", "alpha=0.3,gamma=0.5", "--json"]) == 0
+    assert '"changes"' in capsys.readouterr().out
+    for bad in (["--as", "alpha"], ["--as", "alpha=x"], ["--as", ""], ["--from-step", "3"],
+                ["--forecast", "--from-step", "0"], ["--forecast", "--as", "alpha=0.1"]):
+        try:
+            code = main(["llm", "predict", str(tmp_path), *bad])
+        except SystemExit as stop:  # argparse's own refusals
+            code = stop.code
+        assert code == 2, bad
+    assert F.parse_changes("alpha=0.3, inner-steps=25") == {"alpha": 0.3, "inner_steps": 25}
