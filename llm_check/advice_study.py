@@ -27,6 +27,7 @@ from noloco.infra import entry
 from noloco.infra.entry import OneLineParser
 from noloco.infra.errors import DataError
 from noloco.infra.files import print_json, read_json, write_json
+from noloco.llm_check.forecast import FORECAST_ERROR, TRANSFER_ERROR
 
 PROG = "python -m noloco.llm_check.advice_study"
 SEEDS = (0, 1, 2)
@@ -92,6 +93,11 @@ def _rms_second_half(rows: list[dict], key: str, T: int) -> float:
     return math.sqrt(float(np.mean(np.square(values))))
 
 
+def _inside(ratio: float, error: tuple[float, float]) -> bool:
+    """Whether the measured value lies in the reported 80 % interval [predicted / high, predicted / low]."""
+    return error[0] <= ratio <= error[1]
+
+
 def _verdict(ratio: float, flagged: bool) -> str:
     if flagged:
         return "flagged"
@@ -109,7 +115,8 @@ def forecast_check(folder: Path, setting: str, seed: int) -> dict:
     ratio = _rms_second_half(measured, "forecast", T) / _rms_second_half(measured, "measured", T)
     flagged = any(f.startswith(EXTRAPOLATING) for f in fc["flags"])
     return {"setting": setting, "seed": seed, "from_step": fc["from_step"], "outer_steps": T, "ratio": ratio,
-            "flags": fc["flags"], "verdict": _verdict(ratio, flagged)}
+            "flags": fc["flags"], "verdict": _verdict(ratio, flagged),
+            "inside_interval": _inside(ratio, FORECAST_ERROR)}
 
 
 def development(root: Path) -> dict:
@@ -151,7 +158,7 @@ def transfer_check(pilot: Path, target: Path, setting: str, seed: int, changes: 
     ratio = _rms_second_half(rows, "predicted", T) / _rms_second_half(rows, "measured", T)
     flagged = any(f.startswith(EXTRAPOLATING) for f in pred["flags"])
     return {"target": setting, "seed": seed, "changes": changes, "ratio": ratio, "flags": pred["flags"],
-            "verdict": _verdict(ratio, flagged)}
+            "verdict": _verdict(ratio, flagged), "inside_interval": _inside(ratio, TRANSFER_ERROR)}
 
 
 def development_transfers(root: Path, pilot: str = "const_h10") -> dict:
@@ -187,7 +194,8 @@ def evaluate(runs: Path) -> dict:
         claimed = [x for x in items if x["verdict"] != "flagged"]
         return {"runs": len(items), "claimed": len(claimed), "agree": sum(x["verdict"] == "agrees" for x in items),
                 "flagged": len(items) - len(claimed),
-                "agree_all_counted": sum(abs(x["ratio"] - 1) <= TOLERANCE for x in items)}
+                "agree_all_counted": sum(abs(x["ratio"] - 1) <= TOLERANCE for x in items),
+                "inside_interval": sum(x["inside_interval"] for x in claimed)}
 
     return {"schema": "advice-holdout", "tolerance": TOLERANCE, "seeds": list(SEEDS), "base": BASE,
             "settings": {n: c for n, (c, _) in SETTINGS.items()}, "forecasts": forecasts, "transfers": transfers,
@@ -202,7 +210,8 @@ def format_report(rep: dict) -> str:
     lines += [f"{x['target']:<20} {x['seed']:>4} {x['ratio']:6.3f}  {x['verdict']}" for x in rep["transfers"]]
     for key, s in rep["summary"].items():
         lines.append(f"{key}: {s['agree']} of {s['claimed']} unflagged predictions agree ({s['flagged']} flagged); "
-                     f"counting every run: {s['agree_all_counted']} of {s['runs']}")
+                     f"counting every run: {s['agree_all_counted']} of {s['runs']}; measured inside the 80 % interval: "
+                     f"{s['inside_interval']} of {s['claimed']}")
     return "\n".join(lines)
 
 

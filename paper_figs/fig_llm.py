@@ -10,9 +10,10 @@ the seed are one setting: a line for the mean over seeds and a band for their ra
 prediction is :func:`noloco.llm_check.predict.predict` on each run (it reads the run's
 inputs.jsonl; docs/llm_check.md). Says so when no run is cached.
 
-Each setting's ``forecast`` (None here) is the hook for a forecast of the spread: a dict
-``{"tokens": [...], "weight_std": [...]}``, optionally with ``"low"`` and ``"high"`` (a band),
-which ``draw`` plots dotted in the setting's colour."""
+Each setting's ``forecast`` is :func:`noloco.llm_check.forecast.forecast` of each seed's run from its first
+quarter of outer steps (docs/advice.md; None where a run has too few steps or no inputs, or the forecast is
+flagged as not settled), averaged over seeds with its 80 % interval as a band: ``draw`` plots it dotted in
+the setting's colour from the step it starts."""
 
 from __future__ import annotations
 
@@ -27,6 +28,8 @@ NAME = "llm"
 CACHED = False     # the runs are the cache
 MAX_SETTINGS = 6
 SYMBOLS = {"replicas": "N", "group_size": "n", "alpha": "α", "beta": "β", "gamma": "γ", "inner_steps": "H"}
+#: settings that change how a run is logged or run, not what it trains: never in a label
+BOOKKEEPING = {"eval_every", "ckpt_every", "val_windows", "device", "replica_mode", "dtype"}
 IDENTICAL = 1e-7   # weight_std below this: identical replicas up to float round-off
 
 
@@ -69,6 +72,32 @@ def _predicted(run: Path) -> dict:
     return {r["outer_step"]: r["predicted"] for r in rows if r["predicted"] is not None}
 
 
+def _forecast(run: Path, rows: list) -> dict:
+    """{outer step: (forecast, low, high)} from the run's first quarter; {} when none can be made or it is
+    flagged as extrapolating."""
+    try:
+        from noloco.infra.errors import ConfigError, DataError
+        from noloco.llm_check.forecast import forecast
+        from noloco.llm_check.predict import read_run
+
+        quarter = read_run(run)["config"].outer_steps // 4
+        rep = forecast(run, from_step=quarter)
+    except (ImportError, ConfigError, DataError, KeyError, TypeError, ValueError):
+        return {}
+    if any(f.startswith(("not settled", "too few", "the forecast recursion")) for f in rep["flags"]):
+        return {}
+    return {r["outer_step"]: (r["forecast"], r["low"], r["high"]) for r in rep["rows"]}
+
+
+def _forecast_line(g: dict, tokens_per_step: float) -> dict | None:
+    per_seed = [run["forecast"] for run in g["runs"] if run["forecast"]]
+    if not per_seed:
+        return None
+    steps = sorted(set.intersection(*(set(f) for f in per_seed)))
+    mean = lambda k: [float(np.mean([f[s][k] for f in per_seed])) for s in steps]  # noqa: E731
+    return {"tokens": [s * tokens_per_step for s in steps], "weight_std": mean(0), "low": mean(1), "high": mean(2)}
+
+
 def _stats(values) -> dict:
     """Mean and range over seeds (rows) of a (seeds, steps) table with None for missing."""
     a = np.array([[np.nan if v is None else v for v in row] for row in values], dtype=float)
@@ -81,7 +110,7 @@ def _stats(values) -> dict:
 def _labels(configs: list) -> list:
     """Each setting named by its method and the settings that differ between them."""
     order = list(SYMBOLS)
-    keys = sorted({k for c in configs if c for k in c} - {"seed", "method"},
+    keys = sorted({k for c in configs if c for k in c} - {"seed", "method"} - BOOKKEEPING,
                   key=lambda k: (order.index(k) if k in order else len(order), k))
     differ = [k for k in keys if len({json.dumps(c.get(k)) for c in configs if c}) > 1]
     return [c["method"] + "".join(f", {SYMBOLS.get(k, k)} = {c.get(k)}" for k in differ) for c in configs]
@@ -98,7 +127,8 @@ def compute(runs: str) -> dict:
         where = str(path.parent.relative_to(root))
         key = json.dumps({k: v for k, v in cfg.items() if k != "seed"}, sort_keys=True) if cfg else where
         g = groups.setdefault(key, {"config": cfg or {"method": where}, "runs": []})
-        g["runs"].append({"dir": where, "rows": rows, "predicted": _predicted(path.parent)})
+        g["runs"].append({"dir": where, "rows": rows, "predicted": _predicted(path.parent),
+                          "forecast": _forecast(path.parent, rows)})
     # method comparisons (`noloco llm train`) first, then sweep runs
     ordered = sorted(groups.values(), key=lambda g: ("validate" in g["runs"][0]["dir"], g["runs"][0]["dir"]))
     settings = []
@@ -112,7 +142,7 @@ def compute(runs: str) -> dict:
             "val": _stats([[a[s].get("val_loss_avg_model") for s in steps] for a in at]),
             "measured": _stats([[a[s].get("weight_std") for s in steps] for a in at]),
             "predicted": _stats([[run["predicted"].get(s) for s in steps] for run in g["runs"]]),
-            "forecast": None,
+            "forecast": _forecast_line(g, at[0][steps[0]]["tokens"] / steps[0]) if steps else None,
         })
     return {"root": str(runs), "settings": settings, "total": len(groups)}
 
@@ -155,7 +185,7 @@ def draw(data: dict):
             if "low" in f and "high" in f:
                 b.fill_between(f["tokens"], f["low"], f["high"], color=colour, alpha=0.1, lw=0)
     if any(s.get("forecast") for s in data["settings"]):
-        kinds.append(Line2D([], [], color="grey", ls=":", label="forecast"))
+        kinds.append(Line2D([], [], color="grey", ls=":", label="forecast from the first quarter"))
     a.set(xlabel="training tokens (count)", ylabel="validation loss of averaged model (nats/byte)",
           title="loss (band: range over seeds)")
     b.set(xlabel="training tokens (count)", ylabel="weight std across replicas (weight units)",
@@ -163,7 +193,8 @@ def draw(data: dict):
     if positive:  # a log axis needs one positive value
         b.set_yscale("log")
     b.legend(handles=kinds, loc="best")
-    fig.legend(*a.get_legend_handles_labels(), loc="outside lower center", ncol=2)
+    handles, labels = a.get_legend_handles_labels()
+    fig.legend(handles, labels, loc="outside lower center", ncol=2 if max(map(len, labels)) <= 45 else 1)
     if data["total"] > len(data["settings"]):
         fig.suptitle(f"first {len(data['settings'])} of {data['total']} settings under {data['root']}/")
     return fig
