@@ -275,15 +275,24 @@ class Lifecycle:
 
     # ------------------------------------------------------------- the run
 
-    def _stop(self, request, inner_step: int | None) -> None:
-        """Checkpoint the state the stop request found (one process) and raise :class:`Interrupted`."""
+    def _stop(self, signal_name: str, inner_step: int | None) -> None:
+        """Checkpoint the state the stop request found and raise :class:`Interrupted` (under torchrun every rank
+        does so at the same outer step)."""
         t = self.trainer
         where = f"outer step {t.outer_done}" + (f", inner step {inner_step}" if inner_step else "")
         self.save()
         self._write_inputs()
         self._write_result(self.started)
-        raise Interrupted(f"the state at {where} is saved in {self.checkpoint}; continue with: {resume_command()}",
-                          request.signal_name)
+        raise Interrupted(f"the state at {where} is saved in {self.checkpoint}; continue with: "
+                          f"{resume_command(self.ex.world_size)}", signal_name)
+
+    def _stop_requested(self, request) -> str | None:
+        """The signal that asks this run to stop at this outer step: this process's, or under torchrun any rank's
+        (one all-gather per outer step, so that every rank checkpoints the same step)."""
+        if self.ex.world_size == 1:
+            return request.signal_name
+        anyone = any(self.ex.agree([1.0 if request.signal_name else 0.0]))
+        return request.signal_name or ("SIGTERM" if anyone else None)
 
     def execute(self, resume: bool, stop_after: int | None, overwrite: bool, progress: bool | None,
                 open_folder: bool = False) -> dict:
@@ -311,7 +320,7 @@ class Lifecycle:
                        show=progress if self.ex.is_main else False)
         clock = time.perf_counter()
         try:
-            with bar, deferred_stop(enabled=single) as request:
+            with bar, deferred_stop() as request:
                 while t.outer_done < last:
                     step0 = t.outer_done * cfg.inner_steps
                     for h in range(t.inner_done, cfg.inner_steps):
@@ -322,8 +331,8 @@ class Lifecycle:
                             break
                         t.record_loss(loss)
                         bar.update(1)
-                        if request.signal_name and h + 1 < cfg.inner_steps:
-                            self._stop(request, h + 1)
+                        if single and request.signal_name and h + 1 < cfg.inner_steps:  # ranks stop together
+                            self._stop(request.signal_name, h + 1)
                     if single and self.divergence.first:
                         break
                     evaluate = (t.outer_done + 1) % cfg.eval_every == 0 or t.outer_done + 1 == cfg.outer_steps
@@ -346,8 +355,9 @@ class Lifecycle:
                         self.save()
                         self._write_inputs()
                         self._write_result(started)
-                    if request.signal_name and t.outer_done < last:
-                        self._stop(request, None)
+                    stop = self._stop_requested(request)
+                    if stop and t.outer_done < last:
+                        self._stop(stop, None)
         except KeyboardInterrupt as err:
             if isinstance(err, Interrupted):
                 raise

@@ -593,3 +593,28 @@ def test_outer_state_in_bfloat16_and_the_reference_metric(tmp_path):
                     tmp_path / "r", progress=False)
     again.run(resume=True)
     assert again.phi["wte"].dtype == torch.bfloat16
+
+
+@pytest.mark.slow
+def test_torchrun_sigterm_checkpoints_every_rank_at_one_outer_step(tmp_path):
+    """SIGTERM to torchrun (what a scheduler sends): every rank finishes its outer step, all agree to stop at
+    the same one, save the state there (not only the last periodic checkpoint) and print the resume command."""
+    import signal
+    import time
+
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+           "--master-port", str(free_port()), "-m", "noloco.llm_check.train", "--preset", "cpu-tiny", "--replicas", "2",
+           "--outer-steps", "5000", "--eval-every", "20", "--ckpt-every", "5000", "--val-windows", "4", "--warmup", "0",
+           "--timeout", "60", "--out", str(tmp_path)]
+    proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and len(rows(tmp_path) if (tmp_path / "metrics.jsonl").exists() else []) < 2:
+        time.sleep(0.5)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert all((tmp_path / f"ckpt-rank{r}.pt").exists() for r in (0, 1)), err[-3000:]
+    steps = [torch.load(tmp_path / f"ckpt-rank{r}.pt", weights_only=True)["outer_step"] for r in (0, 1)]
+    assert steps[0] == steps[1] >= 40, err[-2000:]
+    assert err.count(f"terminated (SIGTERM); the state at outer step {steps[0]} is saved") == 2, err[-2000:]
+    assert "--resume" in err and not (tmp_path / "run.lock").exists()
