@@ -28,10 +28,8 @@ import numpy as np
 
 from noloco.llm_check.config import build
 from noloco.llm_check.routing import middle_stages
-from noloco.infra import entry
-from noloco.infra.entry import OneLineParser, interrupted
-from noloco.infra.errors import ConfigError, DataError
-from noloco.infra.files import output_dir, print_json, read_jsonl, write_json
+from noloco.infra.errors import DataError
+from noloco.infra.files import output_dir, read_jsonl, write_json
 from noloco.theory.stats import mean_se
 
 #: the model and run every study run shares (the cpu-small preset, then these)
@@ -176,25 +174,9 @@ PROG = "python -m noloco.llm_check.routing_study"
 
 
 def main(argv=None) -> int:
-    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default="runs/routing", help="run folder (default runs/routing); finished runs "
-                                                                "with the same settings are reused")
-    parser.add_argument("--seeds", type=int, default=len(SEEDS), help="number of seeds (default 3)")
-    parser.add_argument("--quick", action="store_true", help="a tiny version of the study (a smoke test)")
-    parser.add_argument("--threads", type=int, default=1, help="torch CPU threads per run (default 1)")
-    parser.add_argument("--json", action="store_true", help="print the JSON report instead of the tables")
-    return entry.run(PROG, parser, _work, argv)
+    from noloco.llm_check.study import study_main
 
-
-def _work(args) -> int:
-    if args.seeds < 2:
-        raise ConfigError(f"--seeds {args.seeds}: at least 2 seeds are needed for a standard error")
-    try:
-        rep = run_study(args.out, seeds=tuple(range(args.seeds)), quick=args.quick, threads=args.threads)
-    except KeyboardInterrupt as err:
-        raise interrupted(err, "finished runs are kept and reused by the same command") from None
-    print_json(rep) if args.json else print(format_report(rep))
-    return 0
+    return study_main(PROG, __doc__.split("\n\n")[0], "runs/routing", run_study, format_report, argv, len(SEEDS))
 
 
 if __name__ == "__main__":

@@ -153,4 +153,4 @@ def test_interrupt_exits_130_and_says_finished_runs_are_reused(tmp_path, capsys,
 
     monkeypatch.setattr(paper_study, "train_all", stop)
     assert main(["--quick", "--out", str(tmp_path)]) == 130
-    assert "finished runs are reused" in capsys.readouterr().err
+    assert "finished runs are kept and reused by the same command" in capsys.readouterr().err
