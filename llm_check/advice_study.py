@@ -10,6 +10,11 @@ quarter of the run's outer steps (floor(T/4)); a transfer uses the whole pilot (
 A prediction that carries a flag counts as a claim the toolkit did not make when the flag says it
 extrapolates ("not settled", "extrapolates", "unstable"): it is reported, and counted separately.
 
+The loss side (:mod:`noloco.llm_check.gap`, added after the first evaluation and committed before its own):
+the equipartition gap at every run's final checkpoint against the measured gap of its final evaluation
+(8 validation windows), per run; the rule: within a factor :data:`GAP_FACTOR` on at least 80 % of the runs
+(the 8-window measurement is noisy; the development snapshots, on 128 windows, were within 2x on 62 of 63).
+
 ``python -m noloco.llm_check.advice_study --runs DIR`` trains what is missing (``noloco llm train``, one thread,
 finished runs reused) and writes ``advice_holdout.json`` into DIR (copy it to docs/data/ to refresh the docs).
 """
@@ -32,6 +37,7 @@ from noloco.llm_check.forecast import FORECAST_ERROR, TRANSFER_ERROR
 PROG = "python -m noloco.llm_check.advice_study"
 SEEDS = (0, 1, 2)
 TOLERANCE = 0.15
+GAP_FACTOR = 2.0
 #: the base setting (the development sweep's): cpu-small model, N 8 pairs, alpha 0.5, beta 0.7, gamma 0.7,
 #: AdamW lr 1e-3 without weight decay, H 10, 80 outer steps, constant after 20 warm-up steps
 BASE = dict(method="noloco", replicas=8, group_size=2, alpha=0.5, beta=0.7, gamma=0.7, layers=2, heads=4,
@@ -197,9 +203,25 @@ def evaluate(runs: Path) -> dict:
                 "agree_all_counted": sum(abs(x["ratio"] - 1) <= TOLERANCE for x in items),
                 "inside_interval": sum(x["inside_interval"] for x in claimed)}
 
+    gaps = [gap_check(runs / name / f"s{seed}", name, seed) for name in SETTINGS for seed in SEEDS]
+    within = [g for g in gaps if g["ratio"] is not None and 1 / GAP_FACTOR <= g["ratio"] <= GAP_FACTOR]
+    ratios = [g["ratio"] for g in gaps if g["ratio"] is not None]
     return {"schema": "advice-holdout", "tolerance": TOLERANCE, "seeds": list(SEEDS), "base": BASE,
             "settings": {n: c for n, (c, _) in SETTINGS.items()}, "forecasts": forecasts, "transfers": transfers,
-            "summary": {"forecast": tally(forecasts), "transfer": tally(transfers)}}
+            "gaps": gaps,
+            "summary": {"forecast": tally(forecasts), "transfer": tally(transfers),
+                        "gap": {"runs": len(gaps), "within_factor": len(within), "factor": GAP_FACTOR,
+                                "within_15_percent": sum(abs(r - 1) <= TOLERANCE for r in ratios),
+                                "median_ratio": float(np.median(ratios)) if ratios else None}}}
+
+
+def gap_check(folder: Path, setting: str, seed: int) -> dict:
+    """The equipartition gap at the run's final checkpoint against its final evaluation's measured gap."""
+    from noloco.llm_check.gap import equipartition_gap
+
+    rep = equipartition_gap(folder)
+    return {"setting": setting, "seed": seed, "predicted": rep["predicted"], "measured": rep["measured"],
+            "ratio": rep["ratio"]}
 
 
 def format_report(rep: dict) -> str:
@@ -208,7 +230,12 @@ def format_report(rep: dict) -> str:
     lines += [f"{x['setting']:<20} {x['seed']:>4} {x['ratio']:6.3f}  {x['verdict']}" for x in rep["forecasts"]]
     lines += ["", "transfer from the base run (same seed):", f"{'target':<20} {'seed':>4} {'ratio':>6}  verdict"]
     lines += [f"{x['target']:<20} {x['seed']:>4} {x['ratio']:6.3f}  {x['verdict']}" for x in rep["transfers"]]
+    g = rep["summary"]["gap"]
+    lines.append(f"loss gap: {g['within_factor']} of {g['runs']} runs within a factor {g['factor']:g}, "
+                 f"{g['within_15_percent']} within 15 %, median predicted / measured {g['median_ratio']:.3f}")
     for key, s in rep["summary"].items():
+        if key == "gap":
+            continue
         lines.append(f"{key}: {s['agree']} of {s['claimed']} unflagged predictions agree ({s['flagged']} flagged); "
                      f"counting every run: {s['agree_all_counted']} of {s['runs']}; measured inside the 80 % interval: "
                      f"{s['inside_interval']} of {s['claimed']}")

@@ -26,6 +26,10 @@ def add_parser(sub) -> None:
                         help="predict the spread of this run's setting with CHANGES (e.g. alpha=0.3,gamma=0.5 or "
                              "lr=2e-3,inner-steps=25,outer-steps=32; fields alpha beta gamma group-size replicas "
                              "momentum lr inner-steps outer-steps) from its measured inputs")
+    advice.add_argument("--gap", action="store_true",
+                        help="the loss the spread costs (replicas' mean loss minus the averaged model's) at the run's "
+                             "checkpoint, predicted from Adam's second moment with nothing fitted, next to the "
+                             "measured one (needs torch)")
     pred.add_argument("--from-step", type=int, metavar="K",
                       help="with --forecast: use the first K measured outer steps only (default: all measured)")
     pred.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
@@ -38,7 +42,13 @@ def run(args) -> int:
 
     if args.from_step is not None and not args.forecast:
         raise ConfigError("--from-step applies to --forecast only; add --forecast")
-    if args.forecast or args.changes is not None:
+    if args.gap:
+        from noloco.llm_check.gap import equipartition_gap, format_gap
+
+        if args.noise_model != "long-run":
+            raise ConfigError("--gap uses no noise model; drop --noise-model")
+        report, text = equipartition_gap(args.out), format_gap
+    elif args.forecast or args.changes is not None:
         from noloco.llm_check import forecast as advice
 
         if args.noise_model != "long-run":

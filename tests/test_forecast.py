@@ -176,3 +176,38 @@ def test_the_command_line(tmp_path, capsys):
             code = stop.code
         assert code == 2, bad
     assert F.parse_changes("alpha=0.3, inner-steps=25") == {"alpha": 0.3, "inner_steps": 25}
+
+
+def test_the_equipartition_gap_of_a_trained_run(tmp_path, capsys):
+    """R1/4 * lr * sum_j mean_i sqrt(vhat_ij) from the checkpoint (recomputed here from the raw state), the
+    measured gap of the same step's evaluation, zero for DiLoCo's outer step (R1 = 0), a missing checkpoint
+    exit 3 and --gap with --forecast exit 2."""
+    import torch
+
+    from noloco.llm_check.gap import equipartition_gap
+    from noloco.theory import exchangeable
+
+    tiny = ["--preset", "cpu-tiny", "--outer-steps", "4", "--eval-every", "2", "--val-windows", "4", "--warmup", "0",
+            "--threads", "1"]
+    for method in ("noloco", "diloco"):
+        assert main(["llm", "train", *tiny, "--method", method, "--out", str(tmp_path / method)]) == 0
+    capsys.readouterr()
+    rep = equipartition_gap(tmp_path / "noloco")
+    state = torch.load(tmp_path / "noloco" / "ckpt.pt", weights_only=True)
+    cfg = TrainConfig.from_dict(state["config"])
+    flat = torch.cat([(s["exp_avg_sq"].double() / (1 - cfg.adam_beta2 ** float(s["step"]))).sqrt().flatten(1)
+                      for s in state["opt"]["state"].values()], dim=1)  # (replicas, every weight)
+    rate = float(np.mean(cfg.inner_lr(np.arange(3 * cfg.inner_steps, 4 * cfg.inner_steps))))
+    expected = exchangeable.stationary_spread(cfg.outer, 1.0, 1.0) / 4 * rate * float(flat.sum(1).mean())
+    assert rep["predicted"] == pytest.approx(expected, rel=1e-9) and rep["fitted_constants"] == 0
+    last = [__import__("json").loads(x) for x in (tmp_path / "noloco" / "metrics.jsonl").read_text().splitlines()][-1]
+    assert rep["measured"] == pytest.approx(last["val_loss_replicas_mean"] - last["val_loss_avg_model"])
+    assert equipartition_gap(tmp_path / "diloco")["predicted"] == 0.0
+    (tmp_path / "diloco" / "ckpt.pt").unlink()
+    assert main(["llm", "predict", str(tmp_path / "diloco"), "--gap"]) == 3
+    assert main(["llm", "predict", str(tmp_path / "noloco"), "--gap"]) == 0
+    try:
+        code = main(["llm", "predict", str(tmp_path / "noloco"), "--gap", "--forecast"])
+    except SystemExit as stop:
+        code = stop.code
+    assert code == 2
