@@ -196,12 +196,12 @@ class StopRequest:
 
 
 @contextlib.contextmanager
-def deferred_stop(enabled: bool = True):
+def deferred_stop():
     """Inside the block Ctrl-C and SIGTERM only set the yielded :class:`StopRequest`, so the work can finish
-    its step, save its state and raise :class:`Interrupted`; a second signal stops at once. Without
-    ``enabled`` (or off the main thread) signals keep their meaning and the request never fires."""
+    its step, save its state and raise :class:`Interrupted`; a second signal stops at once. Off the main
+    thread signals keep their meaning and the request never fires."""
     request = StopRequest()
-    if not enabled or threading.current_thread() is not threading.main_thread():
+    if threading.current_thread() is not threading.main_thread():
         yield request
         return
     previous = signal.signal(signal.SIGINT, request), signal.signal(signal.SIGTERM, request)

@@ -32,7 +32,7 @@ from noloco.infra import entry
 from noloco.infra.entry import OneLineParser
 from noloco.infra.errors import DataError
 from noloco.infra.files import print_json, read_json, write_json
-from noloco.llm_check.forecast import FORECAST_ERROR, TRANSFER_ERROR
+from noloco.llm_check.forecast import FORECAST_ERROR, OUTER_FIELDS, SCHEDULE_FIELDS, TRANSFER_ERROR
 
 PROG = "python -m noloco.llm_check.advice_study"
 SEEDS = (0, 1, 2)
@@ -125,26 +125,41 @@ def forecast_check(folder: Path, setting: str, seed: int) -> dict:
             "inside_interval": _inside(ratio, FORECAST_ERROR)}
 
 
+def _runs_with_spread(root: Path):
+    """The finished runs ``root/SETTING/sSEED`` with measured inputs and a spread to predict (n < N)."""
+    for folder in sorted(root.glob("*/s[0-9]*")):
+        try:
+            result = read_json(folder / "result.json")
+            outer = result["config"]["outer"]
+            spread = outer["group_size"] < outer["replicas"]
+        except Exception:  # noqa: BLE001 (missing, partial or foreign: not a run of the sweep)
+            continue
+        if result.get("finished") is True and spread and (folder / "inputs.jsonl").exists():
+            yield folder
+
+
+def _quantiles(items: list) -> dict:
+    """The unflagged ratios' count and 10 % / 90 % quantiles (the reported interval)."""
+    unflagged = [x["ratio"] for x in items if x["verdict"] != "flagged"]
+    return {"unflagged": len(unflagged),
+            "quantiles": [float(np.quantile(unflagged, 0.1)), float(np.quantile(unflagged, 0.9))]}
+
+
 def development(root: Path) -> dict:
     """The forecasts of every run ``root/SETTING/sSEED`` of the development sweep (where the recipe was chosen)
     and the 10 % / 90 % quantiles of forecast / measured over the unflagged ones: the forecast's interval."""
-    items = [forecast_check(f, f.parent.name, int(f.name[1:])) for f in sorted(root.glob("*/s[0-9]*"))
-             if (f / "inputs.jsonl").exists() and _finished(f) and read_json(f / "result.json")["config"]
-             ["outer"]["group_size"] < read_json(f / "result.json")["config"]["outer"]["replicas"]]
-    unflagged = [x["ratio"] for x in items if x["verdict"] != "flagged"]
-    return {"schema": "advice-development", "runs": items, "unflagged": len(unflagged),
-            "quantiles": [float(np.quantile(unflagged, 0.1)), float(np.quantile(unflagged, 0.9))]}
+    items = [forecast_check(f, f.parent.name, int(f.name[1:])) for f in _runs_with_spread(root)]
+    return {"schema": "advice-development", "runs": items, **_quantiles(items)}
 
 
 def changes_between(pilot, target) -> dict | None:
     """The transferable changes that turn config ``pilot`` into ``target`` (None when anything else differs)."""
     from dataclasses import asdict
 
-    outer_keys = ("alpha", "beta", "gamma", "group_size", "replicas", "momentum")
     a, b = asdict(pilot), asdict(target)
-    changes = {k: b["outer"][k] for k in outer_keys if a["outer"][k] != b["outer"][k]}
-    changes.update({k: b[k] for k in ("lr", "inner_steps", "outer_steps") if a[k] != b[k]})
-    ignored = {"outer", "lr", "inner_steps", "outer_steps", "seed", "eval_every", "ckpt_every", "val_windows"}
+    changes = {k: b["outer"][k] for k in OUTER_FIELDS if a["outer"][k] != b["outer"][k]}
+    changes.update({k: b[k] for k in SCHEDULE_FIELDS if a[k] != b[k]})
+    ignored = {"outer", *SCHEDULE_FIELDS, "seed", "eval_every", "ckpt_every", "val_windows"}
     if any(a[k] != b[k] for k in a if k not in ignored):
         return None
     return changes
@@ -173,17 +188,14 @@ def development_transfers(root: Path, pilot: str = "const_h10") -> dict:
     from noloco.llm_check.predict import read_run
 
     items = []
-    for folder in sorted(root.glob("*/s[0-9]*")):
-        if folder.parent.name == pilot or not _finished(folder) or not (folder / "inputs.jsonl").exists():
+    for folder in _runs_with_spread(root):
+        if folder.parent.name == pilot:
             continue
         source = root / pilot / folder.name
-        target = read_run(folder)["config"]
-        changes = changes_between(read_run(source)["config"], target)
-        if changes and target.outer.group_size < target.outer.replicas:  # n = N: no spread to predict
+        changes = changes_between(read_run(source)["config"], read_run(folder)["config"])
+        if changes:
             items.append(transfer_check(source, folder, folder.parent.name, int(folder.name[1:]), changes))
-    unflagged = [x["ratio"] for x in items if x["verdict"] != "flagged"]
-    return {"schema": "advice-development-transfers", "pilot": pilot, "runs": items, "unflagged": len(unflagged),
-            "quantiles": [float(np.quantile(unflagged, 0.1)), float(np.quantile(unflagged, 0.9))]}
+    return {"schema": "advice-development-transfers", "pilot": pilot, "runs": items, **_quantiles(items)}
 
 
 def evaluate(runs: Path) -> dict:

@@ -84,7 +84,8 @@ def phase_functionals(lrs: np.ndarray, inner_steps: int, beta1: float = ADAM_BET
     return {"L1": P.sum(1), "L2": (P * P).sum(1), "EMA": np.einsum("tj,jk,tk->t", P, C, P)}
 
 
-def _schedule(cfg) -> dict:
+def schedule_functionals(cfg) -> dict:
+    """:func:`phase_functionals` of every outer step of the run configured by ``cfg`` (its whole schedule)."""
     lrs = np.asarray(cfg.inner_lr(np.arange(cfg.outer_steps * cfg.inner_steps)), dtype=float)
     return phase_functionals(lrs, cfg.inner_steps)
 
@@ -183,7 +184,7 @@ def forecast(run_dir, from_step: int | None = None) -> dict:
         raise DataError(f"{run_dir}: {t0} measured outer step(s); a forecast needs at least 3 (the first step's c "
                         "is 0 by definition)")
     tensors = _replayed(outer, groups)
-    ph = _schedule(cfg)
+    ph = schedule_functionals(cfg)
     window = np.arange(max(t0 - WINDOW, 1), t0)  # 0-based steps, never the first
     future = np.arange(t0, T)
     flags = []
@@ -222,27 +223,31 @@ def forecast(run_dir, from_step: int | None = None) -> dict:
             "recipe": {"window": WINDOW, "c_scaling": "L1^0.5", "s2_scaling": "L2 x saturation", **SATURATION}}
 
 
+#: the fields a transfer may change, with their types: the outer step's, then the schedule's
+OUTER_FIELDS = {"alpha": float, "beta": float, "gamma": float, "group_size": int, "replicas": int, "momentum": str}
+SCHEDULE_FIELDS = {"lr": float, "inner_steps": int, "outer_steps": int}
+TRANSFER_FIELDS = {**OUTER_FIELDS, **SCHEDULE_FIELDS}
+
+
 def transfer(run_dir, **changes) -> dict:
     """The spread of the pilot run's setting with ``changes`` (outer fields: alpha, beta, gamma, group_size,
     replicas, momentum; schedule: lr, inner_steps, outer_steps) predicted from the pilot's measured inputs
     (module docstring), the pilot's own prediction beside it, and the flags of what it extrapolates."""
     run, groups, t0 = _measured(run_dir, None)
     pilot_cfg = run["config"]
-    allowed = {"alpha", "beta", "gamma", "group_size", "replicas", "momentum", "lr", "inner_steps", "outer_steps"}
-    unknown = set(changes) - allowed
+    unknown = set(changes) - set(TRANSFER_FIELDS)
     if unknown:
         raise ConfigError(f"cannot transfer a change of {', '.join(sorted(unknown))}; allowed: "
-                          f"{', '.join(sorted(allowed))}")
-    outer_changes = {k: v for k, v in changes.items() if k in ("alpha", "beta", "gamma", "group_size", "replicas",
-                                                               "momentum")}
+                          f"{', '.join(sorted(TRANSFER_FIELDS))}")
     try:
-        target_cfg = replace(pilot_cfg, outer=replace(pilot_cfg.outer, **outer_changes),
-                             **{k: v for k, v in changes.items() if k in ("lr", "inner_steps", "outer_steps")})
+        target_cfg = replace(pilot_cfg, outer=replace(pilot_cfg.outer, **{k: v for k, v in changes.items()
+                                                                          if k in OUTER_FIELDS}),
+                             **{k: v for k, v in changes.items() if k in SCHEDULE_FIELDS})
     except TypeError as err:
         raise ConfigError(f"the changed setting is not valid: {err}") from None
     outer_b = target_cfg.outer
     tensors = _replayed(run["outer"], groups)
-    pilot_ph, target_ph = _schedule(pilot_cfg), _schedule(target_cfg)
+    pilot_ph, target_ph = schedule_functionals(pilot_cfg), schedule_functionals(target_cfg)
     Tb = target_cfg.outer_steps
     # the pilot's step covering the same fraction of training (0-based), within what was measured
     src = np.minimum(np.ceil((np.arange(Tb) + 1) * pilot_cfg.outer_steps / Tb).astype(int) - 1, t0 - 1)
@@ -281,11 +286,6 @@ def transfer(run_dir, **changes) -> dict:
             "pilot_replayed_rms": float(math.sqrt(np.mean(ws_pilot[len(ws_pilot) // 2:] ** 2))),
             "interval": {"quantiles": list(TRANSFER_ERROR), "from": "docs/data/advice_development.json"},
             "rows": rows}
-
-
-#: the fields ``--as`` may change, with their types
-TRANSFER_FIELDS = {"alpha": float, "beta": float, "gamma": float, "group_size": int, "replicas": int, "momentum": str,
-                   "lr": float, "inner_steps": int, "outer_steps": int}
 
 
 def parse_changes(text: str) -> dict:

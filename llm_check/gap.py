@@ -29,7 +29,7 @@ def equipartition_gap(run_dir) -> dict:
     (``val_loss_replicas_mean - val_loss_avg_model``; None where no evaluation is at that step) and their ratio."""
     import torch
 
-    from noloco.llm_check.forecast import _schedule
+    from noloco.llm_check.forecast import schedule_functionals
     from noloco.llm_check.predict import read_run
 
     run = read_run(run_dir)
@@ -53,7 +53,7 @@ def equipartition_gap(run_dir) -> dict:
         count = float(entry["step"])
         vhat = entry["exp_avg_sq"].double() / (1 - cfg.adam_beta2 ** count)
         root += float(vhat.sqrt().sum()) / vhat.shape[0]  # summed over the weights, averaged over the replicas
-    rate = float(_schedule(cfg)["L1"][step - 1] / cfg.inner_steps)
+    rate = float(schedule_functionals(cfg)["L1"][step - 1] / cfg.inner_steps)
     r1 = exchangeable.stationary_spread(outer, 1.0, 1.0)
     predicted = r1 / 4 * rate * root
     row = next((m for m in run["metrics"] if int(m["outer_step"]) == step), None)

@@ -42,21 +42,21 @@ def run(args) -> int:
 
     if args.from_step is not None and not args.forecast:
         raise ConfigError("--from-step applies to --forecast only; add --forecast")
+    if (args.gap or args.forecast or args.changes is not None) and args.noise_model != "long-run":
+        raise ConfigError("--noise-model applies to the prediction of a run from its own inputs; drop it with "
+                          "--forecast, --as or --gap")
     if args.gap:
         from noloco.llm_check.gap import equipartition_gap, format_gap
 
-        if args.noise_model != "long-run":
-            raise ConfigError("--gap uses no noise model; drop --noise-model")
         report, text = equipartition_gap(args.out), format_gap
-    elif args.forecast or args.changes is not None:
-        from noloco.llm_check import forecast as advice
+    elif args.forecast:
+        from noloco.llm_check.forecast import forecast, format_forecast
 
-        if args.noise_model != "long-run":
-            raise ConfigError("--forecast and --as use the long-run noise model; drop --noise-model")
-        if args.forecast:
-            report, text = advice.forecast(args.out, from_step=args.from_step), advice.format_forecast
-        else:
-            report, text = advice.transfer(args.out, **advice.parse_changes(args.changes)), advice.format_transfer
+        report, text = forecast(args.out, from_step=args.from_step), format_forecast
+    elif args.changes is not None:
+        from noloco.llm_check.forecast import format_transfer, parse_changes, transfer
+
+        report, text = transfer(args.out, **parse_changes(args.changes)), format_transfer
     else:
         from noloco.llm_check.predict import format_predict, predict
 

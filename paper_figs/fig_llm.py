@@ -72,16 +72,14 @@ def _predicted(run: Path) -> dict:
     return {r["outer_step"]: r["predicted"] for r in rows if r["predicted"] is not None}
 
 
-def _forecast(run: Path, rows: list) -> dict:
-    """{outer step: (forecast, low, high)} from the run's first quarter; {} when none can be made or it is
-    flagged as extrapolating."""
+def _forecast(run: Path, cfg: dict | None) -> dict:
+    """{outer step: (forecast, low, high)} from the run's first quarter (``cfg``: its configuration, as
+    :func:`_config` reads it); {} when none can be made or it is flagged as extrapolating."""
     try:
         from noloco.infra.errors import ConfigError, DataError
         from noloco.llm_check.forecast import forecast
-        from noloco.llm_check.predict import read_run
 
-        quarter = read_run(run)["config"].outer_steps // 4
-        rep = forecast(run, from_step=quarter)
+        rep = forecast(run, from_step=int(cfg["outer_steps"]) // 4)
     except (ImportError, ConfigError, DataError, KeyError, TypeError, ValueError):
         return {}
     if any(f.startswith(("not settled", "too few", "the forecast recursion")) for f in rep["flags"]):
@@ -128,7 +126,7 @@ def compute(runs: str) -> dict:
         key = json.dumps({k: v for k, v in cfg.items() if k != "seed"}, sort_keys=True) if cfg else where
         g = groups.setdefault(key, {"config": cfg or {"method": where}, "runs": []})
         g["runs"].append({"dir": where, "rows": rows, "predicted": _predicted(path.parent),
-                          "forecast": _forecast(path.parent, rows)})
+                          "forecast": _forecast(path.parent, cfg)})
     # method comparisons (`noloco llm train`) first, then sweep runs
     ordered = sorted(groups.values(), key=lambda g: ("validate" in g["runs"][0]["dir"], g["runs"][0]["dir"]))
     settings = []

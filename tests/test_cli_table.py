@@ -23,7 +23,6 @@ import os
 import re
 import resource
 import shlex
-import shutil
 import socket
 import subprocess
 import sys
@@ -35,6 +34,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 from noloco.cli import main  # noqa: E402
+from places import RunPlaces  # noqa: E402 (tests/places.py)
 
 TINY = "llm train --preset cpu-tiny --method noloco --val-windows 4 --outer-steps 2 --eval-every 1 --warmup 0"
 
@@ -272,32 +272,11 @@ CASES = [
 
 # ------------------------------------------------------------------ places the cases refer to
 
-class Places:
+class Places(RunPlaces):
     """Builds the folders a case names, lazily; the finished run is trained once and copied."""
 
     def __init__(self, root: Path):
-        self.root = root
-        self.count = 0
-        self._template = None
-
-    def fresh(self) -> Path:
-        self.count += 1
-        path = self.root / f"p{self.count}"
-        path.mkdir()
-        return path
-
-    def template(self) -> Path:
-        if self._template is None:
-            self._template = self.root / "template"
-            code = main(TINY.split() + ["--out", str(self._template)])
-            assert code == 0, "the template run failed"
-            (self._template / "run.lock").unlink(missing_ok=True)
-        return self._template
-
-    def run(self) -> Path:
-        path = self.fresh() / "run"
-        shutil.copytree(self.template(), path)
-        return path
+        super().__init__(root, lambda out: "" if main(TINY.split() + ["--out", str(out)]) == 0 else "exit not 0")
 
     def resolve(self, name: str) -> str:
         if name == "tmp":

@@ -22,11 +22,10 @@ from noloco.llm_check.config import build  # noqa: E402
 from noloco.llm_check.exchange import free_port  # noqa: E402
 from noloco.llm_check.train import Trainer  # noqa: E402
 from noloco.cli import main  # noqa: E402
-import test_llm_train  # noqa: E402
 from noloco.infra import errors, files, rundir  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-one_thread = test_llm_train.one_thread  # autouse: one torch thread per process on a shared machine
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def environment(**extra) -> dict:

@@ -2,6 +2,7 @@
 so the forecast must equal the replay of the whole run; the transfer's exact scalings (no change, the learning
 rate); the flags; and the command line (``noloco llm predict --forecast / --as``)."""
 
+import json
 import math
 
 import numpy as np
@@ -30,7 +31,7 @@ def write_run(path, cfg: TrainConfig, groups=GROUPS, c_scale=1.0, measured_to=No
     ``measured_to`` cuts inputs.jsonl (a run still going); weight_std is logged as 1 at every evaluation."""
     from dataclasses import asdict
 
-    ph = F._schedule(cfg)
+    ph = F.schedule_functionals(cfg)
     T = measured_to or cfg.outer_steps
     rows = []
     cum = {name: 0.0 for name in groups}
@@ -84,7 +85,7 @@ def test_the_forecast_would_see_a_wrong_scaling_of_c(tmp_path):
     cfg, groups = config(), {"curved": (3.0, 5.0, 1000)}
     ph = write_run(tmp_path, cfg, groups)
     ref = ph["L1"][9]
-    rows = [__import__("json").loads(x) for x in (tmp_path / "inputs.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for x in (tmp_path / "inputs.jsonl").read_text().splitlines()]
     for t, r in enumerate(rows):
         for g in r["groups"].values():
             g["c"] *= math.sqrt(ph["L1"][t] / ref)
@@ -122,7 +123,7 @@ def test_flags_early_steps_and_unsettled_inputs(tmp_path):
     assert any(f.startswith("too few steps") for f in F.forecast(tmp_path, from_step=4)["flags"])
     with pytest.raises(Exception, match="at least 3"):
         F.forecast(tmp_path, from_step=2)
-    rows = [__import__("json").loads(x) for x in (tmp_path / "inputs.jsonl").read_text().splitlines()]
+    rows = [json.loads(x) for x in (tmp_path / "inputs.jsonl").read_text().splitlines()]
     for t, r in enumerate(rows[:10]):  # c ramps up across the window
         for g in r["groups"].values():
             g["c"] *= (t / 10) ** 2
@@ -200,7 +201,7 @@ def test_the_equipartition_gap_of_a_trained_run(tmp_path, capsys):
     rate = float(np.mean(cfg.inner_lr(np.arange(3 * cfg.inner_steps, 4 * cfg.inner_steps))))
     expected = exchangeable.stationary_spread(cfg.outer, 1.0, 1.0) / 4 * rate * float(flat.sum(1).mean())
     assert rep["predicted"] == pytest.approx(expected, rel=1e-9) and rep["fitted_constants"] == 0
-    last = [__import__("json").loads(x) for x in (tmp_path / "noloco" / "metrics.jsonl").read_text().splitlines()][-1]
+    last = [json.loads(x) for x in (tmp_path / "noloco" / "metrics.jsonl").read_text().splitlines()][-1]
     assert rep["measured"] == pytest.approx(last["val_loss_replicas_mean"] - last["val_loss_avg_model"])
     assert equipartition_gap(tmp_path / "diloco")["predicted"] == 0.0
     (tmp_path / "diloco" / "ckpt.pt").unlink()

@@ -38,6 +38,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 from noloco.cli import build_parser, main  # noqa: E402
+from places import RunPlaces  # noqa: E402 (tests/places.py)
 from noloco.infra.entry import INTERNAL  # noqa: E402
 
 SEED = 20261130
@@ -103,30 +104,16 @@ def _check(failures: list) -> None:
 
 # ------------------------------------------------------------------ places
 
-class Places:
+def _train_template(out: Path) -> str:
+    code, err = run_main(TINY + ["--out", str(out)])
+    return "" if code == 0 else f"exit {code}: {err}"
+
+
+class Places(RunPlaces):
     """Fresh folders and one finished cpu-tiny run (trained once, copied per use)."""
 
     def __init__(self, root: Path):
-        self.root, self.count, self._run = root, 0, None
-
-    def fresh(self) -> Path:
-        self.count += 1
-        path = self.root / f"p{self.count}"
-        path.mkdir()
-        return path
-
-    def template(self) -> Path:
-        if self._run is None:
-            self._run = self.root / "template"
-            code, err = run_main(TINY + ["--out", str(self._run)])
-            assert code == 0, err
-            (self._run / "run.lock").unlink(missing_ok=True)
-        return self._run
-
-    def run(self) -> Path:
-        path = self.fresh() / "run"
-        shutil.copytree(self.template(), path)
-        return path
+        super().__init__(root, _train_template)
 
     def argv(self, words: list[str]) -> list[str]:
         return [str(self.fresh()) if w == "OUT" else str(self.run()) if w == "RUN" else w for w in words]

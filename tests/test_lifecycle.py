@@ -20,12 +20,7 @@ from noloco.llm_check.train import Trainer  # noqa: E402
 SETTING = dict(outer_steps=4, eval_every=2, val_windows=8)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def _rows(out):

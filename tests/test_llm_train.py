@@ -27,13 +27,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(outer_steps=3, eval_every=1, val_windows=8)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # a shared 2-core machine: one thread per process is several times faster
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
 def train(out, method="noloco", resume=False, stop_after=None, **kw):
