@@ -180,6 +180,27 @@ def _interrupt_behind(err: BaseException) -> KeyboardInterrupt | None:
     return None
 
 
+@contextlib.contextmanager
+def interrupts_held():
+    """Ctrl-C and SIGTERM wait until the block is done, then arrive as they would have (their handlers run):
+    for steps that must not be split by an interrupt (:func:`noloco.infra.files.atomic_write`'s make the
+    temporary and learn its name, rename it and forget it), and for code where a KeyboardInterrupt would be
+    swallowed (numba's compiler, :mod:`noloco.infra.jit`). Off the main thread, where no handler runs, a no-op."""
+    held = (signal.SIGINT, signal.SIGTERM)
+    if threading.current_thread() is not threading.main_thread() or any(signal.getsignal(s) is None for s in held):
+        yield  # (None: a handler installed outside Python, which could not be put back)
+        return
+    caught: list[int] = []
+    previous = {signum: signal.signal(signum, lambda signum, frame: caught.append(signum)) for signum in held}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if caught:
+            signal.raise_signal(caught[0])
+
+
 class StopRequest:
     """Ctrl-C and SIGTERM deferred to the points where the work can stop cleanly (:func:`deferred_stop`):
     ``signal_name`` is None until one arrives; a second one raises at once."""

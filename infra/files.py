@@ -22,16 +22,15 @@ import errno
 import json
 import math
 import os
-import signal
 import stat
 import sys
 import tempfile
-import threading
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
+from noloco.infra.entry import interrupts_held
 from noloco.infra.errors import ConfigError, DataError
 
 #: version of every JSON document the toolkit writes (2: non-finite values as null + reason)
@@ -114,26 +113,6 @@ def print_json(x, file=None) -> None:
 
 # ------------------------------------------------------------------ atomic files
 
-@contextlib.contextmanager
-def _interrupts_held():
-    """Ctrl-C and SIGTERM wait until the block is done, then arrive as they would have (their handlers run):
-    the two steps that must not be split by an interrupt (make the temporary and learn its name; rename it
-    and forget it) are each one step for them. Off the main thread, where no handler runs, a no-op."""
-    held = (signal.SIGINT, signal.SIGTERM)
-    if threading.current_thread() is not threading.main_thread() or any(signal.getsignal(s) is None for s in held):
-        yield  # (None: a handler installed outside Python, which could not be put back)
-        return
-    caught: list[int] = []
-    previous = {signum: signal.signal(signum, lambda signum, frame: caught.append(signum)) for signum in held}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        if caught:
-            signal.raise_signal(caught[0])
-
-
 def atomic_write(path, write: Callable[[str], None]) -> Path:
     """Call ``write(tmp_path)`` to produce the file, then rename it onto ``path``: a reader (or a run
     after a crash, a full disk or an interrupt) sees the old file or the new one, never half of one, and
@@ -143,7 +122,7 @@ def atomic_write(path, write: Callable[[str], None]) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = None
     try:
-        with _interrupts_held():
+        with interrupts_held():
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
             os.close(fd)
         try:
@@ -156,7 +135,7 @@ def atomic_write(path, write: Callable[[str], None]) -> Path:
                 raise
             reason = err.strerror if isinstance(err, OSError) and err.strerror else _write_failure(err, path.parent)
             raise DataError(f"cannot write {path} ({reason}); the previous file, if any, is unchanged") from err
-        with _interrupts_held():
+        with interrupts_held():
             os.replace(tmp, path)
             tmp = None
     except BaseException:

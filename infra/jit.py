@@ -27,6 +27,7 @@ import os
 
 from noloco.infra.cache import cache_dir, private_folder, source_hash, untrusted_reason
 from noloco.infra.checks import check_choice
+from noloco.infra.entry import interrupts_held
 from noloco.infra.errors import ConfigError
 
 #: what numba and its compiler add to a process's peak memory (measured: 120 MiB at D = 10000)
@@ -99,12 +100,31 @@ class _PrivateCache:
             pass
 
 
+class _InterruptsHeld:
+    """A compiled function whose calls hold Ctrl-C and SIGTERM until they return. numba compiles on a call,
+    and LLVM calls back into Python while it does: a KeyboardInterrupt raised there is swallowed ("Exception
+    ignored on calling ctypes callback") and the run carried on as if no one had asked it to stop. While
+    the machine code runs no Python handler can run anyway, so holding delays nothing."""
+
+    __slots__ = ("function",)
+
+    def __init__(self, function):
+        self.function = function
+
+    def __call__(self, *args):
+        with interrupts_held():
+            return self.function(*args)
+
+    def __getattr__(self, name):  # stats, signatures: the dispatcher's own
+        return getattr(self.function, name)
+
+
 def compile_with_cache(build, **options):
     """``build(jit)``, where ``jit(f)`` compiles ``f`` with numba (``options``: numba's, such as
     ``nogil=True``), caching the machine code under ``$NOLOCO_CACHE/numba/<hash of the sources>`` where that
     folder chain is this user's alone (module docstring); anywhere else numba compiles in every process,
     with no cache at all (not numba's own fallback, a ``__pycache__`` beside the sources, which another
-    edit leaves stale)."""
+    edit leaves stale). The function ``build`` returns is called with interrupts held (:class:`_InterruptsHeld`)."""
     import numba
     from numba.core.caching import NullCache
 
@@ -129,4 +149,4 @@ def compile_with_cache(build, **options):
         dispatcher._cache = _PrivateCache(cache, root, parts) if trusted else NullCache()
         return dispatcher
 
-    return build(compile_one)
+    return _InterruptsHeld(build(compile_one))

@@ -319,7 +319,7 @@ class Trainer:
                     self.delta[k] = state["delta"][k].to(self.device, self.outer_dtype)
                     self.params[k].copy_(state["theta"][k] if self.inner_done else self.phi[k])
             self.opt.load_state_dict(state["opt"])
-            torch.set_rng_state(state["torch_rng"])
+            torch.set_rng_state(state["torch_rng"].cpu())  # the CPU generator's: the checkpoint was read onto the device
         except (ValueError, KeyError, TypeError, RuntimeError) as err:
             raise DataError(f"checkpoint {path} does not fit this run ({str(err).splitlines()[0]}); "
                             f"{recover}") from None

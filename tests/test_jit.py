@@ -182,3 +182,28 @@ def test_the_commands_compiled_path_never_reads_a_shared_cache(tmp_path):
     with open(indexes[0], "rb") as handle:
         pickle.load(handle)
     assert marker.exists()
+
+
+def test_ctrl_c_while_numba_compiles_is_not_swallowed(tmp_path, monkeypatch):
+    """Ctrl-C that lands while numba compiles stops the work once the call returns. LLVM calls back into
+    Python while compiling (numba's object cache), and a KeyboardInterrupt raised inside a ctypes callback is
+    only printed ("Exception ignored on calling ctypes callback") and the run went on (issue 22: one Ctrl-C in
+    fifteen of a fresh ``noloco simulate`` was lost). Here the signal is raised inside such a callback."""
+    import ctypes
+    import signal
+
+    from numba.core.dispatcher import Dispatcher
+
+    from noloco.infra.entry import termination_as_interrupt
+
+    monkeypatch.setenv("NOLOCO_CACHE", str(tmp_path))
+    compile_for = Dispatcher.compile
+    ctrl_c_in_a_callback = ctypes.CFUNCTYPE(None)(lambda: signal.raise_signal(signal.SIGINT))
+
+    def compile_interrupted(self, sig):
+        ctrl_c_in_a_callback()  # its handler runs inside the callback, as inside LLVM's
+        return compile_for(self, sig)
+
+    monkeypatch.setattr(Dispatcher, "compile", compile_interrupted)
+    with termination_as_interrupt(), pytest.raises(KeyboardInterrupt):
+        _compiled_twice()(21)
