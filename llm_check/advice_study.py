@@ -21,7 +21,6 @@ finished runs reused) and writes ``advice_holdout.json`` into DIR (copy it to do
 
 from __future__ import annotations
 
-import math
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +32,7 @@ from noloco.infra.entry import OneLineParser
 from noloco.infra.errors import DataError
 from noloco.infra.files import print_json, read_json, write_json
 from noloco.llm_check.forecast import FORECAST_ERROR, OUTER_FIELDS, SCHEDULE_FIELDS, TRANSFER_ERROR
+from noloco.llm_check.tune_runs import rms_second_half
 
 PROG = "python -m noloco.llm_check.advice_study"
 SEEDS = (0, 1, 2)
@@ -68,8 +68,10 @@ TRANSFERS = {
 EXTRAPOLATING = ("not settled", "too few steps", "extrapolates", "unstable")
 
 
-def flags(name: str, seed: int, folder: Path) -> list[str]:
-    values = {**BASE, **SETTINGS[name][0]}
+def flags(name: str, seed: int, folder: Path, settings: dict | None = None) -> list[str]:
+    """``noloco llm train``'s flags for setting ``name`` of ``settings`` (changes against :data:`BASE`, first of a
+    tuple; default :data:`SETTINGS`) and ``seed``, into ``folder``."""
+    values = {**BASE, **(settings or SETTINGS)[name][0]}
     out = []
     for key, value in values.items():
         out += ["--" + key.replace("_", "-"), str(value)]
@@ -83,20 +85,17 @@ def _finished(folder: Path) -> bool:
         return False
 
 
-def train_missing(runs: Path) -> None:
-    todo = [(n, s) for n in SETTINGS for s in SEEDS if not _finished(runs / n / f"s{s}")]
+def train_missing(runs: Path, settings: dict | None = None, seeds=SEEDS, study: str = "advice study") -> None:
+    """Train every (setting, seed) of ``settings`` (default :data:`SETTINGS`) not finished under ``runs``."""
+    settings = settings or SETTINGS
+    todo = [(n, s) for n in settings for s in seeds if not _finished(runs / n / f"s{s}")]
     for i, (name, seed) in enumerate(todo, 1):
         folder = runs / name / f"s{seed}"
-        print(f"advice study: training {i}/{len(todo)}: {name} seed {seed}", file=sys.stderr, flush=True)
-        cmd = [sys.executable, "-m", "noloco", "llm", "train", *flags(name, seed, folder), "--overwrite"]
+        print(f"{study}: training {i}/{len(todo)}: {name} seed {seed}", file=sys.stderr, flush=True)
+        cmd = [sys.executable, "-m", "noloco", "llm", "train", *flags(name, seed, folder, settings), "--overwrite"]
         done = subprocess.run(cmd, stdout=subprocess.DEVNULL)
         if done.returncode:
             raise DataError(f"training {folder} ended with exit {done.returncode}: {' '.join(cmd)}")
-
-
-def _rms_second_half(rows: list[dict], key: str, T: int) -> float:
-    values = [r[key] for r in rows if r["outer_step"] > T / 2 and r.get(key) is not None]
-    return math.sqrt(float(np.mean(np.square(values))))
 
 
 def _inside(ratio: float, error: tuple[float, float]) -> bool:
@@ -118,7 +117,7 @@ def forecast_check(folder: Path, setting: str, seed: int) -> dict:
     T = read_run(folder)["config"].outer_steps
     fc = forecast(folder, from_step=T // 4)
     measured = [r for r in fc["rows"] if r["measured"] is not None]
-    ratio = _rms_second_half(measured, "forecast", T) / _rms_second_half(measured, "measured", T)
+    ratio = rms_second_half(measured, "forecast", T) / rms_second_half(measured, "measured", T)
     flagged = any(f.startswith(EXTRAPOLATING) for f in fc["flags"])
     return {"setting": setting, "seed": seed, "from_step": fc["from_step"], "outer_steps": T, "ratio": ratio,
             "flags": fc["flags"], "verdict": _verdict(ratio, flagged),
@@ -176,7 +175,7 @@ def transfer_check(pilot: Path, target: Path, setting: str, seed: int, changes: 
     predicted = {r["outer_step"]: r["predicted"] for r in pred["rows"]}
     rows = [{"outer_step": int(m["outer_step"]), "measured": m["weight_std"],
              "predicted": predicted.get(int(m["outer_step"]))} for m in run["metrics"]]
-    ratio = _rms_second_half(rows, "predicted", T) / _rms_second_half(rows, "measured", T)
+    ratio = rms_second_half(rows, "predicted", T) / rms_second_half(rows, "measured", T)
     flagged = any(f.startswith(EXTRAPOLATING) for f in pred["flags"])
     return {"target": setting, "seed": seed, "changes": changes, "ratio": ratio, "flags": pred["flags"],
             "verdict": _verdict(ratio, flagged), "inside_interval": _inside(ratio, TRANSFER_ERROR)}

@@ -1,13 +1,15 @@
 """``noloco llm``: train a small GPT with ddp / diloco / noloco / local on the Python standard library's
 sources, compare the measured replica spread with the theory, and benchmark batched replicas. Each
 action is its own module ``noloco.cmd_llm_<action>``: it parses, calls one function of
-:mod:`noloco.llm_check` and prints. Every action but ``predict`` (files only) needs torch."""
+:mod:`noloco.llm_check` and prints. Every action but ``predict`` and ``tune`` (files only) needs torch."""
 
 from __future__ import annotations
 
 import importlib
 
-ACTIONS = ("train", "validate", "predict", "evaluate", "bench", "ensemble")
+ACTIONS = ("train", "validate", "predict", "tune", "evaluate", "bench", "ensemble")
+#: the actions that read files only
+FILES_ONLY = ("predict", "tune")
 
 
 def add_parser(subparsers) -> None:
@@ -20,7 +22,7 @@ def add_parser(subparsers) -> None:
     for action in ACTIONS:
         module = importlib.import_module(f"noloco.cmd_llm_{action}")
         module.add_parser(sub)
-        sub.choices[action].set_defaults(run=_needs_torch(module.run) if action != "predict" else module.run)
+        sub.choices[action].set_defaults(run=module.run if action in FILES_ONLY else _needs_torch(module.run))
 
 
 def _needs_torch(run):

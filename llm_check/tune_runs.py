@@ -1,0 +1,329 @@
+"""Which outer setting to run, from pilot runs of the real model (``noloco llm tune PILOT ...``).
+
+The quadratic tuner (``noloco tune``) optimises a model whose units are not a GPT's, and its advice did not
+transfer (docs/advice.md). This one starts from what a user can measure: short pilot runs of their own model
+at a few outer settings (alpha, beta, gamma, n, H; any number of seeds each), all with the reference's model,
+data and inner optimiser. For a goal it ranks the settings the pilots measured:
+
+- ``time`` (default): wall time to the reference's validation loss, where a step costs the compute of one
+  inner step (``--compute-seconds``; default: the reference's measured seconds per inner step) plus, every H
+  inner steps, one synchronisation from the comm model (:mod:`noloco.theory.comm`: the faster tree
+  all-reduce where n = N, one group exchange among n otherwise, for the model's bytes on the given network);
+  so n and H trade against the network;
+- ``loss``: validation loss of the averaged model at equal tokens.
+
+Constraints: the run finished without diverging, the spread (RMS of weight_std over the second half) at most
+``--max-spread``, and the theory's noise-free decay factor of the flattest tensor below 1 (the stability
+margin, from the inputs measured in the pilot: :func:`noloco.llm_check.predict.predict`).
+
+What it promises is measured pilot evidence, not a model of the loss: the loss curve, the spread and the
+steps to the target of each setting are the pilots' (mean over seeds, with standard errors where there are
+two or more). So it recommends only what was piloted, and says so; a setting chosen as the best of many
+noisy ones is measured optimistically (the winner's curse), which the report states with the number of
+settings compared. How it held on runs it was not built on: docs/advice.md, "Tuning from pilot runs".
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from noloco.infra.errors import ConfigError, DataError
+from noloco.infra.files import read_json
+
+#: what a pilot may change against the reference (everything else must be equal to compare their losses);
+#: outer_steps may change with H at equal tokens (inner_steps x outer_steps)
+TUNED = ("alpha", "beta", "gamma", "group_size", "momentum", "inner_steps", "outer_steps")
+#: settings that do not change training: measurement and where it ran
+NOT_TRAINING = ("seed", "val_windows", "eval_every", "ckpt_every", "device", "replica_mode")
+#: evaluations averaged for a loss level (the curves are noisy: 8 validation windows in the cpu-small runs)
+SMOOTH = 3
+GOALS = ("time", "loss")
+
+
+def rms_second_half(rows: list[dict], key: str, outer_steps: int) -> float:
+    """Root mean square of ``key`` over the rows after outer step T/2 (the spread a run settles at)."""
+    values = [r[key] for r in rows if r["outer_step"] > outer_steps / 2 and r.get(key) is not None]
+    return math.sqrt(float(np.mean(np.square(values)))) if values else math.nan
+
+
+def smoothed(values) -> np.ndarray:
+    """Trailing mean over :data:`SMOOTH` evaluations (fewer at the start)."""
+    v = np.asarray(values, dtype=float)
+    return np.array([v[max(0, i - SMOOTH + 1):i + 1].mean() for i in range(len(v))])
+
+
+def steps_to(steps, losses, target: float) -> float | None:
+    """Inner steps at which the smoothed loss curve first reaches ``target`` (linear between evaluations);
+    None when it never does."""
+    s, L = np.asarray(steps, dtype=float), smoothed(losses)
+    below = np.nonzero(L <= target * (1 + 1e-12))[0]  # (the reference reaches its own final level, rounding aside)
+    if not len(below):
+        return None
+    i = int(below[0])
+    if i == 0:
+        return float(s[0])
+    frac = (L[i - 1] - target) / (L[i - 1] - L[i])
+    return float(s[i - 1] + frac * (s[i] - s[i - 1]))
+
+
+def _mean_se(values) -> tuple[float, float]:
+    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
+    if not len(v):
+        return math.nan, math.nan
+    return float(v.mean()), float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan
+
+
+@dataclass
+class Setting:
+    """One piloted setting: its runs (one per seed) and what they measured."""
+
+    name: str
+    config: object
+    runs: list = field(default_factory=list)
+
+    @property
+    def outer(self):
+        return self.config.outer
+
+    def curve(self) -> tuple[np.ndarray, np.ndarray]:
+        """(inner steps, mean over seeds of the averaged model's validation loss) at the evaluations every seed has."""
+        per = [{r["outer_step"]: r["val_loss_avg_model"] for r in run["metrics"]} for run in self.runs]
+        common = sorted(set.intersection(*(set(p) for p in per)))
+        H = self.config.inner_steps
+        return (np.array(common, dtype=float) * H, np.array([np.mean([p[t] for p in per]) for t in common]))
+
+    def per_seed_curves(self):
+        H = self.config.inner_steps
+        return [(np.array([r["outer_step"] * H for r in run["metrics"]], dtype=float),
+                 np.array([r["val_loss_avg_model"] for r in run["metrics"]])) for run in self.runs]
+
+    def final_loss(self) -> tuple[float, float]:
+        """Mean over seeds (and its standard error) of the last :data:`SMOOTH` evaluations' loss."""
+        return _mean_se([float(np.mean([r["val_loss_avg_model"] for r in run["metrics"][-SMOOTH:]]))
+                         for run in self.runs])
+
+    def spread(self) -> tuple[float, float]:
+        T = self.config.outer_steps
+        return _mean_se([rms_second_half(run["metrics"], "weight_std", T) for run in self.runs])
+
+
+def _key(cfg) -> tuple:
+    outer = cfg.outer
+    return (outer.alpha, outer.beta, outer.gamma, outer.group_size, outer.momentum, cfg.inner_steps, cfg.outer_steps)
+
+
+def _shared(cfg) -> dict:
+    """The training settings a pilot must share with the reference (the tokens seen: H x outer steps)."""
+    d = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(vars(cfg))
+    d = {k: v for k, v in d.items() if k not in TUNED + NOT_TRAINING + ("outer", "method")}
+    d["replicas"] = cfg.outer.replicas
+    d["tokens"] = cfg.inner_steps * cfg.outer_steps
+    return d
+
+
+def _run_folders(paths) -> list[Path]:
+    """Every run folder (one holding result.json) at or up to three levels below each path."""
+    found = []
+    for p in map(Path, paths):
+        if not p.is_dir():
+            raise ConfigError(f"pilot {p}: not a folder (give run folders written by `noloco llm train`, or folders "
+                              "holding them)")
+        here = [p] if (p / "result.json").exists() else sorted(
+            q.parent for depth in ("*/", "*/*/", "*/*/*/") for q in p.glob(depth + "result.json"))
+        if not here:
+            raise DataError(f"pilot {p}: no run folder (result.json) in it or up to three levels below")
+        found += here
+    return found
+
+
+def load_settings(paths) -> list[Setting]:
+    """The pilots grouped by setting (all but the seed equal), each run read with
+    :func:`noloco.llm_check.predict.read_run`; unfinished or diverged runs are kept (they rule a setting out)."""
+    from noloco.llm_check.predict import read_run
+
+    settings: dict[tuple, Setting] = {}
+    for folder in _run_folders(paths):
+        result = read_json(folder / "result.json")
+        run = read_run(folder)
+        run.update(folder=folder, finished=result.get("finished") is True, diverged=bool(result.get("diverged")),
+                   wall_s=result.get("wall_s"), n_params=result.get("n_params"))
+        cfg = run["config"]
+        key = (_key(cfg), tuple(sorted(_shared(cfg).items())), cfg.method)
+        if key not in settings:
+            settings[key] = Setting(_name(folder, cfg), cfg)
+        settings[key].runs.append(run)
+    return list(settings.values())
+
+
+def _name(folder: Path, cfg) -> str:
+    """The setting's folder name when runs sit in ``NAME/sSEED`` (the studies' layout), else its values."""
+    if folder.name.startswith("s") and folder.name[1:].isdigit():
+        return folder.parent.name
+    o = cfg.outer
+    return f"a{o.alpha:g}_b{o.beta:g}_g{o.gamma:g}_n{o.group_size}_H{cfg.inner_steps}"
+
+
+def sync_seconds(setting: Setting, net, bytes_per_value: float) -> float:
+    """One synchronisation of this setting on ``net`` (:mod:`noloco.theory.comm`): the faster tree all-reduce
+    of the progress where n = N, one group exchange among n otherwise (0 without any: n = 1)."""
+    from noloco.theory.comm import sync_cost
+
+    o = setting.outer
+    if o.group_size == 1:
+        return 0.0
+    payload = setting.runs[0]["n_params"] * bytes_per_value
+    cost = sync_cost(net, payload, o.replicas, o.group_size)
+    return cost.tree_seconds if o.group_size == o.replicas else cost.group_exchange_seconds
+
+
+def _margin(setting: Setting) -> float | None:
+    """1 - the theory's noise-free decay factor per outer step of the flattest tensor, with the inputs
+    measured in the setting's first pilot (None when the run has no inputs)."""
+    from noloco.llm_check.predict import predict
+
+    try:
+        factor = predict(setting.runs[0]["folder"])["decay_factor"]
+    except (DataError, KeyError):
+        return None
+    return None if factor is None else 1.0 - float(factor)
+
+
+def tune(paths, reference: str | None = None, goal: str = "time", target_loss: float | None = None,
+         latency: float = 0.05, bandwidth: float = 1e9, compute_seconds: float | None = None,
+         bytes_per_value: float = 2.0, max_spread: float | None = None) -> dict:
+    """Rank the piloted settings for ``goal`` and recommend the best that meets the constraints (module
+    docstring). ``reference``: the setting (its name, or a run folder of it) whose loss is the target and
+    against which the speed-up is stated; default: the setting of the first pilot given."""
+    from noloco.infra.checks import check_choice
+    from noloco.theory.comm import Network
+
+    check_choice("goal", goal, GOALS)
+    for name, value in (("target_loss", target_loss), ("compute_seconds", compute_seconds),
+                        ("max_spread", max_spread)):
+        if value is not None and not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"{name}={value!r} is out of range; allowed: a finite number > 0")
+    net = Network.from_bandwidth(latency, bandwidth)
+    settings = load_settings(paths)
+    ref = _pick_reference(settings, reference)
+    shared = _shared(ref.config)
+    if compute_seconds is None:
+        walls = [r["wall_s"] / (ref.config.inner_steps * ref.config.outer_steps) for r in ref.runs
+                 if isinstance(r.get("wall_s"), (int, float)) and r["finished"]]
+        if not walls:
+            raise DataError(f"the reference {ref.name} has no finished run with a wall time; give --compute-seconds")
+        compute_seconds = float(np.median(walls))
+    target = target_loss if target_loss is not None else ref.final_loss()[0]
+
+    rows = []
+    for s in settings:
+        row = {"setting": s.name, "seeds": len(s.runs), "method": s.config.method,
+               "alpha": s.outer.alpha, "beta": s.outer.beta, "gamma": s.outer.gamma, "n": s.outer.group_size,
+               "H": s.config.inner_steps, "outer_steps": s.config.outer_steps, "excluded": []}
+        differs = sorted(k for k, v in _shared(s.config).items() if shared.get(k) != v)
+        if differs:
+            row["excluded"].append("differs from the reference in " + ", ".join(differs))
+        if not all(r["finished"] for r in s.runs):
+            row["excluded"].append("a run did not finish" + (" (diverged)" if any(r["diverged"] for r in s.runs) else ""))
+        loss, loss_se = s.final_loss()
+        spread, spread_se = s.spread()
+        sync = sync_seconds(s, net, bytes_per_value)
+        per_step = compute_seconds + sync / s.config.inner_steps
+        steps, curve = s.curve()
+        reach = steps_to(steps, curve, target)
+        seed_times = [steps_to(st, lo, target) for st, lo in s.per_seed_curves()]
+        margin = _margin(s)
+        row.update(loss=loss, loss_se=loss_se, spread=spread, spread_se=spread_se, stability_margin=margin,
+                   sync_seconds=sync, seconds_per_outer_step=per_step * s.config.inner_steps,
+                   steps_to_target=reach, time_to_target=None if reach is None else reach * per_step,
+                   seeds_reaching_target=sum(t is not None for t in seed_times))
+        if not math.isfinite(loss):
+            row["excluded"].append("no evaluation")
+        if max_spread is not None and spread > max_spread:
+            row["excluded"].append(f"spread {spread:.3g} above --max-spread {max_spread:g}")
+        if margin is not None and margin <= 0:
+            row["excluded"].append(f"unstable: decay factor {1 - margin:.3f} >= 1")
+        if goal == "time" and reach is None:
+            row["excluded"].append(f"does not reach the target loss {target:.4f}")
+        rows.append(row)
+
+    objective = (lambda r: r["time_to_target"]) if goal == "time" else (lambda r: r["loss"])
+    eligible = sorted((r for r in rows if not r["excluded"]), key=objective)
+    ref_row = next(r for r in rows if r["setting"] == ref.name)
+    best = eligible[0] if eligible else None
+    report = {"goal": goal, "reference": ref.name, "target_loss": target, "compute_seconds_per_inner_step": compute_seconds,
+              "network": {"latency": latency, "bandwidth": bandwidth, "bytes_per_value": bytes_per_value},
+              "max_spread": max_spread, "settings_compared": len(eligible), "recommendation": best,
+              "rows": sorted(rows, key=lambda r: (bool(r["excluded"]), objective(r) if objective(r) is not None
+                                                  else math.inf))}
+    if best is not None:
+        if goal == "time" and ref_row["time_to_target"]:
+            report["promised_speedup"] = ref_row["time_to_target"] / best["time_to_target"]
+        report["promised_loss_change"] = best["loss"] - ref_row["loss"]
+    report["not_sure"] = _doubts(report, best, ref_row)
+    return report
+
+
+def _pick_reference(settings: list[Setting], reference: str | None) -> Setting:
+    if reference is None:
+        return settings[0]
+    for s in settings:
+        if s.name == reference or any(Path(reference).resolve() == Path(r["folder"]).resolve() for r in s.runs):
+            return s
+    raise ConfigError(f"--reference {reference!r} names no piloted setting; the settings are: "
+                      + ", ".join(s.name for s in settings))
+
+
+def _doubts(report: dict, best: dict | None, ref: dict) -> list[str]:
+    out = []
+    if best is None:
+        return ["no piloted setting meets the goal and the constraints"]
+    if report["settings_compared"] > 1:
+        out.append(f"chosen as the best of {report['settings_compared']} measured settings: its pilot numbers are "
+                   "optimistic (the winner's curse); expect the realised gain to be smaller")
+    if best["seeds"] < 2:
+        out.append("one seed behind the recommendation: no standard error; pilot with 2 or more seeds")
+    if best["loss_se"] == best["loss_se"] and ref["loss_se"] == ref["loss_se"]:
+        diff, se = best["loss"] - ref["loss"], math.hypot(best["loss_se"], ref["loss_se"])
+        if abs(diff) < 2 * se:
+            out.append(f"its loss differs from the reference's by {diff:+.4f} +- {se:.4f}: within 2 standard errors")
+    if best["stability_margin"] is None:
+        out.append("no inputs measured in its pilot: stability margin unknown")
+    out.append("only piloted settings are ranked: a setting between them is not predicted (noloco llm predict --as "
+               "predicts its spread, not its loss)")
+    return out
+
+
+def format_tune(report: dict) -> str:
+    unit = "time to target" if report["goal"] == "time" else "final loss"
+    net = report["network"]
+    lines = [f"goal: {report['goal']} ({unit}); reference {report['reference']}, target loss "
+             f"{report['target_loss']:.4f}; compute {report['compute_seconds_per_inner_step']:.4g} s per inner step; "
+             f"network {net['latency'] * 1e3:g} ms, {net['bandwidth']:.3g} bit/s, {net['bytes_per_value']:g} bytes a value",
+             f"{'setting':<14}{'seeds':>6}{'alpha':>6}{'beta':>6}{'gamma':>6}{'n':>3}{'H':>4}{'loss':>18}"
+             f"{'spread':>11}{'margin':>8}{'s/outer':>9}{'to target':>11}  excluded"]
+    for r in report["rows"]:
+        loss = f"{r['loss']:.4f}" + (f" +- {r['loss_se']:.4f}" if r["loss_se"] == r["loss_se"] else "")
+        margin = "-" if r["stability_margin"] is None else f"{r['stability_margin']:.3f}"
+        reach = "-" if r["time_to_target"] is None else f"{r['time_to_target']:.1f} s"
+        lines.append(f"{r['setting']:<14}{r['seeds']:>6}{r['alpha']:>6g}{r['beta']:>6g}{r['gamma']:>6g}{r['n']:>3}"
+                     f"{r['H']:>4}{loss:>18}{r['spread']:>11.3e}{margin:>8}{r['seconds_per_outer_step']:>9.3f}"
+                     f"{reach:>11}  {'; '.join(r['excluded'])}")
+    best = report["recommendation"]
+    if best is None:
+        lines.append("recommendation: none")
+    else:
+        lines.append(f"recommendation: {best['setting']}: --alpha {best['alpha']:g} --beta {best['beta']:g} --gamma "
+                     f"{best['gamma']:g} --group-size {best['n']} --inner-steps {best['H']} --outer-steps "
+                     f"{best['outer_steps']}")
+        if "promised_speedup" in report:
+            lines.append(f"promised: {report['promised_speedup']:.2f}x faster to the target than {report['reference']}, "
+                         f"spread {best['spread']:.3e}, final loss {report['promised_loss_change']:+.4f} nats")
+        else:
+            lines.append(f"promised: final loss {report['promised_loss_change']:+.4f} nats against "
+                         f"{report['reference']}, spread {best['spread']:.3e}")
+    lines += [f"not sure: {d}" for d in report["not_sure"]]
+    return "\n".join(lines)
