@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 import time
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -50,7 +49,7 @@ from pathlib import Path
 import numpy as np
 
 from noloco.infra.checks import check_at_least, check_choice, check_fields, check_integer, check_real
-from noloco.infra.errors import ConfigError, DataError
+from noloco.infra.errors import ConfigError
 from noloco.infra.files import SCHEMA_VERSION, read_json, write_json
 from noloco.llm_check import domains
 from noloco.llm_check.architecture import GPTConfig
