@@ -118,8 +118,7 @@ def _key(cfg) -> tuple:
 
 def _shared(cfg) -> dict:
     """The training settings a pilot must share with the reference (the tokens seen: H x outer steps)."""
-    d = cfg.to_dict() if hasattr(cfg, "to_dict") else dict(vars(cfg))
-    d = {k: v for k, v in d.items() if k not in TUNED + NOT_TRAINING + ("outer", "method")}
+    d = {k: v for k, v in vars(cfg).items() if k not in TUNED + NOT_TRAINING + ("outer", "method")}
     d["replicas"] = cfg.outer.replicas
     d["tokens"] = cfg.inner_steps * cfg.outer_steps
     return d

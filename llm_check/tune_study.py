@@ -36,7 +36,7 @@ import numpy as np
 from noloco.infra import entry
 from noloco.infra.entry import OneLineParser
 from noloco.infra.files import print_json, read_json, write_json
-from noloco.llm_check.tune_runs import rms_second_half, steps_to, sync_seconds, tune
+from noloco.llm_check.tune_runs import SMOOTH, rms_second_half, steps_to, sync_seconds, tune
 
 PROG = "python -m noloco.llm_check.tune_study"
 SEEDS = (10, 11, 12)
@@ -74,20 +74,20 @@ def _times(folder: Path, target: float, tuned: dict) -> tuple[float | None, dict
 
 
 def evaluate(runs: Path, tuned: dict) -> dict:
+    from noloco.llm_check.predict import read_run
+
     rec = tuned["recommendation"]
+    final = lambda rows: float(np.mean([r["val_loss_avg_model"] for r in rows[-SMOOTH:]]))  # noqa: E731
     per_seed = []
     for seed in SEEDS:
-        ref_run = read_json(runs / "reference" / f"s{seed}" / "result.json")
-        from noloco.llm_check.predict import read_run
-
-        ref_rows = read_run(runs / "reference" / f"s{seed}")["metrics"]
-        target = float(np.mean([r["val_loss_avg_model"] for r in ref_rows[-3:]]))
-        t_ref, _ = _times(runs / "reference" / f"s{seed}", target, tuned)
-        t_rec, run = _times(runs / "recommended" / f"s{seed}", target, tuned)
+        reference, recommended = runs / "reference" / f"s{seed}", runs / "recommended" / f"s{seed}"
+        target = final(read_run(reference)["metrics"])
+        t_ref, _ = _times(reference, target, tuned)
+        t_rec, run = _times(recommended, target, tuned)
         per_seed.append({"seed": seed, "target": target, "t_ref": t_ref, "t_rec": t_rec,
                          "spread": rms_second_half(run["metrics"], "weight_std", run["config"].outer_steps),
-                         "final_loss_rec": float(np.mean([r["val_loss_avg_model"] for r in run["metrics"][-3:]])),
-                         "ref_wall_s": ref_run.get("wall_s")})
+                         "final_loss_rec": final(run["metrics"]),
+                         "ref_wall_s": read_json(reference / "result.json").get("wall_s")})
     reached = all(p["t_rec"] is not None and p["t_ref"] is not None for p in per_seed)
     out = {"seeds": per_seed, "reached_every_seed": reached}
     if reached:
