@@ -53,7 +53,7 @@ RHO_CAP = 0.99  # |rho| fed to the recursion (the AR(1) noise needs |rho| < 1)
 
 
 def read_run(run_dir) -> dict:
-    """``{"config", "method", "outer", "metrics", "inputs", "world_size"}`` of a run folder (inputs None when
+    """``{"config", "method", "outer", "metrics", "inputs", "world_size", "result"}`` of a run folder (inputs None when
     absent). An empty name is bad input (exit 2); a folder that holds the method folders of ``llm train
     --method a,b`` instead of a run, and a run with no evaluation yet, are DataErrors that say what to give."""
     from noloco.infra.files import input_dir
@@ -85,7 +85,7 @@ def read_run(run_dir) -> dict:
                         "get the measured growth only, or train the run again")
     world = result.get("world_size", 1)
     return {"config": cfg, "method": cfg.method, "outer": cfg.outer, "metrics": metrics, "inputs": inputs,
-            "world_size": world if isinstance(world, int) and not isinstance(world, bool) else 1}
+            "world_size": world if isinstance(world, int) and not isinstance(world, bool) else 1, "result": result}
 
 
 def _long_run_rho(t: int, ratio: float) -> float:

@@ -32,7 +32,6 @@ from pathlib import Path
 import numpy as np
 
 from noloco.infra.errors import ConfigError, DataError
-from noloco.infra.files import read_json
 
 #: what a pilot may change against the reference (everything else must be equal to compare their losses);
 #: outer_steps may change with H at equal tokens (inner_steps x outer_steps)
@@ -146,10 +145,10 @@ def load_settings(paths) -> list[Setting]:
 
     settings: dict[tuple, Setting] = {}
     for folder in _run_folders(paths):
-        result = read_json(folder / "result.json")
         run = read_run(folder)
+        result = run["result"]
         run.update(folder=folder, finished=result.get("finished") is True, diverged=bool(result.get("diverged")),
-                   wall_s=result.get("wall_s"), n_params=result.get("n_params"))
+                   wall_s=result.get("wall_s"))
         cfg = run["config"]
         key = (_key(cfg), tuple(sorted(_shared(cfg).items())), cfg.method)
         if key not in settings:
@@ -174,9 +173,19 @@ def sync_seconds(setting: Setting, net, bytes_per_value: float) -> float:
     o = setting.outer
     if o.group_size == 1:
         return 0.0
-    payload = setting.runs[0]["n_params"] * bytes_per_value
+    payload = setting.runs[0]["result"]["n_params"] * bytes_per_value
     cost = sync_cost(net, payload, o.replicas, o.group_size)
     return cost.tree_seconds if o.group_size == o.replicas else cost.group_exchange_seconds
+
+
+def time_to(setting: Setting, target: float, net, compute_seconds: float, bytes_per_value: float) -> dict:
+    """The cost model of the time goal: ``sync`` (seconds of one synchronisation), ``per_inner_step`` (compute
+    plus sync / H), ``steps`` to ``target`` on the seed-mean curve and ``seconds`` to it (None: never reached)."""
+    sync = sync_seconds(setting, net, bytes_per_value)
+    per_step = compute_seconds + sync / setting.config.inner_steps
+    steps = steps_to(*setting.curve(), target)
+    return {"sync": sync, "per_inner_step": per_step, "steps": steps,
+            "seconds": None if steps is None else steps * per_step}
 
 
 def _margin(setting: Setting) -> float | None:
@@ -229,15 +238,13 @@ def tune(paths, reference: str | None = None, goal: str = "time", target_loss: f
             row["excluded"].append("a run did not finish" + (" (diverged)" if any(r["diverged"] for r in s.runs) else ""))
         loss, loss_se = s.final_loss()
         spread, spread_se = s.spread()
-        sync = sync_seconds(s, net, bytes_per_value)
-        per_step = compute_seconds + sync / s.config.inner_steps
-        steps, curve = s.curve()
-        reach = steps_to(steps, curve, target)
+        cost = time_to(s, target, net, compute_seconds, bytes_per_value)
+        reach = cost["steps"]
         seed_times = [steps_to(st, lo, target) for st, lo in s.per_seed_curves()]
         margin = _margin(s)
         row.update(loss=loss, loss_se=loss_se, spread=spread, spread_se=spread_se, stability_margin=margin,
-                   sync_seconds=sync, seconds_per_outer_step=per_step * s.config.inner_steps,
-                   steps_to_target=reach, time_to_target=None if reach is None else reach * per_step,
+                   sync_seconds=cost["sync"], seconds_per_outer_step=cost["per_inner_step"] * s.config.inner_steps,
+                   steps_to_target=reach, time_to_target=cost["seconds"],
                    seeds_reaching_target=sum(t is not None for t in seed_times))
         if not math.isfinite(loss):
             row["excluded"].append("no evaluation")

@@ -35,8 +35,8 @@ import numpy as np
 
 from noloco.infra import entry
 from noloco.infra.entry import OneLineParser
-from noloco.infra.files import print_json, read_json, write_json
-from noloco.llm_check.tune_runs import SMOOTH, rms_second_half, steps_to, sync_seconds, tune
+from noloco.infra.files import print_json, write_json
+from noloco.llm_check.tune_runs import SMOOTH, rms_second_half, tune
 
 PROG = "python -m noloco.llm_check.tune_study"
 SEEDS = (10, 11, 12)
@@ -54,23 +54,15 @@ def held_out_settings(recommendation: dict) -> dict:
     return {"reference": (dict(val_windows=VAL_WINDOWS), False), "recommended": (rec, False)}
 
 
-def _times(folder: Path, target: float, tuned: dict) -> tuple[float | None, dict]:
-    """(time to ``target`` of the run in ``folder``, its run dict) under the study's cost model."""
-    from noloco.llm_check.predict import read_run
-    from noloco.llm_check.tune_runs import Setting
+def _time_to(run: dict, target: float, tuned: dict) -> float | None:
+    """Seconds for ``run`` (a :func:`~noloco.llm_check.predict.read_run` dict) to reach ``target`` under the
+    tuner's cost model with the study's compute time."""
+    from noloco.llm_check.tune_runs import Setting, time_to
     from noloco.theory.comm import Network
 
-    run = read_run(folder)
-    result = read_json(folder / "result.json")
-    run.update(n_params=result.get("n_params"))
-    cfg = run["config"]
     net = tuned["network"]
-    sync = sync_seconds(Setting("run", cfg, [run]), Network.from_bandwidth(net["latency"], net["bandwidth"]),
-                        net["bytes_per_value"])
-    H = cfg.inner_steps
-    steps = [r["outer_step"] * H for r in run["metrics"]]
-    reach = steps_to(steps, [r["val_loss_avg_model"] for r in run["metrics"]], target)
-    return (None if reach is None else reach * (COMPUTE_SECONDS + sync / H)), run
+    return time_to(Setting("run", run["config"], [run]), target, Network.from_bandwidth(net["latency"], net["bandwidth"]),
+                   COMPUTE_SECONDS, net["bytes_per_value"])["seconds"]
 
 
 def evaluate(runs: Path, tuned: dict) -> dict:
@@ -81,13 +73,13 @@ def evaluate(runs: Path, tuned: dict) -> dict:
     per_seed = []
     for seed in SEEDS:
         reference, recommended = runs / "reference" / f"s{seed}", runs / "recommended" / f"s{seed}"
-        target = final(read_run(reference)["metrics"])
-        t_ref, _ = _times(reference, target, tuned)
-        t_rec, run = _times(recommended, target, tuned)
+        ref_run, run = read_run(reference), read_run(recommended)
+        target = final(ref_run["metrics"])
+        t_ref, t_rec = _time_to(ref_run, target, tuned), _time_to(run, target, tuned)
         per_seed.append({"seed": seed, "target": target, "t_ref": t_ref, "t_rec": t_rec,
                          "spread": rms_second_half(run["metrics"], "weight_std", run["config"].outer_steps),
                          "final_loss_rec": final(run["metrics"]),
-                         "ref_wall_s": read_json(reference / "result.json").get("wall_s")})
+                         "ref_wall_s": ref_run["result"].get("wall_s")})
     reached = all(p["t_rec"] is not None and p["t_ref"] is not None for p in per_seed)
     out = {"seeds": per_seed, "reached_every_seed": reached}
     if reached:
