@@ -54,7 +54,9 @@ def test_the_table_names_every_package():
 def test_no_layer_imports_upward(layer):
     rows = allowed()
     folder = source_folders()[layer]
-    paths = sorted(folder.glob("*.py")) if layer == "noloco" else sorted(folder.rglob("*.py"))
+    # the top-level package's own modules; its __main__ is ``python -m noloco``, the command line itself
+    paths = sorted(p for p in folder.glob("*.py") if p.name != "__main__.py") if layer == "noloco" \
+        else sorted(folder.rglob("*.py"))
     wrong = []
     for path in paths:
         for line, module in imports(path):
@@ -64,7 +66,7 @@ def test_no_layer_imports_upward(layer):
             elif target is not None and target != layer and target not in rows[layer]:
                 wrong.append(f"{path.relative_to(ROOT)}:{line} imports {module} ({layer} may import "
                              f"{', '.join(sorted(rows[layer])) or 'nothing of ours'})")
-            elif target == "noloco" and layer != "noloco" and module not in ("noloco",):
+            elif target == "cli" and layer != "cli":
                 wrong.append(f"{path.relative_to(ROOT)}:{line} imports the command line ({module})")
     assert not wrong, "\n".join(wrong)
 
@@ -73,14 +75,77 @@ def test_the_check_has_teeth(tmp_path):
     """A module of theory importing quadratic, or anything importing the command line, is caught."""
     rows = allowed()
     bad = tmp_path / "bad.py"
-    bad.write_text("from noloco.quadratic.simulator import simulate\nimport noloco.cmd_check\n")
+    bad.write_text("from noloco.quadratic.simulator import simulate\nimport noloco.cli.check\n")
     found = [layer_of(m, rows) for _, m in imports(bad)]
-    assert found == ["quadratic", "noloco"] and "quadratic" not in rows["theory"]
+    assert found == ["quadratic", "cli"] and "quadratic" not in rows["theory"]
 
 
 def test_one_top_level_import_name():
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    assert {p.split(".")[0] for p in config["packages"]} == {"noloco"}
-    assert set(config["package-dir"]) == set(config["packages"])
-    for package, folder in config["package-dir"].items():
-        assert (ROOT / folder / "__init__.py").is_file(), (package, folder)
+    """Installed, the distribution adds ``noloco`` alone to site-packages, and every Python source of the
+    repository outside the tests is inside it."""
+    import setuptools
+
+    find = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    packages = setuptools.find_packages(str(ROOT), include=find["include"])
+    assert {p.split(".")[0] for p in packages} == {"noloco"}
+    stray = [p.relative_to(ROOT) for p in ROOT.rglob("*.py")
+             if p.relative_to(ROOT).parts[0] not in ("noloco", "tests", "build", ".venv")]
+    assert not stray, stray
+
+
+def test_every_module_is_the_file_its_name_spells():
+    """A static reader resolves ``noloco.a.b`` to ``noloco/a/b.py`` (or ``noloco/a/b/__init__.py``) from
+    the repository root, with no mapping, no ``__path__`` extension and nothing but the folders."""
+    for package, folder in source_folders().items():
+        expected = ROOT / "noloco" if package == "noloco" else ROOT / "noloco" / package
+        assert folder.resolve() == expected.resolve(), (package, folder)
+    for path in (ROOT / "noloco").rglob("__init__.py"):
+        assert "__path__" not in path.read_text(), path
+
+
+def test_a_module_has_one_name_only():
+    """From the repository root (the current folder first on the path, as ``python -m`` has it), no
+    module of the toolkit can be imported under a name other than ``noloco.*``: every other path from an
+    entry of ``sys.path`` to a source file is tried and must fail."""
+    code = r"""
+import importlib, sys
+from pathlib import Path
+root = Path.cwd().resolve()
+sources = [p for p in (root / "noloco").rglob("*.py") if "out" not in p.parts]
+seconds = []
+for entry in list(sys.path):
+    base = Path(entry or ".").resolve()
+    for path in sources:
+        try:
+            parts = path.with_suffix("").relative_to(base).parts
+        except ValueError:
+            continue
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        name = ".".join(parts)
+        if not parts or parts[0] == "noloco" or not all(p.isidentifier() for p in parts):
+            continue
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            continue
+        seconds.append(name)
+print(len(sources), sorted(set(seconds)))
+"""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    count, _, seconds = out.stdout.partition(" ")
+    assert int(count) > 100 and seconds.strip() == "[]", out.stdout
+
+
+def test_the_second_name_check_has_teeth(tmp_path):
+    """A folder of the toolkit on the path, as the old layout's top-level folders were, is caught."""
+    import subprocess
+    import sys
+
+    code = ("import sys, importlib; sys.path.insert(0, 'noloco'); "
+            "m = importlib.import_module('theory.outer'); print(m.__name__)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
+    assert out.stdout.strip() == "theory.outer"  # the very thing the test above searches for

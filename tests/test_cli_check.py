@@ -153,7 +153,7 @@ def test_environment_faults_exit_3_with_one_line(capsys, monkeypatch, error, cod
     def fail(args):
         raise error
 
-    monkeypatch.setattr("noloco.cmd_check.run", fail)
+    monkeypatch.setattr("noloco.cli.check.run", fail)
     assert main(["check"]) == code
     err = capsys.readouterr().err
     assert err.startswith("noloco check: error: ") and err.count("\n") == 1 and "Traceback" not in err
@@ -165,7 +165,7 @@ def test_a_bug_is_exit_3_in_one_line_never_1(monkeypatch, capsys):
     def fail(args):
         raise ZeroDivisionError("a bug")
 
-    monkeypatch.setattr("noloco.cmd_check.run", fail)
+    monkeypatch.setattr("noloco.cli.check.run", fail)
     assert main(["check"]) == 3
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "internal error (ZeroDivisionError: a bug)" in err and "Traceback" not in err

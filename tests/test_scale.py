@@ -131,7 +131,7 @@ def test_fast_normal_fine_tail_gives_the_mean_maximum_of_ten_million():
 
 
 def test_command_line_names_match_the_simulator():
-    from noloco import cmd_simulate
+    from noloco.cli import simulate as cmd_simulate
 
     assert cmd_simulate.INNER_MODES == simulator.INNER_MODES and cmd_simulate.DTYPES == simulator.DTYPES
 

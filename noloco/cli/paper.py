@@ -3,7 +3,7 @@ statement, against the exact quadratic theory and Monte Carlo (noloco.claims.pap
 
 from __future__ import annotations
 
-from noloco.options import add_hyper_arguments, hyper_from_args
+from noloco.cli.options import add_hyper_arguments, hyper_from_args
 
 DESCRIPTION = """\
 For one setting and one eigen-direction (the curvature given, or the largest of --spectrum), each

@@ -26,8 +26,8 @@ from typing import Callable
 from noloco.infra.errors import DataError, warn
 from noloco.infra.files import SCHEMA_VERSION, dumps, jsonable, loads, read_regular_text, write_json
 
-#: the subpackages whose sources key the cache (besides the command line's own modules)
-PACKAGES = ("infra", "theory", "quadratic", "claims", "llm_check", "paper_figs", "benchmarks")
+#: the subpackages whose sources key the cache (besides the top-level modules of ``noloco``)
+PACKAGES = ("infra", "theory", "quadratic", "claims", "llm_check", "paper_figs", "benchmarks", "cli")
 
 
 def cache_dir() -> Path:
@@ -35,8 +35,8 @@ def cache_dir() -> Path:
 
 
 def source_folders() -> dict[str, Path]:
-    """``{name: folder}`` of every source package of the toolkit, wherever it is installed (the
-    folders of a source tree, or ``noloco/`` in site-packages); ``"noloco"`` is the command line."""
+    """``{name: folder}`` of every source package of the toolkit, wherever it is installed (a source
+    tree or site-packages); ``"noloco"`` is the top-level package's own modules."""
     root = Path(importlib.util.find_spec("noloco").origin).parent
     folders = {"noloco": root}
     for name in PACKAGES:
@@ -48,7 +48,7 @@ def source_folders() -> dict[str, Path]:
 
 def source_files() -> list[tuple[str, Path]]:
     """``(name, path)`` of every Python source of the toolkit, in a fixed order; ``name`` is the
-    path from the repository root (``theory/outer.py``), the same in a source tree and installed."""
+    path inside the package (``theory/outer.py``), the same in a source tree and installed."""
     files = []
     for package, folder in source_folders().items():
         paths = sorted(folder.glob("*.py")) if package == "noloco" else sorted(folder.rglob("*.py"))

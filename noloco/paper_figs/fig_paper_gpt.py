@@ -20,7 +20,7 @@ from noloco.paper_figs import style
 
 NAME = "paper_gpt"
 CACHED = False  # the study's JSON is the cache
-DEFAULT_DATA = Path(__file__).resolve().parents[1] / "docs" / "data" / "paper_gpt.json"
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "paper_gpt.json"
 METHOD_STYLE = {"ddp": ("ddp", style.BLACK), "diloco": ("DiLoCo", style.VERMILION), "noloco": ("NoLoCo", style.BLUE)}
 PP_STYLE = {1: ("-", "o"), 2: ("--", "s")}
 

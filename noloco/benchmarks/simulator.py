@@ -40,7 +40,7 @@ NAME = "simulator"
 #: numbers of the memory floor's state: 128 MiB in float64, four times the 32 MiB L3 of the
 #: machine in docs/performance.md
 MEMORY_FLOOR_NUMBERS, MEMORY_FLOOR_PASSES = 1 << 24, 10
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 #: the command of issue 14, timed here and at the baseline commit
 COMMAND = ["simulate", "--preset", "paper", "--spectrum", "uniform:0.1:1:1000", "--trials", "200",
            "--outer-steps", "100", "--json", "--no-cache"]

@@ -1,6 +1,6 @@
 """``noloco llm``: train a small GPT with ddp / diloco / noloco / local on the Python standard library's
 sources, compare the measured replica spread with the theory, and benchmark batched replicas. Each
-action is its own module ``noloco.cmd_llm_<action>``: it parses, calls one function of
+action is its own module ``noloco.cli.llm_<action>``: it parses, calls one function of
 :mod:`noloco.llm_check` and prints. Every action but ``predict`` and ``tune`` (files only) needs torch."""
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ def add_parser(subparsers) -> None:
     sub = parser.add_subparsers(dest="llm_command", metavar="ACTION")
     sub.required = True
     for action in ACTIONS:
-        module = importlib.import_module(f"noloco.cmd_llm_{action}")
+        module = importlib.import_module(f"noloco.cli.llm_{action}")
         module.add_parser(sub)
         sub.choices[action].set_defaults(run=module.run if action in FILES_ONLY else _needs_torch(module.run))
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from noloco.options import add_hyper_arguments, add_memory_argument, add_time_argument, hyper_from_args
+from noloco.cli.options import add_hyper_arguments, add_memory_argument, add_time_argument, hyper_from_args
 
 
 def _names(text: str) -> tuple:

@@ -23,7 +23,7 @@ from noloco.paper_figs import style
 
 NAME = "routing"
 CACHED = False  # the study's JSON is the cache
-DEFAULT_DATA = Path(__file__).resolve().parents[1] / "docs" / "data" / "routing.json"
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "routing.json"
 
 
 def params(quick: bool, data: str | None = None) -> dict:

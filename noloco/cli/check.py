@@ -3,7 +3,7 @@ converge, and where does the spread settle (exact on quadratics)."""
 
 from __future__ import annotations
 
-from noloco.options import add_hyper_arguments, add_inner_model_arguments, add_memory_argument, hyper_from_args
+from noloco.cli.options import add_hyper_arguments, add_inner_model_arguments, add_memory_argument, hyper_from_args
 
 
 def add_parser(subparsers) -> None:
@@ -26,7 +26,7 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     from noloco.infra.files import print_json
-    from noloco.options import inner_model_from_args
+    from noloco.cli.options import inner_model_from_args
     from noloco.theory.conditions import check, format_analysis
 
     method, outer, inner, spectrum = hyper_from_args(args)

@@ -25,7 +25,7 @@ simulation does not fit the memory or time budget (--max-memory, --max-time)."""
 
 
 def add_parser(subparsers):
-    from noloco.options import add_memory_argument, add_time_argument
+    from noloco.cli.options import add_memory_argument, add_time_argument
     from noloco.theory.comm import ALLREDUCE, EXCHANGES
     from noloco.theory.jitter import JITTER_KINDS
 

@@ -19,7 +19,7 @@ from noloco.paper_figs import style
 
 NAME = "hdee"
 CACHED = False  # the study's JSON is the cache
-DEFAULT_DATA = Path(__file__).resolve().parents[1] / "docs" / "data" / "hdee.json"
+DEFAULT_DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "hdee.json"
 COMMAND = "noloco llm ensemble --out DIR, then copy DIR/hdee.json to docs/data/"
 LABELS = {"homogeneous": "homogeneous ensemble", "heterogeneous": "heterogeneous ensemble", "ddp": "data parallel",
           "diloco": "DiLoCo", "noloco": "NoLoCo"}

@@ -35,7 +35,7 @@ def fresh_process_seconds(statement: str) -> float:
 
     code = f"import time; t = time.perf_counter(); {statement}; print(time.perf_counter() - t)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
     return float(out.stdout.strip())
 
 
@@ -46,7 +46,7 @@ def command_seconds(argv: list, root=None, peak_memory: bool = False):
     import subprocess
     import tempfile
 
-    root = Path(root) if root else Path(__file__).resolve().parent.parent
+    root = Path(root) if root else Path(__file__).resolve().parents[2]
     with tempfile.TemporaryDirectory() as cache:
         env = {**os.environ, "PYTHONPATH": str(root), "NOLOCO_CACHE": cache}
         start = time.perf_counter()

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from noloco.infra.files import NUMBER, output_file, read_json, shape_error
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def figure(result: dict):

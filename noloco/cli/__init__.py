@@ -1,6 +1,6 @@
 """Entry point of the ``noloco`` command.
 
-Each subcommand lives in its own module ``noloco.cmd_<name>`` exposing
+Each subcommand lives in its own module ``noloco.cli.<name>`` exposing
 ``add_parser(subparsers)`` and ``run(args) -> int``; it parses, calls one library
 function and prints what that function formats. Modules import their heavy dependencies
 inside ``run`` so that ``noloco --help`` stays fast. The exit codes and the one-line errors
@@ -41,9 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub.required = True
     for name in SUBCOMMANDS:
         try:
-            module = importlib.import_module(f"noloco.cmd_{name}")
+            module = importlib.import_module(f"noloco.cli.{name}")
         except ModuleNotFoundError as err:
-            if err.name == f"noloco.cmd_{name}":
+            if err.name == f"noloco.cli.{name}":
                 continue  # subcommand not part of this build
             raise
         module.add_parser(sub)

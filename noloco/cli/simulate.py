@@ -3,7 +3,7 @@ simulated quantity next to what the theory predicts, with standard errors."""
 
 from __future__ import annotations
 
-from noloco.options import (add_hyper_arguments, add_inner_model_arguments, add_memory_argument, add_time_argument,
+from noloco.cli.options import (add_hyper_arguments, add_inner_model_arguments, add_memory_argument, add_time_argument,
                             hyper_from_args, inner_momentum_from_args)
 from noloco.quadratic.names import DTYPES, INNER_MODES, OBJECTIVES, SCHEDULES, SPLITS
 
