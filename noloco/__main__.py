@@ -1,3 +1,3 @@
-from noloco.cli import main
+from noloco.cli import console
 
-raise SystemExit(main())
+console()

@@ -149,3 +149,28 @@ def test_the_second_name_check_has_teeth(tmp_path):
             "m = importlib.import_module('theory.outer'); print(m.__name__)")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True)
     assert out.stdout.strip() == "theory.outer"  # the very thing the test above searches for
+
+
+def test_the_advice_imports_no_torch():
+    """The advice reads run folders on a machine without torch (a notebook, a user's laptop): no module of
+    ``noloco.advice`` names torch in an import, at any depth, and importing all of them loads none of it."""
+    import subprocess
+    import sys
+
+    folder = source_folders()["advice"]
+    named = [f"{p.name}:{line} {m}" for p in sorted(folder.rglob("*.py")) for line, m in imports(p)
+             if m.split(".")[0] == "torch"]
+    assert not named, named
+    code = ("import importlib, pkgutil, sys, noloco.advice as a; "
+            "[importlib.import_module(f'noloco.advice.{m.name}') for m in pkgutil.iter_modules(a.__path__)]; "
+            "print(len(list(pkgutil.iter_modules(a.__path__))), 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
+    count, loaded = out.stdout.split()
+    assert int(count) >= 5 and loaded == "False", out.stdout
+
+
+def test_the_torch_check_has_teeth(tmp_path):
+    """A lazy ``import torch`` inside a function is an import too."""
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f():\n    import torch.nn\n    from torch import load\n")
+    assert [m for _, m in imports(bad)] == ["torch.nn", "torch"]

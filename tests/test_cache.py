@@ -10,7 +10,7 @@ import pytest
 
 from noloco.paper_figs.run import make
 from noloco.quadratic.compare import cached_compare
-from noloco.quadratic.simulator import SimConfig
+from noloco.quadratic.sim_config import SimConfig
 from noloco.infra import cache as cache_module, files
 
 REPO = Path(__file__).resolve().parents[1]

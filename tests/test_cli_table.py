@@ -41,7 +41,7 @@ TINY = "llm train --preset cpu-tiny --method noloco --val-windows 4 --outer-step
 
 @dataclass(frozen=True)
 class Case:
-    command: str               # after `noloco` (or `python -m noloco.llm_check.train` with entry="train")
+    command: str               # after `noloco` (or `python -m noloco llm train` with entry="train")
     codes: tuple               # the exit codes the contract allows here
     words: str = ""            # a piece of the one stderr line (what and where)
     how: str = "in-process"    # in-process | process | pipe | limited (a subprocess under a 3 GiB address limit)
@@ -257,7 +257,7 @@ CASES = [
     C("nosuch", (2,), "invalid choice"),
     C("--version", (0,)),
     C("llm", (2,), "required"),
-    # ------------------------------------------------------------ the torchrun entry: python -m noloco.llm_check.train
+    # ------------------------------------------------------------ the torchrun entry: python -m noloco llm train
     C("--preset cpu-tiny --out ''", (2,), "names no folder", how="process", entry="train"),
     C("--preset cpu-tiny --alpha 2 --out {tmp}", (2,), "alpha=2.0", how="process", entry="train"),
     C("--preset cpu-tiny --bogus --out {tmp}", (2,), "unrecognized arguments", how="process", entry="train"),
@@ -374,7 +374,7 @@ def run_case(case: Case, places: Places, capsys=None) -> tuple[int, str, str]:
         err = proc.stderr.read().decode()
         return proc.wait(timeout=120), "", err
     if case.entry == "train":
-        command = [sys.executable, "-m", "noloco.llm_check.train", *argv]
+        command = [sys.executable, "-m", "noloco", "llm", "train", *argv]
         if "--timeout 3" in case.command:  # one rank of two, alone: its peer never comes
             env.update(WORLD_SIZE="2", RANK="0", LOCAL_RANK="0", LOCAL_WORLD_SIZE="2", MASTER_ADDR="127.0.0.1",
                        MASTER_PORT=places.resolve("port"))
@@ -462,7 +462,7 @@ def markdown(places: Places) -> str:
             line = re.sub(r"pid \d+", "pid P", line)
         contract = "/".join(map(str, case.codes))
         xfail = any(getattr(m, "name", "") == "xfail" for m in case.marks)
-        command = ("python -m noloco.llm_check.train " if case.entry == "train" else "noloco ") + case.command
+        command = ("python -m noloco llm train " if case.entry == "train" else "noloco ") + case.command
         command = command.replace(TINY, "llm train TINY")
         rows.append(f"| {number}{' (seen)' if case.seen else ''} | `{command.replace('|', '&#124;')}` | {contract}"
                     f"{' (xfail)' if xfail else ''} | {got} | {line.replace('|', '&#124;')[:160]} |")

@@ -12,7 +12,7 @@ import pytest
 from scipy.stats import norm
 
 from noloco.cli import main
-from noloco.theory import comm, numeric
+from noloco.theory import comm, draws
 from noloco.quadratic import comm_report
 from noloco.quadratic import idle
 from noloco.theory.jitter import Hardware, Jitter, barrier_idle_fraction, expected_max, group_first_step_idle_fraction
@@ -198,10 +198,10 @@ def test_barrier_simulation_matches_closed_form(jitter, hardware, idle_path):
 
 @pytest.mark.parametrize("cv", [0.1, 0.5, 2.0])
 def test_gamma_compute_times_from_the_fast_sampler_match_closed_forms(cv, idle_path):
-    """Above FAST_NORMAL_MIN replicas the gamma compute times come from numeric.fast_gamma (shape
+    """Above FAST_NORMAL_MIN replicas the gamma compute times come from draws.fast_gamma (shape
     100, 4 and 0.25: the last boosted): the barrier's mean maximum of N and the first step's mean
     maximum of a pair against the closed forms."""
-    N = 2 * numeric.FAST_NORMAL_MIN
+    N = 2 * draws.FAST_NORMAL_MIN
     jitter = Jitter("gamma", cv)
     sim = idle.simulate_idle(N, 2, jitter, steps=40, trials=4, seed=5)
     assert abs(sim.barrier_step - expected_max(jitter, [1.0], [N])) < SE * sim.barrier_step_se

@@ -257,7 +257,7 @@ def test_check_heterogeneity_and_conflicts(capsys):
 def test_simulate_predicts_carried_state_and_drift(optimizer, zeta):
     """`noloco simulate` puts the extended model next to the run: the windowed spread within 4 SE."""
     from noloco.quadratic.compare import compare
-    from noloco.quadratic.simulator import SimConfig
+    from noloco.quadratic.sim_config import SimConfig
     from noloco.theory.config import InnerConfig
 
     cfg = SimConfig(outer=OuterConfig(), inner=InnerConfig(lr=0.01, steps=10, noise=1.0), curvatures=(1.0,),

@@ -20,7 +20,7 @@ torch = pytest.importorskip("torch")
 
 from noloco.llm_check.config import build  # noqa: E402
 from noloco.llm_check.exchange import free_port  # noqa: E402
-from noloco.llm_check.train import Trainer  # noqa: E402
+from noloco.llm_check.trainer import Trainer  # noqa: E402
 from noloco.cli import main  # noqa: E402
 from noloco.infra import errors, files, rundir  # noqa: E402
 
@@ -66,8 +66,7 @@ def hooked(path, write):
     return original(path, write)
 
 files.atomic_write = hooked
-import noloco.llm_check.train
-noloco.llm_check.train.atomic_write = hooked
+import noloco.llm_check.lifecycle  # binds the hooked atomic_write
 from noloco.cli import main
 sys.exit(main(sys.argv[3:]))
 """
@@ -174,7 +173,7 @@ def test_kill_while_writing_a_new_cache_entry_leaves_none(tmp_path, capsys, monk
 
 def test_a_second_run_into_a_folder_in_use_is_refused(tmp_path, capsys):
     out = tmp_path / "run"
-    first = subprocess.Popen([sys.executable, "-m", "noloco.llm_check.train", "--preset", "cpu-tiny", "--val-windows", "4",
+    first = subprocess.Popen([sys.executable, "-m", "noloco", "llm", "train", "--preset", "cpu-tiny", "--val-windows", "4",
                               "--warmup", "0", "--outer-steps", "2000", "--eval-every", "1000", "--ckpt-every", "1",
                               "--threads", "1", "--out", str(out)], cwd=tmp_path, env=environment(),
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -218,14 +217,14 @@ def test_the_lock_is_reentrant_and_only_its_owner_removes_it(tmp_path):
 # ---------------------------------------------------------------- a dead peer
 
 def test_a_dead_peer_is_exit_3_with_one_line(tmp_path):
-    """Two ranks of `python -m noloco.llm_check.train` (no torchrun agent, which would stop the other rank
+    """Two ranks of `python -m noloco llm train` (no torchrun agent, which would stop the other rank
     itself); rank 1 is killed mid-run, rank 0 reports it within its --timeout."""
     port = str(free_port())
     procs = []
     for rank in (0, 1):
         env = {**environment(), "WORLD_SIZE": "2", "RANK": str(rank), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
-        procs.append(subprocess.Popen([sys.executable, "-m", "noloco.llm_check.train", "--preset", "cpu-tiny", "--replicas",
+        procs.append(subprocess.Popen([sys.executable, "-m", "noloco", "llm", "train", "--preset", "cpu-tiny", "--replicas",
                                        "2", "--val-windows", "4", "--warmup", "0", "--outer-steps", "2000",
                                        "--eval-every", "1000", "--ckpt-every", "1", "--timeout", "4", "--out",
                                        str(tmp_path)], cwd=tmp_path, env=env, stdout=subprocess.DEVNULL,
@@ -244,7 +243,7 @@ def test_a_dead_peer_is_exit_3_with_one_line(tmp_path):
         procs[0].send_signal(signal.SIGCONT)
         assert procs[0].wait(timeout=60) == 3
         err = procs[0].stderr.read().strip().splitlines()
-        assert len(err) == 1 and err[0].startswith("python -m noloco.llm_check.train: error: rank 0:"), err
+        assert len(err) == 1 and err[0].startswith("noloco llm train: error: rank 0:"), err
         assert "Traceback" not in "".join(err)
     finally:
         for p in procs:

@@ -1,4 +1,4 @@
-"""The advice of noloco.llm_check.forecast on synthetic runs whose inputs follow the forecast's own model exactly,
+"""The advice of noloco.advice.forecast on synthetic runs whose inputs follow the forecast's own model exactly,
 so the forecast must equal the replay of the whole run; the transfer's exact scalings (no change, the learning
 rate); the flags; and the command line (``noloco llm predict --forecast / --as``)."""
 
@@ -10,9 +10,9 @@ import pytest
 
 from noloco.cli import main
 from noloco.infra.files import dumps, write_json
-from noloco.llm_check import forecast as F
+from noloco.advice import forecast as F
 from noloco.llm_check.config import TrainConfig
-from noloco.llm_check.predict import replay
+from noloco.advice.predict import replay
 from noloco.theory.config import OuterConfig
 
 OUTER = OuterConfig(replicas=8, group_size=2, alpha=0.5, beta=0.7, gamma=0.7)
@@ -117,6 +117,18 @@ def test_a_running_run_is_forecast_from_what_it_has_written(tmp_path):
     assert rep["rows"][0]["measured"] is None  # later than the run's last evaluation
 
 
+def test_a_finished_run_is_forecast_from_its_first_quarter(tmp_path):
+    """Nothing is left after a finished run's last step: the default forecast starts from the first quarter
+    (the point the held-out evaluation validated), with every later step forecast and measured where logged."""
+    cfg = config()
+    ph = write_run(tmp_path, cfg)
+    rep = F.forecast(tmp_path)
+    assert rep["from_step"] == cfg.outer_steps // 4 == 10
+    assert [r["outer_step"] for r in rep["rows"]] == list(range(11, cfg.outer_steps + 1))
+    np.testing.assert_allclose([r["forecast"] for r in rep["rows"]], replayed_weight_std(cfg, ph)[10:], rtol=1e-9)
+    assert rep["rows"][1]["measured"] == 1.0  # outer step 12, an evaluation
+
+
 def test_flags_early_steps_and_unsettled_inputs(tmp_path):
     cfg = config()
     write_run(tmp_path, cfg)
@@ -185,7 +197,8 @@ def test_the_equipartition_gap_of_a_trained_run(tmp_path, capsys):
     exit 3 and --gap with --forecast exit 2."""
     import torch
 
-    from noloco.llm_check.gap import equipartition_gap
+    from noloco.advice.gap import equipartition_gap
+    from noloco.llm_check.adam_state import second_moment_root
     from noloco.theory import exchangeable
 
     tiny = ["--preset", "cpu-tiny", "--outer-steps", "4", "--eval-every", "2", "--val-windows", "4", "--warmup", "0",
@@ -193,7 +206,7 @@ def test_the_equipartition_gap_of_a_trained_run(tmp_path, capsys):
     for method in ("noloco", "diloco"):
         assert main(["llm", "train", *tiny, "--method", method, "--out", str(tmp_path / method)]) == 0
     capsys.readouterr()
-    rep = equipartition_gap(tmp_path / "noloco")
+    rep = equipartition_gap(tmp_path / "noloco", second_moment_root)
     state = torch.load(tmp_path / "noloco" / "ckpt.pt", weights_only=True)
     cfg = TrainConfig.from_dict(state["config"])
     flat = torch.cat([(s["exp_avg_sq"].double() / (1 - cfg.adam_beta2 ** float(s["step"]))).sqrt().flatten(1)
@@ -203,7 +216,7 @@ def test_the_equipartition_gap_of_a_trained_run(tmp_path, capsys):
     assert rep["predicted"] == pytest.approx(expected, rel=1e-9) and rep["fitted_constants"] == 0
     last = [json.loads(x) for x in (tmp_path / "noloco" / "metrics.jsonl").read_text().splitlines()][-1]
     assert rep["measured"] == pytest.approx(last["val_loss_replicas_mean"] - last["val_loss_avg_model"])
-    assert equipartition_gap(tmp_path / "diloco")["predicted"] == 0.0
+    assert equipartition_gap(tmp_path / "diloco", second_moment_root)["predicted"] == 0.0
     (tmp_path / "diloco" / "ckpt.pt").unlink()
     assert main(["llm", "predict", str(tmp_path / "diloco"), "--gap"]) == 3
     assert main(["llm", "predict", str(tmp_path / "noloco"), "--gap"]) == 0

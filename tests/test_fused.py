@@ -8,7 +8,8 @@ import pytest
 
 from noloco.cli import main
 from noloco.quadratic import fused
-from noloco.quadratic.simulator import SimConfig, _group_mean, _rows, simulate
+from noloco.quadratic.sim_config import SimConfig
+from noloco.quadratic.simulator import _group_mean, _rows, simulate
 from noloco.infra.errors import ConfigError
 from noloco.theory.config import InnerConfig, OuterConfig
 from noloco.theory.outer import outer_step

@@ -547,7 +547,9 @@ def test_an_unknown_flag_of_a_benchmark_is_named_by_its_suite():
 ], ids=lambda x: x if isinstance(x, str) else ",".join(f"{k}={v}" for k, v in x.items()))
 def test_the_torchrun_entry_checks_what_torchrun_sets(tmp_path, monkeypatch, env, words):
     pytest.importorskip("torch")
-    from noloco.llm_check.train import main as train
+
+    def train(argv):
+        return main(["llm", "train", *argv])
 
     for name in ("WORLD_SIZE", "RANK", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         monkeypatch.delenv(name, raising=False)

@@ -1,4 +1,4 @@
-"""Domain-expert ensembles (noloco llm ensemble, noloco.llm_check.ensemble): the domain split, the FLOP
+"""Domain-expert ensembles (noloco llm ensemble, noloco.studies.ensemble): the domain split, the FLOP
 count against a hand count and torch's counter, one budget for every configuration, the domain posterior,
 resume == uninterrupted, bad input exits 2, the figure without data."""
 
@@ -15,8 +15,10 @@ from noloco.infra.files import loads  # noqa: E402
 from noloco.llm_check import data, domains  # noqa: E402
 from noloco.llm_check.architecture import GPTConfig  # noqa: E402
 from noloco.llm_check.config import build  # noqa: E402
-from noloco.llm_check.ensemble import (BASELINES, CONFIGS, EXPERT_UNIT, QUICK, Study, allocation,  # noqa: E402
-                                       budget_report, communication, log_posterior, mixture_logprob, plan)
+from noloco.studies.ensemble.communication import communication  # noqa: E402
+from noloco.studies.ensemble.evaluation import log_posterior, mixture_logprob  # noqa: E402
+from noloco.studies.ensemble.plan import (BASELINES, CONFIGS, EXPERT_UNIT, QUICK, Study, allocation,  # noqa: E402
+                                          budget_report, plan)
 
 QUICK_ARGS = ["--quick", "--threads", "1", "--domains", "docs,web", "--eval-windows", "4"]
 
@@ -46,7 +48,7 @@ def test_domain_split_is_deterministic_and_covers_every_file_once():
 
 
 def test_a_domain_restricts_the_training_shard_and_the_validation_text(tmp_path):
-    from noloco.llm_check.train import Trainer
+    from noloco.llm_check.trainer import Trainer
 
     web = {r["name"]: r for r in domains.statistics()}["web"]
     trainer = Trainer(build("cpu-tiny", "ddp", replicas=1, domain="web", outer_steps=2), tmp_path, progress=False)
@@ -237,7 +239,7 @@ def test_the_shipped_study_is_consistent_with_the_code():
     from pathlib import Path
 
     from noloco.infra.files import dumps, read_json
-    from noloco.llm_check.ensemble import baseline_steps
+    from noloco.studies.ensemble.plan import baseline_steps
 
     path = Path(__file__).resolve().parents[1] / "docs" / "data" / "hdee.json"
     if not path.exists():

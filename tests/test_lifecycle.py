@@ -15,7 +15,7 @@ torch = pytest.importorskip("torch")
 from noloco.infra.entry import Interrupted  # noqa: E402
 from noloco.infra.files import loads  # noqa: E402
 from noloco.llm_check.config import build  # noqa: E402
-from noloco.llm_check.train import Trainer  # noqa: E402
+from noloco.llm_check.trainer import Trainer  # noqa: E402
 
 SETTING = dict(outer_steps=4, eval_every=2, val_windows=8)
 

@@ -16,7 +16,7 @@ torch = pytest.importorskip("torch")
 
 from noloco.llm_check.config import TrainConfig, build  # noqa: E402
 from noloco.llm_check.exchange import DistExchange, LocalExchange, free_port, rank_device  # noqa: E402
-from noloco.llm_check.train import Trainer, weight_std  # noqa: E402
+from noloco.llm_check.trainer import Trainer, weight_std  # noqa: E402
 from noloco.infra.errors import ConfigError  # noqa: E402
 from noloco.infra.files import SCHEMA_VERSION, loads  # noqa: E402
 from noloco.theory.methods import PRESETS as THEORY_PRESETS  # noqa: E402
@@ -259,7 +259,7 @@ def test_torchrun_gloo_matches_batched(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     port = free_port()  # for the rendezvous
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "4", "--master-addr", "127.0.0.1",
-           "--master-port", str(port), "-m", "noloco.llm_check.train", *args, "--out", str(tmp_path / "dist")]
+           "--master-port", str(port), "-m", "noloco", "llm", "train", *args, "--out", str(tmp_path / "dist")]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-3000:]
     single = train(tmp_path / "one", outer_steps=4, eval_every=2)
@@ -279,7 +279,7 @@ def test_validate_cpu_tiny(tmp_path):
     """The rows that are predictions (not the reference run k is fitted on, whose ratio is 1 by
     construction) agree within 3 standard errors of the difference: the measured spread's and the
     prediction's, which inherits the reference measurement's relative error through k."""
-    from noloco.llm_check.validate import format_table, run_sweep
+    from noloco.studies.validate import format_table, run_sweep
     from noloco.theory.stats import holds, z_score
 
     report = run_sweep("cpu-tiny", tmp_path, progress=False)
@@ -454,7 +454,7 @@ def test_a_huge_learning_rate_exits_1_with_strict_files(tmp_path, capsys):
 def test_torchrun_ranks_stop_together_on_divergence(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(free_port()), "-m", "noloco.llm_check.train", "--preset", "cpu-tiny", "--replicas", "2",
+           "--master-port", str(free_port()), "-m", "noloco", "llm", "train", "--preset", "cpu-tiny", "--replicas", "2",
            "--outer-steps", "4", "--eval-every", "2", "--val-windows", "4", "--lr", "1e6", "--timeout", "30",
            "--out", str(tmp_path)]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
@@ -465,7 +465,7 @@ def test_torchrun_ranks_stop_together_on_divergence(tmp_path):
 # ---------------------------------------------------------------- resources and data bounds
 
 def test_memory_estimate_budget_and_sizes():
-    from noloco.llm_check.config import check_memory, memory_budget, memory_estimate
+    from noloco.llm_check.resources import check_memory, memory_budget, memory_estimate
 
     small = memory_estimate(build("cpu-tiny"))["total"]
     assert 1e6 < small < 2e8
@@ -481,7 +481,7 @@ def test_memory_estimate_budget_and_sizes():
 
 def test_sizing_a_run_needs_no_torch_and_counts_the_model_s_parameters():
     """The config sizes runs before torch loads, from the shapes the model builds its tensors from."""
-    code = ("import sys; from noloco.llm_check.config import build, memory_estimate; cfg = build('cpu-tiny', stages=2); "
+    code = ("import sys; from noloco.llm_check.config import build; from noloco.llm_check.resources import memory_estimate; cfg = build('cpu-tiny', stages=2); "
             "memory_estimate(cfg); print('torch' in sys.modules, cfg.model().n_params())")
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True)
     from noloco.llm_check.model import init_params
@@ -598,7 +598,7 @@ def test_torchrun_sigterm_checkpoints_every_rank_at_one_outer_step(tmp_path):
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(free_port()), "-m", "noloco.llm_check.train", "--preset", "cpu-tiny", "--replicas", "2",
+           "--master-port", str(free_port()), "-m", "noloco", "llm", "train", "--preset", "cpu-tiny", "--replicas", "2",
            "--outer-steps", "5000", "--eval-every", "20", "--ckpt-every", "5000", "--val-windows", "4", "--warmup", "0",
            "--timeout", "60", "--out", str(tmp_path)]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

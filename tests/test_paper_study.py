@@ -1,4 +1,4 @@
-"""The GPT part of the paper audit (llm_check/paper_study.py, paper_figs/fig_paper_gpt.py): the quick study end to
+"""The GPT part of the paper audit (noloco/studies/paper.py, paper_figs/fig_paper_gpt.py): the quick study end to
 end (runs reused, the JSON's shape, the tables, the figure), Pearson's r and the trend rules on examples worked
 by hand, the tables' arithmetic on made-up runs, and the exit codes."""
 
@@ -8,8 +8,14 @@ import numpy as np
 import pytest
 
 from noloco.infra.files import loads
-from noloco.llm_check import paper_study
-from noloco.llm_check.paper_study import QUICK, at_or_below, grows, main, pearson
+from noloco.studies import paper as paper_study
+from noloco.cli import main as cli_main
+from noloco.studies.paper import QUICK, at_or_below, grows, pearson
+
+
+def main(argv):
+    """The study through its command, ``noloco llm study paper``."""
+    return cli_main(["llm", "study", "paper", *argv])
 
 
 # ----------------------------------------------------------------- statistics by hand
@@ -129,7 +135,7 @@ def test_figure_without_data_says_which_command_makes_it(tmp_path):
     from noloco.paper_figs import fig_paper_gpt
 
     fig = fig_paper_gpt.draw(fig_paper_gpt.compute(str(tmp_path / "none.json")))
-    assert any("python -m noloco.llm_check.paper_study" in t.get_text() for t in fig.texts)
+    assert any("noloco llm study paper" in t.get_text() for t in fig.texts)
     assert not legibility_problems(fig) and not any(ax.axison for ax in fig.axes)
     plt.close(fig)
 

@@ -15,7 +15,8 @@ from noloco.cli import main
 from noloco.quadratic.agreement import config, draw_settings
 from noloco.quadratic.compare import compare
 from noloco.quadratic.inner import InnerOptimizer, phase_coefficients
-from noloco.quadratic.simulator import SimConfig, simulate
+from noloco.quadratic.sim_config import SimConfig
+from noloco.quadratic.simulator import simulate
 from noloco.infra import files
 from noloco.theory import numeric
 from noloco.infra.errors import ConfigError

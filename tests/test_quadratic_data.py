@@ -9,7 +9,7 @@ import pytest
 
 from noloco.quadratic.compare import compare
 from noloco.quadratic.objectives import DataObjective
-from noloco.quadratic.simulator import SimConfig
+from noloco.quadratic.sim_config import SimConfig
 from noloco.infra.errors import ConfigError
 from noloco.theory.config import InnerConfig
 from noloco.theory.methods import PRESETS

@@ -19,7 +19,8 @@ from noloco.llm_check.config import build  # noqa: E402
 from noloco.llm_check.exchange import free_port  # noqa: E402
 from noloco.llm_check.model import GPTConfig, forward, init_params, losses, run_stage  # noqa: E402
 from noloco.llm_check.routing import Route, middle_stages, param_stage, route, stage_units  # noqa: E402
-from noloco.llm_check.train import Trainer, evaluate_run  # noqa: E402
+from noloco.llm_check.evaluation import evaluate_run  # noqa: E402
+from noloco.llm_check.trainer import Trainer  # noqa: E402
 from noloco.cli import main  # noqa: E402
 from noloco.infra.errors import ConfigError  # noqa: E402
 from noloco.infra.files import loads  # noqa: E402
@@ -191,7 +192,7 @@ def test_theta_std_is_the_spread_before_the_outer_step(tmp_path):
     row = rows(tmp_path / "d")[-1]
     assert row["weight_std"] == 0 and row["weight_std_per_stage"] == [0, 0]
     assert all(v > 0 for v in row["theta_std_per_stage"])
-    from noloco.llm_check.train import weight_std
+    from noloco.llm_check.trainer import weight_std
 
     local = train(tmp_path / "l", method="local", outer_steps=2, eval_every=2, stages=2, routing="random")
     last = rows(tmp_path / "l")[-1]  # local: beta 1, no pull, so phi = theta
@@ -249,7 +250,7 @@ def test_torchrun_stages_match_batched(tmp_path):
         args += ["--" + k.replace("_", "-"), str(v)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "12", "--master-addr", "127.0.0.1",
-           "--master-port", str(free_port()), "-m", "noloco.llm_check.train", *args, "--out", str(tmp_path / "dist")]
+           "--master-port", str(free_port()), "-m", "noloco", "llm", "train", *args, "--out", str(tmp_path / "dist")]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     single = train(tmp_path / "one", routing="random", **kw)
@@ -269,7 +270,10 @@ def test_torchrun_stages_match_batched(tmp_path):
 
 def test_routing_study_quick_writes_every_table(tmp_path, capsys):
     """The study's pipeline end to end at a tiny size: runs reused on a second call, tables and the figure."""
-    from noloco.llm_check.routing_study import SKIP_PROBS, VARIANTS, format_report, main as study_main
+    from noloco.studies.routing import SKIP_PROBS, VARIANTS, format_report
+
+    def study_main(argv):
+        return main(["llm", "study", "routing", *argv])
     from noloco.paper_figs import fig_routing
 
     assert study_main(["--quick", "--seeds", "2", "--out", str(tmp_path)]) == 0

@@ -15,12 +15,14 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from noloco.quadratic import simulator as simulator
+from noloco.quadratic import names, sim_costs, simulator
 from noloco.cli import main
 from noloco.quadratic.compare import compare
-from noloco.quadratic.simulator import SimConfig, memory_estimate, plan, simulate
+from noloco.quadratic.sim_costs import memory_estimate, plan
+from noloco.quadratic.sim_config import SimConfig
+from noloco.quadratic.simulator import simulate
 from noloco.infra import budget, jit
-from noloco.theory import numeric
+from noloco.theory import draws, numeric
 from noloco.quadratic import idle
 from noloco.theory import jitter
 from noloco.theory.conditions import LISTED, analyse
@@ -102,11 +104,11 @@ def test_fast_normal_fine_tail_takes_the_tail_radius_from_all_32_bits(dtype):
     """Every draw the same as the coarse generator's, except the pairs whose radius word is in the
     top 2^10 cells: their radius is sqrt(-2 ln u) with u = (2^32 - word - 1/2) 2^-32."""
     size, scale = 2_000_000, 1.5
-    coarse = numeric.fast_normal(np.random.default_rng(3), np.empty(size, dtype), scale)
-    fine = numeric.fast_normal(np.random.default_rng(3), np.empty(size, dtype), scale, fine_tail=True)
+    coarse = draws.fast_normal(np.random.default_rng(3), np.empty(size, dtype), scale)
+    fine = draws.fast_normal(np.random.default_rng(3), np.empty(size, dtype), scale, fine_tail=True)
     m = size // 2
     words = np.random.default_rng(3).bit_generator.random_raw(m).view(np.uint32)[:m].astype(float)
-    tail = words >= numeric.TAIL_WORDS
+    tail = words >= draws.TAIL_WORDS
     assert 100 < tail.sum() < 400   # 2^10 / 2^23 of a million radii: 122 expected
     both = np.concatenate([tail, tail])
     assert np.array_equal(fine[~both], coarse[~both])
@@ -124,22 +126,35 @@ def test_fast_normal_fine_tail_gives_the_mean_maximum_of_ten_million():
     size, reps, cv = 10 ** 7, 200, 0.1
     s2 = math.log1p(cv * cv)
     rng, out, scratch = np.random.default_rng(11), np.empty(size, np.float32), np.empty(size // 2, np.float32)
-    tops = [float(numeric.fast_normal(rng, out, 1.0, scratch, fine_tail=True).max()) for _ in range(reps)]
+    tops = [float(draws.fast_normal(rng, out, 1.0, scratch, fine_tail=True).max()) for _ in range(reps)]
     maxima = np.exp(math.sqrt(s2) * np.array(tops) - s2 / 2)
     exact = jitter.expected_max(jitter.Jitter("lognormal", cv), [1.0], [size])
     assert abs(maxima.mean() - exact) < 4 * maxima.std(ddof=1) / math.sqrt(reps)
 
 
 def test_command_line_names_match_the_simulator():
+    """Every --inner and --dtype choice the command offers is a setting the simulator takes, and no other."""
     from noloco.cli import simulate as cmd_simulate
+    from noloco.cli import build_parser
+    from noloco.quadratic.sim_config import SimConfig
 
-    assert cmd_simulate.INNER_MODES == simulator.INNER_MODES and cmd_simulate.DTYPES == simulator.DTYPES
+    parser = build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command").choices["simulate"]
+    choices = {a.dest: tuple(a.choices) for a in sub._actions if a.dest in ("inner_mode", "dtype")}
+    assert choices == {"inner_mode": names.INNER_MODES, "dtype": names.DTYPES} == {
+        "inner_mode": cmd_simulate.INNER_MODES, "dtype": cmd_simulate.DTYPES}
+    for mode in names.INNER_MODES:
+        SimConfig(inner_mode=mode)
+    for dtype in names.DTYPES:
+        SimConfig(dtype=dtype)
+    with pytest.raises(ConfigError):
+        SimConfig(inner_mode="bogus")
 
 
 @pytest.mark.parametrize("size,dtype", [(1001, np.float64), (100_001, np.float64), (100_000, np.float32)])
 def test_fast_normal_moments(size, dtype):
     rng = np.random.default_rng(7)
-    x = np.concatenate([numeric.fast_normal(rng, np.empty(size, dtype), 2.0).astype(float) / 2 for _ in range(20)])
+    x = np.concatenate([draws.fast_normal(rng, np.empty(size, dtype), 2.0).astype(float) / 2 for _ in range(20)])
     n = x.size
     assert abs(x.mean()) < 4 / math.sqrt(n)
     assert abs(x.var() - 1) < 4 * math.sqrt(2 / n)
@@ -156,7 +171,7 @@ def test_fast_gamma_is_gamma(shape, dtype):
     from scipy import stats
 
     rng, scale, size = np.random.default_rng(17), 2.0, 200_000
-    x = np.concatenate([numeric.fast_gamma(rng, shape, np.empty(size, dtype), scale).astype(float)
+    x = np.concatenate([draws.fast_gamma(rng, shape, np.empty(size, dtype), scale).astype(float)
                         for _ in range(5)])
     n, mean, var = x.size, shape * scale, shape * scale ** 2
     assert abs(x.mean() - mean) < 4 * math.sqrt(var / n)
@@ -166,8 +181,8 @@ def test_fast_gamma_is_gamma(shape, dtype):
 
 
 def test_fast_gamma_below_the_threshold_is_numpys():
-    size = numeric.FAST_NORMAL_MIN - 1
-    got = numeric.fast_gamma(np.random.default_rng(4), 3.0, np.empty(size), 0.5)
+    size = draws.FAST_NORMAL_MIN - 1
+    got = draws.fast_gamma(np.random.default_rng(4), 3.0, np.empty(size), 0.5)
     assert np.array_equal(got, np.random.default_rng(4).gamma(3.0, 0.5, size))
 
 
@@ -177,8 +192,8 @@ def test_noise_free_runs_do_not_depend_on_the_blocks(monkeypatch):
     cfg = SimConfig(outer=PAIRS, inner=InnerConfig(lr=0.05, steps=5, noise=0.0), trials=10, outer_steps=12,
                     curvatures=tuple(np.linspace(0.1, 2, 37)))
     whole = simulate(cfg)
-    monkeypatch.setattr(simulator, "BLOCK", 64)
-    monkeypatch.setattr(simulator, "WIDTH", 4)
+    monkeypatch.setattr(sim_costs, "BLOCK", 64)
+    monkeypatch.setattr(sim_costs, "WIDTH", 4)
     assert plan(37, 10, 8, 12, True)[1] < 37
     cut = simulate(cfg)
     np.testing.assert_allclose(cut.mean_distance.mean, whole.mean_distance.mean, rtol=1e-12, atol=1e-15)
@@ -191,7 +206,7 @@ def test_memory_is_constant_in_directions_and_steps(monkeypatch):
     small = memory_estimate(10_000, 200, 8, 100)
     assert memory_estimate(10_000, 200, 8, 100) - memory_estimate(1_000, 200, 8, 100) < 9_000 * 4_000
     tb, width = plan(10 ** 7, 200, 8, 100, True)
-    assert tb * 8 * width <= simulator.BLOCK * 2
+    assert tb * 8 * width <= sim_costs.BLOCK * 2
     assert memory_estimate(1, 10 ** 8, 8, 200) > 2 * 10 ** 9 > small
     assert memory_estimate(10 ** 5, 200, 8, 200, rotate=True, eigenbasis=False) > 10 ** 11
     monkeypatch.setattr(simulator.fused, "enabled", lambda updates: updates >= 1e9)
@@ -202,7 +217,7 @@ def test_mean_trajectory_of_many_directions_is_a_sample():
     cfg = SimConfig(curvatures=tuple(np.linspace(0.1, 1, 3000)), trials=2, outer_steps=2,
                     inner=InnerConfig(steps=2))
     run = simulate(cfg)
-    assert run.directions.size <= simulator.MEAN_DIRECTIONS and run.directions[[0, -1]].tolist() == [0, 2999]
+    assert run.directions.size <= sim_costs.MEAN_DIRECTIONS and run.directions[[0, -1]].tolist() == [0, 2999]
     assert np.asarray(run.mean_distance.mean).shape == (3, run.directions.size)
 
 

@@ -1,4 +1,4 @@
-"""noloco llm tune (noloco.llm_check.tune_runs) on pilot folders whose loss curves are written by hand, so the
+"""noloco llm tune (noloco.advice.tune) on pilot folders whose loss curves are written by hand, so the
 time to the target, the synchronisation cost and the choice can be worked out independently here."""
 
 import math
@@ -9,7 +9,7 @@ import pytest
 
 from noloco.cli import main
 from noloco.infra.files import dumps, write_json
-from noloco.llm_check import tune_runs as T
+from noloco.advice import tune as T
 from noloco.llm_check.config import TrainConfig
 from noloco.theory.comm import Network, sync_cost
 from noloco.theory.config import OuterConfig
@@ -103,12 +103,12 @@ def test_the_command_line(tmp_path, capsys):
 
 
 def test_the_committed_held_out_verdicts_follow_from_their_seeds():
-    """docs/data/tune_holdout.json (python -m noloco.llm_check.tune_study): the three rules recomputed from the
+    """docs/data/tune_holdout.json (python -m noloco.studies.tune): the three rules recomputed from the
     per-seed times and spreads it stores."""
     import json
     from pathlib import Path
 
-    from noloco.llm_check import tune_study as S
+    from noloco.studies import tune as S
 
     report = json.loads((Path(__file__).resolve().parents[1] / "docs/data/tune_holdout.json").read_text())
     held, tuned = report["held_out"], report["tune"]

@@ -82,7 +82,7 @@ if part train; then
 # Pearson r of weight_std (and theta_std) with the learning rate over each run's evaluations
 import json, sys
 from pathlib import Path
-from noloco.llm_check.paper_study import pearson
+from noloco.studies.paper import pearson
 out = {}
 for run in sorted(Path(sys.argv[1]).iterdir()):
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()] if (run / "metrics.jsonl").exists() else []

@@ -24,7 +24,7 @@ SIZES = ("cpu-tiny", "cpu-small", "gpu")
 
 
 def _trainer(size: str, replicas: int, batch_scale: int, mode: str, device: str):
-    from noloco.llm_check.train import Trainer
+    from noloco.llm_check.trainer import Trainer
 
     cfg = build(size, "noloco", replicas=replicas, group_size=1, device=device, replica_mode=mode,
                 batch=PRESETS[size]["batch"] * batch_scale)
@@ -70,7 +70,7 @@ def measure(replicas: int = 8, size: str = "cpu-small", device: str = "cpu", ste
     """Tokens per second of each mode (the ``results`` of :func:`noloco.benchmarks.timer.run`)."""
     import torch
 
-    from noloco.llm_check.train import set_threads
+    from noloco.llm_check.trainer import set_threads
 
     check_integer("replicas", replicas, "an integer >= 1", lambda v: v >= 1)
     check_integer("steps", steps, "an integer >= 1", lambda v: v >= 1)

@@ -13,7 +13,8 @@ from __future__ import annotations
 import numpy as np
 
 from noloco.benchmarks.timer import best_of, integer, jit, jit_paths
-from noloco.quadratic.simulator import SimConfig, simulate
+from noloco.quadratic.sim_config import SimConfig
+from noloco.quadratic.simulator import simulate
 from noloco.quadratic import idle
 from noloco.infra.budget import retain_freed_memory
 from noloco.theory.conditions import analyse

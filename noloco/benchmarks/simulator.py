@@ -28,11 +28,12 @@ from pathlib import Path
 import numpy as np
 
 from noloco.benchmarks.timer import best_of, command_seconds, integer, jit
-from noloco.quadratic.simulator import SimConfig, simulate
+from noloco.quadratic.sim_config import SimConfig
+from noloco.quadratic.simulator import simulate
 from noloco.infra.budget import retain_freed_memory
 from noloco.infra.errors import ConfigError
 from noloco.theory.config import InnerConfig, OuterConfig
-from noloco.theory.numeric import fast_normal
+from noloco.theory.draws import fast_normal
 from noloco.theory.outer import outer_step
 from noloco.theory.partitions import partition
 

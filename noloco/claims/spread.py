@@ -74,7 +74,8 @@ def mean_is_diloco(quick: bool = True, seed: int = 0, *, outer=None, inner=None,
     Reference: docs/theory.md, Results 1 ("The mean is DiLoCo"); the paper's
     convergence claim for the expected weights (arXiv 2506.10911).
     """
-    from noloco.quadratic.simulator import SimConfig, simulate
+    from noloco.quadratic.sim_config import SimConfig
+    from noloco.quadratic.simulator import simulate
     from noloco.theory.outer import outer_step
 
     outer, c, _ = setting(outer, inner)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 
 from noloco.infra.entry import CommandParser, OneLineParser, mark_parsers, run
 
@@ -60,5 +61,16 @@ def main(argv: list[str] | None = None) -> int:
     return run("noloco", parser, lambda args: args.run(args), argv, name=_command_name)
 
 
+def console() -> None:
+    """The ``noloco`` program (and ``python -m noloco``): :func:`main`, then the process ends with its code; a
+    torchrun rank ends without the interpreter's finalisation (:func:`noloco.llm_check.train.end_rank`)."""
+    code = main()
+    if os.environ.get("WORLD_SIZE") not in (None, "", "1"):
+        from noloco.llm_check.train import end_rank
+
+        end_rank(code)
+    raise SystemExit(code)
+
+
 if __name__ == "__main__":
-    raise SystemExit(main())
+    console()

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import importlib
 
-ACTIONS = ("train", "validate", "predict", "tune", "evaluate", "bench", "ensemble")
+ACTIONS = ("train", "validate", "predict", "tune", "evaluate", "bench", "ensemble", "study")
 #: the actions that read files only
 FILES_ONLY = ("predict", "tune")
 
@@ -16,7 +16,7 @@ def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "llm", help="train a small GPT with NoLoCo / DiLoCo / DDP and check the theory",
         description="Real training runs on CPython's standard-library text. Under torchrun use "
-                    "`torchrun --nproc-per-node N -m noloco.llm_check.train ...` (one replica per rank).")
+                    "`torchrun --nproc-per-node N -m noloco llm train ...` (one replica per rank).")
     sub = parser.add_subparsers(dest="llm_command", metavar="ACTION")
     sub.required = True
     for action in ACTIONS:

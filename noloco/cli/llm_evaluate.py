@@ -1,5 +1,5 @@
 """``noloco llm evaluate``: the validation loss of a trained run, optionally with middle stages removed
-(noloco.llm_check.train.evaluate_run)."""
+(noloco.llm_check.evaluation.evaluate_run)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ def add_parser(sub) -> None:
     ev = sub.add_parser("evaluate", help="validation loss of a trained run, optionally with middle stages removed",
                         description="Loads OUT's checkpoint (a one-process run) and evaluates the replica-mean "
                                     "model and every replica's fixed path, leaving out the middle stages --remove "
-                                    "(noloco.llm_check.train.evaluate_run).")
+                                    "(noloco.llm_check.evaluation.evaluate_run).")
     ev.add_argument("out", metavar="OUT", help="a run folder written by `noloco llm train` (one method)")
     ev.add_argument("--remove", default="", metavar="S,S,...",
                     help="middle stages to leave out (1 .. stages - 2), comma-separated (default: none)")
@@ -19,7 +19,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from noloco.infra.files import print_json
-    from noloco.llm_check.train import evaluate_run, format_evaluation
+    from noloco.llm_check.evaluation import evaluate_run, format_evaluation
 
     report = evaluate_run(args.out, args.remove, args.threads)
     print_json(report) if args.json else print(format_evaluation(report))

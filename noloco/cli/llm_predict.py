@@ -1,6 +1,6 @@
 """``noloco llm predict``: a run's weight_std predicted from the inputs measured in it, with no fitted constant
-(noloco.llm_check.predict); with ``--forecast``, to the end of its schedule from its first outer steps, and with
-``--as``, for another setting (noloco.llm_check.forecast). Reads files only: no torch."""
+(noloco.advice.predict); with ``--forecast``, to the end of its schedule from its first outer steps, and with
+``--as``, for another setting (noloco.advice.forecast). Reads files only: no torch."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ def add_parser(sub) -> None:
                                           "constant); --forecast to the end of the run, --as for another setting",
                           description="Reads OUT/result.json, metrics.jsonl and inputs.jsonl (the per-step c, s2, rho "
                                       "and drift the trainer measures) and steps the theory's exact recursion "
-                                      "(noloco.llm_check.predict). A run made before inputs.jsonl existed gets its measured "
+                                      "(noloco.advice.predict). A run made before inputs.jsonl existed gets its measured "
                                       "growth and the decay factor at c = 0, not a predicted level. --forecast and "
                                       "--as give advice: their recipes and where they hold are in docs/advice.md.")
     pred.add_argument("out", metavar="OUT", help="a run folder written by `noloco llm train` (one method)")
@@ -31,7 +31,8 @@ def add_parser(sub) -> None:
                              "checkpoint, predicted from Adam's second moment with nothing fitted, next to the "
                              "measured one (needs torch)")
     pred.add_argument("--from-step", type=int, metavar="K",
-                      help="with --forecast: use the first K measured outer steps only (default: all measured)")
+                      help="with --forecast: use the first K measured outer steps only (default: every step measured "
+                           "so far in a run still going; the first quarter of a finished run)")
     pred.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
     pred.set_defaults(run=run)
 
@@ -46,19 +47,27 @@ def run(args) -> int:
         raise ConfigError("--noise-model applies to the prediction of a run from its own inputs; drop it with "
                           "--forecast, --as or --gap")
     if args.gap:
-        from noloco.llm_check.gap import equipartition_gap, format_gap
+        import importlib.util
 
-        report, text = equipartition_gap(args.out), format_gap
+        from noloco.advice.gap import equipartition_gap, format_gap
+        from noloco.infra.errors import DataError
+
+        if importlib.util.find_spec("torch") is None:
+            raise DataError("--gap reads the checkpoint's optimiser state, which needs torch; install the llm "
+                            "extra: pip install -e '.[llm]'")
+        from noloco.llm_check.adam_state import second_moment_root
+
+        report, text = equipartition_gap(args.out, second_moment_root), format_gap
     elif args.forecast:
-        from noloco.llm_check.forecast import forecast, format_forecast
+        from noloco.advice.forecast import forecast, format_forecast
 
         report, text = forecast(args.out, from_step=args.from_step), format_forecast
     elif args.changes is not None:
-        from noloco.llm_check.forecast import format_transfer, parse_changes, transfer
+        from noloco.advice.forecast import format_transfer, parse_changes, transfer
 
         report, text = transfer(args.out, **parse_changes(args.changes)), format_transfer
     else:
-        from noloco.llm_check.predict import format_predict, predict
+        from noloco.advice.predict import format_predict, predict
 
         report, text = predict(args.out, noise_model=args.noise_model), format_predict
     print_json(report) if args.json else print(text(report))

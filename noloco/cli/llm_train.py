@@ -1,5 +1,6 @@
 """``noloco llm train``: one run per method (metrics.jsonl, checkpoints, result.json under OUT), with a
-comparison table (noloco.llm_check.train.train_methods)."""
+comparison table (noloco.llm_check.train.train_methods); started by torchrun, one replica per rank
+(noloco.llm_check.train.train_rank)."""
 
 from __future__ import annotations
 
@@ -7,22 +8,39 @@ import sys
 
 
 def add_parser(sub) -> None:
-    from noloco.llm_check.config import add_train_arguments
+    from noloco.cli.llm_flags import add_train_arguments
 
     train = sub.add_parser("train", help="one run per method; metrics.jsonl, checkpoints, result.json under OUT",
                            description="Train; with several methods (--method ddp,diloco,noloco, the cpu-small "
-                                       "default) each goes to OUT/METHOD and a comparison table is printed.")
+                                       "default) each goes to OUT/METHOD and a comparison table is printed. Under "
+                                       "torchrun (torchrun --nproc-per-node N -m noloco llm train ...) one method, "
+                                       "one replica per rank.")
     add_train_arguments(train, methods_list=True)
     train.set_defaults(run=run)
 
 
 def run(args) -> int:
-    from noloco.llm_check.config import configs_from_args
-    from noloco.llm_check.train import format_results, train_methods
+    from noloco.cli.llm_flags import configs_from_args
+    from noloco.infra.errors import ConfigError
+    from noloco.llm_check.train import torchrun_world_size
 
-    results = train_methods(configs_from_args(args), args.out, resume=args.resume, stop_after=args.stop_after,
-                            threads=args.threads, overwrite=args.overwrite, max_memory=args.max_memory)
-    print(format_results(results))
+    configs = configs_from_args(args)
+    if torchrun_world_size() is not None:
+        if len(configs) > 1:
+            raise ConfigError(f"--method {','.join(c.method for c in configs)}: under torchrun a run trains one "
+                              f"method; give one (e.g. --method {configs[-1].method})")
+        from noloco.llm_check.train import train_rank
+
+        results = {configs[0].method: train_rank(configs[0], args.out, resume=args.resume,
+                                                 stop_after=args.stop_after, threads=args.threads,
+                                                 overwrite=args.overwrite, timeout=args.timeout,
+                                                 max_memory=args.max_memory)}
+    else:
+        from noloco.llm_check.train import format_results, train_methods
+
+        results = train_methods(configs, args.out, resume=args.resume, stop_after=args.stop_after,
+                                threads=args.threads, overwrite=args.overwrite, max_memory=args.max_memory)
+        print(format_results(results))
     diverged = {method: r["diverged"]["message"] for method, r in results.items() if r.get("diverged")}
     for method, message in diverged.items():  # the finding, on stderr too: exit 1
         print(f"noloco llm train: {method} {message}", file=sys.stderr)

@@ -1,6 +1,6 @@
 """``noloco llm tune PILOT ...``: which outer setting to run, ranked from measured pilot runs of the real model
 for a goal (time to the reference's loss with the comm model's synchronisation cost, or loss at equal tokens)
-under spread and stability constraints (noloco.llm_check.tune_runs). Reads files only: no torch."""
+under spread and stability constraints (noloco.advice.tune). Reads files only: no torch."""
 
 from __future__ import annotations
 
@@ -42,7 +42,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from noloco.infra.files import print_json
-    from noloco.llm_check.tune_runs import format_tune, tune
+    from noloco.advice.tune import format_tune, tune
 
     report = tune(args.pilots, args.reference, args.goal, args.target_loss, args.latency, args.bandwidth,
                   args.compute_seconds, args.bytes_per_value, args.max_spread)

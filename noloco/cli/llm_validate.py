@@ -1,5 +1,5 @@
 """``noloco llm validate``: a sweep of short runs, the measured weight spread against the theory's
-prediction (noloco.llm_check.validate)."""
+prediction (noloco.studies.validate)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ def add_parser(sub) -> None:
     val = sub.add_parser("validate", help="predicted vs measured weight-spread scaling (gamma, n, N, alpha, lr)",
                          description="Train a sweep of short runs, fit one noise constant on the reference run "
                                      "and predict the stationary weight spread of the others with the "
-                                     "flat-direction theory (noloco.llm_check.validate); next to it the prediction "
+                                     "flat-direction theory (noloco.studies.validate); next to it the prediction "
                                      "with no fitted constant. Exit 0 when that prediction agrees on every setting "
                                      "(the reference included), 1 when it does not on one or a run diverged, 2 on bad "
                                      "input, 3 for an environment fault or work above --max-memory / --max-time.")
@@ -35,7 +35,7 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from noloco.infra.files import output_dir, print_json
-    from noloco.llm_check.validate import disagreements, format_table, run_sweep
+    from noloco.studies.validate import disagreements, format_table, run_sweep
 
     out = output_dir(args.out) / args.preset
     report = run_sweep(args.preset, out, device=args.device, threads=args.threads, overwrite=args.overwrite,
@@ -43,7 +43,7 @@ def run(args) -> int:
     print_json(report) if args.json else print(format_table(report))
     print(f"(runs and validate.json in {out})", file=sys.stderr)
     wrong = disagreements(report)
-    if wrong:  # a finding, like a claim that does not hold: exit 1 (noloco.llm_check.validate.disagreements)
+    if wrong:  # a finding, like a claim that does not hold: exit 1 (noloco.studies.validate.disagreements)
         print(f"noloco llm validate: the zero-constant prediction disagrees on {len(wrong)} of "
               f"{len(report['rows'])} settings: {'; '.join(wrong)}", file=sys.stderr)
     return 1 if report.get("diverged") or wrong else 0

@@ -15,6 +15,32 @@ def _table(rows: dict) -> str:
     return "; ".join(f"{name}: {text}" for name, text in rows.items())
 
 
+#: the outer step's flags, declared once for every command that takes an outer setting (``check``,
+#: ``simulate``, ``tune``, ``llm train``, ``llm ensemble``); the help names each command's defaults
+OUTER_FLAGS = {
+    "replicas": (("--replicas", "-N"), int, "number of replicas N (under torchrun: the number of processes)"),
+    "group_size": (("--group-size", "-n"), int, "group size n, dividing N (n = N is DiLoCo; local sets 1)"),
+    "alpha": (("--alpha",), float, "outer momentum, 0 <= alpha < 1 (local and ddp set 0)"),
+    "beta": (("--beta",), float, "outer learning rate on the group-mean progress (local and ddp set 1)"),
+    "gamma": (("--gamma",), float, "pull towards the group-mean weights (diloco, local and ddp set 0)"),
+}
+PAPER_DEFAULTS = {"replicas": "paper preset: 8", "group_size": "paper preset: 2", "alpha": "paper preset: 0.5",
+                  "beta": "paper preset: 0.7", "gamma": "paper preset: 0.7"}
+
+
+def add_outer_arguments(group, defaults: dict) -> None:
+    """``--replicas --group-size --alpha --beta --gamma --gamma-tied --momentum`` (None when not given: the
+    preset, then the flags, then the method decide, :func:`noloco.theory.methods.resolve`); ``defaults``
+    says in each help where the value comes from when the flag is absent."""
+    for name, (flags, kind, text) in OUTER_FLAGS.items():
+        group.add_argument(*flags, dest=name, type=kind, default=None, help=f"{text} ({defaults[name]})")
+    group.add_argument("--gamma-tied", action="store_true",
+                       help="set gamma = beta, as the NoLoCo reference code does (not with --gamma)")
+    group.add_argument("--momentum", choices=MOMENTUM_CONVENTIONS, default=None,
+                       help="outer momentum convention: heavy-ball (reference code) or nesterov (torch "
+                            f"SGD(nesterov=True)) ({defaults.get('momentum', 'default: heavy-ball')})")
+
+
 def add_hyper_arguments(parser: argparse.ArgumentParser) -> None:
     g = parser.add_argument_group(
         "NoLoCo setting", "A preset, then any flag given, then the method's constraints; a flag that the "
@@ -25,15 +51,7 @@ def add_hyper_arguments(parser: argparse.ArgumentParser) -> None:
     g.add_argument("--method", choices=METHODS,
                    help="the algorithm, the same in every command (default: the preset's, else noloco): "
                         + _table(METHOD_SUMMARY))
-    g.add_argument("--replicas", "-N", type=int, help="number of replicas N (paper preset: 8)")
-    g.add_argument("--group-size", "-n", type=int, help="group size n, dividing N (paper preset: 2; n = N is DiLoCo)")
-    g.add_argument("--alpha", type=float, help="outer momentum, 0 <= alpha < 1 (paper preset: 0.5)")
-    g.add_argument("--beta", type=float, help="outer learning rate on the group-mean progress (paper preset: 0.7)")
-    g.add_argument("--gamma", type=float, help="pull towards the group-mean weights (paper preset: 0.7)")
-    g.add_argument("--gamma-tied", action="store_true",
-                   help="set gamma = beta, as the NoLoCo reference code does (not with --gamma)")
-    g.add_argument("--momentum", choices=MOMENTUM_CONVENTIONS,
-                   help="heavy-ball (reference code) or nesterov (torch SGD(nesterov=True)); paper preset: heavy-ball")
+    add_outer_arguments(g, PAPER_DEFAULTS)
     g.add_argument("--inner-lr", type=float, help="inner SGD learning rate eta (presets: 0.01)")
     g.add_argument("--inner-steps", "-H", type=int, help="inner steps H per outer step (paper preset: 50)")
     g.add_argument("--noise", type=float, help="gradient noise std sigma per coordinate (presets: 1.0)")

@@ -1,7 +1,12 @@
-"""NoLoCo, DiLoCo, data parallel and no synchronisation on a small GPT (everything that needs torch).
+"""The torch harness: a small GPT trained with NoLoCo, DiLoCo, data parallel and no synchronisation on the
+shipped corpus, replicas batched in one process or one per torchrun rank.
 
-``config`` (validated settings; the outer step is :class:`noloco.theory.config.OuterConfig`, the
-methods are :mod:`noloco.theory.methods`'), ``data``, ``model``, ``train`` (one process or one
-replica per torchrun rank), ``exchange`` (how replicas talk), ``validate`` (predicted vs
-measured spread), ``bench`` (tokens per second), ``comm_measure`` (gloo timings).
+``config`` (a run's validated settings and presets; the outer step is
+:class:`noloco.theory.config.OuterConfig`, the methods :mod:`noloco.theory.methods`), ``resources``
+(memory and time estimates), ``data`` and ``domains`` (the corpus), ``architecture`` and ``model``,
+``trainer`` (the training step), ``lifecycle`` (a run's folder, checkpoints, resume), ``train`` (runs of
+one or several methods, in one process or under torchrun), ``evaluation`` (stages removed), ``exchange``
+(how replicas talk), ``pipeline`` and ``routing`` (stages), ``measure`` (the theory's inputs), ``divergence``,
+``adam_state`` (a checkpoint's second moment), ``comm_measure`` (gloo timings). Nothing here imports the
+studies (:mod:`noloco.studies`) or reads advice from runs (:mod:`noloco.advice`).
 """

@@ -1,6 +1,6 @@
 """Measure torch.distributed (gloo, 127.0.0.1) and compare with :mod:`noloco.theory.comm`.
 
-``python -m noloco.llm_check.comm_measure [--out docs/data/comm_measured.json]``
+``noloco llm study comm [--out docs/data/comm_measured.json]``
 
 For each N in ``--ranks`` it starts N processes and times, for each payload in
 ``--sizes``: ``all_reduce`` of a float32 buffer, a pairwise exchange (ranks 2i and
@@ -32,7 +32,6 @@ import numpy as np
 
 from noloco.theory import comm
 from noloco.infra.checks import check_at_least
-from noloco.infra.entry import OneLineParser, run
 from noloco.infra.errors import ConfigError
 from noloco.infra.files import SCHEMA_VERSION, output_file, write_json
 
@@ -212,7 +211,7 @@ def measure(ranks=range(2, 9), sizes=DEFAULT_SIZES, base_repeats: int = 20, prog
     return data
 
 
-def _table(data: dict) -> str:
+def format_table(data: dict) -> str:
     fit = data["fit"]
     lines = [f"fit: latency {fit['latency_s'] * 1e6:.1f} us, {fit['seconds_per_byte'] * 1e9:.3f} ns/B "
              f"({(fit['bandwidth_bits_per_s'] or math.inf) / 8e9:.2f} GB/s), reduce "
@@ -228,9 +227,6 @@ def _table(data: dict) -> str:
     return "\n".join(lines)
 
 
-PROG = "python -m noloco.llm_check.comm_measure"
-
-
 def _integers(flag: str, text: str, low: int) -> list[int]:
     """Comma-separated integers >= ``low`` (ConfigError naming ``flag`` otherwise)."""
     try:
@@ -242,26 +238,12 @@ def _integers(flag: str, text: str, low: int) -> list[int]:
     return values
 
 
-def main(argv=None) -> int:
-    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", default=DEFAULT_OUT, help=f"JSON output path (default {DEFAULT_OUT})")
-    parser.add_argument("--ranks", default="2,3,4,5,6,7,8", help="comma-separated process counts >= 2 (include 2)")
-    parser.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)),
-                        help="comma-separated payload sizes in bytes >= 4 (default 1 KiB .. 64 MiB, x4)")
-    parser.add_argument("--repeats", type=int, default=20, help="repetitions at 1 KiB (>= 3); fewer at larger sizes")
-    return run(PROG, parser, _work, argv)
-
-
-def _work(args) -> int:
-    ranks, sizes = _integers("--ranks", args.ranks, 2), _integers("--sizes", args.sizes, 4)
-    check_at_least("--repeats", args.repeats, 3)
-    out = output_file(args.out)  # before minutes of timing
-    data = measure(ranks, sizes, args.repeats, progress=sys.stderr.isatty())
-    write_json(out, data)
-    print(_table(data))
-    print(f"wrote {out}")
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+def measure_to_file(out, ranks: str, sizes: str, repeats: int):
+    """``(data, path)``: the timings of :func:`measure` for the comma-separated ``ranks`` and ``sizes``, written to
+    ``out`` (checked writable before minutes of timing)."""
+    ranks, sizes = _integers("--ranks", ranks, 2), _integers("--sizes", sizes, 4)
+    check_at_least("--repeats", repeats, 3)
+    path = output_file(out)
+    data = measure(ranks, sizes, repeats, progress=sys.stderr.isatty())
+    write_json(path, data)
+    return data, path

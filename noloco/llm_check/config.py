@@ -1,4 +1,4 @@
-"""Validated settings of an LLM run, its presets and its command-line flags.
+"""Validated settings of an LLM run and its presets (the flags are :mod:`noloco.cli.llm_flags`).
 
 Imports no torch, so ``noloco --help`` stays fast.
 
@@ -15,35 +15,31 @@ a flag that the method fixes to another value is refused.
 For ``ddp`` the inner steps per outer step are only the unit of evaluation and checkpoints:
 gradients are averaged at every inner step and there is no outer step.
 
-Resources: :func:`memory_estimate` is the memory one training step needs (parameters and optimiser
-states, activations kept for the backward pass, the evaluation batch, the data), calibrated on
-measured peaks; a run above the budget (``--max-memory``, default half the memory available) is
-refused before anything is allocated (:func:`check_memory`, a MemoryError: exit code 3).
+What a run costs before it starts (memory, time) is :mod:`noloco.llm_check.resources`.
 """
 
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import math
 import os
 import re
 from dataclasses import dataclass, field
 
-from noloco.theory.config import MOMENTUM_CONVENTIONS, OuterConfig
+from noloco.theory.config import OUTER_FIELDS, OuterConfig
 from noloco.infra.errors import ConfigError
 from noloco.infra.checks import (check_at_least, check_choice, check_divides, check_fields, check_integer, check_real,
                                   check_seed)
 from noloco.llm_check.architecture import GPTConfig
-from noloco.llm_check.domains import ALL_TRAINING, NAMES as DOMAIN_NAMES, check_spec as check_domain
+from noloco.llm_check.domains import check_spec as check_domain
 from noloco.llm_check.routing import ROUTINGS, check_skip_prob
-from noloco.theory.methods import METHOD_SUMMARY, METHODS, PRESETS as THEORY_PRESETS, constrain, method_of, resolve
+from noloco.theory.methods import (METHODS, PRESETS as THEORY_PRESETS, check_outer, method_of, outer_from_record,
+                                   resolve)
 
 DTYPES = ("float32", "float64", "bfloat16")
 REPLICA_MODES = ("auto", "batched", "loop")
 SCHEDULES = ("cosine", "constant")
 INNER_OPTIMIZERS = ("adamw", "sgd")
-OUTER_FIELDS = tuple(f.name for f in dataclasses.fields(OuterConfig))
 
 
 #: torch keeps a device index in 8 bits: cuda:128 would silently become cuda:-128
@@ -57,18 +53,6 @@ def check_device(name: str, value) -> str:
     if not match or (match.group(1) is not None and int(match.group(1)) > DEVICE_INDEX_MAX):
         raise ConfigError(f"{name}={value!r} is not allowed; allowed: cpu, cuda or cuda:K with 0 <= K <= "
                           f"{DEVICE_INDEX_MAX}")
-    return value
-
-
-def check_outer(name: str, value, method: str) -> OuterConfig:
-    """An OuterConfig that the method's constraints leave unchanged."""
-    if not isinstance(value, OuterConfig):
-        raise ConfigError(f"{name}={value!r} is not an OuterConfig")
-    fixed = constrain(method, value)[0]
-    wrong = [f"{k}={getattr(value, k)!r} (it sets {getattr(fixed, k)!r})" for k in OUTER_FIELDS
-             if getattr(value, k) != getattr(fixed, k)]
-    if wrong:
-        raise ConfigError(f"{name} conflicts with method={method!r} ({METHOD_SUMMARY[method]}): " + ", ".join(wrong))
     return value
 
 
@@ -196,20 +180,11 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, data: dict) -> "TrainConfig":
-        """Inverse of :meth:`as_dict`; also reads the flat form written before the outer step was
-        nested (replicas, group_size, alpha, ... at the top). There the method's constraints were
-        applied when the run used them (diloco and ddp ignored group_size, ddp every outer field),
-        so they are applied here too: the result is the setting that old run really trained with."""
-        data = dict(data)
+        """Inverse of :meth:`as_dict`; also reads the flat form written before the outer step was nested
+        (:func:`noloco.theory.methods.outer_from_record`)."""
         method = data.get("method", "noloco")
-        if "outer" in data:
-            outer = OuterConfig(**data.pop("outer"))
-        else:
-            old = {k: data.pop(k) for k in OUTER_FIELDS if k in data}
-            N = old.get("replicas", OuterConfig.replicas)
-            old["group_size"] = method_of(method).group_size(N) or old.get("group_size")
-            outer = constrain(method, OuterConfig(**old))[0]
-        names = {f.name for f in dataclasses.fields(cls)}
+        outer = outer_from_record(method, data)
+        names = {f.name for f in dataclasses.fields(cls)} - set(OUTER_FIELDS) - {"outer"}
         return cls(**{k: v for k, v in data.items() if k in names}, outer=outer)
 
 
@@ -232,104 +207,23 @@ PRESETS = {
 OUTER_PRESET = {"paper": "paper"}
 
 
-def build(preset: str | None = None, method: str | None = None, **overrides) -> TrainConfig:
+def build(preset: str | None = None, method: str | None = None, *, gamma_tied: bool = False,
+          **overrides) -> TrainConfig:
     """The llm preset, then ``overrides`` (flat: ``replicas``, ``group_size``, ``alpha``, ... and
-    every other TrainConfig field; None values ignored), then the method's constraints."""
+    every other TrainConfig field; None values ignored), then the method's constraints; ``gamma_tied``:
+    gamma = beta, as the reference code has it (:func:`noloco.theory.methods.resolve`)."""
     if preset is not None:
         check_choice("preset", preset, tuple(PRESETS))
     method = method or overrides.pop("method", None) or "noloco"
     overrides.pop("method", None)
     values = {**(PRESETS[preset] if preset else {}), **{k: v for k, v in overrides.items() if v is not None}}
     outer_values = {k: values.pop(k, None) for k in OUTER_FIELDS}
-    method, outer, _ = resolve(OUTER_PRESET.get(preset), method, **outer_values)
+    method, outer, _ = resolve(OUTER_PRESET.get(preset), method, gamma_tied=gamma_tied, **outer_values)
     return TrainConfig(method=method, outer=outer, **values)
 
 
-# ------------------------------------------------------------------ flags
-
-_OUTER_HELP = {
-    "replicas": "number of replicas N (under torchrun: the number of processes)",
-    "group_size": "group size n, dividing N (noloco; diloco and ddp set n = N, local n = 1)",
-    "alpha": "outer momentum, 0 <= alpha < 1 (local and ddp set 0)",
-    "beta": "outer learning rate on the group-mean progress (local and ddp set 1)",
-    "gamma": "pull towards the group-mean weights (diloco, local and ddp set 0)",
-}
-_FLAG_HELP = {
-    "inner_steps": "inner steps H per outer step (ddp: steps between evaluations)", "outer_steps": "outer steps",
-    "lr": "inner AdamW peak learning rate", "min_lr_frac": "cosine floor as a fraction of lr",
-    "warmup": "warm-up inner steps (fewer than outer_steps * inner_steps)", "weight_decay": "AdamW weight decay",
-    "adam_beta2": "inner AdamW second-moment decay beta2 (beta1 is 0.9; paper preset 0.999)",
-    "clip": "per-replica gradient norm clip (0: off)", "batch": "windows per replica per inner step",
-    "ctx": "context length (bytes)", "layers": "transformer blocks", "heads": "attention heads",
-    "width": "model width", "eval_every": "outer steps between evaluations (metrics.jsonl rows)",
-    "ckpt_every": "outer steps between checkpoints (default: --eval-every); a checkpoint is also written "
-                  "at the end and at --stop-after",
-    "val_windows": "validation windows", "seed": "seed of initialisation, data and groups",
-    "device": "cpu, cuda or cuda:K; under torchrun give cuda: each rank uses cuda:LOCAL_RANK",
-    "stages": "pipeline stages S, each with N replicas: the embedding, blocks and head split into S consecutive "
-              "parts (1 to layers + 2; S > 1 unties the head from the embedding); under torchrun S x N processes",
-    "skip_prob": "probability that a microbatch skips each middle stage (stages >= 3; 0: never)",
-}
-
-
-def add_train_arguments(parser: argparse.ArgumentParser, methods_list: bool = False) -> None:
-    parser.add_argument("--preset", choices=sorted(PRESETS),
-                        help="model and compute: cpu-tiny: smoke run < 1 min; cpu-small: N = 8 comparison on a "
-                             "2-core CPU; paper: NoLoCo reference outer (theory preset paper) and inner settings; "
-                             "gpu: one H100/H200. The outer step comes from the method unless given")
-    parser.add_argument("--method", default=None,
-                        help=("the algorithm" + (" (a comma-separated list runs each): " if methods_list else ": "))
-                        + "; ".join(f"{m}: {METHOD_SUMMARY[m]}" for m in METHODS)
-                        + ". diloco starts from alpha 0.3, beta 0.7, heavy-ball (theory preset diloco)"
-                        + (" (default: ddp,diloco,noloco with --preset cpu-small, else noloco)" if methods_list else ""))
-    for name in _OUTER_HELP:
-        parser.add_argument("--" + name.replace("_", "-"), type=type(getattr(OuterConfig, name)), default=None,
-                            help=_OUTER_HELP[name])
-    parser.add_argument("--momentum", choices=MOMENTUM_CONVENTIONS, default=None,
-                        help="outer momentum convention: heavy-ball (reference code) or nesterov")
-    for f in dataclasses.fields(TrainConfig):
-        if f.name not in ("method", "outer", "noniid", "schedule", "dtype", "replica_mode", "routing", "outer_dtype",
-                          "inner_optimizer", "domain"):
-            parser.add_argument("--" + f.name.replace("_", "-"), type=int if f.default is None else type(f.default),
-                                default=None, help=_FLAG_HELP[f.name])
-    parser.add_argument("--schedule", choices=SCHEDULES, default=None,
-                        help="inner learning rate after the warm-up: cosine to min_lr_frac * lr, or constant")
-    parser.add_argument("--dtype", choices=DTYPES, default=None, help="parameter and compute dtype")
-    parser.add_argument("--inner-optimizer", choices=INNER_OPTIMIZERS, default=None,
-                        help="inner optimiser: adamw (default; its state carries over outer steps) or plain sgd "
-                             "(no momentum; --weight-decay is then an L2 term; needs a much larger --lr)")
-    parser.add_argument("--outer-dtype", choices=("same",) + DTYPES, default=None,
-                        help="dtype of the outer state (phi and the outer momentum), rounded to it after every "
-                             "outer step; the reference keeps it in bfloat16 (default: same as --dtype)")
-    parser.add_argument("--replica-mode", choices=REPLICA_MODES, default=None,
-                        help="batched replica-dimension model, a loop over replicas, or auto (batched)")
-    parser.add_argument("--routing", choices=ROUTINGS, default=None,
-                        help="with --stages > 1: fixed (replica r of every stage forms one model) or random (every "
-                             "microbatch visits a random replica of each stage after the first, a fresh "
-                             "permutation per stage, step and batch position)")
-    parser.add_argument("--domain", default=None,
-                        help=f"train and validate on these domains of the corpus only: one of {', '.join(DOMAIN_NAMES)}, "
-                             f"a comma-separated list, or {ALL_TRAINING} (every domain not held out); "
-                             f"noloco.llm_check.domains, docs/hdee.md")
-    parser.add_argument("--noniid", action="store_true", default=None,
-                        help="non-IID shards: each replica reads different source files")
-    parser.add_argument("--out", required=True,
-                        help="output directory (metrics.jsonl, checkpoints, result.json); one that holds a run "
-                             "needs --resume or --overwrite, and a folder in use by a live run is refused")
-    parser.add_argument("--resume", action="store_true", help="continue from OUT's last checkpoint")
-    parser.add_argument("--overwrite", action="store_true",
-                        help="replace the run in OUT (its metrics, checkpoints and result.json are deleted)")
-    parser.add_argument("--stop-after", type=int, default=None,
-                        help="stop after this many outer steps, as if interrupted, with a checkpoint "
-                             "(resume with --resume)")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (default torch's; 1 is much faster on a shared, busy CPU)")
-    parser.add_argument("--timeout", type=float, default=120.0,
-                        help="seconds to wait for a peer in distributed mode before failing")
-    parser.add_argument("--max-memory", default=None, metavar="SIZE",
-                        help="memory budget of a run, e.g. 8G, 500M or bytes (default: half the memory "
-                             "available, or 90%% of the GPU's free memory); a run whose estimate is above it "
-                             "is refused before it starts")
+#: validation windows per evaluation batch (the trainer and the memory estimate)
+EVAL_CHUNK = 32
 
 
 def check_threads(threads) -> int:
@@ -349,113 +243,3 @@ def check_run_flags(args) -> None:
         check_threads(args.threads)
     if getattr(args, "timeout", None) is not None:
         check_real("timeout", args.timeout, "0 < timeout < inf (seconds)", lambda v: 0 < v < math.inf)
-
-
-def config_from_args(args, method: str | None = None) -> TrainConfig:
-    names = (*OUTER_FIELDS, *(f.name for f in dataclasses.fields(TrainConfig) if f.name not in ("method", "outer")))
-    if method is None and args.method is not None:
-        method = check_choice("method", args.method.strip(), METHODS)
-    check_run_flags(args)
-    return build(args.preset, method, **{k: getattr(args, k, None) for k in names})
-
-
-def configs_from_args(args) -> list[TrainConfig]:
-    """One validated config per method of ``--method a,b,...`` (default: ddp,diloco,noloco for
-    the cpu-small comparison, else noloco), all built before any run starts."""
-    text = ("ddp,diloco,noloco" if args.preset == "cpu-small" else "noloco") if args.method is None else args.method
-    return [config_from_args(args, check_choice("method", m.strip(), METHODS)) for m in text.split(",")]
-
-
-# ------------------------------------------------------------------ memory
-
-#: fraction of the free GPU memory a run may use by default (on CPU: noloco.infra.budget's share of MemAvailable)
-GPU_MEMORY_FRACTION = 0.9
-# Calibration (measured peak resident memory of training steps and an evaluation, torch 2.13 CPU,
-# float32, flash attention: memory linear in ctx; docs/reliability.md): bytes per element, per token.
-_ACTIVATION_PER_WIDTH_LAYER = 40   # values kept per token, per unit of width, per block
-_ACTIVATION_PER_VOCAB = 6          # logits, their softmax and gradients per token
-_EVAL_PER_VOCAB, _EVAL_PER_WIDTH = 4, 8
-_STATE_COPIES = 12                 # parameters, gradients, AdamW's two moments, phi, delta, outer-step temporaries
-EVAL_CHUNK = 32                    # validation windows per evaluation batch (noloco.llm_check.train)
-
-
-def memory_estimate(cfg: TrainConfig, replicas: int | None = None) -> dict:
-    """Bytes one training step of ``cfg`` needs with ``replicas`` replicas in this process (default
-    all; 1 under torchrun), by part; ``total`` is their sum. The batch of a step and the evaluation's
-    batch are alive at different times, so the larger of the two counts."""
-    R = cfg.replicas if replicas is None else replicas
-    C, L, T, V = cfg.width, cfg.layers, cfg.ctx, 256
-    size = {"float64": 8, "float32": 4, "bfloat16": 2}[cfg.dtype]
-    n_params = cfg.model().n_params()
-    state = _STATE_COPIES * R * n_params * size
-    tokens = R * cfg.batch * T
-    step = tokens * (_ACTIVATION_PER_WIDTH_LAYER * C * L + _ACTIVATION_PER_VOCAB * V) * max(size, 4)
-    loop = cfg.replica_mode == "loop"
-    if loop:  # one replica at a time
-        step //= max(R, 1)
-    eval_tokens = R * min(EVAL_CHUNK, cfg.val_windows) * T
-    evaluation = eval_tokens * (_EVAL_PER_VOCAB * V + _EVAL_PER_WIDTH * C) * max(size, 4)
-    data = 3 * 13e6 + cfg.val_windows * (T + 1) * 9  # the corpus and its shards, the validation windows
-    # noloco.llm_check.measure: two float64 buffers per parameter and replica, where one process holds them all
-    meter = 2 * 8 * R * n_params if R >= 2 and not cfg.synchronous else 0
-    parts = {"parameters_and_optimizer": state, "activations": max(step, evaluation), "data": data,
-             "spread_meter": meter}
-    return {**parts, "total": sum(parts.values())}
-
-
-def memory_budget(max_memory=None, device: str = "cpu", share: int = 1) -> tuple[int | None, str]:
-    """``(bytes, how it was set)``: ``--max-memory`` when given (:func:`noloco.infra.budget.parse_size`),
-    else on CPU :func:`noloco.infra.budget.default_budget` divided among ``share`` processes on this host
-    (torchrun ranks), on a GPU :data:`GPU_MEMORY_FRACTION` of its free memory (None without a GPU:
-    the trainer then says there is none)."""
-    from noloco.infra import budget
-
-    if max_memory is not None:
-        return budget.parse_size(max_memory), "--max-memory"
-    if str(device).startswith("cuda"):
-        try:
-            import torch
-
-            free = torch.cuda.mem_get_info(torch.device(device))[0]
-        except Exception:  # noqa: BLE001 - no usable GPU here: Trainer refuses the device (exit 2)
-            return None, ""
-        return int(GPU_MEMORY_FRACTION * free), f"{GPU_MEMORY_FRACTION:.0%} of the {budget.human(free)} free on {device}"
-    share = max(int(share), 1)
-    return budget.default_budget() // share, (f"{budget.DEFAULT_FRACTION:.0%} of the memory available"
-                                              + (f", shared by {share} processes" if share > 1 else ""))
-
-
-# ------------------------------------------------------------------ time
-
-#: one training run's cost on the project's 2-core machine, one torch thread (fitted to the `llm validate`
-#: sweeps of docs/llm_check.md: cpu-small, 51 runs in 17 min 45 s, about 21 s a run; cpu-tiny, 6 runs in about
-#: 10 s): seconds to start a run (data, model, files), seconds per inner step besides its arithmetic, and
-#: floating-point operations a second (6 per parameter and token for a training step, 2 for an evaluation).
-RUN_SECONDS, STEP_SECONDS, CPU_FLOPS = 1.0, 0.02, 5e10
-
-
-def time_estimate(cfg: TrainConfig) -> float | None:
-    """Seconds one run of ``cfg`` takes on the project's CPU; None on a GPU, where no cost was measured."""
-    if cfg.device != "cpu":
-        return None
-    P, attention = cfg.model().n_params(), cfg.layers * cfg.ctx * cfg.width
-    tokens = cfg.total_inner_steps * cfg.replicas * cfg.batch * cfg.ctx
-    evaluations = cfg.outer_steps // cfg.eval_every + 1
-    eval_tokens = evaluations * cfg.val_windows * cfg.ctx * cfg.replicas
-    flops = tokens * 6 * (P + attention) + eval_tokens * 2 * (P + attention)
-    return RUN_SECONDS + cfg.total_inner_steps * STEP_SECONDS + flops / CPU_FLOPS
-
-
-def check_memory(cfg: TrainConfig, max_memory=None, replicas: int | None = None, share: int = 1) -> dict:
-    """The estimate of :func:`memory_estimate`; a :class:`noloco.infra.budget.BudgetError` (a MemoryError:
-    exit 3) naming it, its parts, the budget and the flags to change when it is above the budget."""
-    from noloco.infra.budget import BudgetError, human
-
-    estimate = memory_estimate(cfg, replicas)
-    limit, how = memory_budget(max_memory, cfg.device, share)
-    if limit is not None and estimate["total"] > limit:
-        parts = ", ".join(f"{k.replace('_', ' ')} {human(v)}" for k, v in estimate.items() if k != "total")
-        raise BudgetError(f"{cfg.method}: a training step needs about {human(estimate['total'])} ({parts}), above "
-                          f"the budget of {human(limit)} ({how}); lower --batch, --ctx, --width, --layers, "
-                          f"--replicas or --val-windows, or raise --max-memory")
-    return estimate

@@ -1,5 +1,5 @@
 """Named domains of the shipped corpus (:mod:`noloco.llm_check.data`): the text a domain-expert ensemble
-(:mod:`noloco.llm_check.ensemble`) trains one expert on.
+(:mod:`noloco.studies.ensemble`) trains one expert on.
 
 A document belongs to the domain that names its top-level standard-library module or package
 (``stdlib/email/mime/text.py`` and ``stdlib/smtplib.py`` are ``email``); the ``pydoc_data`` topics are the

@@ -6,7 +6,7 @@
   ``result.json`` (``finished: false`` from the start and at every checkpoint until the last step) are
   rewritten whole and atomically (:mod:`noloco.infra.files`).
 * Checkpoints every ``ckpt_every`` outer steps, at the end and at ``stop_after``: the trainer's
-  :meth:`~noloco.llm_check.train.Trainer.state_dict`, loaded with ``weights_only=True`` (no code runs
+  :meth:`~noloco.llm_check.trainer.Trainer.state_dict`, loaded with ``weights_only=True`` (no code runs
   from the file), validated, and refused when written with other settings.
 * Ctrl-C and SIGTERM in one process are deferred to the end of the inner step they land in: the state
   at that inner step is checkpointed (resuming from it is exact), the lock released, and the
@@ -105,9 +105,9 @@ def resume_command(world_size: int = 1) -> str:
     argv = [a for a in sys.argv[1:] if a not in ("--overwrite", "--resume")] + ["--resume"]
     program = Path(sys.argv[0]).name if sys.argv else "noloco"
     if world_size > 1:
-        head = ["torchrun", "--nproc-per-node", str(world_size), "-m", "noloco.llm_check.train"]
+        head = ["torchrun", "--nproc-per-node", str(world_size), "-m", "noloco"]
     else:
-        head = ["noloco"] if program in ("noloco", "__main__.py") else ["python", "-m", "noloco.llm_check.train"]
+        head = ["noloco"] if program in ("noloco", "__main__.py") else ["python", "-m", "noloco"]
     return shlex.join(head + argv)
 
 

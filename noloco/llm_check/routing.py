@@ -36,8 +36,7 @@ import numpy as np
 
 from noloco.infra.errors import ConfigError
 from noloco.theory.partitions import random_permutations
-
-ROUTINGS = ("fixed", "random")
+from noloco.theory.routing import ROUTINGS
 #: numpy seed-sequence words that keep the routing and skip draws apart from the groups' [seed, step]
 _ROUTE_STREAM, _SKIP_STREAM = 0x524F555445, 0x534B4950
 

@@ -7,10 +7,10 @@ inputs measured inside the run, with no fitted constant.
 Reads the cached runs of `noloco llm train` / `noloco llm validate` (every metrics.jsonl
 under --llm-runs, default runs/); trains nothing. Runs whose configurations differ only in
 the seed are one setting: a line for the mean over seeds and a band for their range. The
-prediction is :func:`noloco.llm_check.predict.predict` on each run (it reads the run's
+prediction is :func:`noloco.advice.predict.predict` on each run (it reads the run's
 inputs.jsonl; docs/llm_check.md). Says so when no run is cached.
 
-Each setting's ``forecast`` is :func:`noloco.llm_check.forecast.forecast` of each seed's run from its first
+Each setting's ``forecast`` is :func:`noloco.advice.forecast.forecast` of each seed's run from its first
 quarter of outer steps (docs/advice.md; None where a run has too few steps or no inputs, or the forecast is
 flagged as not settled), averaged over seeds with its 80 % interval as a band: ``draw`` plots it dotted in
 the setting's colour from the step it starts."""
@@ -64,7 +64,7 @@ def _predicted(run: Path) -> dict:
     """{outer step: predicted weight_std} of the zero-constant prediction; {} when it cannot be made."""
     try:
         from noloco.infra.errors import ConfigError, DataError
-        from noloco.llm_check.predict import predict
+        from noloco.advice.predict import predict
 
         rows = predict(run)["rows"]
     except (ImportError, ConfigError, DataError, KeyError, TypeError, ValueError):
@@ -77,7 +77,7 @@ def _forecast(run: Path, cfg: dict | None) -> dict:
     :func:`_config` reads it); {} when none can be made or it is flagged as extrapolating."""
     try:
         from noloco.infra.errors import ConfigError, DataError
-        from noloco.llm_check.forecast import forecast
+        from noloco.advice.forecast import forecast
 
         rep = forecast(run, from_step=int(cfg["outer_steps"]) // 4)
     except (ImportError, ConfigError, DataError, KeyError, TypeError, ValueError):

@@ -27,7 +27,7 @@ def params(quick: bool) -> dict:
 
 def compute(trials: int, outer_steps: int) -> dict:
     from noloco.quadratic.compare import compare
-    from noloco.quadratic.simulator import SimConfig
+    from noloco.quadratic.sim_config import SimConfig
     from noloco.theory.config import InnerConfig, OuterConfig
 
     out = {}

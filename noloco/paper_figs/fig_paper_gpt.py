@@ -7,7 +7,7 @@ up to about 4 % higher with random routing; dotted lines). (c) Table 2 in miniat
 perplexity (exp of the mean replica loss) against the data-parallel width DP for ddp, DiLoCo and NoLoCo at 1
 and 2 pipeline stages (NoLoCo routes randomly at PP 2), mean and 2 standard errors over seeds.
 
-Reads the measured study ``docs/data/paper_gpt.json`` (``python -m noloco.llm_check.paper_study``, which writes
+Reads the measured study ``docs/data/paper_gpt.json`` (``noloco llm study paper``, which writes
 paper_gpt.json into its --out; copy it there to refresh the figure); trains nothing."""
 
 from __future__ import annotations
@@ -107,7 +107,7 @@ def draw(data: dict):
     if "missing" in data:
         for ax in axs[0]:
             ax.set_axis_off()
-        fig.text(0.5, 0.5, f"no GPT paper study at {data['path']}\nrun: python -m noloco.llm_check.paper_study "
+        fig.text(0.5, 0.5, f"no GPT paper study at {data['path']}\nrun: noloco llm study paper "
                            f"--out runs/paper-study\nand copy runs/paper-study/paper_gpt.json there",
                  ha="center", va="center", fontsize=10, wrap=True,
                  bbox={"facecolor": "white", "edgecolor": style.VERMILION})

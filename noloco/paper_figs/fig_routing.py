@@ -9,7 +9,7 @@ middle stage in training, for the whole model and with half of its middle stages
 and 2 standard errors over seeds). The spread over training per stage is in routing.json
 (``curves``).
 
-Reads the measured study ``docs/data/routing.json`` (``python -m noloco.llm_check.routing_study``, which
+Reads the measured study ``docs/data/routing.json`` (``noloco llm study routing``, which
 writes routing.json into its --out; copy it there to refresh the figure); trains nothing."""
 
 from __future__ import annotations
@@ -77,7 +77,7 @@ def draw(data: dict):
     if "missing" in data:
         for ax in (a, b):
             ax.set_axis_off()
-        fig.text(0.5, 0.5, f"no routing study at {data['path']}\nrun: python -m noloco.llm_check.routing_study",
+        fig.text(0.5, 0.5, f"no routing study at {data['path']}\nrun: noloco llm study routing",
                  ha="center", va="center", fontsize=10, wrap=True,
                  bbox={"facecolor": "white", "edgecolor": style.VERMILION})
         return fig

@@ -48,7 +48,7 @@ def window_steps(outer, inner, spectrum) -> int:
 
 
 def config(index: int, trials: int = 300):
-    from noloco.quadratic.simulator import SimConfig
+    from noloco.quadratic.sim_config import SimConfig
 
     outer, inner, spectrum = draw_settings()[index]
     return SimConfig(outer=outer, inner=inner, curvatures=spectrum.curvatures, trials=trials,

@@ -24,7 +24,8 @@ MOMENTUM = 0.9   # inner momentum of the momentum rows; Adam uses betas (0.9, 0.
 
 def compare(optimizer, lr, H, sigma, curvature, gamma, convention, trials: int = 200, seed: int = 11) -> dict:
     """Simulated stationary spread (mean +- se over trials) and the predictions of four models."""
-    from noloco.quadratic.simulator import SimConfig, simulate
+    from noloco.quadratic.sim_config import SimConfig
+    from noloco.quadratic.simulator import simulate
     from noloco.theory import exchangeable as X
     from noloco.theory import numeric, stats
     from noloco.theory.config import InnerConfig, OuterConfig
@@ -75,7 +76,8 @@ def compare_heterogeneous(gamma, zeta, curvature, alpha, group_size, convention,
     """Replica optima offset by zeta (fixed per trial, zero mean over replicas): for inner SGD the
     progress gains the drift d_i = c b_i, so the drift variance is c^2 zeta^2. Simulated stationary
     spread and final mean distance next to the drift theory and the theory without drift."""
-    from noloco.quadratic.simulator import SimConfig, simulate
+    from noloco.quadratic.sim_config import SimConfig
+    from noloco.quadratic.simulator import simulate
     from noloco.theory import exchangeable as X
     from noloco.theory import numeric, stats
     from noloco.theory.config import InnerConfig, OuterConfig

@@ -16,7 +16,8 @@ import dataclasses
 import numpy as np
 
 from noloco.quadratic.inner import phase_coefficients
-from noloco.quadratic.simulator import SimConfig, simulate
+from noloco.quadratic.sim_config import SimConfig
+from noloco.quadratic.simulator import simulate
 from noloco.infra.cache import cached
 from noloco.infra.files import SCHEMA_VERSION, jsonable
 from noloco.theory import numeric, stats
@@ -256,11 +257,12 @@ def simulate_setting(method: str, outer, inner, spectrum, *, objective: str = "q
     costs nothing; a long run's estimate is printed), the validated :class:`SimConfig` (``fields``: its
     other fields), the cached comparison; ``(result, its text)``."""
     from noloco.infra import budget
-    from noloco.quadratic.simulator import memory_estimate, time_estimate
+    from noloco.quadratic.sim_costs import memory_estimate, time_estimate
     from noloco.theory.methods import constrain
 
     count = 1 if spectrum is None else spectrum.count
-    N, H = constrain(method, outer, inner)[0].replicas, constrain(method, outer, inner)[1].steps
+    fixed_outer, fixed_inner = constrain(method, outer, inner)
+    N, H = fixed_outer.replicas, fixed_inner.steps
     rows, steps = max(trials, 2), max(outer_steps, 1)  # SimConfig names a bad value
     eigenbasis = (not rotate and objective == "quadratic") or inner_mode == "exact"
     size = f"{count} direction(s) x {rows} trials x {N} replicas x {steps} outer steps"

@@ -12,7 +12,7 @@ import numpy as np
 
 from noloco.quadratic.names import OPTIMIZERS
 from noloco.infra.checks import check_choice
-from noloco.theory.numeric import fast_normal
+from noloco.theory.draws import fast_normal
 
 
 def phase_coefficients(lrs, curvatures, noise):
@@ -31,7 +31,7 @@ def phase_coefficients(lrs, curvatures, noise):
 class Noise:
     """Standard normal draws for the simulator, about 2 ns each where numpy's
     ``standard_normal`` takes 9 ns (the draws, not the arithmetic, bound the inner steps):
-    :func:`noloco.theory.numeric.fast_normal` (Box-Muller on the generator's raw bits, float32
+    :func:`noloco.theory.draws.fast_normal` (Box-Muller on the generator's raw bits, float32
     arithmetic; its docstring says how close to Gaussian), with a reused scratch buffer."""
 
     def __init__(self, rng: np.random.Generator):

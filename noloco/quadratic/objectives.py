@@ -251,7 +251,7 @@ class DataObjective:
 
 
 def build(cfg, rng: np.random.Generator):
-    """The objective of a :class:`noloco.quadratic.simulator.SimConfig` (which has checked that its
+    """The objective of a :class:`noloco.quadratic.sim_config.SimConfig` (which has checked that its
     fields fit the objective)."""
     N = cfg.outer.replicas
     if cfg.objective == "quadratic":

@@ -20,7 +20,7 @@ Work is streamed in blocks of trials x directions (:func:`plan`) that stay in ca
 quadratic the directions are independent in the eigenbasis, so the weights of a block are
 simulated for the whole run and only per-step totals are kept (sums over directions, moments
 over trials). Memory is then constant in directions and steps and 8 bytes per trial (the
-windowed spread of each trial); :func:`memory_estimate` states it before any work. Groups are
+windowed spread of each trial); :func:`noloco.quadratic.sim_costs.memory_estimate` states it before any work. Groups are
 formed by moving every replica's state to its place in a fresh random permutation (the groups
 are then consecutive blocks), which is a uniformly random partition.
 """
@@ -28,251 +28,22 @@ are then consecutive blocks), which is a uniformly random partition.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from noloco.quadratic import fused
 from noloco.quadratic.inner import InnerOptimizer, Noise, phase_coefficients
-from noloco.quadratic.names import DTYPES, INNER_MODES, METHODS, OBJECTIVES, OPTIMIZERS, SCHEDULES, SPLITS
-from noloco.quadratic.objectives import DATA_DIMENSION_BOUND, build
-from noloco.infra import jit
+from noloco.quadratic.objectives import build
 from noloco.infra.budget import retain_freed_memory
 from noloco.infra.progress import Progress
-from noloco.infra.errors import ConfigError
-from noloco.theory.config import InnerConfig, OuterConfig
-from noloco.infra.checks import check_choice, check_fields, check_integer, check_real, check_scale, check_seed
-from noloco.theory.methods import constrain
 from noloco.theory.outer import outer_step
 from noloco.theory.partitions import group_mean, random_permutations
-from noloco.theory.schedules import learning_rate, learning_rates
-from noloco.theory.spectrum import DEFAULT_CURVATURE, Spectrum
+from noloco.quadratic.sim_config import SimConfig
+from noloco.quadratic.sim_costs import KEEP_SPREAD, mean_directions, plan
 
 #: a run is divergent when any |phi - optimum| exceeds this many times its initial scale
 GROWTH_BOUND = 1e6
-#: how the inner phase is simulated: auto is exact wherever exact is exact, else explicit
-#: numbers per state array in one block (512 KiB in float64: a block's arrays stay in the
-#: caches of the machine measured in docs/performance.md, and numpy's per-call cost is spread
-#: over enough numbers; 2^17 measured the same)
-BLOCK = 1 << 16
-#: directions per block at least (rows of this many numbers move cheaply when replicas regroup)
-WIDTH = 256
-#: the mean trajectory is recorded for at most this many directions (evenly spaced in the
-#: sorted spectrum, flattest and steepest included); the totals cover every direction
-MEAN_DIRECTIONS = 1024
-#: per-trial spreads are kept for every step while there are at most this many
-KEEP_SPREAD = 1 << 21
-#: per-trial totals of one trial block, staged while its direction blocks run
-STAGE = 1 << 22
-
-_FINITE = "a finite number"
-_NON_NEGATIVE = "0 <= value < inf"
-
-
-def _non_negative(v):
-    return 0 <= v < math.inf
-
-
-@dataclass(frozen=True)
-class SimConfig:
-    """Everything a simulation depends on (the request its cache entry is keyed by).
-
-    Validated at construction: a bad value raises :class:`ConfigError` naming the field,
-    the value and the allowed range, as do combinations that do not fit the objective
-    (``curvatures`` or ``zeta`` with a data objective, a data ``split`` of the quadratic,
-    ``inner_mode='exact'`` where the inner phase has no closed form).
-    ``curvatures=None`` means "not given": :data:`noloco.theory.spectrum.DEFAULT_CURVATURE` for the
-    quadratic; a data objective takes its Hessian from the data.
-    """
-
-    outer: OuterConfig = OuterConfig()
-    inner: InnerConfig = InnerConfig()
-    objective: str = "quadratic"
-    curvatures: tuple | None = None
-    rotate: bool = False
-    zeta: float = 0.0              # spread of the replicas' optima (quadratic heterogeneity)
-    split: str = "shared"          # data objectives: shared, iid, label, kmeans
-    batch_size: int = 0            # 0: full-shard gradient; else minibatch rows with replacement
-    l2: float = 1e-2
-    optimizer: str = "sgd"
-    inner_momentum: float = 0.9
-    schedule: str = "constant"
-    warmup: int = 0
-    decay_time: float = 50.0
-    method: str = "noloco"
-    trials: int = 200
-    outer_steps: int = 200
-    burn_in: int | None = None     # steps before the stationary window; None: half the run
-    start: float = 1.0             # initial phi = optimum + start (every coordinate)
-    init_spread: float = 0.0       # std of independent initial offsets per replica (made zero-mean)
-    seed: int = 0
-    inner_mode: str = "auto"       # exact, explicit, or auto (exact wherever it is exact)
-    dtype: str = "float64"         # of the weights; float32 only on the quadratic's eigenbasis
-
-    def __post_init__(self):
-        check_fields(self, {
-            "objective": (check_choice, OBJECTIVES),
-            "split": (check_choice, SPLITS),
-            "optimizer": (check_choice, OPTIMIZERS),
-            "schedule": (check_choice, SCHEDULES),
-            "method": (check_choice, METHODS),
-            "inner_mode": (check_choice, INNER_MODES),
-            "dtype": (check_choice, DTYPES),
-            "trials": (check_integer, "an integer >= 2", lambda v: v >= 2),
-            "outer_steps": (check_integer, "an integer >= 1", lambda v: v >= 1),
-            "batch_size": (check_integer, "an integer >= 0", lambda v: v >= 0),
-            "seed": (check_seed,),
-            "zeta": (check_scale,),
-            "l2": (check_real, _NON_NEGATIVE, _non_negative),
-            "init_spread": (check_scale,),
-            "start": (check_real, _FINITE, math.isfinite),
-            "inner_momentum": (check_real, "0 <= inner_momentum < 1", lambda v: 0 <= v < 1),
-            "decay_time": (check_real, "0 < decay_time < inf", lambda v: 0 < v < math.inf),
-            "warmup": (check_integer, "an integer >= 0", lambda v: v >= 0),
-        })
-        if self.burn_in is not None:  # None: half the run
-            check_fields(self, {"burn_in": (check_integer, f"0 <= burn_in < outer_steps={self.outer_steps}",
-                                            lambda v: 0 <= v < self.outer_steps)})
-        # the schedule's own range checks (warmup shorter than the run)
-        learning_rate(0, self.schedule, self.inner.lr, self.outer_steps * self.effective()[1].steps,
-                      warmup=self.warmup, decay_time=self.decay_time)
-        if self.objective == "quadratic":
-            curvatures = (DEFAULT_CURVATURE,) if self.curvatures is None else self.curvatures
-            object.__setattr__(self, "curvatures", Spectrum(curvatures).curvatures)  # validated there
-            if self.split != "shared":
-                raise ConfigError(f"split={self.split!r} needs a data objective; a quadratic's heterogeneity is zeta")
-        else:
-            if self.curvatures is not None:
-                raise ConfigError(f"curvatures={self.curvatures!r} describe the quadratic; "
-                                  f"objective={self.objective!r} takes its Hessian from the data")
-            if self.zeta:
-                raise ConfigError(f"zeta={self.zeta!r} applies to the quadratic objective; data objectives "
-                                  "are made heterogeneous by split")
-        obstacle = self.exact_obstacle()
-        if self.inner_mode == "exact" and obstacle:
-            raise ConfigError(f"inner_mode='exact' {obstacle}; allowed there: inner_mode='explicit' or 'auto'")
-        if self.dtype == "float32" and not self.eigenbasis:
-            raise ConfigError(f"dtype='float32' needs the quadratic objective without rotation (or with "
-                              f"inner_mode='exact'); objective={self.objective!r}, rotate={self.rotate!r}")
-
-    def exact_obstacle(self) -> str:
-        """Why the exact inner phase would not be exact for this setting ('' where it is)."""
-        if self.objective != "quadratic":
-            return f"needs the quadratic objective (objective={self.objective!r} takes data gradients)"
-        if self.optimizer != "sgd":
-            return f"needs inner SGD (optimizer={self.optimizer!r} carries state through the inner steps)"
-        return ""
-
-    @property
-    def inner_law(self) -> str:
-        """The inner phase actually simulated: ``exact`` or ``explicit``."""
-        if self.inner_mode == "auto":
-            return "explicit" if self.exact_obstacle() else "exact"
-        return self.inner_mode
-
-    @property
-    def eigenbasis(self) -> bool:
-        """True when the run is simulated direction by direction in the quadratic's eigenbasis
-        (streamed over directions): the quadratic without rotation, or any quadratic in exact mode.
-        Otherwise the weights are simulated in their own coordinates, all directions at once."""
-        return self.objective == "quadratic" and (not self.rotate or self.inner_law == "exact")
-
-    def effective(self) -> tuple[OuterConfig, InnerConfig]:
-        """The outer and inner settings with the method's constraints (:mod:`noloco.theory.methods`)."""
-        return constrain(self.method, self.outer, self.inner)
-
-    @property
-    def window_start(self) -> int:
-        return self.outer_steps // 2 if self.burn_in is None else self.burn_in
-
-    def as_dict(self) -> dict:
-        return asdict(self)
-
-    def learning_rates(self) -> np.ndarray:
-        """The inner learning rate of every inner step of the run, shape (outer_steps, H)."""
-        H = self.effective()[1].steps
-        return learning_rates(self.schedule, self.inner.lr, self.outer_steps * H, warmup=self.warmup,
-                              decay_time=self.decay_time).reshape(self.outer_steps, H)
-
-
-# ---------------------------------------------------------------- blocks and memory
-
-def plan(directions: int, trials: int, replicas: int, steps: int, eigenbasis: bool) -> tuple[int, int]:
-    """(trials per block, directions per block). In the eigenbasis a block holds about
-    :data:`BLOCK` numbers per state array, at least :data:`WIDTH` directions wide where there are
-    that many; with several direction
-    blocks a trial block is also small enough that its per-step totals (:data:`STAGE`) stay
-    small. Otherwise a block is a set of whole trials."""
-    if not eigenbasis:
-        return max(1, min(trials, BLOCK // max(1, replicas * directions))), directions
-    width = min(directions, max(WIDTH, BLOCK // (replicas * trials)))
-    tb = max(1, min(trials, BLOCK // (replicas * width)))
-    if width < directions:
-        tb = max(1, min(tb, STAGE // (3 * (steps + 1))))
-    return tb, width
-
-
-def mean_directions(count: int) -> np.ndarray:
-    """Indices (into the ascending spectrum) of the directions whose mean trajectory is recorded."""
-    if count <= MEAN_DIRECTIONS:
-        return np.arange(count)
-    return np.unique(np.round(np.linspace(0, count - 1, MEAN_DIRECTIONS)).astype(np.int64))
-
-
-def memory_estimate(directions: int, trials: int, replicas: int, outer_steps: int, *, inner_steps: int = 50,
-                    objective: str = "quadratic", rotate: bool = False, eigenbasis: bool = True,
-                    decay: bool = True) -> int:
-    """Bytes that a ``noloco simulate`` run (simulation, theory and result) allocates, before any
-    work: the blocks (constant), 8 bytes per trial for the windowed spreads (and 16 more for the
-    noise-free decay run), the per-direction arrays of the theory and of the result, the recorded
-    trajectories, the dense Hessian machinery of a rotated quadratic (D x D, several times), and
-    numba's compiler where the run may compile its outer step."""
-    D = directions if objective == "quadratic" else DATA_DIMENSION_BOUND
-    tb, width = plan(D, trials, replicas, outer_steps, eigenbasis)
-    blocks = 12 * 8 * tb * replicas * width + 64 * tb * replicas
-    if width < D:
-        blocks += 3 * 8 * (outer_steps + 1) * tb
-    per_trial = (8 + (16 if decay else 0)) * trials + 8 * min(KEEP_SPREAD, trials * (outer_steps + 1))
-    per_direction = 400 * D + 40 * inner_steps * D          # spectrum, theory (M, T, one phase's rates), JSON
-    recorded = (outer_steps + 1) * (min(D, MEAN_DIRECTIONS) * 200 + 600)
-    dense = 5 * 8 * D * D if objective != "quadratic" or rotate else 0
-    compiler = jit.COMPILER_BYTES if objective == "quadratic" and fused.enabled(
-        float(D) * trials * replicas * outer_steps) else 0
-    return int(blocks + per_trial + per_direction + recorded + dense + compiler)
-
-
-#: nanoseconds per unit of simulated work on the project's 2-core machine when idle, for :func:`time_estimate`:
-#: ``(per replica and step, per replica, step and coordinate)``. The per-coordinate terms of the exact inner
-#: phase (per outer step; numpy 6.2 ns, compiled 0.068 ns x H = 50) and of explicit inner steps (per inner
-#: step, 2.69 ns) are docs/performance.md's (``python -m noloco.benchmarks simulator``). The rest was measured
-#: for issue 22 with ``simulate(SimConfig(...))`` at D = 1 to 1000 and load 4.5 on the 2 cores, and divided by
-#: the ratio of those runs to the benchmark's at D = 1000 (3 to 4): what a replica's step costs besides its
-#: coordinates (regrouping, recording), a rotated quadratic's dense gradient (per coordinate squared), a
-#: data objective's full gradient (per replica and inner step). Under that load runs took 2.7 to 4 times
-#: as long as estimated.
-NS_EXACT, NS_EXACT_COMPILED, NS_EXPLICIT = (15.0, 6.2), (30.0, 3.4), (0.0, 2.7)
-NS_DENSE = 0.06
-NS_DATA = {"diabetes": 300.0, "longley": 200.0, "breast-cancer": 3500.0}
-#: what a run costs besides its steps: imports, the theory, the result (seconds)
-SETUP_SECONDS = 1.0
-
-
-def time_estimate(directions: int, trials: int, replicas: int, outer_steps: int, *, inner_steps: int = 50,
-                  objective: str = "quadratic", rotate: bool = False, exact: bool = True, decay: bool = True) -> float:
-    """Seconds a ``noloco simulate`` run takes on the project's machine when idle, from its size and the
-    per-unit costs above: the simulation, plus the noise-free decay run of up to 60 outer steps that
-    :func:`noloco.quadratic.compare.compare` adds for inner SGD (``decay``)."""
-    D = float(directions)
-    steps = outer_steps + (min(outer_steps, 60) if decay else 0)
-    if objective != "quadratic":
-        per_replica_step = NS_DATA.get(objective, max(NS_DATA.values())) * inner_steps
-    elif exact:
-        fixed, per = NS_EXACT_COMPILED if fused.enabled(D * trials * replicas * outer_steps) else NS_EXACT
-        per_replica_step = fixed + per * D
-    else:
-        per_replica_step = (NS_EXPLICIT[0] + NS_EXPLICIT[1] * D + (NS_DENSE * D * D if rotate else 0.0)) * inner_steps
-    return SETUP_SECONDS + float(trials) * replicas * steps * per_replica_step * 1e-9
-
 
 # ---------------------------------------------------------------- recording
 

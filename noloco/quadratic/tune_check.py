@@ -59,7 +59,8 @@ def _sorted_index(curvatures, i) -> int:
 def simulate_point(problem: TuneProblem, point, *, trials: int, seed: int, progress: bool = False) -> dict:
     """Simulated rate (jackknife SE over independent seeds) and stationary spread (SE over
     trials) of one setting, with the simulator's inner SGD phase (exact in distribution by default) on the quadratic."""
-    from noloco.quadratic.simulator import SimConfig, simulate
+    from noloco.quadratic.sim_config import SimConfig
+    from noloco.quadratic.simulator import simulate
 
     outer = dataclasses.replace(problem.outer, alpha=point.alpha, beta=point.beta, gamma=point.gamma,
                                 group_size=point.group_size)
@@ -137,8 +138,8 @@ VERIFY_STEPS = 60 + 600
 def estimate(problem: TuneProblem, verify: bool, trials: int) -> tuple[float, int]:
     """``(seconds, bytes)`` of :func:`tune_and_verify` on the project's machine when idle: the warm-start grid
     and the polish per candidate, the landscape, and the two verifying simulations
-    (:func:`noloco.quadratic.simulator.time_estimate`)."""
-    from noloco.quadratic.simulator import time_estimate
+    (:func:`noloco.quadratic.sim_costs.time_estimate`)."""
+    from noloco.quadratic.sim_costs import time_estimate
 
     D = problem.spectrum.count
     grid = float(problem.grid) ** 3

@@ -59,6 +59,10 @@ class OuterConfig:
         return dict(alpha=self.alpha, beta=self.beta, gamma=self.gamma, momentum=self.momentum)
 
 
+#: the outer step's fields, in order (one list for flags, transfers and old run records)
+OUTER_FIELDS = ("replicas", "group_size", "alpha", "beta", "gamma", "momentum")
+
+
 @dataclass(frozen=True)
 class InnerConfig:
     """Inner phase: ``steps`` (H) steps of SGD with learning rate ``lr`` (eta) and

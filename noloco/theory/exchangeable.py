@@ -258,7 +258,7 @@ class Stepper:
     rebuilding its maps: F0 and F1 are affine in c and rho (the progress and the carried noise are), and the
     innovation maps are proportional to sqrt((1 - rho^2) s2), so three evaluations of :func:`step_maps`
     give them all. ``stepper(S, c, s2, rho)`` equals ``recursion(outer, c, s2, rho).step(S)``; it runs the
-    long per-step recursions of a measured run (:mod:`noloco.llm_check.predict`, the forecasts) without a
+    long per-step recursions of a measured run (:mod:`noloco.advice.predict`, the forecasts) without a
     Kronecker product per step."""
 
     def __init__(self, outer: OuterConfig):

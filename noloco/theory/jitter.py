@@ -17,7 +17,7 @@ import numpy as np
 from noloco.infra.checks import check_choice, check_positive, check_real
 from noloco.infra.errors import ConfigError
 from noloco.theory.comm import check_group, check_replicas
-from noloco.theory.numeric import fast_gamma, fast_normal
+from noloco.theory.draws import fast_gamma, fast_normal
 
 JITTER_KINDS = ("lognormal", "gamma")
 #: the smallest non-zero coefficient of variation: gamma's shape 1 / cv^2 and the quadrature of the expected
@@ -53,9 +53,9 @@ class Jitter:
 
     def sample(self, rng: np.random.Generator, out: np.ndarray, scratch=None) -> np.ndarray:
         """Fill the float32 or float64 array ``out`` with draws and return it: lognormal from
-        :func:`noloco.theory.numeric.fast_normal` with its fine tail, since the barrier waits for the
+        :func:`noloco.theory.draws.fast_normal` with its fine tail, since the barrier waits for the
         maximum of N draws, which the coarse tail biases low (by 2.8 to 5.5 standard errors at
-        N = 10^7); gamma from :func:`noloco.theory.numeric.fast_gamma` (the same fine tail underneath).
+        N = 10^7); gamma from :func:`noloco.theory.draws.fast_gamma` (the same fine tail underneath).
         ``scratch``: ``fast_normal``'s."""
         if self.cv == 0:
             out.fill(1.0)

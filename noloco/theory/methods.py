@@ -27,7 +27,7 @@ import dataclasses
 from dataclasses import dataclass
 
 from noloco.infra.errors import ConfigError
-from noloco.theory.config import InnerConfig, OuterConfig
+from noloco.theory.config import OUTER_FIELDS, InnerConfig, OuterConfig
 from noloco.infra.checks import check_choice
 
 @dataclass(frozen=True)
@@ -116,6 +116,33 @@ def constrain(name: str, outer: OuterConfig, inner: InnerConfig | None = None):
     if m.synchronous and inner is not None:
         inner = dataclasses.replace(inner, steps=1)
     return outer, inner
+
+
+def check_outer(name: str, value, method: str) -> OuterConfig:
+    """``value``, an OuterConfig that ``method``'s constraints leave unchanged (ConfigError otherwise)."""
+    if not isinstance(value, OuterConfig):
+        raise ConfigError(f"{name}={value!r} is not an OuterConfig")
+    fixed = constrain(method, value)[0]
+    wrong = [f"{k}={getattr(value, k)!r} (it sets {getattr(fixed, k)!r})" for k in OUTER_FIELDS
+             if getattr(value, k) != getattr(fixed, k)]
+    if wrong:
+        raise ConfigError(f"{name} conflicts with method={method!r} ({METHOD_SUMMARY[method]}): " + ", ".join(wrong))
+    return value
+
+
+def outer_from_record(method: str, data: dict) -> OuterConfig:
+    """The outer step of a run record's settings ``data``: nested under ``"outer"``, or the flat form written
+    before it was nested (replicas, group_size, alpha, ... at the top). There the method's constraints were
+    applied when the run used them (diloco and ddp ignored group_size, ddp every outer field), so they are
+    applied here too: the result is the setting that old run really trained with."""
+    if "outer" in data:
+        if not isinstance(data["outer"], dict):
+            raise ConfigError(f"outer={data['outer']!r} is not a mapping of the outer step's fields")
+        return OuterConfig(**data["outer"])
+    old = {k: data[k] for k in OUTER_FIELDS if k in data}
+    N = old.get("replicas", OuterConfig.replicas)
+    old["group_size"] = method_of(method).group_size(N) or old.get("group_size")
+    return constrain(method, OuterConfig(**old))[0]
 
 
 def resolve(preset: str | None = None, method: str | None = None, *, gamma_tied: bool = False,

@@ -110,7 +110,7 @@ class Spectrum:
         return np.concatenate(list(self.chunks())) if self.size else np.zeros(0)
 
     def values(self) -> tuple:
-        """Every curvature as a tuple (what :class:`noloco.quadratic.simulator.SimConfig` takes)."""
+        """Every curvature as a tuple (what :class:`noloco.quadratic.sim_config.SimConfig` takes)."""
         return self.curvatures if self.curvatures is not None else tuple(float(v) for v in self.array)
 
     @classmethod

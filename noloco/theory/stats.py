@@ -32,6 +32,13 @@ def mean_se(samples, axis: int = 0) -> tuple:
     return mean, se
 
 
+def finite_mean_se(values) -> tuple[float, float]:
+    """:func:`mean_se` of the finite values among ``values`` (None and non-finite ones left out; NaN, NaN
+    when none is left): a run that diverged or never reached a level does not enter the mean."""
+    kept = [float(v) for v in values if v is not None and math.isfinite(v)]
+    return mean_se(kept) if kept else (math.nan, math.nan)
+
+
 def z_score(estimate, se, prediction) -> float | None:
     """(estimate - prediction) / se, with the module's se = 0 policy; None when there is
     no finite prediction to compare with (an unstable setting, a missing closed form)."""

@@ -43,49 +43,14 @@ from pathlib import Path
 
 import numpy as np
 
+from noloco.advice.record import read_run
 from noloco.theory import exchangeable
 from noloco.infra.errors import ConfigError
-from noloco.infra.files import NUMBER, SCHEMA_VERSION, read_json, read_jsonl
+from noloco.infra.files import SCHEMA_VERSION
 from noloco.infra.errors import DataError
 
 NOISE_MODELS = ("lag1", "long-run")
 RHO_CAP = 0.99  # |rho| fed to the recursion (the AR(1) noise needs |rho| < 1)
-
-
-def read_run(run_dir) -> dict:
-    """``{"config", "method", "outer", "metrics", "inputs", "world_size", "result"}`` of a run folder (inputs None when
-    absent). An empty name is bad input (exit 2); a folder that holds the method folders of ``llm train
-    --method a,b`` instead of a run, and a run with no evaluation yet, are DataErrors that say what to give."""
-    from noloco.infra.files import input_dir
-    from noloco.llm_check.config import TrainConfig
-
-    run = input_dir(run_dir, "OUT")
-    if not (run / "result.json").exists():
-        methods = sorted(str(p.parent) for p in run.glob("*/result.json"))
-        if methods:
-            raise DataError(f"{run} holds no run but the runs of {len(methods)} methods: give one of "
-                            f"{', '.join(methods)}")
-    result = read_json(run / "result.json", required=("config",), types={"config": dict})
-    try:
-        cfg = TrainConfig.from_dict(result["config"])
-    except (ConfigError, TypeError, KeyError, AttributeError, ValueError) as err:
-        raise DataError(f"{run / 'result.json'}: config not readable ({err})") from None
-    metrics = read_jsonl(run / "metrics.jsonl", required=("outer_step", "weight_std"),
-                         types={"outer_step": int, "weight_std": NUMBER})
-    if not metrics:
-        diverged = result.get("diverged") if isinstance(result.get("diverged"), dict) else None
-        why = (f"the run diverged before its first evaluation ({diverged.get('message')})" if diverged else
-               "the run has not reached its first evaluation")
-        raise DataError(f"{run / 'metrics.jsonl'} holds no evaluation, so there is nothing to predict: {why}")
-    inputs_path = run / "inputs.jsonl"
-    inputs = (read_jsonl(inputs_path, required=("outer_step", "groups"), types={"outer_step": int, "groups": dict})
-              if inputs_path.exists() else None)
-    if inputs == []:
-        raise DataError(f"{inputs_path} is empty although {run / 'metrics.jsonl'} has evaluations; delete it to "
-                        "get the measured growth only, or train the run again")
-    world = result.get("world_size", 1)
-    return {"config": cfg, "method": cfg.method, "outer": cfg.outer, "metrics": metrics, "inputs": inputs,
-            "world_size": world if isinstance(world, int) and not isinstance(world, bool) else 1, "result": result}
 
 
 def _long_run_rho(t: int, ratio: float) -> float:
@@ -175,7 +140,7 @@ def predict(run_dir, noise_model: str = "long-run") -> dict:
     if noise_model not in NOISE_MODELS:
         raise ConfigError(f"noise_model={noise_model!r} is not allowed; allowed: {', '.join(NOISE_MODELS)}")
     run = read_run(run_dir)
-    outer, method, metrics, inputs = run["outer"], run["method"], run["metrics"], run["inputs"]
+    outer, method, metrics, inputs = run.outer, run.method, run.metrics, run.inputs
     steps = [int(r["outer_step"]) for r in metrics]
     measured = [r.get("weight_std") for r in metrics]
     report = {"schema_version": SCHEMA_VERSION, "run": str(run_dir), "method": method,
@@ -193,8 +158,8 @@ def predict(run_dir, noise_model: str = "long-run") -> dict:
     elif inputs is None:
         report["decay_factor"] = exchangeable.decay_factor(outer, 0.0)
         report["flattest_c"] = 0.0
-        why = (f"a torchrun run ({run['world_size']} ranks, one replica per rank) measures no inputs"
-               if run.get("world_size", 1) > 1 else "a run made before the meter")
+        why = (f"a torchrun run ({run.world_size} ranks, one replica per rank) measures no inputs"
+               if run.world_size > 1 else "a run made before the meter")
         notes.append(f"no inputs.jsonl ({why}): measured_growth and the decay factor at "
                      "c = 0 are given; the level of weight_std needs the measured noise, so predicted is null")
     else:

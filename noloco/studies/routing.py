@@ -1,6 +1,6 @@
 """Fixed vs random routing and stage skipping, measured at equal tokens over several seeds.
 
-``python -m noloco.llm_check.routing_study --out runs/routing`` trains, for every seed:
+``noloco llm study routing --out runs/routing`` trains, for every seed:
 
 * noloco, diloco and the no-synchronisation ablation (``local``: n = 1, routing only), each with
   fixed and with random routing, on the same 4-stage model (:data:`STUDY`);
@@ -42,19 +42,6 @@ SKIP_PROBS = (0.0, 0.25, 0.5)
 SEEDS = (0, 1, 2)
 
 
-def _train(cfg, where: Path, threads: int | None) -> dict:
-    """The finished run of ``cfg`` in ``where`` (reused when one is there), trained otherwise."""
-    from noloco.llm_check.train import Trainer, set_threads
-    from noloco.llm_check.lifecycle import finished_run
-
-    done = finished_run(where, cfg)
-    if done is not None:
-        return done
-    set_threads(threads)
-    output_dir(where)
-    return Trainer(cfg, where, progress=False).run(overwrite=True)
-
-
 def _second_half_mean(rows: list[dict], key: str, stages: int) -> np.ndarray:
     """Per stage, the mean of ``key + '_per_stage'`` over the evaluations of the second half of the run."""
     last = rows[-1]["outer_step"]
@@ -70,7 +57,8 @@ def _summary(values) -> dict:
 def run_study(out: str | Path, seeds=SEEDS, quick: bool = False, threads: int | None = 1,
               progress: bool | None = None) -> dict:
     """Train (or reuse) every run under ``out`` and summarise them; the report written to routing.json."""
-    from noloco.llm_check.train import evaluate_run
+    from noloco.llm_check.evaluation import evaluate_run
+    from noloco.llm_check.train import train_or_reuse
 
     out = output_dir(out)
     base = QUICK if quick else STUDY
@@ -89,7 +77,7 @@ def run_study(out: str | Path, seeds=SEEDS, quick: bool = False, threads: int | 
         for seed in seeds:
             cfg = build("cpu-small", kw["method"], **base, seed=seed, **{k: v for k, v in kw.items() if k != "method"})
             where = out / name / f"seed{seed}"
-            result = _train(cfg, where, threads)
+            result = train_or_reuse(cfg, where, threads)
             if result.get("diverged"):
                 raise DataError(f"{where}: {result['diverged']['message']}")
             rows = read_jsonl(where / "metrics.jsonl", required=("outer_step", "theta_std_per_stage"))
@@ -168,16 +156,3 @@ def format_report(rep: dict) -> str:
         lines.append(f"{p:>7}{_pm(row['val_loss'], 0, '.4f'):>20}{_pm(row['val_loss_half_removed'], 0, '.4f'):>20}"
                      f"{_pm(row['increase'], 0, '.4f'):>20}")
     return "\n".join(lines)
-
-
-PROG = "python -m noloco.llm_check.routing_study"
-
-
-def main(argv=None) -> int:
-    from noloco.llm_check.study import study_main
-
-    return study_main(PROG, __doc__.split("\n\n")[0], "runs/routing", run_study, format_report, argv, len(SEEDS))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,7 +1,7 @@
-"""The held-out validation of ``noloco llm tune`` (:mod:`noloco.llm_check.tune_runs`) on the cpu-small GPT.
+"""The held-out validation of ``noloco llm tune`` (:mod:`noloco.advice.tune`) on the cpu-small GPT.
 
 Written down and committed before any held-out run existed. The tuner's pilots are the development sweep of
-docs/advice.md (23 settings, seeds 0 to 2, the advice study's :data:`~noloco.llm_check.advice_study.BASE`
+docs/advice.md (23 settings, seeds 0 to 2, the advice study's :data:`~noloco.studies.advice.BASE`
 setting and its variants); its reference is the base setting (``const_h10``). The command, fixed here:
 
     noloco llm tune DEV_RUNS --reference const_h10 --goal time --compute-seconds 0.05
@@ -22,7 +22,7 @@ synchronisation (the same cost model as the promise):
    15 % of the spread the tuner reported.
 3. **Speed-up**: measured mean(t_ref) / mean(t_rec) within 25 % of the promised speed-up.
 
-``python -m noloco.llm_check.tune_study --pilots DEV_RUNS --runs DIR`` tunes, trains what is missing (one thread,
+``noloco llm study tune --pilots DEV_RUNS --runs DIR`` tunes, trains what is missing (one thread,
 finished runs reused) and writes ``tune_holdout.json`` into DIR (copy it to docs/data/).
 """
 
@@ -33,12 +33,9 @@ from pathlib import Path
 
 import numpy as np
 
-from noloco.infra import entry
-from noloco.infra.entry import OneLineParser
-from noloco.infra.files import print_json, write_json
-from noloco.llm_check.tune_runs import SMOOTH, rms_second_half, tune
+from noloco.infra.files import write_json
+from noloco.advice.tune import SMOOTH, rms_second_half, tune
 
-PROG = "python -m noloco.llm_check.tune_study"
 SEEDS = (10, 11, 12)
 REFERENCE = "const_h10"
 COMPUTE_SECONDS = 0.05
@@ -47,7 +44,7 @@ SPREAD_TOLERANCE, SPEEDUP_TOLERANCE, SE_FACTOR = 0.15, 0.25, 2.0
 
 
 def held_out_settings(recommendation: dict) -> dict:
-    """The reference and the recommendation as settings of :func:`noloco.llm_check.advice_study.flags`."""
+    """The reference and the recommendation as settings of :func:`noloco.studies.advice.flags`."""
     rec = dict(alpha=recommendation["alpha"], beta=recommendation["beta"], gamma=recommendation["gamma"],
                group_size=recommendation["n"], inner_steps=recommendation["H"],
                outer_steps=recommendation["outer_steps"], val_windows=VAL_WINDOWS)
@@ -55,18 +52,18 @@ def held_out_settings(recommendation: dict) -> dict:
 
 
 def _time_to(run: dict, target: float, tuned: dict) -> float | None:
-    """Seconds for ``run`` (a :func:`~noloco.llm_check.predict.read_run` dict) to reach ``target`` under the
+    """Seconds for ``run`` (a :class:`~noloco.advice.record.RunRecord`) to reach ``target`` under the
     tuner's cost model with the study's compute time."""
-    from noloco.llm_check.tune_runs import Setting, time_to
+    from noloco.advice.tune import Setting, time_to
     from noloco.theory.comm import Network
 
     net = tuned["network"]
-    return time_to(Setting("run", run["config"], [run]), target, Network.from_bandwidth(net["latency"], net["bandwidth"]),
+    return time_to(Setting("run", run.setting, [run]), target, Network.from_bandwidth(net["latency"], net["bandwidth"]),
                    COMPUTE_SECONDS, net["bytes_per_value"])["seconds"]
 
 
 def evaluate(runs: Path, tuned: dict) -> dict:
-    from noloco.llm_check.predict import read_run
+    from noloco.advice.record import read_run
 
     rec = tuned["recommendation"]
     final = lambda rows: float(np.mean([r["val_loss_avg_model"] for r in rows[-SMOOTH:]]))  # noqa: E731
@@ -74,12 +71,12 @@ def evaluate(runs: Path, tuned: dict) -> dict:
     for seed in SEEDS:
         reference, recommended = runs / "reference" / f"s{seed}", runs / "recommended" / f"s{seed}"
         ref_run, run = read_run(reference), read_run(recommended)
-        target = final(ref_run["metrics"])
+        target = final(ref_run.metrics)
         t_ref, t_rec = _time_to(ref_run, target, tuned), _time_to(run, target, tuned)
         per_seed.append({"seed": seed, "target": target, "t_ref": t_ref, "t_rec": t_rec,
-                         "spread": rms_second_half(run["metrics"], "weight_std", run["config"].outer_steps),
-                         "final_loss_rec": final(run["metrics"]),
-                         "ref_wall_s": ref_run["result"].get("wall_s")})
+                         "spread": rms_second_half(run.metrics, "weight_std", run.setting.outer_steps),
+                         "final_loss_rec": final(run.metrics),
+                         "ref_wall_s": ref_run.wall_s})
     reached = all(p["t_rec"] is not None and p["t_ref"] is not None for p in per_seed)
     out = {"seeds": per_seed, "reached_every_seed": reached}
     if reached:
@@ -97,7 +94,7 @@ def evaluate(runs: Path, tuned: dict) -> dict:
 
 
 def run_study(pilots: Path, runs: Path) -> dict:
-    from noloco.llm_check.advice_study import train_missing
+    from noloco.studies.advice import train_missing
 
     tuned = tune([pilots], reference=REFERENCE, goal="time", compute_seconds=COMPUTE_SECONDS)
     if tuned["recommendation"] is None:
@@ -132,21 +129,3 @@ def format_report(report: dict) -> str:
     lines.append(f"2. spread measured {held['measured_spread']:.3e}, predicted {held['predicted_spread']:.3e} "
                  f"(ratio {held['spread_ratio']:.3f}): {'holds' if held['spread_holds'] else 'fails'}")
     return "\n".join(lines)
-
-
-def main(argv=None) -> int:
-    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pilots", required=True, help="the development sweep's runs (SETTING/sSEED folders)")
-    parser.add_argument("--runs", required=True, help="where the held-out runs go (finished ones are reused)")
-    parser.add_argument("--json", action="store_true", help="print the JSON report")
-
-    def work(args) -> int:
-        report = run_study(Path(args.pilots), Path(args.runs))
-        print_json(report) if args.json else print(format_report(report))
-        return 0
-
-    return entry.run(PROG, parser, work, argv)
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,4 +1,4 @@
-"""The held-out validation of the advice (:mod:`noloco.llm_check.forecast`) on the cpu-small GPT.
+"""The held-out validation of the advice (:mod:`noloco.advice.forecast`) on the cpu-small GPT.
 
 The settings, the pilots and the agreement rule below were written down (and committed) before any of these
 runs existed; the recipe's constants were chosen on an earlier sweep (docs/advice.md, "development sweep"),
@@ -10,12 +10,12 @@ quarter of the run's outer steps (floor(T/4)); a transfer uses the whole pilot (
 A prediction that carries a flag counts as a claim the toolkit did not make when the flag says it
 extrapolates ("not settled", "extrapolates", "unstable"): it is reported, and counted separately.
 
-The loss side (:mod:`noloco.llm_check.gap`, added after the first evaluation and committed before its own):
+The loss side (:mod:`noloco.advice.gap`, added after the first evaluation and committed before its own):
 the equipartition gap at every run's final checkpoint against the measured gap of its final evaluation
 (8 validation windows), per run; the rule: within a factor :data:`GAP_FACTOR` on at least 80 % of the runs
 (the 8-window measurement is noisy; the development snapshots, on 128 windows, were within 2x on 62 of 63).
 
-``python -m noloco.llm_check.advice_study --runs DIR`` trains what is missing (``noloco llm train``, one thread,
+``noloco llm study advice --runs DIR`` trains what is missing (``noloco llm train``, one thread,
 finished runs reused) and writes ``advice_holdout.json`` into DIR (copy it to docs/data/ to refresh the docs).
 """
 
@@ -27,14 +27,12 @@ from pathlib import Path
 
 import numpy as np
 
-from noloco.infra import entry
-from noloco.infra.entry import OneLineParser
 from noloco.infra.errors import DataError
-from noloco.infra.files import print_json, read_json, write_json
-from noloco.llm_check.forecast import FORECAST_ERROR, OUTER_FIELDS, SCHEDULE_FIELDS, TRANSFER_ERROR
-from noloco.llm_check.tune_runs import rms_second_half
+from noloco.infra.files import read_json, write_json
+from noloco.theory.config import OUTER_FIELDS
+from noloco.advice.forecast import FORECAST_ERROR, SCHEDULE_FIELDS, TRANSFER_ERROR
+from noloco.advice.tune import rms_second_half
 
-PROG = "python -m noloco.llm_check.advice_study"
 SEEDS = (0, 1, 2)
 TOLERANCE = 0.15
 GAP_FACTOR = 2.0
@@ -111,10 +109,10 @@ def _verdict(ratio: float, flagged: bool) -> str:
 
 def forecast_check(folder: Path, setting: str, seed: int) -> dict:
     """The forecast of one run from its first quarter, against its measured second half."""
-    from noloco.llm_check.forecast import forecast
-    from noloco.llm_check.predict import read_run
+    from noloco.advice.forecast import forecast
+    from noloco.advice.record import read_run
 
-    T = read_run(folder)["config"].outer_steps
+    T = read_run(folder).setting.outer_steps
     fc = forecast(folder, from_step=T // 4)
     measured = [r for r in fc["rows"] if r["measured"] is not None]
     ratio = rms_second_half(measured, "forecast", T) / rms_second_half(measured, "measured", T)
@@ -153,9 +151,7 @@ def development(root: Path) -> dict:
 
 def changes_between(pilot, target) -> dict | None:
     """The transferable changes that turn config ``pilot`` into ``target`` (None when anything else differs)."""
-    from dataclasses import asdict
-
-    a, b = asdict(pilot), asdict(target)
+    a, b = pilot.as_dict(), target.as_dict()
     changes = {k: b["outer"][k] for k in OUTER_FIELDS if a["outer"][k] != b["outer"][k]}
     changes.update({k: b[k] for k in SCHEDULE_FIELDS if a[k] != b[k]})
     ignored = {"outer", *SCHEDULE_FIELDS, "seed", "eval_every", "ckpt_every", "val_windows"}
@@ -166,15 +162,15 @@ def changes_between(pilot, target) -> dict | None:
 
 def transfer_check(pilot: Path, target: Path, setting: str, seed: int, changes: dict) -> dict:
     """The transfer from ``pilot`` to the setting of ``target``, against ``target``'s measured second half."""
-    from noloco.llm_check.forecast import transfer
-    from noloco.llm_check.predict import read_run
+    from noloco.advice.forecast import transfer
+    from noloco.advice.record import read_run
 
     pred = transfer(pilot, **changes)
     run = read_run(target)
-    T = run["config"].outer_steps
+    T = run.setting.outer_steps
     predicted = {r["outer_step"]: r["predicted"] for r in pred["rows"]}
     rows = [{"outer_step": int(m["outer_step"]), "measured": m["weight_std"],
-             "predicted": predicted.get(int(m["outer_step"]))} for m in run["metrics"]]
+             "predicted": predicted.get(int(m["outer_step"]))} for m in run.metrics]
     ratio = rms_second_half(rows, "predicted", T) / rms_second_half(rows, "measured", T)
     flagged = any(f.startswith(EXTRAPOLATING) for f in pred["flags"])
     return {"target": setting, "seed": seed, "changes": changes, "ratio": ratio, "flags": pred["flags"],
@@ -184,14 +180,14 @@ def transfer_check(pilot: Path, target: Path, setting: str, seed: int, changes: 
 def development_transfers(root: Path, pilot: str = "const_h10") -> dict:
     """Transfers from ``root/pilot/sS`` to every other setting of the development sweep that differs from it
     only in transferable fields (same seed), and the 10 % / 90 % quantiles of the unflagged ratios."""
-    from noloco.llm_check.predict import read_run
+    from noloco.advice.record import read_run
 
     items = []
     for folder in _runs_with_spread(root):
         if folder.parent.name == pilot:
             continue
         source = root / pilot / folder.name
-        changes = changes_between(read_run(source)["config"], read_run(folder)["config"])
+        changes = changes_between(read_run(source).setting, read_run(folder).setting)
         if changes:
             items.append(transfer_check(source, folder, folder.parent.name, int(folder.name[1:]), changes))
     return {"schema": "advice-development-transfers", "pilot": pilot, "runs": items, **_quantiles(items)}
@@ -228,9 +224,10 @@ def evaluate(runs: Path) -> dict:
 
 def gap_check(folder: Path, setting: str, seed: int) -> dict:
     """The equipartition gap at the run's final checkpoint against its final evaluation's measured gap."""
-    from noloco.llm_check.gap import equipartition_gap
+    from noloco.advice.gap import equipartition_gap
+    from noloco.llm_check.adam_state import second_moment_root
 
-    rep = equipartition_gap(folder)
+    rep = equipartition_gap(folder, second_moment_root)
     return {"setting": setting, "seed": seed, "predicted": rep["predicted"], "measured": rep["measured"],
             "ratio": rep["ratio"]}
 
@@ -253,35 +250,26 @@ def format_report(rep: dict) -> str:
     return "\n".join(lines)
 
 
-def main(argv=None) -> int:
-    parser = OneLineParser(prog=PROG, description=__doc__.split("\n\n")[0])
-    parser.add_argument("--runs", default="runs/advice-holdout",
-                        help="folder of the runs (default runs/advice-holdout)")
-    parser.add_argument("--no-train", action="store_true", help="evaluate only (every run must exist)")
-    parser.add_argument("--development", metavar="DIR",
-                        help="instead: the forecasts and transfers of the development sweep's runs DIR/SETTING/sSEED "
-                             "(pilot DIR/const_h10), written to DIR/advice_development.json")
-    parser.add_argument("--json", action="store_true", help="print the JSON report")
-    return entry.run(PROG, parser, _work, argv)
+def run_development(root) -> dict:
+    """The forecasts and transfers of the development sweep's runs ``root/SETTING/sSEED`` (pilot
+    ``root/const_h10``), also written to ``root/advice_development.json``."""
+    root = Path(root)
+    rep = {"forecasts": development(root), "transfers": development_transfers(root)}
+    write_json(root / "advice_development.json", rep)
+    return rep
 
 
-def _work(args) -> int:
-    if args.development:
-        root = Path(args.development)
-        rep = {"forecasts": development(root), "transfers": development_transfers(root)}
-        write_json(root / "advice_development.json", rep)
-        print_json(rep) if args.json else print(
-            f"development sweep: forecast 10/90 % quantiles {rep['forecasts']['quantiles']}, transfer "
+def format_development(rep: dict) -> str:
+    return (f"development sweep: forecast 10/90 % quantiles {rep['forecasts']['quantiles']}, transfer "
             f"{rep['transfers']['quantiles']}")
-        return 0
-    runs = Path(args.runs)
-    if not args.no_train:
+
+
+def run_holdout(runs, train: bool = True) -> dict:
+    """The held-out evaluation: train what is missing under ``runs`` (unless ``train`` is False), evaluate, and
+    write ``runs/advice_holdout.json``."""
+    runs = Path(runs)
+    if train:
         train_missing(runs)
     rep = evaluate(runs)
     write_json(runs / "advice_holdout.json", rep)
-    print_json(rep) if args.json else print(format_report(rep))
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+    return rep

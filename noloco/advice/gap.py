@@ -19,44 +19,33 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Callable
 
+from noloco.advice.record import read_run
 from noloco.infra.errors import DataError
 from noloco.theory import exchangeable
 
 
-def equipartition_gap(run_dir) -> dict:
+def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int, float]]) -> dict:
     """The predicted gap at the run's checkpoint, the measured one at the evaluation of the same outer step
-    (``val_loss_replicas_mean - val_loss_avg_model``; None where no evaluation is at that step) and their ratio."""
-    import torch
-
-    from noloco.llm_check.forecast import schedule_functionals
-    from noloco.llm_check.predict import read_run
+    (``val_loss_replicas_mean - val_loss_avg_model``; None where no evaluation is at that step) and their ratio.
+    ``second_moment(checkpoint path, adam beta2)`` reads ``(outer step, sum_j mean_i sqrt(vhat_ij))`` from the
+    run's checkpoint (the harness's reader: :func:`noloco.llm_check.adam_state.second_moment_root`)."""
+    from noloco.advice.forecast import schedule_functionals
 
     run = read_run(run_dir)
-    cfg, outer = run["config"], run["outer"]
-    path = Path(run_dir) / "ckpt.pt"
+    cfg, outer = run.setting, run.outer
     if cfg.inner_optimizer != "adamw":
         raise DataError(f"{run_dir}: the equipartition gap needs the inner AdamW's second moment; this run's "
                         f"inner optimiser is {cfg.inner_optimizer}")
-    try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
-        opt = state["opt"]["state"]
-        step = int(state["outer_step"])
-    except FileNotFoundError:
-        raise DataError(f"{path} is missing: the gap is predicted from a checkpoint's optimiser state") from None
-    except Exception as err:  # damaged bytes or a foreign file: torch raises almost anything
-        raise DataError(f"{path} is not a checkpoint of this toolkit with an optimiser state ({err})") from None
+    path = run.folder / "ckpt.pt"
+    step, root = second_moment(path, cfg.adam_beta2)
     if step < 1:
         raise DataError(f"{path} is at outer step 0: no phase has run yet")
-    root = 0.0
-    for entry in opt.values():
-        count = float(entry["step"])
-        vhat = entry["exp_avg_sq"].double() / (1 - cfg.adam_beta2 ** count)
-        root += float(vhat.sqrt().sum()) / vhat.shape[0]  # summed over the weights, averaged over the replicas
     rate = float(schedule_functionals(cfg)["L1"][step - 1] / cfg.inner_steps)
     r1 = exchangeable.stationary_spread(outer, 1.0, 1.0)
     predicted = r1 / 4 * rate * root
-    row = next((m for m in run["metrics"] if int(m["outer_step"]) == step), None)
+    row = next((m for m in run.metrics if int(m["outer_step"]) == step), None)
     measured = None
     if row and row.get("val_loss_replicas_mean") is not None and row.get("val_loss_avg_model") is not None:
         measured = float(row["val_loss_replicas_mean"] - row["val_loss_avg_model"])

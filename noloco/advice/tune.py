@@ -14,7 +14,7 @@ data and inner optimiser. For a goal it ranks the settings the pilots measured:
 
 Constraints: the run finished without diverging, the spread (RMS of weight_std over the second half) at most
 ``--max-spread``, and the theory's noise-free decay factor of the flattest tensor below 1 (the stability
-margin, from the inputs measured in the pilot: :func:`noloco.llm_check.predict.predict`).
+margin, from the inputs measured in the pilot: :func:`noloco.advice.predict.predict`).
 
 What it promises is measured pilot evidence, not a model of the loss: the loss curve, the spread and the
 steps to the target of each setting are the pilots' (mean over seeds, with standard errors where there are
@@ -31,7 +31,9 @@ from pathlib import Path
 
 import numpy as np
 
+from noloco.advice.record import RunSetting
 from noloco.infra.errors import ConfigError, DataError
+from noloco.theory.stats import finite_mean_se
 
 #: what a pilot may change against the reference (everything else must be equal to compare their losses);
 #: outer_steps may change with H at equal tokens (inner_steps x outer_steps)
@@ -69,19 +71,12 @@ def steps_to(steps, losses, target: float) -> float | None:
     return float(s[i - 1] + frac * (s[i] - s[i - 1]))
 
 
-def _mean_se(values) -> tuple[float, float]:
-    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
-    if not len(v):
-        return math.nan, math.nan
-    return float(v.mean()), float(v.std(ddof=1) / math.sqrt(len(v))) if len(v) > 1 else math.nan
-
-
 @dataclass
 class Setting:
     """One piloted setting: its runs (one per seed) and what they measured."""
 
     name: str
-    config: object
+    config: RunSetting
     runs: list = field(default_factory=list)
 
     @property
@@ -90,24 +85,24 @@ class Setting:
 
     def curve(self) -> tuple[np.ndarray, np.ndarray]:
         """(inner steps, mean over seeds of the averaged model's validation loss) at the evaluations every seed has."""
-        per = [{r["outer_step"]: r["val_loss_avg_model"] for r in run["metrics"]} for run in self.runs]
+        per = [{r["outer_step"]: r["val_loss_avg_model"] for r in run.metrics} for run in self.runs]
         common = sorted(set.intersection(*(set(p) for p in per)))
         H = self.config.inner_steps
         return (np.array(common, dtype=float) * H, np.array([np.mean([p[t] for p in per]) for t in common]))
 
     def per_seed_curves(self):
         H = self.config.inner_steps
-        return [(np.array([r["outer_step"] * H for r in run["metrics"]], dtype=float),
-                 np.array([r["val_loss_avg_model"] for r in run["metrics"]])) for run in self.runs]
+        return [(np.array([r["outer_step"] * H for r in run.metrics], dtype=float),
+                 np.array([r["val_loss_avg_model"] for r in run.metrics])) for run in self.runs]
 
     def final_loss(self) -> tuple[float, float]:
         """Mean over seeds (and its standard error) of the last :data:`SMOOTH` evaluations' loss."""
-        return _mean_se([float(np.mean([r["val_loss_avg_model"] for r in run["metrics"][-SMOOTH:]]))
+        return finite_mean_se([float(np.mean([r["val_loss_avg_model"] for r in run.metrics[-SMOOTH:]]))
                          for run in self.runs])
 
     def spread(self) -> tuple[float, float]:
         T = self.config.outer_steps
-        return _mean_se([rms_second_half(run["metrics"], "weight_std", T) for run in self.runs])
+        return finite_mean_se([rms_second_half(run.metrics, "weight_std", T) for run in self.runs])
 
 
 def _key(cfg) -> tuple:
@@ -117,8 +112,7 @@ def _key(cfg) -> tuple:
 
 def _shared(cfg) -> dict:
     """The training settings a pilot must share with the reference (the tokens seen: H x outer steps)."""
-    d = {k: v for k, v in vars(cfg).items() if k not in TUNED + NOT_TRAINING + ("outer", "method")}
-    d["replicas"] = cfg.outer.replicas
+    d = {k: v for k, v in cfg.training().items() if k not in TUNED + NOT_TRAINING}
     d["tokens"] = cfg.inner_steps * cfg.outer_steps
     return d
 
@@ -140,16 +134,13 @@ def _run_folders(paths) -> list[Path]:
 
 def load_settings(paths) -> list[Setting]:
     """The pilots grouped by setting (all but the seed equal), each run read with
-    :func:`noloco.llm_check.predict.read_run`; unfinished or diverged runs are kept (they rule a setting out)."""
-    from noloco.llm_check.predict import read_run
+    :func:`noloco.advice.record.read_run`; unfinished or diverged runs are kept (they rule a setting out)."""
+    from noloco.advice.record import read_run
 
     settings: dict[tuple, Setting] = {}
     for folder in _run_folders(paths):
         run = read_run(folder)
-        result = run["result"]
-        run.update(folder=folder, finished=result.get("finished") is True, diverged=bool(result.get("diverged")),
-                   wall_s=result.get("wall_s"))
-        cfg = run["config"]
+        cfg = run.setting
         key = (_key(cfg), tuple(sorted(_shared(cfg).items())), cfg.method)
         if key not in settings:
             settings[key] = Setting(_name(folder, cfg), cfg)
@@ -173,7 +164,7 @@ def sync_seconds(setting: Setting, net, bytes_per_value: float) -> float:
     o = setting.outer
     if o.group_size == 1:
         return 0.0
-    payload = setting.runs[0]["result"]["n_params"] * bytes_per_value
+    payload = setting.runs[0].result["n_params"] * bytes_per_value
     cost = sync_cost(net, payload, o.replicas, o.group_size)
     return cost.tree_seconds if o.group_size == o.replicas else cost.group_exchange_seconds
 
@@ -191,10 +182,10 @@ def time_to(setting: Setting, target: float, net, compute_seconds: float, bytes_
 def _margin(setting: Setting) -> float | None:
     """1 - the theory's noise-free decay factor per outer step of the flattest tensor, with the inputs
     measured in the setting's first pilot (None when the run has no inputs)."""
-    from noloco.llm_check.predict import predict
+    from noloco.advice.predict import predict
 
     try:
-        factor = predict(setting.runs[0]["folder"])["decay_factor"]
+        factor = predict(setting.runs[0].folder)["decay_factor"]
     except (DataError, KeyError):
         return None
     return None if factor is None else 1.0 - float(factor)
@@ -219,8 +210,8 @@ def tune(paths, reference: str | None = None, goal: str = "time", target_loss: f
     ref = _pick_reference(settings, reference)
     shared = _shared(ref.config)
     if compute_seconds is None:
-        walls = [r["wall_s"] / (ref.config.inner_steps * ref.config.outer_steps) for r in ref.runs
-                 if isinstance(r.get("wall_s"), (int, float)) and r["finished"]]
+        walls = [r.wall_s / (ref.config.inner_steps * ref.config.outer_steps) for r in ref.runs
+                 if isinstance(r.wall_s, (int, float)) and r.finished]
         if not walls:
             raise DataError(f"the reference {ref.name} has no finished run with a wall time; give --compute-seconds")
         compute_seconds = float(np.median(walls))
@@ -234,8 +225,8 @@ def tune(paths, reference: str | None = None, goal: str = "time", target_loss: f
         differs = sorted(k for k, v in _shared(s.config).items() if shared.get(k) != v)
         if differs:
             row["excluded"].append("differs from the reference in " + ", ".join(differs))
-        if not all(r["finished"] for r in s.runs):
-            row["excluded"].append("a run did not finish" + (" (diverged)" if any(r["diverged"] for r in s.runs) else ""))
+        if not all(r.finished for r in s.runs):
+            row["excluded"].append("a run did not finish" + (" (diverged)" if any(r.diverged for r in s.runs) else ""))
         loss, loss_se = s.final_loss()
         spread, spread_se = s.spread()
         cost = time_to(s, target, net, compute_seconds, bytes_per_value)
@@ -277,7 +268,7 @@ def _pick_reference(settings: list[Setting], reference: str | None) -> Setting:
     if reference is None:
         return settings[0]
     for s in settings:
-        if s.name == reference or any(Path(reference).resolve() == Path(r["folder"]).resolve() for r in s.runs):
+        if s.name == reference or any(Path(reference).resolve() == Path(r.folder).resolve() for r in s.runs):
             return s
     raise ConfigError(f"--reference {reference!r} names no piloted setting; the settings are: "
                       + ", ".join(s.name for s in settings))

@@ -13,7 +13,7 @@ the evaluations of the second half of the run (constant inner lr, so the spread
 settles), for each of several seeds (data, initialisation and groups): the mean over seeds and
 its standard error across seeds.
 
-Next to it, with no fitted constant: :func:`noloco.llm_check.predict.predict` on each run's own
+Next to it, with no fitted constant: :func:`noloco.advice.predict.predict` on each run's own
 measured inputs (``inputs.jsonl``: c, s2, rho, drift per tensor and outer step), the RMS of its
 predicted weight_std over the same evaluations (``predicted_zero_constant``, mean over seeds;
 ``ratio_zero_constant`` = measured / predicted, the mean over seeds of each seed's ratio, with its
@@ -30,6 +30,7 @@ import math
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -78,7 +79,7 @@ class Row:
     stderr: float
     ratio: float
     val_loss_avg_model: float
-    # no fitted constant: noloco.llm_check.predict on the run's own measured inputs (inputs.jsonl), RMS over the
+    # no fitted constant: noloco.advice.predict on the run's own measured inputs (inputs.jsonl), RMS over the
     # same evaluations as ``measured``
     predicted_zero_constant: float | None = None
     ratio_zero_constant: float | None = None
@@ -88,6 +89,16 @@ class Row:
     growth_measured: float | None = None
     growth_predicted: float | None = None
     agrees: bool | None = None      # the zero-constant comparison (growth factors where unstable)
+
+
+class SeedRun(NamedTuple):
+    """One seed of one setting of the sweep: its config, measured stationary spread, result.json and the
+    zero-constant prediction (None where it cannot be made)."""
+
+    config: TrainConfig
+    measured: float
+    result: dict
+    zero_constant: dict | None
 
 
 def measure(metrics: list[dict], outer_steps: int) -> tuple[float, float]:
@@ -102,10 +113,10 @@ def _ratio(measured: float, predicted: float) -> float:
 
 
 def zero_constant(run_dir: Path) -> dict | None:
-    """:func:`noloco.llm_check.predict.predict` on one run (no fitted constant): ``predicted`` (RMS over the
+    """:func:`noloco.advice.predict.predict` on one run (no fitted constant): ``predicted`` (RMS over the
     second half of its predicted weight_std), ``decay_factor``, ``measured_growth`` and
     ``predicted_growth``; None without inputs.jsonl."""
-    from noloco.llm_check.predict import predict
+    from noloco.advice.predict import predict
 
     report = predict(run_dir)
     last = report["rows"][-1]["outer_step"] if report["rows"] else 0
@@ -133,14 +144,14 @@ def run_sweep(preset: str, out: str | Path, device: str | None = None, progress:
     settings is kept and read, not trained again (an interrupted sweep continues; a changed analysis
     re-summarises in seconds). A run that diverges ends the sweep: the report then
     has ``"diverged"`` (its message) and no rows. The runs still to train are timed in advance
-    (:func:`noloco.llm_check.config.time_estimate`, on a CPU): above ``max_time`` (:mod:`noloco.infra.budget`,
+    (:func:`noloco.llm_check.resources.time_estimate`, on a CPU): above ``max_time`` (:mod:`noloco.infra.budget`,
     default one hour) the sweep is refused before the first run, above a minute the estimate is printed."""
     from contextlib import ExitStack
 
     from tqdm import tqdm
 
-    from noloco.llm_check.config import check_memory
-    from noloco.llm_check.train import Trainer, set_threads
+    from noloco.llm_check.resources import check_memory
+    from noloco.llm_check.trainer import Trainer, set_threads
     from noloco.infra.files import output_dir
     from noloco.llm_check.lifecycle import finished_run, read_metrics, run_folder
 
@@ -179,23 +190,23 @@ def run_sweep(preset: str, out: str | Path, device: str | None = None, progress:
                 write_json(out / "validate.json", report, indent=2)
                 return report
             metrics = read_metrics(where / "metrics.jsonl")
-            runs.setdefault(i, []).append((cfg, measure(metrics, cfg.outer_steps)[0], result, zero_constant(where)))
-    ref_cfg = runs[0][0][0]
-    ref_measured = mean_se([m for _, m, _, _ in runs[0]])[0]
+            runs.setdefault(i, []).append(SeedRun(cfg, measure(metrics, cfg.outer_steps)[0], result, zero_constant(where)))
+    ref_cfg = runs[0][0].config
+    ref_measured = mean_se([r.measured for r in runs[0]])[0]
     k = ref_measured ** 2 / unit_variance(ref_cfg)  # the one fitted constant
     rows = []
     for i, (factor, changes) in enumerate(sweep):
-        cfg = runs[i][0][0]
-        measured, se = mean_se([m for _, m, _, _ in runs[i]])
+        cfg = runs[i][0].config
+        measured, se = mean_se([r.measured for r in runs[i]])
         # the fitted model's s2 = k lr^2 H is Adam's (steps of size ~lr whatever the gradient); not SGD's
         predicted = math.sqrt(k * unit_variance(cfg)) if cfg.inner_optimizer == "adamw" else math.nan
-        zeros = [z for _, _, _, z in runs[i]]
+        zeros = [r.zero_constant for r in runs[i]]
         row = Row(factor, changes, i == 0, cfg.replicas, cfg.outer.group_size, cfg.outer.alpha, cfg.outer.gamma,
                   cfg.lr, predicted, measured, se, _ratio(measured, predicted),
-                  float(np.mean([r["final"]["val_loss_avg_model"] for _, _, r, _ in runs[i]])), seeds=len(runs[i]))
+                  float(np.mean([r.result["final"]["val_loss_avg_model"] for r in runs[i]])), seeds=len(runs[i]))
         if all(z is not None for z in zeros):
             row.predicted_zero_constant = float(np.mean([z["predicted"] for z in zeros]))
-            ratios = [_ratio(m, z["predicted"]) for (_, m, _, _), z in zip(runs[i], zeros)]
+            ratios = [_ratio(r.measured, r.zero_constant["predicted"]) for r in runs[i]]
             row.ratio_zero_constant, row.ratio_zero_constant_se = mean_se(ratios)
             decay = [z["decay_factor"] for z in zeros if z["decay_factor"] is not None]  # None: no spread (n = N)
             row.unstable = bool(decay) and float(np.mean(decay)) > 1
@@ -208,11 +219,11 @@ def run_sweep(preset: str, out: str | Path, device: str | None = None, progress:
     report = {"schema_version": SCHEMA_VERSION, "preset": preset, "base": base, "seeds": list(seeds),
               "noise_constant_k": k,
               "model": "flat direction (c = 0), s2 = k lr^2 H, k fitted on the reference run",
-              "model_zero_constant": "noloco.llm_check.predict (long-run noise model) on each run's measured inputs",
+              "model_zero_constant": "noloco.advice.predict (long-run noise model) on each run's measured inputs",
               "agreement": {"rule": f"stable: |ratio - 1| <= {AGREE_REL} or <= {AGREE_SE} se; unstable: growth "
                                     f"factors within {AGREE_GROWTH:.0%}",
                             "agree": sum(r.agrees for r in summary), "rows": len(summary)},
-              **{key: runs[0][0][2][key] for key in ("corpus_sha256", "python", "torch", "n_params",
+              **{key: runs[0][0].result[key] for key in ("corpus_sha256", "python", "torch", "n_params",
                                                      "unigram_entropy")},
               "rows": [asdict(r) for r in rows]}
     write_json(out / "validate.json", report, indent=2)
@@ -222,7 +233,7 @@ def run_sweep(preset: str, out: str | Path, device: str | None = None, progress:
 def _require_time(configs: list, max_time, preset: str) -> None:
     """The sweep's runs still to train, timed before the first one (:mod:`noloco.infra.budget`)."""
     from noloco.infra import budget
-    from noloco.llm_check.config import time_estimate
+    from noloco.llm_check.resources import time_estimate
 
     times = [time_estimate(cfg) for cfg in configs]
     if configs and None not in times:  # on a GPU no per-run cost was measured: no estimate

@@ -1,6 +1,6 @@
 """The paper's GPT experiments (Fig 3B, Fig 4, Table 2) regenerated on the CPU model, beside the paper's numbers.
 
-``python -m noloco.llm_check.paper_study --out runs/paper-study`` trains, for every seed, on one model and one
+``noloco llm study paper --out runs/paper-study`` trains, for every seed, on one model and one
 inner optimiser (:data:`FULL`: the ``paper`` preset's plain Adam, warm-up then cosine to lr/10, on its cpu-small
 model) and at equal tokens (a global batch split over the DP replicas):
 
@@ -149,21 +149,10 @@ def jobs(plan: dict) -> dict:
     return out
 
 
-def _train(cfg, where: Path, threads: int | None) -> dict:
-    """The finished run of ``cfg`` in ``where``: reused when the folder holds it, trained otherwise."""
-    from noloco.llm_check.lifecycle import finished_run
-    from noloco.llm_check.train import Trainer, set_threads
-
-    done = finished_run(where, cfg)
-    if done is not None:
-        return done
-    set_threads(threads)
-    output_dir(where)
-    return Trainer(cfg, where, progress=False).run(overwrite=True)
-
-
 def train_all(out: Path, plan: dict, seeds, threads: int | None, progress: bool | None) -> dict:
     """``{name: [{"result", "rows"} per seed]}`` for every job, trained or reused."""
+    from noloco.llm_check.train import train_or_reuse
+
     todo = jobs(plan)
     configs = {(name, seed): _config(plan, method, dp, pp, seed, routing, **extra)
                for name, (method, dp, pp, routing, extra) in todo.items() for seed in seeds}  # all checked first
@@ -175,7 +164,7 @@ def train_all(out: Path, plan: dict, seeds, threads: int | None, progress: bool 
     runs: dict[str, list[dict]] = {}
     for (name, seed), cfg in configs.items():
         where = out / name / f"seed{seed}"
-        result = _train(cfg, where, threads)
+        result = train_or_reuse(cfg, where, threads)
         if result.get("diverged"):
             raise DataError(f"{where}: {result['diverged']['message']}")
         rows = read_jsonl(where / "metrics.jsonl", required=("step", "lr", "perplexity", "weight_std"))
@@ -424,16 +413,3 @@ def format_report(rep: dict) -> str:
                   f"(averaged model {_pm(nl['val_loss_avg_model'], '.4f')}); noloco - diloco {_pm(d, '+.3f')}: "
                   + ("below" if d["below"] else "at or below" if d["holds"] else "above")]
     return "\n".join(lines)
-
-
-PROG = "python -m noloco.llm_check.paper_study"
-
-
-def main(argv=None) -> int:
-    from noloco.llm_check.study import study_main
-
-    return study_main(PROG, __doc__.split("\n\n")[0], "runs/paper-study", run_study, format_report, argv, len(SEEDS))
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,8 +1,8 @@
 """Advice from measured runs: a run's spread forecast to the end of its schedule from its first outer steps,
 and the spread of another outer setting predicted from a pilot run's measured inputs.
 
-Both start where :mod:`noloco.llm_check.predict` does: per tensor g, the meter's inputs (c, s2, rho) read
-through the exact exchangeable recursion (:func:`noloco.llm_check.predict.replay`, the long-run noise model),
+Both start where :mod:`noloco.advice.predict` does: per tensor g, the meter's inputs (c, s2, rho) read
+through the exact exchangeable recursion (:func:`noloco.advice.predict.replay`, the long-run noise model),
 which gives the inputs as the theory defines them, ``c_t`` and ``s2_t``, for every measured outer step t.
 
 **Forecast** (:func:`forecast`). From the steps measured so far (``from_step``, default all of them: a run that is
@@ -43,15 +43,15 @@ runs than it claims (docs/advice.md).
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import numpy as np
 
 from noloco.infra.errors import ConfigError, DataError
 from noloco.theory import exchangeable
+from noloco.theory.exchangeable import ADAM_BETA1
+from noloco.theory.config import OUTER_FIELDS, OuterConfig
 
 #: the inner AdamW's first-moment decay (llm_check.train builds AdamW with betas (0.9, adam_beta2))
-ADAM_BETA1 = 0.9
 #: outer steps of the window whose inputs are held (never the first step, where c is 0 by definition)
 WINDOW = 5
 #: the saturation model's exponents of the learning rate (p) and of the inner steps done (b), fitted on the
@@ -90,19 +90,27 @@ def schedule_functionals(cfg) -> dict:
     return phase_functionals(lrs, cfg.inner_steps)
 
 
-def _measured(run_dir, from_step: int | None):
-    """The run, its per-tensor inputs and the measured outer steps used (1..t0)."""
-    from noloco.llm_check.predict import group_inputs, read_run
+def _measured(run_dir, from_step: int | None, finished_from_quarter: bool = False):
+    """The run, its per-tensor inputs and the measured outer steps used (1..t0: ``from_step``, by default every
+    measured step or, with ``finished_from_quarter``, the first quarter of a finished run)."""
+    from noloco.advice.predict import group_inputs
+    from noloco.advice.record import read_run
 
     run = read_run(run_dir)
-    inputs = run["inputs"]
-    if run["outer"].group_size == run["outer"].replicas:
-        raise DataError(f"{run_dir}: method {run['method']} leaves the replicas identical (n = N): its spread is 0 "
+    inputs = run.inputs
+    if run.outer.group_size == run.outer.replicas:
+        raise DataError(f"{run_dir}: method {run.method} leaves the replicas identical (n = N): its spread is 0 "
                         "at every step, there is nothing to forecast or transfer")
     if inputs is None:
         raise DataError(f"{run_dir} has no inputs.jsonl (a run made before the meter, or a torchrun run): the "
                         "forecast needs the measured inputs; train it with `noloco llm train` (batched replicas)")
-    t0 = len(inputs) if from_step is None else from_step
+    T = run.setting.outer_steps
+    if from_step is not None:
+        t0 = from_step
+    elif len(inputs) < T or not finished_from_quarter:  # a run still going: everything measured so far
+        t0 = len(inputs)
+    else:  # a finished run: nothing is left to forecast from its end, so from its first quarter (docs/advice.md)
+        t0 = min(max(T // 4, 3), len(inputs))
     if not 1 <= t0 <= len(inputs):
         raise ConfigError(f"from_step={from_step!r} is out of range; allowed: 1 <= from_step <= {len(inputs)} "
                           "(the measured outer steps)")
@@ -116,7 +124,7 @@ def _measured(run_dir, from_step: int | None):
 
 def _replayed(outer, groups: dict) -> dict:
     """Per tensor: the recursion's state after the measured steps and the inputs as the theory reads them."""
-    from noloco.llm_check.predict import replay
+    from noloco.advice.predict import replay
 
     out = {}
     for name, g in groups.items():
@@ -171,14 +179,16 @@ def _interval(values: np.ndarray, error: tuple[float, float]) -> dict:
 
 
 def _measured_rows(run: dict) -> dict:
-    return {int(m["outer_step"]): m.get("weight_std") for m in run["metrics"]}
+    return {int(m["outer_step"]): m.get("weight_std") for m in run.metrics}
 
 
 def forecast(run_dir, from_step: int | None = None) -> dict:
-    """The spread of a run forecast from its measured outer steps 1..``from_step`` (default: all measured) to its last
-    outer step (module docstring). Rows for every future step, with the measured weight_std where the run has it."""
-    run, groups, t0 = _measured(run_dir, from_step)
-    cfg, outer = run["config"], run["outer"]
+    """The spread of a run forecast from its measured outer steps 1..``from_step`` to its last outer step (module
+    docstring). ``from_step`` defaults to every step measured in a run still going and, in a finished run, to its
+    first quarter (at least 3 steps), the point the held-out evaluation validated. Rows for every future step,
+    with the measured weight_std where the run has it."""
+    run, groups, t0 = _measured(run_dir, from_step, finished_from_quarter=True)
+    cfg, outer = run.setting, run.outer
     T, H = cfg.outer_steps, cfg.inner_steps
     if t0 < 3:
         raise DataError(f"{run_dir}: {t0} measured outer step(s); a forecast needs at least 3 (the first step's c "
@@ -217,16 +227,16 @@ def forecast(run_dir, from_step: int | None = None) -> dict:
     measured = _measured_rows(run)
     rows = [{"outer_step": int(s + 1), "forecast": float(v), "low": lo, "high": hi,
              "measured": measured.get(int(s + 1))} for s, v, lo, hi in zip(future, ws, band["low"], band["high"])]
-    return {"run": str(run_dir), "method": run["method"], "from_step": t0, "outer_steps": T,
+    return {"run": str(run_dir), "method": run.method, "from_step": t0, "outer_steps": T,
             "window": [int(window[0] + 1), t0], "c_rise": float(rise), "flags": flags, "rows": rows,
             "interval": {"quantiles": list(FORECAST_ERROR), "from": "docs/data/advice_development.json"},
             "recipe": {"window": WINDOW, "c_scaling": "L1^0.5", "s2_scaling": "L2 x saturation", **SATURATION}}
 
 
 #: the fields a transfer may change, with their types: the outer step's, then the schedule's
-OUTER_FIELDS = {"alpha": float, "beta": float, "gamma": float, "group_size": int, "replicas": int, "momentum": str}
+OUTER_CHANGES = {name: type(getattr(OuterConfig, name)) for name in OUTER_FIELDS}
 SCHEDULE_FIELDS = {"lr": float, "inner_steps": int, "outer_steps": int}
-TRANSFER_FIELDS = {**OUTER_FIELDS, **SCHEDULE_FIELDS}
+TRANSFER_FIELDS = {**OUTER_CHANGES, **SCHEDULE_FIELDS}
 
 
 def transfer(run_dir, **changes) -> dict:
@@ -234,19 +244,17 @@ def transfer(run_dir, **changes) -> dict:
     replicas, momentum; schedule: lr, inner_steps, outer_steps) predicted from the pilot's measured inputs
     (module docstring), the pilot's own prediction beside it, and the flags of what it extrapolates."""
     run, groups, t0 = _measured(run_dir, None)
-    pilot_cfg = run["config"]
+    pilot_cfg = run.setting
     unknown = set(changes) - set(TRANSFER_FIELDS)
     if unknown:
         raise ConfigError(f"cannot transfer a change of {', '.join(sorted(unknown))}; allowed: "
                           f"{', '.join(sorted(TRANSFER_FIELDS))}")
     try:
-        target_cfg = replace(pilot_cfg, outer=replace(pilot_cfg.outer, **{k: v for k, v in changes.items()
-                                                                          if k in OUTER_FIELDS}),
-                             **{k: v for k, v in changes.items() if k in SCHEDULE_FIELDS})
+        target_cfg = pilot_cfg.changed(**changes)
     except TypeError as err:
         raise ConfigError(f"the changed setting is not valid: {err}") from None
     outer_b = target_cfg.outer
-    tensors = _replayed(run["outer"], groups)
+    tensors = _replayed(run.outer, groups)
     pilot_ph, target_ph = schedule_functionals(pilot_cfg), schedule_functionals(target_cfg)
     Tb = target_cfg.outer_steps
     # the pilot's step covering the same fraction of training (0-based), within what was measured
@@ -262,14 +270,14 @@ def transfer(run_dir, **changes) -> dict:
     for t in tensors.values():
         start = exchangeable.initial(float(t["s2"][0]), 0.0, 0.0)
         per.append((t["numel"], _step_forward(outer_b, start, t["c"][src], t["s2"][src] * l2_ratio, t["rho"])))
-        per_pilot.append((t["numel"], _step_forward(run["outer"], start, t["c"], t["s2"], t["rho"])))
+        per_pilot.append((t["numel"], _step_forward(run.outer, start, t["c"], t["s2"], t["rho"])))
     ws, ws_pilot = _weight_std(per), _weight_std(per_pilot)
     flattest = min(float(np.median(t["c"][max(t0 // 2, 1):])) for t in tensors.values())
     radius = exchangeable.decay_factor(outer_b, max(flattest, 0.0))
     if not radius < 1:
         flags.append(f"unstable: the target's decay factor at the pilot's flattest c ({flattest:.3g}) is "
                      f"{radius:.4g} >= 1; its spread grows without bound and no level is predicted")
-    tilt = amplification_tilt(run["outer"], outer_b, max(flattest, TILT_FLAT_C), float(np.median(
+    tilt = amplification_tilt(run.outer, outer_b, max(flattest, TILT_FLAT_C), float(np.median(
         [t["rho"] for t in tensors.values()])))
     if tilt > TILT_LIMIT:
         flags.append(f"extrapolates: the new outer step amplifies the flat directions {tilt:.2f}x more, relative to "

@@ -1,0 +1,174 @@
+"""A run folder read into a typed record: what the advice needs of a run, with names.
+
+A run folder holds ``result.json`` (its settings under ``"config"``, and how it ended), ``metrics.jsonl``
+(one row per evaluation: ``outer_step``, ``weight_std``, losses) and, where the theory's inputs were
+measured, ``inputs.jsonl`` (one row per outer step). :func:`read_run` reads it into a :class:`RunRecord`;
+its setting is a :class:`RunSetting`: the outer step, the inner schedule the forecast needs, and the rest of
+the settings kept as data (compared between runs, never interpreted). Nothing here imports torch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from noloco.infra.checks import check_choice, check_fields, check_integer, check_real
+from noloco.infra.errors import ConfigError, DataError
+from noloco.infra.files import NUMBER, input_dir, read_json, read_jsonl
+from noloco.theory.config import OuterConfig
+from noloco.theory.methods import METHODS, check_outer, outer_from_record
+from noloco.theory.schedules import SCHEDULES, learning_rate
+
+#: what a run record's setting defaults to where an older run folder lacks the field (the harness's
+#: defaults when the field was added: noloco.llm_check.config.TrainConfig; a test keeps them equal)
+RECORD_DEFAULTS = {"method": "noloco", "inner_steps": 25, "outer_steps": 40, "lr": 2e-3, "schedule": "cosine",
+                   "warmup": 100, "min_lr_frac": 0.1, "inner_optimizer": "adamw", "adam_beta2": 0.95, "noniid": False,
+                   "val_windows": 64}
+INNER_OPTIMIZERS = ("adamw", "sgd")
+#: the settings the advice reads by name; every other setting of a run is kept in ``RunSetting.other``
+NAMED = ("method", "outer", "inner_steps", "outer_steps", "lr", "schedule", "warmup", "min_lr_frac",
+         "inner_optimizer", "adam_beta2", "noniid", "val_windows")
+
+
+@dataclass(frozen=True)
+class RunSetting:
+    """A run's setting as the advice reads it: the outer step, the inner phase's length and learning-rate
+    schedule (:func:`noloco.theory.schedules.learning_rate`), the inner optimiser, and ``other``: every other
+    setting of the run as sorted ``(name, value)`` pairs (the model, the data, the batch, the seed...)."""
+
+    method: str
+    outer: OuterConfig
+    inner_steps: int
+    outer_steps: int
+    lr: float
+    schedule: str = "cosine"
+    warmup: int = 0
+    min_lr_frac: float = 0.0
+    inner_optimizer: str = "adamw"
+    adam_beta2: float = 0.95
+    noniid: bool = False
+    val_windows: int = 64
+    other: tuple = field(default=(), compare=True)
+
+    def __post_init__(self):
+        method = check_choice("method", self.method, METHODS)
+        count = (check_integer, "an integer >= 1", lambda v: v >= 1)
+        check_fields(self, {
+            "outer": (check_outer, method), "inner_steps": count, "outer_steps": count, "val_windows": count,
+            "lr": (check_real, "0 < lr < inf", lambda v: 0 < v < math.inf),
+            "schedule": (check_choice, SCHEDULES), "inner_optimizer": (check_choice, INNER_OPTIMIZERS),
+            "min_lr_frac": (check_real, "0 <= min_lr_frac <= 1", lambda v: 0 <= v <= 1),
+            "adam_beta2": (check_real, "0 <= adam_beta2 < 1", lambda v: 0 <= v < 1),
+            "noniid": (check_choice, (False, True)),
+        })
+        total = self.outer_steps * self.inner_steps
+        check_integer("warmup", self.warmup, f"an integer 0 <= warmup < outer_steps * inner_steps = {total}",
+                      lambda v: v == 0 or 0 < v < total)
+
+    def inner_lr(self, step):
+        """The inner learning rate at inner step(s) ``step`` (0-based)."""
+        return learning_rate(step, self.schedule, self.lr, self.outer_steps * self.inner_steps,
+                             warmup=self.warmup, floor=self.min_lr_frac)
+
+    def changed(self, **changes) -> "RunSetting":
+        """This setting with ``changes``: outer fields (alpha, beta, gamma, group_size, replicas, momentum) and
+        schedule fields (lr, inner_steps, outer_steps); validated (ConfigError naming the field)."""
+        outer_names = {f.name for f in dataclasses.fields(OuterConfig)}
+        outer = dataclasses.replace(self.outer, **{k: v for k, v in changes.items() if k in outer_names})
+        return dataclasses.replace(self, outer=outer, **{k: v for k, v in changes.items() if k not in outer_names})
+
+    def training(self) -> dict:
+        """Every setting but the method and the outer step, flat (``replicas`` among them)."""
+        named = {k: getattr(self, k) for k in NAMED if k not in ("method", "outer")}
+        return {**dict(self.other), **named, "replicas": self.outer.replicas}
+
+    def as_dict(self) -> dict:
+        """Plain JSON data in the run folder's form (``"outer"`` nested, ``other`` flattened beside it)."""
+        named = {k: getattr(self, k) for k in NAMED}
+        return {**dict(self.other), **named, "outer": dataclasses.asdict(self.outer)}
+
+    @classmethod
+    def from_config(cls, data: dict) -> "RunSetting":
+        """The setting of a run folder's ``result.json`` ``"config"`` (the harness's, or any writer's with the
+        same names; the flat outer form of older runs too). ConfigError for a value out of range."""
+        if not isinstance(data, dict):
+            raise ConfigError(f"config={data!r} is not a mapping of settings")
+        values = {**RECORD_DEFAULTS, **data}
+        method = values["method"]
+        outer = outer_from_record(method, values)
+        outer_names = {f.name for f in dataclasses.fields(OuterConfig)}
+        other = tuple(sorted((k, _hashable(v)) for k, v in data.items() if k not in NAMED and k not in outer_names))
+        return cls(outer=outer, other=other, **{k: values[k] for k in NAMED if k != "outer"})
+
+
+def _hashable(value):
+    return tuple(_hashable(v) for v in value) if isinstance(value, list) else value
+
+
+@dataclass
+class RunRecord:
+    """One run folder: its setting, evaluations (``metrics``: the rows of metrics.jsonl), measured inputs
+    (``inputs``: the rows of inputs.jsonl, None where absent), the number of processes it ran on, and
+    ``result``: the result.json it ended with (or is writing while it runs)."""
+
+    folder: Path
+    setting: RunSetting
+    metrics: list
+    inputs: list | None
+    world_size: int
+    result: dict
+
+    @property
+    def method(self) -> str:
+        return self.setting.method
+
+    @property
+    def outer(self) -> OuterConfig:
+        return self.setting.outer
+
+    @property
+    def finished(self) -> bool:
+        return self.result.get("finished") is True
+
+    @property
+    def diverged(self) -> bool:
+        return bool(self.result.get("diverged"))
+
+    @property
+    def wall_s(self) -> float | None:
+        return self.result.get("wall_s")
+
+
+def read_run(run_dir) -> RunRecord:
+    """The :class:`RunRecord` of a run folder. An empty name is bad input (exit 2); a folder that holds the
+    method folders of ``llm train --method a,b`` instead of a run, unreadable settings, and a run with no
+    evaluation yet are DataErrors that say what to give."""
+    run = input_dir(run_dir, "OUT")
+    if not (run / "result.json").exists():
+        methods = sorted(str(p.parent) for p in run.glob("*/result.json"))
+        if methods:
+            raise DataError(f"{run} holds no run but the runs of {len(methods)} methods: give one of "
+                            f"{', '.join(methods)}")
+    result = read_json(run / "result.json", required=("config",), types={"config": dict})
+    try:
+        setting = RunSetting.from_config(result["config"])
+    except (ConfigError, TypeError, KeyError, AttributeError, ValueError) as err:
+        raise DataError(f"{run / 'result.json'}: config not readable ({err})") from None
+    metrics = read_jsonl(run / "metrics.jsonl", required=("outer_step", "weight_std"),
+                         types={"outer_step": int, "weight_std": NUMBER})
+    if not metrics:
+        diverged = result.get("diverged") if isinstance(result.get("diverged"), dict) else None
+        why = (f"the run diverged before its first evaluation ({diverged.get('message')})" if diverged else
+               "the run has not reached its first evaluation")
+        raise DataError(f"{run / 'metrics.jsonl'} holds no evaluation, so there is nothing to predict: {why}")
+    inputs_path = run / "inputs.jsonl"
+    inputs = (read_jsonl(inputs_path, required=("outer_step", "groups"), types={"outer_step": int, "groups": dict})
+              if inputs_path.exists() else None)
+    if inputs == []:
+        raise DataError(f"{inputs_path} is empty although {run / 'metrics.jsonl'} has evaluations; delete it to "
+                        "get the measured growth only, or train the run again")
+    world = result.get("world_size", 1)
+    world = world if isinstance(world, int) and not isinstance(world, bool) and world >= 1 else 1
+    return RunRecord(folder=run, setting=setting, metrics=metrics, inputs=inputs, world_size=world, result=result)

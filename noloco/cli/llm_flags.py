@@ -1,0 +1,113 @@
+"""The flags of ``noloco llm train`` (and of the torchrun entry, which is the same command): a run's
+settings (:class:`noloco.llm_check.config.TrainConfig`), the outer step's flags shared with every command
+(:func:`noloco.cli.options.add_outer_arguments`) and the run flags (folder, resume, threads, budget)."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+
+from noloco.cli.options import add_outer_arguments
+from noloco.infra.checks import check_choice
+from noloco.llm_check.config import (DTYPES, INNER_OPTIMIZERS, PRESETS, REPLICA_MODES, SCHEDULES,
+                                     TrainConfig, build, check_run_flags)
+from noloco.llm_check.domains import ALL_TRAINING, NAMES as DOMAIN_NAMES
+from noloco.llm_check.routing import ROUTINGS
+from noloco.theory.config import OUTER_FIELDS
+from noloco.theory.methods import METHOD_SUMMARY, METHODS
+
+#: where an outer value comes from when its flag is absent
+OUTER_DEFAULTS = {name: "default: the method's, or the paper preset's with --preset paper"
+                  for name in ("replicas", "group_size", "alpha", "beta", "gamma")}
+OUTER_DEFAULTS["replicas"] = "default: the llm preset's"
+
+_FLAG_HELP = {
+    "inner_steps": "inner steps H per outer step (ddp: steps between evaluations)", "outer_steps": "outer steps",
+    "lr": "inner AdamW peak learning rate", "min_lr_frac": "cosine floor as a fraction of lr",
+    "warmup": "warm-up inner steps (fewer than outer_steps * inner_steps)", "weight_decay": "AdamW weight decay",
+    "adam_beta2": "inner AdamW second-moment decay beta2 (beta1 is 0.9; paper preset 0.999)",
+    "clip": "per-replica gradient norm clip (0: off)", "batch": "windows per replica per inner step",
+    "ctx": "context length (bytes)", "layers": "transformer blocks", "heads": "attention heads",
+    "width": "model width", "eval_every": "outer steps between evaluations (metrics.jsonl rows)",
+    "ckpt_every": "outer steps between checkpoints (default: --eval-every); a checkpoint is also written "
+                  "at the end and at --stop-after",
+    "val_windows": "validation windows", "seed": "seed of initialisation, data and groups",
+    "device": "cpu, cuda or cuda:K; under torchrun give cuda: each rank uses cuda:LOCAL_RANK",
+    "stages": "pipeline stages S, each with N replicas: the embedding, blocks and head split into S consecutive "
+              "parts (1 to layers + 2; S > 1 unties the head from the embedding); under torchrun S x N processes",
+    "skip_prob": "probability that a microbatch skips each middle stage (stages >= 3; 0: never)",
+}
+
+
+def add_train_arguments(parser: argparse.ArgumentParser, methods_list: bool = False) -> None:
+    parser.add_argument("--preset", choices=sorted(PRESETS),
+                        help="model and compute: cpu-tiny: smoke run < 1 min; cpu-small: N = 8 comparison on a "
+                             "2-core CPU; paper: NoLoCo reference outer (theory preset paper) and inner settings; "
+                             "gpu: one H100/H200. The outer step comes from the method unless given")
+    parser.add_argument("--method", default=None,
+                        help=("the algorithm" + (" (a comma-separated list runs each): " if methods_list else ": "))
+                        + "; ".join(f"{m}: {METHOD_SUMMARY[m]}" for m in METHODS)
+                        + ". diloco starts from alpha 0.3, beta 0.7, heavy-ball (theory preset diloco)"
+                        + (" (default: ddp,diloco,noloco with --preset cpu-small, else noloco)" if methods_list else ""))
+    add_outer_arguments(parser, OUTER_DEFAULTS)
+    for f in dataclasses.fields(TrainConfig):
+        if f.name not in ("method", "outer", "noniid", "schedule", "dtype", "replica_mode", "routing", "outer_dtype",
+                          "inner_optimizer", "domain"):
+            parser.add_argument("--" + f.name.replace("_", "-"), type=int if f.default is None else type(f.default),
+                                default=None, help=_FLAG_HELP[f.name])
+    parser.add_argument("--schedule", choices=SCHEDULES, default=None,
+                        help="inner learning rate after the warm-up: cosine to min_lr_frac * lr, or constant")
+    parser.add_argument("--dtype", choices=DTYPES, default=None, help="parameter and compute dtype")
+    parser.add_argument("--inner-optimizer", choices=INNER_OPTIMIZERS, default=None,
+                        help="inner optimiser: adamw (default; its state carries over outer steps) or plain sgd "
+                             "(no momentum; --weight-decay is then an L2 term; needs a much larger --lr)")
+    parser.add_argument("--outer-dtype", choices=("same",) + DTYPES, default=None,
+                        help="dtype of the outer state (phi and the outer momentum), rounded to it after every "
+                             "outer step; the reference keeps it in bfloat16 (default: same as --dtype)")
+    parser.add_argument("--replica-mode", choices=REPLICA_MODES, default=None,
+                        help="batched replica-dimension model, a loop over replicas, or auto (batched)")
+    parser.add_argument("--routing", choices=ROUTINGS, default=None,
+                        help="with --stages > 1: fixed (replica r of every stage forms one model) or random (every "
+                             "microbatch visits a random replica of each stage after the first, a fresh "
+                             "permutation per stage, step and batch position)")
+    parser.add_argument("--domain", default=None,
+                        help=f"train and validate on these domains of the corpus only: one of {', '.join(DOMAIN_NAMES)}, "
+                             f"a comma-separated list, or {ALL_TRAINING} (every domain not held out); "
+                             f"noloco.llm_check.domains, docs/hdee.md")
+    parser.add_argument("--noniid", action="store_true", default=None,
+                        help="non-IID shards: each replica reads different source files")
+    parser.add_argument("--out", required=True,
+                        help="output directory (metrics.jsonl, checkpoints, result.json); one that holds a run "
+                             "needs --resume or --overwrite, and a folder in use by a live run is refused")
+    parser.add_argument("--resume", action="store_true", help="continue from OUT's last checkpoint")
+    parser.add_argument("--overwrite", action="store_true",
+                        help="replace the run in OUT (its metrics, checkpoints and result.json are deleted)")
+    parser.add_argument("--stop-after", type=int, default=None,
+                        help="stop after this many outer steps, as if interrupted, with a checkpoint "
+                             "(resume with --resume)")
+    parser.add_argument("--threads", type=int, default=None,
+                        help="torch CPU threads (default torch's; 1 is much faster on a shared, busy CPU)")
+    parser.add_argument("--timeout", type=float, default=120.0,
+                        help="seconds to wait for a peer in distributed mode before failing")
+    parser.add_argument("--max-memory", default=None, metavar="SIZE",
+                        help="memory budget of a run, e.g. 8G, 500M or bytes (default: half the memory "
+                             "available, or 90%% of the GPU's free memory); a run whose estimate is above it "
+                             "is refused before it starts")
+
+
+def config_from_args(args, method: str | None = None) -> TrainConfig:
+    names = (*OUTER_FIELDS, *(f.name for f in dataclasses.fields(TrainConfig) if f.name not in ("method", "outer")))
+    if method is None and args.method is not None:
+        method = check_choice("method", args.method.strip(), METHODS)
+    check_run_flags(args)
+    return build(args.preset, method, gamma_tied=getattr(args, "gamma_tied", False),
+                 **{k: getattr(args, k, None) for k in names})
+
+
+def configs_from_args(args) -> list[TrainConfig]:
+    """One validated config per method of ``--method a,b,...`` (default: ddp,diloco,noloco for
+    the cpu-small comparison, else noloco), all built before any run starts."""
+    text = ("ddp,diloco,noloco" if args.preset == "cpu-small" else "noloco") if args.method is None else args.method
+    return [config_from_args(args, check_choice("method", m.strip(), METHODS)) for m in text.split(",")]
+
+

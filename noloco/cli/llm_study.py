@@ -1,0 +1,119 @@
+"""``noloco llm study NAME``: the multi-run studies of noloco.studies and the gloo timings, each an
+action with its flags declared here: ``routing`` and ``paper`` (trained for several seeds, finished runs
+reused), ``advice`` and ``tune`` (the advice's held-out evaluations) and ``comm`` (gloo's all-reduce and
+point-to-point times on this machine)."""
+
+from __future__ import annotations
+
+STUDIES = ("routing", "paper", "advice", "tune", "comm")
+
+
+def add_parser(sub) -> None:
+    study = sub.add_parser("study", help="multi-run studies: routing, paper, advice, tune; comm: gloo timings",
+                           description=__doc__.split("\n\n")[0].replace("``", ""))
+    actions = study.add_subparsers(dest="study", metavar="STUDY")
+    actions.required = True
+    for name in ("routing", "paper"):
+        from importlib import import_module
+
+        module = import_module(f"noloco.studies.{name}")
+        seeded = actions.add_parser(name, help=module.__doc__.split("\n\n")[0].replace("``", ""),
+                                    description=module.__doc__.split("\n\n")[0].replace("``", ""))
+        default_out = f"runs/{name}" if name == "routing" else "runs/paper-study"
+        seeded.add_argument("--out", default=default_out,
+                            help=f"run folder (default {default_out}); finished runs with the same settings are reused")
+        seeded.add_argument("--seeds", type=int, default=len(module.SEEDS),
+                            help=f"number of seeds, at least 2 (default {len(module.SEEDS)})")
+        seeded.add_argument("--quick", action="store_true", help="a tiny version of the study (a smoke test)")
+        seeded.add_argument("--threads", type=int, default=1, help="torch CPU threads per run (default 1)")
+        seeded.add_argument("--json", action="store_true", help="print the JSON report instead of the tables")
+        seeded.set_defaults(study_run=_seeded)
+
+    advice = actions.add_parser("advice", help="the advice's held-out evaluation (docs/advice.md)",
+                                description="Trains what is missing of the held-out runs, then evaluates the "
+                                            "forecasts and transfers under the rule fixed before them.")
+    advice.add_argument("--runs", default="runs/advice-holdout", help="folder of the runs (default runs/advice-holdout)")
+    advice.add_argument("--no-train", action="store_true", help="evaluate only (every run must exist)")
+    advice.add_argument("--development", metavar="DIR",
+                        help="instead: the forecasts and transfers of the development sweep's runs DIR/SETTING/sSEED "
+                             "(pilot DIR/const_h10), written to DIR/advice_development.json")
+    advice.add_argument("--json", action="store_true", help="print the JSON report")
+    advice.set_defaults(study_run=_advice)
+
+    tune = actions.add_parser("tune", help="the tuner's held-out check (docs/advice.md, 'Tuning from pilot runs')",
+                              description="Tunes from the development sweep, trains the recommended and reference "
+                                          "settings with new seeds and judges the three rules fixed before.")
+    tune.add_argument("--pilots", required=True, help="the development sweep's runs (SETTING/sSEED folders)")
+    tune.add_argument("--runs", required=True, help="where the held-out runs go (finished ones are reused)")
+    tune.add_argument("--json", action="store_true", help="print the JSON report")
+    tune.set_defaults(study_run=_tune)
+
+    from noloco.llm_check.comm_measure import DEFAULT_OUT, DEFAULT_SIZES
+
+    comm = actions.add_parser("comm", help="gloo all-reduce and point-to-point times on this machine",
+                              description="Times gloo's collectives and group exchanges between processes on this "
+                                          "machine and fits the comm model's latency and bandwidth.")
+    comm.add_argument("--out", default=DEFAULT_OUT, help=f"JSON output path (default {DEFAULT_OUT})")
+    comm.add_argument("--ranks", default="2,3,4,5,6,7,8", help="comma-separated process counts >= 2 (include 2)")
+    comm.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)),
+                      help="comma-separated payload sizes in bytes >= 4 (default 1 KiB .. 64 MiB, x4)")
+    comm.add_argument("--repeats", type=int, default=20, help="repetitions at 1 KiB (>= 3); fewer at larger sizes")
+    comm.set_defaults(study_run=_comm)
+    study.set_defaults(run=run)
+
+
+def run(args) -> int:
+    return args.study_run(args)
+
+
+def _seeded(args) -> int:
+    from importlib import import_module
+
+    from noloco.infra.entry import interrupted
+    from noloco.infra.errors import ConfigError
+    from noloco.infra.files import print_json
+    from noloco.llm_check.config import check_threads
+
+    if args.seeds < 2:
+        raise ConfigError(f"--seeds {args.seeds}: at least 2 seeds are needed for a standard error")
+    check_threads(args.threads)
+    module = import_module(f"noloco.studies.{args.study}")
+    try:
+        report = module.run_study(args.out, seeds=tuple(range(args.seeds)), quick=args.quick, threads=args.threads)
+    except KeyboardInterrupt as err:
+        raise interrupted(err, "finished runs are kept and reused by the same command") from None
+    print_json(report) if args.json else print(module.format_report(report))
+    return 0
+
+
+def _advice(args) -> int:
+    from noloco.infra.files import print_json
+    from noloco.studies import advice
+
+    if args.development:
+        report = advice.run_development(args.development)
+        print_json(report) if args.json else print(advice.format_development(report))
+        return 0
+    report = advice.run_holdout(args.runs, train=not args.no_train)
+    print_json(report) if args.json else print(advice.format_report(report))
+    return 0
+
+
+def _tune(args) -> int:
+    from pathlib import Path
+
+    from noloco.infra.files import print_json
+    from noloco.studies import tune
+
+    report = tune.run_study(Path(args.pilots), Path(args.runs))
+    print_json(report) if args.json else print(tune.format_report(report))
+    return 0
+
+
+def _comm(args) -> int:
+    from noloco.llm_check import comm_measure
+
+    data, out = comm_measure.measure_to_file(args.out, args.ranks, args.sizes, args.repeats)
+    print(comm_measure.format_table(data))
+    print(f"wrote {out}")
+    return 0

@@ -1,0 +1,30 @@
+"""What the loss-gap advice (:mod:`noloco.advice.gap`) reads from a harness checkpoint: the inner AdamW's
+bias-corrected second moment, summed over the weights as ``sum_j mean_i sqrt(vhat_ij)``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import torch
+
+from noloco.infra.errors import DataError
+
+
+def second_moment_root(path: str | Path, beta2: float) -> tuple[int, float]:
+    """``(outer step, sum over the weights of the replica-mean sqrt(vhat))`` of the checkpoint at ``path``;
+    a DataError for a missing, damaged or foreign file."""
+    path = Path(path)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+        opt = state["opt"]["state"]
+        step = int(state["outer_step"])
+    except FileNotFoundError:
+        raise DataError(f"{path} is missing: the gap is predicted from a checkpoint's optimiser state") from None
+    except Exception as err:  # damaged bytes or a foreign file: torch raises almost anything
+        raise DataError(f"{path} is not a checkpoint of this toolkit with an optimiser state ({err})") from None
+    root = 0.0
+    for entry in opt.values():
+        count = float(entry["step"])
+        vhat = entry["exp_avg_sq"].double() / (1 - beta2 ** count)
+        root += float(vhat.sqrt().sum()) / vhat.shape[0]  # summed over the weights, averaged over the replicas
+    return step, root
