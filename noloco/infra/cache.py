@@ -27,7 +27,7 @@ from noloco.infra.errors import DataError, warn
 from noloco.infra.files import SCHEMA_VERSION, dumps, jsonable, loads, read_regular_text, write_json
 
 #: the subpackages whose sources key the cache (besides the top-level modules of ``noloco``)
-PACKAGES = ("infra", "theory", "quadratic", "claims", "llm_check", "paper_figs", "benchmarks", "cli")
+PACKAGES = ("infra", "theory", "quadratic", "claims", "training", "llm_check", "paper_figs", "benchmarks", "cli")
 
 
 def cache_dir() -> Path:

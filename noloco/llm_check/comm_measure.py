@@ -97,7 +97,7 @@ def run_world(world: int, sizes, base_repeats: int) -> list[dict]:
     slowest rank's."""
     import multiprocessing as mp
 
-    from noloco.llm_check.exchange import free_port
+    from noloco.training.exchange import free_port
 
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()

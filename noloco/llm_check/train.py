@@ -42,7 +42,7 @@ from noloco.infra.rundir import RunFolder
 from noloco.llm_check import data, domains
 from noloco.llm_check.config import (EVAL_CHUNK, TrainConfig, add_train_arguments, check_memory, check_run_flags,
                                      check_threads, config_from_args)
-from noloco.llm_check.exchange import Exchange, LocalExchange
+from noloco.training.exchange import Exchange, LocalExchange
 from noloco.llm_check.lifecycle import Lifecycle, run_folder
 from noloco.llm_check.measure import SpreadMeter
 from noloco.llm_check.model import init_params, losses, param_shapes
@@ -504,7 +504,7 @@ def _main(args) -> int:
     set_threads(args.threads)
     ex = None
     if _world_size() is not None:
-        from noloco.llm_check.exchange import DistExchange
+        from noloco.training.exchange import DistExchange
 
         ex = DistExchange.init(cfg, args.timeout)
         cfg = dataclasses.replace(cfg, device=str(ex.device))  # the rank's device: exchange.rank_device
