@@ -24,6 +24,7 @@ __version__ = "0.1.0"
 _EXPORTS = {
     # in a torch loop
     "OuterOptimizer": "noloco.training.outer_optimizer",
+    "PeerError": "noloco.training.exchange",  # a rank of the group died or hangs (after the timeout)
     # a setting, validated as the command line validates it
     "resolve": "noloco.theory.methods",
     "PRESETS": "noloco.theory.methods",

@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -346,6 +347,25 @@ def _rank(rank, world, port, out):
         w = torch.nn.Parameter(start.clone())
         outer = _train_run(w, [rank], method)
         result[method] = {"phi": outer.phi["0"], "delta": outer.delta["0"], "group_size": outer.config.group_size}
+    # only the group talks: the ranks of one pair run an outer step while the other pair never calls the
+    # exchange; a collective over every rank would wait for them and time out (PeerError after 3 s)
+    from noloco import OuterOptimizer, partition
+    from noloco.training.exchange import PeerError
+
+    first = partition(4, 0, world, 2)[0].tolist()
+    outer = OuterOptimizer([torch.nn.Parameter(start.clone())], seed=4, inner_steps=1, timeout=3.0)
+    result["alone"] = "not in the group"
+    if rank in first:
+        try:
+            outer.sync()
+            result["alone"] = "synced"
+        except PeerError as err:
+            result["alone"] = str(err)
+        Path(f"{out}/done{rank}").touch()
+    else:  # alive, silent, until the pair is done (or 10 s): its end is not what the pair waited for
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not all(Path(f"{out}/done{r}").exists() for r in first):
+            time.sleep(0.05)
     torch.save(result, f"{out}/rank{rank}.pt")
     dist.destroy_process_group()
     os._exit(0)  # skip interpreter teardown: gloo can abort in C++ static destructors (docs/reliability.md)
@@ -375,6 +395,8 @@ def test_process_group_mode_equals_the_batched_mode(tmp_path):
             torch.testing.assert_close(got["delta"], batched.delta["0"][rank], rtol=0, atol=1e-12)
         spread = batched.phi["0"].std(0).max().item()
         assert spread > 0.01 if method == "noloco" else spread < 1e-12
+    alone = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)["alone"] for rank in range(world)]
+    assert sorted(alone) == ["not in the group"] * 2 + ["synced"] * 2, alone
 
 
 # ----------------------------------------------------------------- docs/api.md

@@ -8,8 +8,8 @@ No collective spans all ranks on that path. Collectives are used only for ``ddp`
 gradients (that is what data parallel is) and for logging at evaluations (the
 replica-mean model and the weight spread); both are documented costs.
 
-Where the group is every replica (n = N, DiLoCo) the group mean is one all-reduce of (phi, progress)
-over the replicas instead of N - 1 messages from every rank.
+Where the group is every replica (n = N > 2, DiLoCo) the group mean is one all-reduce of (phi, progress)
+over the replicas instead of N - 1 messages from every rank (a pair exchanges its two messages).
 
 With S pipeline stages there are S x N ranks, rank ``s * N + k`` holding replica k of stage s
 (``stage``); groups, ``ddp`` gradients and replica means are among the N ranks of one stage, and
@@ -235,9 +235,9 @@ class DistExchange(Exchange):
         if not phis:  # another stage's tensors: none here
             return [], []
         mine = _flat(phis + progs)
-        if group_size == self.N > 1:  # every replica: one all-reduce (the sum's order is the backend's)
+        if group_size == self.N > 2:  # every replica: one all-reduce (the sum's order is the backend's)
             self._run(lambda: [dist.all_reduce(mine, group=self.stage_group, async_op=True)],
-                      f"all-reduce at outer step {step}", "all")
+                      f"group exchange at outer step {step} (all-reduce: n = N)", "all")
             means = _unflat(mine / self.N, phis + progs)
             return means[:len(phis)], means[len(phis):]
         members = next(row for row in partition(seed, step, self.N, group_size, stage).tolist()
