@@ -184,6 +184,23 @@ def test_diloco_averages_all_replicas_and_local_none():
 
 
 @torch_only
+def test_outer_state_in_its_own_dtype():
+    """A bfloat16 model with float32 outer state (outer_dtype): phi keeps what bfloat16 would round away."""
+    torch = _torch()
+    from noloco import OuterOptimizer
+
+    w = torch.nn.Parameter(torch.ones(2, 3, dtype=torch.bfloat16))
+    outer = OuterOptimizer([w], replicas=2, inner_steps=1, alpha=0.0, beta=1e-3, gamma=0.0,
+                           outer_dtype=torch.float32)
+    with torch.no_grad():
+        w.add_(1.0)
+    outer.sync()
+    assert outer.phi["0"].dtype == outer.delta["0"].dtype == torch.float32 and w.dtype == torch.bfloat16
+    assert torch.equal(outer.phi["0"], torch.full((2, 3), 1.001))  # 1 + 1e-3 in float32
+    assert torch.equal(w.detach(), outer.phi["0"].bfloat16()) and w[0, 0].item() == 1.0  # rounded in the model
+
+
+@torch_only
 def test_the_progress_hook_sees_theta_minus_phi():
     torch = _torch()
     from noloco import OuterOptimizer
@@ -214,6 +231,8 @@ def test_the_progress_hook_sees_theta_minus_phi():
     (dict(method="ddp"), "method='ddp'"),
     (dict(replicas=3), "replicas=3 but parameter '0' has shape (4, 2)"),
     (dict(replicas=None), "replicas=None"),
+    (dict(replicas=0), "replicas=0 is out of range"),
+    (dict(outer_dtype="float32"), "outer_dtype='float32'"),
 ])
 def test_a_bad_setting_is_named(kw, words):
     torch = _torch()

@@ -75,6 +75,12 @@ class OuterOptimizer:
                  exchange: Exchange | None = None, timeout: float = 600.0):
         self.seed = check_seed("seed", seed)
         check_real("timeout", timeout, "0 < timeout < inf (seconds)", lambda v: 0 < v < float("inf"))
+        if replicas is not None and (isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1):
+            raise ConfigError(f"replicas={replicas!r} is out of range; allowed: an integer >= 1 (replicas in this "
+                              f"process) or None (one per torch.distributed rank)")
+        if outer_dtype is not None and not isinstance(outer_dtype, torch.dtype):
+            raise ConfigError(f"outer_dtype={outer_dtype!r} is not a torch dtype; allowed: e.g. torch.float32, "
+                              f"or None (each parameter's)")
         if is_module_list(model):
             if replicas is not None and replicas != len(model):
                 raise ConfigError(f"replicas={replicas} but model is a list of {len(model)} modules")
@@ -104,9 +110,6 @@ class OuterOptimizer:
 
     def _exchange(self, replicas: int | None, timeout: float) -> Exchange:
         if replicas is not None:
-            if isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1:
-                raise ConfigError(f"replicas={replicas!r} is out of range; allowed: an integer >= 1 (replicas "
-                                  f"in this process) or None (one per torch.distributed rank)")
             return LocalExchange(replicas)
         import torch.distributed as dist
 
