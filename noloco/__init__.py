@@ -14,7 +14,7 @@ Its subpackages are the layers ARCHITECTURE.md draws, each the folder its name s
 ``noloco.benchmarks`` and ``noloco.cli`` (the command line, which nothing in the toolkit imports).
 """
 
-import importlib
+import importlib as _importlib
 
 #: the version when the toolkit is run from a source tree that was never installed
 #: (``noloco --version`` prefers the installed distribution's metadata)
@@ -50,10 +50,10 @@ def __getattr__(name: str):
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'noloco' has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
+    value = getattr(_importlib.import_module(module), name)
     globals()[name] = value  # later look-ups skip this function
     return value
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_EXPORTS))
+    return sorted({k for k in globals() if not k.startswith("_")} | set(__all__))
