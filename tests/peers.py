@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from noloco.llm_check.exchange import PeerError
+from noloco.training.exchange import PeerError
 
 
 def report_peer_error(call, report: str) -> None:

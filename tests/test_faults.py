@@ -19,7 +19,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from noloco.llm_check.config import build  # noqa: E402
-from noloco.llm_check.exchange import free_port  # noqa: E402
+from noloco.training.exchange import free_port  # noqa: E402
 from noloco.llm_check.trainer import Trainer  # noqa: E402
 from noloco.cli import main  # noqa: E402
 from noloco.infra import errors, files, rundir  # noqa: E402

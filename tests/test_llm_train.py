@@ -15,7 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from noloco.llm_check.config import TrainConfig, build  # noqa: E402
-from noloco.llm_check.exchange import DistExchange, LocalExchange, free_port, rank_device  # noqa: E402
+from noloco.training.exchange import DistExchange, LocalExchange, free_port, rank_device  # noqa: E402
 from noloco.llm_check.trainer import Trainer, weight_std  # noqa: E402
 from noloco.infra.errors import ConfigError  # noqa: E402
 from noloco.infra.files import SCHEMA_VERSION, loads  # noqa: E402

@@ -16,7 +16,7 @@ import pytest
 torch = pytest.importorskip("torch")
 
 from noloco.llm_check.config import build  # noqa: E402
-from noloco.llm_check.exchange import free_port  # noqa: E402
+from noloco.training.exchange import free_port  # noqa: E402
 from noloco.llm_check.model import GPTConfig, forward, init_params, losses, run_stage  # noqa: E402
 from noloco.llm_check.routing import Route, middle_stages, param_stage, route, stage_units  # noqa: E402
 from noloco.llm_check.evaluation import evaluate_run  # noqa: E402
@@ -302,7 +302,7 @@ def _silent_stage_run(rank, port, report):
     import torch.distributed as dist
 
     from noloco.llm_check import data
-    from noloco.llm_check.exchange import DistExchange
+    from noloco.training.exchange import DistExchange
     from noloco.llm_check.pipeline import Pipeline
     from peers import report_peer_error
 

@@ -27,8 +27,8 @@ from noloco.infra.errors import DataError, warn
 from noloco.infra.files import SCHEMA_VERSION, dumps, jsonable, loads, read_regular_text, write_json
 
 #: the subpackages whose sources key the cache (besides the top-level modules of ``noloco``)
-PACKAGES = ("infra", "theory", "quadratic", "claims", "advice", "llm_check", "studies", "paper_figs", "benchmarks",
-            "cli")
+PACKAGES = ("infra", "theory", "quadratic", "claims", "training", "advice", "llm_check", "studies", "paper_figs",
+            "benchmarks", "cli")
 
 
 def cache_dir() -> Path:

@@ -16,7 +16,7 @@ Each N is also fitted on its own (time = a + b m) to show the effective latency 
 per-byte cost. On a machine with fewer cores than processes the ranks share cores,
 which the model does not know about; the JSON records the spread of every cell.
 
-torch is imported inside functions only (also through :mod:`noloco.llm_check.exchange`): it is an
+torch is imported inside functions only (also through :mod:`noloco.training.exchange`): it is an
 optional extra, and ``--help`` stays fast.
 """
 
@@ -96,7 +96,7 @@ def run_world(world: int, sizes, base_repeats: int) -> list[dict]:
     slowest rank's."""
     import multiprocessing as mp
 
-    from noloco.llm_check.exchange import free_port
+    from noloco.training.exchange import free_port
 
     ctx = mp.get_context("spawn")
     queue = ctx.Queue()

@@ -48,7 +48,7 @@ DEVICE_INDEX_MAX = 127
 
 def check_device(name: str, value) -> str:
     """``cpu``, ``cuda`` or ``cuda:K`` with 0 <= K <= 127 (which GPU a torchrun rank uses:
-    :func:`noloco.llm_check.exchange.rank_device`); whether that GPU exists is the trainer's check."""
+    :func:`noloco.training.exchange.rank_device`); whether that GPU exists is the trainer's check."""
     match = re.fullmatch(r"cpu|cuda(?::(\d+))?", value) if isinstance(value, str) else None
     if not match or (match.group(1) is not None and int(match.group(1)) > DEVICE_INDEX_MAX):
         raise ConfigError(f"{name}={value!r} is not allowed; allowed: cpu, cuda or cuda:K with 0 <= K <= "

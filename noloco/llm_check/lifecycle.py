@@ -33,7 +33,7 @@ from noloco.infra.progress import Progress
 from noloco.infra.rundir import RunFolder
 from noloco.llm_check import divergence
 from noloco.llm_check.config import TrainConfig
-from noloco.llm_check.exchange import PeerError
+from noloco.training.exchange import PeerError
 
 #: the files of a run besides its checkpoints
 RUN_FILES = ("metrics.jsonl", "inputs.jsonl", "result.json")

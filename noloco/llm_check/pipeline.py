@@ -1,5 +1,5 @@
 """One inner step and one evaluation of a pipelined model under torchrun: S x N ranks, rank
-``s * N + k`` holding replica k of stage s (:class:`noloco.llm_check.exchange.DistExchange`).
+``s * N + k`` holding replica k of stage s (:class:`noloco.training.exchange.DistExchange`).
 
 Every rank derives the whole step's routes from ``(seed, step)`` (:func:`noloco.llm_check.routing.route`),
 so each knows, without a message, which microbatches it computes, where each comes from and
@@ -7,7 +7,7 @@ where it goes. Activations travel forward point-to-point to the next stage repli
 visits (past the stages it skips), gradients travel back the same way, each message one
 microbatch tagged by its batch position. A stage waits for all its inputs, computes them as one
 batch, and sends; sends complete at the end of the step, and every receive waits at most the
-exchange's timeout, so a dead peer is a :class:`noloco.llm_check.exchange.PeerError`, not a hang.
+exchange's timeout, so a dead peer is a :class:`noloco.training.exchange.PeerError`, not a hang.
 
 The arithmetic per microbatch is that of the batched form (:func:`noloco.llm_check.model.forward` with a
 route); only the batches in which the stages compute differ (a skipped microbatch is not computed

@@ -131,7 +131,7 @@ def train_rank(cfg: TrainConfig, out: str | Path, *, resume: bool = False, stop_
     """One replica of a torchrun run on this rank (``torchrun ... -m noloco llm train``); its result. Rank 0
     checks and locks the folder once every rank has started, so that all of them learn whether it could
     (:meth:`noloco.llm_check.lifecycle.Lifecycle.start`)."""
-    from noloco.llm_check.exchange import DistExchange
+    from noloco.training.exchange import DistExchange
 
     check_run_flags(SimpleNamespace(resume=resume, overwrite=overwrite, stop_after=stop_after, threads=threads,
                                     timeout=timeout))

@@ -3,7 +3,7 @@ torchrun: :class:`Trainer` is the training step (the inner step, the outer step,
 state); the run's life (folder, files, checkpoints, resume, interrupts) is
 :mod:`noloco.llm_check.lifecycle` and divergence tracking :mod:`noloco.llm_check.divergence`.
 
-The two modes share everything except how replicas talk (:mod:`noloco.llm_check.exchange`): in one
+The two modes share everything except how replicas talk (:mod:`noloco.training.exchange`): in one
 process the R replicas are the leading dimension of every tensor and a group mean is an index shuffle;
 under torchrun each rank holds R = 1 and exchanges with its group by point-to-point messages. The
 outer step itself is :func:`noloco.theory.outer.outer_step`, applied tensor by tensor.
@@ -36,7 +36,7 @@ from noloco.infra.rundir import RunFolder
 from noloco.llm_check import data, domains
 from noloco.llm_check.config import EVAL_CHUNK, TrainConfig, check_threads
 from noloco.llm_check.resources import check_memory
-from noloco.llm_check.exchange import Exchange, LocalExchange
+from noloco.training.exchange import Exchange, LocalExchange
 from noloco.llm_check.lifecycle import Lifecycle, run_folder
 from noloco.llm_check.measure import SpreadMeter
 from noloco.llm_check.model import init_params, losses, param_shapes

@@ -8,9 +8,15 @@ No collective spans all ranks on that path. Collectives are used only for ``ddp`
 gradients (that is what data parallel is) and for logging at evaluations (the
 replica-mean model and the weight spread); both are documented costs.
 
+Where the group is every replica (n = N > 2, DiLoCo) the group mean is one all-reduce of (phi, progress)
+over the replicas instead of N - 1 messages from every rank (a pair exchanges its two messages).
+
 With S pipeline stages there are S x N ranks, rank ``s * N + k`` holding replica k of stage s
 (``stage``); groups, ``ddp`` gradients and replica means are among the N ranks of one stage, and
-activations move between stages point-to-point (:mod:`noloco.llm_check.pipeline`).
+activations move between stages point-to-point (the harness's ``noloco.llm_check.pipeline``).
+
+:class:`DistExchange` needs only the process group's numbers (:meth:`DistExchange.join` starts or joins
+it); :meth:`DistExchange.init` is the harness's form, from its run config.
 """
 
 from __future__ import annotations
@@ -57,7 +63,11 @@ class PeerError(DataError):
 
 
 class Exchange:
+    """How the replicas held here talk to the others: ``replicas`` the indices held here (all N in one
+    process, one under torchrun), ``N`` the number of replicas (of one pipeline stage)."""
+
     replicas: list[int]
+    N: int
     world_size: int = 1
     is_main: bool = True
     stage: int | None = None  # the one pipeline stage held here (None: every stage)
@@ -79,6 +89,7 @@ class LocalExchange(Exchange):
 
     def __init__(self, replicas: int):
         self.replicas = list(range(replicas))
+        self.N = replicas
 
     def average_grads(self, grads) -> None:
         for g in grads:
@@ -140,25 +151,36 @@ class DistExchange(Exchange):
 
     @classmethod
     def init(cls, cfg, timeout: float) -> "DistExchange":
-        """Join the torchrun process group; the rank's device is :func:`rank_device` (``self.device``)."""
+        """The harness's form of :meth:`join`: ``cfg`` has ``replicas``, ``stages`` and ``device``."""
+        return cls.join(cfg.replicas, cfg.stages, cfg.device, timeout)
+
+    @classmethod
+    def join(cls, replicas: int | None = None, stages: int = 1, device: str = "cpu",
+             timeout: float = 600.0) -> "DistExchange":
+        """Join the torchrun process group (or use the one already started): gloo on CPU, NCCL on
+        ``device="cuda"``, the rank's device by :func:`rank_device` (``self.device``); ``replicas``
+        (None: the world over ``stages``) x ``stages`` must be the number of processes."""
         import torch.distributed as dist
 
-        world = int(os.environ["WORLD_SIZE"])
-        if world != cfg.replicas * cfg.stages:
-            raise ConfigError(f"replicas={cfg.replicas} x stages={cfg.stages} must equal the number of torchrun "
+        world = dist.get_world_size() if dist.is_initialized() else int(os.environ["WORLD_SIZE"])
+        if replicas is None:
+            replicas = world // stages
+        if world != replicas * stages:
+            raise ConfigError(f"replicas={replicas} x stages={stages} must equal the number of torchrun "
                               f"processes ({world})")
         local_rank = int(os.environ.get("LOCAL_RANK", 0))
-        device = torch.device(rank_device(cfg.device, local_rank))
+        device = torch.device(rank_device(str(device), local_rank))
         cuda = device.type == "cuda"
         if cuda:
             if not torch.cuda.is_available():
                 raise ConfigError("device=cuda but torch sees no GPU")
             torch.cuda.set_device(device)
-        try:
-            dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=timeout))
-        except RuntimeError as err:  # the rendezvous failed: a peer or the store is gone
-            raise PeerError(f"joining the torchrun process group failed: {str(err).splitlines()[0]}") from err
-        return cls(dist.get_rank(), world, local_rank, timeout, device, cfg.stages)
+        if not dist.is_initialized():
+            try:
+                dist.init_process_group("nccl" if cuda else "gloo", timeout=timedelta(seconds=timeout))
+            except RuntimeError as err:  # the rendezvous failed: a peer or the store is gone
+                raise PeerError(f"joining the torchrun process group failed: {str(err).splitlines()[0]}") from err
+        return cls(dist.get_rank(), world, local_rank, timeout, device, stages)
 
     def rank_of(self, stage: int, replica: int) -> int:
         return stage * self.N + replica
@@ -212,10 +234,15 @@ class DistExchange(Exchange):
 
         if not phis:  # another stage's tensors: none here
             return [], []
+        mine = _flat(phis + progs)
+        if group_size == self.N > 2:  # every replica: one all-reduce (the sum's order is the backend's)
+            self._run(lambda: [dist.all_reduce(mine, group=self.stage_group, async_op=True)],
+                      f"group exchange at outer step {step} (all-reduce: n = N)", "all")
+            means = _unflat(mine / self.N, phis + progs)
+            return means[:len(phis)], means[len(phis):]
         members = next(row for row in partition(seed, step, self.N, group_size, stage).tolist()
                        if self.replicas[0] in row)
         group = [self.rank_of(self.stage, r) for r in members]
-        mine = _flat(phis + progs)
         peers = [r for r in group if r != self.rank]
         received = {r: torch.empty_like(mine) for r in peers}
         ops = [dist.P2POp(dist.isend, mine, r) for r in peers] + [dist.P2POp(dist.irecv, received[r], r) for r in peers]

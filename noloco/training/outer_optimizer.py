@@ -1,0 +1,246 @@
+"""The outer optimizer around a user's model and inner optimizer: NoLoCo, DiLoCo or local training in
+their own torch loop.
+
+Every ``inner_steps`` (H) steps of the inner optimizer it runs the one outer step
+(:func:`noloco.theory.outer.outer_step`) on every replica::
+
+    progress  Delta_i = theta_i - phi_i
+    delta_i  <- alpha * delta_i + beta * mean_G(i)(Delta) + gamma * (mean_G(i)(phi) - phi_i)
+    phi_i    <- phi_i + delta_i;   theta_i <- phi_i   (the inner optimizer's state is kept)
+
+with G(i) replica i's group in a fresh random partition into groups of n drawn from (seed, outer step)
+(:func:`noloco.theory.partitions.partition`). The group means are communication
+(:mod:`noloco.training.exchange`): point-to-point within the group across torch.distributed ranks, one
+all-reduce where n = N (DiLoCo), an index shuffle in one process.
+
+Settings are resolved as the command line resolves them (:func:`noloco.theory.methods.resolve`: a
+preset, then the values given, then the method's constraints), so a bad value raises the project's
+:class:`noloco.infra.errors.ConfigError` (a ``ValueError``) naming the field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+
+import torch
+
+from noloco.infra.checks import check_real, check_seed
+from noloco.infra.errors import ConfigError, DataError
+from noloco.theory.methods import METHOD_TABLE, METHODS, resolve
+from noloco.theory.outer import outer_step
+from noloco.training.exchange import DistExchange, Exchange, LocalExchange
+from noloco.training.replicas import Modules, Tensors, is_module_list
+
+#: the version of :meth:`OuterOptimizer.state_dict`'s layout
+STATE_VERSION = 1
+
+
+class OuterOptimizer:
+    """Wrap ``model`` (a module, a dict or iterable of tensors, or a list of N modules) and its
+    ``inner_optimizer``; every ``inner_steps`` steps of the inner optimizer, one outer step.
+
+    Where the replicas are: ``replicas=None`` (default) one replica per torch.distributed rank (the
+    process group must be started, e.g. under torchrun; N = world size); ``replicas=N`` all N in this
+    process, every tensor with a leading replica dimension N; a list of N modules, one replica each.
+
+    Settings (None: the preset's value; defaults of ``preset="paper"``: n = 2, alpha 0.5, beta =
+    gamma = 0.7, heavy-ball, H = 50; of ``method="diloco"``: n = N, alpha 0.3, beta 0.7, gamma 0,
+    H = 100): ``method`` noloco, diloco or local; ``preset`` paper, diloco or diloco-nesterov;
+    ``group_size`` n; ``alpha`` outer momentum; ``beta`` outer learning rate on the group-mean progress;
+    ``gamma`` pull towards the group-mean weights; ``momentum`` "heavy-ball" or "nesterov"; ``seed``
+    of the groups (the same on every rank); ``outer_dtype`` of phi and delta (None: each parameter's).
+
+    With an ``inner_optimizer`` the outer step runs from a hook after its ``step()``; without one, call
+    :meth:`step` after every inner step. Replicas must start equal (seed torch alike on every rank).
+
+    Example: 4 replicas of a 2-vector in one process, H = 2, SGD lr 1 adding 1 to every weight::
+
+        >>> import torch, noloco
+        >>> w = torch.nn.Parameter(torch.zeros(4, 2))
+        >>> inner = torch.optim.SGD([w], lr=1.0)
+        >>> outer = noloco.OuterOptimizer([w], inner, replicas=4, inner_steps=2, alpha=0.5, beta=0.5)
+        >>> for _ in range(2):
+        ...     w.grad = -torch.ones_like(w)
+        ...     inner.step()
+        >>> outer.outer_done, w[0].tolist()   # progress 2, delta 0.5 * 2 = 1 (equal replicas: no pull)
+        (1, [1.0, 1.0])
+    """
+
+    def __init__(self, model, inner_optimizer: torch.optim.Optimizer | None = None, *,
+                 inner_steps: int | None = None, method: str | None = None, preset: str | None = None,
+                 replicas: int | None = None, group_size: int | None = None, alpha: float | None = None,
+                 beta: float | None = None, gamma: float | None = None, momentum: str | None = None,
+                 seed: int = 0, outer_dtype: torch.dtype | None = None, stages=None,
+                 exchange: Exchange | None = None, timeout: float = 600.0):
+        self.seed = check_seed("seed", seed)
+        check_real("timeout", timeout, "0 < timeout < inf (seconds)", lambda v: 0 < v < float("inf"))
+        if replicas is not None and (isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1):
+            raise ConfigError(f"replicas={replicas!r} is out of range; allowed: an integer >= 1 (replicas in this "
+                              f"process) or None (one per torch.distributed rank)")
+        if outer_dtype is not None and not isinstance(outer_dtype, torch.dtype):
+            raise ConfigError(f"outer_dtype={outer_dtype!r} is not a torch dtype; allowed: e.g. torch.float32, "
+                              f"or None (each parameter's)")
+        if is_module_list(model):
+            if replicas is not None and replicas != len(model):
+                raise ConfigError(f"replicas={replicas} but model is a list of {len(model)} modules")
+            self.replicas_here = Modules(model)
+            replicas = len(model)
+        else:
+            batched = exchange.N if isinstance(exchange, LocalExchange) else None
+            self.replicas_here = Tensors(model, replicas if exchange is None else batched)
+        self.params = self.replicas_here.params
+        self.exchange = exchange or self._exchange(replicas, timeout)
+        self.method, self.config, inner = resolve(
+            preset, method, replicas=self.exchange.N, group_size=group_size, alpha=alpha, beta=beta,
+            gamma=gamma, momentum=momentum, steps=inner_steps)
+        if METHOD_TABLE[self.method].synchronous:
+            raise ConfigError(f"method={self.method!r} averages gradients at every inner step, which is torch's "
+                              f"DistributedDataParallel, not an outer step; allowed here: "
+                              f"{', '.join(m for m in METHODS if not METHOD_TABLE[m].synchronous)}")
+        self.inner_steps = inner.steps
+        self.stages = self._stages(stages)
+        self.phi = {k: t.to(outer_dtype or t.dtype, copy=True) for k, t in self.replicas_here.theta().items()}
+        self.delta = {k: torch.zeros_like(v) for k, v in self.phi.items()}
+        self.outer_done = 0  # outer steps done
+        self.inner_done = 0  # inner steps of the current phase done
+        self._progress_hooks = []
+        self._hook = None if inner_optimizer is None else \
+            inner_optimizer.register_step_post_hook(lambda *_: self.step())
+
+    def _exchange(self, replicas: int | None, timeout: float) -> Exchange:
+        if replicas is not None:
+            return LocalExchange(replicas)
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            raise ConfigError("replicas=None means one replica per torch.distributed rank, but no process group "
+                              "is started: call torch.distributed.init_process_group() first (under torchrun), "
+                              "or give replicas=N for N replicas in this process")
+        device = next(iter(self.params.values())).device
+        return DistExchange(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)),
+                            timeout, device)
+
+    def _stages(self, stages) -> list[list[str]]:
+        """Sets of parameter names whose replicas form their own groups (pipeline stages; stage s draws
+        its groups from stream s). Default: one set, every parameter."""
+        if stages is None:
+            return [list(self.params)]
+        stages = [list(keys) for keys in stages]
+        named = [k for keys in stages for k in keys]
+        if sorted(named) != sorted(self.params):
+            raise ConfigError("stages must name every parameter exactly once")
+        return stages
+
+    # ------------------------------------------------------------------ the loop
+
+    @property
+    def replicas(self) -> int:
+        """N, every replica of the run (not only those held here)."""
+        return self.exchange.N
+
+    def step(self) -> bool:
+        """Count one inner step; after the H-th of a phase run the outer step. True when it ran."""
+        self.inner_done += 1
+        if self.inner_done < self.inner_steps:
+            return False
+        self.sync()
+        return True
+
+    @torch.no_grad()
+    def sync(self) -> None:
+        """The outer step now, whatever the count of inner steps; the next phase starts from phi."""
+        theta = self.replicas_here.theta()
+        progress = {k: theta[k] - self.phi[k] for k in self.phi}  # theta - phi: the sign of DESIGN.md
+        for hook in self._progress_hooks:
+            hook(self.phi, progress, self.outer_done)
+        rule = self.config.rule()
+        for stage, keys in enumerate(self.stages):
+            means_phi, means_progress = self.exchange.group_means(
+                [self.phi[k] for k in keys], [progress[k] for k in keys], self.seed, self.outer_done,
+                self.config.group_size, stage)
+            for k, mean_phi, mean_progress in zip(keys, means_phi, means_progress):
+                dtype = self.phi[k].dtype
+                phi, delta = outer_step(self.phi[k], self.delta[k], mean_phi, mean_progress, **rule)
+                self.phi[k], self.delta[k] = phi.to(dtype), delta.to(dtype)
+        self.replicas_here.load(self.phi)
+        self.outer_done += 1
+        self.inner_done = 0
+
+    def add_progress_hook(self, hook) -> "_Handle":
+        """Call ``hook(phi, progress, outer_step)`` at every outer step before the exchange (dicts of
+        this process's tensors; do not modify them); ``.remove()`` on the returned handle stops it."""
+        self._progress_hooks.append(hook)
+        return _Handle(self._progress_hooks, hook)
+
+    def close(self) -> None:
+        """Detach from the inner optimizer (its steps no longer count)."""
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self) -> str:
+        o = self.config
+        return (f"OuterOptimizer(method={self.method!r}, replicas={o.replicas}, group_size={o.group_size}, "
+                f"alpha={o.alpha:g}, beta={o.beta:g}, gamma={o.gamma:g}, momentum={o.momentum!r}, "
+                f"inner_steps={self.inner_steps}, seed={self.seed}, outer_done={self.outer_done})")
+
+    # ------------------------------------------------------------------ checkpoints
+
+    def state_dict(self) -> dict:
+        """phi, delta, the counters, the seed and the setting: plain data (``torch.load(...,
+        weights_only=True)`` reads it). Save it with the model's and the inner optimizer's state; under
+        torch.distributed every rank saves its own."""
+        return {"version": STATE_VERSION, "method": self.method, "outer": dataclasses.asdict(self.config),
+                "inner_steps": self.inner_steps, "seed": self.seed, "outer_step": self.outer_done,
+                "inner_step": self.inner_done, "replicas_here": list(self.exchange.replicas),
+                "phi": dict(self.phi), "delta": dict(self.delta)}
+
+    def load_state_dict(self, state: dict, strict: bool = True) -> None:
+        """Resume from :meth:`state_dict`: phi, delta, counters and seed. ``strict``: the method, the outer
+        setting and H must equal this optimizer's (ConfigError naming the field). At an outer-step
+        boundary the parameters are set to phi; mid-phase they are the model's (load its state too)."""
+        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+            found = state.get("version") if isinstance(state, dict) else type(state).__name__
+            raise DataError(f"outer optimizer state of version {found!r}; this version reads {STATE_VERSION}")
+        if strict:
+            mine = {"method": self.method, "inner_steps": self.inner_steps, **dataclasses.asdict(self.config)}
+            theirs = {"method": state.get("method"), "inner_steps": state.get("inner_steps"), **state.get("outer", {})}
+            for name, value in mine.items():
+                if theirs.get(name) != value:
+                    raise ConfigError(f"{name}={theirs.get(name)!r} in the state loaded (now {value!r}); "
+                                      f"load_state_dict(state, strict=False) keeps this optimizer's setting")
+        if state.get("replicas_here") != list(self.exchange.replicas):
+            raise DataError(f"the state holds replicas {state.get('replicas_here')}, this process "
+                            f"{list(self.exchange.replicas)} (under torch.distributed load each rank's own)")
+        for part in ("phi", "delta"):
+            saved = state.get(part) or {}
+            for k, mine in getattr(self, part).items():
+                got = saved.get(k)
+                if not isinstance(got, torch.Tensor) or got.shape != mine.shape:
+                    shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
+                    raise DataError(f"the state holds {part}[{k!r}] of shape {shape}, expected {tuple(mine.shape)}")
+        for part in ("phi", "delta"):
+            target = getattr(self, part)
+            for k, mine in target.items():
+                target[k] = state[part][k].to(mine.device, mine.dtype, copy=True)
+        self.seed = check_seed("seed", state["seed"])
+        self.outer_done, self.inner_done = int(state["outer_step"]), int(state["inner_step"])
+        if self.inner_done == 0:
+            with torch.no_grad():
+                self.replicas_here.load(self.phi)
+
+
+class _Handle:
+    def __init__(self, hooks: list, hook):
+        self.hooks, self.hook = hooks, hook
+
+    def remove(self) -> None:
+        if self.hook in self.hooks:
+            self.hooks.remove(self.hook)

@@ -1,0 +1,83 @@
+"""Where a user's replicas live, seen as one dict ``{name: tensor}`` of inner weights theta.
+
+Three layouts, one view for the outer step:
+
+* tensors with a leading replica dimension (N, ...): all N replicas in one process, as the harness
+  batches them; or the same tensors without it, one replica per torch.distributed rank;
+* a list of N modules of one architecture in one process (stacked for the outer step, written back).
+
+:func:`layout` picks it from what the user passes (a module, a dict of named tensors, an iterable of
+tensors, or a list of modules).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from noloco.infra.errors import ConfigError
+
+
+def _named(model) -> dict:
+    """``{name: parameter}`` of a module (the trainable ones), a dict, or an iterable of tensors."""
+    if isinstance(model, torch.nn.Module):
+        return {k: p for k, p in model.named_parameters() if p.requires_grad}
+    if isinstance(model, dict):
+        named = dict(model)
+    else:
+        named = {str(i): p for i, p in enumerate(model)}
+    wrong = [k for k, p in named.items() if not isinstance(p, torch.Tensor)]
+    if wrong:
+        raise ConfigError(f"model: {wrong[0]!r} is a {type(named[wrong[0]]).__name__}; give a module, a dict of "
+                          f"tensors, an iterable of tensors or a list of modules")
+    return named
+
+
+class Tensors:
+    """The user's own tensors, updated in place: (N, ...) each in the batched mode, one replica's under
+    torch.distributed."""
+
+    def __init__(self, model, replicas: int | None):
+        self.params = _named(model)
+        if not self.params:
+            raise ConfigError("model has no trainable parameters")
+        if replicas is not None:  # batched: the leading dimension is the replica
+            wrong = {k: tuple(p.shape) for k, p in self.params.items() if p.dim() == 0 or p.shape[0] != replicas}
+            if wrong:
+                name, shape = next(iter(wrong.items()))
+                raise ConfigError(f"replicas={replicas} but parameter {name!r} has shape {shape}: in one process "
+                                  f"every tensor holds the replicas along its first dimension")
+
+    def theta(self) -> dict:
+        return {k: p.detach() for k, p in self.params.items()}
+
+    def load(self, phi: dict) -> None:
+        for k, p in self.params.items():
+            p.data.copy_(phi[k])  # .data: a leaf that requires grad may be written outside autograd
+
+
+class Modules:
+    """A list of N modules of one architecture, one replica each."""
+
+    def __init__(self, modules):
+        self.each = [_named(m) for m in modules]
+        first = self.each[0]
+        for i, named in enumerate(self.each[1:], 1):
+            if [(k, p.shape) for k, p in named.items()] != [(k, p.shape) for k, p in first.items()]:
+                raise ConfigError(f"model: module {i} does not have module 0's parameters (names and shapes); "
+                                  f"replicas are copies of one architecture")
+        if not first:
+            raise ConfigError("model has no trainable parameters")
+        self.params = first
+
+    def theta(self) -> dict:
+        return {k: torch.stack([named[k].detach() for named in self.each]) for k in self.params}
+
+    def load(self, phi: dict) -> None:
+        for i, named in enumerate(self.each):
+            for k, p in named.items():
+                p.data.copy_(phi[k][i])
+
+
+def is_module_list(model) -> bool:
+    return isinstance(model, (list, tuple)) and len(model) > 0 and all(isinstance(m, torch.nn.Module)
+                                                                         for m in model)

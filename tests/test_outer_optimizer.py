@@ -1,0 +1,459 @@
+"""The public outer optimizer (noloco.OuterOptimizer): exact arithmetic pins the update; the batched mode is a
+hand loop over theory.outer.outer_step with theory.partitions' groups; a real gloo group (one replica per
+process) equals the batched mode; diloco is n = N; a resumed run is bit-identical; a bad setting is named;
+``import noloco`` loads no torch; docs/api.md's code runs."""
+
+import doctest
+import os
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+# ----------------------------------------------------------------- the top-level package, without torch
+
+def test_import_noloco_and_the_theory_side_load_no_torch():
+    code = ("import sys, noloco\n"
+            "method, outer, inner = noloco.resolve('paper', replicas=16)\n"
+            "a = noloco.analyse(outer, inner, noloco.Spectrum((0.1, 1.0)))\n"
+            "noloco.simulate_setting, noloco.SimConfig\n"
+            "from noloco.cli import build_parser, version\n"
+            "build_parser(); version()\n"
+            "print(a.verdict, 'torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["stable", "False"]
+
+
+def test_exports_are_public_and_within_the_layers():
+    import noloco
+    from test_architecture import allowed, layer_of
+
+    rows = allowed()
+    assert set(noloco.__all__) == {"__version__", *noloco._EXPORTS} and set(noloco.__all__) <= set(dir(noloco))
+    for name, module in noloco._EXPORTS.items():
+        assert layer_of(module, rows) in rows["noloco"], (name, module)
+    with pytest.raises(AttributeError, match="no attribute 'nothing'"):
+        noloco.nothing
+
+
+def test_the_theory_side_from_a_notebook():
+    import noloco
+
+    method, outer, inner = noloco.resolve("paper", "noloco", replicas=8, gamma=2.5)
+    assert (method, outer.group_size, inner.steps) == ("noloco", 2, 50)
+    assert noloco.analyse(outer, inner, noloco.Spectrum((1.0,))).verdict == "unstable"  # gamma too strong
+    with pytest.raises(noloco.ConfigError, match="group_size=3"):
+        noloco.resolve("paper", replicas=8, group_size=3)
+
+
+# ----------------------------------------------------------------- the optimizer (torch)
+
+torch_only = pytest.mark.torch
+
+
+def _torch():
+    return pytest.importorskip("torch")
+
+
+@torch_only
+@pytest.mark.parametrize("momentum,first,second", [
+    # N = 2, n = 2 (one group); alpha 0.5, beta 0.5, gamma 0.25; phi = [0, 4], theta = phi + [2, 4], then + [2, 2]
+    ("heavy-ball", [2.0, 5.0], [4.375, 6.125]),
+    ("nesterov", [3.0, 5.5], [5.46875, 6.78125]),
+])
+def test_exact_arithmetic_pins_the_update(momentum, first, second):
+    """By hand: step 1 mean progress 3, mean phi 2, u = 1.5 + 0.25 (2 - phi) = [2, 1] = delta; heavy-ball
+    phi + delta, nesterov phi + u + alpha delta. Step 2 (heavy-ball; nesterov alike from its own phi): mean
+    progress 2, u = 1 + 0.25 (3.5 - phi) = [1.375, 0.625], delta = 0.5 [2, 1] + u. The inner phase is
+    SGD with lr 1 on loss = -(c * w).sum(), so theta = phi + c exactly; a progress of the wrong sign
+    (phi - theta) or a pull of the wrong sign gives other numbers."""
+    torch = _torch()
+    from noloco import OuterOptimizer
+
+    w = torch.nn.Parameter(torch.tensor([[0.0], [4.0]], dtype=torch.float64))
+    inner = torch.optim.SGD([w], lr=1.0)
+    outer = OuterOptimizer([w], inner, replicas=2, group_size=2, inner_steps=2, alpha=0.5, beta=0.5, gamma=0.25,
+                           momentum=momentum)
+    for c, expected in (([[1.0], [2.0]], first), ([[1.0], [1.0]], second)):
+        for _ in range(2):
+            inner.zero_grad()
+            (-(torch.tensor(c, dtype=torch.float64) * w).sum()).backward()
+            inner.step()
+        assert w.detach().flatten().tolist() == expected
+        assert torch.equal(outer.phi["0"], w.detach())  # the next phase starts from phi
+    assert outer.outer_done == 2 and outer.inner_done == 0
+
+
+def _hand_loop(phi0, thetas, seed, group_size, rule):
+    """The outer step replica by replica: theory.partitions' groups, theory.outer.outer_step."""
+    import torch
+
+    from noloco.theory.outer import outer_step
+    from noloco.theory.partitions import partition
+
+    N = phi0.shape[0]
+    phi, delta = [phi0[i].clone() for i in range(N)], [torch.zeros_like(phi0[i]) for i in range(N)]
+    for t, moves in enumerate(thetas):
+        theta = [phi[i] + moves[i] for i in range(N)]
+        progress = [theta[i] - phi[i] for i in range(N)]
+        new = {}
+        for group in partition(seed, t, N, group_size).tolist():
+            mean_phi = sum(phi[j] for j in group) / len(group)
+            mean_progress = sum(progress[j] for j in group) / len(group)
+            for i in group:
+                new[i] = outer_step(phi[i], delta[i], mean_phi, mean_progress, **rule)
+        phi, delta = [new[i][0] for i in range(N)], [new[i][1] for i in range(N)]
+    return torch.stack(phi), torch.stack(delta)
+
+
+@torch_only
+@pytest.mark.parametrize("replicas,group_size,momentum", [(4, 2, "heavy-ball"), (8, 4, "nesterov"), (6, 3, "heavy-ball")])
+def test_batched_mode_is_a_hand_loop_over_outer_step(replicas, group_size, momentum):
+    torch = _torch()
+    from noloco import OuterOptimizer
+
+    gen = torch.Generator().manual_seed(replicas)
+    phi0 = torch.randn(replicas, 3, 2, generator=gen, dtype=torch.float64)
+    moves = [torch.randn(replicas, 3, 2, generator=gen, dtype=torch.float64) for _ in range(5)]
+    w = torch.nn.Parameter(phi0.clone())
+    outer = OuterOptimizer({"w": w}, replicas=replicas, group_size=group_size, inner_steps=1, alpha=0.6, beta=0.8,
+                           gamma=0.4, momentum=momentum, seed=11)
+    for move in moves:
+        with torch.no_grad():
+            w.add_(move)  # the inner phase
+        assert outer.step()
+    phi, delta = _hand_loop(phi0, moves, 11, group_size, outer.config.rule())
+    torch.testing.assert_close(outer.phi["w"], phi, rtol=0, atol=1e-13)
+    torch.testing.assert_close(outer.delta["w"], delta, rtol=0, atol=1e-13)
+    assert phi.std(0).max() > 0.1  # the replicas differ: random groups, not one average
+
+
+@torch_only
+def test_a_list_of_modules_is_the_batched_mode():
+    torch = _torch()
+    from noloco import OuterOptimizer
+
+    torch.manual_seed(0)
+    modules = [torch.nn.Linear(3, 2).double() for _ in range(4)]
+    stacked = {k: torch.nn.Parameter(torch.stack([dict(m.named_parameters())[k].detach() for m in modules]))
+               for k in ("weight", "bias")}
+    a = OuterOptimizer(modules, inner_steps=1, seed=3)
+    b = OuterOptimizer(stacked, replicas=4, inner_steps=1, seed=3)
+    for t in range(3):
+        with torch.no_grad():
+            for i, m in enumerate(modules):
+                for k, p in m.named_parameters():
+                    move = torch.full_like(p, float(i + t)) * (1 if k == "weight" else -1)
+                    p.add_(move)
+                    stacked[k][i].add_(move)
+        a.step(), b.step()
+    for k in stacked:
+        assert torch.equal(a.phi[k], b.phi[k])
+        assert torch.equal(torch.stack([dict(m.named_parameters())[k].detach() for m in modules]), stacked[k].detach())
+
+
+@torch_only
+def test_diloco_averages_all_replicas_and_local_none():
+    torch = _torch()
+    from noloco import OuterOptimizer
+
+    w = torch.nn.Parameter(torch.randn(6, 4, dtype=torch.float64))
+    start = w.detach().clone()
+    diloco = OuterOptimizer([w], method="diloco", replicas=6, inner_steps=1)
+    assert diloco.config.group_size == 6 and diloco.config.gamma == 0
+    assert OuterOptimizer([w], method="diloco", replicas=6).inner_steps == 100  # the diloco preset's H
+    with torch.no_grad():
+        w.add_(torch.arange(6.0, dtype=torch.float64).view(6, 1))
+    diloco.sync()
+    mean_progress = torch.arange(6.0).mean().item()
+    torch.testing.assert_close(w.detach(), start + 0.7 * mean_progress, rtol=0, atol=1e-14)  # every replica alike
+    v = torch.nn.Parameter(torch.zeros(4, 2))
+    local = OuterOptimizer([v], method="local", replicas=4, inner_steps=1)
+    with torch.no_grad():
+        v.add_(torch.arange(8.0).view(4, 2))
+    local.sync()
+    assert torch.equal(v.detach(), torch.arange(8.0).view(4, 2)) and local.config.group_size == 1
+
+
+@torch_only
+def test_outer_state_in_its_own_dtype():
+    """A bfloat16 model with float32 outer state (outer_dtype): phi keeps what bfloat16 would round away."""
+    torch = _torch()
+    from noloco import OuterOptimizer
+
+    w = torch.nn.Parameter(torch.ones(2, 3, dtype=torch.bfloat16))
+    outer = OuterOptimizer([w], replicas=2, inner_steps=1, alpha=0.0, beta=1e-3, gamma=0.0,
+                           outer_dtype=torch.float32)
+    with torch.no_grad():
+        w.add_(1.0)
+    outer.sync()
+    assert outer.phi["0"].dtype == outer.delta["0"].dtype == torch.float32 and w.dtype == torch.bfloat16
+    assert torch.equal(outer.phi["0"], torch.full((2, 3), 1.001))  # 1 + 1e-3 in float32
+    assert torch.equal(w.detach(), outer.phi["0"].bfloat16()) and w[0, 0].item() == 1.0  # rounded in the model
+
+
+@torch_only
+def test_the_progress_hook_sees_theta_minus_phi():
+    torch = _torch()
+    from noloco import OuterOptimizer
+
+    w = torch.nn.Parameter(torch.ones(2, 3))
+    outer = OuterOptimizer([w], replicas=2, inner_steps=1)
+    seen = []
+    handle = outer.add_progress_hook(lambda phi, progress, t: seen.append((t, progress["0"].clone())))
+    with torch.no_grad():
+        w.add_(2.0)
+    outer.step()
+    handle.remove()
+    outer.step()
+    assert len(seen) == 1 and seen[0][0] == 0 and torch.equal(seen[0][1], torch.full((2, 3), 2.0))
+
+
+@torch_only
+@pytest.mark.parametrize("kw,words", [
+    (dict(method="nolocoo"), "method='nolocoo'"),
+    (dict(preset="papers"), "preset='papers'"),
+    (dict(group_size=3), "group_size=3"),
+    (dict(alpha=1.0), "alpha=1.0"),
+    (dict(beta=-0.1), "beta=-0.1"),
+    (dict(momentum="adam"), "momentum='adam'"),
+    (dict(inner_steps=0), "inner_steps=0"),
+    (dict(seed=-1), "seed=-1"),
+    (dict(method="diloco", group_size=2), "group_size=2 conflicts with method='diloco'"),
+    (dict(method="ddp"), "method='ddp'"),
+    (dict(replicas=3), "replicas=3 but parameter '0' has shape (4, 2)"),
+    (dict(replicas=None), "replicas=None"),
+    (dict(replicas=0), "replicas=0 is out of range"),
+    (dict(outer_dtype="float32"), "outer_dtype='float32'"),
+])
+def test_a_bad_setting_is_named(kw, words):
+    torch = _torch()
+    from noloco import ConfigError, OuterOptimizer
+
+    kw = {"replicas": 4, **kw}
+    with pytest.raises(ConfigError, match=re.escape(words)) as err:
+        OuterOptimizer([torch.zeros(4, 2)], **kw)
+    assert isinstance(err.value, ValueError)
+
+
+def _loop(outer, inner, w, steps: int, start: int = 0):
+    """A deterministic inner loop: replica r's target at inner step k from its own generator."""
+    import torch
+
+    for k in range(start, steps):
+        targets = torch.stack([torch.randn(w.shape[1:], generator=torch.Generator().manual_seed(97 * r + k))
+                               for r in range(w.shape[0])])
+        inner.zero_grad()
+        ((w - targets) ** 2).sum().backward()
+        inner.step()
+
+
+@torch_only
+@pytest.mark.parametrize("cut", [6, 8])  # mid-phase (inner step 2 of outer step 2), at an outer-step boundary
+def test_resume_is_bit_identical(tmp_path, cut):
+    torch = _torch()
+    from noloco import OuterOptimizer
+
+    def make():
+        torch.manual_seed(1)
+        w = torch.nn.Parameter(torch.randn(4, 5).expand(4, 5).clone())  # replicas start equal
+        inner = torch.optim.AdamW([w], lr=0.05)
+        return w, inner, OuterOptimizer([w], inner, replicas=4, inner_steps=4, seed=9)
+
+    w, inner, outer = make()
+    _loop(outer, inner, w, 16)
+    w2, inner2, outer2 = make()
+    _loop(outer2, inner2, w2, cut)
+    path = tmp_path / "ckpt.pt"
+    state = {"outer": outer2.state_dict(), "inner": inner2.state_dict()}
+    if cut % 4:  # mid-phase the inner weights are the model's, saved with it
+        state["w"] = w2.detach()
+    torch.save(state, path)
+    w3, inner3, outer3 = make()
+    with torch.no_grad():
+        w3.add_(1.0)  # whatever the new run holds is overwritten
+    saved = torch.load(path, weights_only=True)
+    inner3.load_state_dict(saved["inner"])
+    if "w" in saved:
+        with torch.no_grad():
+            w3.copy_(saved["w"])
+    outer3.load_state_dict(saved["outer"])
+    assert (outer3.outer_done, outer3.inner_done) == (cut // 4, cut % 4)
+    _loop(outer3, inner3, w3, 16, start=cut)
+    assert outer3.outer_done == outer.outer_done == 4
+    assert torch.equal(w3, w) and torch.equal(outer3.phi["0"], outer.phi["0"])
+    assert torch.equal(outer3.delta["0"], outer.delta["0"]) and outer.delta["0"].abs().max() > 0
+    assert w.detach().std(0).max() > 0  # the replicas differ: the check has teeth
+
+
+@torch_only
+def test_state_dict_round_trip_and_refusals():
+    torch = _torch()
+    from noloco import ConfigError, OuterOptimizer
+    from noloco.infra.errors import DataError
+
+    w = torch.nn.Parameter(torch.randn(4, 3))
+    outer = OuterOptimizer([w], replicas=4, inner_steps=2, seed=5)
+    for _ in range(3):
+        with torch.no_grad():
+            w.add_(torch.randn(4, 3))
+        outer.step()
+    state = outer.state_dict()
+    assert {"phi", "delta", "outer_step", "inner_step", "seed", "method", "outer", "inner_steps"} <= set(state)
+    other = OuterOptimizer([torch.nn.Parameter(torch.zeros(4, 3))], replicas=4, inner_steps=2)
+    other.load_state_dict(state)
+    assert (other.seed, other.outer_done, other.inner_done) == (5, 1, 1)
+    assert torch.equal(other.phi["0"], outer.phi["0"]) and torch.equal(other.delta["0"], outer.delta["0"])
+    with pytest.raises(ConfigError, match=r"alpha=0\.5 in the state loaded \(now 0\.3\)"):
+        OuterOptimizer([torch.zeros(4, 3)], replicas=4, inner_steps=2, alpha=0.3).load_state_dict(state)
+    with pytest.raises(DataError, match=r"phi\['0'\] of shape \(4, 3\), expected \(4, 2\)"):
+        OuterOptimizer([torch.zeros(4, 2)], replicas=4, inner_steps=2).load_state_dict(state)
+
+
+@torch_only
+def test_docstring_examples_run():
+    _torch()
+    import noloco.training.outer_optimizer as module
+
+    result = doctest.testmod(module)
+    assert result.attempted > 0 and result.failed == 0
+
+
+# ----------------------------------------------------------------- a real process group
+
+def _targets(replica: int, step: int, shape):
+    import torch
+
+    return torch.randn(shape, generator=torch.Generator().manual_seed(1000 * replica + step), dtype=torch.float64)
+
+
+def _train_run(w, replicas_here, method, replicas=None):
+    """3 outer steps of H = 3 on a quadratic per replica, SGD with momentum (state carried over)."""
+    import torch
+
+    from noloco import OuterOptimizer
+
+    inner = torch.optim.SGD([w], lr=0.1, momentum=0.5)
+    outer = OuterOptimizer([w], inner, method=method, replicas=replicas, inner_steps=3, seed=4)
+    for k in range(9):
+        target = torch.stack([_targets(r, k, w.shape[-2:]) for r in replicas_here])
+        inner.zero_grad()
+        ((w - (target if replicas is not None else target[0])) ** 2).sum().backward()
+        inner.step()
+    return outer
+
+
+def _rank(rank, world, port, out):
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+    start = torch.randn(3, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)  # equal everywhere
+    result = {}
+    for method in ("noloco", "diloco"):
+        w = torch.nn.Parameter(start.clone())
+        outer = _train_run(w, [rank], method)
+        result[method] = {"phi": outer.phi["0"], "delta": outer.delta["0"], "group_size": outer.config.group_size}
+    # only the group talks: the ranks of one pair run an outer step while the other pair never calls the
+    # exchange; a collective over every rank would wait for them and time out (PeerError after 3 s)
+    from noloco import OuterOptimizer, partition
+    from noloco.training.exchange import PeerError
+
+    first = partition(4, 0, world, 2)[0].tolist()
+    outer = OuterOptimizer([torch.nn.Parameter(start.clone())], seed=4, inner_steps=1, timeout=3.0)
+    result["alone"] = "not in the group"
+    if rank in first:
+        try:
+            outer.sync()
+            result["alone"] = "synced"
+        except PeerError as err:
+            result["alone"] = str(err)
+        Path(f"{out}/done{rank}").touch()
+    else:  # alive, silent, until the pair is done (or 10 s): its end is not what the pair waited for
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and not all(Path(f"{out}/done{r}").exists() for r in first):
+            time.sleep(0.05)
+    torch.save(result, f"{out}/rank{rank}.pt")
+    dist.destroy_process_group()
+    os._exit(0)  # skip interpreter teardown: gloo can abort in C++ static destructors (docs/reliability.md)
+
+
+@torch_only
+def test_process_group_mode_equals_the_batched_mode(tmp_path):
+    """4 processes, gloo on localhost: noloco exchanges within its pairs point-to-point, diloco all-reduces;
+    each rank's phi is replica `rank` of the batched run with the same seed."""
+    torch = _torch()
+    import torch.multiprocessing as mp
+
+    from noloco.training.exchange import free_port
+
+    world = 4
+    mp.start_processes(_rank, args=(world, free_port(), str(tmp_path)), nprocs=world, join=True,
+                       start_method="spawn")
+    start = torch.randn(3, 2, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
+    for method, n in (("noloco", 2), ("diloco", 4)):
+        w = torch.nn.Parameter(start.expand(world, 3, 2).clone())
+        batched = _train_run(w, list(range(world)), method, replicas=world)
+        assert batched.config.group_size == n
+        for rank in range(world):
+            got = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)[method]
+            assert got["group_size"] == n
+            torch.testing.assert_close(got["phi"], batched.phi["0"][rank], rtol=0, atol=1e-12)
+            torch.testing.assert_close(got["delta"], batched.delta["0"][rank], rtol=0, atol=1e-12)
+        spread = batched.phi["0"].std(0).max().item()
+        assert spread > 0.01 if method == "noloco" else spread < 1e-12
+    alone = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)["alone"] for rank in range(world)]
+    assert sorted(alone) == ["not in the group"] * 2 + ["synced"] * 2, alone
+
+
+# ----------------------------------------------------------------- docs/api.md
+
+def _doc_blocks():
+    text = (ROOT / "docs" / "api.md").read_text()
+    return re.findall(r"```python\n(.*?)```", text, re.S)
+
+
+def _doc_rank(rank, world, port, code, out):
+    import torch
+
+    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
+                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # what torchrun sets
+    torch.set_num_threads(1)
+    os.chdir(out)
+    namespace = {"__name__": "__main__"}
+    exec(compile(code, "docs/api.md", "exec"), namespace)
+    outer = namespace["outer"]
+    torch.save({"outer_done": outer.outer_done, "first": namespace["first_loss"], "last": namespace["loss"].item()},
+               f"{out}/doc{rank}.pt")
+    os._exit(0)
+
+
+@torch_only
+def test_the_docs_page_runs(tmp_path):
+    """The page's torch loop, under 2 processes as torchrun starts them, then its one-process form."""
+    torch = _torch()
+    import torch.multiprocessing as mp
+
+    from noloco.training.exchange import free_port
+
+    loop, *others = _doc_blocks()
+    mp.start_processes(_doc_rank, args=(2, free_port(), loop, str(tmp_path)), nprocs=2, join=True,
+                       start_method="spawn")
+    for rank in range(2):
+        got = torch.load(tmp_path / f"doc{rank}.pt", weights_only=True)
+        assert got["outer_done"] == 20 and got["last"] < 0.5 * got["first"]
+        assert (tmp_path / f"ckpt-rank{rank}.pt").exists()
+    for code in others:
+        exec(compile(code, "docs/api.md", "exec"), {"__name__": "__main__"})
