@@ -37,11 +37,11 @@ from noloco.llm_check import data, domains
 from noloco.llm_check.config import EVAL_CHUNK, TrainConfig, check_threads
 from noloco.llm_check.resources import check_memory
 from noloco.training.exchange import Exchange, LocalExchange
+from noloco.training.outer_optimizer import OuterOptimizer
 from noloco.llm_check.lifecycle import Lifecycle, run_folder
 from noloco.llm_check.measure import SpreadMeter
 from noloco.llm_check.model import init_params, losses, param_shapes
 from noloco.llm_check.routing import param_stage, route
-from noloco.theory.outer import outer_step
 
 
 def weight_std(phi: dict) -> float:
@@ -93,9 +93,6 @@ class Trainer:
                            if param_stage(k, cfg.layers, cfg.stages) == self.ex.stage}
         for p in self.params.values():
             p.requires_grad_(True)
-        self.outer_dtype = self.dtype if cfg.outer_dtype == "same" else getattr(torch, cfg.outer_dtype)
-        self.phi = {k: v.detach().to(self.outer_dtype, copy=True) for k, v in self.params.items()}
-        self.delta = {k: torch.zeros_like(v) for k, v in self.phi.items()}
         decay = [p for k, p in self.params.items() if p.dim() >= 3]  # matrices; not biases, norms
         rest = [p for k, p in self.params.items() if p.dim() < 3]
         groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}]
@@ -105,6 +102,19 @@ class Trainer:
         # the parameters of each pipeline stage (one stage: all of them)
         self.stage_keys = [[k for k in self.params if param_stage(k, cfg.layers, cfg.stages) == s]
                            for s in range(cfg.stages)]
+        self.outer_dtype = self.dtype if cfg.outer_dtype == "same" else getattr(torch, cfg.outer_dtype)
+        # the outer step is the public outer optimizer's (one path in the project); phi and delta are its state.
+        # ddp averages gradients instead and has none: its phi is a copy of the weights at each evaluation
+        self.outer = None if cfg.synchronous else OuterOptimizer(
+            self.params, exchange=self.ex, method=cfg.method, inner_steps=cfg.inner_steps,
+            group_size=cfg.outer.group_size, alpha=cfg.outer.alpha, beta=cfg.outer.beta, gamma=cfg.outer.gamma,
+            momentum=cfg.outer.momentum, seed=cfg.seed, outer_dtype=self.outer_dtype,
+            stages=self.stage_keys)
+        if self.outer is not None:
+            self.phi, self.delta = self.outer.phi, self.outer.delta
+        else:
+            self.phi = {k: v.detach().to(self.outer_dtype, copy=True) for k, v in self.params.items()}
+            self.delta = {k: torch.zeros_like(v) for k, v in self.phi.items()}
         self.pipe = None  # torchrun with stages: noloco.llm_check.pipeline moves the activations between ranks
         if self.ex.stage is not None and cfg.stages > 1:
             from noloco.llm_check.pipeline import Pipeline
@@ -119,6 +129,8 @@ class Trainer:
         # there is an outer step (not ddp)
         self.meter = SpreadMeter(R) if self.ex.world_size == 1 and R >= 2 and not cfg.synchronous else None
         self.inputs: list[dict] = []
+        if self.outer is not None:
+            self.outer.add_progress_hook(self._measure_inputs)
         self.theta_spread: dict = {}  # outer_update(measure=True): the inner weights' spread before the outer step
 
 
@@ -191,19 +203,13 @@ class Trainer:
             for k in self.phi:
                 self.phi[k].copy_(self.params[k])
             return
-        progress = {k: self.params[k] - self.phi[k] for k in self.phi}  # theta - phi
-        if self.meter is not None:
-            row = self.meter.update(self.phi, progress)
-            self.inputs.append({"outer_step": t + 1, **row})
-        rule = self.cfg.outer.rule()
-        for stage, keys in enumerate(self.stage_keys):  # each stage's replicas form their own groups
-            means_phi, means_prog = self.ex.group_means([self.phi[k] for k in keys], [progress[k] for k in keys],
-                                                        self.cfg.seed, t, self.cfg.outer.group_size, stage)
-            for k, mphi, mprog in zip(keys, means_phi, means_prog):
-                phi, delta = outer_step(self.phi[k], self.delta[k], mphi, mprog, **rule)
-                self.phi[k], self.delta[k] = phi.to(self.outer_dtype), delta.to(self.outer_dtype)
-                self.params[k].copy_(self.phi[k])
+        self.outer.outer_done = t  # the groups of step t: (seed, t) on every rank
+        self.outer.sync()
 
+    def _measure_inputs(self, phi: dict, progress: dict, t: int) -> None:
+        """The theory's inputs, from the progress the outer step is about to use (a hook of the optimizer)."""
+        if self.meter is not None:
+            self.inputs.append({"outer_step": t + 1, **self.meter.update(phi, progress)})
 
     # ------------------------------------------------------------- evaluation
 
