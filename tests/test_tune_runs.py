@@ -102,6 +102,41 @@ def test_the_command_line(tmp_path, capsys):
     assert main(["llm", "tune", str(tmp_path), "--compute-seconds", "-1"]) == 2
 
 
+def test_a_run_reached_twice_counts_once(tmp_path):
+    """A pilot reached through symbolic links (or named twice) is one run: not "3 seeds" with a standard error
+    of 0 that the ranking then trusts."""
+    pilot(tmp_path / "pilots" / "ref" / "s0", _curve(1.0))
+    pilot(tmp_path / "pilots" / "ref" / "s1", _curve(1.0) + 0.02)
+    (tmp_path / "links").mkdir()
+    (tmp_path / "links" / "a").symlink_to(tmp_path / "pilots" / "ref" / "s0")
+    (tmp_path / "links" / "b").symlink_to(tmp_path / "pilots" / "ref")
+    rep = T.tune([tmp_path / "pilots", tmp_path / "links", tmp_path / "pilots" / "ref" / "s0"], reference="ref",
+                 goal="loss", compute_seconds=0.01)
+    assert [r["seeds"] for r in rep["rows"]] == [2]
+
+
+def test_a_pilot_that_cannot_be_read_is_left_out_and_said(tmp_path, capsys):
+    """A pilot that diverged before its first evaluation has nothing to rank: it is listed as left out, and the
+    others are still tuned (exit 0), where it used to end the whole command with exit 3."""
+    pilot(tmp_path / "ref" / "s0", _curve(1.0))
+    pilot(tmp_path / "better" / "s0", _curve(1.5), beta=0.9)
+    dead = tmp_path / "dead" / "s0"
+    pilot(dead, _curve(1.0), beta=5.0)
+    (dead / "metrics.jsonl").write_text("")
+    rep = T.tune([tmp_path], reference="ref", compute_seconds=0.01)
+    assert rep["recommendation"]["setting"] == "better"
+    assert [x["folder"] for x in rep["skipped_pilots"]] == [str(dead.resolve())]
+    assert main(["llm", "tune", str(tmp_path), "--reference", "ref", "--compute-seconds", "0.01"]) == 0
+    assert "left out: " in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("flag", ["--bytes-per-value", "--bandwidth", "--latency"])
+def test_a_bad_network_value_is_bad_input_before_any_file_is_read(tmp_path, capsys, flag):
+    (tmp_path / "empty").mkdir()  # no runs at all: the files alone would be exit 3
+    assert main(["llm", "tune", str(tmp_path / "empty"), flag, "nan"]) == 2
+    assert flag[2:].replace("-", "_") in capsys.readouterr().err
+
+
 def test_the_committed_held_out_verdicts_follow_from_their_seeds():
     """docs/data/tune_holdout.json (python -m noloco.studies.tune): the three rules recomputed from the
     per-seed times and spreads it stores."""

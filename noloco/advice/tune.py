@@ -118,8 +118,9 @@ def _shared(cfg) -> dict:
 
 
 def _run_folders(paths) -> list[Path]:
-    """Every run folder (one holding result.json) at or up to three levels below each path."""
-    found = []
+    """Every run folder (one holding result.json) at or up to three levels below each path, each once however
+    it is reached (resolved: a run behind two symbolic links, or named twice, is one run, not two seeds)."""
+    found: dict[Path, None] = {}
     for p in map(Path, paths):
         if not p.is_dir():
             raise ConfigError(f"pilot {p}: not a folder (give run folders written by `noloco llm train`, or folders "
@@ -128,23 +129,38 @@ def _run_folders(paths) -> list[Path]:
             q.parent for depth in ("*/", "*/*/", "*/*/*/") for q in p.glob(depth + "result.json"))
         if not here:
             raise DataError(f"pilot {p}: no run folder (result.json) in it or up to three levels below")
-        found += here
-    return found
+        found.update((q.resolve(), None) for q in here)
+    return list(found)
 
 
-def load_settings(paths) -> list[Setting]:
+def load_settings(paths, skipped: list | None = None, progress: bool | None = None) -> list[Setting]:
     """The pilots grouped by setting (all but the seed equal), each run read with
-    :func:`noloco.advice.record.read_run`; unfinished or diverged runs are kept (they rule a setting out)."""
+    :func:`noloco.advice.record.read_run`; unfinished or diverged runs are kept (they rule a setting out). A pilot
+    that cannot be read (diverged before its first evaluation, damaged) is left out and, with ``skipped``, listed
+    there as ``{"folder", "why"}``; a DataError when no pilot is left."""
     from noloco.advice.record import read_run
+    from noloco.infra.progress import Progress
 
+    folders = _run_folders(paths)
     settings: dict[tuple, Setting] = {}
-    for folder in _run_folders(paths):
-        run = read_run(folder)
-        cfg = run.setting
-        key = (_key(cfg), tuple(sorted(_shared(cfg).items())), cfg.method)
-        if key not in settings:
-            settings[key] = Setting(_name(folder, cfg), cfg)
-        settings[key].runs.append(run)
+    with Progress(len(folders), "reading pilots", unit="run", show=progress if len(folders) > 50 else False) as bar:
+        for folder in folders:
+            bar.update()
+            try:
+                run = read_run(folder)
+            except DataError as err:
+                if skipped is None:
+                    raise
+                skipped.append({"folder": str(folder), "why": str(err)})
+                continue
+            cfg = run.setting
+            key = (_key(cfg), tuple(sorted(_shared(cfg).items())), cfg.method)
+            if key not in settings:
+                settings[key] = Setting(_name(folder, cfg), cfg)
+            settings[key].runs.append(run)
+    if not settings:
+        raise DataError(f"no pilot could be read ({len(folders)} run folder(s)): "
+                        + "; ".join(f"{x['folder']}: {x['why']}" for x in (skipped or [])[:3]))
     return list(settings.values())
 
 
@@ -202,11 +218,14 @@ def tune(paths, reference: str | None = None, goal: str = "time", target_loss: f
 
     check_choice("goal", goal, GOALS)
     for name, value in (("target_loss", target_loss), ("compute_seconds", compute_seconds),
-                        ("max_spread", max_spread)):
-        if value is not None and not (math.isfinite(value) and value > 0):
+                        ("max_spread", max_spread), ("bytes_per_value", bytes_per_value), ("bandwidth", bandwidth)):
+        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
             raise ConfigError(f"{name}={value!r} is out of range; allowed: a finite number > 0")
+    if not (isinstance(latency, (int, float)) and math.isfinite(latency) and latency >= 0):
+        raise ConfigError(f"latency={latency!r} is out of range; allowed: a finite number >= 0 (seconds)")
     net = Network.from_bandwidth(latency, bandwidth)
-    settings = load_settings(paths)
+    skipped: list[dict] = []
+    settings = load_settings(paths, skipped)
     ref = _pick_reference(settings, reference)
     shared = _shared(ref.config)
     if compute_seconds is None:
@@ -254,6 +273,7 @@ def tune(paths, reference: str | None = None, goal: str = "time", target_loss: f
     report = {"goal": goal, "reference": ref.name, "target_loss": target, "compute_seconds_per_inner_step": compute_seconds,
               "network": {"latency": latency, "bandwidth": bandwidth, "bytes_per_value": bytes_per_value},
               "max_spread": max_spread, "settings_compared": len(eligible), "recommendation": best,
+              "skipped_pilots": skipped,
               "rows": sorted(rows, key=lambda r: (bool(r["excluded"]), objective(r) if objective(r) is not None
                                                   else math.inf))}
     if best is not None:
@@ -322,5 +342,6 @@ def format_tune(report: dict) -> str:
         else:
             lines.append(f"promised: final loss {report['promised_loss_change']:+.4f} nats against "
                          f"{report['reference']}, spread {best['spread']:.3e}")
+    lines += [f"left out: {x['folder']}: {x['why']}" for x in report.get("skipped_pilots", [])]
     lines += [f"not sure: {d}" for d in report["not_sure"]]
     return "\n".join(lines)
