@@ -225,3 +225,21 @@ def test_the_equipartition_gap_of_a_trained_run(tmp_path, capsys):
     except SystemExit as stop:
         code = stop.code
     assert code == 2
+
+
+def test_a_transfer_or_forecast_above_the_memory_budget_is_refused_before_work(tmp_path, capsys):
+    """outer-steps=100000000 would build arrays of 10^9 inner steps: exit 3 with one line, at once."""
+    import time
+
+    from noloco.cli import main
+
+    write_run(tmp_path, config())
+    start = time.perf_counter()
+    assert main(["llm", "predict", str(tmp_path), "--as", "outer-steps=100000000"]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "memory" in err[0] and time.perf_counter() - start < 5, err
+    result = json.loads((tmp_path / "result.json").read_text())
+    result["config"]["outer_steps"] = 10 ** 8
+    (tmp_path / "result.json").write_text(json.dumps(result))
+    assert main(["llm", "predict", str(tmp_path), "--forecast", "--from-step", "10"]) == 3
+    assert "memory" in capsys.readouterr().err

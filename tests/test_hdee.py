@@ -256,3 +256,10 @@ def test_the_shipped_study_is_consistent_with_the_code():
         means = {c: rep["per_domain"][c][d]["mean"] for c in study.configs}
         assert w["best"] == min(means, key=means.get)
         assert all(abs(sum(s[c][d] for s in rep["per_seed"]) / len(rep["per_seed"]) - means[c]) < 1e-12 for c in means)
+
+
+def test_an_evaluation_above_the_memory_budget_is_refused_before_training(tmp_path, capsys):
+    """10^8 evaluation windows per domain: exit 3 with one line, before any run is trained."""
+    assert main(["llm", "ensemble", *QUICK_ARGS[:3], "--eval-windows", "100000000", "--out", str(tmp_path / "big")]) == 3
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "memory" in err[0] and not (tmp_path / "big").exists()

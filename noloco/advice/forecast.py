@@ -72,6 +72,22 @@ FORECAST_ERROR = (0.88, 1.07)
 TRANSFER_ERROR = (0.94, 1.09)
 
 
+#: bytes a forecast or transfer holds per outer step and tensor (its inputs and trajectories, float64) and per
+#: inner step (the learning-rate schedule and its functionals), and per reported row (a small dict)
+_BYTES_PER_STEP_TENSOR, _BYTES_PER_INNER_STEP, _BYTES_PER_ROW = 8 * 24, 8 * 8, 600
+
+
+def require_memory(setting, tensors: int, what: str) -> None:
+    """Refuse (exit 3, before any work) a forecast or transfer of ``setting`` whose arrays would exceed the memory
+    budget (half the memory available): the steps of a tampered or mistyped setting (``outer-steps=100000000``)."""
+    from noloco.infra import budget
+
+    estimate = (setting.outer_steps * (tensors * _BYTES_PER_STEP_TENSOR + _BYTES_PER_ROW)
+                + setting.outer_steps * setting.inner_steps * _BYTES_PER_INNER_STEP)
+    budget.require(estimate, budget.resolve(), f"{what} over {setting.outer_steps} outer steps of "
+                   f"{setting.inner_steps} inner steps", "give fewer outer-steps or inner-steps")
+
+
 def phase_functionals(lrs: np.ndarray, inner_steps: int, beta1: float = ADAM_BETA1) -> dict:
     """Per outer step (index t - 1) of the learning rates ``lrs`` of every inner step: ``L1`` (sum of the phase's
     rates), ``L2`` (sum of their squares) and ``EMA`` = Var(sum_k lr_k m_k) / sigma^2, m an exponential average
@@ -189,6 +205,7 @@ def forecast(run_dir, from_step: int | None = None) -> dict:
     with the measured weight_std where the run has it."""
     run, groups, t0 = _measured(run_dir, from_step, finished_from_quarter=True)
     cfg, outer = run.setting, run.outer
+    require_memory(cfg, len(groups), "the forecast")
     T, H = cfg.outer_steps, cfg.inner_steps
     if t0 < 3:
         raise DataError(f"{run_dir}: {t0} measured outer step(s); a forecast needs at least 3 (the first step's c "
@@ -253,6 +270,7 @@ def transfer(run_dir, **changes) -> dict:
         target_cfg = pilot_cfg.changed(**changes)
     except TypeError as err:
         raise ConfigError(f"the changed setting is not valid: {err}") from None
+    require_memory(target_cfg, len(groups), "the transfer")
     outer_b = target_cfg.outer
     tensors = _replayed(run.outer, groups)
     pilot_ph, target_ph = schedule_functionals(pilot_cfg), schedule_functionals(target_cfg)

@@ -47,6 +47,18 @@ def check_evaluation(study: Study) -> None:
                           f"{val[short]} bytes of {short}'s validation text; lower --segment or --ctx")
 
 
+def check_evaluation_memory(study: Study, models: int, max_memory=None) -> None:
+    """Refuse (exit 3, before any training) an evaluation whose arrays exceed the memory budget: every evaluated
+    domain's segments and, per model, their byte log-probabilities in float64 (and the logits of one chunk)."""
+    from noloco.infra import budget
+
+    count = max(1, study.eval_windows // study.segment)
+    per_domain = count * (study.segment * study.ctx + 1) * (1 + 8 * models + 4 * 256)
+    budget.require(per_domain * len(evaluated(study)), budget.resolve(max_memory),
+                   f"the evaluation of {len(evaluated(study))} domains x {study.eval_windows} windows x {models} models",
+                   "give fewer --eval-windows or a smaller --ctx")
+
+
 def eval_segments(domain: str, study: Study) -> np.ndarray:
     """(segments, segment x ctx + 1) bytes of the domain's validation text, evenly spaced through it (that
     they fit: :func:`check_evaluation`)."""

@@ -13,7 +13,8 @@ from noloco.infra.errors import ConfigError
 from noloco.infra.files import SCHEMA_VERSION, read_json, write_json
 from noloco.llm_check import domains
 from noloco.studies.ensemble.communication import communication
-from noloco.studies.ensemble.evaluation import check_evaluation, eval_segments, evaluate_seed, evaluated
+from noloco.studies.ensemble.evaluation import (check_evaluation, check_evaluation_memory, eval_segments, evaluate_seed,
+                                                evaluated)
 from noloco.studies.ensemble.plan import (BASELINES, COMPUTE_FACTOR, WIDTH_FACTOR, Run, Study, baseline_steps,
                                           budget_report, difficulty_groups, plan)
 
@@ -118,6 +119,7 @@ def run_study(study: Study, out, *, resume: bool = False, overwrite: bool = Fals
     runs = plan(study)
     budget = budget_report(study)
     check_evaluation(study)
+    check_evaluation_memory(study, models=len(runs) + study.replicas)  # at most every run's models at once
     started = time.perf_counter()
     folder = _open_study(out, study, resume, overwrite)
     out = Path(folder.path)
