@@ -1,11 +1,11 @@
 """``noloco llm study NAME``: the multi-run studies of noloco.studies and the gloo timings, each an
 action with its flags declared here: ``routing`` and ``paper`` (trained for several seeds, finished runs
-reused), ``advice`` and ``tune`` (the advice's held-out evaluations) and ``comm`` (gloo's all-reduce and
+reused), ``advice``, ``tune`` and ``families`` (the advice's held-out evaluations) and ``comm`` (gloo's all-reduce and
 point-to-point times on this machine)."""
 
 from __future__ import annotations
 
-STUDIES = ("routing", "paper", "advice", "tune", "comm")
+STUDIES = ("routing", "paper", "advice", "tune", "families", "comm")
 
 
 def add_parser(sub) -> None:
@@ -47,6 +47,17 @@ def add_parser(sub) -> None:
     tune.add_argument("--runs", required=True, help="where the held-out runs go (finished ones are reused)")
     tune.add_argument("--json", action="store_true", help="print the JSON report")
     tune.set_defaults(study_run=_tune)
+
+    families = actions.add_parser("families", help="the advice on model families it was not fitted on (a Hugging "
+                                                    "Face GPT-2 and a Llama-style config, cpu-tiny)",
+                                  description="Trains each family's pilot and target runs through the public API "
+                                              "(finished runs are reused) and judges the own-input prediction, the "
+                                              "forecast, the transfer and the gap under the rules fixed in "
+                                              "noloco/studies/families.py before the runs. Needs transformers.")
+    families.add_argument("--out", default="runs/families", help="folder of the runs (default runs/families)")
+    families.add_argument("--no-train", action="store_true", help="evaluate only (every run must exist)")
+    families.add_argument("--json", action="store_true", help="print the JSON report")
+    families.set_defaults(study_run=_families)
 
     from noloco.llm_check.comm_measure import DEFAULT_OUT, DEFAULT_SIZES
 
@@ -107,6 +118,15 @@ def _tune(args) -> int:
 
     report = tune.run_study(Path(args.pilots), Path(args.runs))
     print_json(report) if args.json else print(tune.format_report(report))
+    return 0
+
+
+def _families(args) -> int:
+    from noloco.infra.files import print_json
+    from noloco.studies import families
+
+    report = families.run_study(args.out, train=not args.no_train)
+    print_json(report) if args.json else print(families.format_report(report))
     return 0
 
 

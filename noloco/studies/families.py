@@ -20,6 +20,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from pathlib import Path
+
+from noloco.infra.files import read_json, write_json
 
 OWN_RULE, ADVICE_RULE, GAP_RULE = 1.5, 0.15, 2.0
 SEEDS = (0, 1)
@@ -54,3 +57,191 @@ def within(ratio: float | None, rule: float, relative: bool) -> bool | None:
     if ratio is None or not math.isfinite(ratio) or ratio <= 0:
         return None
     return abs(ratio - 1) <= rule if relative else 1 / rule <= ratio <= rule
+
+
+EVAL_EVERY, VAL_WINDOWS = 4, 32
+
+
+def _hf_model(family: Family, ctx: int):
+    """One replica of a Hugging Face family, randomly initialised (the caller seeds torch), byte vocabulary."""
+    import transformers
+
+    if family.name == "gpt2":
+        config = transformers.GPT2Config(vocab_size=256, n_positions=ctx + 1, n_embd=family.width,
+                                         n_layer=family.layers, n_head=family.heads, bos_token_id=0, eos_token_id=0)
+        return transformers.GPT2LMHeadModel(config)
+    config = transformers.LlamaConfig(vocab_size=256, hidden_size=family.width, intermediate_size=family.width * 8 // 3,
+                                      num_hidden_layers=family.layers, num_attention_heads=family.heads,
+                                      num_key_value_heads=family.heads // 2, max_position_embeddings=ctx + 1,
+                                      bos_token_id=0, eos_token_id=0)
+    return transformers.LlamaForCausalLM(config)
+
+
+def _loss(model, windows):
+    return model(input_ids=windows, labels=windows).loss  # Hugging Face shifts the labels itself
+
+
+def train_hf(family: Family, setting: dict, seed: int, folder) -> None:
+    """A plain torch loop: N replicas of ``family`` in one process (a list of modules), AdamW, the learning rate
+    of ``setting``'s schedule, :class:`noloco.OuterOptimizer` every H steps, :class:`noloco.Observer` writing
+    ``folder`` with the averaged model's and the replicas' validation loss at every evaluation."""
+    import copy
+
+    import numpy as np
+    import torch
+
+    import noloco
+    from noloco.llm_check import data
+    from noloco.theory.schedules import learning_rate
+
+    s = setting
+    N, H, T, ctx = s["replicas"], s["inner_steps"], s["outer_steps"], s["ctx"]
+    torch.manual_seed(seed)
+    first = _hf_model(family, ctx)
+    models = [first] + [copy.deepcopy(first) for _ in range(N - 1)]  # replicas start equal
+    corpus = data.load_corpus()
+    shards = data.shards(corpus, N, seed)
+    val = torch.from_numpy(data.val_windows(corpus, seed, VAL_WINDOWS, ctx)).long()
+    inner = torch.optim.AdamW([p for m in models for p in m.parameters()], lr=s["lr"],
+                              betas=(0.9, s["adam_beta2"]), weight_decay=0.0)
+    rate = lambda k: learning_rate(k, s["schedule"], s["lr"], T * H, warmup=s["warmup"],  # noqa: E731
+                                   floor=s["min_lr_frac"])
+    outer = noloco.OuterOptimizer(models, inner, inner_steps=H, method="noloco", group_size=s["group_size"],
+                                  alpha=s["alpha"], beta=s["beta"], gamma=s["gamma"], seed=seed)
+    observer = noloco.Observer(outer, folder, outer_steps=T, lr=s["lr"], schedule=s["schedule"], warmup=s["warmup"],
+                               min_lr_frac=s["min_lr_frac"], adam_beta2=s["adam_beta2"], seed=seed,
+                               overwrite=True, family=family.name, batch=s["batch"], ctx=ctx)
+    average = copy.deepcopy(first)
+    for k in range(T * H):
+        for group in inner.param_groups:
+            group["lr"] = rate(k)
+        inner.zero_grad(set_to_none=True)
+        for r, model in enumerate(models):
+            windows = torch.from_numpy(data.batch(shards[r], seed, r, k, s["batch"], ctx)).long()
+            _loss(model, windows).backward()
+        inner.step()  # the outer step runs from its hook after every H-th
+        if (k + 1) % (EVAL_EVERY * H) == 0:
+            with torch.no_grad():
+                for p_avg, *ps in zip(average.parameters(), *(m.parameters() for m in models)):
+                    p_avg.copy_(torch.stack(ps).mean(0))
+                per = [float(_loss(m, val)) for m in models]
+                observer.log(outer.outer_done, val_loss_avg_model=float(_loss(average, val)),
+                             val_loss_per_replica=per, val_loss_replicas_mean=float(np.mean(per)))
+    observer.close()
+    # the loss gap's input: sum over the weights of the replica-mean sqrt(vhat) of the inner AdamW (the harness
+    # reads it from its checkpoint; this loop has none)
+    root = sum(float((st["exp_avg_sq"].double() / (1 - s["adam_beta2"] ** float(st["step"]))).sqrt().sum())
+               for st in inner.state.values()) / N
+    write_json(Path(folder) / "adam_root.json", {"outer_step": outer.outer_done, "sum_sqrt_v": root})
+
+
+def train_tiny(setting: dict, seed: int, folder) -> None:
+    """The harness's cpu-tiny GPT at ``setting`` (noloco llm train; the same meter as the observer)."""
+    from noloco.llm_check.config import build
+    from noloco.llm_check.trainer import Trainer
+
+    keys = ("replicas", "group_size", "alpha", "beta", "gamma", "inner_steps", "outer_steps", "lr", "warmup",
+            "schedule", "min_lr_frac", "batch", "ctx", "adam_beta2")
+    cfg = build("cpu-tiny", "noloco", seed=seed, eval_every=EVAL_EVERY, val_windows=VAL_WINDOWS, weight_decay=0.0,
+                **{k: setting[k] for k in keys})
+    Trainer(cfg, folder, progress=False).run(overwrite=True)
+
+
+def _folder(out: Path, family: str, run: str, seed: int) -> Path:
+    return out / family / run / f"s{seed}"
+
+
+def train_missing(out: Path, families=tuple(FAMILIES), seeds=SEEDS, progress: bool | None = None) -> None:
+    """Every family's pilot (BASE) and target (BASE with TARGET) for every seed, unless finished already."""
+    from noloco.infra.progress import Progress
+
+    jobs = [(f, run, seed) for f in families for run in ("pilot", "target") for seed in seeds]
+    with Progress(len(jobs), "families study", unit="run", show=progress) as bar:
+        for name, run, seed in jobs:
+            folder = _folder(out, name, run, seed)
+            done = (folder / "result.json").exists() and read_json(folder / "result.json").get("finished") is True
+            if not done:
+                setting = {**BASE, **(TARGET if run == "target" else {})}
+                if name == "cpu-tiny":
+                    train_tiny(setting, seed, folder)
+                else:
+                    train_hf(FAMILIES[name], setting, seed, folder)
+            bar.update()
+
+
+def _own(folder: Path, family: str, seed: int) -> dict:
+    """The zero-constant prediction of a run from its own inputs against its measured second half."""
+    from noloco.advice.predict import predict
+    from noloco.advice.tune import rms_second_half
+
+    from noloco.advice.record import read_run
+
+    rep = predict(folder)
+    rows = [r for r in rep["rows"] if r.get("predicted") is not None and r.get("measured") is not None]
+    T = read_run(folder).setting.outer_steps
+    ratio = (rms_second_half(rows, "predicted", T) / rms_second_half(rows, "measured", T)) if rows else None
+    decay = rep.get("decay_factor")
+    flags = [f"unstable: decay factor {decay:.4g} >= 1"] if decay is not None and decay >= 1 else []
+    ok = within(ratio, OWN_RULE, relative=False)
+    return {"family": family, "seed": seed, "ratio": ratio, "flags": flags,
+            "verdict": "flagged" if flags else ("agrees" if ok else "misses")}
+
+
+def _gap(folder: Path, family: str, seed: int) -> dict:
+    from noloco.advice.gap import equipartition_gap
+
+    if (folder / "adam_root.json").exists():
+        saved = read_json(folder / "adam_root.json")
+        reader = lambda path, beta2: (int(saved["outer_step"]), float(saved["sum_sqrt_v"]))  # noqa: E731
+    else:
+        from noloco.llm_check.adam_state import second_moment_root as reader
+    rep = equipartition_gap(folder, reader)
+    ok = within(rep["ratio"], GAP_RULE, relative=False)
+    return {"family": family, "seed": seed, "predicted": rep["predicted"], "measured": rep["measured"],
+            "ratio": rep["ratio"], "flags": [], "verdict": "agrees" if ok else "misses"}
+
+
+def evaluate(out: Path, families=tuple(FAMILIES), seeds=SEEDS) -> dict:
+    """Every prediction of every family and seed under the rules fixed above."""
+    from noloco.studies.advice import forecast_check, transfer_check
+
+    rows = {"own": [], "forecast": [], "transfer": [], "gap": []}
+    for name in families:
+        for seed in seeds:
+            pilot, target = _folder(out, name, "pilot", seed), _folder(out, name, "target", seed)
+            rows["own"] += [_own(pilot, name, seed), _own(target, name, seed)]
+            rows["forecast"].append({**forecast_check(pilot, name, seed), "family": name})
+            rows["transfer"].append({**transfer_check(pilot, target, name, seed, TARGET), "family": name})
+            rows["gap"].append(_gap(pilot, name, seed))
+    summary = {kind: {"runs": len(items), "flagged": sum(x["verdict"] == "flagged" for x in items),
+                      "agree": sum(x["verdict"] == "agrees" for x in items),
+                      "misses_unflagged": sum(x["verdict"] == "misses" for x in items)}
+               for kind, items in rows.items()}
+    return {"schema": "families", "rules": {"own_factor": OWN_RULE, "advice_tolerance": ADVICE_RULE,
+                                            "gap_factor": GAP_RULE},
+            "base": BASE, "target": TARGET, "seeds": list(seeds), "families": list(families), **rows,
+            "summary": summary}
+
+
+def run_study(out, train: bool = True, families=tuple(FAMILIES), seeds=SEEDS) -> dict:
+    out = Path(out)
+    if train:
+        train_missing(out, families, seeds)
+    report = evaluate(out, families, seeds)
+    write_json(out / "families.json", report, indent=2)
+    return report
+
+
+def format_report(rep: dict) -> str:
+    lines = [f"rules: own inputs within a factor {rep['rules']['own_factor']:g}; forecast and transfer within "
+             f"{rep['rules']['advice_tolerance']:.0%}; gap within a factor {rep['rules']['gap_factor']:g}",
+             f"{'kind':<9} {'family':<9} {'seed':>4} {'ratio':>7}  verdict  flags"]
+    for kind in ("own", "forecast", "transfer", "gap"):
+        for x in rep[kind]:
+            ratio = "-" if x["ratio"] is None else f"{x['ratio']:.3f}"
+            lines.append(f"{kind:<9} {x['family']:<9} {x['seed']:>4} {ratio:>7}  {x['verdict']:<8} "
+                         f"{'; '.join(f[:60] for f in x.get('flags', []))}")
+    lines.append("summary: " + "; ".join(f"{k} {v['agree']}/{v['runs']} agree, {v['flagged']} flagged, "
+                                         f"{v['misses_unflagged']} unflagged misses"
+                                         for k, v in rep["summary"].items()))
+    return "\n".join(lines)
