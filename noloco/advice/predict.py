@@ -2,7 +2,7 @@
 
 A run folder holds ``result.json`` (the config: the outer step nested under ``"outer"``, or flat
 as runs of schema 1 wrote it), ``metrics.jsonl`` (``weight_std`` at every evaluation) and, for
-runs made with the meter, ``inputs.jsonl`` (one line per outer step: :class:`noloco.llm_check.measure.
+runs made with the meter, ``inputs.jsonl`` (one line per outer step: :class:`noloco.training.measure.
 SpreadMeter`'s estimates per tensor). For each tensor (group) g, the per-step inputs
 (c_t, s2_t, rho_t) and the drift step the exact exchangeable recursion of
 :mod:`noloco.theory.exchangeable` (``recursion(outer, c_t, s2_t, rho_t).step``, as ``varying_trajectory``)

@@ -85,24 +85,30 @@ class Setting:
 
     def curve(self) -> tuple[np.ndarray, np.ndarray]:
         """(inner steps, mean over seeds of the averaged model's validation loss) at the evaluations every seed has."""
-        per = [{r["outer_step"]: r["val_loss_avg_model"] for r in run.metrics} for run in self.runs]
+        per = [{r["outer_step"]: r["val_loss_avg_model"] for r in evaluated(run)} for run in self.runs]
         common = sorted(set.intersection(*(set(p) for p in per)))
         H = self.config.inner_steps
         return (np.array(common, dtype=float) * H, np.array([np.mean([p[t] for p in per]) for t in common]))
 
     def per_seed_curves(self):
         H = self.config.inner_steps
-        return [(np.array([r["outer_step"] * H for r in run.metrics], dtype=float),
-                 np.array([r["val_loss_avg_model"] for r in run.metrics])) for run in self.runs]
+        return [(np.array([r["outer_step"] * H for r in evaluated(run)], dtype=float),
+                 np.array([r["val_loss_avg_model"] for r in evaluated(run)])) for run in self.runs]
 
     def final_loss(self) -> tuple[float, float]:
         """Mean over seeds (and its standard error) of the last :data:`SMOOTH` evaluations' loss."""
-        return finite_mean_se([float(np.mean([r["val_loss_avg_model"] for r in run.metrics[-SMOOTH:]]))
-                         for run in self.runs])
+        return finite_mean_se([float(np.mean([r["val_loss_avg_model"] for r in evaluated(run)[-SMOOTH:]]))
+                               if evaluated(run) else math.nan for run in self.runs])
 
     def spread(self) -> tuple[float, float]:
         T = self.config.outer_steps
         return finite_mean_se([rms_second_half(run.metrics, "weight_std", T) for run in self.runs])
+
+
+def evaluated(run) -> list[dict]:
+    """The metrics rows that hold the averaged model's validation loss (a run written by
+    :class:`noloco.Observer` has a row every outer step, with the losses the user logged)."""
+    return [r for r in run.metrics if isinstance(r.get("val_loss_avg_model"), (int, float))]
 
 
 def _key(cfg) -> tuple:

@@ -34,7 +34,7 @@ def memory_estimate(cfg: TrainConfig, replicas: int | None = None) -> dict:
     eval_tokens = R * min(EVAL_CHUNK, cfg.val_windows) * T
     evaluation = eval_tokens * (_EVAL_PER_VOCAB * V + _EVAL_PER_WIDTH * C) * max(size, 4)
     data = 3 * 13e6 + cfg.val_windows * (T + 1) * 9  # the corpus and its shards, the validation windows
-    # noloco.llm_check.measure: two float64 buffers per parameter and replica, where one process holds them all
+    # noloco.training.measure: two float64 buffers per parameter and replica, where one process holds them all
     meter = 2 * 8 * R * n_params if R >= 2 and not cfg.synchronous else 0
     parts = {"parameters_and_optimizer": state, "activations": max(step, evaluation), "data": data,
              "spread_meter": meter}

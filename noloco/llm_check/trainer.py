@@ -13,7 +13,7 @@ tensors is exactly R independent AdamWs; only clipping couples coordinates, and 
 replica. The inner AdamW state carries over outer steps (as in DiLoCo); ``inner_optimizer="sgd"`` is
 plain SGD instead. A synchronous method (``ddp``) averages the gradients every step and skips the
 outer step. Every outer step in one process also measures the outer theory's inputs
-(:class:`noloco.llm_check.measure.SpreadMeter`, ``inputs.jsonl``); under torchrun nothing is measured
+(:class:`noloco.training.measure.SpreadMeter`, ``inputs.jsonl``); under torchrun nothing is measured
 (the replica means would cost a collective per outer step).
 
 Under torchrun::
@@ -39,7 +39,7 @@ from noloco.llm_check.resources import check_memory
 from noloco.training.exchange import Exchange, LocalExchange
 from noloco.training.outer_optimizer import OuterOptimizer
 from noloco.llm_check.lifecycle import Lifecycle, run_folder
-from noloco.llm_check.measure import SpreadMeter
+from noloco.training.measure import SpreadMeter
 from noloco.llm_check.model import init_params, losses, param_shapes
 from noloco.llm_check.routing import param_stage, route
 

@@ -1,0 +1,251 @@
+"""The observer: the theory's inputs and the spread measured in any run, written to a run folder the advice reads.
+
+Attached to a :class:`noloco.training.outer_optimizer.OuterOptimizer` (its progress hook, before every
+exchange), it sees each outer step's outer weights phi and progress theta - phi and measures what
+:class:`noloco.training.measure.SpreadMeter` measures (c, s2, rho, the drift, per tensor) and the spread
+``weight_std``:
+
+* N replicas in one process (stacked tensors or a list of modules): exactly, from every coordinate;
+* one replica per torch.distributed rank: from a seeded sample of ``sample`` coordinates of each tensor, the
+  same on every rank (:class:`noloco.training.sample.CoordinateSample`), gathered by one all-gather of a small
+  buffer per outer step; the parameters are never all-reduced. Each row states its sampling error.
+
+Rank 0 writes the run folder (docs/own_run.md, format ``noloco-run`` version :data:`FORMAT_VERSION`), every
+file atomically: ``result.json`` (the setting the advice reads, how far the run got, the flags),
+``metrics.jsonl`` (a row per outer step: ``weight_std`` of phi after it and what :meth:`Observer.log` was
+given) and ``inputs.jsonl`` (the meter's row per outer step). ``noloco llm predict RUN`` (``--forecast``,
+``--as``) and ``noloco llm tune`` read it; its early warnings are :mod:`noloco.training.early_warning`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from pathlib import Path
+
+import torch
+
+from noloco.advice.record import RunSetting
+from noloco.infra.errors import ConfigError
+from noloco.infra.files import SCHEMA_VERSION, atomic_write_text, dumps, write_json
+from noloco.training import early_warning
+from noloco.training.exchange import LocalExchange
+from noloco.training.measure import SpreadMeter
+from noloco.training.sample import DEFAULT_SAMPLE, CoordinateSample, standard_errors, update_alignment
+
+FORMAT = "noloco-run"
+#: the version of the run-folder format this observer writes (docs/own_run.md)
+FORMAT_VERSION = 1
+
+
+class Observer:
+    """Measure the theory's inputs and the spread of the run of ``outer`` (an OuterOptimizer) and write them to
+    ``folder`` (rank 0).
+
+    The advice needs the run's inner learning-rate schedule: ``outer_steps`` (planned), ``lr`` (peak),
+    ``schedule`` (constant, cosine or inverse), ``warmup`` (inner steps), ``min_lr_frac``, ``inner_optimizer``
+    (adamw or sgd) and ``adam_beta2``; any other keyword is kept in the folder's config as the user's own
+    field (a model name, a seed...). ``sample``: coordinates per tensor across ranks (default
+    :data:`~noloco.training.sample.DEFAULT_SAMPLE`), or in one process to sample instead of measuring every
+    coordinate; ``seed`` of the sample. ``spread_budget``: a weight_std the run should stay below (a flag when
+    the measured or forecast spread crosses it). ``overwrite``: replace a run folder already there.
+
+    Example: 4 replicas of a small regression in one process, 12 outer steps::
+
+        >>> import tempfile, torch, noloco
+        >>> _ = torch.manual_seed(0)
+        >>> models = [torch.nn.Linear(4, 1) for _ in range(4)]
+        >>> for m in models[1:]:
+        ...     _ = m.load_state_dict(models[0].state_dict())    # replicas start equal
+        >>> inner = torch.optim.SGD([p for m in models for p in m.parameters()], lr=0.05)
+        >>> outer = noloco.OuterOptimizer(models, inner, inner_steps=5)
+        >>> folder = tempfile.mkdtemp()
+        >>> observer = noloco.Observer(outer, folder, outer_steps=12, lr=0.05, inner_optimizer="sgd")
+        >>> for step in range(60):
+        ...     inner.zero_grad()
+        ...     x = torch.randn(4, 16, 4)
+        ...     sum(((m(x[i]) - x[i].sum(1, keepdim=True)) ** 2).mean() for i, m in enumerate(models)).backward()
+        ...     inner.step()
+        >>> observer.close()
+        >>> noloco.read_run(folder).metrics[-1]["outer_step"], observer.flags
+        (12, [])
+    """
+
+    def __init__(self, outer, folder, *, outer_steps: int, lr: float, schedule: str = "constant", warmup: int = 0,
+                 min_lr_frac: float = 0.0, inner_optimizer: str = "adamw", adam_beta2: float = 0.95,
+                 sample: int | None = None, seed: int = 0, spread_budget: float | None = None,
+                 overwrite: bool = False, **fields):
+        self.outer = outer
+        self.folder = Path(folder)
+        self.config = {"method": outer.method, "outer": dataclasses.asdict(outer.config),
+                       "inner_steps": outer.inner_steps, "outer_steps": outer_steps, "lr": lr, "schedule": schedule,
+                       "warmup": warmup, "min_lr_frac": min_lr_frac, "inner_optimizer": inner_optimizer,
+                       "adam_beta2": adam_beta2, **fields}
+        RunSetting.from_config(self.config)  # a bad value: ConfigError naming the field, before any work
+        if spread_budget is not None and not (isinstance(spread_budget, (int, float)) and 0 < spread_budget < math.inf):
+            raise ConfigError(f"spread_budget={spread_budget!r} is out of range; allowed: a number > 0 (a weight_std)")
+        self.budget = spread_budget
+        ex = outer.exchange
+        self.batched = isinstance(ex, LocalExchange)
+        if not self.batched and len(outer.stages) > 1:
+            raise ConfigError("the observer measures one stage per run across ranks; give stages=None")
+        self.N, self.main = outer.replicas, ex.is_main
+        if self.N < 2:
+            raise ConfigError(f"replicas={self.N}: a spread needs at least 2 replicas")
+        one = {k: (t.shape[1:] if self.batched else t.shape) for k, t in outer.phi.items()}
+        self.numel = {k: math.prod(s) for k, s in one.items()}
+        self.sampled = sample is not None or not self.batched
+        self.sample = CoordinateSample(one, DEFAULT_SAMPLE if sample is None else sample, seed)
+        self.meter = SpreadMeter(self.N)
+        self.rows: dict[int, dict] = {}  # outer step -> metrics row
+        self.inputs: list[dict] = []
+        self.alignments: list = []
+        self.flags: list[dict] = []
+        self.seconds = 0.0  # spent observing (the benchmark's cost)
+        self._prev = None  # (phi, progress) samples of the last outer step
+        self._started = time.perf_counter()
+        if self.main:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            if (self.folder / "result.json").exists() and not overwrite:
+                raise ConfigError(f"{self.folder} already holds a run (result.json); give another folder or "
+                                  f"overwrite=True")
+            for name in ("metrics.jsonl", "inputs.jsonl"):
+                (self.folder / name).unlink(missing_ok=True)
+        self._handle = outer.add_progress_hook(self.observe)
+
+    # ------------------------------------------------------------------ measuring
+
+    def _gather(self, *parts: dict) -> list[dict]:
+        """Every replica's samples of ``parts`` (dicts of this process's tensors): ``{name: (N, K)}`` each."""
+        taken = [self.sample.take(p, self.batched) for p in parts]
+        if self.batched:
+            return taken
+        import torch.distributed as dist
+
+        flat = torch.cat([t for d in taken for t in d.values()])
+        out = [torch.empty_like(flat) for _ in range(self.N)]
+        self.outer.exchange._run(lambda: [dist.all_gather(out, flat, async_op=True)], "observer all-gather", "all")
+        whole = torch.stack(out)  # (N, total)
+        result, at = [], 0
+        for d in taken:
+            part = {}
+            for k, t in d.items():
+                part[k] = whole[:, at:at + t.numel()]
+                at += t.numel()
+            result.append(part)
+        return result
+
+    def _spread(self, groups: dict) -> tuple[float, float]:
+        """``(weight_std, its standard error)`` pooled over the tensors, numel-weighted."""
+        total = sum(self.numel.values())
+        sq = sum(self.numel[k] * g["spread"] for k, g in groups.items()) / total
+        var = sum((self.numel[k] * g.get("se", {}).get("spread", 0.0)) ** 2 for k, g in groups.items()) / total ** 2
+        ws = math.sqrt(max(sq, 0.0))
+        return ws, (math.sqrt(var) / (2 * ws) if ws > 0 else 0.0)
+
+    @torch.no_grad()
+    def observe(self, phi: dict, progress: dict, step: int) -> None:
+        """The progress hook: outer step ``step + 1``'s phi and progress, before the exchange. With your own
+        outer step instead of an OuterOptimizer, call it yourself at each outer step (every rank)."""
+        start = time.perf_counter()
+        phi_s, prog_s = self._gather(phi, progress)
+        if self.sampled:
+            row = self.meter.update(phi_s, prog_s)
+            for k, g in row["groups"].items():
+                g["sampled"], g["numel"] = g["numel"], self.numel[k]
+                g["se"] = standard_errors(phi_s[k], prog_s[k], g["c"], self.sample.exact(k))
+        else:
+            row = self.meter.update(phi, progress)
+        ws, se = self._spread(row["groups"])
+        self._metric(step, ws, se)
+        self.inputs.append({"outer_step": step + 1, **row})
+        if self._prev is not None:
+            self.alignments.append(update_alignment(*self._prev, phi_s))
+        self._prev = (phi_s, prog_s)
+        if self.main:
+            rms = math.sqrt(sum(float((t * t).mean()) * self.numel[k] for k, t in phi_s.items()) / sum(self.numel.values()))
+            self._raise(early_warning.unequal_start(ws, rms, step))
+            self._raise(early_warning.wrong_sign(self.alignments, step) if self.alignments else None)
+            self._write(finished=False)
+            if 2 <= step <= early_warning.WARN_STEPS:  # read the folder written so far
+                self._raise(early_warning.unstable(self.folder, step))
+                if self.budget is not None:
+                    self._raise(early_warning.spread_budget(self.folder, self.budget, ws, step,
+                                                            self.config["outer_steps"]))
+                    self._write(finished=False)
+        self.seconds += time.perf_counter() - start
+
+    def _metric(self, step: int, ws: float, se: float) -> None:
+        row = self.rows.setdefault(step, {"outer_step": step})
+        row["weight_std"] = ws
+        if self.sampled:
+            row["weight_std_se"] = se
+
+    def _raise(self, flag: dict | None) -> None:
+        if flag is not None and flag["flag"] not in {f["flag"] for f in self.flags}:
+            self.flags.append(flag)
+
+    def log(self, step: int, **metrics) -> None:
+        """Your own numbers at outer step ``step`` (``outer.outer_done`` after it), e.g. ``train_loss``, and
+        ``val_loss_avg_model`` (the loss of the replicas' average) and ``val_loss_replicas_mean`` (the mean of
+        each replica's loss) for ``noloco llm tune`` and the loss gap. Numbers only; rank 0's are written."""
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise ConfigError(f"step={step!r} is out of range; allowed: an outer step >= 0")
+        for name, value in metrics.items():
+            if name in ("outer_step", "weight_std", "weight_std_se"):
+                raise ConfigError(f"{name} is the observer's own; log your number under another name")
+            if isinstance(value, torch.Tensor):
+                value = value.item()
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ConfigError(f"{name}={value!r} is not a number")
+            self.rows.setdefault(step, {"outer_step": step})[name] = float(value)
+
+    @torch.no_grad()
+    def close(self) -> None:
+        """The spread after the last outer step done, the folder's final write (``finished`` when the planned
+        outer steps are done), and detach from the optimizer. Under torch.distributed every rank calls it."""
+        if self._handle is None:
+            return
+        start = time.perf_counter()
+        step = self.outer.outer_done
+        if step not in self.rows or "weight_std" not in self.rows[step]:  # the same on every rank
+            if self.sampled:
+                (phi_s,) = self._gather(self.outer.phi)
+                groups = {k: {"spread": float(((t - t.mean(0)) ** 2).sum(0).mean()) / self.N,
+                              "se": standard_errors(t, torch.zeros_like(t), 0.0, self.sample.exact(k))}
+                          for k, t in phi_s.items()}
+            else:  # every coordinate, float64 (equal replicas give exactly 0)
+                groups = {k: {"spread": float(((p.double() - p.double().mean(0)) ** 2).sum()) / (self.numel[k] * self.N)}
+                          for k, p in self.outer.phi.items()}
+            self._metric(step, *self._spread(groups))
+        self.seconds += time.perf_counter() - start
+        if self.main:
+            self._write(finished=step >= self.config["outer_steps"])
+        self._handle.remove()
+        self._handle = None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # ------------------------------------------------------------------ the run folder
+
+    def result(self, finished: bool) -> dict:
+        """result.json's content (docs/own_run.md)."""
+        sampled = None if not self.sampled else {
+            "per_tensor": self.sample.per_tensor, "seed": self.sample.seed, "tensors": len(self.numel),
+            "coordinates": sum(self.sample.sizes().values()), "of": sum(self.numel.values())}
+        return {"format": FORMAT, "format_version": FORMAT_VERSION, "schema_version": SCHEMA_VERSION,
+                "config": self.config, "world_size": 1 if self.batched else self.N, "replicas": self.N,
+                "n_params": sum(self.numel.values()), "outer_steps_done": self.outer.outer_done,
+                "finished": finished, "wall_s": time.perf_counter() - self._started,
+                "observer_s": self.seconds, "sampled": sampled, "flags": self.flags, "torch": torch.__version__}
+
+    def _write(self, finished: bool) -> None:
+        rows = [r for _, r in sorted(self.rows.items()) if "weight_std" in r]
+        atomic_write_text(self.folder / "metrics.jsonl", "".join(dumps(r) + "\n" for r in rows))
+        atomic_write_text(self.folder / "inputs.jsonl", "".join(dumps(r) + "\n" for r in self.inputs))
+        write_json(self.folder / "result.json", self.result(finished), indent=2)

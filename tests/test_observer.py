@@ -1,0 +1,335 @@
+"""noloco.Observer: the theory's inputs and the spread of a user's own run, written to a run folder that
+`noloco llm predict` (--forecast, --as) and `noloco llm tune` read; the coordinate sample across ranks and its
+stated error against the full measurement; the early warnings, each made to fire by its fault."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import noloco  # noqa: E402
+from noloco.advice.forecast import forecast, transfer  # noqa: E402
+from noloco.advice.predict import predict  # noqa: E402
+from noloco.advice.tune import tune  # noqa: E402
+from noloco.cli import main  # noqa: E402
+from noloco.theory.outer import outer_step  # noqa: E402
+from noloco.training.measure import SpreadMeter  # noqa: E402
+from noloco.training.sample import CoordinateSample, standard_errors  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+H, T, N = 5, 24, 4
+
+
+def _mlp(dtype=torch.float32):
+    torch.manual_seed(0)  # every replica the same start
+    return torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1)).to(dtype)
+
+
+def _batch(replica: int, step: int, dtype=torch.float32):
+    g = torch.Generator().manual_seed(1000 * replica + step)  # each replica its own data
+    x = torch.randn(32, 6, generator=g, dtype=dtype)
+    return x, torch.sin(x.sum(1, keepdim=True)) + 0.3 * torch.randn(32, 1, generator=g, dtype=dtype)
+
+
+def _val_losses(models, dtype):
+    x, y = _batch(999, 0, dtype)
+    own = [float(((m(x) - y) ** 2).mean()) for m in models]
+    params = [dict(m.named_parameters()) for m in models]
+    avg = {k: torch.stack([p[k] for p in params]).mean(0) for k in params[0]}
+    pred = torch.func.functional_call(models[0], avg, (x,))
+    return float(((pred - y) ** 2).mean()), float(np.mean(own))
+
+
+def train_batched(folder, replicas=N, outer_cls=None, equal=True, steps=T, dtype=torch.float32, lr=1e-2,
+                  extra=None, **observer_kw):
+    """The tiny regression, ``replicas`` modules in one process, AdamW, H = 5, with an Observer (and
+    ``extra``: more observers on the same run, as ``{folder: kwargs}``)."""
+    models = [_mlp(dtype) for _ in range(replicas)]
+    if not equal:
+        with torch.no_grad():
+            models[1][0].weight.add_(1e-3)
+    inner = torch.optim.AdamW([p for m in models for p in m.parameters()], lr=lr)
+    outer = (outer_cls or noloco.OuterOptimizer)(models, inner, inner_steps=H, seed=3)
+    observer = noloco.Observer(outer, folder, outer_steps=steps, lr=lr, model="mlp-6-16-1", **observer_kw)
+    others = [noloco.Observer(outer, f, outer_steps=steps, lr=lr, **kw) for f, kw in (extra or {}).items()]
+    for step in range(steps * H):
+        inner.zero_grad()
+        sum(((m(x) - y) ** 2).mean() for m, (x, y) in
+            ((m, _batch(i, step, dtype)) for i, m in enumerate(models))).backward()
+        inner.step()
+        if (step + 1) % H == 0:
+            with torch.no_grad():
+                avg, mean = _val_losses(models, dtype)
+            observer.log(outer.outer_done, val_loss_avg_model=avg, val_loss_replicas_mean=mean)
+    for o in (observer, *others):
+        o.close()
+    return observer, others
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("own") / "run"
+    observer, _ = train_batched(folder)
+    return folder, observer
+
+
+def test_the_run_folder_format(run_folder):
+    folder, observer = run_folder
+    result = json.loads((folder / "result.json").read_text())
+    assert (result["format"], result["format_version"], result["schema_version"]) == ("noloco-run", 1, 2)
+    cfg = result["config"]
+    assert cfg["outer"]["group_size"] == 2 and cfg["inner_steps"] == H and cfg["outer_steps"] == T
+    assert cfg["model"] == "mlp-6-16-1" and cfg["schedule"] == "constant"
+    assert result["finished"] and result["world_size"] == 1 and result["sampled"] is None
+    assert result["flags"] == [] == observer.flags
+    run = noloco.read_run(folder)
+    assert [r["outer_step"] for r in run.metrics] == list(range(T + 1))
+    assert run.metrics[0]["weight_std"] == 0.0 and run.metrics[-1]["weight_std"] > 0
+    assert all("val_loss_avg_model" in r for r in run.metrics[1:])
+    assert [r["outer_step"] for r in run.inputs] == list(range(1, T + 1))
+    assert set(run.inputs[-1]["groups"]) == {"0.weight", "0.bias", "2.weight", "2.bias"}
+    assert dict(run.setting.other) == {"model": "mlp-6-16-1"}
+
+
+def test_the_advice_reads_it(run_folder, capsys):
+    folder, _ = run_folder
+    report = predict(folder)
+    ratios = [r["ratio"] for r in report["rows"][1:]]
+    assert all(r is not None and 0.2 < r < 5 for r in ratios), ratios  # a prediction, not an agreement claim
+    fc = forecast(folder)
+    assert fc["from_step"] == 6 and len(fc["rows"]) == T - 6 and all(r["forecast"] > 0 for r in fc["rows"])
+    other = transfer(folder, beta=0.5)
+    assert other["rows"][-1]["predicted"] > 0
+    tuned = tune([folder])
+    assert tuned["recommendation"] is not None and tuned["rows"][0]["stability_margin"] > 0
+    for argv in (["llm", "predict", str(folder)], ["llm", "predict", str(folder), "--forecast"],
+                 ["llm", "predict", str(folder), "--as", "beta=0.5"], ["llm", "tune", str(folder)]):
+        assert main(argv) == 0, argv
+    out = capsys.readouterr().out
+    assert "decay factor" in out and "recommendation" in out
+
+
+# ----------------------------------------------------------------- the coordinate sample and its error
+
+def _weights(seed=0):
+    """Stacked phi and progress of 4 replicas, heavy-tailed per-coordinate scales, progress = -c z + noise."""
+    g = torch.Generator().manual_seed(seed)
+    out = {}
+    for name, shape, c in (("big", (200, 250), 0.3), ("wide", (40_000,), 0.05), ("small", (64,), 0.5)):
+        scale = torch.exp(0.75 * torch.randn(shape, generator=g, dtype=torch.float64))  # lognormal scales
+        phi = 1.0 + scale * torch.randn(N, *shape, generator=g, dtype=torch.float64)
+        z = phi - phi.mean(0)
+        out[name] = (phi, -c * z + scale * 0.5 * torch.randn(N, *shape, generator=g, dtype=torch.float64))
+    return out
+
+
+def _sampled_rows(data, K, seed):
+    sample = CoordinateSample({k: p.shape[1:] for k, (p, _) in data.items()}, K, seed)
+    phi = sample.take({k: p for k, (p, _) in data.items()}, stacked=True)
+    prog = sample.take({k: q for k, (_, q) in data.items()}, stacked=True)
+    groups = SpreadMeter(N).update(phi, prog)["groups"]
+    return {k: {**g, "se": standard_errors(phi[k], prog[k], g["c"], sample.exact(k))} for k, g in groups.items()}
+
+
+def test_the_sample_agrees_with_the_full_measurement_within_its_stated_error():
+    data = _weights()
+    full = SpreadMeter(N).update({k: p for k, (p, _) in data.items()}, {k: q for k, (_, q) in data.items()})["groups"]
+    got = _sampled_rows(data, 512, seed=7)
+    for name in ("big", "wide"):
+        for key in ("spread", "c", "s2"):
+            se = got[name]["se"][key]
+            assert se > 0 and abs(got[name][key] - full[name][key]) < 3 * se, (name, key)
+            # an informative sample, not a vacuous error: c (in [0, 1], small in a flat tensor) absolutely
+            assert se < (0.1 if key == "c" else 0.25 * full[name][key]), (name, key, se)
+    assert got["small"]["se"] == {"spread": 0.0, "c": 0.0, "s2": 0.0}  # 64 <= K: taken whole, exact
+    for key in ("spread", "c", "s2"):
+        assert got["small"][key] == pytest.approx(full["small"][key], rel=1e-12)
+    # how well the stated error covers: over 150 seeds of the index, |sampled - full| / se. The per-coordinate
+    # values are skewed (lognormal scales), so the t-like ratio is too: +-2 se covered 85 to 94 %, +-3 se 95 to
+    # 100 % (docs/own_run.md states it); a smaller scale spread comes closer to the normal 95.4 / 99.7 %
+    zs = {key: [] for key in ("spread", "c", "s2")}
+    for seed in range(150):
+        rows = _sampled_rows({"big": data["big"]}, 512, seed)
+        for key in zs:
+            zs[key].append(abs(rows["big"][key] - full["big"][key]) / rows["big"]["se"][key])
+    for key, z in zs.items():
+        z = np.array(z)
+        assert (z < 2).mean() > 0.8 and (z < 3).mean() > 0.93, (key, (z < 2).mean(), (z < 3).mean())
+    # and shrinks as 1 / sqrt(K)
+    ratio = _sampled_rows(data, 2048, 7)["big"]["se"]["spread"] / got["big"]["se"]["spread"]
+    assert ratio == pytest.approx(0.5, rel=0.2)
+
+
+def test_a_sampled_observer_beside_the_exact_one(tmp_path):
+    """Two observers on one run: every coordinate, and 64 per tensor (the 16 x 6 and 1 x 16 weights sampled)."""
+    exact, (sampled,) = train_batched(tmp_path / "exact", steps=12, extra={tmp_path / "sampled": {"sample": 64}})
+    full, part = noloco.read_run(tmp_path / "exact"), noloco.read_run(tmp_path / "sampled")
+    assert part.result["sampled"]["per_tensor"] == 64 and part.result["sampled"]["coordinates"] == 64 + 16 + 16 + 1
+    for a, b in zip(full.metrics[1:], part.metrics[1:]):
+        assert abs(a["weight_std"] - b["weight_std"]) < 3 * b["weight_std_se"] + 1e-12
+    assert part.inputs[-1]["groups"]["0.weight"]["numel"] == 96 and part.inputs[-1]["groups"]["0.weight"]["sampled"] == 64
+
+
+# ----------------------------------------------------------------- many ranks (gloo on localhost)
+
+def _rank(rank, world, port, out):
+    import datetime
+
+    import torch.distributed as dist
+
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
+                            timeout=datetime.timedelta(seconds=60))
+    model = _mlp(torch.float64)
+    inner = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    outer = noloco.OuterOptimizer(model, inner, inner_steps=H, seed=3)
+    observer = noloco.Observer(outer, out, outer_steps=T, lr=1e-2, sample=64, model="mlp-6-16-1")
+    for step in range(T * H):
+        x, y = _batch(rank, step, torch.float64)
+        inner.zero_grad()
+        ((model(x) - y) ** 2).mean().backward()
+        inner.step()
+    observer.close()
+    dist.destroy_process_group()
+    os._exit(0)  # skip interpreter teardown: gloo can abort in C++ static destructors (docs/reliability.md)
+
+
+@pytest.mark.slow  # 4 processes: about 25 s on 2 cores
+def test_one_replica_per_rank_writes_what_one_process_samples(tmp_path):
+    """4 gloo processes, one replica each, the sample gathered: the folder rank 0 writes holds the inputs the
+    batched run of the same replicas measures from the same sample (the same indices on every rank), and the
+    advice reads it."""
+    import torch.multiprocessing as mp
+
+    from noloco.training.exchange import free_port
+
+    mp.start_processes(_rank, args=(N, free_port(), str(tmp_path / "dist")), nprocs=N, join=True,
+                       start_method="spawn")
+    train_batched(tmp_path / "one", dtype=torch.float64, sample=64)
+    dist_run, one = noloco.read_run(tmp_path / "dist"), noloco.read_run(tmp_path / "one")
+    assert dist_run.world_size == N and dist_run.result["sampled"]["per_tensor"] == 64
+    for a, b in zip(dist_run.inputs, one.inputs):
+        for name, g in a["groups"].items():
+            for key in ("spread", "c", "s2", "sum_var"):
+                assert g[key] == pytest.approx(b["groups"][name][key], rel=1e-9, abs=1e-15), (name, key)
+    assert [r["weight_std"] for r in dist_run.metrics] == pytest.approx([r["weight_std"] for r in one.metrics],
+                                                                        rel=1e-9)
+    assert predict(tmp_path / "dist")["rows"][-1]["predicted"] > 0
+    assert forecast(tmp_path / "dist")["rows"]
+    assert main(["llm", "predict", str(tmp_path / "dist"), "--forecast"]) == 0
+
+
+# ----------------------------------------------------------------- early warnings, each made by its fault
+
+def test_replicas_that_did_not_start_equal(tmp_path):
+    observer, _ = train_batched(tmp_path / "r", equal=False, steps=3)
+    assert [f["flag"] for f in observer.flags] == ["unequal_start"]
+    assert json.loads((tmp_path / "r" / "result.json").read_text())["flags"][0]["flag"] == "unequal_start"
+
+
+class WrongSign(noloco.OuterOptimizer):
+    """The bug DiLoCo implementations shipped: the pseudo-gradient phi - theta added where theta - phi is meant
+    (the paper writes phi - theta with a minus in front; the minus got lost). The hook still sees theta - phi."""
+
+    @torch.no_grad()
+    def sync(self):
+        theta = self.replicas_here.theta()
+        progress = {k: theta[k] - self.phi[k] for k in self.phi}
+        for hook in self._progress_hooks:
+            hook(self.phi, progress, self.outer_done)
+        keys = list(self.phi)
+        means_phi, means_progress = self.exchange.group_means([self.phi[k] for k in keys],
+                                                              [progress[k] for k in keys], self.seed,
+                                                              self.outer_done, self.config.group_size)
+        for k, mp, mg in zip(keys, means_phi, means_progress):
+            self.phi[k], self.delta[k] = outer_step(self.phi[k], self.delta[k], mp, -mg, **self.config.rule())
+        self.replicas_here.load(self.phi)
+        self.outer_done += 1
+        self.inner_done = 0
+
+
+def test_a_pseudo_gradient_with_the_wrong_sign(tmp_path):
+    observer, _ = train_batched(tmp_path / "r", outer_cls=WrongSign, steps=4)
+    assert [f["flag"] for f in observer.flags] == ["wrong_sign"] and observer.flags[0]["outer_step"] == 1
+    assert all(a < 0 for a in observer.alignments)
+    right, _ = train_batched(tmp_path / "ok", steps=8)
+    assert right.flags == [] and all(a > 0 for a in right.alignments)
+
+
+def _noisy_quadratic(folder, beta):
+    """Each replica's inner SGD reaches its own fresh noisy optimum in one step (c = 1 exactly)."""
+    w = torch.nn.Parameter(torch.zeros(N, 500, dtype=torch.float64))
+    inner = torch.optim.SGD([w], lr=0.5)
+    outer = noloco.OuterOptimizer([w], inner, replicas=N, inner_steps=2, alpha=0.5, beta=beta, gamma=0.7)
+    observer = noloco.Observer(outer, folder, outer_steps=12, lr=0.5, inner_optimizer="sgd")
+    g = torch.Generator().manual_seed(0)
+    for step in range(24):
+        target = torch.randn(N, 500, generator=g, dtype=torch.float64)
+        inner.zero_grad()
+        ((w - target) ** 2).sum().backward()
+        inner.step()
+    observer.close()
+    return observer
+
+
+def test_an_outer_step_that_cannot_converge(tmp_path):
+    """beta 3 with alpha 0.5, gamma 0.7: the exact decay factor at c = 1 is 1.36; at the paper's beta 0.7, 0.5."""
+    bad = _noisy_quadratic(tmp_path / "bad", 3.0)
+    assert [f["flag"] for f in bad.flags] == ["unstable"] and bad.flags[0]["decay_factor"] > 1.2
+    assert bad.flags[0]["flattest_c"] == pytest.approx(1.0, abs=0.15)
+    spread = [r["weight_std"] for r in noloco.read_run(tmp_path / "bad").metrics]
+    assert spread[-1] > 2 * spread[3]  # and it does not settle
+    assert _noisy_quadratic(tmp_path / "good", 0.7).flags == []
+    settled = [r["weight_std"] for r in noloco.read_run(tmp_path / "good").metrics]
+    assert settled[-1] < 1.5 * settled[3]
+
+
+def test_a_forecast_that_crosses_the_spread_budget(tmp_path, run_folder):
+    folder, _ = run_folder
+    at3 = forecast(folder, from_step=3)
+    measured = noloco.read_run(folder).metrics[2]["weight_std"]
+    peak = max(r["forecast"] for r in at3["rows"])
+    assert peak > 1.05 * measured  # this run's spread still grows after outer step 3
+    budget = (peak + measured) / 2  # above the spread at step 2, below the forecast
+    observer, _ = train_batched(tmp_path / "tight", spread_budget=budget)
+    assert [f["flag"] for f in observer.flags] == ["spread_budget"]
+    flag = observer.flags[0]
+    assert flag["outer_step"] == 2 and flag["forecast"] > budget
+    assert train_batched(tmp_path / "loose", spread_budget=10 * peak, steps=8)[0].flags == []
+
+
+def test_bad_settings_are_named(tmp_path):
+    models = [_mlp() for _ in range(2)]
+    outer = noloco.OuterOptimizer(models, inner_steps=2)
+    for kw, word in (({"lr": 0}, "lr"), ({"lr": 1e-3, "schedule": "linear"}, "schedule"),
+                     ({"lr": 1e-3, "spread_budget": -1}, "spread_budget"), ({"lr": 1e-3, "sample": 1}, "sample")):
+        with pytest.raises(ValueError, match=word):
+            noloco.Observer(outer, tmp_path / "x", outer_steps=4, **kw)
+    noloco.Observer(outer, tmp_path / "y", outer_steps=4, lr=1e-3).close()
+    with pytest.raises(ValueError, match="already holds a run"):
+        noloco.Observer(outer, tmp_path / "y", outer_steps=4, lr=1e-3)
+
+
+# ----------------------------------------------------------------- docs/own_run.md
+
+def test_the_docs_page_runs(tmp_path):
+    text = (ROOT / "docs" / "own_run.md").read_text()
+    code = re.findall(r"```python\n(.*?)```", text, re.S)[0]
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        namespace = {"__name__": "__main__"}
+        exec(compile(code, "docs/own_run.md", "exec"), namespace)
+    finally:
+        os.chdir(cwd)
+    run = noloco.read_run(tmp_path / "my-run")
+    assert run.finished and run.inputs and namespace["observer"].flags == []
+    assert main(["llm", "predict", str(tmp_path / "my-run"), "--forecast"]) == 0
