@@ -21,8 +21,8 @@ def measure(points: int = 1000, repeat: int = 5) -> dict:
     alpha = np.linspace(0, 0.99, points)[:, None]
     gamma = np.linspace(0, 2, points)[None, :]
     kappa = (8 - 2) / (2 * 7)
-    results = {"codegen_s": fresh_process_seconds("from theory import codegen; codegen.generate()"),
-               "cold_import_numeric_s": fresh_process_seconds("from theory import numeric"),
+    results = {"codegen_s": fresh_process_seconds("from noloco.theory import codegen; codegen.generate()"),
+               "cold_import_numeric_s": fresh_process_seconds("from noloco.theory import numeric"),
                "grid_points": alpha.size * gamma.size}
     for momentum in ("heavy-ball", "nesterov"):
         results[f"{momentum}_variance_decay_factor_s"] = best_of(

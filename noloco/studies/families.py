@@ -126,7 +126,7 @@ def train_hf(family: Family, setting: dict, seed: int, folder) -> None:
                     p_avg.copy_(torch.stack(ps).mean(0))
                 per = [float(_loss(m, val)) for m in models]
                 observer.log(outer.outer_done, val_loss_avg_model=float(_loss(average, val)),
-                             val_loss_per_replica=per, val_loss_replicas_mean=float(np.mean(per)))
+                             val_loss_replicas_mean=float(np.mean(per)))
     observer.close()
     # the loss gap's input: sum over the weights of the replica-mean sqrt(vhat) of the inner AdamW (the harness
     # reads it from its checkpoint; this loop has none)
