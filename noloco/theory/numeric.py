@@ -12,7 +12,7 @@ import numpy as np
 
 from noloco.theory.compiled import FUNCTIONS
 from noloco.theory.config import MOMENTUM_CONVENTIONS, group_kappa
-from noloco.theory.jury import jury_cubic, jury_quadratic
+from noloco.theory.stability import classify_codes
 
 
 def _eval(momentum: str, part: str, alpha, beta, gamma, c, kappa=0.0):
@@ -97,16 +97,25 @@ def variance_decay_factor(alpha, beta, gamma, c, kappa, momentum="heavy-ball"):
     return spectral_radius_monic(_eval(momentum, "spread_charpoly", alpha, beta, gamma, c, kappa))
 
 
+def spread_class(alpha, beta, gamma, c, kappa, momentum="heavy-ball"):
+    """:func:`noloco.theory.stability.classify_codes` of T's spectral radius: 0 stable, 1 marginal, 2 unstable."""
+    return classify_codes(variance_decay_factor(alpha, beta, gamma, c, kappa, momentum))
+
+
+def mean_class(alpha, beta, gamma, c, momentum="heavy-ball"):
+    """:func:`noloco.theory.stability.classify_codes` of M's spectral radius: 0 stable, 1 marginal, 2 unstable."""
+    return classify_codes(mean_spectral_radius(alpha, beta, gamma, c, momentum))
+
+
 def spread_stable(alpha, beta, gamma, c, kappa, momentum="heavy-ball"):
-    """Jury test: True where all eigenvalues of T lie strictly inside the unit circle."""
-    coeffs = _eval(momentum, "spread_charpoly", alpha, beta, gamma, c, kappa)
-    return np.logical_and.reduce([e > 0 for e in jury_cubic(*coeffs)])
+    """True where T's spectral radius is below 1 - TOLERANCE (noloco.theory.stability): a strict Jury test
+    on float coefficients falls on either side of an edge where the radius is exactly 1."""
+    return spread_class(alpha, beta, gamma, c, kappa, momentum) == 0
 
 
 def mean_stable(alpha, beta, gamma, c, momentum="heavy-ball"):
-    """Jury test: True where the replica mean contracts."""
-    coeffs = _eval(momentum, "mean_charpoly", alpha, beta, gamma, c)
-    return np.logical_and.reduce([e > 0 for e in jury_quadratic(*coeffs)])
+    """True where the replica mean contracts: M's spectral radius below 1 - TOLERANCE."""
+    return mean_class(alpha, beta, gamma, c, momentum) == 0
 
 
 def stationary_variance(alpha, beta, gamma, c, s2, replicas, group_size, momentum="heavy-ball"):
