@@ -50,7 +50,8 @@ from noloco.theory.exchangeable import spectral_radius
 from noloco.theory.moments import Moments, exact_moments
 from noloco.quadratic.scalar import scalar_path
 from noloco.theory.spectrum import Spectrum
-from noloco.theory.stability import MARGINAL, STABLE, TOLERANCE as TOL, UNSTABLE, classify, describe, format_radius
+from noloco.theory.stability import (MARGINAL, STABLE, TOLERANCE as TOL, UNSTABLE, classify, classify_codes, describe,
+                                     format_radius)
 
 #: relative error up to which the paper's form "holds" and "approximates" the exact value
 HOLDS, APPROXIMATE = 0.01, 0.25
@@ -901,9 +902,10 @@ def window_map(c: float, replicas: int, group_size: int, alpha, gamma, beta: flo
     """Theorem 3's window (both readings of Eq 55) against the exact spread stability on an (alpha, gamma) grid."""
     A, G = np.asarray(alpha, float)[:, None], np.asarray(gamma, float)[None, :]
     kappa = group_kappa(replicas, group_size)
-    exact = numeric.spread_stable(A, beta, G, c, kappa, momentum)
     rho = numeric.variance_decay_factor(A, beta, G, c, kappa, momentum)
-    out = {"exact": exact.astype(np.int8), "kappa": kappa}
+    codes = classify_codes(rho)  # the one classification: a marginal point (radius 1) is not stable
+    exact = codes == 0
+    out = {"exact": exact.astype(np.int8), "marginal": (codes == 1).astype(np.int8), "kappa": kappa}
     for power in (P.PRINTED_POWER, 1):
         paper = P.in_window(A, G, group_size, power)
         out[f"power{power}"] = {"paper": paper.astype(np.int8),
@@ -915,12 +917,14 @@ def mean_map(c: float, alpha, beta, momentum: str = "heavy-ball") -> dict:
     """Theorem 2's sufficient condition beta > alpha and its test |D| < 1 against the exact mean
     stability on an (alpha, beta) grid (gamma cancels in the mean)."""
     A, B = np.asarray(alpha, float)[:, None], np.asarray(beta, float)[None, :]
-    exact = numeric.mean_stable(A, B, 0.0, c, momentum)
     radius = numeric.mean_spectral_radius(A, B, 0.0, c, momentum)
+    codes = classify_codes(radius)
+    exact = codes == 0
     sufficient = P.mean_sufficient(A, B) & np.ones_like(exact)
     criterion = P.mean_criterion(1 + A - B * c)
     coords = {"alpha": A, "beta": B}
-    return {"exact": exact.astype(np.int8), "criterion": criterion.astype(np.int8),
+    return {"exact": exact.astype(np.int8), "marginal": (codes == 1).astype(np.int8),
+            "criterion": criterion.astype(np.int8),
             "sufficient": compare_regions(sufficient, exact, radius, coords),
             "criterion_compare": compare_regions(criterion, exact, radius, coords)}
 
