@@ -373,3 +373,42 @@ def test_audits_agree_with_monte_carlo_across_settings():
 def test_fig5b_at_the_papers_point():
     run_ = L.total_time_mc(1024, 100, outer_steps=500, trials=2, seed=0)
     assert 1.1 < run_["ratio"] < 1.3  # the paper reads about 1.2
+
+
+# ------------------------------------------------------------------ the issue's settings (edges, directions, counts)
+
+def test_done_when_settings(capsys):
+    """gamma 0: the flat direction is marginal (radius 1, the spread grows like t), so the paper's "no" holds;
+    alpha 0.8, gamma 1.2: inside the window, but the flat limit (and curvature <= 0.1) diverges: fails,
+    the worst direction named, with the default curvature and with a spectrum reaching 0.01."""
+    code, out, _ = run(capsys, "--quick", "--gamma", "0", "--alpha", "0.7")
+    row = next(line for line in out.splitlines() if line.startswith("theorem-3-window"))
+    assert code == 0 and "flat (c -> 0)" in row and row.split()[-1] == "holds"
+    assert "marginal (grows like t)" in out and "d_V = 1.49, outside the window" in out
+    for extra in ([], ["--spectrum", "0.01,0.1,1"]):
+        code, out, _ = run(capsys, "--quick", "--alpha", "0.8", "--gamma", "1.2", *extra)
+        row = next(line for line in out.splitlines() if line.startswith("theorem-3-window"))
+        assert code == 0 and "flat (c -> 0)" in row and row.split()[-1] == "fails" and "1.131" in row
+    assert "unbounded in 2 of 3 direction(s) of the spectrum (curvature 0.1, 0.01)" in out
+
+
+def test_headlines_judge_the_papers_reading():
+    """Theorem 1's headline is Var(phi_i) (O(eta): fails), not applicable where the mean diverges (beta 5,
+    eta 0.5); the independence headline is the assumption, judged on |corr| (which changes sign at alpha 0.8,
+    gamma 1.2 while its size falls); no stationary state counts as not applicable, apart from fails."""
+    outer = dataclasses.replace(PAPER.outer, alpha=0.8, gamma=1.2)
+    ind = C.independence(outer, PAPER.inner, C._Moments(outer, directions(1.0)[0], 1e5, [0]), directions()[1])
+    corr = ind.parts[0].note
+    assert ind.parts[0].verdict == "holds" and "4: 0.248, 8: -0.00806" in corr
+    report = C.audit(dataclasses.replace(PAPER.outer, beta=5.0), InnerConfig(lr=0.5, steps=50, noise=1.0), quick=True)
+    by_id = {s.id: s.parts[0].verdict for s in report.statements}
+    assert by_id["theorem-1-variance-scaling"] == "not applicable"
+    assert {by_id[k] for k in ("conjecture-1", "eq55-covariance", "independence")} == {"not applicable"}
+    assert "4 not applicable" in C.format_audit(report)
+
+
+def test_audit_refuses_work_beyond_the_memory_budget(capsys):
+    code, out, err = run(capsys, "--replicas", "100000000")
+    assert code == 3 and out == "" and err.count("\n") == 1 and "needs about" in err
+    code, _, err = run(capsys, "--replicas", "1024", "--max-memory", "2M")
+    assert code == 3 and "--max-memory" in err

@@ -780,7 +780,7 @@ def memory_estimate(outer: OuterConfig, quick: bool = False) -> int:
     """Bytes the audit allocates at most: its Monte Carlo keeps about 24 arrays of trials x N floats (state,
     momentum, partitions, group means, noise and their temporaries) with at least 8 trials (:func:`_trials`),
     besides a fixed 64 MiB (inner-phase samples, the interpreter's arrays)."""
-    trials = _trials(outer.replicas, 1, 1.5e6 if quick else 4e6)
+    trials = _trials(outer.replicas, 21, 1.5e6 if quick else 4e6)  # Lemma 1: 21 steps, the most trials
     return 24 * 8 * trials * outer.replicas + (64 << 20)
 
 
