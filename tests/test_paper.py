@@ -265,9 +265,9 @@ def test_theorem_3_judges_every_direction():
 def test_eq22_by_hand(inner, curvature, expected):
     s = C.eq_22(PAPER.outer, inner, directions(curvature, inner=inner)[0], 4000, 0)
     assert verdicts(s) == expected
-    assert all(abs(p.z) <= Z for p in s.parts)
-    if curvature == 100.0:
-        assert s.parts[0].direction.startswith("flat") and "1 holds" in s.parts[0].note
+    assert all(p.z is None or abs(p.z) <= Z for p in s.parts)
+    if curvature == 100.0:  # the flat limit is worse, and beyond Monte Carlo (c^2 ~ 1e-18): named, not measured
+        assert s.parts[0].direction.startswith("flat") and "1 holds" in s.parts[0].note and s.parts[0].z is None
 
 
 @pytest.fixture(scope="module")
