@@ -253,10 +253,9 @@ def test_check_exit_codes_at_the_edge(capsys):
     assert code == 1 and "verdict: MARGINAL" in out and "marginal (" in out
 
 
-@pytest.mark.slow
 def test_simulation_grows_as_the_verdicts_say():
-    """Monte Carlo of the scalar model with random groups (noloco.quadratic.scalar), tolerance 4 standard
-    errors: at gamma = 0 in the flat direction E z^2 grows linearly (doubling from t = 200 to 400, as the exact
+    """Monte Carlo of the scalar model with random groups (noloco.quadratic.scalar; under a second), tolerance
+    4 standard errors: at gamma = 0 in the flat direction E z^2 grows linearly (doubling from t = 200 to 400, as the exact
     recursion says); at alpha 0.8, gamma 1.2, c = 0.005 (curvature 0.01) it grows by T's radius per step."""
     from noloco.quadratic.scalar import simulate_scalar
 
@@ -276,3 +275,11 @@ def test_simulation_grows_as_the_verdicts_say():
     blocks = [np.log(b[:, 120].mean() / b[:, 80].mean()) / 40 for b in np.array_split(v, 20)]
     se = np.std(blocks, ddof=1) / math.sqrt(len(blocks))
     assert abs(late - math.log(radius)) <= 4 * se and radius > 1.1
+
+
+def test_check_never_shows_a_rounded_radius_against_its_verdict(capsys):
+    """Curvature 1e-7: the mean's radius is 1 - 7e-8, stable; printed at 6 digits it would be 1 beside 'yes, < 1'."""
+    code = main(["check", "--curvature", "1e-7"])
+    out = capsys.readouterr().out
+    row = next(line for line in out.splitlines() if line.startswith("replica mean converges"))
+    assert code == 0 and "1 - 7e-08" in row and " yes " in row
