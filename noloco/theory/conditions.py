@@ -91,6 +91,8 @@ class Analysis:
             "inner": asdict(self.inner),
             "kappa": self.outer.kappa,
             "stable": self.stable,
+            "verdict": self.verdict,
+            "stability_tolerance": TOLERANCE,
             "mean_spectral_radius": self.mean_spectral_radius,
             "variance_decay_factor": self.variance_decay_factor,
             "stationary_variance": self.stationary_variance,
@@ -257,7 +259,7 @@ def _analyse(outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum) -> Anal
         c, s2 = numeric.inner_sgd(inner.lr, lam, inner.steps, inner.noise)
         mean_r = numeric.mean_spectral_radius(*rule, c, outer.momentum)
         decay = numeric.variance_decay_factor_fast(*rule, c, outer.kappa, outer.momentum)
-        variance = numeric.stationary_variance(*rule, c, s2, outer.replicas, outer.group_size, outer.momentum)
+        variance = numeric.stationary_variance(*rule, c, s2, outer.replicas, outer.group_size, outer.momentum, decay)
         if _worst(mean_r) > mean_max:
             mean_max, mean_at = _worst(mean_r), _at(c, s2, mean_r)
         if _worst(decay) > decay_max:

@@ -98,8 +98,9 @@ def variance_decay_factor(alpha, beta, gamma, c, kappa, momentum="heavy-ball"):
 
 
 def spread_class(alpha, beta, gamma, c, kappa, momentum="heavy-ball"):
-    """:func:`noloco.theory.stability.classify_codes` of T's spectral radius: 0 stable, 1 marginal, 2 unstable."""
-    return classify_codes(variance_decay_factor(alpha, beta, gamma, c, kappa, momentum))
+    """:func:`noloco.theory.stability.classify_codes` of T's spectral radius: 0 stable, 1 marginal, 2 unstable
+    (the radius from :func:`variance_decay_factor_fast`, equal to rounding and several times faster)."""
+    return classify_codes(variance_decay_factor_fast(alpha, beta, gamma, c, kappa, momentum))
 
 
 def mean_class(alpha, beta, gamma, c, momentum="heavy-ball"):
@@ -118,14 +119,15 @@ def mean_stable(alpha, beta, gamma, c, momentum="heavy-ball"):
     return mean_class(alpha, beta, gamma, c, momentum) == 0
 
 
-def stationary_variance(alpha, beta, gamma, c, s2, replicas, group_size, momentum="heavy-ball"):
+def stationary_variance(alpha, beta, gamma, c, s2, replicas, group_size, momentum="heavy-ball", decay=None):
     """Stationary E[(phi_i - mean_j phi_j)^2] per coordinate, closed form; inf where
-    the spread is unstable. Zero for n = N (DiLoCo) and for N = 1."""
+    the spread is not stable. Zero for n = N (DiLoCo) and for N = 1. ``decay``: T's spectral radius
+    where the caller has it already (it decides stability; computed here otherwise)."""
     # group_kappa branches on N = 1 in Python, so arrays of (N, n) go through it elementwise
     kappa = np.vectorize(group_kappa, otypes=[float])(replicas, group_size)
     (ratio,) = _eval(momentum, "spread_ratio", alpha, beta, gamma, c, kappa)
     share = noise_share(replicas, group_size)
-    stable = spread_stable(alpha, beta, gamma, c, kappa, momentum)
+    stable = spread_stable(alpha, beta, gamma, c, kappa, momentum) if decay is None else classify_codes(decay) == 0
     with np.errstate(invalid="ignore", divide="ignore"):
         value = np.asarray(s2, dtype=float) * share * ratio
     return np.where(share == 0, 0.0, np.where(stable, value, np.inf))
