@@ -5,7 +5,6 @@ N replicas propagated by brute force over every partition (N = 4 and 6, no closu
 2^16 outer steps. The comparison must fail when the tolerance is made strict again
 (test_a_strict_tolerance_misjudges_the_edges)."""
 
-import dataclasses
 import math
 
 import numpy as np
@@ -166,7 +165,9 @@ def toolkit(outer: OuterConfig, c: float, s2: float = 1.0, tolerance=None) -> di
              s2 * float(numeric.noise_share(outer.replicas, outer.group_size)) * f),
             ("mean", numeric.mean_spectral_radius(*rule, outer.momentum), Tm, s2 / outer.replicas * fm)):
         label = classify(float(radius), tolerance)
-        out[key] = label if label != MARGINAL else f"{MARGINAL} ({stability.growth_label(stability.growth_order(A, forcing))})"
+        if label == MARGINAL:
+            label = f"{MARGINAL} ({stability.growth_label(stability.growth_order(A, forcing))})"
+        out[key] = label
     return out
 
 
@@ -247,16 +248,17 @@ def test_audit_and_check_agree_with_brute_force(records):
 
 def test_check_exit_codes_at_the_edge(capsys):
     """A marginal setting is not a stable one: `check` exits 1 and names the growth."""
-    code = main(["check", "--replicas", "4", "--group-size", "4", "--alpha", "0.5", "--beta", "1.5", "--gamma", "0.7", "--inner-lr", "1",
-                 "--inner-steps", "1", "--curvature", "2"])
+    code = main(["check", "--replicas", "4", "--group-size", "4", "--alpha", "0.5", "--beta", "1.5", "--gamma", "0.7",
+                 "--inner-lr", "1", "--inner-steps", "1", "--curvature", "2"])
     out = capsys.readouterr().out
     assert code == 1 and "verdict: MARGINAL" in out and "marginal (" in out
 
 
 def test_simulation_grows_as_the_verdicts_say():
     """Monte Carlo of the scalar model with random groups (noloco.quadratic.scalar; under a second), tolerance
-    4 standard errors: at gamma = 0 in the flat direction E z^2 grows linearly (doubling from t = 200 to 400, as the exact
-    recursion says); at alpha 0.8, gamma 1.2, c = 0.005 (curvature 0.01) it grows by T's radius per step."""
+    4 standard errors: at gamma = 0 in the flat direction E z^2 grows linearly (doubling from t = 200 to 400,
+    as the exact recursion says); at alpha 0.8, gamma 1.2, c = 0.005 (curvature 0.01) it grows by T's radius
+    per step."""
     from noloco.quadratic.scalar import simulate_scalar
 
     rng = np.random.default_rng(11)

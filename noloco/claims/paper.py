@@ -180,7 +180,8 @@ def _summary(parts: list, worst: Part, what: str) -> str:
     """How a form fared in several directions, the worst named."""
     if len(parts) < 2:
         return ""
-    counts = ", ".join(f"{sum(p.verdict == v for p in parts)} {v}" for v in _ORDER if any(p.verdict == v for p in parts))
+    counts = ", ".join(f"{sum(p.verdict == v for p in parts)} {v}" for v in _ORDER
+                       if any(p.verdict == v for p in parts))
     return f"{what} in {len(parts)} directions ({counts}); worst: {worst.direction}"
 
 

@@ -180,8 +180,8 @@ def variance_decay_factor_fast(alpha, beta, gamma, c, kappa, momentum="heavy-bal
     deflated to the same quadratic, with powers written as products (numpy's ``pow`` of a negative
     base takes about 100 ns per number) and only the root formula that applies evaluated.
     Agrees with :func:`variance_decay_factor` to rounding (``tests/test_scale.py``: 1e-12)."""
-    a2, a1, a0 = (np.array(np.broadcast_to(a, np.broadcast_shapes(np.shape(c), np.shape(alpha))), dtype=float)
-                  for a in _eval(momentum, "spread_charpoly", alpha, beta, gamma, c, kappa))
+    # _eval broadcasts the coefficients over every argument (a grid over beta or gamma too)
+    a2, a1, a0 = (np.array(a, dtype=float) for a in _eval(momentum, "spread_charpoly", alpha, beta, gamma, c, kappa))
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         third = a2 / 3
         p = a1 - a2 * third
