@@ -207,37 +207,67 @@ def test_graded_thresholds():
     part = C.graded("x", 1.2, 1.0)
     assert part.verdict == "approximate" and part.relative_error == pytest.approx(0.2)
     assert C.graded("x", 1.3, 1.0).verdict == "fails"
-    assert C.graded("x", 1.0, math.inf).verdict == "fails"
+    # no stationary state: nothing about the approximation was tested; the paper's form unbounded where the
+    # exact value is finite: it fails
+    assert C.graded("x", 1.0, math.inf).verdict == "not applicable"
+    assert C.graded("x", math.inf, 1.0).verdict == "fails"
     assert "Monte Carlo disagrees" in C.graded("x", 1.0, 1.0, measured=2.0, se=0.1).note
-    assert C.agreement("x", False, True, sufficient=True).verdict == "holds"
+    assert C.agreement("x", False, True, sufficient=True).verdict == "not applicable"
     assert C.agreement("x", True, False, sufficient=True).verdict == "fails"
 
 
+def directions(*curvatures, inner=PAPER.inner):
+    return [C.direction(inner, lam) for lam in curvatures], C.direction(inner, 0.0)
+
+
 def test_theorem_2_at_the_paper_preset_and_beyond():
-    s = C.theorem_2(PAPER.outer, PAPER.inner, 1.0)
-    assert verdicts(s) == ["holds", "holds", "fails", "holds"]  # complex roots: the ordering claim fails
-    # beta = 8: beta > alpha, yet beta c = 3.16 > 2 (1 + alpha) = 3: the mean diverges
-    s = C.theorem_2(dataclasses.replace(PAPER.outer, beta=8.0), PAPER.inner, 1.0)
+    s = C.theorem_2(PAPER.outer, PAPER.inner, *directions(1.0))
+    # m large: holds; at this H: holds; the flat limit cannot have m large; complex roots: the ordering claim
+    # fails; |D| = 1 + alpha as c -> 0, so the test |D_i| < 1 in every direction is never met
+    assert verdicts(s) == ["holds", "holds", "not applicable", "fails", "not applicable"]
+    # beta = 8: beta > alpha, yet beta c = 8 > 2 (1 + alpha) = 3 at c = 1: the mean diverges
+    s = C.theorem_2(dataclasses.replace(PAPER.outer, beta=8.0), PAPER.inner, *directions(1.0))
     assert s.parts[0].verdict == "fails" and s.parts[0].measured > 1
+    # beta <= alpha: the sufficient condition claims nothing
+    s = C.theorem_2(dataclasses.replace(PAPER.outer, beta=0.4), PAPER.inner, *directions(1.0))
+    assert s.parts[0].verdict == "not applicable"
 
 
 def test_theorem_3_at_the_paper_preset_and_without_the_pull():
-    assert set(verdicts(C.theorem_3(PAPER.outer, PAPER.inner, 1.0))) == {"holds"}
-    s = C.theorem_3(dataclasses.replace(PAPER.outer, gamma=0.0), PAPER.inner, 1.0)
-    # curved: outside the window (gamma < alpha), yet the spread is stable; flat: both say unbounded
-    assert (s.parts[0].paper, s.parts[0].exact, s.parts[0].verdict) == (False, True, "fails")
-    assert (s.parts[1].paper, s.parts[1].exact, s.parts[1].verdict) == (False, False, "holds")
+    assert set(verdicts(C.theorem_3(PAPER.outer, *directions(1.0)))) == {"holds"}
+    s = C.theorem_3(dataclasses.replace(PAPER.outer, gamma=0.0), *directions(1.0))
+    # over every direction: the flat limit is marginal (radius 1) and its spread grows like t, so the paper's
+    # "no" is right; in the curved direction alone (gamma < alpha, outside the window) the spread is stable
+    head, _, curved, flat = s.parts
+    assert (head.paper, head.exact, head.verdict, head.direction) == (False, False, "holds", "flat (c -> 0)")
+    assert "marginal (grows like t)" in head.note
+    assert (curved.paper, curved.exact, curved.verdict) == (False, True, "fails")
+    assert (flat.paper, flat.exact, flat.verdict) == (False, False, "holds")
+
+
+def test_theorem_3_judges_every_direction():
+    """alpha 0.8, gamma 1.2: inside the window and stable at curvature 1, but every direction of curvature
+    0.1 or less diverges (radius 1.13 at c -> 0): the headline fails there, naming the flat limit."""
+    outer = dataclasses.replace(PAPER.outer, alpha=0.8, gamma=1.2)
+    for curvatures in ((1.0,), (0.01, 0.1, 1.0)):
+        head = C.theorem_3(outer, *directions(*curvatures)).parts[0]
+        assert (head.paper, head.exact, head.verdict) == (True, False, "fails")
+        assert head.direction == "flat (c -> 0)" and head.measured == pytest.approx(1.1314, abs=1e-3)
+    assert "unbounded in 2 of 3 direction(s)" in head.note
 
 
 @pytest.mark.parametrize("inner, curvature, expected", [
     (InnerConfig(lr=0.01, steps=1, noise=1.0), 1.0, ["holds", "holds"]),   # H = 1: no covariance to drop
-    (InnerConfig(lr=0.01, steps=50, noise=1.0), 100.0, ["holds", "fails"]),  # eta lambda = 1: b = 0, B_V = c^2
+    # eta lambda = 1: b = 0, B_V = c^2 there, but B_V / c^2 -> 1/H in the flat limit
+    (InnerConfig(lr=0.01, steps=50, noise=1.0), 100.0, ["fails", "fails"]),
     (InnerConfig(lr=0.01, steps=50, noise=1.0), 1.0, ["fails", "fails"]),
 ])
 def test_eq22_by_hand(inner, curvature, expected):
-    s = C.eq_22(PAPER.outer, inner, curvature, 4000, 0)
+    s = C.eq_22(PAPER.outer, inner, directions(curvature, inner=inner)[0], 4000, 0)
     assert verdicts(s) == expected
-    assert all(abs(p.z) <= Z for p in s.parts)
+    assert all(p.z is None or abs(p.z) <= Z for p in s.parts)
+    if curvature == 100.0:  # the flat limit is worse, and beyond Monte Carlo (c^2 ~ 1e-18): named, not measured
+        assert s.parts[0].direction.startswith("flat") and "1 holds" in s.parts[0].note and s.parts[0].z is None
 
 
 @pytest.fixture(scope="module")
@@ -249,11 +279,13 @@ def test_paper_preset_audit(preset_audit):
     by_id = {s.id: s for s in preset_audit.statements}
     assert list(by_id) == ["theorem-1-variance-scaling", "theorem-2-mean-condition", "theorem-3-window", "lemma-1",
                            "conjecture-1", "eq22-inner-variance", "eq55-covariance", "independence"]
-    assert verdicts(by_id["theorem-1-variance-scaling"]) == ["holds", "fails", "fails"]  # O(eta^2) only with the pull
-    assert by_id["theorem-1-variance-scaling"].parts[1].exact == pytest.approx(1, abs=1e-3)
+    # the paper's Var(phi_i) is O(eta) (the mean's own variance); only the spread with the pull is O(eta^2)
+    assert verdicts(by_id["theorem-1-variance-scaling"]) == ["fails", "holds", "fails"]
+    assert by_id["theorem-1-variance-scaling"].parts[0].exact == pytest.approx(1, abs=1e-3)
+    assert by_id["theorem-1-variance-scaling"].parts[2].exact == pytest.approx(1, abs=1e-3)
     assert by_id["lemma-1"].parts[0].verdict == "holds"
-    assert by_id["independence"].parts[0].paper == math.inf  # the printed recursion diverges
-    assert by_id["independence"].parts[-1].verdict == "holds"  # the replicas decouple as N grows
+    assert by_id["independence"].parts[0].verdict == "holds"  # the assumption: the replicas decouple as N grows
+    assert by_id["independence"].parts[1].paper == math.inf  # the printed recursion diverges
     # every Monte Carlo agrees with the exact theory (a disagreement would be a finding, reported)
     for s in preset_audit.statements:
         for p in s.parts:
@@ -280,13 +312,14 @@ def test_json_shape_and_exit_0_with_failing_verdicts(capsys):
     keys = {"id", "paper", "exact", "measured", "se", "verdict", "note", "parts"}
     assert all(keys <= set(s) for s in data["statements"]) and len(data["statements"]) == 8
     assert any(s["verdict"] == "fails" for s in data["statements"])
-    assert {s["verdict"] for s in data["statements"]} <= {"holds", "approximate", "fails"}
+    assert {s["verdict"] for s in data["statements"]} <= {"holds", "approximate", "fails", "not applicable"}
 
 
 def test_unbounded_values_are_null_with_the_reason(capsys):
     code, out, _ = run(capsys, "--quick", "--json", "--beta", "8")
     conjecture = next(s for s in loads(out)["statements"] if s["id"] == "conjecture-1")
     assert code == 0 and conjecture["exact"] is None and conjecture["exact_nonfinite"] == "inf"
+    assert conjecture["verdict"] == "not applicable"  # no stationary state: not counted as a failure
 
 
 @pytest.mark.parametrize("argv", [["--replicas", "10", "--group-size", "3"], ["--alpha", "1.5"], ["--seed", "-1"],
@@ -340,3 +373,42 @@ def test_audits_agree_with_monte_carlo_across_settings():
 def test_fig5b_at_the_papers_point():
     run_ = L.total_time_mc(1024, 100, outer_steps=500, trials=2, seed=0)
     assert 1.1 < run_["ratio"] < 1.3  # the paper reads about 1.2
+
+
+# ------------------------------------------------------------------ the issue's settings (edges, directions, counts)
+
+def test_done_when_settings(capsys):
+    """gamma 0: the flat direction is marginal (radius 1, the spread grows like t), so the paper's "no" holds;
+    alpha 0.8, gamma 1.2: inside the window, but the flat limit (and curvature <= 0.1) diverges: fails,
+    the worst direction named, with the default curvature and with a spectrum reaching 0.01."""
+    code, out, _ = run(capsys, "--quick", "--gamma", "0", "--alpha", "0.7")
+    row = next(line for line in out.splitlines() if line.startswith("theorem-3-window"))
+    assert code == 0 and "flat (c -> 0)" in row and row.split()[-1] == "holds"
+    assert "marginal (grows like t)" in out and "d_V = 1.49, outside the window" in out
+    for extra in ([], ["--spectrum", "0.01,0.1,1"]):
+        code, out, _ = run(capsys, "--quick", "--alpha", "0.8", "--gamma", "1.2", *extra)
+        row = next(line for line in out.splitlines() if line.startswith("theorem-3-window"))
+        assert code == 0 and "flat (c -> 0)" in row and row.split()[-1] == "fails" and "1.131" in row
+    assert "unbounded in 2 of 3 direction(s) of the spectrum (curvature 0.1, 0.01)" in out
+
+
+def test_headlines_judge_the_papers_reading():
+    """Theorem 1's headline is Var(phi_i) (O(eta): fails), not applicable where the mean diverges (beta 5,
+    eta 0.5); the independence headline is the assumption, judged on |corr| (which changes sign at alpha 0.8,
+    gamma 1.2 while its size falls); no stationary state counts as not applicable, apart from fails."""
+    outer = dataclasses.replace(PAPER.outer, alpha=0.8, gamma=1.2)
+    ind = C.independence(outer, PAPER.inner, C._Moments(outer, directions(1.0)[0], 1e5, [0]), directions()[1])
+    corr = ind.parts[0].note
+    assert ind.parts[0].verdict == "holds" and "4: 0.248, 8: -0.00806" in corr
+    report = C.audit(dataclasses.replace(PAPER.outer, beta=5.0), InnerConfig(lr=0.5, steps=50, noise=1.0), quick=True)
+    by_id = {s.id: s.parts[0].verdict for s in report.statements}
+    assert by_id["theorem-1-variance-scaling"] == "not applicable"
+    assert {by_id[k] for k in ("conjecture-1", "eq55-covariance", "independence")} == {"not applicable"}
+    assert "4 not applicable" in C.format_audit(report)
+
+
+def test_audit_refuses_work_beyond_the_memory_budget(capsys):
+    code, out, err = run(capsys, "--replicas", "100000000")
+    assert code == 3 and out == "" and err.count("\n") == 1 and "needs about" in err
+    code, _, err = run(capsys, "--replicas", "1024", "--max-memory", "2M")
+    assert code == 3 and "--max-memory" in err

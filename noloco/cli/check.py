@@ -12,8 +12,10 @@ def add_parser(subparsers) -> None:
         description="Evaluate the exact quadratic theory for a NoLoCo setting: stability, the "
                     "replica mean's rate, the spread's decay factor and its stationary value. "
                     "Any spectrum size in bounded memory (summed chunk by chunk; per-direction rows only up to "
-                    "1e5 directions). Exit 0 when stable, 1 when a condition fails, 2 on bad input, 3 when "
-                    "the work does not fit the memory budget.")
+                    "1e5 directions). Stability is one classification: a spectral radius below 1 - 1e-9 is "
+                    "stable, within 1e-9 of 1 marginal (bounded or growing like a power of t), above "
+                    "unstable. Exit 0 when stable, 1 when a condition fails or is marginal, 2 on bad input, 3 "
+                    "when the work does not fit the memory budget.")
     add_hyper_arguments(parser)
     add_inner_model_arguments(parser.add_argument_group(
         "inner phase beyond i.i.d. SGD noise (noloco.theory.exchangeable; evaluated per direction)"), correlation=True)

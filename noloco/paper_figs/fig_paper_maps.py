@@ -8,7 +8,8 @@ and misses stable ones.
 
 (a) a flat direction (c = 0) and (b) the paper preset's direction (c = 0.395), pairs at the paper's
 beta = 0.7: shaded, the exact region where the second moments of the replica deviations decay for
-N = 8 (Jury test of the exact recursion); coloured lines, its edge for N = 4, 8 and 64; vermilion,
+N = 8 (spectral radius of the exact recursion below 1 - 1e-9, noloco.theory.stability: on the
+gamma = 0 line of (a) the radius is exactly 1, marginal, and the spread grows like t); coloured lines, its edge for N = 4, 8 and 64; vermilion,
 the paper's window (solid as printed, dashed with the first power of gamma in Eq 55), the same for
 every N. (c) In (alpha, beta): shaded, the exact region where the replica mean converges at
 c = 0.395; green line, its edge at c = 1 (the paper's "m large"); vermilion, beta = alpha (the

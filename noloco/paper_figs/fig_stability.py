@@ -4,8 +4,8 @@ convention (torch SGD(nesterov=True)) has a smaller region than heavy-ball once 
 exceeds about 0.3, and there the bound barely moves with n.
 
 Stable region in (alpha, gamma) at the paper's beta = 0.7 and inner phase (c = 0.395): the
-replica mean contracts and the second moments of the deviations decay (Jury conditions
-of the exact quadratic theory). Each line bounds the region of one group size n."""
+replica mean contracts and the second moments of the deviations decay (spectral radii of
+the exact quadratic theory below 1 - 1e-9, the one classification of noloco.theory.stability). Each line bounds the region of one group size n."""
 
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ from noloco.theory import numeric
 from noloco.theory.config import InnerConfig, OuterConfig
 from noloco.infra.files import SCHEMA_VERSION
 from noloco.theory.spectrum import Spectrum
+from noloco.theory.stability import MARGINAL, STABLE, TOLERANCE, UNSTABLE, describe, format_radius
 
 
 @dataclass(frozen=True)
@@ -25,6 +26,9 @@ class Condition:
     value: float
     holds: bool
     requirement: str
+    #: noloco.theory.stability's class of ``value`` where it is a spectral radius: stable, marginal (bounded or
+    #: growing like a power of t), unstable; "" for a condition that is not a radius
+    state: str = ""
 
 
 #: spectra up to this many directions also list every direction (``Analysis.curvatures`` and the
@@ -61,12 +65,17 @@ class Analysis:
 
     @property
     def verdict(self) -> str:
-        """``stable``, ``unstable`` (a condition fails) or ``not finite`` (only the finiteness condition fails:
-        a value overflows float64, so there is no verdict on stability)."""
+        """``stable``; ``marginal`` (no condition unstable, a radius within the tolerance of 1: neither
+        converges nor diverges geometrically); ``unstable`` (a condition fails) or ``not finite`` (only the
+        finiteness condition fails: a value overflows float64, so there is no verdict on stability)."""
         failing = [c for c in self.conditions if not c.holds]
         if not failing:
             return "stable"
-        return "not finite" if failing == [self.conditions[-1]] and failing[0].name.startswith("finite") else "unstable"
+        if failing == [self.conditions[-1]] and failing[0].name.startswith("finite"):
+            return "not finite"
+        if all(c.state.startswith(MARGINAL) for c in failing):
+            return "marginal"
+        return "unstable"
 
     @property
     def stationary_std(self) -> float:
@@ -82,6 +91,8 @@ class Analysis:
             "inner": asdict(self.inner),
             "kappa": self.outer.kappa,
             "stable": self.stable,
+            "verdict": self.verdict,
+            "stability_tolerance": TOLERANCE,
             "mean_spectral_radius": self.mean_spectral_radius,
             "variance_decay_factor": self.variance_decay_factor,
             "stationary_variance": self.stationary_variance,
@@ -124,6 +135,7 @@ def check(outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum, model=None
 
 
 _VERDICT = {"stable": "STABLE", "unstable": "UNSTABLE (a condition fails)",
+            "marginal": f"MARGINAL (a spectral radius within {TOLERANCE:g} of 1: no convergence, no geometric growth)",
             "not finite": "NOT FINITE (a value overflows float64: no verdict on stability)"}
 
 
@@ -140,23 +152,43 @@ def format_analysis(result: Analysis, method: str, spectrum: Spectrum) -> str:
              f"sigma={i.noise:g}" + "".join(f" {name}={value:g}" for value, name in extras if value is not None)
              + f" | {spectrum.count} direction(s), curvature {spectrum.low:g}..{spectrum.high:g}",
              f"{'condition'.ljust(width)}  {'value':>12}  holds  requirement"]
-    lines += [f"{c.name.ljust(width)}  {fmt(c.value):>12}  {'yes' if c.holds else 'NO':>5}  {c.requirement}"
+    # a radius is shown so that its rounding never contradicts the verdict (1 - 7e-09, not 1)
+    lines += [f"{c.name.ljust(width)}  {(format_radius(c.value) if c.state else fmt(c.value)):>12}  "
+              f"{'yes' if c.holds else 'NO':>5}  {c.requirement}"
+              + (f" [{c.state}]" if c.state and c.state != STABLE else "")
               for c in result.conditions]
     lines += [f"kappa = (N - n)/(n (N - 1))       = {fmt(o.kappa)}",
-              f"variance decay factor per step   = {fmt(result.variance_decay_factor)} (noise-free, slowest direction)",
+              f"variance decay factor per step   = {format_radius(result.variance_decay_factor)} (noise-free, "
+              "slowest direction)",
+              f"stability: a spectral radius below 1 - {TOLERANCE:g} is stable, within {TOLERANCE:g} of 1 marginal",
               f"stationary replica variance      = {fmt(result.stationary_variance)} per coordinate, summed over "
               f"directions (std {fmt(result.stationary_std)})",
               f"verdict: {_VERDICT[result.verdict]}"]
     return "\n".join(lines)
 
 
-def spread_condition(outer: OuterConfig, decay: float) -> Condition:
+def spread_condition(outer: OuterConfig, decay: float, growth=None) -> Condition:
     name = "replica spread decays: spectral radius of T"
     if outer.group_size == outer.replicas:
         # every replica applies the same update: from identical initialisation the
         # spread is exactly 0 whatever T does to (absent) deviations
-        return Condition(name, decay, True, "n = N: no spread from identical initialisation (DiLoCo)")
-    return Condition(name, decay, decay < 1, "< 1 (second moments of the deviations from the mean)")
+        return Condition(name, decay, True, "n = N: no spread from identical initialisation (DiLoCo)", STABLE)
+    return radius_condition(name, decay, "< 1 (second moments of the deviations from the mean)", growth)
+
+
+def inner_condition(name: str, radius: float) -> Condition:
+    """The inner phase may leave a direction alone (radius 1 - eta lambda -> 1 as lambda -> 0: the outer
+    conditions judge that direction); it fails only when it amplifies (unstable)."""
+    state = describe(radius)
+    return Condition(name, radius, state != UNSTABLE, "<= 1 (else each inner phase amplifies the distance to "
+                     "the optimum)", state)
+
+
+def radius_condition(name: str, radius: float, requirement: str, growth=None) -> Condition:
+    """A spectral-radius condition classified by :mod:`noloco.theory.stability`; ``growth`` (A, b) of the
+    worst direction names how a marginal recursion grows."""
+    state = describe(radius, *(growth or (None, None)))
+    return Condition(name, radius, state == STABLE, requirement, state)
 
 
 def finite_condition(noise_variance: float, variance: float, stable: bool) -> Condition:
@@ -202,10 +234,10 @@ def _analyse_extended(outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum
     lam, c, s2, mean_r, decay, variance, inner_r = (list(col) for col in zip(*rows))
     total = math.fsum(variance) if all(map(math.isfinite, variance)) else float(sum(variance))
     conditions = [
-        Condition(f"inner {model.optimizer} phase contracts: spectral radius on (y, state)", max(inner_r),
-                  max(inner_r) < 1, "< 1 (else each inner phase amplifies the distance to the optimum)"),
-        Condition("replica mean converges: spectral radius of M", _worst(mean_r), _worst(mean_r) < 1,
-                  "< 1 (DiLoCo's outer step around the inner phase, carried state included)"),
+        inner_condition(f"inner {model.optimizer} phase contracts: spectral radius on (y, state)",
+                        max(inner_r)),
+        radius_condition("replica mean converges: spectral radius of M", _worst(mean_r),
+                         "< 1 (DiLoCo's outer step around the inner phase, carried state included)"),
         spread_condition(outer, _worst(decay)),
     ]
     finite = finite_condition(max(s2), total, all(cond.holds for cond in conditions))
@@ -222,13 +254,16 @@ def _analyse(outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum) -> Anal
     lists = {key: [] for key in ("lam", "c", "s2", "mean_r", "decay", "variance")}
     sums, noise_sums = [], []
     mean_max = decay_max = inner_max = -np.inf
+    mean_at = decay_at = (0.0, 0.0)  # (c, s2) of the worst direction: how a marginal recursion grows
     for lam in spectrum.chunks():
         c, s2 = numeric.inner_sgd(inner.lr, lam, inner.steps, inner.noise)
         mean_r = numeric.mean_spectral_radius(*rule, c, outer.momentum)
         decay = numeric.variance_decay_factor_fast(*rule, c, outer.kappa, outer.momentum)
-        variance = numeric.stationary_variance(*rule, c, s2, outer.replicas, outer.group_size, outer.momentum)
-        mean_max = max(mean_max, _worst(mean_r))
-        decay_max = max(decay_max, _worst(decay))
+        variance = numeric.stationary_variance(*rule, c, s2, outer.replicas, outer.group_size, outer.momentum, decay)
+        if _worst(mean_r) > mean_max:
+            mean_max, mean_at = _worst(mean_r), _at(c, s2, mean_r)
+        if _worst(decay) > decay_max:
+            decay_max, decay_at = _worst(decay), _at(c, s2, decay)
         inner_max = max(inner_max, _worst(np.abs(1 - inner.lr * lam)))
         sums.append(float(np.sum(np.broadcast_to(variance, lam.shape))))
         noise_sums.append(float(np.max(s2)))
@@ -237,11 +272,10 @@ def _analyse(outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum) -> Anal
                 lists[key].extend(float(x) for x in np.broadcast_to(value, lam.shape))
     total = math.fsum(sums) if all(map(math.isfinite, sums)) else float(sum(sums))
     conditions = [
-        Condition("inner SGD contracts: max |1 - eta*lambda|", inner_max, inner_max < 1,
-                  "< 1 (else each inner phase amplifies the distance to the optimum)"),
-        Condition("replica mean converges: spectral radius of M", mean_max, bool(mean_max < 1),
-                  "< 1 (heavy-ball/Nesterov on step beta*c, momentum alpha)"),
-        spread_condition(outer, decay_max),
+        inner_condition("inner SGD contracts: max |1 - eta*lambda|", inner_max),
+        radius_condition("replica mean converges: spectral radius of M", mean_max,
+                         "< 1 (heavy-ball/Nesterov on step beta*c, momentum alpha)", _mean_growth(outer, *mean_at)),
+        spread_condition(outer, decay_max, _spread_growth(outer, *decay_at)),
     ]
     finite = finite_condition(max(noise_sums), total, all(c.holds for c in conditions))
     if not finite.holds:  # listed only when it fails: a finite setting has the three conditions above
@@ -250,6 +284,24 @@ def _analyse(outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum) -> Anal
         else (None,) * 6
     return Analysis(outer, inner, *per, conditions=conditions, mean_spectral_radius=mean_max,
                     variance_decay_factor=decay_max, stationary_variance=total, directions=spectrum.count)
+
+
+def _at(c, s2, rates) -> tuple:
+    """(c, s2) of the direction with the largest rate."""
+    k = int(np.nanargmax(np.where(np.isnan(rates), np.inf, np.broadcast_to(rates, np.shape(c)))))
+    return float(np.ravel(c)[k]), float(np.ravel(np.broadcast_to(s2, np.shape(c)))[k])
+
+
+def _mean_growth(outer: OuterConfig, c: float, s2: float) -> tuple:
+    """(A, b) of the replica mean's second moments in direction c: kappa = 1, noise s2 / N."""
+    _, T, f = numeric.transition(outer.alpha, outer.beta, 0.0, c, 1.0, outer.momentum)
+    return T, s2 / outer.replicas * f
+
+
+def _spread_growth(outer: OuterConfig, c: float, s2: float) -> tuple:
+    """(A, b) of the deviations' second moments in direction c: T and its noise forcing."""
+    _, T, f = numeric.transition(outer.alpha, outer.beta, outer.gamma, c, outer.kappa, outer.momentum)
+    return T, s2 * float(numeric.noise_share(outer.replicas, outer.group_size)) * f
 
 
 def _worst(values) -> float:

@@ -12,7 +12,7 @@ import numpy as np
 
 from noloco.theory.compiled import FUNCTIONS
 from noloco.theory.config import MOMENTUM_CONVENTIONS, group_kappa
-from noloco.theory.jury import jury_cubic, jury_quadratic
+from noloco.theory.stability import classify_codes
 
 
 def _eval(momentum: str, part: str, alpha, beta, gamma, c, kappa=0.0):
@@ -97,26 +97,37 @@ def variance_decay_factor(alpha, beta, gamma, c, kappa, momentum="heavy-ball"):
     return spectral_radius_monic(_eval(momentum, "spread_charpoly", alpha, beta, gamma, c, kappa))
 
 
+def spread_class(alpha, beta, gamma, c, kappa, momentum="heavy-ball"):
+    """:func:`noloco.theory.stability.classify_codes` of T's spectral radius: 0 stable, 1 marginal, 2 unstable
+    (the radius from :func:`variance_decay_factor_fast`, equal to rounding and several times faster)."""
+    return classify_codes(variance_decay_factor_fast(alpha, beta, gamma, c, kappa, momentum))
+
+
+def mean_class(alpha, beta, gamma, c, momentum="heavy-ball"):
+    """:func:`noloco.theory.stability.classify_codes` of M's spectral radius: 0 stable, 1 marginal, 2 unstable."""
+    return classify_codes(mean_spectral_radius(alpha, beta, gamma, c, momentum))
+
+
 def spread_stable(alpha, beta, gamma, c, kappa, momentum="heavy-ball"):
-    """Jury test: True where all eigenvalues of T lie strictly inside the unit circle."""
-    coeffs = _eval(momentum, "spread_charpoly", alpha, beta, gamma, c, kappa)
-    return np.logical_and.reduce([e > 0 for e in jury_cubic(*coeffs)])
+    """True where T's spectral radius is below 1 - TOLERANCE (noloco.theory.stability): a strict Jury test
+    on float coefficients falls on either side of an edge where the radius is exactly 1."""
+    return spread_class(alpha, beta, gamma, c, kappa, momentum) == 0
 
 
 def mean_stable(alpha, beta, gamma, c, momentum="heavy-ball"):
-    """Jury test: True where the replica mean contracts."""
-    coeffs = _eval(momentum, "mean_charpoly", alpha, beta, gamma, c)
-    return np.logical_and.reduce([e > 0 for e in jury_quadratic(*coeffs)])
+    """True where the replica mean contracts: M's spectral radius below 1 - TOLERANCE."""
+    return mean_class(alpha, beta, gamma, c, momentum) == 0
 
 
-def stationary_variance(alpha, beta, gamma, c, s2, replicas, group_size, momentum="heavy-ball"):
+def stationary_variance(alpha, beta, gamma, c, s2, replicas, group_size, momentum="heavy-ball", decay=None):
     """Stationary E[(phi_i - mean_j phi_j)^2] per coordinate, closed form; inf where
-    the spread is unstable. Zero for n = N (DiLoCo) and for N = 1."""
+    the spread is not stable. Zero for n = N (DiLoCo) and for N = 1. ``decay``: T's spectral radius
+    where the caller has it already (it decides stability; computed here otherwise)."""
     # group_kappa branches on N = 1 in Python, so arrays of (N, n) go through it elementwise
     kappa = np.vectorize(group_kappa, otypes=[float])(replicas, group_size)
     (ratio,) = _eval(momentum, "spread_ratio", alpha, beta, gamma, c, kappa)
     share = noise_share(replicas, group_size)
-    stable = spread_stable(alpha, beta, gamma, c, kappa, momentum)
+    stable = spread_stable(alpha, beta, gamma, c, kappa, momentum) if decay is None else classify_codes(decay) == 0
     with np.errstate(invalid="ignore", divide="ignore"):
         value = np.asarray(s2, dtype=float) * share * ratio
     return np.where(share == 0, 0.0, np.where(stable, value, np.inf))
@@ -169,8 +180,8 @@ def variance_decay_factor_fast(alpha, beta, gamma, c, kappa, momentum="heavy-bal
     deflated to the same quadratic, with powers written as products (numpy's ``pow`` of a negative
     base takes about 100 ns per number) and only the root formula that applies evaluated.
     Agrees with :func:`variance_decay_factor` to rounding (``tests/test_scale.py``: 1e-12)."""
-    a2, a1, a0 = (np.array(np.broadcast_to(a, np.broadcast_shapes(np.shape(c), np.shape(alpha))), dtype=float)
-                  for a in _eval(momentum, "spread_charpoly", alpha, beta, gamma, c, kappa))
+    # _eval broadcasts the coefficients over every argument (a grid over beta or gamma too)
+    a2, a1, a0 = (np.array(a, dtype=float) for a in _eval(momentum, "spread_charpoly", alpha, beta, gamma, c, kappa))
     with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
         third = a2 / 3
         p = a1 - a2 * third

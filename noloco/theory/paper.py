@@ -21,6 +21,7 @@ import numpy as np
 from scipy.special import erf
 
 from noloco.theory.numeric import inner_sgd
+from noloco.theory.stability import is_stable
 
 #: the printed readings: gamma squared in Eq 55, and Eq 56's 2 gamma^2 (n - 1)/n (Conjecture 1 with k = 2)
 PRINTED_POWER, PRINTED_FACTOR = 2, 2
@@ -84,7 +85,7 @@ def roots_ordered(D, alpha):
 
 def mean_criterion(D):
     """After Eq 46: the mean converges if |D_i| < 1 for every direction (the paper's test)."""
-    return np.abs(D) < 1
+    return is_stable(np.abs(D))
 
 
 def mean_sufficient(alpha, beta):
@@ -135,7 +136,7 @@ def recursion_stationary(d, E, R):
     circle; inf elsewhere (the recursion diverges, whatever |d_V| is)."""
     with np.errstate(divide="ignore"):
         value = np.asarray(R, dtype=float) / (1 - d - np.asarray(E))
-    return np.where(recursion_radius(d, E) < 1, value, np.inf)
+    return np.where(is_stable(recursion_radius(d, E)), value, np.inf)
 
 
 def spread_window(alpha, n, power: int = PRINTED_POWER):
@@ -148,10 +149,16 @@ def spread_window(alpha, n, power: int = PRINTED_POWER):
     return low ** (1 / power), high ** (1 / power)
 
 
+def window_d(alpha, gamma, n, power: int = PRINTED_POWER):
+    """d_V = 1 + alpha^2 - 2 gamma^power (n - 1)/n (Eqs 54-55, 69)."""
+    return 1 + np.asarray(alpha, dtype=float) ** 2 + 2 * covariance_factor(gamma, n, power)
+
+
 def in_window(alpha, gamma, n, power: int = PRINTED_POWER):
-    """The paper's spread stability test |d_V| < 1 (Eq 74; E_V is not used). Also defined for n = 1,
-    where d_V = 1 + alpha^2 and the window is empty."""
-    return np.abs(1 + np.asarray(alpha, dtype=float) ** 2 + 2 * covariance_factor(gamma, n, power)) < 1
+    """The paper's spread stability test |d_V| < 1 (Eq 74; E_V is not used), with the one tolerance of
+    :mod:`noloco.theory.stability`: at the window's endpoints |d_V| = 1 and the test says no, whatever the
+    rounding. Also defined for n = 1, where d_V = 1 + alpha^2 and the window is empty."""
+    return is_stable(np.abs(window_d(alpha, gamma, n, power)))
 
 
 # ------------------------------------------------------------------ 5.3: latency

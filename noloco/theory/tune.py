@@ -27,6 +27,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from noloco.theory import numeric
+from noloco.theory.stability import is_stable
 from noloco.infra.errors import ConfigError
 from noloco.theory.config import InnerConfig, OuterConfig, group_kappa
 from noloco.infra.checks import check_choice, check_integer, check_real
@@ -162,10 +163,10 @@ def evaluate(problem: TuneProblem, alpha, beta, gamma, group_size: int, steps: i
     stable = numeric.mean_stable(a, b, g, c, m).all(-1)
     spread = numeric.stationary_variance(a, b, g, c, s2, N, group_size, m).sum(-1)
     decay = numeric.variance_decay_factor(a, b, g, c, kappa, m).max(-1)
-    # strict margins: on a stability edge the closed form of the spread is 0/0 and round-off
-    # can make it any sign
-    spread_ok = np.isfinite(spread) & (spread >= 0) & ((decay < 1 - 1e-9) | (group_size == N))
-    rate = np.where(stable & (rate < 1 - 1e-9) & spread_ok, rate, np.inf)
+    # the one classification (noloco.theory.stability): a marginal rate or spread is not a constraint met; on
+    # a stability edge the closed form of the spread is 0/0 and round-off can make it any sign
+    spread_ok = np.isfinite(spread) & (spread >= 0) & (is_stable(decay) | (group_size == N))
+    rate = np.where(stable & is_stable(rate) & spread_ok, rate, np.inf)
     spread = np.where(spread_ok, spread, np.inf)
     return {"rate": rate, "spread": spread, "decay": decay}
 
@@ -281,7 +282,7 @@ def landscape(problem: TuneProblem, best: Point, paper: Point, resolution: int =
     min_spread = np.take_along_axis(spread, k[..., None], -1)[..., 0]
     c, _ = _directions(problem, h)
     rate = numeric.mean_spectral_radius(A[:, None, None], B[None, :, None], 0.0, c, problem.outer.momentum).max(-1)
-    stable = np.isfinite(min_spread) & (rate < 1)
+    stable = np.isfinite(min_spread) & is_stable(rate)
     front = pareto(np.where(stable, rate, np.inf).ravel(), np.where(stable, min_spread, np.inf).ravel())
     i, j = np.unravel_index(front, rate.shape)
     return {"alpha": A, "beta": B, "rate": rate, "min_spread": min_spread, "group_size": n, "inner_steps": h,
