@@ -143,15 +143,34 @@ def test_flags_early_steps_and_unsettled_inputs(tmp_path):
     assert any(f.startswith("not settled") for f in F.forecast(tmp_path, from_step=10)["flags"])
 
 
+def _measured_as(path, cfg, values):
+    """metrics.jsonl with weight_std = ``values[step - 1]`` at every evaluation (the spread a run measured)."""
+    rows = [{"outer_step": s, "weight_std": float(values[s - 1])}
+            for s in range(cfg.eval_every, cfg.outer_steps + 1, cfg.eval_every)]
+    (path / "metrics.jsonl").write_text("".join(dumps(r) + "\n" for r in rows))
+
+
 def test_a_transfer_with_no_change_is_the_pilots_replay_and_the_rate_scales_it_exactly(tmp_path):
     cfg = config(schedule="constant", warmup=20)
-    write_run(tmp_path, cfg)
+    ph = write_run(tmp_path, cfg)
+    _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph))  # a pilot the model reproduces
     same = F.transfer(tmp_path, alpha=OUTER.alpha)
     assert same["second_half_rms"] == pytest.approx(same["pilot_replayed_rms"], rel=1e-12)
     assert same["tilt"] == pytest.approx(1.0) and same["flags"] == []
     double = F.transfer(tmp_path, lr=2e-3)  # s2 ~ L2 = 4x, c unchanged: the spread doubles, step by step
     np.testing.assert_allclose([r["predicted"] for r in double["rows"]],
                                [2 * r["predicted"] for r in same["rows"]], rtol=1e-9)
+
+
+def test_a_pilot_its_own_inputs_do_not_reproduce_flags_the_transfer(tmp_path):
+    """A pilot whose measured spread is 1.5x what its own inputs give (the theory's input model off on this
+    model): the transfer would carry that error, so it is flagged, not claimed; at 1.1x it is not."""
+    cfg = config(schedule="constant", warmup=20)
+    ph = write_run(tmp_path, cfg)
+    for factor, flagged in ((1.5, True), (1.1, False)):
+        _measured_as(tmp_path, cfg, factor * replayed_weight_std(cfg, ph))
+        flags = F.transfer(tmp_path, alpha=0.4)["flags"]
+        assert any(f.startswith("not reproduced") for f in flags) == flagged, flags
 
 
 def test_a_transfer_to_another_outer_step_is_that_steps_recursion_with_the_pilots_inputs(tmp_path):

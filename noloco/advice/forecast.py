@@ -62,6 +62,9 @@ SETTLED_RISE = 0.5
 #: a transfer extrapolates when the target's outer step amplifies the flattest directions more than this factor,
 #: relative to the stiff ones (c = 1), than the pilot's does (:func:`amplification_tilt`)
 TILT_LIMIT = 1.5
+#: a transfer carries the error of its pilot's own replay: flagged when the pilot's measured inputs, stepped
+#: through the pilot's outer step, miss the pilot's measured spread (second half) by more than this share
+REPLAY_LIMIT = 0.15
 #: the flattest c the tilt is evaluated at, when the pilot's flattest tensor is flatter (c ~ 0 is where every
 #: outer step's amplification diverges together)
 TILT_FLAT_C = 0.02
@@ -302,6 +305,11 @@ def transfer(run_dir, **changes) -> dict:
                      f"the stiff ones, than the pilot's (limit {TILT_LIMIT:g}); a tensor's pooled c and s2 mix "
                      "directions of different curvature, so its inputs move with such a change (near the "
                      "stability edge, gamma 0): run a pilot nearer the target")
+    replay = _replay_ratio(run, ws_pilot, t0)
+    if replay is not None and abs(replay - 1) > REPLAY_LIMIT:
+        flags.append(f"not reproduced: the pilot's own inputs give {replay:.2f}x its measured spread over its second "
+                     f"half (limit {REPLAY_LIMIT:.0%}); the transfer carries that error (the theory's model of the "
+                     "inputs does not hold on this model: see noloco llm predict on the pilot)")
     late = slice(Tb // 2, None)
     level = float(math.sqrt(np.mean(ws[late] ** 2))) if np.all(np.isfinite(ws)) else math.inf
     band = _interval(ws, TRANSFER_ERROR)
@@ -312,6 +320,18 @@ def transfer(run_dir, **changes) -> dict:
             "pilot_replayed_rms": float(math.sqrt(np.mean(ws_pilot[len(ws_pilot) // 2:] ** 2))),
             "interval": {"quantiles": list(TRANSFER_ERROR), "from": "docs/data/advice_development.json"},
             "rows": rows}
+
+
+def _replay_ratio(run, replayed: np.ndarray, t0: int) -> float | None:
+    """RMS of the pilot's replayed weight_std over its measured second half (evaluations up to outer step ``t0``)
+    divided by the RMS of what it measured there; None without such evaluations."""
+    T = run.setting.outer_steps
+    pairs = [(replayed[int(m["outer_step"]) - 1], m["weight_std"]) for m in run.metrics
+             if T / 2 < int(m["outer_step"]) <= min(t0, len(replayed)) and m.get("weight_std")]
+    if not pairs or not all(math.isfinite(a) for a, _ in pairs):
+        return None
+    got, seen = np.array(pairs, dtype=float).T
+    return float(math.sqrt(np.mean(got ** 2)) / math.sqrt(np.mean(seen ** 2)))
 
 
 def parse_changes(text: str) -> dict:
