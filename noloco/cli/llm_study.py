@@ -57,6 +57,11 @@ def add_parser(sub) -> None:
     families.add_argument("--out", default="runs/families", help="folder of the runs (default runs/families)")
     families.add_argument("--no-train", action="store_true", help="evaluate only (every run must exist)")
     families.add_argument("--json", action="store_true", help="print the JSON report")
+    families.add_argument("--rank-run", metavar="FAMILY",
+                          help="instead: be one rank of FAMILY's run under torchrun, written to --out (the study "
+                               "starts `torchrun --nproc-per-node 4 -m noloco llm study families --rank-run gpt2 ...` "
+                               "itself)")
+    families.add_argument("--seed", type=int, default=0, help="with --rank-run: the run's seed (default 0)")
     families.set_defaults(study_run=_families)
 
     from noloco.llm_check.comm_measure import DEFAULT_OUT, DEFAULT_SIZES
@@ -125,6 +130,11 @@ def _families(args) -> int:
     from noloco.infra.files import print_json
     from noloco.studies import families
 
+    if args.rank_run is not None:
+        from noloco.infra.checks import check_choice
+
+        families.rank_run(check_choice("rank_run", args.rank_run, tuple(families.FAMILIES)), args.seed, args.out)
+        return 0
     report = families.run_study(args.out, train=not args.no_train)
     print_json(report) if args.json else print(families.format_report(report))
     return 0

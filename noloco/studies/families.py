@@ -82,13 +82,14 @@ def _loss(model, windows):
 
 
 def train_hf(family: Family, setting: dict, seed: int, folder) -> None:
-    """A plain torch loop: N replicas of ``family`` in one process (a list of modules), AdamW, the learning rate
-    of ``setting``'s schedule, :class:`noloco.OuterOptimizer` every H steps, :class:`noloco.Observer` writing
-    ``folder`` with the averaged model's and the replicas' validation loss at every evaluation."""
+    """A plain torch loop over ``family``: AdamW at the learning rate of ``setting``'s schedule,
+    :class:`noloco.OuterOptimizer` every H steps, :class:`noloco.Observer` writing ``folder`` with the averaged
+    model's and the replicas' validation loss at every evaluation. N replicas in one process (a list of modules),
+    or, under torch.distributed (torchrun), one replica per rank (the observer then samples coordinates)."""
     import copy
 
-    import numpy as np
     import torch
+    import torch.distributed as dist
 
     import noloco
     from noloco.llm_check import data
@@ -96,9 +97,11 @@ def train_hf(family: Family, setting: dict, seed: int, folder) -> None:
 
     s = setting
     N, H, T, ctx = s["replicas"], s["inner_steps"], s["outer_steps"], s["ctx"]
-    torch.manual_seed(seed)
+    ranks = dist.is_available() and dist.is_initialized()
+    here = [dist.get_rank()] if ranks else list(range(N))  # the replicas this process trains
+    torch.manual_seed(seed)  # every rank draws the same initial weights: replicas start equal
     first = _hf_model(family, ctx)
-    models = [first] + [copy.deepcopy(first) for _ in range(N - 1)]  # replicas start equal
+    models = [first] + [copy.deepcopy(first) for _ in here[1:]]
     corpus = data.load_corpus()
     shards = data.shards(corpus, N, seed)
     val = torch.from_numpy(data.val_windows(corpus, seed, VAL_WINDOWS, ctx)).long()
@@ -106,8 +109,9 @@ def train_hf(family: Family, setting: dict, seed: int, folder) -> None:
                               betas=(0.9, s["adam_beta2"]), weight_decay=0.0)
     rate = lambda k: learning_rate(k, s["schedule"], s["lr"], T * H, warmup=s["warmup"],  # noqa: E731
                                    floor=s["min_lr_frac"])
-    outer = noloco.OuterOptimizer(models, inner, inner_steps=H, method="noloco", group_size=s["group_size"],
-                                  alpha=s["alpha"], beta=s["beta"], gamma=s["gamma"], seed=seed)
+    outer = noloco.OuterOptimizer(first if ranks else models, inner, inner_steps=H, method="noloco",
+                                  group_size=s["group_size"], alpha=s["alpha"], beta=s["beta"], gamma=s["gamma"],
+                                  seed=seed)
     observer = noloco.Observer(outer, folder, outer_steps=T, lr=s["lr"], schedule=s["schedule"], warmup=s["warmup"],
                                min_lr_frac=s["min_lr_frac"], adam_beta2=s["adam_beta2"], seed=seed,
                                overwrite=True, family=family.name, batch=s["batch"], ctx=ctx)
@@ -116,23 +120,39 @@ def train_hf(family: Family, setting: dict, seed: int, folder) -> None:
         for group in inner.param_groups:
             group["lr"] = rate(k)
         inner.zero_grad(set_to_none=True)
-        for r, model in enumerate(models):
+        for r, model in zip(here, models):
             windows = torch.from_numpy(data.batch(shards[r], seed, r, k, s["batch"], ctx)).long()
             _loss(model, windows).backward()
         inner.step()  # the outer step runs from its hook after every H-th
         if (k + 1) % (EVAL_EVERY * H) == 0:
-            with torch.no_grad():
-                for p_avg, *ps in zip(average.parameters(), *(m.parameters() for m in models)):
-                    p_avg.copy_(torch.stack(ps).mean(0))
-                per = [float(_loss(m, val)) for m in models]
-                observer.log(outer.outer_done, val_loss_avg_model=float(_loss(average, val)),
-                             val_loss_replicas_mean=float(np.mean(per)))
+            observer.log(outer.outer_done, **_val_losses(models, average, val, ranks, N))
     observer.close()
     # the loss gap's input: sum over the weights of the replica-mean sqrt(vhat) of the inner AdamW (the harness
     # reads it from its checkpoint; this loop has none)
-    root = sum(float((st["exp_avg_sq"].double() / (1 - s["adam_beta2"] ** float(st["step"]))).sqrt().sum())
-               for st in inner.state.values()) / N
-    write_json(Path(folder) / "adam_root.json", {"outer_step": outer.outer_done, "sum_sqrt_v": root})
+    root = torch.tensor(sum(float((st["exp_avg_sq"].double() / (1 - s["adam_beta2"] ** float(st["step"]))).sqrt().sum())
+                            for st in inner.state.values()))
+    if ranks:
+        dist.all_reduce(root)
+    if not ranks or dist.get_rank() == 0:
+        write_json(Path(folder) / "adam_root.json", {"outer_step": outer.outer_done, "sum_sqrt_v": float(root) / N})
+
+
+def _val_losses(models, average, val, ranks: bool, N: int) -> dict:
+    """The averaged model's validation loss and the replicas' mean (every rank's, under torch.distributed: the
+    weights are averaged at evaluations only, a documented cost of measuring the gap)."""
+    import torch
+    import torch.distributed as dist
+
+    with torch.no_grad():
+        for p_avg, *ps in zip(average.parameters(), *(m.parameters() for m in models)):
+            p_avg.copy_(torch.stack(ps).sum(0))
+            if ranks:
+                dist.all_reduce(p_avg.data)
+            p_avg.div_(N)
+        own = torch.tensor(sum(float(_loss(m, val)) for m in models))
+        if ranks:
+            dist.all_reduce(own)
+        return {"val_loss_avg_model": float(_loss(average, val)), "val_loss_replicas_mean": float(own) / N}
 
 
 def train_tiny(setting: dict, seed: int, folder) -> None:
@@ -147,6 +167,37 @@ def train_tiny(setting: dict, seed: int, folder) -> None:
     Trainer(cfg, folder, progress=False).run(overwrite=True)
 
 
+#: the run under torchrun: the GPT-2 family's pilot, one replica per rank, the observer's coordinate sample
+TORCHRUN = ("gpt2", 4)
+
+
+def train_ranks(family: Family, setting: dict, seed: int, folder: Path, ranks: int) -> None:
+    """``family`` at ``setting`` under torchrun with ``ranks`` processes (gloo), one replica per rank: the command
+    ``torchrun --nproc-per-node RANKS -m noloco llm study families --rank-run FAMILY ...`` (each rank then runs
+    :func:`train_hf` in its process group)."""
+    import os
+    import subprocess
+    import sys
+
+    from noloco.training.exchange import free_port
+
+    command = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks), "--master-port",
+               str(free_port()), "-m", "noloco", "llm", "study", "families", "--rank-run", family.name,
+               "--seed", str(seed), "--out", str(folder)]
+    subprocess.run(command, check=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, stdout=subprocess.DEVNULL)
+
+
+def rank_run(family: str, seed: int, folder) -> None:
+    """One rank of :func:`train_ranks` (started by torchrun): joins the gloo process group and trains."""
+    import torch.distributed as dist
+
+    dist.init_process_group("gloo")
+    try:
+        train_hf(FAMILIES[family], {**BASE, "replicas": dist.get_world_size()}, seed, folder)
+    finally:
+        dist.destroy_process_group()
+
+
 def _folder(out: Path, family: str, run: str, seed: int) -> Path:
     return out / family / run / f"s{seed}"
 
@@ -156,13 +207,17 @@ def train_missing(out: Path, families=tuple(FAMILIES), seeds=SEEDS, progress: bo
     from noloco.infra.progress import Progress
 
     jobs = [(f, run, seed) for f in families for run in ("pilot", "target") for seed in seeds]
+    if TORCHRUN[0] in families:
+        jobs.append((TORCHRUN[0], "torchrun", seeds[0]))
     with Progress(len(jobs), "families study", unit="run", show=progress) as bar:
         for name, run, seed in jobs:
             folder = _folder(out, name, run, seed)
             done = (folder / "result.json").exists() and read_json(folder / "result.json").get("finished") is True
             if not done:
                 setting = {**BASE, **(TARGET if run == "target" else {})}
-                if name == "cpu-tiny":
+                if run == "torchrun":
+                    train_ranks(FAMILIES[name], setting, seed, folder, TORCHRUN[1])
+                elif name == "cpu-tiny":
                     train_tiny(setting, seed, folder)
                 else:
                     train_hf(FAMILIES[name], setting, seed, folder)
@@ -213,6 +268,10 @@ def evaluate(out: Path, families=tuple(FAMILIES), seeds=SEEDS) -> dict:
             rows["forecast"].append({**forecast_check(pilot, name, seed), "family": name})
             rows["transfer"].append({**transfer_check(pilot, target, name, seed, TARGET), "family": name})
             rows["gap"].append(_gap(pilot, name, seed))
+        if name == TORCHRUN[0]:  # one replica per rank, measured from the coordinate sample
+            ranked = _folder(out, name, "torchrun", seeds[0])
+            rows["own"].append({**_own(ranked, name, seeds[0]), "run": "torchrun"})
+            rows["forecast"].append({**forecast_check(ranked, name, seeds[0]), "family": name, "run": "torchrun"})
     summary = {kind: {"runs": len(items), "flagged": sum(x["verdict"] == "flagged" for x in items),
                       "agree": sum(x["verdict"] == "agrees" for x in items),
                       "misses_unflagged": sum(x["verdict"] == "misses" for x in items)}
