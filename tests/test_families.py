@@ -1,0 +1,37 @@
+"""The model-families study (noloco.studies.families): its rules as stated, and one tiny run of a Hugging Face
+config through the public API that the advice then reads (nothing downloaded)."""
+
+import os
+
+import pytest
+
+from noloco.studies import families as F
+
+
+def test_the_rules_are_the_ones_stated():
+    assert F.within(1.49, F.OWN_RULE, relative=False) and not F.within(1.51, F.OWN_RULE, relative=False)
+    assert F.within(1 / 1.49, F.OWN_RULE, relative=False) and not F.within(0.6, F.OWN_RULE, relative=False)
+    assert F.within(1.149, F.ADVICE_RULE, relative=True) and not F.within(1.151, F.ADVICE_RULE, relative=True)
+    assert F.within(0.851, F.ADVICE_RULE, relative=True) and not F.within(0.849, F.ADVICE_RULE, relative=True)
+    assert F.within(None, F.GAP_RULE, relative=False) is None and F.within(float("nan"), 2, False) is None
+
+
+@pytest.mark.torch
+@pytest.mark.parametrize("family", ["gpt2", pytest.param("llama", marks=pytest.mark.slow)])
+def test_a_hugging_face_family_trains_through_the_api_and_the_advice_reads_it(tmp_path, monkeypatch, family):
+    pytest.importorskip("transformers")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import noloco
+    from noloco.advice.predict import predict
+
+    setting = {**F.BASE, "outer_steps": 6, "inner_steps": 4, "warmup": 4, "batch": 2, "ctx": 16}
+    monkeypatch.setattr(F, "EVAL_EVERY", 2)
+    F.train_hf(F.FAMILIES[family], setting, 0, tmp_path)
+    run = noloco.read_run(tmp_path)
+    assert run.finished and run.setting.outer_steps == 6 and len(run.inputs) == 6 and run.result["flags"] == []
+    assert run.metrics[-1]["val_loss_avg_model"] < 5.6  # below the uniform byte's log 256 = 5.55 + noise
+    rows = predict(tmp_path)["rows"]
+    assert rows[-1]["measured"] > 0 and rows[-1]["predicted"] > 0
+    assert os.path.exists(tmp_path / "adam_root.json")
+    gap = F._gap(tmp_path, family, 0)
+    assert gap["predicted"] > 0 and gap["measured"] is not None
