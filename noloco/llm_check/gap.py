@@ -21,6 +21,7 @@ import math
 from pathlib import Path
 
 from noloco.infra.errors import DataError
+from noloco.infra.files import open_run_file
 from noloco.theory import exchangeable
 
 
@@ -39,11 +40,14 @@ def equipartition_gap(run_dir) -> dict:
         raise DataError(f"{run_dir}: the equipartition gap needs the inner AdamW's second moment; this run's "
                         f"inner optimiser is {cfg.inner_optimizer}")
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with open_run_file(path, "give back the checkpoint `noloco llm train` wrote") as handle:  # a pipe would block
+            state = torch.load(handle, map_location="cpu", weights_only=True)
         opt = state["opt"]["state"]
         step = int(state["outer_step"])
     except FileNotFoundError:
         raise DataError(f"{path} is missing: the gap is predicted from a checkpoint's optimiser state") from None
+    except DataError:
+        raise  # not a regular file (open_run_file): its own line
     except Exception as err:  # damaged bytes or a foreign file: torch raises almost anything
         raise DataError(f"{path} is not a checkpoint of this toolkit with an optimiser state ({err})") from None
     if step < 1:
