@@ -22,7 +22,6 @@ under it, ``/etc``, ``/usr``, ...) is refused (a DataError, exit 3) before anyth
 
 from __future__ import annotations
 
-import errno
 import functools
 import hashlib
 import hmac
@@ -55,10 +54,12 @@ def system_folder(path) -> str:
     ``/etc/numba``."""
     real = os.path.realpath(os.path.abspath(os.fspath(path)))
     parts = Path(real).parts
+    tree = next((t for t in SYSTEM_TREES if real == t or real.startswith(t + os.sep)), "")
+    if tree:
+        return f"{path} is {'the' if real == tree else 'inside the'} system folder {tree}"
     if len(parts) <= 2:
         return f"{path} is {'the root folder' if len(parts) <= 1 else 'a folder directly under /'}"
-    tree = next((t for t in SYSTEM_TREES if real == t or real.startswith(t + os.sep)), "")
-    return f"{path} is inside the system folder {tree}" if tree else ""
+    return ""
 
 
 def _checked_root(path, name: str) -> Path:
@@ -142,7 +143,8 @@ def cached(namespace: str, request, compute: Callable[[], object], *, directory=
                 raise ValueError("not a cache entry of this version")
             if entry.get("sha256") != _digest(entry["data"]):
                 raise ValueError("its data does not match its checksum (damaged or edited)")
-            if not hmac.compare_digest(str(entry.get("hmac", "")), _entry_mac(key, namespace, path.stem, entry["data"])):
+            mac = _entry_mac(key, namespace, path.stem, entry["data"])
+            if not hmac.compare_digest(str(entry.get("hmac", "")), mac):
                 raise ValueError("its keyed digest does not match: edited, or written by another user or machine")
             if valid is not None and not _passes(valid, entry["data"]):
                 raise ValueError("unexpected content")

@@ -33,7 +33,8 @@ import io
 import os
 import pickle
 
-from noloco.infra.cache import cache_dir, private_folder, signed_bytes, source_hash, untrusted_reason, user_key, verified
+from noloco.infra.cache import (cache_dir, private_folder, signed_bytes, source_hash, untrusted_reason, user_key,
+                                verified)
 from noloco.infra.checks import check_choice
 from noloco.infra.entry import interrupts_held
 from noloco.infra.errors import ConfigError

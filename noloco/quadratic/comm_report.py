@@ -12,7 +12,8 @@ from noloco.infra import budget
 from noloco.infra.checks import check_at_least, check_choice, check_seed, check_nonnegative, check_positive, check_real
 from noloco.infra.files import SCHEMA_VERSION
 from noloco.infra.errors import ConfigError
-from noloco.quadratic.idle import SYNC_MAX, check_idle_inputs, idle_compiled, idle_memory_estimate, idle_time_estimate, idle_workers, simulate_idle
+from noloco.quadratic.idle import (SYNC_MAX, check_idle_inputs, idle_compiled, idle_memory_estimate, idle_time_estimate,
+                                   idle_workers, simulate_idle)
 from noloco.theory.comm import (ALLREDUCE, EXCHANGES, Network, check_replicas, group_exchange, payload_at_speedup,
                                 sync_cost)
 from noloco.theory.jitter import Hardware, Jitter, barrier_idle_fraction, group_first_step_idle_fraction
@@ -111,7 +112,8 @@ def report(*, params: float = 1e6, bytes_per_value: float = 2.0, replicas: int =
         "idle": {
             "barrier_closed_form": barrier_idle_fraction(jitter_model, replicas, machines, barrier_sync, compute),
             "noloco_first_step_closed_form": group_first_step_idle_fraction(  # one class: its compute time
-                jitter_model, group_size, group_sync, compute * machines.classes[0][1]) if machines.homogeneous else None,
+                jitter_model, group_size, group_sync, compute * machines.classes[0][1])
+            if machines.homogeneous else None,
             "simulation": sim.as_dict(),
         },
     }
