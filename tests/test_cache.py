@@ -181,15 +181,60 @@ def test_a_full_cache_disk_only_costs_the_computation(tmp_path, monkeypatch, cap
     assert capsys.readouterr().err == ""
 
 
-def _forge(path, change) -> None:
-    """Edit the entry's data with ``change(data)`` and recompute its checksum (a deliberate edit, or an entry
-    written by another version's bug: the checksum alone cannot tell)."""
+def _forge(path, change, keyed: bool = True) -> None:
+    """Edit the entry's data with ``change(data)`` and recompute its checksum and, where ``keyed``, its keyed
+    digest with this user's secret: an entry written by another version's bug, which only the shape check
+    finds. Without ``keyed``: a hand edit with the plain sha256 recomputed, which anyone can do."""
     import hashlib
 
     doc = files.loads(path.read_text())
     change(doc["data"])
     doc["sha256"] = hashlib.sha256(files.dumps(doc["data"]).encode()).hexdigest()
+    if keyed:
+        doc["hmac"] = cache_module.entry_document(doc["namespace"], doc["key"], doc["data"],
+                                                  cache_module.user_key())["hmac"]
     path.write_text(files.dumps(doc))
+
+
+def test_a_figure_entry_edited_with_its_checksum_recomputed_is_recomputed_with_a_warning(tmp_path, capsys):
+    """Issue 34: `noloco figs --cache DIR` drew an entry whose data had been edited (its sha256 recomputed, as
+    anyone can) as if it were the computed result, with no warning. The keyed digest finds the edit."""
+    from noloco.cli import main
+
+    argv = ["figs", "--quick", "--only", "transient", "--cache", str(tmp_path / "c"), "--out", str(tmp_path / "figs")]
+    assert main(argv) == 0
+    path = next((tmp_path / "c").glob("figure-transient/*.json"))
+    computed = files.loads(path.read_text())["data"]
+    _forge(path, lambda d: d["cases"][0].update(mc=[2 * x for x in d["cases"][0]["mc"]]), keyed=False)  # draws
+    capsys.readouterr()
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    err = [line for line in captured.err.splitlines() if line.strip()]
+    assert len(err) == 1 and str(path) in err[0] and "keyed digest does not match" in err[0], err
+    assert "(cache)" not in captured.out and files.loads(path.read_text())["data"] == computed  # recomputed
+    assert main(argv) == 0 and "(cache)" in capsys.readouterr().out
+
+
+def test_an_entry_keyed_with_another_secret_is_recomputed(tmp_path, monkeypatch, capsys):
+    """An entry written under another user's (or machine's) secret, exactly as this toolkit writes one there."""
+    cache = tmp_path / "cache"
+    result, _ = cached_compare(SMALL, directory=cache)
+    monkeypatch.setenv("NOLOCO_CACHE", str(tmp_path / "elsewhere"))  # another secret
+    capsys.readouterr()
+    assert cached_compare(SMALL, directory=cache) == (result, False)
+    assert "keyed digest does not match" in capsys.readouterr().err
+    assert cached_compare(SMALL, directory=cache) == (result, True)
+
+
+def test_without_a_private_root_for_the_secret_nothing_is_cached(tmp_path, monkeypatch, capsys):
+    root = tmp_path / "shared"
+    root.mkdir()
+    root.chmod(0o777)  # a cache root others can write: no secret is kept there
+    monkeypatch.setenv("NOLOCO_CACHE", str(root))
+    assert cache_module.user_key() is None
+    assert cached_compare(SMALL, directory=tmp_path / "c") == cached_compare(SMALL, directory=tmp_path / "c")
+    assert not cached_compare(SMALL, directory=tmp_path / "c")[1] and not (tmp_path / "c").exists()
+    assert capsys.readouterr().err == ""
 
 
 @pytest.mark.parametrize("change", [lambda d: d.update(summary={"x": 1}),

@@ -10,10 +10,11 @@ tests/test_cli_table.py`` prints the table of docs/reliability.md with what each
 Placeholders in a case's command: ``{tmp}`` a fresh folder, ``{file}`` a file, ``{run}`` a folder
 holding a finished cpu-tiny run, ``{trunc}`` the same with a truncated checkpoint, ``{garbled}``
 with a garbled last line of metrics.jsonl, ``{notckpt}`` with a ckpt.pt that is a torch file but
-not a checkpoint, ``{shape}`` with a checkpoint whose weights have the wrong shape, ``{locked}``
-a folder whose lock belongs to a live process, ``{stale}`` one whose lock belongs to a dead
-process, ``{sweep}`` a validate folder that holds a sweep, ``{badruns}`` a runs folder with a
-malformed metrics.jsonl, ``{port}`` a free TCP port.
+not a checkpoint, ``{shape}`` with a checkpoint whose weights have the wrong shape, ``{pipeckpt}``
+with a ckpt.pt that is a named pipe, ``{linkckpt}`` one that is a symbolic link to the checkpoint,
+``{locked}`` a folder whose lock belongs to a live process, ``{stale}`` one whose lock belongs to a
+dead process, ``{sweep}`` a validate folder that holds a sweep, ``{badruns}`` a runs folder with a
+malformed metrics.jsonl, ``{port}`` a free TCP port. A case's ``env`` is set while it runs.
 """
 
 from __future__ import annotations
@@ -48,6 +49,7 @@ class Case:
     entry: str = "noloco"      # noloco | train (the torchrun entry) | none (bare `noloco`)
     marks: tuple = field(default=())
     seen: bool = False         # a case of issue 10's "Seen" list
+    env: tuple = ()            # (NAME, value) pairs set for the case (NOLOCO_CACHE)
 
     @property
     def id(self) -> str:
@@ -149,6 +151,9 @@ CASES = [
     C("comm --latency 1e300", (0, 2)),
     C("comm --bandwidth 1e-300", (0, 2)),
     C("comm --latency 1e100 --bandwidth 1e-100", (0, 2)),
+    C("comm --hardware 1:1e308", (2,), "hardware slowdown=1e+308", seen=True),  # issue 34: an internal error
+    C("comm --hardware 0.5:1,0.5:1e100", (2,), "hardware slowdown=1e+100"),  # NaN idle fractions, exit 0
+    C("comm --compute-seconds 1e-320", (2,), "times --compute-seconds"),  # NaN idle fractions, exit 0
     C("comm --replicas 1000000000", (0, 3), how="limited", seen=True),
     C("comm --replicas 1000000000 --max-memory 100M", (0, 3), how="limited", seen=True),
     # ------------------------------------------------------------ tune
@@ -182,6 +187,12 @@ CASES = [
     C("figs --only llm --llm-runs {file} --out {tmp}", (3,), "--llm-runs"),
     C("figs --only llm --llm-runs '' --out {tmp}", (2,), "--llm-runs"),
     C("figs --only llm --llm-runs {badruns} --out {tmp}", (0, 3)),
+    # issue 34: a cache root that is a system folder (as root NOLOCO_CACHE=/ made /simulate and /numba)
+    C("figs --quick --only transient --out {tmp}", (3,), "NOLOCO_CACHE='/proc' cannot be a cache",
+      env=(("NOLOCO_CACHE", "/proc"),), seen=True),
+    C("figs --quick --only transient --cache /sys/kernel --out {tmp}", (3,), "--cache='/sys/kernel' cannot be a cache"),
+    C("simulate --trials 4 --outer-steps 3", (3,), "NOLOCO_CACHE='/proc' cannot be a cache",
+      env=(("NOLOCO_CACHE", "/proc"),), seen=True),
     # ------------------------------------------------------------ llm train
     C(f"{TINY} --out ''", (2,), "names no folder", seen=True),
     C(f"{TINY} --out {{file}}", (3,), "is a file, not a folder", seen=True),
@@ -233,6 +244,13 @@ CASES = [
     C(f"{TINY} --out {{notckpt}} --resume", (3,), "not a checkpoint"),
     C(f"{TINY} --out {{shape}} --resume", (3,), "of shape"),
     C(f"{TINY} --out {{garbled}} --resume", (3,), "metrics.jsonl line 2 is not valid JSON", seen=True),
+    # issue 34: a checkpoint that is a named pipe hung every reader; a link is not what a run folder holds
+    C(f"{TINY} --out {{pipeckpt}} --resume", (3,), "ckpt.pt is a named pipe, not a regular file", seen=True),
+    C(f"{TINY} --out {{linkckpt}} --resume", (3,), "ckpt.pt is a symbolic link, not a regular file"),
+    C("llm evaluate {pipeckpt} --threads 1", (3,), "ckpt.pt is a named pipe, not a regular file", seen=True),
+    C("llm evaluate {linkckpt} --threads 1", (3,), "ckpt.pt is a symbolic link, not a regular file"),
+    C("llm predict {pipeckpt} --gap", (3,), "ckpt.pt is a named pipe, not a regular file", seen=True),
+    C("llm evaluate ''", (2,), "OUT '' names no folder", seen=True),  # it evaluated the current folder, exit 3
     C(f"{TINY} --out {{locked}}", (3,), "is in use by another run", seen=True),
     C(f"{TINY} --out {{stale}}", (0,), "taking over the lock"),
     # ------------------------------------------------------------ llm validate, llm bench
@@ -316,6 +334,9 @@ class Places(RunPlaces):
         elif name == "garbled":
             lines = (path / "metrics.jsonl").read_text().splitlines()
             (path / "metrics.jsonl").write_text("\n".join(lines[:-1] + [lines[-1][: len(lines[-1]) // 2]]) + "\n")
+        elif name in ("pipeckpt", "linkckpt"):
+            ckpt.replace(path.parent / "elsewhere.pt")
+            os.mkfifo(ckpt) if name == "pipeckpt" else ckpt.symlink_to(path.parent / "elsewhere.pt")
         elif name in ("notckpt", "shape"):
             import torch
 
@@ -355,12 +376,18 @@ def _limit_memory():  # a safety net: a case that would eat the machine fails in
 def run_case(case: Case, places: Places, capsys=None) -> tuple[int, str, str]:
     """``(exit code, stdout, stderr)`` of one case."""
     argv = _argv(case, places)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **dict(case.env)}
     env.pop("NOLOCO_DEBUG", None)
     if case.how == "in-process":
         if capsys is not None:
             capsys.readouterr()
-        code = main(argv if case.entry != "none" else [])
+        saved = {name: os.environ.get(name) for name, _ in case.env}
+        os.environ.update(dict(case.env))
+        try:
+            code = main(argv if case.entry != "none" else [])
+        finally:
+            for name, value in saved.items():
+                os.environ.pop(name) if value is None else os.environ.__setitem__(name, value)
         if capsys is not None:
             captured = capsys.readouterr()
             return code, captured.out, captured.err
@@ -463,7 +490,7 @@ def markdown(places: Places) -> str:
         contract = "/".join(map(str, case.codes))
         xfail = any(getattr(m, "name", "") == "xfail" for m in case.marks)
         command = ("python -m noloco llm train " if case.entry == "train" else "noloco ") + case.command
-        command = command.replace(TINY, "llm train TINY")
+        command = "".join(f"{k}={v} " for k, v in case.env) + command.replace(TINY, "llm train TINY")
         rows.append(f"| {number}{' (seen)' if case.seen else ''} | `{command.replace('|', '&#124;')}` | {contract}"
                     f"{' (xfail)' if xfail else ''} | {got} | {line.replace('|', '&#124;')[:160]} |")
     return "\n".join(rows)

@@ -137,6 +137,31 @@ def test_report_is_the_model():
         comm_report.report(algorithm="gossip")
 
 
+@pytest.mark.parametrize("make", [
+    lambda: idle.simulate_idle(8, 2, hardware=Hardware(((1.0, 1e100),)), steps=4, trials=2),
+    lambda: idle.simulate_idle(8, 2, hardware=Hardware(((0.5, 1.0), (0.5, 1e-7))), steps=4, trials=2),
+    lambda: idle.simulate_idle(8, 2, barrier_sync=float("inf"), steps=4, trials=2),
+    lambda: idle.simulate_idle(8, 2, group_sync=1e13, steps=4, trials=2),
+    lambda: comm_report.report(replicas=8, steps=4, trials=2, hardware="1:1e308"),
+    lambda: comm_report.report(replicas=8, steps=4, trials=2, compute_seconds=1e-320),
+], ids=["slowdown 1e100", "slowdown 1e-7", "barrier sync inf", "group sync 1e13", "report slowdown 1e308",
+        "report compute 1e-320"])
+def test_inputs_that_overflow_the_idle_simulation_are_bad_input(make):
+    """Issue 34: a slowdown of 1e308 was an internal error (the closed form's integral), 1e100 or a compute time
+    of 1e-320 NaN idle fractions; the simulation's own limits, checked before any work."""
+    with pytest.raises(ConfigError, match="slowdown|sync|compute"):
+        make()
+
+
+def test_the_first_step_closed_form_counts_a_single_class_slowdown():
+    """With one hardware class of slowdown s the compute time per step is s times --compute-seconds (before
+    issue 34 the first step's closed form left s out: 0.061 at s = 1e-6, where the simulation gave 1.0)."""
+    r = comm_report.report(replicas=8, steps=20, trials=2, hardware="1:2")
+    cost = comm.sync_cost(comm.INTERNET, 2e6, 8)
+    assert r["idle"]["noloco_first_step_closed_form"] == pytest.approx(
+        group_first_step_idle_fraction(Jitter(), 2, cost.group_exchange_seconds, 60.0))
+
+
 # ---------------------------------------------------------------- closed forms
 
 @pytest.mark.parametrize("N", [1, 2, 10, 1000])

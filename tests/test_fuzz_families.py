@@ -220,6 +220,12 @@ ISSUE = [
     (f"{' '.join(TINY)} --out OUT --device cuda:-1", 2, "device='cuda:-1'"),
     (f"{' '.join(TINY)} --out OUT --device cuda:x", 2, "device='cuda:x'"),
     (f"{' '.join(TINY)} --out OUT --device tpu", 2, "device='tpu'"),
+    # issue 34
+    ("comm --hardware 1:1e308 --steps 3 --trials 2", 2, "hardware slowdown=1e+308 is out of range"),
+    ("comm --hardware 0.5:1,0.5:1e308 --steps 3 --trials 2", 2, "hardware slowdown=1e+308 is out of range"),
+    ("comm --compute-seconds 1e-320 --steps 3 --trials 2", 2, "times --compute-seconds"),
+    ("comm --latency 1e300 --compute-seconds 1e-9 --steps 3 --trials 2", 2, "times --compute-seconds"),
+    ("llm evaluate ''", 2, "OUT '' names no folder"),
 ]
 
 
@@ -380,9 +386,26 @@ def test_a_checkpoint_of_the_wrong_shape(places, kind):
         assert code == 3 and not violation(code, err) and "ckpt.pt" in err, (argv, code, err)
 
 
+def _with_checksum(doc):
+    """``doc`` with its ``sha256`` recomputed over its (edited) data, as anyone who can write the cache can do."""
+    import hashlib
+
+    from noloco.infra.files import dumps
+
+    if isinstance(doc, dict) and "data" in doc:
+        try:
+            doc = {**doc, "sha256": hashlib.sha256(dumps(doc["data"]).encode()).hexdigest()}
+        except ValueError:
+            pass  # data strict JSON cannot write (1e308 is fine, but not a NaN): left as it is
+    return doc
+
+
+@pytest.mark.parametrize("checksum", ["stale", "recomputed"])
 @pytest.mark.parametrize("what", ["simulate", "figure"])
-def test_damaged_cache_entries_are_rebuilt(tmp_path, monkeypatch, what):
-    """Every mutation of an entry's data (its checksum no longer matching) is rebuilt with one warning."""
+def test_damaged_cache_entries_are_rebuilt(tmp_path, monkeypatch, what, checksum):
+    """Every mutation of an entry's data is rebuilt with one warning: with its checksum no longer matching, and
+    (issue 34) with its checksum recomputed, which only the keyed digest finds (a figure whose region list had
+    been edited was drawn as data)."""
     monkeypatch.setenv("NOLOCO_CACHE", str(tmp_path / "cache"))
     argv = (["simulate", "--trials", "4", "--outer-steps", "3"] if what == "simulate" else
             ["figs", "--quick", "--only", "transient", "--out", str(tmp_path / "figs")])
@@ -391,7 +414,7 @@ def test_damaged_cache_entries_are_rebuilt(tmp_path, monkeypatch, what):
     entry_path = next((tmp_path / "cache").glob("*/*.json"))
     entry = json.loads(entry_path.read_text())
     for damaged in _mutations(entry, random.Random(SEED), 6):
-        entry_path.write_text(json.dumps(damaged))
+        entry_path.write_text(json.dumps(_with_checksum(damaged) if checksum == "recomputed" else damaged))
         code, err = run_main(argv)
         lines = [line for line in err.splitlines() if line.strip()]
         assert code == 0 and not violation(code, err), err
@@ -630,3 +653,87 @@ def test_a_damaged_metrics_file_under_llm_runs_is_a_fault_naming_the_folder(plac
     _write_json(run / "metrics.jsonl", rows, lines=True)
     code, err = run_main(["figs", "--only", "llm", "--llm-runs", str(run.parent), "--out", str(places.fresh())])
     assert code == 3 and not violation(code, err) and f"--llm-runs {run.parent}" in err, err
+
+
+# ------------------------------------------------------------------ issue 34: files that are not files, overflows,
+# and cache roots that are system folders
+
+@contextlib.contextmanager
+def _within(seconds: int):
+    """Fail (instead of hanging the test run) when the block takes longer than ``seconds``."""
+    def hang(signum, frame):
+        raise AssertionError(f"blocked for more than {seconds} s")
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+def _make_special(path: Path, kind: str) -> None:
+    import socket
+
+    path.unlink()
+    if kind == "named pipe":
+        os.mkfifo(path)
+    elif kind == "symbolic link":  # to a good checkpoint: a link is not what a run folder holds
+        path.symlink_to(path.parent.parent / "elsewhere.pt")
+        shutil.copy(path.parent.parent / "good.pt", path.parent.parent / "elsewhere.pt")
+    elif kind == "link to a device":
+        path.symlink_to("/dev/zero")
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        sock = socket.socket(socket.AF_UNIX)
+        sock.bind(str(path))
+        sock.close()
+
+
+CKPT_READERS = {"llm predict --gap": ["llm", "predict", "RUN", "--gap"],
+                "llm evaluate": ["llm", "evaluate", "RUN", "--threads", "1"],
+                "llm train --resume": TINY + ["--out", "RUN", "--resume"]}
+
+
+@pytest.mark.parametrize("reader", list(CKPT_READERS))
+@pytest.mark.parametrize("kind", ["named pipe", "symbolic link", "link to a device", "folder", "socket"])
+def test_a_checkpoint_that_is_not_a_regular_file_is_refused_at_once(places, kind, reader):
+    """Issue 34: a ``ckpt.pt`` that is a named pipe hung `llm predict --gap`, `llm train --resume` and `llm
+    evaluate` (torch.load opened it for reading and waited for a writer). Every special file is one line, exit 3,
+    naming the file (noloco.infra.files.open_run_file), within seconds."""
+    run = places.run()
+    shutil.copy(run / "ckpt.pt", run.parent / "good.pt")
+    _make_special(run / "ckpt.pt", kind)
+    argv = [str(run) if w == "RUN" else w for w in CKPT_READERS[reader]]
+    with _within(60):
+        code, err = run_main(argv)
+    assert code == 3 and not violation(code, err), (code, err)
+    assert f"{run / 'ckpt.pt'} is a" in err and "not a regular file" in err, err
+
+
+#: a hardware slowdown of every family, alone and beside a class of slowdown 1: each outside 1e-6 .. 1e6
+SLOWDOWNS = [HUGE_INT, "1e20", HUGE_FLOAT, "1e-320", "-0.0", "nan", "inf", "-inf", "1e7", "1e-7"]
+
+
+@pytest.mark.parametrize("hardware", [f"1:{v}" for v in SLOWDOWNS] + [f"0.5:1,0.5:{v}" for v in SLOWDOWNS])
+def test_every_overflowing_hardware_slowdown_is_bad_input(hardware):
+    """Issue 34: ``--hardware 1:1e308`` was an internal error (scipy: "Infinity inputs cannot be used with break
+    points"), 1e100 gave NaN idle fractions with exit 0."""
+    code, err = run_main(["comm", "--hardware", hardware, "--steps", "3", "--trials", "2", "--replicas", "64"])
+    assert code == 2 and not violation(code, err) and "hardware slowdown=" in err, (code, err)
+
+
+@pytest.mark.parametrize("argv", [["simulate", "--trials", "4", "--outer-steps", "3"],
+                                  ["figs", "--quick", "--only", "transient", "--out", "OUT"],
+                                  ["figs", "--quick", "--only", "transient", "--out", "OUT", "--cache", "/proc"]],
+                         ids=["simulate", "figs", "figs --cache"])
+@pytest.mark.parametrize("root", ["/proc", "/sys/kernel", "/proc/self/fd/../../x"])
+def test_a_cache_in_a_system_folder_is_refused_before_any_work(tmp_path, monkeypatch, argv, root):
+    """Issue 34: ``NOLOCO_CACHE=/`` as root made ``/simulate`` and ``/numba``. Here only folders no one can write
+    (the test run before the fix then wrote nothing either: the cache only cost the computation)."""
+    monkeypatch.setenv("NOLOCO_CACHE", root)
+    out = tmp_path / "out"
+    code, err = run_main([str(out) if w == "OUT" else w for w in argv])
+    assert code == 3 and not violation(code, err) and "cannot be a cache" in err, (code, err)
+    assert not out.exists()

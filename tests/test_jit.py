@@ -111,15 +111,79 @@ def test_a_planted_index_outside_a_private_folder_chain_is_never_unpickled(tmp_p
     assert not marker.exists()
 
 
-def test_a_private_cache_is_read_back(tmp_path, monkeypatch):
-    """The control of the test above: the same planted index in a private folder chain is read (so that
-    test would fail if the checks were gone), and a second dispatcher loads the first one's machine code."""
+def test_a_private_cache_is_read_back_and_a_planted_index_in_it_is_not(tmp_path, monkeypatch):
+    """A second dispatcher loads the first one's machine code from a private folder chain; a pickled call
+    planted as the index in that same chain (right uid, mode 0700: a cache restored with ``cp -a``) is not
+    what this toolkit wrote, so it is recompiled, never unpickled (issue 34: before, numba ran it), and the
+    rewritten index is read back by the next dispatcher."""
     cache = _cached_twice(tmp_path, monkeypatch)
     second = _compiled_twice()
     assert second(5) == 10 and second.stats.cache_hits and not second.stats.cache_misses
     _plant(cache, tmp_path / "marker")
+    third = _compiled_twice()
+    assert third(1) == 2 and third.stats.cache_misses
+    assert not (tmp_path / "marker").exists()
+    fourth = _compiled_twice()
+    assert fourth(3) == 6 and fourth.stats.cache_hits and not fourth.stats.cache_misses
+
+
+def _sign_payload(cache: Path, marker: Path) -> list:
+    """Every index under ``cache`` replaced by the payload signed with that cache's own secret, as this toolkit
+    would have written it there: in that cache, on this machine, it is trusted."""
+    from noloco.infra.cache import signed_bytes, user_key
+
+    indexes = sorted(cache.rglob("*.nbi"))
+    assert indexes
+    for index in indexes:
+        index.write_bytes(signed_bytes(user_key(), str(index.relative_to(cache)), pickle.dumps(_Payload(marker))))
+    return indexes
+
+
+def test_a_cache_copied_with_cp_a_is_recompiled_even_when_its_files_are_signed(tmp_path, monkeypatch):
+    """A whole cache, secret and signed index included, restored with ``cp -a`` (same uid, same modes): the
+    secret is bound to the inode it was made on, so nothing of the copy verifies and the payload never runs.
+    The control: in the cache it was signed in, the same payload is unpickled (the signature is right)."""
+    cache = _cached_twice(tmp_path, monkeypatch)
+    marker = tmp_path / "marker"
+    _sign_payload(cache, marker)
+    copy = tmp_path / "restored"
+    subprocess.run(["cp", "-a", str(cache), str(copy)], check=True)
+    monkeypatch.setenv("NOLOCO_CACHE", str(copy))
+    compiled = _compiled_twice()
+    assert compiled(4) == 8 and compiled.stats.cache_misses
+    assert not marker.exists()
+    again = _compiled_twice()  # the copy now holds a new secret and what this process wrote with it
+    assert again(2) == 4 and again.stats.cache_hits and not again.stats.cache_misses
+    monkeypatch.setenv("NOLOCO_CACHE", str(cache))
     _compiled_twice()(1)
-    assert (tmp_path / "marker").exists()  # numba unpickled it: what a private cache is trusted with
+    assert marker.exists()
+
+
+@pytest.mark.parametrize("content", [b"\x80\x04\x95\x10", b"", b"not a pickle at all"],
+                         ids=["truncated pickle", "empty", "text"])
+def test_a_damaged_index_is_rebuilt_not_an_error(tmp_path, monkeypatch, content):
+    """An index that is not a pickle at all (issue 34: ``UnpicklingError: pickle data was truncated``, an internal
+    error, exit 3) is recompiled and rewritten; the next dispatcher reads the new one."""
+    cache = _cached_twice(tmp_path, monkeypatch)
+    for index in cache.rglob("*.nbi"):
+        index.write_bytes(content)
+    assert _compiled_twice()(4) == 8
+    again = _compiled_twice()
+    assert again(2) == 4 and again.stats.cache_hits
+
+
+def test_the_secret_is_private_and_bound_to_its_file(tmp_path, monkeypatch):
+    from noloco.infra.cache import KEY_NAME, user_key
+
+    monkeypatch.setenv("NOLOCO_CACHE", str(tmp_path / "cache"))
+    key = user_key()
+    path = tmp_path / "cache" / KEY_NAME
+    assert len(key) == 32 and oct(path.stat().st_mode & 0o777) == "0o600" and user_key() == key
+    copy = path.with_name("copy")  # the same words in another file (another inode): a copy, not the secret made here
+    copy.write_text(path.read_text())
+    copy.chmod(0o600)
+    copy.replace(path)
+    assert user_key() not in (None, key)
 
 
 def test_made_folders_are_private(tmp_path, monkeypatch):
@@ -137,8 +201,7 @@ def test_a_cache_that_cannot_be_written_only_costs_the_compile(tmp_path, monkeyp
 
         def full(self, *args):
             raise OSError(errno.ENOSPC, "No space left on device")
-        monkeypatch.setattr(caching.IndexDataCacheFile, "_save_index", full)
-        monkeypatch.setattr(caching.IndexDataCacheFile, "_save_data", full)
+        monkeypatch.setattr(caching.IndexDataCacheFile, "_open_for_write", full)  # every write of the cache
     else:
         (tmp_path / "numba").write_text("")
     compiled = _compiled_twice()
@@ -207,3 +270,42 @@ def test_ctrl_c_while_numba_compiles_is_not_swallowed(tmp_path, monkeypatch):
     monkeypatch.setattr(Dispatcher, "compile", compile_interrupted)
     with termination_as_interrupt(), pytest.raises(KeyboardInterrupt):
         _compiled_twice()(21)
+
+
+# ------------------------------------------------------------------ a cache root that is a system folder (issue 34)
+
+@pytest.mark.parametrize("folder", ["/", "/etc", "/usr", "/usr/lib/x", "/tmp", "/root", "/proc/self", "/var/lib/x"])
+def test_a_system_folder_is_no_cache_root(folder):
+    from noloco.infra.cache import system_folder
+
+    assert system_folder(folder)
+
+
+@pytest.mark.parametrize("folder", ["/tmp/x", "/root/.cache/noloco", "/var/cache/noloco", "/home/u/c"])
+def test_a_folder_of_ones_own_is_a_cache_root(folder):
+    from noloco.infra.cache import system_folder
+
+    assert not system_folder(folder)
+
+
+def test_a_link_to_the_root_folder_is_no_cache_root(tmp_path):
+    from noloco.infra.cache import system_folder
+
+    (tmp_path / "root").symlink_to("/")
+    assert system_folder(tmp_path / "root")
+
+
+@pytest.mark.parametrize("argv", [["simulate", "--trials", "4", "--outer-steps", "3"],
+                                  ["figs", "--quick", "--only", "transient", "--out", "{tmp}/figs"]])
+@pytest.mark.parametrize("root", ["/proc", "/sys/kernel"])
+def test_a_system_cache_root_is_refused_with_one_line(tmp_path, monkeypatch, capsys, argv, root):
+    """``NOLOCO_CACHE=/`` as root made ``/simulate`` and ``/numba`` (issue 34); here folders no one can write
+    (so that the test, run before the fix, wrote nothing either: the cache then only cost the computation)."""
+    from noloco.cli import main
+
+    monkeypatch.setenv("NOLOCO_CACHE", root)
+    capsys.readouterr()
+    assert main([a.replace("{tmp}", str(tmp_path)) for a in argv]) == 3
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and f"NOLOCO_CACHE='{root}' cannot be a cache" in err[0], err
+    assert not (tmp_path / "figs").exists()  # refused before any work

@@ -32,6 +32,7 @@ def run(args) -> int:
     from noloco.infra.errors import ConfigError
     from noloco.paper_figs.run import FIGURES, make, require_time
     from noloco.infra.checks import check_choice
+    from noloco.infra.cache import cache_root
     from noloco.infra.files import input_dir, output_dir
 
     names = [n.strip() for item in (args.only or []) for n in item.split(",") if n.strip()]
@@ -42,6 +43,7 @@ def run(args) -> int:
     names = names or list(FIGURES)
     if args.cache is not None:
         input_dir(args.cache, "--cache")  # read-only is fine (only costs the computation), a file is not
+    cache_root(args.cache)  # a system folder (NOLOCO_CACHE=/, --cache /etc) is refused before anything is made
     if "llm" in names:
         input_dir(args.llm_runs, "--llm-runs")
     output_dir(args.out)  # fail now, not after minutes of computation

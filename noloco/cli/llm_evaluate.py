@@ -18,9 +18,10 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from noloco.infra.files import print_json
+    from noloco.infra.files import input_dir, print_json
     from noloco.llm_check.evaluation import evaluate_run, format_evaluation
 
-    report = evaluate_run(args.out, args.remove, args.threads)
+    out = input_dir(args.out, "OUT")  # '' is bad input (exit 2), never the current folder
+    report = evaluate_run(out, args.remove, args.threads)
     print_json(report) if args.json else print(format_evaluation(report))
     return 0

@@ -3,36 +3,81 @@ installed package, keyed by the request and by a hash of every source file of th
 editing any of them invalidates every cached result. A read-only or missing cache folder only
 costs the recomputation. Entries are data (strict JSON), validated on read: an entry must be a
 regular file (a named pipe or a link is never opened), parse, carry this version's schema, its own
-key and the sha256 of its data (a damaged or hand-edited entry of the right JSON but another
-content fails it), and pass the caller's shape check; a bad entry is rebuilt with a one-line
-warning naming the file.
+key, the sha256 of its data (damage) and a keyed digest of it (HMAC-SHA256 with this user's secret,
+:func:`user_key`: an entry edited by hand, with its sha256 recomputed, or written by another user or
+machine fails it), and pass the caller's shape check; a bad entry is rebuilt with a one-line warning
+naming the file. Where no secret can be kept (a cache root that is not this user's alone) nothing is
+read from the cache or written to it.
 
 Nothing executable is read from here except numba's machine code (:mod:`noloco.infra.jit`), and that
-only from a folder chain that :func:`private_folder` verifies before every use: every folder from the
-cache root down a real folder (no link), owned by this user and writable by no one else.
+only from a folder chain that :func:`private_folder` verifies before every use (every folder from the
+cache root down a real folder, no link, owned by this user and writable by no one else), and only files
+that carry this user's keyed digest (:func:`sign`, :func:`verified`), checked before anything is unpickled.
+
+The secret (``$NOLOCO_CACHE/secret.key``, mode 0600) records the device and inode it was created on: a copy
+(``cp -a``, ``tar -p``, a synchronised folder) is another inode, so a copied cache, secret and all, verifies
+nothing and is rebuilt, with a new secret. A cache root that is a system folder (``/``, a folder directly
+under it, ``/etc``, ``/usr``, ...) is refused (a DataError, exit 3) before anything is made there.
 """
 
 from __future__ import annotations
 
 import functools
 import hashlib
+import hmac
 import importlib.util
 import json
 import os
+import secrets
 import stat
+import tempfile
 from pathlib import Path
 from typing import Callable
 
 from noloco.infra.errors import DataError, warn
-from noloco.infra.files import SCHEMA_VERSION, dumps, jsonable, loads, read_regular_text, write_json
+from noloco.infra.files import (SCHEMA_VERSION, dumps, jsonable, loads, read_regular_bytes, read_regular_text,
+                                write_json)
 
 #: the subpackages whose sources key the cache (besides the top-level modules of ``noloco``)
 PACKAGES = ("infra", "theory", "quadratic", "claims", "training", "advice", "llm_check", "studies", "paper_figs",
             "benchmarks", "cli")
 
 
+#: system folders: a cache root inside one of them (or the root folder, or a folder directly under it) is refused
+SYSTEM_TREES = ("/bin", "/boot", "/dev", "/etc", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin",
+                "/sys", "/usr", "/var/lib", "/var/log", "/var/run", "/System", "/Library", "/private/etc")
+
+
+def system_folder(path) -> str:
+    """Why ``path`` (links resolved) must not be a cache root, '' when it may: the root folder, a folder
+    directly under it (``/tmp``, ``/home``, ``/root``: entries would be scattered among everyone's files) or a
+    folder of the system (:data:`SYSTEM_TREES`); as root a cache there would create ``/simulate`` or
+    ``/etc/numba``."""
+    real = os.path.realpath(os.path.abspath(os.fspath(path)))
+    parts = Path(real).parts
+    tree = next((t for t in SYSTEM_TREES if real == t or real.startswith(t + os.sep)), "")
+    if tree:
+        return f"{path} is {'the' if real == tree else 'inside the'} system folder {tree}"
+    if len(parts) <= 2:
+        return f"{path} is {'the root folder' if len(parts) <= 1 else 'a folder directly under /'}"
+    return ""
+
+
+def _checked_root(path, name: str) -> Path:
+    reason = system_folder(path)
+    if reason:
+        raise DataError(f"{name}={os.fspath(path)!r} cannot be a cache ({reason}); give a folder of your own, "
+                        f"such as ~/.cache/noloco")
+    return Path(path)
+
+
 def cache_dir() -> Path:
-    return Path(os.environ.get("NOLOCO_CACHE") or Path.home() / ".cache" / "noloco")
+    """The cache root: ``$NOLOCO_CACHE`` or ``~/.cache/noloco``; a system folder is a DataError (exit 3), before
+    anything is made there."""
+    value = os.environ.get("NOLOCO_CACHE")
+    if value:
+        return _checked_root(value, "NOLOCO_CACHE")
+    return Path.home() / ".cache" / "noloco"
 
 
 def source_folders() -> dict[str, Path]:
@@ -74,8 +119,13 @@ def cache_key(namespace: str, request) -> str:
     return digest.hexdigest()[:24]
 
 
+def cache_root(directory=None, flag: str = "--cache") -> Path:
+    """``directory`` (a command's ``--cache``), else :func:`cache_dir`; a system folder is a DataError (exit 3)."""
+    return _checked_root(directory, flag) if directory else cache_dir()
+
+
 def cache_path(namespace: str, request, directory=None) -> Path:
-    return Path(directory or cache_dir()) / namespace / f"{cache_key(namespace, request)}.json"
+    return cache_root(directory) / namespace / f"{cache_key(namespace, request)}.json"
 
 
 def cached(namespace: str, request, compute: Callable[[], object], *, directory=None, refresh: bool = False,
@@ -85,7 +135,8 @@ def cached(namespace: str, request, compute: Callable[[], object], *, directory=
     nothing). ``valid(data)`` checks the shape of a stored entry (it may simply use the data as its reader
     will: an exception it raises, a KeyError or a TypeError, counts as a wrong shape); a bad entry is rebuilt."""
     path = cache_path(namespace, request, directory)
-    if use_cache and not refresh and os.path.lexists(path):
+    key = user_key() if use_cache else None  # none: nothing can be verified, so nothing is read or written
+    if key is not None and not refresh and os.path.lexists(path):
         try:
             entry = loads(read_regular_text(path, follow=False))
             if not (isinstance(entry, dict) and entry.get("schema_version") == SCHEMA_VERSION
@@ -93,20 +144,33 @@ def cached(namespace: str, request, compute: Callable[[], object], *, directory=
                 raise ValueError("not a cache entry of this version")
             if entry.get("sha256") != _digest(entry["data"]):
                 raise ValueError("its data does not match its checksum (damaged or edited)")
+            mac = _entry_mac(key, namespace, path.stem, entry["data"])
+            if not hmac.compare_digest(str(entry.get("hmac", "")), mac):
+                raise ValueError("its keyed digest does not match: edited, or written by another user or machine")
             if valid is not None and not _passes(valid, entry["data"]):
                 raise ValueError("unexpected content")
             return entry["data"], True
         except (OSError, ValueError) as err:
             warn(f"ignoring the cache entry {path} ({_reason(err)}); recomputing it")
     data = jsonable(compute())
-    if use_cache:
+    if key is not None:
         try:
             _make_private(path.parent.parent)  # the cache root, where missing: 0700 (noloco.infra.jit trusts no other)
-            write_json(path, {"schema_version": SCHEMA_VERSION, "key": path.stem, "namespace": namespace,
-                              "sha256": _digest(data), "data": data}, indent=None)
+            write_json(path, entry_document(namespace, path.stem, data, key), indent=None)
         except (OSError, DataError):
             pass  # a read-only (or full) cache only costs the computation next time
     return data, False
+
+
+def entry_document(namespace: str, name: str, data, key: bytes) -> dict:
+    """The cache entry ``name`` (its file's stem) of ``namespace`` holding ``data``, with its checksum and keyed
+    digest (``key``: :func:`user_key`)."""
+    return {"schema_version": SCHEMA_VERSION, "key": name, "namespace": namespace, "sha256": _digest(data),
+            "hmac": _entry_mac(key, namespace, name, data), "data": data}
+
+
+def _entry_mac(key: bytes, namespace: str, name: str, data) -> str:
+    return sign(key, b"result", namespace.encode(), name.encode(), dumps(data).encode())
 
 
 def _passes(valid: Callable[[object], bool], data) -> bool:
@@ -188,3 +252,109 @@ def _make_private(folder: Path) -> None:
             os.mkdir(path, 0o700)
         except FileExistsError:
             pass
+
+
+# ------------------------------------------------------------------ this user's secret and keyed digests
+
+#: the secret's file in the cache root, and the first word of its one line
+KEY_NAME, KEY_FORMAT = "secret.key", "noloco-secret-1"
+
+
+def user_key() -> bytes | None:
+    """This user's secret for the cache's keyed digests, made (mode 0600) where missing; None where none can be
+    kept: the cache root is not this user's alone (:func:`private_folder`) or cannot be written. A secret that is
+    not the file made here (another inode: a copy; another owner; readable by others; not one line of ours) is
+    replaced by a new one, so nothing signed with the old one verifies."""
+    root = cache_dir()
+    if private_folder(root):
+        return None
+    path = root / KEY_NAME
+    key = _read_key(path)
+    if key is None:
+        _new_key(path)
+        key = _read_key(path)
+    return key
+
+
+def _read_key(path: Path) -> bytes | None:
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None  # missing, a link (ELOOP), unreadable: made anew
+    with os.fdopen(fd, "rb") as handle:
+        info = os.fstat(handle.fileno())
+        if not stat.S_ISREG(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o077:
+            return None
+        words = handle.read(512).decode("ascii", "replace").split()
+    # the device and inode recorded when it was made: a copy of the file (cp -a, tar -p) is another inode
+    if len(words) != 4 or words[0] != KEY_FORMAT or words[2:] != [str(info.st_dev), str(info.st_ino)]:
+        return None
+    try:
+        key = bytes.fromhex(words[1])
+    except ValueError:
+        return None
+    return key if len(key) == 32 else None
+
+
+def _new_key(path: Path) -> None:
+    """Write a new secret to ``path``: a temporary file of mode 0600 in the same folder, which records its own
+    device and inode, then linked into place where there is none (two processes making one: the first wins) or
+    renamed over one that failed :func:`_read_key` (the rename keeps the inode). Failures leave it missing."""
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as handle:
+            info = os.fstat(handle.fileno())
+            handle.write(f"{KEY_FORMAT} {secrets.token_hex(32)} {info.st_dev} {info.st_ino}\n")
+            handle.flush()
+            os.fsync(handle.fileno())
+        if os.path.lexists(path):
+            os.replace(tmp, path)
+            tmp = None
+        else:
+            try:
+                os.link(tmp, path)
+            except FileExistsError:
+                pass  # made meanwhile by another process: read below
+    except OSError:
+        pass  # a read-only or full cache: no secret, so no cache
+    finally:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+
+
+def sign(key: bytes, *parts: bytes) -> str:
+    """HMAC-SHA256 with ``key`` over ``parts``, each length-prefixed (no two lists of parts give one message)."""
+    mac = hmac.new(key, digestmod=hashlib.sha256)
+    for part in parts:
+        mac.update(len(part).to_bytes(8, "big"))
+        mac.update(part)
+    return mac.hexdigest()
+
+
+#: how a signed file of numba's cache starts: this line, then its keyed digest and a newline, then numba's bytes
+SIGNED_MAGIC = b"noloco-signed-1\n"
+
+
+def signed_bytes(key: bytes, name: str, payload: bytes) -> bytes:
+    """The file ``name`` (its path under the cache root) holding ``payload``, with its keyed digest in front."""
+    return SIGNED_MAGIC + sign(key, b"file", name.encode(), payload).encode() + b"\n" + payload
+
+
+def verified(key: bytes, name: str, path) -> bytes | None:
+    """The payload of the signed file ``path`` (named ``name`` under the cache root), read once, where it is a
+    regular file (no link, no pipe: never blocks) whose keyed digest matches; None otherwise (missing, damaged,
+    planted, copied from another cache or machine): nothing of it is unpickled."""
+    try:
+        blob = read_regular_bytes(path, follow=False)
+    except OSError:
+        return None
+    start = len(SIGNED_MAGIC)
+    if not blob.startswith(SIGNED_MAGIC) or blob[start + 64:start + 65] != b"\n":
+        return None
+    payload = blob[start + 65:]
+    ok = hmac.compare_digest(blob[start:start + 64], sign(key, b"file", name.encode(), payload).encode())
+    return payload if ok else None

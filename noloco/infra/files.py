@@ -181,24 +181,54 @@ class NotRegularFileError(OSError):
     (where links are not followed) a symbolic link."""
 
 
+def _open_regular(path, follow: bool):
+    """``path`` opened for binary reading, refused unless it is a regular file: a named pipe (which would block),
+    a device, a socket or a folder is refused before it is opened and again on the opened descriptor (nothing can
+    swap it in between; O_NONBLOCK, so that even a pipe swapped in never blocks the open); without ``follow`` a
+    symbolic link is refused too. :class:`NotRegularFileError` (an OSError) or the open's own OSError."""
+    path = Path(path)
+    mode = (os.stat if follow else os.lstat)(path).st_mode
+    if not stat.S_ISREG(mode):
+        raise NotRegularFileError(errno.EINVAL, f"{_kind_of(mode)}, not a regular file", str(path))
+    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else getattr(os, "O_NOFOLLOW", 0))
+    try:
+        fd = os.open(path, flags)
+    except OSError as err:
+        if err.errno == errno.ELOOP and not follow:  # swapped for a link since the lstat
+            raise NotRegularFileError(errno.EINVAL, "a symbolic link, not a regular file", str(path)) from None
+        raise
+    handle = os.fdopen(fd, "rb")
+    mode = os.fstat(handle.fileno()).st_mode
+    if not stat.S_ISREG(mode):
+        handle.close()
+        raise NotRegularFileError(errno.EINVAL, f"{_kind_of(mode)}, not a regular file", str(path))
+    return handle
+
+
+def read_regular_bytes(path, *, follow: bool = True) -> bytes:
+    """The bytes of ``path``, which must be a regular file (:func:`_open_regular`); every failure an OSError."""
+    with _open_regular(path, follow) as handle:
+        return handle.read()
+
+
 def read_regular_text(path, *, follow: bool = True) -> str:
     """The text of ``path``, which must be a regular file: a named pipe (which would block), a device,
     a socket or a folder is refused before it is opened and again on the opened descriptor (nothing
     can swap it in between); without ``follow`` a symbolic link is refused too. Every failure is an
     OSError (:class:`NotRegularFileError`; ``FileNotFoundError`` for a missing file) or a ``ValueError``
     (not text)."""
-    path = Path(path)
-    mode = (os.stat if follow else os.lstat)(path).st_mode
-    if not stat.S_ISREG(mode):
-        raise NotRegularFileError(errno.EINVAL, f"{_kind_of(mode)}, not a regular file", str(path))
-    flags = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0) | (0 if follow else getattr(os, "O_NOFOLLOW", 0))
-    fd = os.open(path, flags)
-    with os.fdopen(fd, "rb") as handle:
-        mode = os.fstat(handle.fileno()).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotRegularFileError(errno.EINVAL, f"{_kind_of(mode)}, not a regular file", str(path))
-        data = handle.read()
-    return data.decode()
+    return read_regular_bytes(path, follow=follow).decode()
+
+
+def open_run_file(path, fix: str = ""):
+    """``path``, a file of a run folder (a checkpoint), opened for binary reading (``torch.load`` takes the handle),
+    where it is a regular file: a named pipe, a device, a socket, a folder or a symbolic link is a DataError (exit
+    3, one line: what it is, then ``fix``) at once, never opened in a way that blocks. A missing file stays a
+    ``FileNotFoundError`` (the callers say what it means)."""
+    try:
+        return _open_regular(path, follow=False)
+    except NotRegularFileError as err:
+        raise DataError(f"{path} is {err.strerror}{'; ' + fix if fix else ''}") from None
 
 
 def _read_text(path: Path) -> str:

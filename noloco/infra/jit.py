@@ -9,23 +9,32 @@ a few seconds). ``NOLOCO_JIT`` overrides the choice: unset or ``auto`` (by size)
 without numba a ConfigError, exit 2), ``0`` (never).
 
 The machine code is cached under ``$NOLOCO_CACHE/numba/<hash of the sources>/``, and numba reads its
-cache index with pickle, which runs whatever code a planted file names. So the cache is used only where
-no one but this user can have written it (:func:`noloco.infra.cache.private_folder`): every folder from the
-cache root down a real folder (no symbolic link), owned by this user and not writable by group or
-others (made with mode 0700), and every file of the function's cache folder a regular file of this user
-that no one else can write; checked when the function is compiled and again before every load and every
-save. Anywhere else (a shared, group-writable or restored cache, one owned by another uid) the loops are
-compiled without a cache: a few seconds, nothing read. A cache that cannot be written (a full disk, a
-read-only folder) or an entry that cannot be loaded only costs the compile, never an error.
+cache index and code with pickle, which runs whatever code a planted file names. So a file is read only
+when it is exactly what this toolkit wrote there on this machine: every index and code file carries a
+keyed digest (HMAC-SHA256 with this user's secret, :func:`noloco.infra.cache.user_key`, over its path under
+the cache root and its bytes), read once and verified before anything of it is unpickled
+(:class:`_SignedCacheFile`). A planted, edited, truncated or moved file, and every file of a cache copied
+in (``cp -a``, ``tar -p``: the secret is bound to the inode it was made on), is recompiled and rewritten,
+never executed and never an error. The cache is used only where no one but this user can write it
+(:func:`noloco.infra.cache.private_folder`): every folder from the cache root down a real folder (no
+symbolic link), owned by this user and not writable by group or others (made with mode 0700), and every
+file of the function's cache folder a regular file of this user that no one else can write; checked when
+the function is compiled and again before every load and every save. Anywhere else (a shared,
+group-writable cache, one owned by another uid) the loops are compiled without a cache: a few seconds,
+nothing read. A cache that cannot be written (a full disk, a read-only folder) or an entry that cannot be
+loaded only costs the compile, never an error.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import inspect
+import io
 import os
+import pickle
 
-from noloco.infra.cache import cache_dir, private_folder, source_hash, untrusted_reason
+from noloco.infra.cache import (cache_dir, private_folder, signed_bytes, source_hash, untrusted_reason, user_key,
+                                verified)
 from noloco.infra.checks import check_choice
 from noloco.infra.entry import interrupts_held
 from noloco.infra.errors import ConfigError
@@ -96,8 +105,73 @@ class _PrivateCache:
             return
         try:
             self._cache.save_overload(sig, data)
-        except OSError:  # a full disk or a read-only folder: the next process compiles again
+        except Exception:  # noqa: BLE001 - a full disk, a read-only folder, no secret: the next process compiles again
             pass
+
+
+def _signed_file_class():
+    """:class:`_SignedCacheFile`, made on first use (numba is imported only where it compiles)."""
+    global _SignedCacheFile
+    if _SignedCacheFile is None:
+        from numba.core.caching import IndexDataCacheFile
+
+        class SignedCacheFile(IndexDataCacheFile):
+            """numba's index and code files of one function, each written with this user's keyed digest in front
+            and read back only where it matches (:func:`noloco.infra.cache.verified`): the bytes are read once,
+            verified, and only then unpickled, so no file can be swapped in between. numba's own reader
+            unpickles an index as it finds it; an index that is not ours is an empty one here (numba then
+            compiles and writes a new one)."""
+
+            def __init__(self, original, root):
+                self.__dict__.update(original.__dict__)
+                self._root = os.fspath(root)
+
+            def _verified(self, path):
+                key = user_key()
+                return None if key is None else verified(key, self._name_of(path), path)
+
+            def _name_of(self, path) -> str:  # what the digest covers: a file moved elsewhere does not verify
+                return os.path.relpath(path, self._root)
+
+            def _load_index(self):
+                payload = self._verified(self._index_path)
+                if payload is None:
+                    return {}
+                try:
+                    stream = io.BytesIO(payload)
+                    if pickle.load(stream) != self._version:
+                        return {}
+                    stamp, overloads = pickle.loads(stream.read())
+                except Exception:  # noqa: BLE001 - ours but unreadable (another numba's classes): rebuilt
+                    return {}
+                return overloads if stamp == self._source_stamp else {}
+
+            def _load_data(self, name):
+                path = self._data_path(name)
+                payload = self._verified(path)
+                if payload is None:  # numba's load takes an OSError as a missing file: it compiles
+                    raise FileNotFoundError(f"{path} is not a file this toolkit wrote")
+                return pickle.loads(payload)
+
+            def _write_signed(self, path, payload: bytes):
+                key = user_key()
+                if key is None:
+                    raise PermissionError(f"no secret to sign {path} with")
+                with self._open_for_write(path) as handle:
+                    handle.write(signed_bytes(key, self._name_of(path), payload))
+
+            def _save_index(self, overloads):
+                self._write_signed(self._index_path, pickle.dumps(self._version, protocol=-1)
+                                   + self._dump((self._source_stamp, overloads)))
+
+            def _save_data(self, name, data):
+                self._write_signed(self._data_path(name), self._dump(data))
+
+        _SignedCacheFile = SignedCacheFile
+    return _SignedCacheFile
+
+
+_SignedCacheFile = None
 
 
 def _compile_holding_interrupts(dispatcher):
@@ -142,6 +216,8 @@ def compile_with_cache(build, **options):
         cache = dispatcher._cache
         here = os.path.realpath(os.path.join(root, *parts))
         trusted = os.path.realpath(getattr(cache, "cache_path", "") or "") == here
+        if trusted:  # every file read through its keyed digest, before numba unpickles anything
+            cache._cache_file = _signed_file_class()(cache._cache_file, root)
         # numba falls back to other places when it cannot use ours: then no cache at all
         dispatcher._cache = _PrivateCache(cache, root, parts) if trusted else NullCache()
         return dispatcher

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 
 from noloco.infra.errors import DataError
+from noloco.infra.files import open_run_file
 
 
 def second_moment_root(path: str | Path, beta2: float) -> tuple[int, float]:
@@ -15,11 +16,14 @@ def second_moment_root(path: str | Path, beta2: float) -> tuple[int, float]:
     a DataError for a missing, damaged or foreign file."""
     path = Path(path)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        with open_run_file(path, "give back the checkpoint `noloco llm train` wrote") as handle:  # a pipe would block
+            state = torch.load(handle, map_location="cpu", weights_only=True)
         opt = state["opt"]["state"]
         step = int(state["outer_step"])
     except FileNotFoundError:
         raise DataError(f"{path} is missing: the gap is predicted from a checkpoint's optimiser state") from None
+    except DataError:
+        raise  # not a regular file (open_run_file): its own line
     except Exception as err:  # damaged bytes or a foreign file: torch raises almost anything
         raise DataError(f"{path} is not a checkpoint of this toolkit with an optimiser state ({err})") from None
     root = 0.0

@@ -28,7 +28,8 @@ import torch
 
 from noloco.infra.entry import Interrupted, deferred_stop
 from noloco.infra.errors import ConfigError, DataError
-from noloco.infra.files import SCHEMA_VERSION, atomic_write, atomic_write_text, dumps, read_json, read_jsonl, write_json
+from noloco.infra.files import (SCHEMA_VERSION, atomic_write, atomic_write_text, dumps, open_run_file, read_json,
+                                read_jsonl, write_json)
 from noloco.infra.progress import Progress
 from noloco.infra.rundir import RunFolder
 from noloco.llm_check import divergence
@@ -143,7 +144,10 @@ class Lifecycle:
     def read_checkpoint(self) -> dict:
         path = self.checkpoint
         try:  # tensors and plain data only: unpickling arbitrary objects would run code from the file
-            state = torch.load(path, map_location=self.trainer.device, weights_only=True)
+            with open_run_file(path, self._recover()) as handle:  # a named pipe would block torch.load
+                state = torch.load(handle, map_location=self.trainer.device, weights_only=True)
+        except DataError:
+            raise  # not a regular file: its own line
         except Exception as err:  # damaged bytes make torch's unpickler raise almost anything (IndexError too)
             first = (str(err).splitlines() or [type(err).__name__])[0]
             raise DataError(f"checkpoint {path} is unreadable (truncated or corrupted: {first}); "

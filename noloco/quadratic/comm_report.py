@@ -11,7 +11,9 @@ import math
 from noloco.infra import budget
 from noloco.infra.checks import check_at_least, check_choice, check_seed, check_nonnegative, check_positive, check_real
 from noloco.infra.files import SCHEMA_VERSION
-from noloco.quadratic.idle import idle_compiled, idle_memory_estimate, idle_time_estimate, idle_workers, simulate_idle
+from noloco.infra.errors import ConfigError
+from noloco.quadratic.idle import (SYNC_MAX, check_idle_inputs, idle_compiled, idle_memory_estimate, idle_time_estimate,
+                                   idle_workers, simulate_idle)
 from noloco.theory.comm import (ALLREDUCE, EXCHANGES, Network, check_replicas, group_exchange, payload_at_speedup,
                                 sync_cost)
 from noloco.theory.jitter import Hardware, Jitter, barrier_idle_fraction, group_first_step_idle_fraction
@@ -51,6 +53,15 @@ def report(*, params: float = 1e6, bytes_per_value: float = 2.0, replicas: int =
     cost = sync_cost(net, payload, replicas, group_size, exchange)
     latency_only = sync_cost(Network(net.latency, 0.0), payload, replicas, group_size, exchange)
     jitter_model, machines = Jitter(jitter, jitter_cv), Hardware.parse(hardware)
+    name = min(cost.allreduce_seconds, key=cost.allreduce_seconds.get) if algorithm == "best" else algorithm
+    barrier_sync, group_sync = cost.allreduce_seconds[name], cost.group_exchange_seconds
+    check_idle_inputs(machines)  # a slowdown that overflows the simulation (1e308: an internal error)
+    for what_sync, seconds in ((f"all-reduce {name}", barrier_sync), ("NoLoCo exchange", group_sync)):
+        if not seconds / compute <= SYNC_MAX:  # NaN or inf too: the idle simulation's times would overflow
+            raise ConfigError(
+                f"one {what_sync} takes {seconds:.3g} s, {seconds / compute:.3g} times --compute-seconds={compute:g}; "
+                f"allowed: at most {SYNC_MAX:g} times (the idle simulation's times would overflow): a smaller "
+                f"--latency or --params, a larger --bandwidth or --compute-seconds")
     workers, compiled = idle_workers(replicas, trials), idle_compiled(replicas, steps, trials)
     what = f"the idle-time simulation of {replicas} replicas x {steps} steps x {trials} trials"
     budget.require(idle_memory_estimate(replicas, workers, compiled, steps, trials), budget.resolve(max_memory),
@@ -59,8 +70,6 @@ def report(*, params: float = 1e6, bytes_per_value: float = 2.0, replicas: int =
                         what, "fewer --replicas, --steps or --trials", "at docs/performance.md's ns per replica-step")
     budget.retain_freed_memory()
 
-    name = min(cost.allreduce_seconds, key=cost.allreduce_seconds.get) if algorithm == "best" else algorithm
-    barrier_sync, group_sync = cost.allreduce_seconds[name], cost.group_exchange_seconds
     sim = simulate_idle(replicas, group_size, jitter_model, machines, steps=steps, trials=trials,
                         barrier_sync=barrier_sync / compute, group_sync=group_sync / compute, seed=seed,
                         progress=progress)
@@ -102,8 +111,9 @@ def report(*, params: float = 1e6, bytes_per_value: float = 2.0, replicas: int =
         "idle_fraction_noloco": sim.noloco_idle_fraction,
         "idle": {
             "barrier_closed_form": barrier_idle_fraction(jitter_model, replicas, machines, barrier_sync, compute),
-            "noloco_first_step_closed_form": group_first_step_idle_fraction(
-                jitter_model, group_size, group_sync, compute) if machines.homogeneous else None,
+            "noloco_first_step_closed_form": group_first_step_idle_fraction(  # one class: its compute time
+                jitter_model, group_size, group_sync, compute * machines.classes[0][1])
+            if machines.homogeneous else None,
             "simulation": sim.as_dict(),
         },
     }

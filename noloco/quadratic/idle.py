@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from noloco.infra import jit
-from noloco.infra.checks import check_at_least, check_integer, check_seed
+from noloco.infra.checks import check_at_least, check_integer, check_real, check_seed
 from noloco.theory.comm import check_group, check_replicas
 from noloco.theory.jitter import Hardware, Jitter
 from noloco.theory.stats import mean_se
@@ -83,6 +83,26 @@ def idle_memory_estimate(replicas: int, workers: int = 2, compiled: bool = False
     are kept until the end; numba's compiler when ``compiled``."""
     return int(56 * replicas * workers + 8 * (steps + 32) * trials + (1 << 20)
                + (jit.COMPILER_BYTES if compiled else 0))
+
+
+#: the slowdowns of :class:`~noloco.theory.jitter.Hardware` the simulation takes: it keeps compute times in float32,
+#: where 1e100 overflows (NaN idle fractions) and 1e308 made the closed form's integral fail (issue 34); a machine a
+#: million times slower or faster than the base one is outside any cluster this models
+SLOWDOWN_MIN, SLOWDOWN_MAX = 1e-6, 1e6
+#: the largest synchronisation time, in units of the mean compute time, the simulation takes: beyond it the start
+#: times lose every digit of the compute times (and overflow: NaN idle fractions)
+SYNC_MAX = 1e12
+
+
+def check_idle_inputs(hardware: Hardware = Hardware(), barrier_sync: float = 0.0, group_sync: float = 0.0) -> None:
+    """ConfigError (exit 2) where :func:`simulate_idle` would overflow: a slowdown outside
+    [:data:`SLOWDOWN_MIN`, :data:`SLOWDOWN_MAX`] or a synchronisation time (in compute times) that is NaN,
+    negative or above :data:`SYNC_MAX`."""
+    for _, slowdown in hardware.classes:
+        check_real("hardware slowdown", slowdown, f"{SLOWDOWN_MIN:g} <= slowdown <= {SLOWDOWN_MAX:g} (relative to the "
+                   f"base compute time)", lambda v: SLOWDOWN_MIN <= v <= SLOWDOWN_MAX)
+    for name, value in (("barrier_sync", barrier_sync), ("group_sync", group_sync)):
+        check_real(name, value, f"0 <= {name} <= {SYNC_MAX:g} compute times", lambda v: 0 <= v <= SYNC_MAX)
 
 
 #: wall nanoseconds per replica, step and trial of :func:`simulate_idle` on the project's 2-core machine when
@@ -402,6 +422,7 @@ def simulate_idle(replicas: int, group_size: int = 2, jitter: Jitter = Jitter(),
     steps = check_at_least("steps", steps, 2)
     trials = check_at_least("trials", trials, 2)
     seed = check_seed("seed", seed)
+    check_idle_inputs(hardware, barrier_sync, group_sync)
     burn_in = steps // 4 if burn_in is None else check_integer(
         "burn_in", burn_in, f"0 <= burn_in < steps={steps}", lambda v: v >= 0 and v < steps)
     slow = hardware.slowdowns(N)
