@@ -62,6 +62,10 @@ SETTLED_RISE = 0.5
 #: a transfer extrapolates when the target's outer step amplifies the flattest directions more than this factor,
 #: relative to the stiff ones (c = 1), than the pilot's does (:func:`amplification_tilt`)
 TILT_LIMIT = 1.5
+#: a forecast extrapolates when the saturation model grows the window's noise by more than this factor (numel-weighted
+#: over the tensors, its largest over the future steps): the least validated part of the recipe (docs/advice.md: the
+#: held-out misses at H 50 with a decaying rate, and every forecast of the model-families study that grew it ~2x)
+GROWTH_LIMIT = 1.5
 #: a transfer carries the error of its pilot's own replay: flagged when the pilot's measured inputs, stepped
 #: through the pilot's outer step, miss the pilot's measured spread (second half) by more than this share
 REPLAY_LIMIT = 0.15
@@ -231,16 +235,22 @@ def forecast(run_dir, from_step: int | None = None) -> dict:
     rate = ph["L1"] / H
     done = (np.arange(T) + 1) * H
     w = int(np.median(window))
-    per = []
+    per, growth = [], []
     for t in tensors.values():
         c_hat = float(np.median(t["c"][window] / np.sqrt(ph["L1"][window])))
         s_hat = float(np.median(t["s2"][window] / ph["L2"][window]))
         f_w = float(np.median(t["s2"][window] / ph["EMA"][window]))
         grow = saturation(f_w, rate[future] / rate[w], done[future] / done[w], **SATURATION)
+        growth.append((t["numel"], float(grow.max()) if grow.size else 1.0))
         c = c_hat * np.sqrt(ph["L1"][future])
         s2 = s_hat * ph["L2"][future] * grow
         per.append((t["numel"], _step_forward(outer, t["S"], c, s2, t["rho"])))
     ws = _weight_std(per) if future.size else np.zeros(0)
+    noise_growth = sum(n * g for n, g in growth) / sum(n for n, _ in growth)
+    if noise_growth > GROWTH_LIMIT:
+        flags.append(f"extrapolates: the saturation model grows the window's noise up to {noise_growth:.2f}x over the "
+                     f"rest of the run (limit {GROWTH_LIMIT:g}), the least validated part of the recipe; forecast from "
+                     "a later outer step, where the noise fraction is measured nearer its end")
     if future.size and not np.all(np.isfinite(ws)):
         flags.append("the forecast recursion diverges: the held inputs make this outer setting unstable")
     band = _interval(ws, FORECAST_ERROR)
@@ -248,7 +258,8 @@ def forecast(run_dir, from_step: int | None = None) -> dict:
     rows = [{"outer_step": int(s + 1), "forecast": float(v), "low": lo, "high": hi,
              "measured": measured.get(int(s + 1))} for s, v, lo, hi in zip(future, ws, band["low"], band["high"])]
     return {"run": str(run_dir), "method": run.method, "from_step": t0, "outer_steps": T,
-            "window": [int(window[0] + 1), t0], "c_rise": float(rise), "flags": flags, "rows": rows,
+            "window": [int(window[0] + 1), t0], "c_rise": float(rise), "noise_growth": noise_growth, "flags": flags,
+            "rows": rows,
             "interval": {"quantiles": list(FORECAST_ERROR), "from": "docs/data/advice_development.json"},
             "recipe": {"window": WINDOW, "c_scaling": "L1^0.5", "s2_scaling": "L2 x saturation", **SATURATION}}
 

@@ -49,10 +49,20 @@ def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int,
     measured = None
     if row and row.get("val_loss_replicas_mean") is not None and row.get("val_loss_avg_model") is not None:
         measured = float(row["val_loss_replicas_mean"] - row["val_loss_avg_model"])
+    # the measured gap is a small difference of two validation losses: where it is not positive at every evaluation
+    # of the second half, the validation set does not resolve it and no comparison is claimed
+    late = [m["val_loss_replicas_mean"] - m["val_loss_avg_model"] for m in run.metrics
+            if int(m["outer_step"]) > cfg.outer_steps / 2 and m.get("val_loss_replicas_mean") is not None
+            and m.get("val_loss_avg_model") is not None]
+    flags = []
+    if late and min(late) <= 0:
+        flags.append(f"unresolved: the measured gap is not positive at {sum(g <= 0 for g in late)} of the second "
+                     f"half's {len(late)} evaluations ({cfg.val_windows} validation windows): noise, not a gap; "
+                     "evaluate on more windows before comparing")
     return {"run": str(run_dir), "outer_step": step, "r1": r1, "rate": rate, "sum_sqrt_v": root,
             "predicted": predicted, "measured": measured, "val_windows": cfg.val_windows,
             "ratio": predicted / measured if measured and measured > 0 and math.isfinite(predicted) else None,
-            "fitted_constants": 0}
+            "flags": flags, "fitted_constants": 0}
 
 
 def format_gap(report: dict) -> str:
@@ -61,4 +71,4 @@ def format_gap(report: dict) -> str:
             f"average, predicted R1/4 * lr * sum sqrt(v) = {report['r1']:.4g}/4 * {report['rate']:.4g} * "
             f"{report['sum_sqrt_v']:.4g} = {fmt(report['predicted'])} nats; measured {fmt(report['measured'])} "
             f"({report['val_windows']} validation windows); predicted / measured {fmt(report['ratio'])}; "
-            "fitted constants 0")
+            "fitted constants 0" + "".join(f"\nflag: {f}" for f in report.get("flags", [])))

@@ -91,9 +91,10 @@ def train_hf(family: Family, setting: dict, seed: int, folder) -> None:
     import torch
     import torch.distributed as dist
 
-    import noloco
     from noloco.llm_check import data
     from noloco.theory.schedules import learning_rate
+    from noloco.training.observer import Observer
+    from noloco.training.outer_optimizer import OuterOptimizer
 
     s = setting
     N, H, T, ctx = s["replicas"], s["inner_steps"], s["outer_steps"], s["ctx"]
@@ -109,12 +110,11 @@ def train_hf(family: Family, setting: dict, seed: int, folder) -> None:
                               betas=(0.9, s["adam_beta2"]), weight_decay=0.0)
     rate = lambda k: learning_rate(k, s["schedule"], s["lr"], T * H, warmup=s["warmup"],  # noqa: E731
                                    floor=s["min_lr_frac"])
-    outer = noloco.OuterOptimizer(first if ranks else models, inner, inner_steps=H, method="noloco",
-                                  group_size=s["group_size"], alpha=s["alpha"], beta=s["beta"], gamma=s["gamma"],
-                                  seed=seed)
-    observer = noloco.Observer(outer, folder, outer_steps=T, lr=s["lr"], schedule=s["schedule"], warmup=s["warmup"],
-                               min_lr_frac=s["min_lr_frac"], adam_beta2=s["adam_beta2"], seed=seed,
-                               overwrite=True, family=family.name, batch=s["batch"], ctx=ctx)
+    outer = OuterOptimizer(first if ranks else models, inner, inner_steps=H, method="noloco",
+                           group_size=s["group_size"], alpha=s["alpha"], beta=s["beta"], gamma=s["gamma"], seed=seed)
+    observer = Observer(outer, folder, outer_steps=T, lr=s["lr"], schedule=s["schedule"], warmup=s["warmup"],
+                        min_lr_frac=s["min_lr_frac"], adam_beta2=s["adam_beta2"], seed=seed, overwrite=True,
+                        family=family.name, batch=s["batch"], ctx=ctx)
     average = copy.deepcopy(first)
     for k in range(T * H):
         for group in inner.param_groups:
@@ -253,7 +253,8 @@ def _gap(folder: Path, family: str, seed: int) -> dict:
     rep = equipartition_gap(folder, reader)
     ok = within(rep["ratio"], GAP_RULE, relative=False)
     return {"family": family, "seed": seed, "predicted": rep["predicted"], "measured": rep["measured"],
-            "ratio": rep["ratio"], "flags": [], "verdict": "agrees" if ok else "misses"}
+            "ratio": rep["ratio"], "flags": rep["flags"],
+            "verdict": "flagged" if rep["flags"] else ("agrees" if ok else "misses")}
 
 
 def evaluate(out: Path, families=tuple(FAMILIES), seeds=SEEDS) -> dict:
