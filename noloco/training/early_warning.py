@@ -23,7 +23,7 @@ import math
 #: relative spread (weight_std over the RMS of the weights) that rounding of equal replicas stays below
 ROUNDING = 1e-6
 #: the first outer steps at which the checks that read the run folder run (each costs a read of the folder)
-WARN_STEPS = 10
+WARN_STEPS = 10  # (at every other one of them: 2, 4, ..., each a few tens of ms)
 FLAGS = ("unequal_start", "wrong_sign", "unstable", "spread_budget")
 
 

@@ -49,7 +49,10 @@ class Observer:
     field (a model name, a seed...). ``sample``: coordinates per tensor across ranks (default
     :data:`~noloco.training.sample.DEFAULT_SAMPLE`), or in one process to sample instead of measuring every
     coordinate; ``seed`` of the sample. ``spread_budget``: a weight_std the run should stay below (a flag when
-    the measured or forecast spread crosses it). ``overwrite``: replace a run folder already there.
+    the measured or forecast spread crosses it). ``write_every``: outer steps between writes of the folder
+    after the first ``warn_steps`` (written at every one of those, and at :meth:`close`). ``warn_steps``: the
+    first outer steps at which the warnings that read the folder (``unstable``, ``spread_budget``) run
+    (default 10; 0: never; they cost most of the observer's time, docs/own_run.md). ``overwrite``: replace a run folder already there.
 
     Example: 4 replicas of a small regression in one process, 12 outer steps::
 
@@ -75,7 +78,8 @@ class Observer:
     def __init__(self, outer, folder, *, outer_steps: int, lr: float, schedule: str = "constant", warmup: int = 0,
                  min_lr_frac: float = 0.0, inner_optimizer: str = "adamw", adam_beta2: float = 0.95,
                  sample: int | None = None, seed: int = 0, spread_budget: float | None = None,
-                 overwrite: bool = False, **fields):
+                 write_every: int = 10, warn_steps: int = early_warning.WARN_STEPS, overwrite: bool = False,
+                 **fields):
         self.outer = outer
         self.folder = Path(folder)
         self.config = {"method": outer.method, "outer": dataclasses.asdict(outer.config),
@@ -86,6 +90,12 @@ class Observer:
         if spread_budget is not None and not (isinstance(spread_budget, (int, float)) and 0 < spread_budget < math.inf):
             raise ConfigError(f"spread_budget={spread_budget!r} is out of range; allowed: a number > 0 (a weight_std)")
         self.budget = spread_budget
+        if isinstance(write_every, bool) or not isinstance(write_every, int) or write_every < 1:
+            raise ConfigError(f"write_every={write_every!r} is out of range; allowed: an integer >= 1 (outer steps)")
+        self.write_every = write_every
+        if isinstance(warn_steps, bool) or not isinstance(warn_steps, int) or warn_steps < 0:
+            raise ConfigError(f"warn_steps={warn_steps!r} is out of range; allowed: an integer >= 0 (outer steps)")
+        self.warn_steps = warn_steps
         ex = outer.exchange
         self.batched = isinstance(ex, LocalExchange)
         if not self.batched and len(outer.stages) > 1:
@@ -103,6 +113,7 @@ class Observer:
         self.alignments: list = []
         self.flags: list[dict] = []
         self.seconds = 0.0  # spent observing (the benchmark's cost)
+        self.gather_seconds = 0.0  # of which in the all-gather (the wait for the slowest rank included)
         self._prev = None  # (phi, progress) samples of the last outer step
         self._started = time.perf_counter()
         if self.main:
@@ -125,7 +136,9 @@ class Observer:
 
         flat = torch.cat([t for d in taken for t in d.values()])
         out = [torch.empty_like(flat) for _ in range(self.N)]
+        start = time.perf_counter()
         self.outer.exchange._run(lambda: [dist.all_gather(out, flat, async_op=True)], "observer all-gather", "all")
+        self.gather_seconds += time.perf_counter() - start
         whole = torch.stack(out)  # (N, total)
         result, at = [], 0
         for d in taken:
@@ -167,8 +180,10 @@ class Observer:
             rms = math.sqrt(sum(float((t * t).mean()) * self.numel[k] for k, t in phi_s.items()) / sum(self.numel.values()))
             self._raise(early_warning.unequal_start(ws, rms, step))
             self._raise(early_warning.wrong_sign(self.alignments, step) if self.alignments else None)
-            self._write(finished=False)
-            if 2 <= step <= early_warning.WARN_STEPS:  # read the folder written so far
+            early = step <= self.warn_steps
+            if early or (step + 1) % self.write_every == 0:  # each write is 3 fsyncs: not every step
+                self._write(finished=False)
+            if 2 <= step and early and step % 2 == 0:  # read the folder written so far (every other step: cost)
                 self._raise(early_warning.unstable(self.folder, step))
                 if self.budget is not None:
                     self._raise(early_warning.spread_budget(self.folder, self.budget, ws, step,
