@@ -115,6 +115,7 @@ class Observer:
         self.seconds = 0.0  # spent observing (the benchmark's cost)
         self.gather_seconds = 0.0  # of which in the all-gather (the wait for the slowest rank included)
         self._prev = None  # (phi, progress) samples of the last outer step
+        self._unstable = []  # outer steps whose stability check found a decay factor >= 1
         self._started = time.perf_counter()
         if self.main:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -183,11 +184,13 @@ class Observer:
             early = step <= self.warn_steps
             if early or (step + 1) % self.write_every == 0:  # each write is 3 fsyncs: not every step
                 self._write(finished=False)
-            if 2 <= step and early and step % 2 == 0:  # read the folder written so far (every other step: cost)
-                self._raise(early_warning.unstable(self.folder, step))
+            if early and step >= 2 and step % 2 == 0:  # read the folder written so far; every other step (cost)
+                if step >= 4:  # c is 0 at the first step and noise at the next few
+                    self._raise(early_warning.unstable(self.folder, self.outer.config, step, self._unstable))
                 if self.budget is not None:
                     self._raise(early_warning.spread_budget(self.folder, self.budget, ws, step,
                                                             self.config["outer_steps"]))
+                if self.flags and self.flags[-1]["outer_step"] == step:
                     self._write(finished=False)
         self.seconds += time.perf_counter() - start
 
