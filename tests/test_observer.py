@@ -333,3 +333,23 @@ def test_the_docs_page_runs(tmp_path):
     run = noloco.read_run(tmp_path / "my-run")
     assert run.finished and run.inputs and namespace["observer"].flags == []
     assert main(["llm", "predict", str(tmp_path / "my-run"), "--forecast"]) == 0
+
+
+def test_diloco_and_local_runs_are_observed_without_a_warning(tmp_path):
+    """n = N leaves the replicas equal after every outer step (nothing to forecast: the budget check skips it);
+    n = 1 never averages. Neither is a fault."""
+    for method in ("diloco", "local"):
+        w = torch.nn.Parameter(torch.zeros(N, 100, dtype=torch.float64))
+        inner = torch.optim.SGD([w], lr=0.1)
+        outer = noloco.OuterOptimizer([w], inner, replicas=N, inner_steps=2, method=method)
+        observer = noloco.Observer(outer, tmp_path / method, outer_steps=8, lr=0.1, inner_optimizer="sgd",
+                                   spread_budget=1e-9 if method == "diloco" else 100.0)
+        g = torch.Generator().manual_seed(0)
+        for _ in range(16):
+            inner.zero_grad()
+            ((w - torch.randn(N, 100, generator=g, dtype=torch.float64)) ** 2).sum().backward()
+            inner.step()
+        observer.close()
+        assert observer.flags == [], (method, observer.flags)
+        spread = [r["weight_std"] for r in noloco.read_run(tmp_path / method).metrics]
+        assert (max(spread) == 0.0) if method == "diloco" else spread[-1] > 0

@@ -80,12 +80,12 @@ def unstable(folder, outer, step: int, hits: list) -> dict | None:
                        f"stable region)"}
 
 
-def spread_budget(folder, budget: float, measured: float, step: int, outer_steps: int) -> dict | None:
+def spread_budget(folder, outer, budget: float, measured: float, step: int, outer_steps: int) -> dict | None:
     if measured > budget:
         return {"flag": "spread_budget", "outer_step": step, "measured": measured,
                 "message": f"weight_std {measured:.3g} at outer step {step} is above the spread budget {budget:.3g}"}
     measured_steps = step + 1  # the inputs of outer step step + 1 were just measured
-    if measured_steps < 3 or measured_steps >= outer_steps:
+    if measured_steps < 3 or measured_steps >= outer_steps or outer.group_size == outer.replicas:  # n = N: 0
         return None
     from noloco.advice.forecast import forecast
 

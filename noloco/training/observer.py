@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from noloco.advice.record import RunSetting
-from noloco.infra.errors import ConfigError
+from noloco.infra.errors import ConfigError, DataError
 from noloco.infra.files import SCHEMA_VERSION, atomic_write_text, dumps, write_json
 from noloco.training import early_warning
 from noloco.training.exchange import LocalExchange
@@ -185,14 +185,22 @@ class Observer:
             if early or (step + 1) % self.write_every == 0:  # each write is 3 fsyncs: not every step
                 self._write(finished=False)
             if early and step >= 2 and step % 2 == 0:  # read the folder written so far; every other step (cost)
-                if step >= 4:  # c is 0 at the first step and noise at the next few
-                    self._raise(early_warning.unstable(self.folder, self.outer.config, step, self._unstable))
-                if self.budget is not None:
-                    self._raise(early_warning.spread_budget(self.folder, self.budget, ws, step,
-                                                            self.config["outer_steps"]))
+                self._checks(step, ws)
                 if self.flags and self.flags[-1]["outer_step"] == step:
                     self._write(finished=False)
         self.seconds += time.perf_counter() - start
+
+    def _checks(self, step: int, ws: float) -> None:
+        """The warnings that read the folder. A warning never stops training: where the advice cannot read
+        the folder yet (DataError, ConfigError) there is no flag at this step."""
+        try:
+            if step >= 4:  # c is 0 at the first step and noise at the next few
+                self._raise(early_warning.unstable(self.folder, self.outer.config, step, self._unstable))
+            if self.budget is not None:
+                self._raise(early_warning.spread_budget(self.folder, self.outer.config, self.budget, ws, step,
+                                                        self.config["outer_steps"]))
+        except (ConfigError, DataError):
+            pass
 
     def _metric(self, step: int, ws: float, se: float) -> None:
         row = self.rows.setdefault(step, {"outer_step": step})
