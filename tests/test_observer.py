@@ -55,7 +55,7 @@ def train_batched(folder, replicas=N, outer_cls=None, equal=True, steps=T, dtype
     models = [_mlp(dtype) for _ in range(replicas)]
     if not equal:
         with torch.no_grad():
-            models[1][0].weight.add_(1e-3)
+            models[1][0].weight[3, 2] += 1e-3  # one coordinate of one replica
     inner = torch.optim.AdamW([p for m in models for p in m.parameters()], lr=lr)
     outer = (outer_cls or noloco.OuterOptimizer)(models, inner, inner_steps=H, seed=3)
     observer = noloco.Observer(outer, folder, outer_steps=steps, lr=lr, model="mlp-6-16-1", **observer_kw)
@@ -233,6 +233,11 @@ def test_replicas_that_did_not_start_equal(tmp_path):
     observer, _ = train_batched(tmp_path / "r", equal=False, steps=3)
     assert [f["flag"] for f in observer.flags] == ["unequal_start"]
     assert json.loads((tmp_path / "r" / "result.json").read_text())["flags"][0]["flag"] == "unequal_start"
+    # sampled: 2 of the 96 coordinates of the first weight, so the sample may miss the one that differs; the
+    # checksums of the whole tensors see it
+    sampled, _ = train_batched(tmp_path / "s", equal=False, steps=3, sample=2)
+    assert [f["flag"] for f in sampled.flags] == ["unequal_start"] and "0.weight" in sampled.flags[0]["message"]
+    assert noloco.read_run(tmp_path / "s").metrics[0]["weight_std"] == 0.0  # the sample (15, 44) missed 20
 
 
 class WrongSign(noloco.OuterOptimizer):
@@ -353,3 +358,17 @@ def test_diloco_and_local_runs_are_observed_without_a_warning(tmp_path):
         assert observer.flags == [], (method, observer.flags)
         spread = [r["weight_std"] for r in noloco.read_run(tmp_path / method).metrics]
         assert (max(spread) == 0.0) if method == "diloco" else spread[-1] > 0
+
+
+def test_a_later_format_version_is_refused(run_folder, tmp_path):
+    import shutil
+
+    from noloco.infra.errors import DataError
+
+    folder, _ = run_folder
+    copy = tmp_path / "v2"
+    shutil.copytree(folder, copy)
+    result = json.loads((copy / "result.json").read_text())
+    (copy / "result.json").write_text(json.dumps({**result, "format_version": 2}))
+    with pytest.raises(DataError, match="format version 2"):
+        noloco.read_run(copy)

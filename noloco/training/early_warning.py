@@ -4,8 +4,9 @@ Each check returns a flag ``{"flag", "outer_step", "message"}`` or None; :class:
 Observer` runs them while it observes and keeps the first of each kind (docs/own_run.md says what each means
 and what to do):
 
-``unequal_start``  the replicas' spread at the first outer step (phi before any exchange) is above rounding:
-                   they did not start from the same weights.
+``unequal_start``  the replicas' spread at the first outer step (phi before any exchange) is above rounding,
+                   or (a sampled run) a whole-tensor checksum differs between replicas: they did not start
+                   from the same weights.
 ``wrong_sign``     the outer step moved the replicas against their own progress (the alignment of
                    :func:`noloco.training.sample.update_alignment` < 0), at the first outer step or at two in a
                    row: a pseudo-gradient with the wrong sign (phi - theta used where theta - phi is meant).
@@ -31,13 +32,17 @@ MIN_NUMEL = 64
 FLAGS = ("unequal_start", "wrong_sign", "unstable", "spread_budget")
 
 
-def unequal_start(weight_std: float, rms: float, step: int) -> dict | None:
-    if step != 0 or not weight_std > ROUNDING * max(rms, 1e-30):
+def unequal_start(weight_std: float, rms: float, step: int, differ: list | None = None) -> dict | None:
+    """``differ``: where the sample does not see every coordinate, the tensors whose whole-tensor checksums
+    differ between replicas (:meth:`noloco.training.observer.Observer._checksums_differ`)."""
+    if step != 0 or not (weight_std > ROUNDING * max(rms, 1e-30) or differ):
         return None
+    where = f"; the tensors that differ: {', '.join(differ[:5])}" + (" ..." if len(differ) > 5 else "") if differ else ""
     return {"flag": "unequal_start", "outer_step": 0,
             "message": f"the replicas did not start equal: weight_std {weight_std:.3g} at the first outer step "
-                       f"({weight_std / rms:.2g} of the weights' RMS {rms:.3g}, above rounding {ROUNDING:g}); seed "
-                       f"torch alike on every rank (or copy one replica's weights to all) before training"}
+                       f"({weight_std / max(rms, 1e-30):.2g} of the weights' RMS {rms:.3g}; rounding is below "
+                       f"{ROUNDING:g}){where}; seed torch alike on every rank (or copy one replica's weights to all) "
+                       f"before training"}
 
 
 def wrong_sign(alignments: list, step: int) -> dict | None:

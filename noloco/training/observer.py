@@ -150,6 +150,20 @@ class Observer:
             result.append(part)
         return result
 
+    def _checksums_differ(self, phi: dict) -> list[str]:
+        """The tensors whose (sum, sum of squares) in float64 differ between replicas: the whole tensors, where
+        the sample sees K coordinates (one all-gather of two numbers per tensor, at the first outer step only)."""
+        names = list(phi)
+        if self.batched:
+            sums = [torch.stack([phi[k].double().flatten(1).sum(1), phi[k].double().pow(2).flatten(1).sum(1)], 1)
+                    for k in names]
+            return [k for k, s in zip(names, sums) if not bool((s == s[0]).all())]
+        mine = [v for k in names for v in (float(phi[k].double().sum()), float(phi[k].double().pow(2).sum()))]
+        every = self.outer.exchange.gather_floats(mine)
+        width = 2 * len(names)
+        ranks = [every[r * width:(r + 1) * width] for r in range(self.N)]
+        return [k for i, k in enumerate(names) if any(r[2 * i:2 * i + 2] != ranks[0][2 * i:2 * i + 2] for r in ranks)]
+
     def _spread(self, groups: dict) -> tuple[float, float]:
         """``(weight_std, its standard error)`` pooled over the tensors, numel-weighted."""
         total = sum(self.numel.values())
@@ -164,6 +178,7 @@ class Observer:
         outer step instead of an OuterOptimizer, call it yourself at each outer step (every rank)."""
         start = time.perf_counter()
         phi_s, prog_s = self._gather(phi, progress)
+        differ = self._checksums_differ(phi) if step == 0 and self.sampled else None
         if self.sampled:
             row = self.meter.update(phi_s, prog_s)
             for k, g in row["groups"].items():
@@ -179,7 +194,7 @@ class Observer:
         self._prev = (phi_s, prog_s)
         if self.main:
             rms = math.sqrt(sum(float((t * t).mean()) * self.numel[k] for k, t in phi_s.items()) / sum(self.numel.values()))
-            self._raise(early_warning.unequal_start(ws, rms, step))
+            self._raise(early_warning.unequal_start(ws, rms, step, differ))
             self._raise(early_warning.wrong_sign(self.alignments, step) if self.alignments else None)
             early = step <= self.warn_steps
             if early or (step + 1) % self.write_every == 0:  # each write is 3 fsyncs: not every step
