@@ -225,6 +225,8 @@ def test_one_replica_per_rank_writes_what_one_process_samples(tmp_path):
     assert predict(tmp_path / "dist")["rows"][-1]["predicted"] > 0
     assert forecast(tmp_path / "dist")["rows"]
     assert main(["llm", "predict", str(tmp_path / "dist"), "--forecast"]) == 0
+    row = tune([tmp_path / "dist"], compute_seconds=0.01)["rows"][0]  # read; no loss was logged to rank on
+    assert row["stability_margin"] > 0 and "no evaluation" in row["excluded"]
 
 
 # ----------------------------------------------------------------- early warnings, each made by its fault
