@@ -180,7 +180,7 @@ def test_a_sampled_observer_beside_the_exact_one(tmp_path):
 
 # ----------------------------------------------------------------- many ranks (gloo on localhost)
 
-def _rank(rank, world, port, out):
+def _rank(rank, world, port, out, method="noloco", steps=T):
     import datetime
 
     import torch.distributed as dist
@@ -190,9 +190,9 @@ def _rank(rank, world, port, out):
                             timeout=datetime.timedelta(seconds=60))
     model = _mlp(torch.float64)
     inner = torch.optim.AdamW(model.parameters(), lr=1e-2)
-    outer = noloco.OuterOptimizer(model, inner, inner_steps=H, seed=3)
-    observer = noloco.Observer(outer, out, outer_steps=T, lr=1e-2, sample=64, model="mlp-6-16-1")
-    for step in range(T * H):
+    outer = noloco.OuterOptimizer(model, inner, inner_steps=H, seed=3, method=method)
+    observer = noloco.Observer(outer, out, outer_steps=steps, lr=1e-2, sample=64, model="mlp-6-16-1")
+    for step in range(steps * H):
         x, y = _batch(rank, step, torch.float64)
         inner.zero_grad()
         ((model(x) - y) ** 2).mean().backward()
@@ -200,6 +200,36 @@ def _rank(rank, world, port, out):
     observer.close()
     dist.destroy_process_group()
     os._exit(0)  # skip interpreter teardown: gloo can abort in C++ static destructors (docs/reliability.md)
+
+
+def test_two_ranks_gather_the_sample(tmp_path):
+    """The fast form (2 gloo processes, no synchronisation: method local, so that there is a spread): the folder
+    rank 0 writes holds what one process holding both replicas measures from the same sample."""
+    import torch.multiprocessing as mp
+
+    from noloco.training.exchange import free_port
+
+    mp.start_processes(_rank, args=(2, free_port(), str(tmp_path / "dist"), "local", 6), nprocs=2, join=True,
+                       start_method="spawn")
+    models = [_mlp(torch.float64) for _ in range(2)]
+    inner = torch.optim.AdamW([p for m in models for p in m.parameters()], lr=1e-2)
+    outer = noloco.OuterOptimizer(models, inner, inner_steps=H, seed=3, method="local")
+    observer = noloco.Observer(outer, tmp_path / "one", outer_steps=6, lr=1e-2, sample=64, model="mlp-6-16-1")
+    for step in range(6 * H):
+        inner.zero_grad()
+        sum(((m(x) - y) ** 2).mean() for m, (x, y) in
+            ((m, _batch(i, step, torch.float64)) for i, m in enumerate(models))).backward()
+        inner.step()
+    observer.close()
+    dist_run, one = noloco.read_run(tmp_path / "dist"), noloco.read_run(tmp_path / "one")
+    assert dist_run.world_size == 2 and dist_run.finished and dist_run.result["flags"] == []
+    for a, b in zip(dist_run.inputs, one.inputs, strict=True):
+        for name, g in a["groups"].items():
+            assert g["c"] == pytest.approx(b["groups"][name]["c"], rel=1e-9, abs=1e-15)
+            assert g["spread"] == pytest.approx(b["groups"][name]["spread"], rel=1e-9, abs=1e-15)
+    assert [r["weight_std"] for r in dist_run.metrics] == pytest.approx([r["weight_std"] for r in one.metrics],
+                                                                        rel=1e-9)
+    assert predict(tmp_path / "dist")["rows"][-1]["predicted"] > 0
 
 
 @pytest.mark.slow  # 4 processes: about 25 s on 2 cores
