@@ -174,8 +174,8 @@ class Observer:
 
     @torch.no_grad()
     def observe(self, phi: dict, progress: dict, step: int) -> None:
-        """The progress hook: outer step ``step + 1``'s phi and progress, before the exchange. With your own
-        outer step instead of an OuterOptimizer, call it yourself at each outer step (every rank)."""
+        """The progress hook: outer step ``step + 1``'s phi and progress theta - phi, before the exchange (the
+        optimizer calls it on every rank)."""
         start = time.perf_counter()
         phi_s, prog_s = self._gather(phi, progress)
         differ = self._checksums_differ(phi) if step == 0 and self.sampled else None
