@@ -125,8 +125,10 @@ def _measured(run_dir, from_step: int | None, finished_from_quarter: bool = Fals
         raise DataError(f"{run_dir}: method {run.method} leaves the replicas identical (n = N): its spread is 0 "
                         "at every step, there is nothing to forecast or transfer")
     if inputs is None:
-        raise DataError(f"{run_dir} has no inputs.jsonl (a run made before the meter, or a torchrun run): the "
-                        "forecast needs the measured inputs; train it with `noloco llm train` (batched replicas)")
+        raise DataError(f"{run_dir} has no inputs.jsonl (a run made before the meter, or a torchrun run of `noloco llm "
+                        "train`): the forecast needs the measured inputs; train it with `noloco llm train` (batched "
+                        "replicas), or in your own loop with noloco.Observer (docs/own_run.md), which measures them "
+                        "across ranks too")
     T = run.setting.outer_steps
     if from_step is not None:
         t0 = from_step

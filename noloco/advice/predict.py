@@ -158,7 +158,8 @@ def predict(run_dir, noise_model: str = "long-run") -> dict:
     elif inputs is None:
         report["decay_factor"] = exchangeable.decay_factor(outer, 0.0)
         report["flattest_c"] = 0.0
-        why = (f"a torchrun run ({run.world_size} ranks, one replica per rank) measures no inputs"
+        why = (f"a torchrun run ({run.world_size} ranks, one replica per rank) measures no inputs in `noloco llm "
+               "train`; noloco.Observer measures them across ranks, docs/own_run.md"
                if run.world_size > 1 else "a run made before the meter")
         notes.append(f"no inputs.jsonl ({why}): measured_growth and the decay factor at "
                      "c = 0 are given; the level of weight_std needs the measured noise, so predicted is null")

@@ -5,6 +5,9 @@ A run folder holds ``result.json`` (its settings under ``"config"``, and how it 
 measured, ``inputs.jsonl`` (one row per outer step). :func:`read_run` reads it into a :class:`RunRecord`;
 its setting is a :class:`RunSetting`: the outer step, the inner schedule the forecast needs, and the rest of
 the settings kept as data (compared between runs, never interpreted). Nothing here imports torch.
+
+The folders :class:`noloco.training.observer.Observer` writes on a user's own run (``"format": "noloco-run"``,
+``"format_version"`` 1, docs/own_run.md) are read the same way; a later format version is refused by name.
 """
 
 from __future__ import annotations
@@ -27,6 +30,8 @@ RECORD_DEFAULTS = {"method": "noloco", "inner_steps": 25, "outer_steps": 40, "lr
                    "warmup": 100, "min_lr_frac": 0.1, "inner_optimizer": "adamw", "adam_beta2": 0.95, "noniid": False,
                    "val_windows": 64}
 INNER_OPTIMIZERS = ("adamw", "sgd")
+#: the versions of the ``noloco-run`` format (docs/own_run.md) this reader knows
+RUN_FORMAT_VERSIONS = (1,)
 #: the settings the advice reads by name; every other setting of a run is kept in ``RunSetting.other``
 NAMED = ("method", "outer", "inner_steps", "outer_steps", "lr", "schedule", "warmup", "min_lr_frac",
          "inner_optimizer", "adam_beta2", "noniid", "val_windows")
@@ -152,6 +157,9 @@ def read_run(run_dir) -> RunRecord:
             raise DataError(f"{run} holds no run but the runs of {len(methods)} methods: give one of "
                             f"{', '.join(methods)}")
     result = read_json(run / "result.json", required=("config",), types={"config": dict})
+    if result.get("format") == "noloco-run" and result.get("format_version") not in RUN_FORMAT_VERSIONS:
+        raise DataError(f"{run / 'result.json'}: run-folder format version {result.get('format_version')!r}; this "
+                        f"toolkit reads {', '.join(map(str, RUN_FORMAT_VERSIONS))} (upgrade noloco)")
     try:
         setting = RunSetting.from_config(result["config"])
     except (ConfigError, TypeError, KeyError, AttributeError, ValueError) as err:

@@ -10,7 +10,8 @@ import sys
 PROG = "python -m noloco.benchmarks"
 SUITES = {"theory-grid": "noloco.benchmarks.theory_grid", "simulator": "noloco.benchmarks.simulator",
           "comm": "noloco.benchmarks.comm", "check": "noloco.benchmarks.check", "scaling": "noloco.benchmarks.scaling",
-          "llm-step": "noloco.benchmarks.llm_step", "all": "noloco.benchmarks.all"}
+          "llm-step": "noloco.benchmarks.llm_step", "observer": "noloco.benchmarks.observer",
+          "all": "noloco.benchmarks.all"}
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from noloco.advice.record import RunSetting
-from noloco.infra.errors import ConfigError
+from noloco.infra.errors import ConfigError, DataError
 from noloco.infra.files import SCHEMA_VERSION, atomic_write_text, dumps, write_json
 from noloco.training import early_warning
 from noloco.training.exchange import LocalExchange
@@ -49,7 +49,10 @@ class Observer:
     field (a model name, a seed...). ``sample``: coordinates per tensor across ranks (default
     :data:`~noloco.training.sample.DEFAULT_SAMPLE`), or in one process to sample instead of measuring every
     coordinate; ``seed`` of the sample. ``spread_budget``: a weight_std the run should stay below (a flag when
-    the measured or forecast spread crosses it). ``overwrite``: replace a run folder already there.
+    the measured or forecast spread crosses it). ``write_every``: outer steps between writes of the folder
+    after the first ``warn_steps`` (written at every one of those, and at :meth:`close`). ``warn_steps``: the
+    first outer steps at which the warnings that read the folder (``unstable``, ``spread_budget``) run
+    (default 10; 0: never; they cost most of the observer's time, docs/own_run.md). ``overwrite``: replace a run folder already there.
 
     Example: 4 replicas of a small regression in one process, 12 outer steps::
 
@@ -75,7 +78,8 @@ class Observer:
     def __init__(self, outer, folder, *, outer_steps: int, lr: float, schedule: str = "constant", warmup: int = 0,
                  min_lr_frac: float = 0.0, inner_optimizer: str = "adamw", adam_beta2: float = 0.95,
                  sample: int | None = None, seed: int = 0, spread_budget: float | None = None,
-                 overwrite: bool = False, **fields):
+                 write_every: int = 10, warn_steps: int = early_warning.WARN_STEPS, overwrite: bool = False,
+                 **fields):
         self.outer = outer
         self.folder = Path(folder)
         self.config = {"method": outer.method, "outer": dataclasses.asdict(outer.config),
@@ -86,6 +90,12 @@ class Observer:
         if spread_budget is not None and not (isinstance(spread_budget, (int, float)) and 0 < spread_budget < math.inf):
             raise ConfigError(f"spread_budget={spread_budget!r} is out of range; allowed: a number > 0 (a weight_std)")
         self.budget = spread_budget
+        if isinstance(write_every, bool) or not isinstance(write_every, int) or write_every < 1:
+            raise ConfigError(f"write_every={write_every!r} is out of range; allowed: an integer >= 1 (outer steps)")
+        self.write_every = write_every
+        if isinstance(warn_steps, bool) or not isinstance(warn_steps, int) or warn_steps < 0:
+            raise ConfigError(f"warn_steps={warn_steps!r} is out of range; allowed: an integer >= 0 (outer steps)")
+        self.warn_steps = warn_steps
         ex = outer.exchange
         self.batched = isinstance(ex, LocalExchange)
         if not self.batched and len(outer.stages) > 1:
@@ -103,7 +113,9 @@ class Observer:
         self.alignments: list = []
         self.flags: list[dict] = []
         self.seconds = 0.0  # spent observing (the benchmark's cost)
+        self.gather_seconds = 0.0  # of which in the all-gather (the wait for the slowest rank included)
         self._prev = None  # (phi, progress) samples of the last outer step
+        self._unstable = []  # outer steps whose stability check found a decay factor >= 1
         self._started = time.perf_counter()
         if self.main:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -125,7 +137,9 @@ class Observer:
 
         flat = torch.cat([t for d in taken for t in d.values()])
         out = [torch.empty_like(flat) for _ in range(self.N)]
+        start = time.perf_counter()
         self.outer.exchange._run(lambda: [dist.all_gather(out, flat, async_op=True)], "observer all-gather", "all")
+        self.gather_seconds += time.perf_counter() - start
         whole = torch.stack(out)  # (N, total)
         result, at = [], 0
         for d in taken:
@@ -135,6 +149,20 @@ class Observer:
                 at += t.numel()
             result.append(part)
         return result
+
+    def _checksums_differ(self, phi: dict) -> list[str]:
+        """The tensors whose (sum, sum of squares) in float64 differ between replicas: the whole tensors, where
+        the sample sees K coordinates (one all-gather of two numbers per tensor, at the first outer step only)."""
+        names = list(phi)
+        if self.batched:
+            sums = [torch.stack([phi[k].double().flatten(1).sum(1), phi[k].double().pow(2).flatten(1).sum(1)], 1)
+                    for k in names]
+            return [k for k, s in zip(names, sums) if not bool((s == s[0]).all())]
+        mine = [v for k in names for v in (float(phi[k].double().sum()), float(phi[k].double().pow(2).sum()))]
+        every = self.outer.exchange.gather_floats(mine)
+        width = 2 * len(names)
+        ranks = [every[r * width:(r + 1) * width] for r in range(self.N)]
+        return [k for i, k in enumerate(names) if any(r[2 * i:2 * i + 2] != ranks[0][2 * i:2 * i + 2] for r in ranks)]
 
     def _spread(self, groups: dict) -> tuple[float, float]:
         """``(weight_std, its standard error)`` pooled over the tensors, numel-weighted."""
@@ -146,10 +174,11 @@ class Observer:
 
     @torch.no_grad()
     def observe(self, phi: dict, progress: dict, step: int) -> None:
-        """The progress hook: outer step ``step + 1``'s phi and progress, before the exchange. With your own
-        outer step instead of an OuterOptimizer, call it yourself at each outer step (every rank)."""
+        """The progress hook: outer step ``step + 1``'s phi and progress theta - phi, before the exchange (the
+        optimizer calls it on every rank)."""
         start = time.perf_counter()
         phi_s, prog_s = self._gather(phi, progress)
+        differ = self._checksums_differ(phi) if step == 0 and self.sampled else None
         if self.sampled:
             row = self.meter.update(phi_s, prog_s)
             for k, g in row["groups"].items():
@@ -165,16 +194,28 @@ class Observer:
         self._prev = (phi_s, prog_s)
         if self.main:
             rms = math.sqrt(sum(float((t * t).mean()) * self.numel[k] for k, t in phi_s.items()) / sum(self.numel.values()))
-            self._raise(early_warning.unequal_start(ws, rms, step))
+            self._raise(early_warning.unequal_start(ws, rms, step, differ))
             self._raise(early_warning.wrong_sign(self.alignments, step) if self.alignments else None)
-            self._write(finished=False)
-            if 2 <= step <= early_warning.WARN_STEPS:  # read the folder written so far
-                self._raise(early_warning.unstable(self.folder, step))
-                if self.budget is not None:
-                    self._raise(early_warning.spread_budget(self.folder, self.budget, ws, step,
-                                                            self.config["outer_steps"]))
+            early = step <= self.warn_steps
+            if early or (step + 1) % self.write_every == 0:  # each write is 3 fsyncs: not every step
+                self._write(finished=False)
+            if early and step >= 2 and step % 2 == 0:  # read the folder written so far; every other step (cost)
+                self._checks(step, ws)
+                if self.flags and self.flags[-1]["outer_step"] == step:
                     self._write(finished=False)
         self.seconds += time.perf_counter() - start
+
+    def _checks(self, step: int, ws: float) -> None:
+        """The warnings that read the folder. A warning never stops training: where the advice cannot read
+        the folder yet (DataError, ConfigError) there is no flag at this step."""
+        try:
+            if step >= 4:  # c is 0 at the first step and noise at the next few
+                self._raise(early_warning.unstable(self.folder, self.outer.config, step, self._unstable))
+            if self.budget is not None:
+                self._raise(early_warning.spread_budget(self.folder, self.outer.config, self.budget, ws, step,
+                                                        self.config["outer_steps"]))
+        except (ConfigError, DataError):
+            pass
 
     def _metric(self, step: int, ws: float, se: float) -> None:
         row = self.rows.setdefault(step, {"outer_step": step})
