@@ -404,3 +404,41 @@ def test_a_later_format_version_is_refused(run_folder, tmp_path):
     (copy / "result.json").write_text(json.dumps({**result, "format_version": 2}))
     with pytest.raises(DataError, match="format version 2"):
         noloco.read_run(copy)
+
+
+def test_the_gap_reads_the_second_moment_the_observer_wrote(tmp_path, capsys):
+    """A user's run has no harness checkpoint: the observer writes the inner AdamW's sum of sqrt(vhat) into
+    result.json at close, and `noloco llm predict --gap` predicts from it (the sum checked by hand here)."""
+    import json
+
+    import noloco
+    from noloco.cli import main
+
+    torch.manual_seed(0)
+    models = [torch.nn.Linear(8, 1) for _ in range(4)]
+    for m in models[1:]:
+        m.load_state_dict(models[0].state_dict())
+    inner = torch.optim.AdamW([p for m in models for p in m.parameters()], lr=0.01, betas=(0.9, 0.95))
+    outer = noloco.OuterOptimizer(models, inner, inner_steps=5)
+    observer = noloco.Observer(outer, tmp_path / "run", outer_steps=6, lr=0.01, adam_beta2=0.95, warn_steps=0)
+    x_val = torch.randn(64, 8)
+    for step in range(30):
+        inner.zero_grad()
+        x = torch.randn(4, 16, 8)
+        sum(((m(x[i]) - x[i].sum(1, keepdim=True)) ** 2).mean() for i, m in enumerate(models)).backward()
+        inner.step()
+        if (step + 1) % 10 == 0:
+            with torch.no_grad():
+                avg = [torch.stack(ps).mean(0) for ps in zip(*(m.parameters() for m in models))]
+                target = x_val.sum(1, keepdim=True)
+                mean_loss = sum(float(((m(x_val) - target) ** 2).mean()) for m in models) / 4
+                avg_loss = float(((x_val @ avg[0].T + avg[1] - target) ** 2).mean())
+            observer.log(outer.outer_done, val_loss_avg_model=avg_loss, val_loss_replicas_mean=mean_loss)
+    observer.close()
+    saved = json.loads((tmp_path / "run" / "result.json").read_text())["adam_second_moment"]
+    by_hand = sum(float((st["exp_avg_sq"].double() / (1 - 0.95 ** float(st["step"]))).sqrt().sum())
+                  for st in inner.state.values()) / 4
+    assert saved["outer_step"] == 6 and saved["sum_sqrt_v"] == pytest.approx(by_hand, rel=1e-12)
+    assert main(["llm", "predict", str(tmp_path / "run"), "--gap", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["sum_sqrt_v"] == pytest.approx(by_hand, rel=1e-12) and report["predicted"] > 0

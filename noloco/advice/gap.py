@@ -26,11 +26,12 @@ from noloco.infra.errors import DataError
 from noloco.theory import exchangeable
 
 
-def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int, float]]) -> dict:
+def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int, float]] | None = None) -> dict:
     """The predicted gap at the run's checkpoint, the measured one at the evaluation of the same outer step
     (``val_loss_replicas_mean - val_loss_avg_model``; None where no evaluation is at that step) and their ratio.
-    ``second_moment(checkpoint path, adam beta2)`` reads ``(outer step, sum_j mean_i sqrt(vhat_ij))`` from the
-    run's checkpoint (the harness's reader: :func:`noloco.llm_check.adam_state.second_moment_root`)."""
+    That sum comes from result.json's ``adam_second_moment`` where an observer wrote it, else from the run's
+    checkpoint through ``second_moment(checkpoint path, adam beta2) -> (outer step, sum_j mean_i sqrt(vhat_ij))``
+    (the harness's reader: :func:`noloco.llm_check.adam_state.second_moment_root`)."""
     from noloco.advice.forecast import schedule_functionals
 
     run = read_run(run_dir)
@@ -39,7 +40,15 @@ def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int,
         raise DataError(f"{run_dir}: the equipartition gap needs the inner AdamW's second moment; this run's "
                         f"inner optimiser is {cfg.inner_optimizer}")
     path = run.folder / "ckpt.pt"
-    step, root = second_moment(path, cfg.adam_beta2)
+    saved = run.result.get("adam_second_moment")  # written by noloco.Observer at the end of a user's run
+    if isinstance(saved, dict) and isinstance(saved.get("sum_sqrt_v"), (int, float)):
+        step, root = int(saved.get("outer_step", 0)), float(saved["sum_sqrt_v"])
+    elif second_moment is None:
+        raise DataError(f"{run_dir}: result.json holds no adam_second_moment (noloco.Observer writes it when its "
+                        "run closes with an inner AdamW), and reading its checkpoint needs torch: pip install -e "
+                        "'.[llm]'")
+    else:
+        step, root = second_moment(path, cfg.adam_beta2)
     if step < 1:
         raise DataError(f"{path} is at outer step 0: no phase has run yet")
     rate = float(schedule_functionals(cfg)["L1"][step - 1] / cfg.inner_steps)

@@ -29,7 +29,8 @@ def add_parser(sub) -> None:
     advice.add_argument("--gap", action="store_true",
                         help="the loss the spread costs (replicas' mean loss minus the averaged model's) at the run's "
                              "checkpoint, predicted from Adam's second moment with nothing fitted, next to the "
-                             "measured one (needs torch)")
+                             "measured one (from the run's checkpoint, which needs torch, or from what "
+                             "noloco.Observer wrote)")
     pred.add_argument("--from-step", type=int, metavar="K",
                       help="with --forecast: use the first K measured outer steps only (default: every step measured "
                            "so far in a run still going; the first quarter of a finished run)")
@@ -50,14 +51,11 @@ def run(args) -> int:
         import importlib.util
 
         from noloco.advice.gap import equipartition_gap, format_gap
-        from noloco.infra.errors import DataError
 
-        if importlib.util.find_spec("torch") is None:
-            raise DataError("--gap reads the checkpoint's optimiser state, which needs torch; install the llm "
-                            "extra: pip install -e '.[llm]'")
-        from noloco.llm_check.adam_state import second_moment_root
-
-        report, text = equipartition_gap(args.out, second_moment_root), format_gap
+        reader = None  # an observer's folder carries the second moment; a harness run's is in its checkpoint (torch)
+        if importlib.util.find_spec("torch") is not None:
+            from noloco.llm_check.adam_state import second_moment_root as reader
+        report, text = equipartition_gap(args.out, reader), format_gap
     elif args.forecast:
         from noloco.advice.forecast import forecast, format_forecast
 

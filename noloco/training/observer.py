@@ -260,6 +260,7 @@ class Observer:
                 groups = {k: {"spread": float(((p.double() - p.double().mean(0)) ** 2).sum()) / (self.numel[k] * self.N)}
                           for k, p in self.outer.phi.items()}
             self._metric(step, *self._spread(groups))
+        self.second_moment = self._second_moment(step)
         self.seconds += time.perf_counter() - start
         if self.main:
             self._write(finished=step >= self.config["outer_steps"])
@@ -274,6 +275,23 @@ class Observer:
 
     # ------------------------------------------------------------------ the run folder
 
+    def _second_moment(self, step: int) -> dict | None:
+        """What ``noloco llm predict --gap`` needs of an inner Adam: sum over the weights of the replica-mean
+        sqrt(vhat) (bias-corrected), summed over this process's replicas and, across ranks, over every rank's;
+        None without an inner optimizer that keeps ``exp_avg_sq``."""
+        optimizer = getattr(self.outer, "inner_optimizer", None)
+        states = [st for st in (optimizer.state.values() if optimizer is not None else ()) if "exp_avg_sq" in st]
+        if not states or self.config.get("inner_optimizer") != "adamw":
+            return None
+        beta2 = self.config["adam_beta2"]
+        root = torch.tensor(sum(float((st["exp_avg_sq"].double() / (1 - beta2 ** float(st["step"]))).sqrt().sum())
+                                for st in states), dtype=torch.float64)
+        if not self.batched:
+            import torch.distributed as dist
+
+            dist.all_reduce(root)
+        return {"outer_step": step, "sum_sqrt_v": float(root) / self.N}
+
     def result(self, finished: bool) -> dict:
         """result.json's content (docs/own_run.md)."""
         sampled = None if not self.sampled else {
@@ -283,7 +301,8 @@ class Observer:
                 "config": self.config, "world_size": 1 if self.batched else self.N, "replicas": self.N,
                 "n_params": sum(self.numel.values()), "outer_steps_done": self.outer.outer_done,
                 "finished": finished, "wall_s": time.perf_counter() - self._started,
-                "observer_s": self.seconds, "sampled": sampled, "flags": self.flags, "torch": torch.__version__}
+                "observer_s": self.seconds, "sampled": sampled, "flags": self.flags, "torch": torch.__version__,
+                "adam_second_moment": getattr(self, "second_moment", None)}
 
     def _write(self, finished: bool) -> None:
         rows = [r for _, r in sorted(self.rows.items()) if "weight_std" in r]

@@ -105,6 +105,7 @@ class OuterOptimizer:
         self.outer_done = 0  # outer steps done
         self.inner_done = 0  # inner steps of the current phase done
         self._progress_hooks = []
+        self.inner_optimizer = inner_optimizer  # its state is the user's; the observer reads Adam's second moment
         self._hook = None if inner_optimizer is None else \
             inner_optimizer.register_step_post_hook(lambda *_: self.step())
 
