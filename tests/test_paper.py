@@ -10,6 +10,11 @@ import pytest
 import sympy as sp
 
 from noloco.claims import paper as C
+from noloco.claims import paper_directions as D
+from noloco.claims import paper_maps as MAPS
+from noloco.claims import paper_mc as MC
+from noloco.claims import paper_text as TX
+from noloco.claims import paper_verdicts as V
 from noloco.claims import paper_comm as L
 from noloco.theory import moments as M
 from noloco.cli import main
@@ -177,20 +182,20 @@ def test_exact_moments_unbounded_where_unstable():
 def test_monte_carlo_of_the_moments_at_the_paper_preset():
     c, s2 = (float(x) for x in numeric.inner_sgd(0.01, 1.0, 50, 1.0))
     exact = M.exact_moments(PAPER.outer, c, s2)
-    mc = C.simulate_moments(PAPER.outer, c, s2, steps=230, trials=400, seed=11, record_from=30)
+    mc = MC.simulate_moments(PAPER.outer, c, s2, steps=230, trials=400, seed=11, record_from=30)
     mean, se = np.mean(mc["phi2"]), np.std(mc["phi2"], ddof=1) / math.sqrt(400)
     assert abs(mean - exact.var_phi) < Z * se
     for key, value in (("group2", exact.var_phi_group), ("phi_step", exact.cov_phi_step)):
-        ratio, ratio_se = C.ratio_se(mc[key], mc["phi2"])
+        ratio, ratio_se = MC.ratio_se(mc[key], mc["phi2"])
         assert abs(ratio - value / exact.var_phi) < Z * ratio_se, key
     # and the test can fail: a 5 % error in the exact ratio is refused
-    ratio, ratio_se = C.ratio_se(mc["group2"], mc["phi2"])
+    ratio, ratio_se = MC.ratio_se(mc["group2"], mc["phi2"])
     assert abs(ratio - 1.05 * exact.var_phi_group / exact.var_phi) > Z * ratio_se
 
 
 def test_inner_phase_monte_carlo():
     c, s2 = numeric.inner_sgd(0.01, 1.0, 50, 1.0)
-    mc = C.inner_phase_mc(0.01, 1.0, 50, 1.0, samples=20000, seed=3)
+    mc = MC.inner_phase_mc(0.01, 1.0, 50, 1.0, samples=20000, seed=3)
     assert abs(mc["coefficient"][0] - c * c) < Z * mc["coefficient"][1]
     assert abs(mc["noise"][0] - s2) < Z * mc["noise"][1]
     assert abs(mc["noise"][0] - P.inner_noise_term(0.01, 1.0, 50, 1.0)) > Z * mc["noise"][1]  # R' is refused
@@ -203,21 +208,21 @@ def verdicts(statement):
 
 
 def test_graded_thresholds():
-    assert C.graded("x", 1.005, 1.0).verdict == "holds"
-    part = C.graded("x", 1.2, 1.0)
+    assert V.graded("x", 1.005, 1.0).verdict == "holds"
+    part = V.graded("x", 1.2, 1.0)
     assert part.verdict == "approximate" and part.relative_error == pytest.approx(0.2)
-    assert C.graded("x", 1.3, 1.0).verdict == "fails"
+    assert V.graded("x", 1.3, 1.0).verdict == "fails"
     # no stationary state: nothing about the approximation was tested; the paper's form unbounded where the
     # exact value is finite: it fails
-    assert C.graded("x", 1.0, math.inf).verdict == "not applicable"
-    assert C.graded("x", math.inf, 1.0).verdict == "fails"
-    assert "Monte Carlo disagrees" in C.graded("x", 1.0, 1.0, measured=2.0, se=0.1).note
-    assert C.agreement("x", False, True, sufficient=True).verdict == "not applicable"
-    assert C.agreement("x", True, False, sufficient=True).verdict == "fails"
+    assert V.graded("x", 1.0, math.inf).verdict == "not applicable"
+    assert V.graded("x", math.inf, 1.0).verdict == "fails"
+    assert "Monte Carlo disagrees" in V.graded("x", 1.0, 1.0, measured=2.0, se=0.1).note
+    assert V.agreement("x", False, True, sufficient=True).verdict == "not applicable"
+    assert V.agreement("x", True, False, sufficient=True).verdict == "fails"
 
 
 def directions(*curvatures, inner=PAPER.inner):
-    return [C.direction(inner, lam) for lam in curvatures], C.direction(inner, 0.0)
+    return [D.direction(inner, lam) for lam in curvatures], D.direction(inner, 0.0)
 
 
 def test_theorem_2_at_the_paper_preset_and_beyond():
@@ -293,7 +298,7 @@ def test_paper_preset_audit(preset_audit):
 
 
 def test_format_lists_every_part(preset_audit):
-    text = C.format_audit(preset_audit)
+    text = TX.format_audit(preset_audit)
     assert all(s.id in text for s in preset_audit.statements) and "approximate (16%)" in text
 
 
@@ -339,7 +344,7 @@ def test_table_output(capsys):
 def test_map_counterexamples_are_what_they_claim():
     alpha, gamma = np.linspace(0, 0.99, 41), np.linspace(0, 3, 41)
     for c in (0.0, 0.395):
-        w = C.window_map(c, 8, 2, alpha, gamma, 0.7)["power2"]
+        w = MAPS.window_map(c, 8, 2, alpha, gamma, 0.7)["power2"]
         wrong, missed = w["paper_stable_exact_unstable"], w["paper_unstable_exact_stable"]
         for point, paper_ok in ((wrong, True), (missed, False)):
             assert P.in_window(point["alpha"], point["gamma"], 2) == paper_ok
@@ -404,7 +409,7 @@ def test_headlines_judge_the_papers_reading():
     by_id = {s.id: s.parts[0].verdict for s in report.statements}
     assert by_id["theorem-1-variance-scaling"] == "not applicable"
     assert {by_id[k] for k in ("conjecture-1", "eq55-covariance", "independence")} == {"not applicable"}
-    assert "4 not applicable" in C.format_audit(report)
+    assert "4 not applicable" in TX.format_audit(report)
 
 
 def test_audit_refuses_work_beyond_the_memory_budget(capsys):

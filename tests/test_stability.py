@@ -10,7 +10,7 @@ import math
 import numpy as np
 import pytest
 
-from noloco.claims import paper as C
+from noloco.claims import paper_directions as D
 from noloco.cli import main
 from noloco.theory import numeric, stability
 from noloco.theory import paper as P
@@ -237,7 +237,7 @@ def test_audit_and_check_agree_with_brute_force(records):
     against the brute force."""
     for kind, outer, c, bf in records:
         if bf["spread"] is not None:
-            _, state, bounded = C._spread_state(outer, C.Direction(1.0 if c else 0.0, c, 1.0))
+            _, state, bounded = D.spread_state(outer, D.Direction(1.0 if c else 0.0, c, 1.0))
             assert state == bf["spread"] and bounded == (bf["spread"] in (STABLE, "marginal (bounded)")), (kind, c)
     # check: H = 1 and eta = 1 make c equal to the curvature; beta c = 2 (1 + alpha) exactly (n = N: DiLoCo,
     # no spread, so the mean decides)

@@ -34,328 +34,24 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
-from dataclasses import dataclass, field
 
 import numpy as np
 
-from noloco.claims.judge import TOLERANCE
 from noloco.claims.spread import stationary_spread_mc
 from noloco.infra.checks import check_integer, check_real
 from noloco.infra.errors import ConfigError
-from noloco.infra.files import SCHEMA_VERSION
 from noloco.theory import numeric, stats
 from noloco.theory import paper as P
-from noloco.theory.config import InnerConfig, OuterConfig, group_kappa
-from noloco.theory.exchangeable import spectral_radius
+from noloco.theory.config import InnerConfig, OuterConfig
 from noloco.theory.moments import Moments, exact_moments
-from noloco.quadratic.scalar import scalar_path
 from noloco.theory.spectrum import Spectrum
-from noloco.theory.stability import (MARGINAL, STABLE, TOLERANCE as TOL, UNSTABLE, classify, classify_codes, describe,
-                                     format_radius)
-
-#: relative error up to which the paper's form "holds" and "approximates" the exact value
-HOLDS, APPROXIMATE = 0.01, 0.25
-NA = "not applicable"
-VERDICT_RULE = {"holds": f"relative error <= {HOLDS:.0%} (or a qualitative claim that is true)",
-                "approximate": f"relative error <= {APPROXIMATE:.0%}", "fails": "otherwise (the reason in the note)",
-                NA: "no stationary state to approximate, or a sufficient condition not met (counted apart)"}
-#: eta * lambda * H of the decade over which a slope "as eta -> 0" is read
-ASYMPTOTIC = (1e-6, 1e-5)
-
-
-
-
-# ------------------------------------------------------------------ verdicts
-
-@dataclass(frozen=True)
-class Part:
-    """One comparison: the paper's value, the exact one, a measurement of the exact quantity (Monte
-    Carlo or an independent computation; se 0 when deterministic), the verdict and the direction it was
-    judged in (the worst one, where the part covers several)."""
-
-    label: str
-    paper: object           # a number, or a boolean for a qualitative claim
-    exact: object
-    measured: float | None
-    se: float | None
-    verdict: str
-    note: str = ""
-    relative_error: float | None = None
-    z: float | None = None  # measured against the exact value at the point measured
-    details: dict = field(default_factory=dict)
-    direction: str = ""
-
-
-@dataclass(frozen=True)
-class Statement:
-    id: str
-    reference: str
-    claim: str
-    parts: tuple
-
-    def as_dict(self) -> dict:
-        head = dataclasses.asdict(self.parts[0])
-        head.pop("label")
-        return {"id": self.id, "reference": self.reference, "claim": self.claim, **head,
-                "parts": [dataclasses.asdict(p) for p in self.parts]}
-
-
-@dataclass(frozen=True)
-class Audit:
-    setting: dict
-    statements: tuple
-    seed: int
-    quick: bool
-    seconds: float
-
-    def to_json(self) -> dict:
-        return {"schema_version": SCHEMA_VERSION, "setting": self.setting, "seed": self.seed, "quick": self.quick,
-                "verdict_rule": VERDICT_RULE, "stability_tolerance": TOL, "seconds": self.seconds,
-                "statements": [s.as_dict() for s in self.statements]}
-
-
-def relative_error(paper: float, exact: float) -> float:
-    if exact == 0:
-        return 0.0 if paper == 0 else math.inf
-    return abs(paper - exact) / abs(exact)
-
-
-def _mc_note(note: str, z) -> str:
-    if z is not None and abs(z) > TOLERANCE:
-        return f"{note}; Monte Carlo disagrees with the exact theory (z = {z:.1f}): a finding".lstrip("; ")
-    return note
-
-
-def _join(*notes) -> str:
-    return "; ".join(n for n in notes if n)
-
-
-def graded(label: str, paper: float, exact: float, *, measured=None, se=None, at=None, note: str = "",
-           details=None, direction: str = "") -> Part:
-    """A numeric form against the exact value: the verdict from the relative error; ``at`` is the
-    exact value at the point the measurement is taken, when that differs from ``exact``. An exact value
-    that is not finite (no stationary state) makes the part ``not applicable``: nothing about the
-    approximation was tested."""
-    paper, exact = float(paper), float(exact)
-    reference = exact if at is None else float(at)
-    if measured is not None and not (math.isfinite(measured) and math.isfinite(se)):
-        measured = se = None
-        note = _join(note, "the Monte Carlo diverges (no finite estimate)")
-    z = stats.z_score(measured, se, reference) if measured is not None else None
-    if not math.isfinite(exact):
-        verdict, err = NA, None
-        note = _join("no stationary state: the exact value is unbounded, so the approximation has nothing to "
-                     "approximate", note)
-    elif not math.isfinite(paper):
-        verdict, err = "fails", None
-        note = _join("the paper's form is not finite (it predicts no stationary value; the exact value is finite)",
-                     note)
-    else:
-        err = relative_error(paper, exact)
-        verdict = "holds" if err <= HOLDS else "approximate" if err <= APPROXIMATE else "fails"
-    return Part(label, paper, exact, measured, se, verdict, _mc_note(note, z), err, z, dict(details or {}),
-                direction)
-
-
-def agreement(label: str, paper: bool, exact: bool, *, sufficient: bool = False, measured=None,
-              note: str = "", details=None, direction: str = "") -> Part:
-    """A qualitative claim against the exact answer. ``sufficient``: the paper claims only that its
-    condition implies the exact property; where the condition is not met it claims nothing, and the part
-    is ``not applicable``."""
-    paper, exact = bool(paper), bool(exact)
-    if sufficient and not paper:
-        verdict = NA
-        note = _join(f"the condition is not met, so it claims nothing (exact: {'yes' if exact else 'no'}"
-                     f"{'; the condition is not necessary' if exact else ''})", note)
-    elif paper == exact:
-        verdict = "holds"
-    else:
-        verdict = "fails"
-        note = _join(f"the paper says {'yes' if paper else 'no'}, the exact theory {'yes' if exact else 'no'}", note)
-    return Part(label, paper, exact, measured, None if measured is None else 0.0, verdict, note,
-                details=dict(details or {}), direction=direction)
-
-
-def _summary(parts: list, worst: Part, what: str) -> str:
-    """How a form fared in several directions, the worst named."""
-    if len(parts) < 2:
-        return ""
-    counts = ", ".join(f"{sum(p.verdict == v for p in parts)} {v}" for v in _ORDER
-                       if any(p.verdict == v for p in parts))
-    return f"{what} in {len(parts)} directions ({counts}); worst: {worst.direction}"
-
-
-_ORDER = {"fails": 0, "approximate": 1, "holds": 2, NA: 3}
-
-
-def _pick_worst(parts: list) -> Part:
-    """The applicable part with the largest relative error, a failure first; not applicable only where all are."""
-    return min(parts, key=lambda p: (_ORDER[p.verdict], -(p.relative_error or 0.0)))
-
-
-def _worst_part(parts: list, label: str, what: str) -> Part:
-    """Of one form judged in several directions: the worst part (:func:`_pick_worst`), relabelled, with how the
-    others fared in its note."""
-    worst = _pick_worst(parts)
-    return dataclasses.replace(worst, label=label, note=_join(_summary(parts, worst, what), worst.note))
-
-
-# ------------------------------------------------------------------ Monte Carlo
-
-def simulate_moments(outer: OuterConfig, c: float, s2: float, *, steps: int, trials: int, seed, start: float = 0.0,
-                     record_from: int = 0) -> dict:
-    """Monte Carlo of the scalar model (:func:`noloco.quadratic.scalar.scalar_path`, identical replicas at
-    ``start``): per trial, the mean over steps t >= ``record_from`` of phi_i^2, phi_i (phi_i' - phi_i),
-    (phi_i - mean_G phi)^2 (each averaged over the replicas; G is step t's fresh group) and of
-    replica 0's own phi_0 - mean_G(0) phi (the replica average of that is 0 by construction)."""
-    rng = np.random.default_rng(seed)
-    sums = {key: np.zeros(trials) for key in ("phi2", "phi_step", "group2", "lemma")}
-    y0 = np.full((trials, outer.replicas), float(start))
-    for t, (y, mean_phi, new) in enumerate(scalar_path(outer, c, s2, steps, trials, rng, y0)):
-        if t >= record_from:
-            sums["phi2"] += (y * y).mean(1)
-            sums["phi_step"] += (y * (new - y)).mean(1)
-            sums["group2"] += ((y - mean_phi) ** 2).mean(1)
-            sums["lemma"] += y[:, 0] - mean_phi[:, 0]
-    return {key: value / (steps - record_from) for key, value in sums.items()}
-
-
-def ratio_se(numerator, denominator, batches: int = 40) -> tuple[float, float]:
-    """sum(numerator) / sum(denominator) over independent trials and its delete-one jackknife
-    standard error over ``batches`` blocks of trials (:func:`noloco.theory.stats.jackknife`)."""
-    pairs = np.stack([np.asarray(numerator, float), np.asarray(denominator, float)], axis=1)
-    blocks = np.array([b.sum(0) for b in np.array_split(pairs, min(batches, len(pairs)))])
-    return stats.jackknife(lambda b: b[:, 0].sum() / b[:, 1].sum(), blocks)
-
-
-def inner_phase_mc(lr: float, curvature: float, steps: int, noise: float, *, samples: int, seed) -> dict:
-    """H real SGD steps theta <- theta - lr (lambda theta + sigma xi) from phi ~ N(0, 1) and from
-    phi = 0: E Delta^2 = c^2 + s2 and s2, so the coefficient of Var(phi) in Var(Delta) is their
-    difference. Returns ``{"coefficient": (mean, se), "noise": (mean, se)}``."""
-    rng = np.random.default_rng(seed)
-    out = []
-    for phi in (rng.standard_normal(samples), np.zeros(samples)):
-        theta = phi.copy()
-        for _ in range(steps):
-            theta -= lr * (curvature * theta + noise * rng.standard_normal(samples))
-        out.append(stats.mean_se((theta - phi) ** 2))
-    (with_phi, se1), (alone, se0) = out
-    return {"coefficient": (with_phi - alone, math.hypot(se1, se0)), "noise": (alone, se0)}
-
-
-def seed_stream(seed, *more) -> list:
-    """A seed (an int or a list of ints) extended by ``more``: independent streams for the parts of one run."""
-    return [*np.atleast_1d(seed).tolist(), *more]
-
-
-def _trials(replicas: int, steps: int, budget: float) -> int:
-    """Trials for ``budget`` replica-steps, at most 2000 and at least 32, or 8 to 32 for large N (each
-    trial already averages over N replicas; a standard error needs a few trials)."""
-    return int(max(8, min(32, 16384 // replicas), min(2000, budget // (replicas * steps))))
-
-
-def _burn_in(decay: float) -> int | None:
-    """Burn-in to stationarity (:func:`noloco.theory.stats.burn_in`), or None where its cap would cut it
-    short (a spread that relaxes too slowly for a Monte Carlo of a few hundred steps)."""
-    burn = stats.burn_in(decay)
-    return burn if burn == stats.burn_in(decay, cap=10 ** 9) else None
-
-
-
-# ------------------------------------------------------------------ directions
-
-#: spectra up to this many directions are audited direction by direction; a larger one by this many of its
-#: directions (spread evenly in log rank, its extremes and its least stable directions included; the spectral
-#: radii of every direction are scanned chunk by chunk)
-AUDIT_LISTED = 16
-#: eta lambda H of the flat limit where a statement needs a direction that still moves (Eq 22's ratio)
-FLAT_LIMIT = 1e-9
-
-
-@dataclass(frozen=True)
-class Direction:
-    """One eigen-direction: its curvature (0 for the flat limit c -> 0), c and s2 of one inner phase."""
-
-    curvature: float
-    c: float
-    s2: float
-
-    @property
-    def flat(self) -> bool:
-        return self.curvature == 0.0
-
-    @property
-    def name(self) -> str:
-        return "flat (c -> 0)" if self.flat else f"curvature {self.curvature:.4g} (c = {self.c:.3g})"
-
-
-def direction(inner: InnerConfig, curvature: float) -> Direction:
-    c, s2 = numeric.inner_sgd(inner.lr, curvature, inner.steps, inner.noise)
-    return Direction(float(curvature), float(c), float(s2))
-
-
-def _radii(outer: OuterConfig, c):
-    rule = (outer.alpha, outer.beta, outer.gamma, c)
-    return (numeric.mean_spectral_radius(*rule, outer.momentum),
-            numeric.variance_decay_factor_fast(*rule, outer.kappa, outer.momentum))
-
-
-def audit_directions(outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum) -> list:
-    """The curvatures audited one by one, largest first: every one up to :data:`AUDIT_LISTED`, else a
-    representative set (module constant) with the directions of the largest mean and spread radii."""
-    if spectrum.count <= AUDIT_LISTED:
-        return sorted(set(spectrum.values()), reverse=True)
-    ranks = set(np.unique(np.round(np.geomspace(1, spectrum.count, AUDIT_LISTED)).astype(np.int64) - 1).tolist())
-    picked, worst = [], {0: (-math.inf, None), 1: (-math.inf, None)}
-    chunks = [np.sort(spectrum.array)] if spectrum.kind == "list" else spectrum.chunks()
-    start = 0
-    for lam in chunks:
-        picked += [float(lam[k - start]) for k in ranks if start <= k < start + len(lam)]
-        c, _ = numeric.inner_sgd(inner.lr, lam, inner.steps, 0.0)
-        for key, r in enumerate(_radii(outer, c)):
-            r = np.where(np.isnan(r), np.inf, np.broadcast_to(r, lam.shape))
-            k = int(np.argmax(r))
-            if r[k] > worst[key][0]:
-                worst[key] = (float(r[k]), float(lam[k]))
-        start += len(lam)
-    picked += [lam for _, lam in worst.values() if lam is not None]
-    return sorted(set(picked), reverse=True)
-
-
-def _spread_state(outer: OuterConfig, d: Direction) -> tuple:
-    """(T's radius from the closed form, its class with the growth of a marginal spread, whether the spread
-    stays bounded: stable, or marginal and bounded) in direction ``d``."""
-    if outer.group_size == outer.replicas:
-        return 0.0, "stable (n = N: no spread)", True
-    rule = (outer.alpha, outer.beta, outer.gamma, d.c, outer.kappa, outer.momentum)
-    _, T, f = numeric.transition(*rule)
-    r = float(numeric.variance_decay_factor(*rule))
-    state = describe(r, T, d.s2 * float(numeric.noise_share(outer.replicas, outer.group_size)) * f)
-    return r, state, state in (STABLE, f"{MARGINAL} (bounded)")
-
-
-def _mean_state(outer: OuterConfig, d: Direction, c=None) -> tuple:
-    """(M's radius, its class with the growth of the mean's second moments) at ``c`` (default d.c)."""
-    c = d.c if c is None else c
-    _, T, f = numeric.transition(outer.alpha, outer.beta, 0.0, c, 1.0, outer.momentum)
-    r = float(numeric.mean_spectral_radius(outer.alpha, outer.beta, outer.gamma, c, outer.momentum))
-    return r, describe(r, T, d.s2 / outer.replicas * f)
-
-
-def _eig_radius(outer: OuterConfig, c: float, which: int) -> float:
-    """numpy's spectral radius of M (which 0) or T (1): independent of the closed-form roots."""
-    matrix = numeric.transition(outer.alpha, outer.beta, outer.gamma, c, outer.kappa, outer.momentum)[which]
-    return spectral_radius(matrix)
-
-
-def _few(dirs: list, key) -> list:
-    """Up to three directions to show one by one: the largest curvature, the smallest, the worst by ``key``."""
-    if len(dirs) <= 3:
-        return list(dirs)
-    return list(dict.fromkeys([dirs[0], max(dirs, key=key), dirs[-1]]))
-
-
-# ------------------------------------------------------------------ the statements
+from noloco.theory.stability import (MARGINAL, STABLE, TOLERANCE as TOL, UNSTABLE, classify, format_radius)
+from noloco.claims.paper_directions import (FLAT_LIMIT, Direction, audit_directions, direction, eig_radius,
+                                            few_directions, mean_state, spread_state)
+from noloco.claims.paper_mc import (burn_in_steps, inner_phase_mc, ratio_se, seed_stream, simulate_moments,
+                                    trial_count)
+from noloco.claims.paper_verdicts import (ASYMPTOTIC, HOLDS, NA, VERDICT_ORDER, Audit, Part, Statement, agreement,
+                                          graded, join_notes, pick_worst, relative_error, summarise, worst_part)
 
 def _slope(values, lrs) -> float:
     """d log(value) / d log(eta) between two points; nan unless both values are positive and finite."""
@@ -408,9 +104,9 @@ def theorem_1(outer, inner, dirs, flat, budget, seed) -> Statement:
     over that decade."""
     per = [_var_phi_slope(outer, inner, d) for d in dirs] + [_var_phi_slope(outer, inner, flat)]
     missing = [p for p in per[:-1] if p.verdict == NA]
-    head = _worst_part(per, "Var(phi_i) about the optimum (the paper's Var(phi))", "judged")
+    head = worst_part(per, "Var(phi_i) about the optimum (the paper's Var(phi))", "judged")
     if missing:  # no stationary state in a direction of the quadratic: the statement has no object
-        head = dataclasses.replace(missing[0], note=_join(f"not applicable in {len(missing)} of {len(dirs)} "
+        head = dataclasses.replace(missing[0], note=join_notes(f"not applicable in {len(missing)} of {len(dirs)} "
                                                           f"direction(s)", missing[0].note))
     at = next(d for d in dirs if d.name == head.direction) if not head.direction.startswith("flat") else dirs[0]
     parts = [head]
@@ -439,9 +135,9 @@ def theorem_1(outer, inner, dirs, flat, budget, seed) -> Statement:
             note += f"; over this setting's decade eta = {decade[0]:g}..{decade[1]:g} the exact slope is {ref:.3f}"
         else:
             note += f"; at eta = {decade[0]:g}..{decade[1]:g} the spread is unbounded (no Monte Carlo)"
-        if finite and all(_burn_in(d) is not None for d in decays):
+        if finite and all(burn_in_steps(d) is not None for d in decays):
             window = 150
-            trials = _trials(o.replicas, 400 + window, budget)
+            trials = trial_count(o.replicas, 400 + window, budget)
             mc = [stationary_spread_mc(o, c, s2, trials=trials, window=window, seed=seed_stream(seed, k))[:2]
                   for k, (_, (c, s2)) in enumerate(runs)]
             measured = _slope([m for m, _ in mc], decade)
@@ -469,20 +165,20 @@ def theorem_2(outer, inner, dirs, flat) -> Statement:
     sufficient = bool(P.mean_sufficient(a, b)) and premises
     premise_note = f"0 < eta lambda <= 1 in every direction (largest eta lambda = {inner.lr * high:g}): " \
                    f"{'yes' if premises else 'no'}"
-    r1, state1 = _mean_state(outer, dirs[0], 1.0)
+    r1, state1 = mean_state(outer, dirs[0], 1.0)
     parts = [agreement("beta > alpha => E phi -> 0 (m large: c = 1 in every direction)", sufficient,
-                       state1 == STABLE, sufficient=True, measured=_eig_radius(outer, 1.0, 0),
-                       note=_join(premise_note, f"exact at c = 1: radius {format_radius(r1)}, {state1} "
+                       state1 == STABLE, sufficient=True, measured=eig_radius(outer, 1.0, 0),
+                       note=join_notes(premise_note, f"exact at c = 1: radius {format_radius(r1)}, {state1} "
                                   "(heavy-ball: stable for 0 < beta < 2 (1 + alpha))"), direction="m large (c = 1)")]
-    states = {d: _mean_state(outer, d) for d in dirs}
+    states = {d: mean_state(outer, d) for d in dirs}
     worst = max(dirs, key=lambda d: states[d][0])
     parts.append(agreement("toolkit's reading: beta > alpha => the mean converges at this H, every direction",
                            sufficient, all(s[1] == STABLE for s in states.values()), sufficient=True,
-                           measured=_eig_radius(outer, worst.c, 0),
+                           measured=eig_radius(outer, worst.c, 0),
                            note=f"worst: radius {format_radius(states[worst][0])}, {states[worst][1]}; measured: "
                                 "numpy's spectral radius of M there", direction=worst.name))
-    r0, state0 = _mean_state(outer, flat)
-    parts.append(Part("toolkit's reading: the flat limit at this H", sufficient, False, _eig_radius(outer, 0.0, 0), 0.0,
+    r0, state0 = mean_state(outer, flat)
+    parts.append(Part("toolkit's reading: the flat limit at this H", sufficient, False, eig_radius(outer, 0.0, 0), 0.0,
                       NA, f"'m large' cannot hold as c -> 0 (c = 1 - (1 - eta lambda)^H): radius "
                           f"{format_radius(r0)}, {state0}: E phi stays where it starts, its variance grows with "
                           "the noise", direction=flat.name))
@@ -495,15 +191,15 @@ def theorem_2(outer, inner, dirs, flat) -> Statement:
                                                                           outer.momentum)[0]).imag))) for d in every)
     parts.append(agreement("roots real and 0 < r2 <= r1 <= D, every direction", True, all(ordered.values()),
                            measured=imag, direction=bad.name,
-                           note=_join(f"D = {D[bad]:.4g}, roots {complex(roots[0]):.4g} and {complex(roots[1]):.4g}",
+                           note=join_notes(f"D = {D[bad]:.4g}, roots {complex(roots[0]):.4g} and {complex(roots[1]):.4g}",
                                       "measured: largest |imaginary part| of M's eigenvalues over the directions",
                                       "complex roots of modulus sqrt(alpha): the mean still converges"
                                       if not ordered[bad] and D[bad] ** 2 < 4 * a else "")))
     test = {d: bool(P.mean_criterion(D[d])) for d in every}
     off = next((d for d in every if not test[d]), worst)
     parts.append(agreement("|D_i| < 1 in every direction => the mean converges (Eq 53's test)", all(test.values()),
-                           all(s[1] == STABLE for s in states.values()) and _mean_state(outer, flat)[1] == STABLE,
-                           sufficient=True, measured=_eig_radius(outer, off.c, 0), direction=off.name,
+                           all(s[1] == STABLE for s in states.values()) and mean_state(outer, flat)[1] == STABLE,
+                           sufficient=True, measured=eig_radius(outer, off.c, 0), direction=off.name,
                            note=f"D = {D[off]:.4g} there" + (" (1 + alpha as c -> 0)" if off.flat else "")))
     if outer.momentum != "heavy-ball":
         parts[0] = dataclasses.replace(parts[0], note=parts[0].note + "; the paper's outer step is heavy-ball (Eq 3)")
@@ -520,11 +216,11 @@ def theorem_3(outer, dirs, flat) -> Statement:
     radius of T in the worst direction (independent of the closed form)."""
     a, g, n = outer.alpha, outer.gamma, outer.group_size
     every = dirs + [flat]
-    states = {d: _spread_state(outer, d) for d in every}
+    states = {d: spread_state(outer, d) for d in every}
     worst = max(every, key=lambda d: states[d][0])
     unbounded = [d for d in dirs if not states[d][2]]
     bounded = all(s[2] for s in states.values())
-    spread_note = _join(f"worst: radius {format_radius(states[worst][0])}, {states[worst][1]}",
+    spread_note = join_notes(f"worst: radius {format_radius(states[worst][0])}, {states[worst][1]}",
                         f"the spread is unbounded in {len(unbounded)} of {len(dirs)} direction(s) of the spectrum"
                         + (f" (curvature {', '.join(f'{d.curvature:.3g}' for d in unbounded[:4])}"
                            f"{', ...' if len(unbounded) > 4 else ''})" if unbounded else "")
@@ -539,13 +235,13 @@ def theorem_3(outer, dirs, flat) -> Statement:
                  f"{TOL:g}: the test says no)", UNSTABLE: "outside the window"}[classify(abs(d_v))]
         reading = "gamma^2 (printed)" if power == 2 else "gamma^1"
         parts.append(agreement(f"every direction, Eq 55 with {reading}", bool(P.in_window(a, g, n, power)), bounded,
-                               measured=_eig_radius(outer, worst.c, 1), direction=worst.name,
-                               note=_join(f"window {low:.4g} < gamma < {high:.4g}: d_V = {d_v:.4g}, {where}",
+                               measured=eig_radius(outer, worst.c, 1), direction=worst.name,
+                               note=join_notes(f"window {low:.4g} < gamma < {high:.4g}: d_V = {d_v:.4g}, {where}",
                                           spread_note)))
     inside = bool(P.in_window(a, g, n, P.PRINTED_POWER))
-    for d in _few(dirs, lambda d: states[d][0]) + [flat]:
+    for d in few_directions(dirs, lambda d: states[d][0]) + [flat]:
         parts.append(agreement(f"{'flat limit' if d.flat else 'one direction'}, printed reading", inside, states[d][2],
-                               measured=_eig_radius(outer, d.c, 1), direction=d.name,
+                               measured=eig_radius(outer, d.c, 1), direction=d.name,
                                note=f"radius {format_radius(states[d][0])}, {states[d][1]}"))
     return Statement("theorem-3-window", "Theorem 3; Eq 74",
                      "the spread is bounded for sqrt(n/(2(n-1))) alpha < gamma < sqrt(n (2+alpha^2)/(2(n-1)))",
@@ -561,10 +257,10 @@ def _moment_parts(outer, c, s2, budget, seed):
     rule = (outer.alpha, outer.beta, outer.gamma, c)
     slowest = max(float(numeric.variance_decay_factor(*rule, outer.kappa, outer.momentum)),
                   float(numeric.mean_spectral_radius(*rule, outer.momentum)) ** 2)
-    burn, window = _burn_in(slowest), 200
+    burn, window = burn_in_steps(slowest), 200
     if burn is None:
         return exact, None, f"no Monte Carlo: the moments relax too slowly (factor {slowest:.4g} per step)"
-    mc = simulate_moments(outer, c, s2, steps=burn + window, trials=_trials(outer.replicas, burn + window, budget),
+    mc = simulate_moments(outer, c, s2, steps=burn + window, trials=trial_count(outer.replicas, burn + window, budget),
                           seed=seed, record_from=burn)
     return exact, mc, ""
 
@@ -575,7 +271,7 @@ def lemma_1(outer, d: Direction, budget, seed) -> Statement:
     0's phi_0 - mean_G(0) phi averaged over outer steps 1..20 (the mean moves, so the statement is not
     trivial), in the largest curvature's direction."""
     steps = 21
-    mc = simulate_moments(outer, d.c, d.s2, steps=steps, trials=_trials(outer.replicas, steps, budget), seed=seed,
+    mc = simulate_moments(outer, d.c, d.s2, steps=steps, trials=trial_count(outer.replicas, steps, budget), seed=seed,
                           start=1.0, record_from=1)
     measured, se = stats.mean_se(mc["lemma"])
     part = graded("E(phi_0 - mean_G phi), steps 1..20 from phi = 1", 0.0, 0.0, measured=measured, se=se,
@@ -619,14 +315,14 @@ def _per_direction(build, moments: _Moments, flat: Direction, label: str, what: 
     """``build(d, mc, why)`` in every direction without Monte Carlo, the worst chosen, then rebuilt there with
     its Monte Carlo; the flat limit counted as not applicable."""
     parts = [build(d, None, "") for d in moments.dirs] + [_flat_na(label, flat)]
-    worst = _pick_worst(parts)
-    summary = _summary(parts, worst, what)
+    worst = pick_worst(parts)
+    summary = summarise(parts, worst, what)
     if worst.direction.startswith("flat") or worst.verdict == NA:
-        return dataclasses.replace(worst, label=label, note=_join(summary, worst.note))
+        return dataclasses.replace(worst, label=label, note=join_notes(summary, worst.note))
     d = next(d for d in moments.dirs if d.name == worst.direction)
     mc, why = moments.mc(d)
     again = build(d, mc, why)
-    return dataclasses.replace(again, label=label, note=_join(summary, again.note))
+    return dataclasses.replace(again, label=label, note=join_notes(summary, again.note))
 
 
 def conjecture_1(outer, moments: _Moments, flat) -> Statement:
@@ -639,7 +335,7 @@ def conjecture_1(outer, moments: _Moments, flat) -> Statement:
             measured, se = ratio_se(mc["group2"], mc["phi2"]) if mc else (None, None)
             shared = f"the replicas are correlated (corr {m.correlation:.3g}): they share the mean" \
                 if math.isfinite(m.correlation) else ""
-            note = _join(shared, "exact ratio at N = "
+            note = join_notes(shared, "exact ratio at N = "
                          + _by_N({N: _ratio(x.var_phi_group, x) for N, x in moments.by_N[d].items()}), why)
             return graded("", float(P.conjecture_factor(outer.group_size, k)), _ratio(m.var_phi_group, m),
                           measured=measured, se=se, note=note, direction=d.name)
@@ -676,17 +372,17 @@ def eq_22(outer, inner, dirs, samples, seed) -> Statement:
     for k, (build, label) in enumerate(((coefficient, "coefficient of Var(phi): B_V (Eq 30) vs c^2"),
                                         (noise, "noise: R' (Eqs 23-25) vs s2"))):
         each = [build(d, None) for d in every]
-        worst = _pick_worst(each[:-1])
+        worst = pick_worst(each[:-1])
         # the flat limit is named only where it is worse by more than HOLDS: its values (c^2 ~ 1e-18) are
         # beyond any Monte Carlo, a spectrum direction's are not
-        if _ORDER[each[-1].verdict] < _ORDER[worst.verdict] or (each[-1].verdict == worst.verdict and (
+        if VERDICT_ORDER[each[-1].verdict] < VERDICT_ORDER[worst.verdict] or (each[-1].verdict == worst.verdict and (
                 each[-1].relative_error or 0) > (worst.relative_error or 0) + HOLDS):
             worst = each[-1]
         d = every[each.index(worst)]
         mc = None if d is flat else inner_phase_mc(inner.lr, d.curvature, inner.steps, inner.noise, samples=samples,
                                                    seed=seed_stream(seed, k))
         again = build(d, mc)
-        parts.append(dataclasses.replace(again, label=label, note=_join(_summary(each, worst, "judged"), again.note,
+        parts.append(dataclasses.replace(again, label=label, note=join_notes(summarise(each, worst, "judged"), again.note,
                                                                          "flat limit: relative error "
                                                                          f"{each[-1].relative_error:.1%}")))
     return Statement("eq22-inner-variance", "Eqs 22-30 (A.1)",
@@ -704,7 +400,7 @@ def eq_55(outer, moments: _Moments, flat) -> Statement:
         def part(d, mc, why):
             m = moments.exact[d]
             measured, se = ratio_se(mc["phi_step"], mc["phi2"]) if mc else (None, None)
-            note = _join("exact: the momentum and the progress terms correlate with phi too (Eq 55 omits them); "
+            note = join_notes("exact: the momentum and the progress terms correlate with phi too (Eq 55 omits them); "
                          "exact at N = " + _by_N({N: _ratio(x.cov_phi_step, x) for N, x in moments.by_N[d].items()}),
                          why)
             return graded("", float(P.covariance_factor(outer.gamma, outer.group_size, power)),
@@ -735,18 +431,18 @@ def independence(outer, inner, moments: _Moments, flat) -> Statement:
         size = [abs(corr[N]) for N in counts]
         values = "exact correlation at N = " + ", ".join(f"{N}: {v:.3g}" for N, v in corr.items())
         if not all(map(math.isfinite, size)):
-            return Part("", True, None, None, None, NA, _join("no stationary correlation here (unbounded)", values),
+            return Part("", True, None, None, None, NA, join_notes("no stationary correlation here (unbounded)", values),
                         direction=d.name)
         # sizes, not signed values: the claim is that the correlation becomes small (it may change sign on
         # the way); a trend from the smallest N to the largest, where it must be the smallest of all
         falls = size[-1] < size[0] and size[-1] <= min(size)
         monotone = all(x >= y for x, y in zip(size, size[1:]))
         return agreement("", True, falls, direction=d.name,
-                         note=_join(values, (f"|corr| falls from {size[0]:.3g} to {size[-1]:.3g}"
+                         note=join_notes(values, (f"|corr| falls from {size[0]:.3g} to {size[-1]:.3g}"
                                              + ("" if monotone else " (not monotonically)")) if falls else
                                     f"|corr| at the largest N ({size[-1]:.3g}) is not the smallest"))
 
-    head = _worst_part([assumption(d, None, "") for d in moments.dirs] +
+    head = worst_part([assumption(d, None, "") for d in moments.dirs] +
                        [_flat_na("the assumption", flat)], "the assumption: |corr(phi_i, phi_j)| falls as N grows",
                        "judged")
     parts = [head]
@@ -772,7 +468,7 @@ def independence(outer, inner, moments: _Moments, flat) -> Statement:
                 note = f"the recursion diverges: a root of z^2 - d_V z - E_V is " \
                        f"{format_radius(float(P.recursion_radius(d_v, E)))}, not below 1 (d_V = {float(d_v):.4g}, " \
                        f"{where}; E_V = {float(E):.4g})"
-            return graded("", U, m.var_phi, measured=measured, se=se, note=_join(note, why), direction=d.name,
+            return graded("", U, m.var_phi, measured=measured, se=se, note=join_notes(note, why), direction=d.name,
                           details={"d_V": float(d_v), "E_V": float(E), "R2": float(Rpp), "gap_by_N": gaps})
         printed = " (printed)" if (power, factor) == (2, 2) else ""
         parts.append(_per_direction(recursion, moments, flat, f"the paper's recursion: U* with gamma^{power} in Eq 55, "
@@ -787,9 +483,9 @@ AUDIT_MAX_STEPS = 20_000
 
 def memory_estimate(outer: OuterConfig, quick: bool = False) -> int:
     """Bytes the audit allocates at most: its Monte Carlo keeps about 24 arrays of trials x N floats (state,
-    momentum, partitions, group means, noise and their temporaries) with at least 8 trials (:func:`_trials`),
+    momentum, partitions, group means, noise and their temporaries) with at least 8 trials (:func:`trial_count`),
     besides a fixed 64 MiB (inner-phase samples, the interpreter's arrays)."""
-    trials = _trials(outer.replicas, 21, 1.5e6 if quick else 4e6)  # Lemma 1: 21 steps, the most trials
+    trials = trial_count(outer.replicas, 21, 1.5e6 if quick else 4e6)  # Lemma 1: 21 steps, the most trials
     return 24 * 8 * trials * outer.replicas + (64 << 20)
 
 
@@ -832,109 +528,3 @@ def audit(outer: OuterConfig, inner: InnerConfig, spectrum=1.0, *, seed: int = 0
                "c": top.c, "s2": top.s2, "kappa": outer.kappa, "spectrum_count": spectrum.count,
                "curvatures": [d.curvature for d in dirs], "flat_limit": True}
     return Audit(setting, statements, seed, quick, time.perf_counter() - start)
-
-
-# ------------------------------------------------------------------ text
-
-def _value(x) -> str:
-    if x is None:
-        return "-"
-    if isinstance(x, (bool, np.bool_)):
-        return "yes" if x else "no"
-    return f"{x:.4g}"
-
-
-def _verdict(p: Part) -> str:
-    if p.verdict == "approximate" and p.relative_error is not None:
-        return f"approximate ({p.relative_error:.0%})"
-    return p.verdict
-
-
-def format_audit(report: Audit) -> str:
-    """The audit as a table: one row per part (the headline first, the others indented), the direction it
-    was judged in (the worst, where it covers several), its note below."""
-    s = report.setting
-    o, i = s["outer"], s["inner"]
-    curv = s.get("curvatures", [s["curvature"]])
-    where = f"curvature {curv[0]:g}: c = {s['c']:.4g}, s2 = {s['s2']:.4g}" if len(curv) == 1 else \
-        f"{s.get('spectrum_count', len(curv))} directions, curvature {min(curv):g}..{max(curv):g}" + \
-        (f" ({len(curv)} audited one by one)" if s.get("spectrum_count", len(curv)) > len(curv) else "")
-    lines = [f"setting: N={o['replicas']} n={o['group_size']} alpha={o['alpha']:g} beta={o['beta']:g} "
-             f"gamma={o['gamma']:g} {o['momentum']} | inner SGD eta={i['lr']:g} H={i['steps']} sigma={i['noise']:g} "
-             f"| {where}, and the flat limit c -> 0 | seed {report.seed}"]
-    rows = [("statement / part", "direction (worst)", "paper", "exact", "measured +- se (z)", "verdict")]
-    notes = [None]
-    for st in report.statements:
-        for k, p in enumerate(st.parts):
-            measured = "-" if p.measured is None else f"{_value(p.measured)} +- {_value(p.se)}" + (
-                f" ({p.z:+.1f})" if p.z is not None and p.se else "")
-            rows.append((st.id if k == 0 else f"  {p.label}", p.direction or "-", _value(p.paper), _value(p.exact),
-                         measured, _verdict(p)))
-            notes.append(f"{p.label}: {p.note}" if k == 0 and p.note else p.note or None)
-    widths = [max(len(r[j]) for r in rows) for j in range(6)]
-    for row, note in zip(rows, notes):
-        lines.append("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
-        if note:
-            lines.append(f"      {note}")
-    held = [st.parts[0].verdict for st in report.statements]
-    lines.append(f"headlines: {held.count('holds')} hold, {held.count('approximate')} approximate, "
-                 f"{held.count('fails')} fail, {held.count(NA)} not applicable (of {len(held)}); verdict rule: holds "
-                 f"<= {HOLDS:.0%}, approximate <= {APPROXIMATE:.0%} relative error; stability: a spectral radius "
-                 f"within {TOL:g} of 1 is marginal; Monte Carlo z against the exact value; {report.seconds:.1f} s")
-    return "\n".join(lines)
-
-
-# ------------------------------------------------------------------ stability maps (fig_paper_maps)
-
-def _counterexample(mask, score, coords, pick) -> dict | None:
-    """The grid point of ``mask`` with the extreme ``score`` (``pick`` = np.argmax or np.argmin)."""
-    if not mask.any():
-        return None
-    index = np.unravel_index(pick(np.where(mask, score, np.nan)), mask.shape)
-    return {name: float(np.broadcast_to(value, mask.shape)[index]) for name, value in coords.items()} | \
-        {"spectral_radius": float(score[index])}
-
-
-def compare_regions(paper, exact, score, coords) -> dict:
-    """Share of the grid where the paper's region and the exact one agree, and the strongest
-    counterexample each way: paper stable but exact unstable (largest spectral radius) and the reverse
-    (smallest)."""
-    paper, exact = np.asarray(paper, bool), np.asarray(exact, bool)
-    score = np.broadcast_to(np.asarray(score, float), paper.shape)
-    return {"agreement": float(np.mean(paper == exact)),
-            "paper_stable_exact_unstable": _counterexample(paper & ~exact, score, coords, np.nanargmax),
-            "paper_unstable_exact_stable": _counterexample(~paper & exact, score, coords, np.nanargmin)}
-
-
-def window_map(c: float, replicas: int, group_size: int, alpha, gamma, beta: float,
-               momentum: str = "heavy-ball") -> dict:
-    """Theorem 3's window (both readings of Eq 55) against the exact spread stability on an (alpha, gamma) grid."""
-    A, G = np.asarray(alpha, float)[:, None], np.asarray(gamma, float)[None, :]
-    kappa = group_kappa(replicas, group_size)
-    rho = numeric.variance_decay_factor(A, beta, G, c, kappa, momentum)
-    codes = classify_codes(rho)  # the one classification: a marginal point (radius 1) is not stable
-    exact = codes == 0
-    out = {"exact": exact.astype(np.int8), "marginal": (codes == 1).astype(np.int8), "kappa": kappa}
-    for power in (P.PRINTED_POWER, 1):
-        paper = P.in_window(A, G, group_size, power)
-        out[f"power{power}"] = {"paper": paper.astype(np.int8),
-                                **compare_regions(paper, exact, rho, {"alpha": A, "gamma": G})}
-    return out
-
-
-def mean_map(c: float, alpha, beta, momentum: str = "heavy-ball") -> dict:
-    """Theorem 2's sufficient condition beta > alpha and its test |D| < 1 against the exact mean
-    stability on an (alpha, beta) grid (gamma cancels in the mean)."""
-    A, B = np.asarray(alpha, float)[:, None], np.asarray(beta, float)[None, :]
-    radius = numeric.mean_spectral_radius(A, B, 0.0, c, momentum)
-    codes = classify_codes(radius)
-    exact = codes == 0
-    sufficient = P.mean_sufficient(A, B) & np.ones_like(exact)
-    criterion = P.mean_criterion(1 + A - B * c)
-    coords = {"alpha": A, "beta": B}
-    return {"exact": exact.astype(np.int8), "marginal": (codes == 1).astype(np.int8),
-            "criterion": criterion.astype(np.int8),
-            "sufficient": compare_regions(sufficient, exact, radius, coords),
-            "criterion_compare": compare_regions(criterion, exact, radius, coords)}
-
-

@@ -33,7 +33,8 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from noloco.claims.paper import audit, format_audit, memory_estimate
+    from noloco.claims.paper import audit, memory_estimate
+    from noloco.claims.paper_text import format_audit
     from noloco.infra import budget
     from noloco.infra.checks import check_seed
     from noloco.infra.files import print_json

@@ -33,7 +33,7 @@ def params(quick: bool, **options) -> dict:
 
 
 def compute(resolution: int) -> dict:
-    from noloco.claims.paper import mean_map, window_map
+    from noloco.claims.paper_maps import mean_map, window_map
 
     c, _ = common.paper_c_s2()
     beta = common.PAPER.outer.beta
