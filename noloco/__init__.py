@@ -26,6 +26,7 @@ _EXPORTS = {
     # in a torch loop
     "OuterOptimizer": "noloco.training.outer_optimizer",
     "PeerError": "noloco.training.exchange",  # a rank of the group died or hangs (after the timeout)
+    "NoLoCoCallback": "noloco.training.hf",  # in Hugging Face's Trainer (the [hf] extra)
     # a setting, validated as the command line validates it
     "resolve": "noloco.theory.methods",
     "PRESETS": "noloco.theory.methods",
