@@ -73,8 +73,9 @@ def _trainer(out, seed: int, **args):
     model = GPT2LMHeadModel(GPT2Config(vocab_size=256, n_layer=2, n_embd=32, n_head=2, n_positions=16,
                                        bos_token_id=0, eos_token_id=0, resid_pdrop=0.0, embd_pdrop=0.0,
                                        attn_pdrop=0.0))
-    args = TrainingArguments(output_dir=str(out), per_device_train_batch_size=4, learning_rate=1e-2, report_to=[],
-                             use_cpu=True, logging_strategy="no", disable_tqdm=True, **args)
+    args = dict(dict(per_device_train_batch_size=4, learning_rate=1e-2, report_to=[], use_cpu=True,
+                     logging_strategy="no", disable_tqdm=True), **args)
+    args = TrainingArguments(output_dir=str(out), **args)
     return Trainer(model=model, args=args, train_dataset=_Counting())
 
 
@@ -83,7 +84,7 @@ def _flat(model):
 
 
 def _replica_rank(rank, world, port, out):
-    """9 steps, H = 3, n = N = 2, beta 1, alpha = gamma = 0: each outer step ends both ranks on the mean of
+    """9 optimizer steps, H = 3, n = N = 2, beta 1, alpha = gamma = 0: each outer step ends both ranks on the mean of
     their inner weights. Then the same with DDP's gradient sync switched back on after the callback (the
     failure mode). The model is built from a different seed per rank: DDP starts both from rank 0's."""
     _as_torchrun(rank, world, port)
@@ -111,7 +112,9 @@ def _replica_rank(rank, world, port, out):
 
     result = {}
     for mode in ("noloco", "without"):
-        trainer = _trainer(Path(out) / mode, seed=rank, max_steps=9, save_strategy="no")
+        # two micro-batches per optimizer step: the Trainer's accumulation enters and leaves DDP's no_sync
+        trainer = _trainer(Path(out) / mode, seed=rank, max_steps=9, save_strategy="no",
+                           per_device_train_batch_size=2, gradient_accumulation_steps=2)
         built = _flat(trainer.model)
         callback = NoLoCoCallback(trainer, inner_steps=3, group_size=2, alpha=0.0, beta=1.0, gamma=0.0)
         trainer.add_callback(callback)

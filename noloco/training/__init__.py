@@ -1,4 +1,5 @@
 """The public face for a user's own model and loop: :class:`noloco.training.outer_optimizer.OuterOptimizer`
 (exported as ``noloco.OuterOptimizer``) wraps a model and its inner optimizer and runs the outer step;
 :mod:`noloco.training.exchange` is how replicas talk (in one process, or point-to-point across
-torch.distributed ranks); :mod:`noloco.training.replicas` where a user's replicas live. Needs torch."""
+torch.distributed ranks); :mod:`noloco.training.replicas` where a user's replicas live;
+:mod:`noloco.training.hf` the same outer step in Hugging Face's Trainer (a callback; the [hf] extra). Needs torch."""
