@@ -9,6 +9,7 @@ import os
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -42,12 +43,19 @@ def _as_torchrun(rank: int, world: int, port: int) -> None:
     torch.set_num_threads(1)
 
 
-def _spawn(fn, *args) -> None:
+def _spawn(fn, *args, deadline: float = 120.0) -> None:
+    """Two ranks of ``fn(rank, 2, port, *args)``; a hang fails the test after ``deadline`` seconds."""
     import torch.multiprocessing as mp
 
     from noloco.training.exchange import free_port
 
-    mp.start_processes(fn, args=(2, free_port(), *args), nprocs=2, join=True, start_method="spawn")
+    ranks = mp.start_processes(fn, args=(2, free_port(), *args), nprocs=2, join=False, start_method="spawn")
+    end = time.monotonic() + deadline
+    while not ranks.join(timeout=max(0.0, end - time.monotonic())):  # False while a rank is still running
+        if time.monotonic() >= end:
+            for process in ranks.processes:
+                process.kill()
+            pytest.fail(f"the ranks did not finish in {deadline:.0f} s")
 
 
 class _Counting(torch.utils.data.Dataset):
@@ -229,15 +237,15 @@ def _hf_blocks():
     return re.findall(r"```python\n(.*?)```", section, re.S)
 
 
-def _doc_rank(rank, world, port, blocks, out):
+def _doc_rank(rank, world, port, blocks, ports, out):
     import torch.distributed as dist
 
-    _as_torchrun(rank, world, port)
     os.chdir(out)
     got = {}
     for i, code in enumerate(blocks):
-        if dist.is_initialized():  # each block is its own torchrun script: the Trainer's group is not the loop's
+        if dist.is_initialized():  # each block is its own torchrun script: its own group, on its own port
             dist.destroy_process_group()
+        _as_torchrun(rank, world, ports[i])
         namespace = {"__name__": "__main__"}
         exec(compile(code, f"docs/api.md (Hugging Face block {i + 1})", "exec"), namespace)
         outer = namespace["outer"] if "outer" in namespace else namespace["callback"].outer
@@ -250,7 +258,9 @@ def test_the_hugging_face_section_runs(tmp_path):
     """The page's Trainer example and its plain loop over a GPT-2 config, as torchrun starts them (2 ranks)."""
     blocks = _hf_blocks()
     assert len(blocks) == 2
-    _spawn(_doc_rank, blocks, str(tmp_path))
+    from noloco.training.exchange import free_port
+
+    _spawn(_doc_rank, blocks, [free_port(), free_port()], str(tmp_path))
     for rank in range(2):
         got = torch.load(tmp_path / f"doc{rank}.pt", weights_only=True)
         assert got[0]["outer_done"] == 4
