@@ -23,12 +23,16 @@ ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.torch
 
 
-def test_import_noloco_loads_neither_transformers_nor_torch():
+def test_import_noloco_loads_neither_transformers_nor_torch_and_a_missing_extra_is_named():
     code = "import sys, noloco\nnoloco.__all__, dir(noloco)\nprint('transformers' in sys.modules, 'torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
                          env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["False", "False"]
+    code = "import sys\nsys.modules['transformers'] = None  # as if not installed\nimport noloco\nnoloco.NoLoCoCallback"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode != 0 and "needs transformers, which is not installed: pip install -e '.[hf]'" in out.stderr
     import noloco
     from noloco.training.hf import NoLoCoCallback
 
