@@ -171,14 +171,22 @@ def test_each_rank_stays_a_replica_under_the_trainer(tmp_path):
 
 
 def _resume_rank(rank, world, port, out):
-    """The paper preset, H = 3: 8 steps with checkpoints at 4 (mid-phase) and 8; then a new Trainer resumed
-    from checkpoint-4 into another folder, first without telling the callback where (refused), then with it."""
+    """A bad setting is refused when training begins. The paper preset, H = 3: 8 steps with checkpoints at 4
+    (mid-phase) and 8; then a new Trainer resumed from checkpoint-4 into another folder, first without
+    telling the callback where (refused), then with it."""
     _as_torchrun(rank, world, port)
-    from noloco.infra.errors import DataError
+    from noloco.infra.errors import ConfigError, DataError
     from noloco.training.hf import NoLoCoCallback
 
     out = Path(out)
     result = {}
+    trainer = _trainer(out / "bad", seed=0, max_steps=1, save_strategy="no")
+    trainer.add_callback(NoLoCoCallback(trainer, inner_steps=3, alpha=1.0))
+    try:
+        trainer.train()
+        result["bad"] = ""
+    except ConfigError as err:  # named when training begins (N known), before any step
+        result["bad"] = str(err)
     trainer = _trainer(out / "a", seed=0, max_steps=8, save_steps=4)
     callback = NoLoCoCallback(trainer, inner_steps=3)
     trainer.add_callback(callback)
@@ -216,6 +224,7 @@ def test_a_resumed_trainer_run_is_bit_identical(tmp_path):
         for k in once["phi"]:
             assert torch.equal(once["phi"][k], resumed["phi"][k]) and torch.equal(once["delta"][k], resumed["delta"][k])
         assert re.search(r"c/checkpoint-4/noloco-rank\d\.pt is missing: the run resumes at step 4", got[r]["refused"])
+        assert got[r]["bad"].startswith("alpha=1.0"), got[r]["bad"]
     assert (got[0]["once"]["w"] - got[1]["once"]["w"]).abs().max() > 1e-4  # pairs, not one average
 
 
@@ -226,6 +235,8 @@ def test_the_callback_refuses_what_it_cannot_do(tmp_path):
     trainer = _trainer(tmp_path, seed=0, max_steps=1, save_strategy="no")  # one process, no torchrun
     with pytest.raises(ConfigError, match="replicas= is not a setting"):
         NoLoCoCallback(trainer, replicas=2)
+    with pytest.raises(ConfigError, match="inner_step= is not a setting of NoLoCoCallback; allowed: inner_steps,"):
+        NoLoCoCallback(trainer, inner_step=3)
     with pytest.raises(ConfigError, match="not a transformers.Trainer"):
         NoLoCoCallback(object(), inner_steps=3)
     trainer.add_callback(NoLoCoCallback(trainer, inner_steps=3))

@@ -36,6 +36,9 @@ from noloco.training.outer_optimizer import OuterOptimizer  # noqa: E402
 
 #: the file each rank writes into a Trainer checkpoint folder
 STATE_FILE = "noloco-rank{rank}.pt"
+#: OuterOptimizer's settings the callback passes on
+SETTINGS = ("inner_steps", "method", "preset", "group_size", "alpha", "beta", "gamma", "momentum", "seed",
+            "outer_dtype", "timeout")
 
 
 def keep_gradients_local(wrapped) -> bool:
@@ -56,9 +59,10 @@ class NoLoCoCallback(TrainerCallback):
     torch.distributed ranks, each rank one replica (started by torchrun; the Trainer starts the group).
 
     ``trainer`` is the ``transformers.Trainer`` it is added to (its wrapped model is where the gradient
-    all-reduce is stopped); ``outer`` are :class:`OuterOptimizer`'s settings (``inner_steps``,
+    all-reduce is stopped); ``settings`` are :class:`OuterOptimizer`'s (``inner_steps``,
     ``method``, ``preset``, ``group_size``, ``alpha``, ``beta``, ``gamma``, ``momentum``, ``seed``,
-    ``outer_dtype``, ``timeout``); ``resume_from`` the checkpoint folder of a resumed run when it is not
+    ``outer_dtype``, ``timeout``; their values are checked when training begins, where N is known);
+    ``resume_from`` the checkpoint folder of a resumed run when it is not
     ``args.output_dir/checkpoint-STEP`` (the one ``trainer.train(resume_from_checkpoint=True)`` picks).
 
     ``callback.outer`` is the :class:`OuterOptimizer` once training has begun (its ``add_progress_hook``
@@ -69,17 +73,20 @@ class NoLoCoCallback(TrainerCallback):
         trainer.train()
     """
 
-    def __init__(self, trainer, *, resume_from: str | os.PathLike | None = None, **outer):
-        for name in ("replicas", "inner_optimizer", "exchange", "stages"):
-            if name in outer:
+    def __init__(self, trainer, *, resume_from: str | os.PathLike | None = None, **settings):
+        for name in settings:
+            if name in ("replicas", "inner_optimizer", "exchange", "stages"):
                 raise ConfigError(f"{name}= is not a setting of NoLoCoCallback: under the Trainer every "
                                   f"torch.distributed rank is one replica, and the Trainer's optimizer steps "
                                   f"are the inner steps")
+            if name not in SETTINGS:  # a misspelt name now, not when training begins
+                raise ConfigError(f"{name}= is not a setting of NoLoCoCallback; allowed: {', '.join(SETTINGS)}")
         if not hasattr(trainer, "model_wrapped"):
             raise ConfigError(f"trainer={type(trainer).__name__} is not a transformers.Trainer: "
                               f"NoLoCoCallback(trainer, inner_steps=...) takes the Trainer it is added to")
-        self.trainer, self.settings, self.resume_from = trainer, outer, resume_from
+        self.trainer, self.settings, self.resume_from = trainer, settings, resume_from
         self.outer: OuterOptimizer | None = None
+        self.local: bool | None = None  # whether DDP's gradient sync was stopped (None: not begun)
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
         import torch.distributed as dist
