@@ -4,4 +4,5 @@
 inputs (:mod:`noloco.training.measure`, across ranks from :mod:`noloco.training.sample`) into a run folder the
 advice reads, with early warnings (:mod:`noloco.training.early_warning`); :mod:`noloco.training.exchange` is
 how replicas talk (in one process, or point-to-point across torch.distributed ranks);
-:mod:`noloco.training.replicas` where a user's replicas live. Needs torch."""
+:mod:`noloco.training.replicas` where a user's replicas live; :mod:`noloco.training.hf` the same outer step in
+Hugging Face's Trainer (a callback; the [hf] extra). Needs torch."""

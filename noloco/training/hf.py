@@ -1,0 +1,141 @@
+"""NoLoCo in Hugging Face's ``Trainer``: a ``TrainerCallback`` that runs the outer step of
+:class:`noloco.training.outer_optimizer.OuterOptimizer` every H optimizer steps, one replica per rank.
+
+Under torchrun the Trainer wraps the model in ``DistributedDataParallel`` (through accelerate), which
+all-reduces the gradients at every backward: every rank would hold the same model and NoLoCo would be
+data parallel. When training begins the callback sets the wrapped model's ``require_backward_grad_sync``
+(and ``require_forward_param_sync``) to False, the flags DDP's own ``no_sync()`` sets (and restores,
+so the Trainer's gradient accumulation, which enters ``no_sync``, leaves them False): the reducer is
+never armed, so a backward runs no collective at all and every rank's gradient is its own. DDP's
+construction still broadcast rank 0's weights, so the replicas start equal, as the outer step needs.
+It also sets ``args.average_tokens_across_devices`` to False: each replica's loss is the mean over its
+own tokens (the default all-gathers the token count at every step and rescales each rank's loss by its
+share, which is right for one averaged gradient, not for replicas).
+
+Checkpoints: the Trainer saves the model and the optimizer from rank 0 only, but under NoLoCo every
+rank's weights and inner optimizer state are its own. ``on_save`` writes, per rank, next to the
+Trainer's files, ``noloco-rank{R}.pt``: the outer state, this replica's weights and its inner optimizer
+state; a resumed run loads them when training begins (after the Trainer loaded rank 0's).
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+from noloco.infra.errors import ConfigError, DataError, require_extra, warn
+from noloco.infra.files import atomic_write
+
+require_extra("transformers", "transformers", "hf", "noloco.training.hf (the Hugging Face Trainer callback)")
+
+from transformers import TrainerCallback  # noqa: E402  (after the check that names the extra)
+from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR  # noqa: E402
+
+from noloco.training.outer_optimizer import OuterOptimizer  # noqa: E402
+
+#: the file each rank writes into a Trainer checkpoint folder
+STATE_FILE = "noloco-rank{rank}.pt"
+#: OuterOptimizer's settings the callback passes on
+SETTINGS = ("inner_steps", "method", "preset", "group_size", "alpha", "beta", "gamma", "momentum", "seed",
+            "outer_dtype", "timeout")
+
+
+def keep_gradients_local(wrapped) -> bool:
+    """Stop ``DistributedDataParallel``'s gradient all-reduce (and its buffer broadcast) on ``wrapped``,
+    the Trainer's ``model_wrapped`` (through a ``torch.compile`` wrapper); False when it is no DDP
+    (nothing to stop)."""
+    while hasattr(wrapped, "_orig_mod"):  # torch.compile's OptimizedModule
+        wrapped = wrapped._orig_mod
+    if not isinstance(wrapped, torch.nn.parallel.DistributedDataParallel):
+        return False
+    wrapped.require_backward_grad_sync = False  # the reducer is not armed: no all-reduce in backward
+    wrapped.require_forward_param_sync = False  # and no buffer broadcast before the next forward
+    return True
+
+
+class NoLoCoCallback(TrainerCallback):
+    """Every ``inner_steps`` (H) optimizer steps of ``trainer``, the NoLoCo outer step over the
+    torch.distributed ranks, each rank one replica (started by torchrun; the Trainer starts the group).
+
+    ``trainer`` is the ``transformers.Trainer`` it is added to (its wrapped model is where the gradient
+    all-reduce is stopped); ``settings`` are :class:`OuterOptimizer`'s (``inner_steps``,
+    ``method``, ``preset``, ``group_size``, ``alpha``, ``beta``, ``gamma``, ``momentum``, ``seed``,
+    ``outer_dtype``, ``timeout``; their values are checked when training begins, where N is known);
+    ``resume_from`` the checkpoint folder of a resumed run when it is not
+    ``args.output_dir/checkpoint-STEP`` (the one ``trainer.train(resume_from_checkpoint=True)`` picks).
+
+    ``callback.outer`` is the :class:`OuterOptimizer` once training has begun (its ``add_progress_hook``
+    and ``state_dict`` as in a plain loop)::
+
+        trainer = Trainer(model=model, args=args, train_dataset=data)
+        trainer.add_callback(NoLoCoCallback(trainer, inner_steps=50))
+        trainer.train()
+    """
+
+    def __init__(self, trainer, *, resume_from: str | os.PathLike | None = None, **settings):
+        for name in settings:
+            if name in ("replicas", "inner_optimizer", "exchange", "stages"):
+                raise ConfigError(f"{name}= is not a setting of NoLoCoCallback: under the Trainer every "
+                                  f"torch.distributed rank is one replica, and the Trainer's optimizer steps "
+                                  f"are the inner steps")
+            if name not in SETTINGS:  # a misspelt name now, not when training begins
+                raise ConfigError(f"{name}= is not a setting of NoLoCoCallback; allowed: {', '.join(SETTINGS)}")
+        if not hasattr(trainer, "model_wrapped"):
+            raise ConfigError(f"trainer={type(trainer).__name__} is not a transformers.Trainer: "
+                              f"NoLoCoCallback(trainer, inner_steps=...) takes the Trainer it is added to")
+        self.trainer, self.settings, self.resume_from = trainer, settings, resume_from
+        self.outer: OuterOptimizer | None = None
+        self.local: bool | None = None  # whether DDP's gradient sync was stopped (None: not begun)
+
+    def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
+        import torch.distributed as dist
+
+        trainer = self.trainer
+        if getattr(trainer, "is_deepspeed_enabled", False) or getattr(trainer, "is_fsdp_enabled", False):
+            raise ConfigError("NoLoCoCallback under DeepSpeed or FSDP: these shard one model across the ranks, "
+                              "while NoLoCo needs a whole replica on every rank (plain DDP under torchrun)")
+        if not (dist.is_available() and dist.is_initialized()):
+            raise ConfigError("NoLoCoCallback needs one replica per torch.distributed rank, and this Trainer "
+                              "runs in one process: start the script with torchrun --nproc-per-node N")
+        self.local = keep_gradients_local(trainer.model_wrapped)
+        # each replica's loss is the mean over its own tokens: no all-gather of the token count at every
+        # step (a global collective) and no rescaling of a rank's gradient by its share of the tokens
+        args.average_tokens_across_devices = False
+        if state.global_step > 0:  # resumed: every rank's own weights and inner state, not rank 0's
+            saved = self._load(args, state)
+            model.load_state_dict(saved["model"])
+            optimizer.load_state_dict(saved["optimizer"])
+        self.outer = OuterOptimizer(model, **self.settings)
+        if state.global_step > 0:
+            self.outer.load_state_dict(saved["outer"])
+        if state.max_steps % self.outer.inner_steps:
+            warn(f"max_steps={state.max_steps} is not a multiple of inner_steps={self.outer.inner_steps}: the "
+                 f"last {state.max_steps % self.outer.inner_steps} steps end without an outer step")
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self.outer.step()  # counts one inner step; the H-th of a phase runs the outer step
+
+    def on_save(self, args, state, control, model=None, optimizer=None, **kwargs):
+        import torch.distributed as dist
+
+        folder = os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+        saved = {"global_step": state.global_step, "outer": self.outer.state_dict(),
+                 "model": model.state_dict(), "optimizer": optimizer.state_dict()}
+        atomic_write(os.path.join(folder, STATE_FILE.format(rank=dist.get_rank())),
+                     lambda tmp: torch.save(saved, tmp))
+
+    def _load(self, args, state) -> dict:
+        import torch.distributed as dist
+
+        folder = self.resume_from or os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
+        path = os.path.join(folder, STATE_FILE.format(rank=dist.get_rank()))
+        if not os.path.isfile(path):
+            raise DataError(f"{path} is missing: the run resumes at step {state.global_step} but that checkpoint "
+                            f"holds no NoLoCo state for this rank (without it every rank would go on from rank "
+                            f"0's weights); give NoLoCoCallback(..., resume_from=FOLDER) for another folder")
+        saved = torch.load(path, map_location="cpu", weights_only=True)
+        if saved.get("global_step") != state.global_step:
+            raise DataError(f"{path} was written at step {saved.get('global_step')}, the run resumes at step "
+                            f"{state.global_step}")
+        return saved
