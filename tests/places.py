@@ -1,9 +1,11 @@
 """Folders the command-line tests refer to: fresh empty ones, and a finished cpu-tiny run trained once and
-copied per use (tests/test_cli_table.py, tests/test_fuzz_families.py)."""
+copied per use (tests/test_cli_table.py, tests/test_fuzz_families.py); and a time limit for a block that could hang."""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
+import signal
 from pathlib import Path
 from typing import Callable
 
@@ -33,3 +35,17 @@ class RunPlaces:
         path = self.fresh() / "run"
         shutil.copytree(self.template(), path)
         return path
+
+
+@contextlib.contextmanager
+def within(seconds: int):
+    """Fail (instead of hanging the test run) when the block takes longer than ``seconds`` (SIGALRM)."""
+    def hang(signum, frame):
+        raise AssertionError(f"blocked for more than {seconds} s")
+    previous = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)

@@ -123,22 +123,9 @@ def test_nothing_is_written_inside_the_repository(tmp_path, monkeypatch):
 
 # ------------------------------------------------------------------ entries that are not what they seem (issue 22)
 
-import signal  # noqa: E402
-import contextlib  # noqa: E402
+from places import within  # noqa: E402 (tests/places.py)
 
 
-@contextlib.contextmanager
-def _within(seconds: int):
-    """Fail (instead of hanging the test run) when the block takes longer than ``seconds``."""
-    def hang(signum, frame):
-        raise AssertionError(f"blocked for more than {seconds} s")
-    previous = signal.signal(signal.SIGALRM, hang)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _deep(depth: int = 100_000) -> str:
@@ -167,7 +154,7 @@ def test_an_entry_that_is_not_a_plain_entry_is_rebuilt_without_blocking(tmp_path
         path.mkdir()
         (path / "x").write_text("")
     capsys.readouterr()
-    with _within(60):
+    with within(60):
         assert cached_compare(SMALL, directory=cache) == (result, False)
     warning = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert len(warning) == 1 and str(path) in warning[0] and "warning" in warning[0], warning

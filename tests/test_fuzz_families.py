@@ -38,7 +38,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 from noloco.cli import build_parser, main  # noqa: E402
-from places import RunPlaces  # noqa: E402 (tests/places.py)
+from places import RunPlaces, within  # noqa: E402 (tests/places.py)
 from noloco.infra.entry import INTERNAL  # noqa: E402
 
 SEED = 20261130
@@ -658,18 +658,6 @@ def test_a_damaged_metrics_file_under_llm_runs_is_a_fault_naming_the_folder(plac
 # ------------------------------------------------------------------ issue 34: files that are not files, overflows,
 # and cache roots that are system folders
 
-@contextlib.contextmanager
-def _within(seconds: int):
-    """Fail (instead of hanging the test run) when the block takes longer than ``seconds``."""
-    def hang(signum, frame):
-        raise AssertionError(f"blocked for more than {seconds} s")
-    previous = signal.signal(signal.SIGALRM, hang)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
 
 
 def _make_special(path: Path, kind: str) -> None:
@@ -706,7 +694,7 @@ def test_a_checkpoint_that_is_not_a_regular_file_is_refused_at_once(places, kind
     shutil.copy(run / "ckpt.pt", run.parent / "good.pt")
     _make_special(run / "ckpt.pt", kind)
     argv = [str(run) if w == "RUN" else w for w in CKPT_READERS[reader]]
-    with _within(60):
+    with within(60):
         code, err = run_main(argv)
     assert code == 3 and not violation(code, err), (code, err)
     assert f"{run / 'ckpt.pt'} is a" in err and "not a regular file" in err, err
