@@ -149,7 +149,10 @@ class RunRecord:
 def read_run(run_dir) -> RunRecord:
     """The :class:`RunRecord` of a run folder. An empty name is bad input (exit 2); a folder that holds the
     method folders of ``llm train --method a,b`` instead of a run, unreadable settings, and a run with no
-    evaluation yet are DataErrors that say what to give."""
+    evaluation yet are DataErrors that say what to give. A RunRecord is returned as it is (an observer's run
+    held in memory: the advice reads it without a round trip through the files)."""
+    if isinstance(run_dir, RunRecord):
+        return run_dir
     run = input_dir(run_dir, "OUT")
     if not (run / "result.json").exists():
         methods = sorted(str(p.parent) for p in run.glob("*/result.json"))

@@ -12,8 +12,8 @@ and what to do):
                    row: a pseudo-gradient with the wrong sign (phi - theta used where theta - phi is meant).
 ``unstable``       the exact stability test at the measured inputs: the theory's noise-free decay factor per
                    outer step at the flattest tensor's measured c (as ``noloco llm predict`` reads it from the
-                   run folder written so far; tensors of at least MIN_NUMEL coordinates) is >= 1 at two checks
-                   in a row: the replicas' spread cannot settle.
+                   run so far, held in memory as its run record; tensors of at least MIN_NUMEL coordinates) is
+                   >= 1 at two checks in a row: the replicas' spread cannot settle.
 ``spread_budget``  the spread measured, or forecast to the run's last outer step from the steps so far
                    (:func:`noloco.advice.forecast.forecast`), crosses the user's ``spread_budget``.
 """
@@ -24,8 +24,9 @@ import math
 
 #: relative spread (weight_std over the RMS of the weights) that rounding of equal replicas stays below
 ROUNDING = 1e-6
-#: the first outer steps at which the checks that read the run folder run (each costs a read of the folder)
-WARN_STEPS = 10  # (at every other one of them: 2, 4, ..., each a few tens of ms)
+#: the first outer steps at which the checks that replay the run so far run (the theory's recursion over every
+#: tensor and step: the costly part of the observer's early steps)
+WARN_STEPS = 10  # (at every other one of them: 2, 4, ...)
 #: tensors smaller than this are left out of the flattest c: over a few outer steps their c is noise (a
 #: 1-coordinate bias measured c = -2.8 at outer step 3 of a stable run, docs/own_run.md)
 MIN_NUMEL = 64
@@ -59,14 +60,14 @@ def wrong_sign(alignments: list, step: int) -> dict | None:
                        f"weights) and the outer step adds beta times it"}
 
 
-def unstable(folder, outer, step: int, hits: list) -> dict | None:
+def unstable(run, outer, step: int, hits: list) -> dict | None:
     """The decay factor at the flattest c of the tensors of at least :data:`MIN_NUMEL` coordinates (all tensors
-    where none is that large), c as ``noloco llm predict`` reads it from the folder; ``hits`` the outer steps at
+    where none is that large), c as ``noloco llm predict`` reads it from ``run`` (a record); ``hits`` the outer steps at
     which it was >= 1 so far (appended to here). A flag at the second check in a row that finds it >= 1."""
     from noloco.advice.predict import predict
     from noloco.theory.exchangeable import decay_factor
 
-    groups = predict(folder)["groups"]
+    groups = predict(run)["groups"]
     large = {k: g for k, g in groups.items() if g["numel"] >= MIN_NUMEL} or groups
     if not large:
         return None
@@ -85,7 +86,7 @@ def unstable(folder, outer, step: int, hits: list) -> dict | None:
                        f"stable region)"}
 
 
-def spread_budget(folder, outer, budget: float, measured: float, step: int, outer_steps: int) -> dict | None:
+def spread_budget(run, outer, budget: float, measured: float, step: int, outer_steps: int) -> dict | None:
     if measured > budget:
         return {"flag": "spread_budget", "outer_step": step, "measured": measured,
                 "message": f"weight_std {measured:.3g} at outer step {step} is above the spread budget {budget:.3g}"}
@@ -94,7 +95,7 @@ def spread_budget(folder, outer, budget: float, measured: float, step: int, oute
         return None
     from noloco.advice.forecast import forecast
 
-    report = forecast(folder, from_step=measured_steps)
+    report = forecast(run, from_step=measured_steps)
     rows = [r for r in report["rows"] if math.isfinite(r["forecast"])]
     over = next((r for r in rows if r["forecast"] > budget), None)
     if over is None and len(rows) == len(report["rows"]):

@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from noloco.advice.record import RunSetting
+from noloco.advice.record import RunRecord, RunSetting
 from noloco.infra.errors import ConfigError, DataError
 from noloco.infra.files import SCHEMA_VERSION, atomic_write_text, dumps, write_json
 from noloco.training import early_warning
@@ -197,25 +197,32 @@ class Observer:
             self._raise(early_warning.unequal_start(ws, rms, step, differ))
             self._raise(early_warning.wrong_sign(self.alignments, step) if self.alignments else None)
             early = step <= self.warn_steps
-            if early or (step + 1) % self.write_every == 0:  # each write is 3 fsyncs: not every step
-                self._write(finished=False)
-            if early and step >= 2 and step % 2 == 0:  # read the folder written so far; every other step (cost)
+            flagged = len(self.flags)
+            if early and step >= 2 and step % 2 == 0:  # the run so far, held in memory; every other step (cost)
                 self._checks(step, ws)
-                if self.flags and self.flags[-1]["outer_step"] == step:
-                    self._write(finished=False)
+            if (step + 1) % self.write_every == 0 or len(self.flags) > flagged:  # 3 fsyncs: not every step
+                self._write(finished=False)
         self.seconds += time.perf_counter() - start
 
     def _checks(self, step: int, ws: float) -> None:
-        """The warnings that read the folder. A warning never stops training: where the advice cannot read
-        the folder yet (DataError, ConfigError) there is no flag at this step."""
+        """The warnings that replay the run so far through the advice. A warning never stops training: where
+        the advice cannot read the run yet (DataError, ConfigError) there is no flag at this step."""
         try:
+            run = self._record()
             if step >= 4:  # c is 0 at the first step and noise at the next few
-                self._raise(early_warning.unstable(self.folder, self.outer.config, step, self._unstable))
+                self._raise(early_warning.unstable(run, self.outer.config, step, self._unstable))
             if self.budget is not None:
-                self._raise(early_warning.spread_budget(self.folder, self.outer.config, self.budget, ws, step,
+                self._raise(early_warning.spread_budget(run, self.outer.config, self.budget, ws, step,
                                                         self.config["outer_steps"]))
         except (ConfigError, DataError):
             pass
+
+    def _record(self) -> RunRecord:
+        """The run so far as the advice reads a folder (:func:`noloco.advice.record.read_run`), from memory."""
+        rows = [r for _, r in sorted(self.rows.items()) if "weight_std" in r]
+        result = self.result(finished=False)
+        return RunRecord(folder=self.folder, setting=RunSetting.from_config(result["config"]), metrics=rows,
+                         inputs=list(self.inputs), world_size=result["world_size"], result=result)
 
     def _metric(self, step: int, ws: float, se: float) -> None:
         row = self.rows.setdefault(step, {"outer_step": step})
