@@ -49,10 +49,10 @@ class Observer:
     field (a model name, a seed...). ``sample``: coordinates per tensor across ranks (default
     :data:`~noloco.training.sample.DEFAULT_SAMPLE`), or in one process to sample instead of measuring every
     coordinate; ``seed`` of the sample. ``spread_budget``: a weight_std the run should stay below (a flag when
-    the measured or forecast spread crosses it). ``write_every``: outer steps between writes of the folder
-    after the first ``warn_steps`` (written at every one of those, and at :meth:`close`). ``warn_steps``: the
-    first outer steps at which the warnings that read the folder (``unstable``, ``spread_budget``) run
-    (default 10; 0: never; they cost most of the observer's time, docs/own_run.md). ``overwrite``: replace a run folder already there.
+    the measured or forecast spread crosses it). ``write_every``: outer steps between writes of the folder (also
+    written when a warning is raised, and at :meth:`close`). ``warn_steps``: the first outer steps at which the
+    warnings that replay the run so far (``unstable``, ``spread_budget``) run (default 10; 0: never; they cost
+    most of the observer's time, docs/own_run.md). ``overwrite``: replace a run folder already there.
 
     Example: 4 replicas of a small regression in one process, 12 outer steps::
 
