@@ -86,3 +86,27 @@ def test_tune(capsys, tmp_path, monkeypatch):
     assert out["schema_version"] == SCHEMA_VERSION and out["simulated_rate"] is None
     assert 0 < out["predicted_rate"] < out["paper"]["rate"]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_every_llm_advice_json_carries_the_schema_version(capsys, tmp_path):
+    """llm predict (own inputs, --forecast, --as, --gap) and llm tune print one contract: strict JSON whose
+    object carries schema_version (they printed none before issue 36's report)."""
+    from test_forecast import config, write_run
+
+    from noloco.infra.files import read_json, write_json
+
+    run = tmp_path / "pilots" / "base" / "s0"
+    cfg = config()
+    write_run(run, cfg)
+    result = read_json(run / "result.json")  # what an observer writes at close, for --gap
+    write_json(run / "result.json", {**result, "finished": True, "wall_s": 4.0, "n_params": 1000,
+                                     "adam_second_moment": {"outer_step": cfg.outer_steps, "sum_sqrt_v": 3.0}})
+    metrics = [json.loads(x) for x in (run / "metrics.jsonl").read_text().splitlines()]
+    (run / "metrics.jsonl").write_text("".join(json.dumps({**m, "val_loss_avg_model": 2.0 - 0.01 * m["outer_step"],
+                                                           "val_loss_replicas_mean": 2.01 - 0.01 * m["outer_step"]})
+                                               + "\n" for m in metrics))
+    for argv in (["llm", "predict", str(run)], ["llm", "predict", str(run), "--forecast"],
+                 ["llm", "predict", str(run), "--as", "alpha=0.4"], ["llm", "predict", str(run), "--gap"],
+                 ["llm", "tune", str(tmp_path / "pilots"), "--compute-seconds", "0.01"]):
+        rc, out = strict(capsys, *argv)
+        assert rc in (0, 1) and out["schema_version"] == SCHEMA_VERSION, argv

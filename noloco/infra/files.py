@@ -108,6 +108,10 @@ def loads(text: str):
 
 
 def print_json(x, file=None) -> None:
+    """``--json``'s output, the one contract of every command: strict JSON (:func:`dumps`) whose top-level object
+    carries ``schema_version`` first (added here where a report lacks it)."""
+    if isinstance(x, dict) and "schema_version" not in x:
+        x = {"schema_version": SCHEMA_VERSION, **x}
     print(dumps(x, indent=2), file=file or sys.stdout)
 
 
