@@ -40,3 +40,25 @@ def test_kappa_special_cases():
     assert OuterConfig(replicas=8, group_size=8).kappa == 0
     assert OuterConfig(replicas=8, group_size=1).kappa == 1
     assert OuterConfig(replicas=8, group_size=2).kappa == pytest.approx(6 / 14)
+
+
+def test_print_config_shows_the_resolved_runs_before_any_work(tmp_path, capsys):
+    """`noloco llm train ... --print-config`: each method's resolved settings with its memory and time
+    estimates, as JSON; no run folder is made and nothing is trained."""
+    import json
+
+    from noloco.cli import main
+    from noloco.llm_check.config import build
+    from noloco.llm_check.resources import memory_estimate
+
+    out = tmp_path / "never"
+    assert main(["llm", "train", "--preset", "cpu-small", "--method", "diloco,noloco", "--alpha", "0.3", "--out",
+                 str(out), "--print-config"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    runs = report["runs"]
+    assert report["schema_version"] == 2 and [r["config"]["method"] for r in runs] == ["diloco", "noloco"]
+    noloco = runs[-1]
+    assert noloco["config"]["outer"]["alpha"] == 0.3 and noloco["config"]["outer"]["group_size"] == 2
+    assert noloco["memory_bytes"] == memory_estimate(build("cpu-small", "noloco", alpha=0.3))
+    assert noloco["time_seconds"] > 0 and not out.exists()
+    assert main(["llm", "train", "--preset", "cpu-tiny", "--alpha", "2", "--out", str(out), "--print-config"]) == 2

@@ -76,6 +76,9 @@ def add_train_arguments(parser: argparse.ArgumentParser, methods_list: bool = Fa
                              f"noloco.llm_check.domains, docs/hdee.md")
     parser.add_argument("--noniid", action="store_true", default=None,
                         help="non-IID shards: each replica reads different source files")
+    parser.add_argument("--print-config", action="store_true",
+                        help="print each run's resolved settings (preset, flags, then the method) with its memory and "
+                             "time estimates as JSON, and exit without training or touching --out")
     parser.add_argument("--out", required=True,
                         help="output directory (metrics.jsonl, checkpoints, result.json); one that holds a run "
                              "needs --resume or --overwrite, and a folder in use by a live run is refused")

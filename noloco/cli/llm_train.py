@@ -25,6 +25,13 @@ def run(args) -> int:
     from noloco.llm_check.train import torchrun_world_size
 
     configs = configs_from_args(args)
+    if args.print_config:
+        from noloco.infra.files import print_json
+        from noloco.llm_check.resources import memory_estimate, time_estimate
+
+        print_json({"runs": [{"config": cfg.as_dict(), "memory_bytes": memory_estimate(cfg),
+                              "time_seconds": time_estimate(cfg)} for cfg in configs]})
+        return 0
     if torchrun_world_size() is not None:
         if len(configs) > 1:
             raise ConfigError(f"--method {','.join(c.method for c in configs)}: under torchrun a run trains one "
