@@ -51,7 +51,6 @@ from noloco.theory import exchangeable
 from noloco.theory.exchangeable import ADAM_BETA1
 from noloco.theory.config import OUTER_FIELDS, OuterConfig
 
-#: the inner AdamW's first-moment decay (llm_check.train builds AdamW with betas (0.9, adam_beta2))
 #: outer steps of the window whose inputs are held (never the first step, where c is 0 by definition)
 WINDOW = 5
 #: the saturation model's exponents of the learning rate (p) and of the inner steps done (b), fitted on the
@@ -122,10 +121,10 @@ def _measured(run_dir, from_step: int | None, finished_from_quarter: bool = Fals
     run = read_run(run_dir)
     inputs = run.inputs
     if run.outer.group_size == run.outer.replicas:
-        raise DataError(f"{run_dir}: method {run.method} leaves the replicas identical (n = N): its spread is 0 "
+        raise DataError(f"{run.folder}: method {run.method} leaves the replicas identical (n = N): its spread is 0 "
                         "at every step, there is nothing to forecast or transfer")
     if inputs is None:
-        raise DataError(f"{run_dir} has no inputs.jsonl (a run made before the meter, or a torchrun run of `noloco llm "
+        raise DataError(f"{run.folder} has no inputs.jsonl (a run made before the meter, or a torchrun run of `noloco llm "
                         "train`): the forecast needs the measured inputs; train it with `noloco llm train` (batched "
                         "replicas), or in your own loop with noloco.Observer (docs/own_run.md), which measures them "
                         "across ranks too")
@@ -143,7 +142,7 @@ def _measured(run_dir, from_step: int | None, finished_from_quarter: bool = Fals
     try:
         groups = {name: group_inputs(inputs[:t0], name) for name in names}
     except (KeyError, TypeError, ValueError) as err:
-        raise DataError(f"{run_dir}/inputs.jsonl: a tensor lacks or garbles {err} in some row") from None
+        raise DataError(f"{run.folder / 'inputs.jsonl'}: a tensor lacks or garbles {err} in some row") from None
     return run, groups, t0
 
 
@@ -203,7 +202,7 @@ def _interval(values: np.ndarray, error: tuple[float, float]) -> dict:
     return {"low": (values / hi).tolist(), "high": (values / lo).tolist()}
 
 
-def _measured_rows(run: dict) -> dict:
+def _measured_rows(run) -> dict:
     return {int(m["outer_step"]): m.get("weight_std") for m in run.metrics}
 
 
@@ -217,7 +216,7 @@ def forecast(run_dir, from_step: int | None = None) -> dict:
     require_memory(cfg, len(groups), "the forecast")
     T, H = cfg.outer_steps, cfg.inner_steps
     if t0 < 3:
-        raise DataError(f"{run_dir}: {t0} measured outer step(s); a forecast needs at least 3 (the first step's c "
+        raise DataError(f"{run.folder}: {t0} measured outer step(s); a forecast needs at least 3 (the first step's c "
                         "is 0 by definition)")
     tensors = _replayed(outer, groups)
     ph = schedule_functionals(cfg)
@@ -259,7 +258,7 @@ def forecast(run_dir, from_step: int | None = None) -> dict:
     measured = _measured_rows(run)
     rows = [{"outer_step": int(s + 1), "forecast": float(v), "low": lo, "high": hi,
              "measured": measured.get(int(s + 1))} for s, v, lo, hi in zip(future, ws, band["low"], band["high"])]
-    return {"run": str(run_dir), "method": run.method, "from_step": t0, "outer_steps": T,
+    return {"run": str(run.folder), "method": run.method, "from_step": t0, "outer_steps": T,
             "window": [int(window[0] + 1), t0], "c_rise": float(rise), "noise_growth": noise_growth, "flags": flags,
             "rows": rows,
             "interval": {"quantiles": list(FORECAST_ERROR), "from": "docs/data/advice_development.json"},
@@ -328,7 +327,7 @@ def transfer(run_dir, **changes) -> dict:
     band = _interval(ws, TRANSFER_ERROR)
     rows = [{"outer_step": s + 1, "predicted": float(v), "low": lo, "high": hi}
             for s, v, lo, hi in zip(range(Tb), ws, band["low"], band["high"])]
-    return {"run": str(run_dir), "changes": changes, "flags": flags, "decay_factor": radius,
+    return {"run": str(run.folder), "changes": changes, "flags": flags, "decay_factor": radius,
             "flattest_c": flattest, "tilt": tilt, "second_half_rms": level,
             "pilot_replayed_rms": float(math.sqrt(np.mean(ws_pilot[len(ws_pilot) // 2:] ** 2))),
             "interval": {"quantiles": list(TRANSFER_ERROR), "from": "docs/data/advice_development.json"},

@@ -37,14 +37,14 @@ def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int,
     run = read_run(run_dir)
     cfg, outer = run.setting, run.outer
     if cfg.inner_optimizer != "adamw":
-        raise DataError(f"{run_dir}: the equipartition gap needs the inner AdamW's second moment; this run's "
+        raise DataError(f"{run.folder}: the equipartition gap needs the inner AdamW's second moment; this run's "
                         f"inner optimiser is {cfg.inner_optimizer}")
     path = run.folder / "ckpt.pt"
     saved = run.result.get("adam_second_moment")  # written by noloco.Observer at the end of a user's run
     if isinstance(saved, dict) and isinstance(saved.get("sum_sqrt_v"), (int, float)):
         step, root = int(saved.get("outer_step", 0)), float(saved["sum_sqrt_v"])
     elif second_moment is None:
-        raise DataError(f"{run_dir}: result.json holds no adam_second_moment (noloco.Observer writes it when its "
+        raise DataError(f"{run.folder}: result.json holds no adam_second_moment (noloco.Observer writes it when its "
                         "run closes with an inner AdamW), and reading its checkpoint needs torch: pip install -e "
                         "'.[llm]'")
     else:
@@ -54,21 +54,19 @@ def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int,
     rate = float(schedule_functionals(cfg)["L1"][step - 1] / cfg.inner_steps)
     r1 = exchangeable.stationary_spread(outer, 1.0, 1.0)
     predicted = r1 / 4 * rate * root
-    row = next((m for m in run.metrics if int(m["outer_step"]) == step), None)
-    measured = None
-    if row and row.get("val_loss_replicas_mean") is not None and row.get("val_loss_avg_model") is not None:
-        measured = float(row["val_loss_replicas_mean"] - row["val_loss_avg_model"])
-    # the measured gap is a small difference of two validation losses: where it is not positive at every evaluation
-    # of the second half, the validation set does not resolve it and no comparison is claimed
-    late = [m["val_loss_replicas_mean"] - m["val_loss_avg_model"] for m in run.metrics
-            if int(m["outer_step"]) > cfg.outer_steps / 2 and m.get("val_loss_replicas_mean") is not None
-            and m.get("val_loss_avg_model") is not None]
+    # the measured gap at every evaluation that logged both losses: a small difference of two validation losses;
+    # where it is not positive at every evaluation of the second half, the validation set does not resolve it and
+    # no comparison is claimed
+    gaps = {int(m["outer_step"]): float(m["val_loss_replicas_mean"] - m["val_loss_avg_model"]) for m in run.metrics
+            if m.get("val_loss_replicas_mean") is not None and m.get("val_loss_avg_model") is not None}
+    measured = gaps.get(step)
+    late = [g for s, g in gaps.items() if s > cfg.outer_steps / 2]
     flags = []
     if late and min(late) <= 0:
         flags.append(f"unresolved: the measured gap is not positive at {sum(g <= 0 for g in late)} of the second "
                      f"half's {len(late)} evaluations ({cfg.val_windows} validation windows): noise, not a gap; "
                      "evaluate on more windows before comparing")
-    return {"run": str(run_dir), "outer_step": step, "r1": r1, "rate": rate, "sum_sqrt_v": root,
+    return {"run": str(run.folder), "outer_step": step, "r1": r1, "rate": rate, "sum_sqrt_v": root,
             "predicted": predicted, "measured": measured, "val_windows": cfg.val_windows,
             "ratio": predicted / measured if measured and measured > 0 and math.isfinite(predicted) else None,
             "flags": flags, "fitted_constants": 0}

@@ -39,7 +39,6 @@ null: the level needs the measured noise.
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 
@@ -143,7 +142,7 @@ def predict(run_dir, noise_model: str = "long-run") -> dict:
     outer, method, metrics, inputs = run.outer, run.method, run.metrics, run.inputs
     steps = [int(r["outer_step"]) for r in metrics]
     measured = [r.get("weight_std") for r in metrics]
-    report = {"schema_version": SCHEMA_VERSION, "run": str(run_dir), "method": method,
+    report = {"schema_version": SCHEMA_VERSION, "run": str(run.folder), "method": method,
               "outer": {k: getattr(outer, k) for k in ("replicas", "group_size", "alpha", "beta", "gamma",
                                                        "momentum")},
               "noise_model": noise_model, "fitted_constants": 0, "inputs_logged": inputs is not None,
@@ -166,7 +165,7 @@ def predict(run_dir, noise_model: str = "long-run") -> dict:
     else:
         known = [int(r["outer_step"]) for r in inputs]
         if known != list(range(1, len(known) + 1)):
-            raise DataError(f"{Path(run_dir) / 'inputs.jsonl'}: outer steps are not 1, 2, ..., {len(known)}")
+            raise DataError(f"{run.folder / 'inputs.jsonl'}: outer steps are not 1, 2, ..., {len(known)}")
         names = list(inputs[0]["groups"])
         total = 0
         level = {m: np.zeros(len(inputs) + 1) for m in NOISE_MODELS}
@@ -175,7 +174,7 @@ def predict(run_dir, noise_model: str = "long-run") -> dict:
             try:
                 g = group_inputs(inputs, name)
             except (KeyError, TypeError, ValueError) as err:  # a hand-edited or foreign file
-                raise DataError(f"{Path(run_dir) / 'inputs.jsonl'}: tensor {name!r} lacks or garbles {err} "
+                raise DataError(f"{run.folder / 'inputs.jsonl'}: tensor {name!r} lacks or garbles {err} "
                                 f"in some row") from None
             total += g["numel"]
             c_model = {}

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from noloco.infra.checks import check_choice, check_fields, check_integer, check_real
@@ -55,7 +55,7 @@ class RunSetting:
     adam_beta2: float = 0.95
     noniid: bool = False
     val_windows: int = 64
-    other: tuple = field(default=(), compare=True)
+    other: tuple = ()
 
     def __post_init__(self):
         method = check_choice("method", self.method, METHODS)

@@ -13,12 +13,12 @@ def add_parser(sub) -> None:
                            description=__doc__.split("\n\n")[0].replace("``", ""))
     actions = study.add_subparsers(dest="study", metavar="STUDY")
     actions.required = True
-    for name in ("routing", "paper"):
-        from importlib import import_module
+    from importlib import import_module
 
+    for name in ("routing", "paper"):
         module = import_module(f"noloco.studies.{name}")
-        seeded = actions.add_parser(name, help=module.__doc__.split("\n\n")[0].replace("``", ""),
-                                    description=module.__doc__.split("\n\n")[0].replace("``", ""))
+        summary = module.__doc__.split("\n\n")[0].replace("``", "")
+        seeded = actions.add_parser(name, help=summary, description=summary)
         default_out = f"runs/{name}" if name == "routing" else "runs/paper-study"
         seeded.add_argument("--out", default=default_out,
                             help=f"run folder (default {default_out}); finished runs with the same settings are reused")

@@ -6,7 +6,8 @@ state); the run's life (folder, files, checkpoints, resume, interrupts) is
 The two modes share everything except how replicas talk (:mod:`noloco.training.exchange`): in one
 process the R replicas are the leading dimension of every tensor and a group mean is an index shuffle;
 under torchrun each rank holds R = 1 and exchanges with its group by point-to-point messages. The
-outer step itself is :func:`noloco.theory.outer.outer_step`, applied tensor by tensor.
+outer step is the public :class:`noloco.training.outer_optimizer.OuterOptimizer`'s (which applies
+:func:`noloco.theory.outer.outer_step` tensor by tensor): one outer-step path for the harness and a user's loop.
 
 Inner optimiser: AdamW on the stacked parameters. Adam is elementwise, so one AdamW over (R, ...)
 tensors is exactly R independent AdamWs; only clipping couples coordinates, and it is done per

@@ -114,7 +114,7 @@ def train_hf(family: Family, setting: dict, seed: int, folder) -> None:
                            group_size=s["group_size"], alpha=s["alpha"], beta=s["beta"], gamma=s["gamma"], seed=seed)
     observer = Observer(outer, folder, outer_steps=T, lr=s["lr"], schedule=s["schedule"], warmup=s["warmup"],
                         min_lr_frac=s["min_lr_frac"], adam_beta2=s["adam_beta2"], seed=seed, overwrite=True,
-                        family=family.name, batch=s["batch"], ctx=ctx)
+                        val_windows=VAL_WINDOWS, family=family.name, batch=s["batch"], ctx=ctx)
     average = copy.deepcopy(first)
     for k in range(T * H):
         for group in inner.param_groups:
@@ -126,15 +126,7 @@ def train_hf(family: Family, setting: dict, seed: int, folder) -> None:
         inner.step()  # the outer step runs from its hook after every H-th
         if (k + 1) % (EVAL_EVERY * H) == 0:
             observer.log(outer.outer_done, **_val_losses(models, average, val, ranks, N))
-    observer.close()
-    # the loss gap's input: sum over the weights of the replica-mean sqrt(vhat) of the inner AdamW (the harness
-    # reads it from its checkpoint; this loop has none)
-    root = torch.tensor(sum(float((st["exp_avg_sq"].double() / (1 - s["adam_beta2"] ** float(st["step"]))).sqrt().sum())
-                            for st in inner.state.values()))
-    if ranks:
-        dist.all_reduce(root)
-    if not ranks or dist.get_rank() == 0:
-        write_json(Path(folder) / "adam_root.json", {"outer_step": outer.outer_done, "sum_sqrt_v": float(root) / N})
+    observer.close()  # it writes the inner AdamW's second moment, what --gap predicts from
 
 
 def _val_losses(models, average, val, ranks: bool, N: int) -> dict:
@@ -243,14 +235,11 @@ def _own(folder: Path, family: str, seed: int) -> dict:
 
 
 def _gap(folder: Path, family: str, seed: int) -> dict:
+    """The gap from the second moment the observer wrote (a Hugging Face run) or the harness's checkpoint."""
     from noloco.advice.gap import equipartition_gap
+    from noloco.llm_check.adam_state import second_moment_root
 
-    if (folder / "adam_root.json").exists():
-        saved = read_json(folder / "adam_root.json")
-        reader = lambda path, beta2: (int(saved["outer_step"]), float(saved["sum_sqrt_v"]))  # noqa: E731
-    else:
-        from noloco.llm_check.adam_state import second_moment_root as reader
-    rep = equipartition_gap(folder, reader)
+    rep = equipartition_gap(folder, second_moment_root)
     ok = within(rep["ratio"], GAP_RULE, relative=False)
     return {"family": family, "seed": seed, "predicted": rep["predicted"], "measured": rep["measured"],
             "ratio": rep["ratio"], "flags": rep["flags"],

@@ -86,7 +86,7 @@ class Observer:
                        "inner_steps": outer.inner_steps, "outer_steps": outer_steps, "lr": lr, "schedule": schedule,
                        "warmup": warmup, "min_lr_frac": min_lr_frac, "inner_optimizer": inner_optimizer,
                        "adam_beta2": adam_beta2, **fields}
-        RunSetting.from_config(self.config)  # a bad value: ConfigError naming the field, before any work
+        self.setting = RunSetting.from_config(self.config)  # a bad value: ConfigError naming the field, before any work
         if spread_budget is not None and not (isinstance(spread_budget, (int, float)) and 0 < spread_budget < math.inf):
             raise ConfigError(f"spread_budget={spread_budget!r} is out of range; allowed: a number > 0 (a weight_std)")
         self.budget = spread_budget
@@ -219,10 +219,13 @@ class Observer:
 
     def _record(self) -> RunRecord:
         """The run so far as the advice reads a folder (:func:`noloco.advice.record.read_run`), from memory."""
-        rows = [r for _, r in sorted(self.rows.items()) if "weight_std" in r]
         result = self.result(finished=False)
-        return RunRecord(folder=self.folder, setting=RunSetting.from_config(result["config"]), metrics=rows,
+        return RunRecord(folder=self.folder, setting=self.setting, metrics=self._metric_rows(),
                          inputs=list(self.inputs), world_size=result["world_size"], result=result)
+
+    def _metric_rows(self) -> list[dict]:
+        """metrics.jsonl's rows: the outer steps whose spread is measured, in order."""
+        return [r for _, r in sorted(self.rows.items()) if "weight_std" in r]
 
     def _metric(self, step: int, ws: float, se: float) -> None:
         row = self.rows.setdefault(step, {"outer_step": step})
@@ -312,7 +315,6 @@ class Observer:
                 "adam_second_moment": getattr(self, "second_moment", None)}
 
     def _write(self, finished: bool) -> None:
-        rows = [r for _, r in sorted(self.rows.items()) if "weight_std" in r]
-        atomic_write_text(self.folder / "metrics.jsonl", "".join(dumps(r) + "\n" for r in rows))
+        atomic_write_text(self.folder / "metrics.jsonl", "".join(dumps(r) + "\n" for r in self._metric_rows()))
         atomic_write_text(self.folder / "inputs.jsonl", "".join(dumps(r) + "\n" for r in self.inputs))
         write_json(self.folder / "result.json", self.result(finished), indent=2)
