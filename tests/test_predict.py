@@ -289,3 +289,18 @@ def test_old_run_without_inputs(tmp_path):
     write_json(diloco / "result.json", {"config": {"method": "diloco", "replicas": 8, "warmup": 0}})
     (diloco / "metrics.jsonl").write_text(json.dumps({"outer_step": 4, "weight_std": 0.0}) + "\n")
     assert predict(diloco)["rows"][0]["predicted"] == 0.0
+
+
+def test_long_run_rho_solves_the_ar1_sum_at_every_step_at_once():
+    """The vectorised bisection returns, for each (t, ratio), the rho with G_t(rho) / t = ratio (G from the
+    theory's exact AR(1) sum), clipped at +-RHO_CAP, and 0 where t < 2 or the ratio is not finite."""
+    from noloco.advice.predict import RHO_CAP, _long_run_rho
+    from noloco.theory.exchangeable import ar1_sum_factor
+
+    rng = np.random.default_rng(3)
+    t = rng.integers(2, 300, size=200)
+    true = rng.uniform(-0.95, 0.95, size=200)
+    ratio = np.array([float(ar1_sum_factor(int(k), r)) / k for k, r in zip(t, true)])
+    assert np.allclose(_long_run_rho(t, ratio), true, atol=1e-9)
+    edge = _long_run_rho(np.array([1, 5, 5, 5, 5]), np.array([0.7, 1e-9, 1e3, np.nan, np.inf]))
+    assert edge.tolist() == [0.0, -RHO_CAP, RHO_CAP, 0.0, 0.0]

@@ -160,7 +160,7 @@ def _replayed(outer, groups: dict) -> dict:
 
 def _step_forward(outer, S, c, s2, rho) -> np.ndarray:
     """E z^2 after each of the given steps (inputs as the theory reads them: no correction)."""
-    step, scale = exchangeable.Stepper(outer), 1 - 1 / outer.replicas
+    step, scale = exchangeable.stepper(outer), 1 - 1 / outer.replicas
     out = np.empty(len(c))
     for i, (c_t, s2_t) in enumerate(zip(c, s2)):
         S = step(S, float(c_t), float(s2_t), rho)

@@ -52,23 +52,25 @@ NOISE_MODELS = ("lag1", "long-run")
 RHO_CAP = 0.99  # |rho| fed to the recursion (the AR(1) noise needs |rho| < 1)
 
 
-def _long_run_rho(t: int, ratio: float) -> float:
-    """rho in [-RHO_CAP, RHO_CAP] with G_t(rho) / t = ratio (bisection; G_t increases with rho)."""
-    if t < 2 or not math.isfinite(ratio):
-        return 0.0
-    lo, hi = -RHO_CAP, RHO_CAP
-    ar1_sum_factor = exchangeable.ar1_sum_factor
-    if ratio <= ar1_sum_factor(t, lo) / t:
-        return lo
-    if ratio >= ar1_sum_factor(t, hi) / t:
-        return hi
-    for _ in range(100):
+def _long_run_rho(t, ratio) -> np.ndarray:
+    """rho in [-RHO_CAP, RHO_CAP] with G_t(rho) / t = ratio, elementwise over arrays ``t`` and ``ratio``
+    (bisection, all at once: G_t increases with rho); 0 where t < 2 or the ratio is not finite."""
+    t, ratio = np.broadcast_arrays(np.asarray(t), np.asarray(ratio, float))
+
+    def mean_factor(rho):  # G_t(rho) / t, exchangeable.ar1_sum_factor's closed form (|rho| <= RHO_CAP keeps it exact)
+        return (t * (1 + rho) / (1 - rho) - 2 * rho * (1 - rho ** t) / (1 - rho) ** 2) / t
+
+    lo, hi = np.full(t.shape, -RHO_CAP), np.full(t.shape, RHO_CAP)
+    below, above = ratio <= mean_factor(lo), ratio >= mean_factor(hi)
+    for _ in range(100):  # until the bracket stops moving (about 55 halvings in float64)
         mid = 0.5 * (lo + hi)
-        if ar1_sum_factor(t, mid) / t > ratio:
-            hi = mid
-        else:
-            lo = mid
-    return 0.5 * (lo + hi)
+        up = mean_factor(mid) > ratio
+        new_lo, new_hi = np.where(up, lo, mid), np.where(up, mid, hi)
+        if np.array_equal(new_lo, lo) and np.array_equal(new_hi, hi):
+            break
+        lo, hi = new_lo, new_hi
+    rho = np.where(below, -RHO_CAP, np.where(above, RHO_CAP, 0.5 * (lo + hi)))
+    return np.where((t < 2) | ~np.isfinite(ratio), 0.0, rho)
 
 
 def _value(x, default=0.0) -> float:
@@ -92,7 +94,9 @@ def group_inputs(rows: list[dict], name: str) -> dict:
         denom = s2_lag1[t] * s2_lag1[t - 1]
         rho_lag1[t] = np.clip((a[t] - D) / math.sqrt(denom), -RHO_CAP, RHO_CAP) if denom > 0 else 0.0
     cum_v = np.cumsum(v)
-    rho_long = np.array([_long_run_rho(t + 1, q[t] / cum_v[t]) if cum_v[t] > 0 else 0.0 for t in range(T)])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = np.where(cum_v > 0, q / np.where(cum_v > 0, cum_v, 1.0), np.nan)
+    rho_long = _long_run_rho(np.arange(1, T + 1), ratio)
     return {"numel": int(entries[-1]["numel"]), "c": c, "s2": v, "measured_drift": measured_drift,
             "lag1": (s2_lag1, rho_lag1, D), "long-run": (v, rho_long, 0.0)}
 
@@ -104,7 +108,7 @@ def replay(outer, c_reg, s2_reg, rho, drift_var: float = 0.0, S=None):
     (default: identical replicas) it returns ``(S after the last step, E z_t^2 for t = 0..T, c_t, s2_t)``
     with the inputs as the theory reads them."""
     S = exchangeable.initial(float(s2_reg[0]), float(rho[0]), drift_var) if S is None else S
-    step = exchangeable.Stepper(outer)
+    step = exchangeable.stepper(outer)
     scale = 1 - 1 / outer.replicas
     spread, c_true, s2_true = [scale * S[0, 0]], [], []
     for c_t, s2_t, rho_t in zip(c_reg, s2_reg, rho):

@@ -42,6 +42,7 @@ unit vectors; :func:`symbolic_maps` gives the same maps with sympy (a test compa
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 
@@ -277,6 +278,13 @@ class Stepper:
         k, scale = self.kappa, (1 - rho * rho) * s2
         return ((1 - k) * (F0 @ S @ F0.T) + k * (M @ S @ M.T)
                 + scale * ((1 - k) * np.outer(self.g0, self.g0) + k * np.outer(self.g, self.g)))
+
+
+@functools.lru_cache(maxsize=64)
+def stepper(outer: OuterConfig) -> Stepper:
+    """The :class:`Stepper` of ``outer``, built once (a measured run replays one setting per tensor and noise
+    model, and the observer's early warnings replay it again at every check)."""
+    return Stepper(outer)
 
 
 def initial(s2: float = 1.0, rho: float = 0.0, drift_var: float = 0.0, spread0: float = 0.0,
