@@ -52,7 +52,7 @@ def matches(path):
         return False
     return path.name == name or (name.startswith("*") and path.name.endswith(name[1:]))
 
-def hooked(path, write):
+def hooked(path, write, **kw):
     if matches(Path(path)):
         seen[0] += 1
         if seen[0] > after:
@@ -62,8 +62,8 @@ def hooked(path, write):
                     handle.truncate(os.path.getsize(tmp) // 2)
                 print("WRITING", path, flush=True)
                 time.sleep(600)
-            return original(path, half)
-    return original(path, write)
+            return original(path, half, **kw)
+    return original(path, write, **kw)
 
 files.atomic_write = hooked
 import noloco.llm_check.lifecycle  # binds the hooked atomic_write

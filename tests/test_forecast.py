@@ -236,6 +236,10 @@ def test_the_equipartition_gap_of_a_trained_run(tmp_path, capsys):
     last = [json.loads(x) for x in (tmp_path / "noloco" / "metrics.jsonl").read_text().splitlines()][-1]
     assert rep["measured"] == pytest.approx(last["val_loss_replicas_mean"] - last["val_loss_avg_model"])
     assert equipartition_gap(tmp_path / "diloco", second_moment_root)["predicted"] == 0.0
+    # N outside the replica counts the gap was validated on is flagged; N = 8 is not
+    assert main(["llm", "train", *tiny, "--replicas", "8", "--out", str(tmp_path / "n8")]) == 0
+    assert cfg.outer.replicas == 4 and [f.split(":")[0] for f in rep["flags"]] == ["untested N"]
+    assert not [f for f in equipartition_gap(tmp_path / "n8", second_moment_root)["flags"] if "untested" in f]
     (tmp_path / "diloco" / "ckpt.pt").unlink()
     assert main(["llm", "predict", str(tmp_path / "diloco"), "--gap"]) == 3
     assert main(["llm", "predict", str(tmp_path / "noloco"), "--gap"]) == 0

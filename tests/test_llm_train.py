@@ -612,3 +612,44 @@ def test_torchrun_sigterm_checkpoints_every_rank_at_one_outer_step(tmp_path):
     assert steps[0] == steps[1] >= 40, err[-2000:]
     assert err.count(f"terminated (SIGTERM); the state at outer step {steps[0]} is saved") == 2, err[-2000:]
     assert "--resume" in err and not (tmp_path / "run.lock").exists()
+
+
+def _torchrun_two(out, *args):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+           "--master-port", str(free_port()), "-m", "noloco", "llm", "train", "--preset", "cpu-tiny", "--replicas",
+           "2", "--outer-steps", "6", "--eval-every", "2", "--ckpt-every", "2", "--val-windows", "4", "--warmup", "0",
+           "--timeout", "60", "--out", str(out), *args]
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
+
+
+def test_torchrun_resumes_from_the_last_outer_step_every_rank_saved(tmp_path):
+    """A rank killed while the ranks were saving leaves the others one checkpoint ahead (issue 34): each rank
+    keeps its checkpoint before the last, and --resume goes back to the last outer step every rank saved and
+    trains on as the uninterrupted run would; where no such step is kept, exit 3 with the folder untouched."""
+    out = tmp_path / "dist"
+    proc = _torchrun_two(out, "--stop-after", "4")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    step = lambda path: torch.load(path, weights_only=True)["outer_step"]  # noqa: E731
+    ckpt = {r: out / f"ckpt-rank{r}.pt" for r in (0, 1)}
+    prev = {r: out / f"ckpt-rank{r}.pt.prev" for r in (0, 1)}
+    assert [step(ckpt[r]) for r in (0, 1)] == [4, 4] and [step(prev[r]) for r in (0, 1)] == [2, 2]
+    os.replace(prev[1], ckpt[1])  # rank 1 killed before its save at outer step 4
+    os.replace(prev[0], tmp_path / "aside.pt")  # ... and rank 0's step 2 gone: no common step
+    metrics = (out / "metrics.jsonl").read_bytes()
+    proc = _torchrun_two(out, "--resume")
+    assert proc.returncode != 0 and "no outer step is saved by every rank" in proc.stderr, proc.stderr[-3000:]
+    err = proc.stderr  # each rank's one line, then torchrun's own report of the failed ranks (exit code 3)
+    assert err.index("noloco llm train: error:") < err.index("failed (exitcode: 3)") < err.index("Traceback")
+    assert (out / "metrics.jsonl").read_bytes() == metrics and [step(ckpt[r]) for r in (0, 1)] == [4, 2]
+    os.replace(tmp_path / "aside.pt", prev[0])
+    proc = _torchrun_two(out, "--resume")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stderr.count("resuming from outer step 2, the last one every rank saved") == 1, proc.stderr[-3000:]
+    single = train(tmp_path / "one", replicas=2, outer_steps=6, eval_every=2, val_windows=4, warmup=0)
+    for rank in (0, 1):
+        state = torch.load(ckpt[rank], weights_only=True)
+        assert state["outer_step"] == 6
+        for k, p in single.phi.items():
+            torch.testing.assert_close(state["phi"][k][0], p[rank], rtol=0, atol=1e-5)
+    assert [r["outer_step"] for r in rows(out)] == [2, 4, 6]

@@ -117,11 +117,13 @@ def print_json(x, file=None) -> None:
 
 # ------------------------------------------------------------------ atomic files
 
-def atomic_write(path, write: Callable[[str], None]) -> Path:
+def atomic_write(path, write: Callable[[str], None], previous=None) -> Path:
     """Call ``write(tmp_path)`` to produce the file, then rename it onto ``path``: a reader (or a run
     after a crash, a full disk or an interrupt) sees the old file or the new one, never half of one, and
     no temporary is left behind by an interrupt (Ctrl-C, SIGTERM) wherever it lands. A write that fails
-    (a full disk: an OSError, or torch's RuntimeError) is a DataError naming ``path``."""
+    (a full disk: an OSError, or torch's RuntimeError) is a DataError naming ``path``. ``previous``: where
+    the old file is kept (renamed just before the new one takes its place; a kill between the two renames
+    leaves the old file there and none at ``path``)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = None
@@ -140,6 +142,8 @@ def atomic_write(path, write: Callable[[str], None]) -> Path:
             reason = err.strerror if isinstance(err, OSError) and err.strerror else _write_failure(err, path.parent)
             raise DataError(f"cannot write {path} ({reason}); the previous file, if any, is unchanged") from err
         with interrupts_held():
+            if previous is not None and path.exists():
+                os.replace(path, previous)
             os.replace(tmp, path)
             tmp = None
     except BaseException:

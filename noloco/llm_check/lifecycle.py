@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 
 from noloco.infra.entry import Interrupted, deferred_stop
-from noloco.infra.errors import ConfigError, DataError
+from noloco.infra.errors import ConfigError, DataError, warn
 from noloco.infra.files import (SCHEMA_VERSION, atomic_write, atomic_write_text, dumps, open_run_file, read_json,
                                 read_jsonl, write_json)
 from noloco.infra.progress import Progress
@@ -39,7 +39,7 @@ from noloco.training.exchange import PeerError
 #: the files of a run besides its checkpoints
 RUN_FILES = ("metrics.jsonl", "inputs.jsonl", "result.json")
 #: a run's own files: ``--overwrite`` removes these and nothing else (``ckpt-backup.pt`` stays)
-OWN_FILES = RUN_FILES + (r"re:ckpt(-rank\d+)?\.pt",)
+OWN_FILES = RUN_FILES + (r"re:ckpt(-rank\d+)?\.pt(\.prev)?",)
 #: settings a resumed run may change: they do not change what is computed (outer_steps too, under a
 #: constant schedule; under cosine it sets the schedule's length, so it must stay)
 RESUMABLE_CHANGES = ("device", "replica_mode", "ckpt_every")
@@ -130,6 +130,12 @@ class Lifecycle:
     def checkpoint(self) -> Path:
         return self.out / self.ex.ckpt_name()
 
+    @property
+    def previous(self) -> Path:
+        """Under torchrun each rank keeps its checkpoint before the last: a rank killed while the ranks were
+        saving leaves the others one save ahead, and the run resumes from the step every rank saved."""
+        return self.checkpoint.with_name(self.checkpoint.name + ".prev")
+
     def _recover(self) -> str:
         return (f"start the run again with --overwrite (it deletes the run in {self.out}), or put back a good "
                 f"copy of {self.checkpoint.name}")
@@ -138,11 +144,12 @@ class Lifecycle:
         state = {"schema_version": SCHEMA_VERSION, "config": self.trainer.cfg.as_dict(),
                  "replicas": list(self.ex.replicas), **self.trainer.state_dict(),
                  "data_rng": "numpy default_rng([seed, replica, inner_step]); groups from (seed, outer_step)"}
-        atomic_write(self.checkpoint, lambda tmp: torch.save(state, tmp))
+        atomic_write(self.checkpoint, lambda tmp: torch.save(state, tmp),
+                     previous=self.previous if self.ex.world_size > 1 else None)
         self.saved_at = self.trainer.outer_done
 
-    def read_checkpoint(self) -> dict:
-        path = self.checkpoint
+    def read_checkpoint(self, path: Path | None = None) -> dict:
+        path = self.checkpoint if path is None else path
         try:  # tensors and plain data only: unpickling arbitrary objects would run code from the file
             with open_run_file(path, self._recover()) as handle:  # a named pipe would block torch.load
                 state = torch.load(handle, map_location=self.trainer.device, weights_only=True)
@@ -186,12 +193,57 @@ class Lifecycle:
                 raise ConfigError(f"--resume: the checkpoint in {self.out} is at {key.replace('_', ' ')} {done}, "
                                   f"beyond {'outer_steps' if key == 'outer_step' else 'inner_steps - 1'}={top}")
 
-    def load(self) -> None:
-        """The checkpoint into the trainer (validated first)."""
-        state = self.read_checkpoint()
+    def load(self, path: Path | None = None) -> None:
+        """The checkpoint (or ``path``) into the trainer (validated first)."""
+        path = self.checkpoint if path is None else path
+        state = self.read_checkpoint(path)
         self.check_resume_settings(state)
-        self.trainer.load_state_dict(state, self.checkpoint, self._recover())
+        self.trainer.load_state_dict(state, path, self._recover())
         self.saved_at = self.trainer.outer_done
+
+    def _load_saved(self) -> None:
+        """The rank's last checkpoint; under torchrun the one before it where a kill between its two renames
+        left no other (:func:`noloco.infra.files.atomic_write`)."""
+        if self.checkpoint.exists() or self.ex.world_size == 1 or not self.previous.exists():
+            if not self.checkpoint.exists():
+                raise ConfigError(f"--resume: no checkpoint {self.checkpoint}")
+            self.load()
+        else:
+            self.load(self.previous)
+
+    def _common_step(self, failure):
+        """Under torchrun, after every rank loaded its last checkpoint: the ranks that saved one outer step
+        more than the others go back to the checkpoint before it, so that the run resumes from the last outer
+        step every rank saved. Returns the failure to raise (the same on every rank), or None."""
+        every = self.ex.agree([0.0 if failure is None else 1.0, float(self.trainer.outer_done)])
+        ranks = range(self.ex.world_size)
+        if any(every[2 * r] > 0 for r in ranks):
+            return failure or PeerError(f"rank(s) {[r for r in ranks if every[2 * r] > 0]} could not read their "
+                                        f"checkpoint (see their error); nothing was trained")
+        steps = [int(every[2 * r + 1]) for r in ranks]
+        target = min(steps)
+        if max(steps) == target:
+            return None
+        failure = None
+        if self.trainer.outer_done > target:
+            try:
+                if not self.previous.exists():
+                    raise DataError(f"{self.previous} is missing")
+                self.load(self.previous)
+            except (ConfigError, DataError, OSError, MemoryError) as err:
+                failure = err
+        back = self.ex.agree([0.0 if failure is None else 1.0, float(self.trainer.outer_done)])
+        if any(back[2 * r] > 0 for r in ranks) or {int(back[2 * r + 1]) for r in ranks} != {target}:
+            found = ", ".join(f"rank {r}: {s}" for r, s in enumerate(steps))
+            return DataError(f"the checkpoints in {self.out} are at different outer steps ({found}) and no outer "
+                             f"step is saved by every rank (each keeps its last two checkpoints; "
+                             f"{failure or 'the ones before were at other steps'}); start the run again with "
+                             f"--overwrite")
+        if self.ex.is_main:
+            warn(f"the ranks' last checkpoints are at outer steps {', '.join(map(str, sorted(set(steps))))} (a "
+                 f"rank was stopped while they were saved): resuming from outer step {target}, the last one "
+                 f"every rank saved")
+        return None
 
     # ------------------------------------------------------------- files
 
@@ -249,10 +301,13 @@ class Lifecycle:
                     self.folder.open()
                     self.out = Path(self.folder.path)
             if resume:
-                if not self.checkpoint.exists():
-                    raise ConfigError(f"--resume: no checkpoint {self.checkpoint}")
-                self.load()
-            if self.ex.is_main:
+                self._load_saved()
+        except (ConfigError, DataError, OSError, MemoryError) as err:
+            failure = err
+        if resume and self.ex.world_size > 1:
+            failure = self._common_step(failure)
+        try:  # the folder's own files only once every rank's checkpoint is at one outer step
+            if failure is None and self.ex.is_main:
                 self.folder.clear(everything=overwrite)
                 metrics = self.out / "metrics.jsonl"
                 if resume and metrics.exists():

@@ -61,6 +61,11 @@ def within(ratio: float | None, rule: float, relative: bool) -> bool | None:
 
 EVAL_EVERY, VAL_WINDOWS = 4, 32
 
+#: the gap inside the replica counts it was validated on (added after the runs above: at N = 4 it ran 1.6 to 2.0x
+#: high, and the gap's flag ``untested N`` now marks N = 4): each family's pilot again at N = 8, its gap measured
+#: on GAP_WINDOWS validation windows (a difference of two losses: 8 times the windows of the runs above)
+GAP_CHECK, GAP_WINDOWS = {"replicas": 8}, 256
+
 
 def _hf_model(family: Family, ctx: int):
     """One replica of a Hugging Face family, randomly initialised (the caller seeds torch), byte vocabulary."""
@@ -81,7 +86,7 @@ def _loss(model, windows):
     return model(input_ids=windows, labels=windows).loss  # Hugging Face shifts the labels itself
 
 
-def train_hf(family: Family, setting: dict, seed: int, folder) -> None:
+def train_hf(family: Family, setting: dict, seed: int, folder, val_windows: int = VAL_WINDOWS) -> None:
     """A plain torch loop over ``family``: AdamW at the learning rate of ``setting``'s schedule,
     :class:`noloco.OuterOptimizer` every H steps, :class:`noloco.Observer` writing ``folder`` with the averaged
     model's and the replicas' validation loss at every evaluation. N replicas in one process (a list of modules),
@@ -105,7 +110,7 @@ def train_hf(family: Family, setting: dict, seed: int, folder) -> None:
     models = [first] + [copy.deepcopy(first) for _ in here[1:]]
     corpus = data.load_corpus()
     shards = data.shards(corpus, N, seed)
-    val = torch.from_numpy(data.val_windows(corpus, seed, VAL_WINDOWS, ctx)).long()
+    val = torch.from_numpy(data.val_windows(corpus, seed, val_windows, ctx)).long()
     inner = torch.optim.AdamW([p for m in models for p in m.parameters()], lr=s["lr"],
                               betas=(0.9, s["adam_beta2"]), weight_decay=0.0)
     rate = lambda k: learning_rate(k, s["schedule"], s["lr"], T * H, warmup=s["warmup"],  # noqa: E731
@@ -114,7 +119,7 @@ def train_hf(family: Family, setting: dict, seed: int, folder) -> None:
                            group_size=s["group_size"], alpha=s["alpha"], beta=s["beta"], gamma=s["gamma"], seed=seed)
     observer = Observer(outer, folder, outer_steps=T, lr=s["lr"], schedule=s["schedule"], warmup=s["warmup"],
                         min_lr_frac=s["min_lr_frac"], adam_beta2=s["adam_beta2"], seed=seed, overwrite=True,
-                        val_windows=VAL_WINDOWS, family=family.name, batch=s["batch"], ctx=ctx)
+                        val_windows=val_windows, family=family.name, batch=s["batch"], ctx=ctx)
     average = copy.deepcopy(first)
     for k in range(T * H):
         for group in inner.param_groups:
@@ -147,14 +152,14 @@ def _val_losses(models, average, val, ranks: bool, N: int) -> dict:
         return {"val_loss_avg_model": float(_loss(average, val)), "val_loss_replicas_mean": float(own) / N}
 
 
-def train_tiny(setting: dict, seed: int, folder) -> None:
+def train_tiny(setting: dict, seed: int, folder, val_windows: int = VAL_WINDOWS) -> None:
     """The harness's cpu-tiny GPT at ``setting`` (noloco llm train; the same meter as the observer)."""
     from noloco.llm_check.config import build
     from noloco.llm_check.trainer import Trainer
 
     keys = ("replicas", "group_size", "alpha", "beta", "gamma", "inner_steps", "outer_steps", "lr", "warmup",
             "schedule", "min_lr_frac", "batch", "ctx", "adam_beta2")
-    cfg = build("cpu-tiny", "noloco", seed=seed, eval_every=EVAL_EVERY, val_windows=VAL_WINDOWS, weight_decay=0.0,
+    cfg = build("cpu-tiny", "noloco", seed=seed, eval_every=EVAL_EVERY, val_windows=val_windows, weight_decay=0.0,
                 **{k: setting[k] for k in keys})
     Trainer(cfg, folder, progress=False).run(overwrite=True)
 
@@ -198,7 +203,7 @@ def train_missing(out: Path, families=tuple(FAMILIES), seeds=SEEDS, progress: bo
     """Every family's pilot (BASE) and target (BASE with TARGET) for every seed, unless finished already."""
     from noloco.infra.progress import Progress
 
-    jobs = [(f, run, seed) for f in families for run in ("pilot", "target") for seed in seeds]
+    jobs = [(f, run, seed) for f in families for run in ("pilot", "target", "gap8") for seed in seeds]
     if TORCHRUN[0] in families:
         jobs.append((TORCHRUN[0], "torchrun", seeds[0]))
     with Progress(len(jobs), "families study", unit="run", show=progress) as bar:
@@ -206,13 +211,14 @@ def train_missing(out: Path, families=tuple(FAMILIES), seeds=SEEDS, progress: bo
             folder = _folder(out, name, run, seed)
             done = (folder / "result.json").exists() and read_json(folder / "result.json").get("finished") is True
             if not done:
-                setting = {**BASE, **(TARGET if run == "target" else {})}
+                setting = {**BASE, **{"target": TARGET, "gap8": GAP_CHECK}.get(run, {})}
+                windows = GAP_WINDOWS if run == "gap8" else VAL_WINDOWS
                 if run == "torchrun":
                     train_ranks(FAMILIES[name], setting, seed, folder, TORCHRUN[1])
                 elif name == "cpu-tiny":
-                    train_tiny(setting, seed, folder)
+                    train_tiny(setting, seed, folder, windows)
                 else:
-                    train_hf(FAMILIES[name], setting, seed, folder)
+                    train_hf(FAMILIES[name], setting, seed, folder, windows)
             bar.update()
 
 
@@ -237,12 +243,13 @@ def _own(folder: Path, family: str, seed: int) -> dict:
 def _gap(folder: Path, family: str, seed: int) -> dict:
     """The gap from the second moment the observer wrote (a Hugging Face run) or the harness's checkpoint."""
     from noloco.advice.gap import equipartition_gap
+    from noloco.advice.record import read_run
     from noloco.llm_check.adam_state import second_moment_root
 
     rep = equipartition_gap(folder, second_moment_root)
     ok = within(rep["ratio"], GAP_RULE, relative=False)
-    return {"family": family, "seed": seed, "predicted": rep["predicted"], "measured": rep["measured"],
-            "ratio": rep["ratio"], "flags": rep["flags"],
+    return {"family": family, "seed": seed, "replicas": read_run(folder).outer.replicas, "predicted": rep["predicted"],
+            "measured": rep["measured"], "ratio": rep["ratio"], "flags": rep["flags"], "val_windows": rep["val_windows"],
             "verdict": "flagged" if rep["flags"] else ("agrees" if ok else "misses")}
 
 
@@ -258,6 +265,7 @@ def evaluate(out: Path, families=tuple(FAMILIES), seeds=SEEDS) -> dict:
             rows["forecast"].append({**forecast_check(pilot, name, seed), "family": name})
             rows["transfer"].append({**transfer_check(pilot, target, name, seed, TARGET), "family": name})
             rows["gap"].append(_gap(pilot, name, seed))
+            rows["gap"].append({**_gap(_folder(out, name, "gap8", seed), name, seed), "run": "gap8"})
         if name == TORCHRUN[0]:  # one replica per rank, measured from the coordinate sample
             ranked = _folder(out, name, "torchrun", seeds[0])
             rows["own"].append({**_own(ranked, name, seeds[0]), "run": "torchrun"})
@@ -284,11 +292,12 @@ def run_study(out, train: bool = True, families=tuple(FAMILIES), seeds=SEEDS) ->
 def format_report(rep: dict) -> str:
     lines = [f"rules: own inputs within a factor {rep['rules']['own_factor']:g}; forecast and transfer within "
              f"{rep['rules']['advice_tolerance']:.0%}; gap within a factor {rep['rules']['gap_factor']:g}",
-             f"{'kind':<9} {'family':<9} {'seed':>4} {'ratio':>7}  verdict  flags"]
+             f"{'kind':<9} {'family':<12} {'seed':>4} {'ratio':>7}  verdict  flags"]
     for kind in ("own", "forecast", "transfer", "gap"):
         for x in rep[kind]:
             ratio = "-" if x["ratio"] is None else f"{x['ratio']:.3f}"
-            lines.append(f"{kind:<9} {x['family']:<9} {x['seed']:>4} {ratio:>7}  {x['verdict']:<8} "
+            family = x["family"] + (f" N{x['replicas']}" if kind == "gap" else "")
+            lines.append(f"{kind:<9} {family:<12} {x['seed']:>4} {ratio:>7}  {x['verdict']:<8} "
                          f"{'; '.join(f[:60] for f in x.get('flags', []))}")
     lines.append("summary: " + "; ".join(f"{k} {v['agree']}/{v['runs']} agree, {v['flagged']} flagged, "
                                          f"{v['misses_unflagged']} unflagged misses"
