@@ -47,17 +47,16 @@ def run(args) -> int:
                                                  stop_after=args.stop_after, threads=args.threads,
                                                  overwrite=args.overwrite, timeout=args.timeout,
                                                  max_memory=args.max_memory, **shown)}
-        report = results[configs[0].method]["rank"] == 0  # rank 0 reports for the run
+        reports = results[configs[0].method]["rank"] == 0  # rank 0 reports for the whole run
     else:
         from noloco.llm_check.train import train_methods
 
         results = train_methods(configs, args.out, resume=args.resume, stop_after=args.stop_after,
                                 threads=args.threads, overwrite=args.overwrite, max_memory=args.max_memory, **shown)
-        report = True
-    if report:
+        reports = True
+    if reports:
         print_json({"runs": results}) if args.json else print(format_results(results))
     diverged = {method: r["diverged"]["message"] for method, r in results.items() if r.get("diverged")}
-    for method, message in diverged.items():  # the finding, on stderr too: exit 1
-        if report:
-            print(f"noloco llm train: {method} {message}", file=sys.stderr)
+    for method, message in diverged.items() if reports else ():  # the finding, on stderr too: exit 1
+        print(f"noloco llm train: {method} {message}", file=sys.stderr)
     return 1 if diverged else 0

@@ -128,6 +128,7 @@ class Lifecycle:
         self.tensorboard = tensorboard
         self.first_step = 0       # inner steps of the run done before this part (the checkpoint's)
         self.prior_wall = 0.0     # wall seconds of the parts before this one (None: not recorded)
+        self.resumed, self.started = False, time.perf_counter()  # (both set again when the run starts)
         self.out = Path(trainer.out)
         self.ex = trainer.ex
         self.divergence = divergence.Divergence(self.ex.replicas)
