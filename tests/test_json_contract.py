@@ -91,6 +91,8 @@ def _run_json(name: str, arguments: list, tmp_path, capsys, request) -> dict:
     code = main(argv)
     captured = capsys.readouterr()
     assert code in (0, 1), f"noloco {' '.join(argv)}: exit {code}: {captured.err[-2000:]}"
+    if code == 1:  # a checked condition failed: a line on stderr says which
+        assert any(line.startswith(f"noloco {name}: ") for line in captured.err.splitlines()), captured.err[-2000:]
 
     def refuse(constant):
         raise AssertionError(f"noloco {name} --json printed {constant}, not strict JSON")

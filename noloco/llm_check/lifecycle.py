@@ -364,7 +364,8 @@ class Lifecycle:
         sink = (TensorBoardSink(self.out, self.first_step if resume else None)
                 if self.tensorboard and self.ex.is_main else None)
         live = LiveLog(cfg, self.log_every, bar, show=self.ex.is_main and progress is not False, sink=sink,
-                       local_replicas=len(self.ex.replicas), world_size=self.ex.world_size)
+                       local_replicas=len(self.ex.replicas), world_size=self.ex.world_size,
+                       whole_model=self.ex.stage is None or cfg.stages == 1)
         clock = time.perf_counter()
         try:
             with bar, contextlib.closing(live), deferred_stop() as request:

@@ -71,10 +71,11 @@ class LiveLog:
     ``sink``: a :class:`TensorBoardSink` or None."""
 
     def __init__(self, cfg: TrainConfig, every: int, progress: Progress, *, show: bool, sink=None,
-                 local_replicas: int, world_size: int = 1):
+                 local_replicas: int, world_size: int = 1, whole_model: bool = True):
         self.cfg, self.every, self.progress, self.show, self.sink = cfg, every, progress, show, sink
         self.local_tokens = local_replicas * cfg.batch * cfg.ctx  # this process's share: the MFU of its device
-        self.peak = peak_flops(cfg.device)
+        # a torchrun rank holding one pipeline stage does an unknown share of a token's FLOPs: no MFU there
+        self.peak = peak_flops(cfg.device) if whole_model else None
         self.flops_per_token = cfg.model().flops_per_token()
         self.loss_label = "train loss" if world_size == 1 else "train loss (rank 0's replica)"
         self._restart()

@@ -97,6 +97,9 @@ def format_results(results: dict[str, dict]) -> str:
                          f"{rate}; the table counts the whole run{earlier}")
         if r.get("diverged"):
             lines.append(f"{method}: {r['diverged']['message']}")
+        elif not r["finished"]:
+            lines.append(f"{method}: stopped at outer step {r['outer_steps_done']} of {r['config']['outer_steps']}; "
+                         f"the same command with --resume continues it")
     return "\n".join(lines)
 
 
