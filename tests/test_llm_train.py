@@ -269,6 +269,9 @@ def test_torchrun_gloo_matches_batched(tmp_path):
         for k, p in single.phi.items():
             torch.testing.assert_close(state["phi"][k][0], p[rank], rtol=0, atol=1e-5)
     assert not (tmp_path / "dist" / "run.lock").exists()  # rank 0 held it and let it go
+    # rank 0 prints the closing table, once, counting the whole run
+    assert proc.stdout.count("method    steps") == 1 and "4 torchrun ranks" in proc.stdout, proc.stdout
+    assert next(line for line in proc.stdout.splitlines() if line.startswith("noloco ")).split()[1] == "20"
     d, s = rows(tmp_path / "dist")[-1], rows(tmp_path / "one")[-1]
     assert d["weight_std"] == pytest.approx(s["weight_std"], rel=1e-3)
     assert d["train_loss_per_replica"] == pytest.approx(s["train_loss_per_replica"], rel=1e-4)

@@ -17,9 +17,9 @@ import argparse
 
 from noloco.benchmarks.timer import best_of, run
 from noloco.llm_check.config import PRESETS, build
+from noloco.llm_check.resources import peak_flops
 from noloco.infra.checks import check_integer
 
-PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}  # bf16 dense
 SIZES = ("cpu-tiny", "cpu-small", "gpu")
 
 
@@ -87,10 +87,9 @@ def measure(replicas: int = 8, size: str = "cpu-small", device: str = "cpu", ste
             continue
         tokens = tr.cfg.tokens_per_inner_step()
         modes[name] = {"tokens_per_s": tokens / seconds, "step_s": seconds}
-        if device.startswith("cuda"):
-            peak = next((v for k, v in PEAK_FLOPS.items() if k in torch.cuda.get_device_name()), None)
-            if peak:
-                modes[name]["mfu"] = tr.model.flops_per_token() * tokens / seconds / peak
+        peak = peak_flops(device)
+        if peak:
+            modes[name]["mfu"] = tr.model.flops_per_token() * tokens / seconds / peak
     loop = modes["loop"]["tokens_per_s"]
     limit = modes["one model, N x batch"]["tokens_per_s"]
     for r in modes.values():

@@ -19,6 +19,9 @@ def add_parser(subparsers) -> None:
                    help="cache directory (default: the toolkit's cache, $NOLOCO_CACHE or ~/.cache/noloco)")
     p.add_argument("--refresh", action="store_true", help="recompute even when a cached result exists")
     p.add_argument("--llm-runs", default="runs", help="directory searched for LLM metrics.jsonl (default runs)")
+    p.add_argument("--json", action="store_true",
+                   help="print a JSON report of the figures made (name, seconds, from the cache, files) on stdout; "
+                        "the line per figure goes to stderr")
     p.add_argument("--max-time", metavar="DURATION",
                    help="time budget, e.g. 10m or none (default 1h): figures estimated above it are refused (exit 3)")
     p.set_defaults(run=run)
@@ -51,10 +54,17 @@ def run(args) -> int:
     require_time(names, quick=args.quick, cache_dir=args.cache, refresh=args.refresh, options=options,
                  max_time=args.max_time)
     bar = tqdm(names, desc="figs", unit="fig", disable=not sys.stderr.isatty())
+    made = []
     for name in bar:
         bar.set_postfix_str(name)
         r = _make(make, name, args, options.get(name))
-        tqdm.write(f"{name:<10} {r['seconds']:6.1f} s {'(cache)' if r['cached'] else '':<8} {r['files'][0]}")
+        made.append({"name": name, "seconds": r["seconds"], "cached": r["cached"], "files": [str(f) for f in r["files"]]})
+        tqdm.write(f"{name:<10} {r['seconds']:6.1f} s {'(cache)' if r['cached'] else '':<8} {r['files'][0]}",
+                   file=sys.stderr if args.json else sys.stdout)
+    if args.json:
+        from noloco.infra.files import print_json
+
+        print_json({"figures": made})
     return 0
 
 

@@ -1,6 +1,9 @@
 """The flags of ``noloco llm train`` (and of the torchrun entry, which is the same command): a run's
 settings (:class:`noloco.llm_check.config.TrainConfig`), the outer step's flags shared with every command
-(:func:`noloco.cli.options.add_outer_arguments`) and the run flags (folder, resume, threads, budget)."""
+(:func:`noloco.cli.options.add_outer_arguments`) and the run flags (folder, resume, threads, budget, what the
+run shows). Every flag may also come from a TOML file (``--config``, :mod:`noloco.cli.config_file`); a flag
+given on the command line wins. Every flag's default is in its help or, where the preset decides it, in the
+table of presets that ends ``--help`` (:func:`preset_table`, computed from the presets themselves)."""
 
 from __future__ import annotations
 
@@ -9,17 +12,18 @@ import dataclasses
 
 from noloco.cli.options import add_outer_arguments
 from noloco.infra.checks import check_choice
-from noloco.llm_check.config import (DTYPES, INNER_OPTIMIZERS, PRESETS, REPLICA_MODES, SCHEDULES,
-                                     TrainConfig, build, check_run_flags)
+from noloco.infra.errors import ConfigError
+from noloco.llm_check.config import (DEFAULT_TIMEOUT, DTYPES, INNER_OPTIMIZERS, PRESETS, REPLICA_MODES,
+                                     SCHEDULES, TrainConfig, build, check_run_flags, default_log_every)
 from noloco.llm_check.domains import ALL_TRAINING, NAMES as DOMAIN_NAMES
 from noloco.llm_check.routing import ROUTINGS
 from noloco.theory.config import OUTER_FIELDS
 from noloco.theory.methods import METHOD_SUMMARY, METHODS
 
 #: where an outer value comes from when its flag is absent
-OUTER_DEFAULTS = {name: "default: the method's, or the paper preset's with --preset paper"
+OUTER_DEFAULTS = {name: "default: the method's, or the paper preset's with --preset paper; table below"
                   for name in ("replicas", "group_size", "alpha", "beta", "gamma")}
-OUTER_DEFAULTS["replicas"] = "default: the llm preset's"
+OUTER_DEFAULTS["replicas"] = "default: the llm preset's, table below"
 
 _FLAG_HELP = {
     "inner_steps": "inner steps H per outer step (ddp: steps between evaluations)", "outer_steps": "outer steps",
@@ -39,9 +43,72 @@ _FLAG_HELP = {
 }
 
 
+#: the method whose outer step the table of presets shows
+TABLE_METHOD = "noloco"
+#: flags that act on one invocation rather than set the run: refused in a --config file
+COMMAND_ONLY = ("config", "print_config", "json", "resume", "overwrite", "stop_after")
+
+
+def _shown(value) -> str:
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return "-" if value is None else f"{value:g}" if isinstance(value, float) else str(value)
+
+
+def preset_defaults() -> dict[str | None, dict]:
+    """``{preset (None: no preset): {flag dest: its default}}`` for --method noloco, computed by
+    :func:`noloco.llm_check.config.build` from the presets, as a run resolves them."""
+    columns = {}
+    for preset in (None, *PRESETS):
+        cfg = build(preset, TABLE_METHOD)
+        values = {k: getattr(cfg.outer, k) for k in OUTER_FIELDS}
+        values.update({k: v for k, v in cfg.as_dict().items() if k not in ("method", "outer")})
+        values["log_every"] = default_log_every(cfg)
+        columns[preset] = values
+    return columns
+
+
+def preset_table(columns: dict[str | None, dict]) -> str:
+    """The outer step's flags and those whose default depends on --preset, one row each, a column per preset."""
+    first = columns[None]
+    varying = [k for k in first if k in OUTER_FIELDS or len({_shown(c[k]) for c in columns.values()}) > 1]
+    head = ["flag", *("(no preset)" if p is None else p for p in columns)]
+    rows = [head] + [["--" + k.replace("_", "-"), *(_shown(c[k]) for c in columns.values())] for k in varying]
+    widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
+    lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
+    return (f"Defaults by --preset (the outer step for --method {TABLE_METHOD}; --method diloco starts from\n"
+            f"alpha 0.3, beta 0.7 outside the paper preset); --config FILE, then the command line, override them:\n"
+            + "\n".join("  " + line for line in lines))
+
+
+class TableHelpFormatter(argparse.HelpFormatter):
+    """argparse's formatter that keeps a text written over several lines (the table of presets) as written,
+    and wraps the others."""
+
+    def _fill_text(self, text, width, indent):
+        return "\n".join(indent + line for line in text.splitlines()) if "\n" in text else \
+            super()._fill_text(text, width, indent)
+
+
+def _default_help(name: str, columns: dict) -> str:
+    """Where the flag's value comes from when it is not given."""
+    values = {_shown(c[name]) for c in columns.values()}
+    if len(values) > 1 or name in OUTER_FIELDS:
+        return " (default: the preset's, table below)"
+    value = values.pop()
+    return "" if value == "-" else f" (default {value})"
+
+
 def add_train_arguments(parser: argparse.ArgumentParser, methods_list: bool = False) -> None:
+    columns = preset_defaults()
+    parser.epilog = preset_table(columns)
+    parser.formatter_class = TableHelpFormatter
+    parser.add_argument("--config", metavar="FILE",
+                        help="read flags from a TOML file: a key per flag, its name with _ for - (outer_steps = 10, "
+                             "method = \"noloco\"); flags on the command line win; docs/llm_check.md has an example")
     parser.add_argument("--preset", choices=sorted(PRESETS),
-                        help="model and compute: cpu-tiny: smoke run < 1 min; cpu-small: N = 8 comparison on a "
+                        help="model and compute (default: none, the values of the table's first column): cpu-tiny: "
+                             "smoke run < 1 min; cpu-small: N = 8 comparison on a "
                              "2-core CPU; paper: NoLoCo reference outer (theory preset paper) and inner settings; "
                              "gpu: one H100/H200. The outer step comes from the method unless given")
     parser.add_argument("--method", default=None,
@@ -49,15 +116,17 @@ def add_train_arguments(parser: argparse.ArgumentParser, methods_list: bool = Fa
                         + "; ".join(f"{m}: {METHOD_SUMMARY[m]}" for m in METHODS)
                         + ". diloco starts from alpha 0.3, beta 0.7, heavy-ball (theory preset diloco)"
                         + (" (default: ddp,diloco,noloco with --preset cpu-small, else noloco)" if methods_list else ""))
-    add_outer_arguments(parser, OUTER_DEFAULTS)
+    add_outer_arguments(parser, {**OUTER_DEFAULTS, "momentum": _default_help("momentum", columns).strip(" ()")})
     for f in dataclasses.fields(TrainConfig):
         if f.name not in ("method", "outer", "noniid", "schedule", "dtype", "replica_mode", "routing", "outer_dtype",
                           "inner_optimizer", "domain"):
             parser.add_argument("--" + f.name.replace("_", "-"), type=int if f.default is None else type(f.default),
-                                default=None, help=_FLAG_HELP[f.name])
+                                default=None, help=_FLAG_HELP[f.name] + _default_help(f.name, columns))
     parser.add_argument("--schedule", choices=SCHEDULES, default=None,
-                        help="inner learning rate after the warm-up: cosine to min_lr_frac * lr, or constant")
-    parser.add_argument("--dtype", choices=DTYPES, default=None, help="parameter and compute dtype")
+                        help="inner learning rate after the warm-up: cosine to min_lr_frac * lr, or constant"
+                             + _default_help("schedule", columns))
+    parser.add_argument("--dtype", choices=DTYPES, default=None,
+                        help="parameter and compute dtype" + _default_help("dtype", columns))
     parser.add_argument("--inner-optimizer", choices=INNER_OPTIMIZERS, default=None,
                         help="inner optimiser: adamw (default; its state carries over outer steps) or plain sgd "
                              "(no momentum; --weight-decay is then an L2 term; needs a much larger --lr)")
@@ -65,37 +134,64 @@ def add_train_arguments(parser: argparse.ArgumentParser, methods_list: bool = Fa
                         help="dtype of the outer state (phi and the outer momentum), rounded to it after every "
                              "outer step; the reference keeps it in bfloat16 (default: same as --dtype)")
     parser.add_argument("--replica-mode", choices=REPLICA_MODES, default=None,
-                        help="batched replica-dimension model, a loop over replicas, or auto (batched)")
+                        help="batched replica-dimension model, a loop over replicas, or auto (batched; the default)")
     parser.add_argument("--routing", choices=ROUTINGS, default=None,
-                        help="with --stages > 1: fixed (replica r of every stage forms one model) or random (every "
-                             "microbatch visits a random replica of each stage after the first, a fresh "
-                             "permutation per stage, step and batch position)")
+                        help="with --stages > 1: fixed (replica r of every stage forms one model; the default) or "
+                             "random (every microbatch visits a random replica of each stage after the first, a "
+                             "fresh permutation per stage, step and batch position)")
     parser.add_argument("--domain", default=None,
                         help=f"train and validate on these domains of the corpus only: one of {', '.join(DOMAIN_NAMES)}, "
                              f"a comma-separated list, or {ALL_TRAINING} (every domain not held out); "
-                             f"noloco.llm_check.domains, docs/hdee.md")
+                             f"noloco.llm_check.domains, docs/hdee.md (default: all the text)")
     parser.add_argument("--noniid", action="store_true", default=None,
-                        help="non-IID shards: each replica reads different source files")
+                        help="non-IID shards: each replica reads different source files (default off: IID)")
     parser.add_argument("--print-config", action="store_true",
-                        help="print each run's resolved settings (preset, flags, then the method) with its memory and "
-                             "time estimates as JSON, and exit without training or touching --out")
-    parser.add_argument("--out", required=True,
-                        help="output directory (metrics.jsonl, checkpoints, result.json); one that holds a run "
-                             "needs --resume or --overwrite, and a folder in use by a live run is refused")
+                        help="print each run's resolved settings (preset, --config, flags, then the method) with its "
+                             "memory and time estimates as JSON, and exit without training or touching --out")
+    parser.add_argument("--out", default=None,
+                        help="output directory (metrics.jsonl, checkpoints, result.json; required, here or in "
+                             "--config); one that holds a run needs --resume or --overwrite, and a folder in use by "
+                             "a live run is refused")
     parser.add_argument("--resume", action="store_true", help="continue from OUT's last checkpoint")
     parser.add_argument("--overwrite", action="store_true",
                         help="replace the run in OUT (its metrics, checkpoints and result.json are deleted)")
     parser.add_argument("--stop-after", type=int, default=None,
                         help="stop after this many outer steps, as if interrupted, with a checkpoint "
-                             "(resume with --resume)")
+                             "(resume with --resume; default: none, run to the end)")
+    parser.add_argument("--log-every", type=int, default=None, metavar="N",
+                        help="a live line every N inner steps: train loss, learning rate, tokens/s, ms per step "
+                             "(and MFU on a GPU), on stderr (default: the run's inner steps H, one line per outer "
+                             "step; table below)")
+    parser.add_argument("--tensorboard", action="store_true",
+                        help="also write the live lines' and the evaluations' scalars as TensorBoard events under "
+                             "OUT/tensorboard (needs the tb extra: pip install -e '.[tb]')")
+    parser.add_argument("--json", action="store_true",
+                        help="print the runs' results as one JSON report on stdout instead of the table (live "
+                             "lines stay on stderr)")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default torch's; 1 is much faster on a shared, busy CPU)")
-    parser.add_argument("--timeout", type=float, default=120.0,
-                        help="seconds to wait for a peer in distributed mode before failing")
+    parser.add_argument("--timeout", type=float, default=None,
+                        help=f"seconds to wait for a peer in distributed mode before failing "
+                             f"(default {DEFAULT_TIMEOUT:g})")
     parser.add_argument("--max-memory", default=None, metavar="SIZE",
                         help="memory budget of a run, e.g. 8G, 500M or bytes (default: half the memory "
                              "available, or 90%% of the GPU's free memory); a run whose estimate is above it "
                              "is refused before it starts")
+
+
+def apply_config_file(args) -> dict:
+    """``--config``'s values merged into ``args`` (the command line wins, :mod:`noloco.cli.config_file`), then
+    the run flags' own defaults; ``{dest: value}`` taken from the file."""
+    from noloco.cli.config_file import merge
+
+    taken = {}
+    if args.config is not None:
+        taken = merge(args, args.config, args.parser._actions, COMMAND_ONLY)
+    if args.out is None:
+        raise ConfigError("--out is required (on the command line, or out = \"DIR\" in --config)")
+    if args.timeout is None:
+        args.timeout = DEFAULT_TIMEOUT
+    return taken
 
 
 def config_from_args(args, method: str | None = None) -> TrainConfig:

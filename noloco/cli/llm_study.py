@@ -5,6 +5,8 @@ point-to-point times on this machine)."""
 
 from __future__ import annotations
 
+import sys
+
 STUDIES = ("routing", "paper", "advice", "tune", "families", "comm")
 
 
@@ -74,6 +76,7 @@ def add_parser(sub) -> None:
     comm.add_argument("--sizes", default=",".join(map(str, DEFAULT_SIZES)),
                       help="comma-separated payload sizes in bytes >= 4 (default 1 KiB .. 64 MiB, x4)")
     comm.add_argument("--repeats", type=int, default=20, help="repetitions at 1 KiB (>= 3); fewer at larger sizes")
+    comm.add_argument("--json", action="store_true", help="print the JSON report (the file's content) instead of the table")
     comm.set_defaults(study_run=_comm)
     study.set_defaults(run=run)
 
@@ -144,6 +147,11 @@ def _comm(args) -> int:
     from noloco.llm_check import comm_measure
 
     data, out = comm_measure.measure_to_file(args.out, args.ranks, args.sizes, args.repeats)
-    print(comm_measure.format_table(data))
-    print(f"wrote {out}")
+    if args.json:
+        from noloco.infra.files import print_json
+
+        print_json(data)
+    else:
+        print(comm_measure.format_table(data))
+    print(f"wrote {out}", file=sys.stderr if args.json else sys.stdout)
     return 0

@@ -20,18 +20,23 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
-    from noloco.cli.llm_flags import configs_from_args
+    from noloco.cli.llm_flags import apply_config_file, configs_from_args
     from noloco.infra.errors import ConfigError
-    from noloco.llm_check.train import torchrun_world_size
+    from noloco.infra.files import print_json
+    from noloco.llm_check.train import format_results, torchrun_world_size
 
+    from_file = apply_config_file(args)
     configs = configs_from_args(args)
     if args.print_config:
-        from noloco.infra.files import print_json
+        from noloco.llm_check.config import default_log_every
         from noloco.llm_check.resources import memory_estimate, time_estimate
 
-        print_json({"runs": [{"config": cfg.as_dict(), "memory_bytes": memory_estimate(cfg),
-                              "time_seconds": time_estimate(cfg)} for cfg in configs]})
+        flags = {k: getattr(args, k) for k in ("out", "threads", "timeout", "max_memory", "tensorboard")}
+        print_json({"config_file": args.config, "from_config_file": sorted(from_file), "run_flags": flags, "runs": [
+            {"config": cfg.as_dict(), "log_every": args.log_every or default_log_every(cfg),
+             "memory_bytes": memory_estimate(cfg), "time_seconds": time_estimate(cfg)} for cfg in configs]})
         return 0
+    shown = {"log_every": args.log_every, "tensorboard": bool(args.tensorboard)}
     if torchrun_world_size() is not None:
         if len(configs) > 1:
             raise ConfigError(f"--method {','.join(c.method for c in configs)}: under torchrun a run trains one "
@@ -41,14 +46,17 @@ def run(args) -> int:
         results = {configs[0].method: train_rank(configs[0], args.out, resume=args.resume,
                                                  stop_after=args.stop_after, threads=args.threads,
                                                  overwrite=args.overwrite, timeout=args.timeout,
-                                                 max_memory=args.max_memory)}
+                                                 max_memory=args.max_memory, **shown)}
+        reports = results[configs[0].method]["rank"] == 0  # rank 0 reports for the whole run
     else:
-        from noloco.llm_check.train import format_results, train_methods
+        from noloco.llm_check.train import train_methods
 
         results = train_methods(configs, args.out, resume=args.resume, stop_after=args.stop_after,
-                                threads=args.threads, overwrite=args.overwrite, max_memory=args.max_memory)
-        print(format_results(results))
+                                threads=args.threads, overwrite=args.overwrite, max_memory=args.max_memory, **shown)
+        reports = True
+    if reports:
+        print_json({"runs": results}) if args.json else print(format_results(results))
     diverged = {method: r["diverged"]["message"] for method, r in results.items() if r.get("diverged")}
-    for method, message in diverged.items():  # the finding, on stderr too: exit 1
+    for method, message in diverged.items() if reports else ():  # the finding, on stderr too: exit 1
         print(f"noloco llm train: {method} {message}", file=sys.stderr)
     return 1 if diverged else 0

@@ -43,6 +43,8 @@ def run(args) -> int:
     print_json(report) if args.json else print(format_table(report))
     print(f"(runs and validate.json in {out})", file=sys.stderr)
     wrong = disagreements(report)
+    if report.get("diverged"):  # why the exit status is 1, on stderr: --json's stdout stays pure JSON
+        print(f"noloco llm validate: exit 1: a run diverged: {report['diverged']}", file=sys.stderr)
     if wrong:  # a finding, like a claim that does not hold: exit 1 (noloco.studies.validate.disagreements)
         print(f"noloco llm validate: the zero-constant prediction disagrees on {len(wrong)} of "
               f"{len(report['rows'])} settings: {'; '.join(wrong)}", file=sys.stderr)

@@ -224,6 +224,15 @@ def build(preset: str | None = None, method: str | None = None, *, gamma_tied: b
 
 #: validation windows per evaluation batch (the trainer and the memory estimate)
 EVAL_CHUNK = 32
+#: seconds a torchrun rank waits for a peer (``--timeout``) when neither the command line nor --config says
+DEFAULT_TIMEOUT = 120.0
+
+
+def default_log_every(cfg: TrainConfig) -> int:
+    """Inner steps between live lines when ``--log-every`` is not given: one line per outer step (H inner
+    steps), so every preset shows a line every few seconds (the evaluations' lines come every ``eval_every``
+    outer steps: every 200 inner steps with the gpu preset)."""
+    return cfg.inner_steps
 
 
 def check_threads(threads) -> int:
@@ -243,3 +252,6 @@ def check_run_flags(args) -> None:
         check_threads(args.threads)
     if getattr(args, "timeout", None) is not None:
         check_real("timeout", args.timeout, "0 < timeout < inf (seconds)", lambda v: 0 < v < math.inf)
+    if getattr(args, "log_every", None) is not None:
+        check_integer("log_every", args.log_every, "an integer >= 1 (inner steps between live lines)",
+                      lambda v: v >= 1)

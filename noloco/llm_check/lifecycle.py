@@ -13,12 +13,18 @@
   ``--resume`` command printed; exit 130. Under torchrun a rank cannot save mid-phase (its group may be
   at another point), so the last periodic checkpoint is what a resumed run starts from.
 * A divergence (:mod:`noloco.llm_check.divergence`) keeps the last finite checkpoint and ends the run.
-* Progress: a bar on a terminal, a line per evaluation in a log (:mod:`noloco.infra.progress`).
+* Progress: a bar on a terminal, a line per evaluation in a log (:mod:`noloco.infra.progress`); a live line
+  every ``log_every`` inner steps and the TensorBoard sink: :mod:`noloco.llm_check.live`.
+* What the run did: the result counts the part this invocation trained (``part``: from which inner step,
+  how many, its wall time and tokens/s) and the whole run (``run``: its inner steps and tokens, and its wall
+  time summed over the parts that made the checkpoints, null after a checkpoint written before that sum was
+  kept), so a resumed run's totals are the whole run's and its rates the part's.
 """
 
 from __future__ import annotations
 
 import contextlib
+import math
 import shlex
 import sys
 import time
@@ -33,7 +39,8 @@ from noloco.infra.files import (SCHEMA_VERSION, atomic_write, atomic_write_text,
 from noloco.infra.progress import Progress
 from noloco.infra.rundir import RunFolder
 from noloco.llm_check import divergence
-from noloco.llm_check.config import TrainConfig
+from noloco.llm_check.config import TrainConfig, default_log_every
+from noloco.llm_check.live import TENSORBOARD_DIR, LiveLog, TensorBoardSink
 from noloco.training.exchange import PeerError
 
 #: the files of a run besides its checkpoints
@@ -115,8 +122,13 @@ def resume_command(world_size: int = 1) -> str:
 class Lifecycle:
     """One run of ``trainer`` in an opened ``folder`` (see the module docstring)."""
 
-    def __init__(self, trainer, folder: RunFolder):
+    def __init__(self, trainer, folder: RunFolder, log_every: int | None = None, tensorboard: bool = False):
         self.trainer, self.folder = trainer, folder
+        self.log_every = default_log_every(trainer.cfg) if log_every is None else log_every
+        self.tensorboard = tensorboard
+        self.first_step = 0       # inner steps of the run done before this part (the checkpoint's)
+        self.prior_wall = 0.0     # wall seconds of the parts before this one (None: not recorded)
+        self.resumed, self.started = False, time.perf_counter()  # (both set again when the run starts)
         self.out = Path(trainer.out)
         self.ex = trainer.ex
         self.divergence = divergence.Divergence(self.ex.replicas)
@@ -142,7 +154,7 @@ class Lifecycle:
 
     def save(self) -> None:
         state = {"schema_version": SCHEMA_VERSION, "config": self.trainer.cfg.as_dict(),
-                 "replicas": list(self.ex.replicas), **self.trainer.state_dict(),
+                 "replicas": list(self.ex.replicas), **self.trainer.state_dict(), "run_wall_s": self._run_wall(),
                  "data_rng": "numpy default_rng([seed, replica, inner_step]); groups from (seed, outer_step)"}
         atomic_write(self.checkpoint, lambda tmp: torch.save(state, tmp),
                      previous=self.previous if self.ex.world_size > 1 else None)
@@ -200,6 +212,9 @@ class Lifecycle:
         self.check_resume_settings(state)
         self.trainer.load_state_dict(state, path, self._recover())
         self.saved_at = self.trainer.outer_done
+        wall = state.get("run_wall_s")  # absent from checkpoints written before it was kept
+        self.prior_wall = (float(wall) if isinstance(wall, (int, float)) and not isinstance(wall, bool)
+                           and math.isfinite(wall) and wall >= 0 else None)
 
     def _load_saved(self) -> None:
         """The rank's last checkpoint; under torchrun the one before it where a kill between its two renames
@@ -260,6 +275,24 @@ class Lifecycle:
     def _divergence_report(self) -> dict:
         return {**self.divergence.first, "checkpoint_outer_step": self.saved_at, "checkpoint": str(self.checkpoint)}
 
+    def _steps_done(self) -> int:
+        t = self.trainer
+        return t.outer_done * t.cfg.inner_steps + t.inner_done
+
+    def _run_wall(self) -> float | None:
+        """Wall seconds of the whole run so far: the earlier parts' (from the checkpoint) and this one's."""
+        return None if self.prior_wall is None else self.prior_wall + time.perf_counter() - self.started
+
+    def _counts(self) -> dict:
+        """``part``: what this invocation trained; ``run``: the whole run (see the module docstring)."""
+        per_step = self.trainer.cfg.tokens_per_inner_step()
+        done, wall, run_wall = self._steps_done(), time.perf_counter() - self.started, self._run_wall()
+        part_tokens = (done - self.first_step) * per_step
+        return {"part": {"resumed": self.resumed, "from_step": self.first_step, "inner_steps": done - self.first_step,
+                         "tokens": part_tokens, "wall_s": wall, "tokens_per_s": part_tokens / wall if wall > 0 else None},
+                "run": {"inner_steps": done, "tokens": done * per_step, "wall_s": run_wall,
+                        "tokens_per_s": done * per_step / run_wall if run_wall else None}}
+
     def _result(self, started: float) -> dict:
         t = self.trainer
         result = {"schema_version": SCHEMA_VERSION, "config": t.cfg.as_dict(), **t.corpus.info(),
@@ -267,7 +300,8 @@ class Lifecycle:
                   "n_params": t.model.n_params(), "outer_steps_done": t.outer_done,
                   "finished": t.outer_done == t.cfg.outer_steps and self.divergence.first is None,
                   "checkpoint_outer_step": self.saved_at, "wall_s": time.perf_counter() - started,
-                  "world_size": self.ex.world_size, "final": self.rows[-1] if self.rows else None}
+                  "world_size": self.ex.world_size, "rank": getattr(self.ex, "rank", 0), **self._counts(),
+                  "final": self.rows[-1] if self.rows else None}
         if self.divergence.first is not None:
             result["diverged"] = {**self.divergence.first, "message": divergence.message(self._divergence_report())}
         return result
@@ -309,6 +343,9 @@ class Lifecycle:
         try:  # the folder's own files only once every rank's checkpoint is at one outer step
             if failure is None and self.ex.is_main:
                 self.folder.clear(everything=overwrite)
+                if overwrite:  # the replaced run's TensorBoard events: its curves would mix with the new run's
+                    for events in (self.out / TENSORBOARD_DIR).glob("events.out.tfevents.*"):
+                        events.unlink(missing_ok=True)
                 metrics = self.out / "metrics.jsonl"
                 if resume and metrics.exists():
                     fix = (f"delete that line (rows after the checkpoint's outer step {self.trainer.outer_done} are "
@@ -367,8 +404,10 @@ class Lifecycle:
     def _execute(self, resume: bool, stop_after: int | None, overwrite: bool, progress: bool | None) -> dict:
         t, cfg = self.trainer, self.trainer.cfg
         self.started = started = time.perf_counter()
+        self.resumed = resume
         self._entropy = t.corpus.unigram_entropy()
         self.start(resume, overwrite)
+        self.first_step = self._steps_done()
         self._write_rows()
         self._write_result(started)
         last = min(cfg.outer_steps if stop_after is None else stop_after, cfg.outer_steps)
@@ -377,9 +416,14 @@ class Lifecycle:
         bar = Progress(cfg.total_inner_steps, f"{cfg.method} N={cfg.replicas}", unit="inner step",
                        initial=t.outer_done * cfg.inner_steps + t.inner_done,
                        show=progress if self.ex.is_main else False)
+        sink = (TensorBoardSink(self.out, self.first_step if resume else None)
+                if self.tensorboard and self.ex.is_main else None)
+        live = LiveLog(cfg, self.log_every, bar, show=self.ex.is_main and progress is not False, sink=sink,
+                       local_replicas=len(self.ex.replicas), world_size=self.ex.world_size,
+                       whole_model=self.ex.stage is None or cfg.stages == 1)
         clock = time.perf_counter()
         try:
-            with bar, deferred_stop() as request:
+            with bar, contextlib.closing(live), deferred_stop() as request:
                 while t.outer_done < last:
                     step0 = t.outer_done * cfg.inner_steps
                     for h in range(t.inner_done, cfg.inner_steps):
@@ -390,6 +434,7 @@ class Lifecycle:
                             break
                         t.record_loss(loss)
                         bar.update(1)
+                        live.step(step0 + h + 1, loss)
                         if single and request.signal_name and h + 1 < cfg.inner_steps:  # ranks stop together
                             self._stop(request.signal_name, h + 1)
                     if single and self.divergence.first:
@@ -402,18 +447,22 @@ class Lifecycle:
                     if (single or evaluate or save) and self.divergence.synchronise(self.ex, names):
                         break
                     if evaluate:
-                        row = t.metrics_row(clock)
+                        with live.paused():
+                            row = t.metrics_row(clock)
                         self.divergence.check_evaluation(t.outer_done, row)
                         if self.divergence.first:
                             break
-                        self.rows.append(row)
-                        self._write_rows()
+                        with live.paused():
+                            self.rows.append(row)
+                            self._write_rows()
+                            live.evaluation(row)
                         bar.note(f"val {row['val_loss_avg_model']:.3f}, weight_std {row['weight_std']:.2e}")
                         clock = time.perf_counter()
                     if save:
-                        self.save()
-                        self._write_inputs()
-                        self._write_result(started)
+                        with live.paused():
+                            self.save()
+                            self._write_inputs()
+                            self._write_result(started)
                     stop = self._stop_requested(request)
                     if stop and t.outer_done < last:
                         self._stop(stop, None)

@@ -84,6 +84,20 @@ def time_estimate(cfg: TrainConfig) -> float | None:
     return RUN_SECONDS + cfg.total_inner_steps * STEP_SECONDS + flops / CPU_FLOPS
 
 
+#: dense bfloat16 peak FLOP/s of the GPUs whose model FLOPs utilisation is reported (matched in the device's name)
+PEAK_FLOPS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
+
+
+def peak_flops(device: str) -> float | None:
+    """The peak of :data:`PEAK_FLOPS` of ``device``'s GPU; None on a CPU or a GPU not listed."""
+    if not str(device).startswith("cuda"):
+        return None
+    import torch
+
+    name = torch.cuda.get_device_name(torch.device(device))
+    return next((v for k, v in PEAK_FLOPS.items() if k in name), None)
+
+
 def check_memory(cfg: TrainConfig, max_memory=None, replicas: int | None = None, share: int = 1) -> dict:
     """The estimate of :func:`memory_estimate`; a :class:`noloco.infra.budget.BudgetError` (a MemoryError:
     exit 3) naming it, its parts, the budget and the flags to change when it is above the budget."""

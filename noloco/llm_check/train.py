@@ -18,7 +18,7 @@ from types import SimpleNamespace
 
 from noloco.infra.errors import ConfigError
 from noloco.infra.files import output_dir
-from noloco.llm_check.config import TrainConfig, check_run_flags
+from noloco.llm_check.config import DEFAULT_TIMEOUT, TrainConfig, check_run_flags
 from noloco.llm_check.lifecycle import run_folder
 from noloco.llm_check.resources import check_memory
 from noloco.llm_check.trainer import Trainer, set_threads
@@ -26,8 +26,10 @@ from noloco.llm_check.trainer import Trainer, set_threads
 
 def train_methods(configs: list[TrainConfig], out: str | Path, *, resume: bool = False,
                   stop_after: int | None = None, threads: int | None = None, progress: bool | None = None,
-                  overwrite: bool = False, max_memory=None) -> dict[str, dict]:
-    """Train each config into ``out``, or into ``out/METHOD`` when there are several; ``{method: result}``.
+                  overwrite: bool = False, max_memory=None, log_every: int | None = None,
+                  tensorboard: bool = False) -> dict[str, dict]:
+    """Train each config into ``out``, or into ``out/METHOD`` when there are several; ``{method: result}``;
+    ``log_every`` and ``tensorboard``: what each run shows (:mod:`noloco.llm_check.live`).
     Everything is checked before the first run starts: the methods, the flags, each run folder (its
     lock, then whether it holds a run) and each run's memory estimate. A run that diverges has
     ``"diverged"`` in its result; the others still run."""
@@ -36,7 +38,9 @@ def train_methods(configs: list[TrainConfig], out: str | Path, *, resume: bool =
     if twice:  # the second run would overwrite the first one's directory and result
         raise ConfigError(f"method={','.join(methods)} names {', '.join(twice)} more than once; "
                           "give each method once")
-    check_run_flags(SimpleNamespace(resume=resume, overwrite=overwrite, stop_after=stop_after, threads=threads))
+    check_run_flags(SimpleNamespace(resume=resume, overwrite=overwrite, stop_after=stop_after, threads=threads,
+                                    log_every=log_every))
+    check_tensorboard(tensorboard)
     output_dir(out)
     for cfg in configs:
         check_memory(cfg, max_memory)
@@ -47,27 +51,55 @@ def train_methods(configs: list[TrainConfig], out: str | Path, *, resume: bool =
         results = {}
         for cfg, folder in zip(configs, folders):
             trainer = Trainer(cfg, folder, progress=progress, max_memory=max_memory)
-            results[cfg.method] = trainer.run(resume=resume, stop_after=stop_after, overwrite=overwrite)
+            results[cfg.method] = trainer.run(resume=resume, stop_after=stop_after, overwrite=overwrite,
+                                              log_every=log_every, tensorboard=tensorboard)
     return results
 
 
+def check_tensorboard(tensorboard: bool) -> None:
+    """``--tensorboard`` needs tensorboard (the tb extra): a DataError (exit 3) before any work otherwise."""
+    if tensorboard:
+        from noloco.infra.errors import require_extra
+
+        require_extra("torch.utils.tensorboard", "tensorboard", "tb", "--tensorboard")
+
+
+def _number(value, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
+
+
 def format_results(results: dict[str, dict]) -> str:
-    """The comparison table of :func:`train_methods`' results, with the corpus it was measured on."""
+    """The closing table of :func:`train_methods`' (or a torchrun run's) results, with the corpus it was measured
+    on. Every column is the whole run's (steps, tokens/s and wall time over all its parts; ``-`` where a part
+    before a resume did not record its time); a resumed run gets a line saying what this part did."""
     first = next(iter(results.values()))
+    ranks = f", {first['world_size']} torchrun ranks" if first.get("world_size", 1) > 1 else ""
     lines = [f"corpus sha256 {first['corpus_sha256'][:16]}, Python {first['python']}, {first['n_params']} "
-             f"parameters, unigram entropy {first['unigram_entropy']:.3f} nats/byte",
+             f"parameters, unigram entropy {first['unigram_entropy']:.3f} nats/byte{ranks}",
              f"{'method':<8} {'steps':>6} {'train':>7} {'val(avg model)':>15} {'weight_std':>11} {'tok/s':>8} "
              f"{'wall s':>7}"]
     nan = float("nan")
     for method, r in results.items():
         f = {k: nan if v is None else v for k, v in (r["final"] or {}).items()}  # strict JSON: null for non-finite
-        lines.append(f"{method:<8} {f.get('step', 0):>6} {f.get('train_loss', nan):>7.3f} "
+        whole = r["run"]
+        lines.append(f"{method:<8} {whole['inner_steps']:>6} {f.get('train_loss', nan):>7.3f} "
                      f"{f.get('val_loss_avg_model', nan):>15.3f} {f.get('weight_std', nan):>11.3e} "
-                     f"{f.get('tokens_per_s', nan):>8.0f} {r['wall_s']:>7.1f}"
+                     f"{_number(whole['tokens_per_s'], '>8.0f'):>8} {_number(whole['wall_s'], '>7.1f'):>7}"
                      + ("  DIVERGED" if r.get("diverged") else ""))
     for method, r in results.items():
+        part = r["part"]
+        if part["resumed"]:
+            rate = f", {part['tokens_per_s']:,.0f} tokens/s" if part["tokens_per_s"] else ""
+            earlier = ("" if r["run"]["wall_s"] is not None else
+                       "; the whole run's time is not known (its checkpoint predates that record)")
+            lines.append(f"{method}: resumed at inner step {part['from_step']}: this part trained "
+                         f"{part['inner_steps']} inner steps ({part['tokens']:,} tokens) in {part['wall_s']:.1f} s"
+                         f"{rate}; the table counts the whole run{earlier}")
         if r.get("diverged"):
             lines.append(f"{method}: {r['diverged']['message']}")
+        elif not r["finished"]:
+            lines.append(f"{method}: stopped at outer step {r['outer_steps_done']} of {r['config']['outer_steps']}; "
+                         f"the same command with --resume continues it")
     return "\n".join(lines)
 
 
@@ -126,21 +158,23 @@ def torchrun_world_size() -> int | None:
 
 
 def train_rank(cfg: TrainConfig, out: str | Path, *, resume: bool = False, stop_after: int | None = None,
-               threads: int | None = None, overwrite: bool = False, timeout: float = 120.0,
-               max_memory=None) -> dict:
+               threads: int | None = None, overwrite: bool = False, timeout: float = DEFAULT_TIMEOUT,
+               max_memory=None, log_every: int | None = None, tensorboard: bool = False) -> dict:
     """One replica of a torchrun run on this rank (``torchrun ... -m noloco llm train``); its result. Rank 0
     checks and locks the folder once every rank has started, so that all of them learn whether it could
     (:meth:`noloco.llm_check.lifecycle.Lifecycle.start`)."""
     from noloco.training.exchange import DistExchange
 
     check_run_flags(SimpleNamespace(resume=resume, overwrite=overwrite, stop_after=stop_after, threads=threads,
-                                    timeout=timeout))
+                                    timeout=timeout, log_every=log_every))
+    check_tensorboard(tensorboard)
     set_threads(threads)
     ex = DistExchange.init(cfg, timeout)
     cfg = dataclasses.replace(cfg, device=str(ex.device))  # the rank's device: exchange.rank_device
     try:
         return Trainer(cfg, out, ex, max_memory=max_memory).run(resume=resume, stop_after=stop_after,
-                                                                overwrite=overwrite)
+                                                                overwrite=overwrite, log_every=log_every,
+                                                                tensorboard=tensorboard)
     finally:
         ex.close()
 

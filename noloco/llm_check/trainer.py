@@ -336,14 +336,16 @@ class Trainer:
 
     # ------------------------------------------------------------- the run
 
-    def run(self, resume: bool = False, stop_after: int | None = None, overwrite: bool = False) -> dict:
-        """Train to ``outer_steps`` (or ``stop_after``); the result, as written to result.json. A divergence
+    def run(self, resume: bool = False, stop_after: int | None = None, overwrite: bool = False,
+            log_every: int | None = None, tensorboard: bool = False) -> dict:
+        """Train to ``outer_steps`` (or ``stop_after``); the result, as written to result.json; a live line every
+        ``log_every`` inner steps, and TensorBoard events with ``tensorboard`` (:mod:`noloco.llm_check.live`). A divergence
         ends the run early with ``result["diverged"]``; Ctrl-C or SIGTERM checkpoint and raise
         :class:`noloco.infra.entry.Interrupted` (:mod:`noloco.llm_check.lifecycle`). The folder is the
         caller's opened RunFolder, or one the lifecycle opens (under torchrun rank 0, the ranks agreeing)."""
         folder = self.folder or run_folder(self._out_given, resume=resume, overwrite=overwrite, lock=self.ex.is_main)
         try:
-            return Lifecycle(self, folder).execute(resume, stop_after, overwrite, self.progress,
+            return Lifecycle(self, folder, log_every, tensorboard).execute(resume, stop_after, overwrite, self.progress,
                                                    open_folder=self.folder is None)
         except RuntimeError as err:
             if _allocation(err):

@@ -1,0 +1,122 @@
+"""A run's configuration: every flag of `noloco llm train` shows its default in --help (the preset-dependent
+ones in a table computed from the presets), and `--config FILE` (TOML) supplies flags, the command line
+winning, `--print-config` showing the merged result; bad files are refused with one line (exit 2; an
+unreadable file exit 3)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from noloco.cli import build_parser, main
+from noloco.llm_check.config import PRESETS, build, default_log_every
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "docs" / "examples" / "llm_train.toml"
+
+
+def _train_parser() -> argparse.ArgumentParser:
+    parser = build_parser()
+    llm = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices["llm"]
+    return next(a for a in llm._actions if isinstance(a, argparse._SubParsersAction)).choices["train"]
+
+
+def _help(capsys) -> str:
+    assert main(["llm", "train", "--help"]) == 0
+    return capsys.readouterr().out
+
+
+def test_every_flag_shows_its_default(capsys):
+    """Each flag's help names its default, or sends the reader to the table of presets; only on/off flags
+    (off unless given), --config and --out (required) have none."""
+    text = _help(capsys)
+    for action in _train_parser()._actions:
+        if not action.option_strings or isinstance(action, (argparse._StoreTrueAction, argparse._HelpAction)):
+            continue
+        if action.dest in ("config", "out"):
+            continue
+        assert "default" in (action.help or ""), f"{action.option_strings[0]} shows no default"
+    assert "Defaults by --preset" in text
+
+
+def test_the_table_of_presets_is_what_the_presets_resolve_to(capsys):
+    """The table's cells are read back and compared with the config each preset builds: a preset changed
+    without the table following it (or a row computed wrongly) fails here."""
+    text = _help(capsys)
+    lines = text[text.index("Defaults by --preset"):].splitlines()
+    header = next(line.split() for line in lines if line.strip().startswith("flag"))
+    assert header[1:] == ["(no", "preset)", *PRESETS]
+    rows = {line.split()[0]: line.split()[1:] for line in lines if line.strip().startswith("--")}
+    assert {"--lr", "--inner-steps", "--outer-steps", "--eval-every", "--batch", "--replicas", "--device",
+            "--log-every", "--alpha"} <= set(rows)
+    for column, preset in enumerate((None, *PRESETS)):
+        cfg = build(preset, "noloco")
+        assert float(rows["--lr"][column]) == cfg.lr
+        assert int(rows["--inner-steps"][column]) == cfg.inner_steps
+        assert int(rows["--outer-steps"][column]) == cfg.outer_steps
+        assert int(rows["--batch"][column]) == cfg.batch
+        assert int(rows["--replicas"][column]) == cfg.replicas
+        assert float(rows["--alpha"][column]) == cfg.outer.alpha
+        assert rows["--device"][column] == cfg.device
+        assert int(rows["--log-every"][column]) == default_log_every(cfg)
+    # a flag whose default is the same for every preset is not a row: its help carries the value
+    assert "--seed" not in rows and "(default 0)" in " ".join(text[:text.index("Defaults")].split())
+
+
+def _print_config(capsys, *argv) -> dict:
+    assert main(["llm", "train", *map(str, argv), "--print-config"]) == 0, capsys.readouterr().err
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_example_file_loads_and_the_command_line_wins(capsys):
+    values = tomllib.loads(EXAMPLE.read_text())
+    report = _print_config(capsys, "--config", EXAMPLE, "--lr", "1e-3", "--outer-steps", "4")
+    (run,) = report["runs"]
+    config = run["config"]
+    assert config["lr"] == 1e-3 != values["lr"] and config["outer_steps"] == 4  # the command line wins
+    assert config["inner_steps"] == values["inner_steps"] and config["warmup"] == values["warmup"]
+    assert config["outer"]["group_size"] == values["group_size"] and config["method"] == values["method"]
+    assert run["log_every"] == values["log_every"] and report["run_flags"]["out"] == values["out"]
+    assert "lr" not in report["from_config_file"] and "inner_steps" in report["from_config_file"]
+
+
+def test_the_file_beats_the_preset_and_turns_flags_on(tmp_path, capsys):
+    path = tmp_path / "run.toml"
+    path.write_text('preset = "cpu-small"\nmethod = "noloco"\nlr = 1\nnoniid = true\nbatch = 3\n'
+                    'out = "somewhere"\n')
+    config = _print_config(capsys, "--config", path)["runs"][0]["config"]
+    assert config["lr"] == 1.0 and isinstance(config["lr"], float)  # an integer for a number is fine
+    assert config["noniid"] is True and config["batch"] == 3 and config["width"] == PRESETS["cpu-small"]["width"]
+    assert _print_config(capsys, "--config", path, "--batch", "5")["runs"][0]["config"]["batch"] == 5
+
+
+@pytest.mark.parametrize("text,words", [
+    ('lr = 1e-3\nlearning_rate = 1e-3\n', "unknown key 'learning_rate'"),
+    ('outer_step = 4\n', "did you mean 'outer_steps'"),
+    ('lr = "fast"\n', "lr = 'fast' is a string; expected a number"),
+    ('batch = true\n', "batch = True is a boolean; expected an integer"),
+    ('batch = 2.5\n', "batch = 2.5 is a number; expected an integer"),
+    ('noniid = 1\n', "noniid = 1 is an integer; expected true or false"),
+    ('schedule = "linear"\n', "schedule = 'linear' is not allowed; allowed: cosine, constant"),
+    ('resume = true\n', "'resume' acts on one command"),
+    ('[outer]\nalpha = 0.3\n', "unknown key 'outer'"),
+    ('lr = \n', "not a TOML file"),
+])
+def test_a_bad_file_is_one_line_and_exit_2(tmp_path, capsys, text, words):
+    path = tmp_path / "bad.toml"
+    path.write_text(text)
+    assert main(["llm", "train", "--config", str(path), "--out", str(tmp_path / "out"), "--print-config"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("noloco llm train: error: --config ") and words in err, err
+    assert str(path) in err
+
+
+def test_a_missing_file_is_exit_3_and_no_out_is_exit_2(tmp_path, capsys):
+    assert main(["llm", "train", "--config", str(tmp_path / "none.toml"), "--out", str(tmp_path)]) == 3
+    assert "cannot be read" in capsys.readouterr().err
+    assert main(["llm", "train", "--preset", "cpu-tiny", "--print-config"]) == 2
+    assert "--out is required" in capsys.readouterr().err
