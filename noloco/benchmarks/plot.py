@@ -13,15 +13,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def figure(result: dict):
-    """The figure of a ``scaling`` result, in the house style (:mod:`noloco.paper_figs.style`)."""
+    """The figure of a ``scaling`` result, in the house style (:mod:`noloco.paper_figs.style`): two log-log
+    panels, each with its legend below it (:func:`~noloco.paper_figs.style.keyed_figure`)."""
     from noloco.benchmarks.scaling import slope
     from noloco.paper_figs import style
 
     r = result["results"]
     r = r.get("scaling", r)
     load = result.get("load_average_before", [float("nan")])[0]
-    fig, axs = style.figure(2)
-    left, right = axs[0]
+    fig, (left, right), keys = style.keyed_figure(2)
     labels = {"dim": "directions D", "trials": "trials", "replicas": "replicas N", "steps": "outer steps"}
     for (name, points), colour, marker in zip(r["simulate"].items(), style.PALETTE, style.MARKERS):
         mode, _, factor = name.partition("_vs_")
@@ -40,9 +40,8 @@ def figure(result: dict):
             right.loglog(x, y, marker=marker, color=colour, label=f"{label} (slope {slope(r[name]):.2f})")
     right.set(xlabel="replicas N or directions (count)", ylabel="wall time (s)",
               title="comm (50 steps, 2 trials) and check")
-    for ax in (left, right):  # a decade of room below the lines, for the legend
-        ax.set_ylim(bottom=ax.get_ylim()[0] / 10)
-        ax.legend(loc="lower right")
+    for ax, place in zip((left, right), keys):  # a result without comm or check timings: an empty panel, no key
+        style.key(place, *ax.get_legend_handles_labels())
     fig.suptitle(f"Cost against size, log-log (load average {load:.2f} at the start)")
     return fig
 

@@ -90,18 +90,21 @@ def draw(data: dict):
     width = 0.7 / max(len(others), 1)
     if "ddp" in configs:
         ddp = np.array([data["per_domain"]["ddp"][d]["perplexity"] for d in names])
+        top = 1.0
         for k, c in enumerate(others):
             ratio = np.array([data["per_domain"][c][d]["perplexity"] for d in names]) / ddp
+            top = max(top, float(np.nanmax(ratio)))
             b.plot(x + (k - (len(others) - 1) / 2) * width, ratio, ls="none", marker=style.MARKERS[k],
                    color=COLOURS[c], label=LABELS[c])
         b.axhline(1, color=COLOURS["ddp"], lw=0.8, ls=":")
+        b.set_ylim(top=top + 0.2 * (top - b.get_ylim()[0]))  # room above the highest domain for the legend
     for lo, hi in _runs([d in held for d in names]):
         b.axvspan(lo - 0.5, hi + 0.5, color="grey", alpha=0.12, lw=0)
     b.set_xticks(x, labels=[d + (" (held out)" if d in held else "") for d in names], rotation=90, fontsize=7.5)
     b.set_xlim(-0.6, len(names) - 0.4)
     b.set(xlabel="domain (shaded: held out of all training)", ylabel="perplexity ÷ data parallel's (ratio)",
           title="per domain")
-    b.legend(loc="best", fontsize=7.5)
+    b.legend(loc="upper left", fontsize=7.5, ncol=2)
     return fig
 
 

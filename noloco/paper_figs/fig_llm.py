@@ -4,16 +4,19 @@ tokens, while its replicas keep a small, bounded weight spread (DiLoCo and data 
 zero, the replicas are identical), and that spread is what the theory predicts from the
 inputs measured inside the run, with no fitted constant.
 
-Reads the cached runs of `noloco llm train` / `noloco llm validate` (every metrics.jsonl
-under --llm-runs, default runs/); trains nothing. Runs whose configurations differ only in
-the seed are one setting: a line for the mean over seeds and a band for their range. The
-prediction is :func:`noloco.advice.predict.predict` on each run (it reads the run's
-inputs.jsonl; docs/llm_check.md). Says so when no run is cached.
+Reads the runs already on disk (every metrics.jsonl under --llm-runs, default runs/: `noloco llm train`,
+`noloco llm validate`, or a user's own loop under `noloco.Observer`, whose rows have no token count: then
+the x axis is the outer step); trains nothing. Runs whose configurations differ only in the seed are one
+setting: a line for the mean over seeds and a band for their range. The prediction is
+:func:`noloco.advice.predict.predict` on each run (it reads the run's inputs.jsonl; docs/llm_check.md). Says so
+when there is no run, and how to make one.
 
 Each setting's ``forecast`` is :func:`noloco.advice.forecast.forecast` of each seed's run from its first
-quarter of outer steps (docs/advice.md; None where a run has too few steps or no inputs, or the forecast is
-flagged as not settled), averaged over seeds with its 80 % interval as a band: ``draw`` plots it dotted in
-the setting's colour from the step it starts."""
+quarter of outer steps (docs/advice.md; None where a run has too few steps, no inputs or no finite forecast),
+averaged over seeds with its 80 % interval. ``draw`` plots it in the setting's colour from the step it
+starts: dotted with its interval as a band where the advice stands behind it, dash-dotted with hollow markers
+and no band where it does not (``flagged``: a seed's forecast carries the advice's ``flags``, or the measured
+spread leaves its interval), so a forecast that runs away is not read as one."""
 
 from __future__ import annotations
 
@@ -44,7 +47,7 @@ def _rows(path: Path) -> list:
             rows.append(json.loads(line))
         except ValueError:
             continue  # a line cut by an interrupted run
-    return [r for r in rows if isinstance(r, dict) and "tokens" in r and "outer_step" in r]  # skip foreign lines
+    return [r for r in rows if isinstance(r, dict) and isinstance(r.get("outer_step"), int)]  # skip foreign lines
 
 
 def _config(run: Path) -> dict | None:
@@ -72,28 +75,36 @@ def _predicted(run: Path) -> dict:
     return {r["outer_step"]: r["predicted"] for r in rows if r["predicted"] is not None}
 
 
-def _forecast(run: Path, cfg: dict | None) -> dict:
-    """{outer step: (forecast, low, high)} from the run's first quarter (``cfg``: its configuration, as
-    :func:`_config` reads it); {} when none can be made or it is flagged as extrapolating."""
+def _forecast(run: Path, cfg: dict | None) -> dict | None:
+    """The run's forecast from its first quarter (``cfg``: its configuration, as :func:`_config` reads it):
+    ``{"rows": {outer step: (forecast, low, high)}, "flags": [...], "outside": [steps]}``, ``outside`` the steps
+    whose measured spread leaves the interval; None when none can be made or none of it is finite."""
     try:
         from noloco.infra.errors import ConfigError, DataError
         from noloco.advice.forecast import forecast
 
         rep = forecast(run, from_step=int(cfg["outer_steps"]) // 4)
     except (ImportError, ConfigError, DataError, KeyError, TypeError, ValueError):
-        return {}
-    if any(f.startswith(("not settled", "too few", "the forecast recursion")) for f in rep["flags"]):
-        return {}
-    return {r["outer_step"]: (r["forecast"], r["low"], r["high"]) for r in rep["rows"]}
+        return None
+    finite = [r for r in rep["rows"] if all(np.isfinite(r[k]) for k in ("forecast", "low", "high"))]
+    if not finite:
+        return None
+    return {"rows": {r["outer_step"]: (r["forecast"], r["low"], r["high"]) for r in finite}, "flags": rep["flags"],
+            "outside": [r["outer_step"] for r in finite
+                        if r["measured"] is not None and not r["low"] <= r["measured"] <= r["high"]]}
 
 
-def _forecast_line(g: dict, tokens_per_step: float) -> dict | None:
+def _forecast_line(g: dict) -> dict | None:
+    """The seeds' forecasts averaged over the outer steps they share; ``flagged`` when any seed's is."""
     per_seed = [run["forecast"] for run in g["runs"] if run["forecast"]]
     if not per_seed:
         return None
-    steps = sorted(set.intersection(*(set(f) for f in per_seed)))
-    mean = lambda k: [float(np.mean([f[s][k] for f in per_seed])) for s in steps]  # noqa: E731
-    return {"tokens": [s * tokens_per_step for s in steps], "weight_std": mean(0), "low": mean(1), "high": mean(2)}
+    steps = sorted(set.intersection(*(set(f["rows"]) for f in per_seed)))
+    mean = lambda k: [float(np.mean([f["rows"][s][k] for f in per_seed])) for s in steps]  # noqa: E731
+    flags = sorted({flag.split(":")[0] for f in per_seed for flag in f["flags"]})  # the kinds: "not settled", ...
+    outside = sorted({s for f in per_seed for s in f["outside"]})
+    return {"outer_step": steps, "weight_std": mean(0), "low": mean(1), "high": mean(2), "flags": flags,
+            "outside": outside, "flagged": bool(flags or outside)}
 
 
 def _stats(values) -> dict:
@@ -136,11 +147,13 @@ def compute(runs: str) -> dict:
         settings.append({
             "label": label, "method": g["config"].get("method"), "seeds": len(g["runs"]),
             "dirs": [run["dir"] for run in g["runs"]], "outer_step": steps,
-            "tokens": [at[0][s]["tokens"] for s in steps],
+            # an observer's rows count outer steps only: no tokens
+            "tokens": [at[0][s]["tokens"] for s in steps] if all("tokens" in a[s] for a in at for s in steps)
+            else None,
             "val": _stats([[a[s].get("val_loss_avg_model") for s in steps] for a in at]),
             "measured": _stats([[a[s].get("weight_std") for s in steps] for a in at]),
             "predicted": _stats([[run["predicted"].get(s) for s in steps] for run in g["runs"]]),
-            "forecast": _forecast_line(g, at[0][steps[0]]["tokens"] / steps[0]) if steps else None,
+            "forecast": _forecast_line(g),
         })
     return {"root": str(runs), "settings": settings, "total": len(groups)}
 
@@ -151,48 +164,79 @@ def _line(ax, x, stats, colour, **kw):
     ax.fill_between(x, stats["low"], stats["high"], color=colour, alpha=0.2, lw=0)
 
 
+def _positive(stats: dict) -> dict:
+    """``stats`` with the values a log axis cannot show (a spread of 0: replicas that start equal) left out."""
+    return {k: np.where(np.array(v, dtype=float) > 0, np.array(v, dtype=float), np.nan) for k, v in stats.items()}
+
+
+#: how a forecast is drawn: dotted with its interval where the advice stands behind it; dash-dotted with hollow
+#: markers and no interval where it is flagged or the measured spread leaves the interval
+FORECAST = {"ls": ":"}
+FLAGGED = {"ls": "-.", "lw": 1.1, "marker": "o", "ms": 3.5, "mfc": "white"}
+
+
+def _placeholder(fig, axs, root: str) -> None:
+    for ax in axs:
+        ax.set_axis_off()
+    fig.text(0.5, 0.5, f"no LLM run (a folder with metrics.jsonl) under {root}/\n\n"
+             f"make one: noloco llm train --preset cpu-tiny --out {root}/pilot\n"
+             "(or noloco.Observer in your own loop, docs/own_run.md)\n"
+             f"then: noloco figs --only llm --llm-runs {root}", ha="center", va="center", fontsize=10, wrap=True,
+             bbox={"facecolor": "white", "edgecolor": style.VERMILION})
+
+
 def draw(data: dict):
     from matplotlib.lines import Line2D
+    from matplotlib.ticker import EngFormatter
 
-    fig, axs = style.figure(2)
-    a, b = axs[0]
     if not data["settings"]:
-        for ax in (a, b):
-            ax.set_axis_off()
-        fig.text(0.5, 0.5, f"no cached LLM run under {data['root']}/\n\nrun: noloco llm train --preset cpu-small "
-                 "--out runs/llm-cpu-small\nthen: noloco figs --only llm --llm-runs runs", ha="center", va="center",
-                 fontsize=10, wrap=True, bbox={"facecolor": "white", "edgecolor": style.VERMILION})
+        fig, axs = style.figure(2)
+        _placeholder(fig, axs[0], data["root"])
         return fig
+    fig, (a, b), keys = style.keyed_figure(2)
+    # tokens where every run counts them; outer steps otherwise (an observer's run)
+    by_tokens = all(s.get("tokens") for s in data["settings"])
     kinds = [Line2D([], [], color="grey", marker="o", ms=3, label="measured"),
              Line2D([], [], color="grey", ls="--", label="predicted from the run's inputs")]
     positive = False
     for s, colour, marker in zip(data["settings"], style.PALETTE, style.MARKERS):
-        t = np.array(s["tokens"], dtype=float)
+        x = np.array(s["tokens"] if by_tokens else s["outer_step"], dtype=float)
         seeds = f" ({s['seeds']} seeds)" if s["seeds"] > 1 else ""
-        _line(a, t, s["val"], colour, marker=marker, ms=3, label=s["label"] + seeds)
+        _line(a, x, s["val"], colour, marker=marker, ms=3, label=s["label"] + seeds)
         measured = np.array(s["measured"]["mean"], dtype=float)
         if np.nanmax(measured, initial=0.0) <= IDENTICAL:  # nothing to draw on a log axis
             kinds.append(Line2D([], [], ls="", label=f"{s['method']}: 0, identical replicas"))
             continue
         positive = True
-        _line(b, t, s["measured"], colour, marker=marker, ms=3)
-        _line(b, t, s["predicted"], colour, ls="--")
-        if s.get("forecast"):
-            f = s["forecast"]
-            b.plot(f["tokens"], f["weight_std"], ":", color=colour)
-            if "low" in f and "high" in f:
-                b.fill_between(f["tokens"], f["low"], f["high"], color=colour, alpha=0.1, lw=0)
-    if any(s.get("forecast") for s in data["settings"]):
-        kinds.append(Line2D([], [], color="grey", ls=":", label="forecast from the first quarter"))
-    a.set(xlabel="training tokens (count)", ylabel="validation loss of averaged model (nats/byte)",
+        _line(b, x, _positive(s["measured"]), colour, marker=marker, ms=3)
+        _line(b, x, _positive(s["predicted"]), colour, ls="--")
+        f = s.get("forecast")
+        if f:
+            # tokens grow by the same count every outer step
+            fx = np.array(f["outer_step"], dtype=float) * (x[-1] / s["outer_step"][-1] if by_tokens else 1.0)
+            b.plot(fx, f["weight_std"], color=colour, **(FLAGGED if f["flagged"] else FORECAST))
+            if not f["flagged"]:
+                b.fill_between(fx, f["low"], f["high"], color=colour, alpha=0.1, lw=0)
+    forecasts = [s["forecast"] for s in data["settings"] if s.get("forecast")]
+    if any(not f["flagged"] for f in forecasts):
+        kinds.append(Line2D([], [], color="grey", label="forecast from the first quarter", **FORECAST))
+    if any(f["flagged"] for f in forecasts):
+        kinds.append(Line2D([], [], color="grey", label="forecast, flagged or outside its interval", **FLAGGED))
+    xlabel = "training tokens (count)" if by_tokens else "outer step (count)"
+    if not any(np.isfinite(np.array(s["val"]["mean"], dtype=float)).any() for s in data["settings"]):
+        a.text(0.5, 0.5, "no validation loss in these runs\n(Observer.log(step, val_loss_avg_model=...))",
+               transform=a.transAxes, ha="center", va="center", fontsize=8.5)
+    a.set(xlabel=xlabel, ylabel="val. loss, averaged model (nats/byte)",
           title="loss (band: range over seeds)")
-    b.set(xlabel="training tokens (count)", ylabel="weight std across replicas (weight units)",
+    b.set(xlabel=xlabel, ylabel="weight std across replicas (weight units)",
           title="replica spread: measured and predicted")
+    if by_tokens:  # 20k, not 20000: long counts side by side read as one number
+        for ax in (a, b):
+            ax.xaxis.set_major_formatter(EngFormatter(sep=""))
     if positive:  # a log axis needs one positive value
         b.set_yscale("log")
-    b.legend(handles=kinds, loc="best")
-    handles, labels = a.get_legend_handles_labels()
-    fig.legend(handles, labels, loc="outside lower center", ncol=2 if max(map(len, labels)) <= 45 else 1)
+    style.key(keys[0], *a.get_legend_handles_labels())
+    style.key(keys[1], kinds)
     if data["total"] > len(data["settings"]):
         fig.suptitle(f"first {len(data['settings'])} of {data['total']} settings under {data['root']}/")
     return fig

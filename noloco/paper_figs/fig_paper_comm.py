@@ -1,15 +1,16 @@
 """Claim: the paper's communication figures regenerate. Eq 7, E max(t1, t2) = (1 + erf(sigma/2))
 exp(mu + sigma^2/2), is exact (Monte Carlo and the toolkit's expected_max agree with it). A tree
 all-reduce slows down with the message-time variance only through the maxima the tree waits for:
-with one expected pair maximum per level (Eq 5 with Eq 7) the ratio to pair averaging stays log2 n;
+with one expected pair maximum per level (Eq 5 with Eq 7) the ratio to pair averaging stays log2 N;
 an asynchronous tree, whose time is its slowest path, gives the paper's Fig 5A (about 39 at
-n = 1024 and std/mean 2.5, where the paper's axis ends at 40); a tree that waits at every level for
+N = 1024 and std/mean 2.5, where the paper's axis ends at 40); a tree that waits at every level for
 the slowest message of the level gives more than twice that. Fig 5B: with log-normal inner steps
 (mu 1, sigma^2 0.5) and no communication time, DiLoCo's barrier makes 500 outer steps about 1.19
 times as long as NoLoCo's at H = 100 on 1024 workers, where the paper reads about 1.2.
 
 (a) Eq 7 against Monte Carlo and noloco.theory.jitter.expected_max, message times of mean 1.
-(b) Fig 5A: tree all-reduce time over pair averaging time 2 E max(t1, t2), by world size n.
+(b) Fig 5A: tree all-reduce time over pair averaging time 2 E max(t1, t2), by world size N (the paper's n;
+the project's n is the group size)
 (c) Fig 5B: total time DiLoCo / NoLoCo, by world size N; mean over runs with 2 standard errors."""
 
 from __future__ import annotations
@@ -58,16 +59,16 @@ def draw(data: dict):
     a.plot(cv, A["pair_comm"], "x", color=style.BLUE, ms=7, label="toolkit expected_max")
     a.set(xlabel="std(t) / E(t) of a message time", ylabel="E max(t1, t2) / E(t)", title="(a) Eq 7, one pair")
     a.legend(loc="lower right")
-    for n in A["world_sizes"]:
-        key, colour = str(n) if str(n) in A["tree"] else n, SIZE_COLOURS[n]
+    for N in A["world_sizes"]:
+        key, colour = str(N) if str(N) in A["tree"] else N, SIZE_COLOURS[N]
         b.errorbar(cv, A["tree"][key], yerr=2 * np.array(A["tree_se"][key]), fmt="o-", ms=3, color=colour)
         b.plot(cv, A["levels"][key], "--", lw=1, color=colour)
         b.axhline(A["eq5"][key], ls=":", lw=0.9, color=colour)
-        b.annotate(f"n = {n}", (cv[-1], A["tree"][key][-1]), xytext=(3, 0), textcoords="offset points",
+        b.annotate(f"N = {N}", (cv[-1], A["tree"][key][-1]), xytext=(3, 0), textcoords="offset points",
                    fontsize=7.5, color=colour, va="center")
     b.plot([], [], "k-", label="critical path (simulated)")
     b.plot([], [], "k--", lw=1, label="slowest message per level")
-    b.plot([], [], "k:", lw=0.9, label="Eq 5 with Eq 7: log2 n")
+    b.plot([], [], "k:", lw=0.9, label="Eq 5 with Eq 7: log2 N")
     b.set(xlabel="std(t) / E(t) of a message time", ylabel="tree all-reduce / pair averaging (x)",
           title="(b) Fig 5A", yscale="log", ylim=(1.6, 400), xlim=(-0.1, cv[-1] + 0.75))
     b.set_yticks([2, 5, 10, 20, 50, 100], labels=["2", "5", "10", "20", "50", "100"])

@@ -26,6 +26,7 @@ from noloco.paper_figs import common, style
 NAME = "paper_maps"
 REPLICAS = (4, 8, 64)
 GROUP = 2
+PAD = 0.04
 
 
 def params(quick: bool, **options) -> dict:
@@ -47,11 +48,18 @@ def compute(resolution: int) -> dict:
             "means": means}
 
 
+def _padded(values) -> tuple:
+    """The grid's range and a margin of :data:`PAD` of it each side: a counterexample on the grid's edge is drawn
+    whole inside the panel, not cut by it or over the tick labels."""
+    lo, hi = float(values[0]), float(values[-1])
+    return lo - PAD * (hi - lo), hi + PAD * (hi - lo)
+
+
 def _mark(ax, comparison: dict, y: str) -> None:
     for key, marker in (("paper_stable_exact_unstable", "x"), ("paper_unstable_exact_stable", "+")):
         point = comparison[key]
         if point is not None:
-            ax.plot(point["alpha"], point[y], marker, color=style.BLACK, ms=8, mew=1.8, clip_on=False, zorder=5)
+            ax.plot(point["alpha"], point[y], marker, color=style.BLACK, ms=8, mew=1.8, zorder=5)
 
 
 def _line(colour, ls="-", label=None, marker=None):
@@ -87,7 +95,8 @@ def draw(data: dict):
         for power, ls in ((2, "-"), (1, "--")):
             for edge in paper.spread_window(A, GROUP, power):
                 ax.plot(A, edge, ls, color=style.VERMILION, lw=1.4)
-        ax.set(title=title, xlabel="momentum alpha", ylabel="pull gamma", ylim=(G[0], 1.25 * G[-1]))
+        ax.set(title=title, xlabel="momentum alpha", ylabel="pull gamma", xlim=_padded(A),
+               ylim=(_padded(G)[0], 1.25 * G[-1]))
         ax.set_yticks(np.arange(0, G[-1] + 0.01, 0.5))
         ax.legend(handles=shares, loc="upper left", fontsize=7.5, handlelength=1.2)
     ax = axs[0][2]
@@ -98,14 +107,14 @@ def draw(data: dict):
                linewidths=1.3)
     ax.plot(A, A, "-", color=style.VERMILION, lw=1.4)
     _mark(ax, m["sufficient"], "beta")
-    ax.set(title="(c) mean, Theorem 2", xlabel="momentum alpha", ylabel="outer learning rate beta",
-           ylim=(Bg[0], Bg[-1]))
+    ax.set(title="(c) mean, Theorem 2", xlabel="momentum alpha", ylabel="outer learning rate beta", xlim=_padded(A),
+           ylim=_padded(Bg))
     share = m["sufficient"]["agreement"]
-    ax.legend(handles=[_patch(style.SKY, 0.45, f"exact, c = {float(low):.3f}: agree {share:.0%}"),
-                       _line(style.GREEN, label=f"exact edge, c = 1: agree "
-                                                f"{data['means'][high]['sufficient']['agreement']:.0%}")],
-              loc="upper right", fontsize=7.5, handlelength=1.2)
-    fig.legend(handles=[_patch(style.SKY, 0.45, "exact stable (N = 8)"),
+    # (c)'s entries in the figure's legend: in a panel a third of the figure wide they would cover its top
+    fig.legend(handles=[_patch(style.SKY, 0.45, "(a), (b): exact stable (N = 8)"),
+                        _patch(style.SKY, 0.45, f"(c): exact, c = {float(low):.3f}: agree {share:.0%}"),
+                        _line(style.GREEN, label=f"(c): exact edge, c = 1: agree "
+                                                 f"{data['means'][high]['sufficient']['agreement']:.0%}"),
                         _line(style.VERMILION, label="paper: Eq 74 window / beta > alpha"),
                         _line(style.VERMILION, "--", label="Eq 74, gamma^1 in Eq 55"),
                         _line(style.BLACK, marker="x", label="paper stable, exact not"),

@@ -101,7 +101,10 @@ def draw(data: dict):
         _points(cax, d["x_mc"], d[f"mc_{gamma}"], colour, marker, None)
     x = np.array(d["x"])
     ref = np.array(d[f"theory_{pull}"])[0]
-    cax.plot(x, ref * (x / x[0]) ** 2, ":", color="grey", label="slope 2 (∝ η²)")
+    guide = ref * (x / x[0]) ** 2
+    # the guide of the pulled line, as far as it goes: beyond, it ran under the legend
+    cax.plot(x, np.where(guide <= np.max(d[f"theory_{pull}"]), guide, np.nan), ":", color="grey",
+             label="slope 2 (∝ η²)")
     cax.plot(x, np.array(d["theory_0.0"])[0] * (x / x[0]), "--", color="grey", label="slope 1 (∝ η)")
     cax.errorbar([], [], yerr=[], fmt="o", color="grey", mfc="white", label="Monte Carlo ± 2 SE")
     cax.set(xscale="log", yscale="log", xlabel="inner learning rate η\n(1/curvature)", ylabel=VARIANCE,

@@ -48,11 +48,12 @@ def draw(data: dict):
     t = np.arange(data["steps"] + 1)
     handles = []
     for case, colour, marker in zip(data["cases"], style.PALETTE, style.MARKERS):
-        ax.plot(t, case["theory"], color=colour)
+        theory = np.array(case["theory"], dtype=float)
+        ax.plot(t, np.where(theory > 0, theory, np.nan), color=colour)  # an identical start is 0: off a log axis
         mc, se = np.array(case["mc"], dtype=float), np.array(case["se"], dtype=float)
         ax.errorbar(t[1::2], mc[1::2], yerr=2 * se[1::2], fmt=marker, color=colour, mfc="white", ms=4)
-        handles.append(Line2D([], [], color=colour, marker=marker, mfc="white", label=case["label"].replace(
-            "gamma", "γ")))
+        label = case["label"].replace("gamma", "γ") + (" (0 at t = 0)" if theory[0] <= 0 else "")
+        handles.append(Line2D([], [], color=colour, marker=marker, mfc="white", label=label))
     handles += [Line2D([], [], color="grey", label="line: exact recursion"),
                 Line2D([], [], color="grey", marker="o", ls="", mfc="white", label="points: Monte Carlo ± 2 SE")]
     ax.set(yscale="log", xlabel="outer step t (count)", ylabel="replica variance E z² (weight²)",

@@ -109,6 +109,7 @@ def draw(data: dict):
     bx.set(xscale="log", xlabel="stationary replica variance (weight²)", ylabel="mean's rate per outer step (ratio)",
            title="frontiers: best rate at each spread" if other else f"rate vs spread, n = {n}, H = {h}")
     bx.xaxis.set_minor_formatter(NullFormatter())
+    bx.set_xlim(left=bx.get_xlim()[0] / 10)  # a decade of room left of the budget line for the legend
     bx.legend(loc="lower left")
     return fig
 

@@ -44,6 +44,23 @@ def figure(ncols: int = 1, nrows: int = 1, **kw):
     return plt.subplots(nrows, ncols, figsize=SIZE, dpi=DPI, squeeze=False, **kw)
 
 
+def keyed_figure(ncols: int, ratio: float = 2.6):
+    """A figure of the house size with a row of ``ncols`` panels and, below each, the place of its legend (its
+    key, drawn by :func:`key`): inside a panel, a legend covers the data wherever its lines happen to run.
+    Returns ``(fig, panels, keys)``; ``ratio``: a panel's height over its key's."""
+    fig, axs = figure(ncols, 2, gridspec_kw={"height_ratios": (ratio, 1)})
+    for place in axs[1]:
+        place.set_axis_off()
+    return fig, axs[0], axs[1]
+
+
+def key(place, handles, labels=None, **kw) -> None:
+    """The legend of ``handles`` in a key's place of :func:`keyed_figure` (none without a handle)."""
+    if handles:
+        place.legend(handles, labels if labels is not None else [h.get_label() for h in handles],
+                     loc="upper center", borderaxespad=0, **kw)
+
+
 #: the formats a figure file may have (its suffix chooses)
 FORMATS = ("png", "pdf", "svg")
 
