@@ -74,7 +74,7 @@ class Study:
 
     configs: tuple = CONFIGS
     domains: tuple = domains.TRAINING   # the training mixture (seed phase, baselines); the rounds draw from it
-    seeds: tuple = (0, 1)
+    seeds: tuple = (0, 1, 2)
     rounds: int = 3                     # branch-train-merge rounds: each chain trains on a new domain per round
     experts: int = 3                    # chains, one per difficulty tier: the final ensemble's experts
     seed_steps: int = 600               # steps of each seed model on the training mixture
