@@ -66,7 +66,7 @@ def check_evaluation_memory(study: Study, models: int, max_memory=None) -> None:
     domain's segments and, per model, their byte log-probabilities in float64 (and the logits of one chunk)."""
     from noloco.infra import budget
 
-    count = max(1, study.eval_windows // study.segment)
+    count = study.segments_per_domain
     per_domain = count * (study.segment * study.ctx + 1) * (1 + 8 * models + 4 * 256)
     budget.require(per_domain * len(evaluated(study)), budget.resolve(max_memory),
                    f"the evaluation of {len(evaluated(study))} domains x {study.eval_windows} windows x {models} models",
@@ -78,7 +78,7 @@ def eval_segments(domain: str, study: Study) -> np.ndarray:
     they fit: :func:`check_evaluation`)."""
     from noloco.llm_check import data
 
-    count = max(1, study.eval_windows // study.segment)
+    count = study.segments_per_domain
     return data.val_windows(domains.corpus(domain), 0, count, study.segment * study.ctx)
 
 

@@ -152,10 +152,11 @@ class Study:
 def _symmetric(spread: float, k: int, count: int, unit: int) -> int:
     """Chain k's offset from the medium one: ``spread`` x (2k / (count - 1) - 1) in multiples of ``unit``,
     rounded half away from zero, so chain k's and chain count-1-k's offsets cancel exactly."""
-    if count == 1:
+    if 2 * k > count - 1:  # the upper half mirrors the lower one, so rounding cannot break the symmetry
+        return -_symmetric(spread, count - 1 - k, count, unit)
+    if 2 * k == count - 1:
         return 0
-    x = spread * (2 * k / (count - 1) - 1) / unit
-    return int(math.copysign(math.floor(abs(x) + 0.5), x)) * unit
+    return -math.floor(spread * (1 - 2 * k / (count - 1)) / unit + 0.5) * unit
 
 
 def tiers(study: Study) -> list[list[str]]:
