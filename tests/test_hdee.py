@@ -1,5 +1,6 @@
 """Domain-expert ensembles (noloco llm ensemble, noloco.studies.ensemble): the domain split, the FLOP
-count against a hand count and torch's counter, one budget for every configuration, the domain posterior,
+count against a hand count and torch's counter, one budget for every configuration, the directions of HDEE's
+size and step allocations, the chains of branch-train-merge, the domain posterior and the cached prior,
 resume == uninterrupted, bad input exits 2, the figure without data."""
 
 import math
@@ -16,11 +17,11 @@ from noloco.llm_check import data, domains  # noqa: E402
 from noloco.llm_check.architecture import GPTConfig  # noqa: E402
 from noloco.llm_check.config import build  # noqa: E402
 from noloco.studies.ensemble.communication import communication  # noqa: E402
-from noloco.studies.ensemble.evaluation import log_posterior, mixture_logprob  # noqa: E402
-from noloco.studies.ensemble.plan import (BASELINES, CONFIGS, EXPERT_UNIT, QUICK, Study, allocation,  # noqa: E402
-                                          budget_report, plan)
+from noloco.studies.ensemble.evaluation import cached_log_prior, log_posterior, mixture_logprob  # noqa: E402
+from noloco.studies.ensemble.plan import (BASELINES, CONFIGS, ENSEMBLES, EXPERT_UNIT, QUICK, Study,  # noqa: E402
+                                          allocation, budget_report, chains_of, plan, tiers)
 
-QUICK_ARGS = ["--quick", "--threads", "1", "--domains", "docs,web", "--eval-windows", "4"]
+QUICK_ARGS = ["--quick", "--threads", "1", "--domains", "docs,web", "--experts", "2", "--eval-windows", "4"]
 
 
 # ----------------------------------------------------------------- domains
@@ -67,10 +68,14 @@ def test_train_step_flops_equal_a_hand_count():
     # fc 2*8*32, fc2 2*32*8 (= 1536) and attention 2 * (2*16*8) (= 512); head 2*8*256 = 4096.
     forward = 2 * (1536 + 512) + 4096
     assert GPTConfig(ctx=16, layers=2, heads=2, width=8).train_step_flops(3) == 3 * 3 * 16 * forward == 1179648
+    # an MLP of 20 hidden units instead of 32: per layer qkv 384, proj 128, fc and fc2 2*8*20 = 320 each
+    narrow = 2 * (384 + 128 + 2 * 320 + 512) + 4096
+    assert GPTConfig(ctx=16, layers=2, heads=2, width=8, mlp_hidden=20).train_step_flops(3) == 3 * 3 * 16 * narrow
 
 
 @pytest.mark.parametrize("shape", [dict(ctx=16, layers=2, heads=2, width=8), dict(ctx=8, layers=1, heads=3, width=12),
-                                   dict(ctx=12, layers=3, heads=2, width=16, stages=2)])
+                                   dict(ctx=12, layers=3, heads=2, width=16, stages=2),
+                                   dict(ctx=8, layers=2, heads=2, width=8, mlp_hidden=20)])
 def test_train_step_flops_equal_torchs_counter(shape):
     """torch.utils.flop_counter counts every matmul of a forward and backward pass (attention too under the
     math backend): the same number as the count from the shapes."""
@@ -89,34 +94,93 @@ def test_train_step_flops_equal_torchs_counter(shape):
     assert counter.get_total_flops() == cfg.train_step_flops(3)
 
 
-@pytest.mark.parametrize("study", [Study(), Study(**QUICK), Study(domains=("docs", "web", "os", "text", "core"),
-                                                                  expert_steps=45, replicas=6, inner_steps=7)])
+SMALL = dict(domains=("docs", "web", "os", "text", "core", "encodings"), rounds=2, experts=2, seed_steps=45,
+             expert_steps=45, replicas=6, inner_steps=7)
+
+
+@pytest.mark.parametrize("study", [Study(), Study(**QUICK), Study(**SMALL), Study(**{**SMALL, "experts": 3})])
 def test_every_configuration_spends_the_same_budget(study):
-    """Each configuration's FLOPs, counted from the TrainConfigs it trains, are at most the budget and less
-    than one step unit (of its cheapest expert, or one outer step of the baselines) below it."""
+    """Each configuration's FLOPs, counted from the TrainConfigs of the runs it trains (each chain's seed model
+    and experts), are the budget B = experts x (seed_steps + rounds x expert_steps) x F(base) exactly for the
+    homogeneous ensemble, HDEE's two forms and (here) the baselines; the extension at most B and less than one
+    step unit of its cheapest expert below it."""
     report = budget_report(study)
+    base = study.step_flops()
+    assert study.budget == study.experts * (study.seed_steps + study.rounds * study.expert_steps) * base
+    for config in ENSEMBLES:
+        finals = chains_of(study, config, study.seeds[0])
+        spent = sum(r.flops for f in finals for r in f.lineage)
+        assert spent == report["per_config"][config]["flops"]
+        if config == "combined":
+            unit = min(EXPERT_UNIT * f.train.model().train_step_flops(f.train.batch) for f in finals)
+            assert 0 <= study.budget - spent < unit
+        else:
+            assert spent == study.budget, config
+    for config in BASELINES:
+        (run,) = [r for r in plan(study) if r.key == config and r.seed == study.seeds[0]]
+        assert run.flops == report["per_config"][config]["flops"] <= study.budget
+        assert study.budget - run.flops < run.train.inner_steps * run.train.replicas * base
+        assert run.train.domain == study.mixture
+
+
+@pytest.mark.parametrize("study", [Study(), Study(**QUICK), Study(**{**SMALL, "experts": 3})])
+def test_allocation_directions_as_published(study):
+    """Chains are ordered easiest tier first (the tiers cut the difficulty ranking). Size-heterogeneous: the MLP
+    grows with the difficulty, every expert the same steps; step-heterogeneous: the same size, the harder tiers
+    more steps; the combined extension: the MLP grows and the steps fall (its stated direction)."""
+    from noloco.llm_check import domains as dom
+
+    groups = tiers(study)
+    assert sorted(d for g in groups for d in g) == sorted(study.domains)
+    assert all(max(map(dom.difficulty, a)) <= min(map(dom.difficulty, b)) for a, b in zip(groups, groups[1:]))
+    homog = allocation(study, "homogeneous")
+    assert {c["mlp_hidden"] for c in homog} == {4 * study.width}
+    assert {r["steps"] for c in homog for r in c["rounds"]} == {study.expert_steps}
+    size, steps, combined = (allocation(study, k) for k in ("size-heterogeneous", "step-heterogeneous", "combined"))
+    mlp = [c["mlp_hidden"] for c in size]
+    assert mlp == sorted(mlp) and mlp[0] < 4 * study.width < mlp[-1]
+    assert {r["steps"] for c in size for r in c["rounds"]} == {study.expert_steps}
+    assert {c["mlp_hidden"] for c in steps} == {4 * study.width}
+    per_chain = [c["rounds"][0]["steps"] for c in steps]
+    assert per_chain == sorted(per_chain) and per_chain[0] < study.expert_steps < per_chain[-1]
+    assert all(len({r["steps"] for r in c["rounds"]}) == 1 for c in steps)
+    assert [c["mlp_hidden"] for c in combined] == mlp
+    first = [c["rounds"][0]["steps"] for c in combined]
+    assert first == sorted(first, reverse=True)
+    bought = [study.expert_steps * study.step_flops() / study.step_flops(m) for m in (mlp[0], mlp[-1])]
+    if bought[0] - bought[-1] >= 2 * EXPERT_UNIT:  # the sizes differ by at least two units of steps
+        assert first[0] > first[-1]
+    for kind in ENSEMBLES:  # every chain: its tier's domains, one per round, the seed phase the same length
+        for k, c in enumerate(allocation(study, kind)):
+            assert [r["domain"] for r in c["rounds"]] == groups[k][:study.rounds]
+            assert c["seed_steps"] == study.seed_steps
+
+
+def test_chains_branch_from_their_parents_and_share_the_medium_chain():
+    """A chain's runs: its seed model on the mixture, then one expert per round, each the child of the one before;
+    the medium chain is the same runs (one folder) in the homogeneous ensemble and in both heterogeneous ones."""
+    study = Study()
+    for kind in ENSEMBLES:
+        for final in chains_of(study, kind, 0):
+            seed, *experts = final.lineage
+            assert seed.role == "seed" and seed.parent is None and seed.train.domain == study.mixture
+            assert [e.role for e in experts] == ["expert"] * study.rounds
+            assert all(e.parent is p for p, e in zip(final.lineage, experts))
+            assert all(e.train.lr == study.expert_lr and e.train.domain == e.domain for e in experts)
+    medium = {kind: chains_of(study, kind, 0)[1].key for kind in ENSEMBLES}
+    assert len(set(medium.values())) == 1
+    keys = [(r.seed, r.key) for r in plan(study)]
+    assert len(keys) == len(set(keys))
     runs = plan(study)
-    for config in CONFIGS:
-        mine = [r for r in runs if r.config == config and r.seed == study.seeds[0]]
-        spent = sum(r.flops for r in mine)
-        assert spent == report["per_config"][config]["flops"] <= study.budget
-        unit = min(EXPERT_UNIT * r.train.model().train_step_flops(r.train.batch) if r.domain else
-                   r.train.inner_steps * r.train.replicas * r.train.model().train_step_flops(r.train.batch) for r in mine)
-        assert study.budget - spent < unit, config
-        assert all(r.train.domain == (r.domain or study.mixture) for r in mine)
-    assert report["per_config"]["homogeneous"]["flops"] == study.budget
-    hetero = allocation(study, "heterogeneous")
-    assert {a["group"] for a in hetero} == {"easy", "medium", "hard"}
-    widths = {a["group"]: a["width"] for a in hetero}
-    assert widths["easy"] < widths["medium"] == study.width < widths["hard"]
+    assert all(runs.index(r.parent) < runs.index(r) for r in runs if r.parent is not None)  # parents train first
 
 
 def test_default_study_budget_is_exact_for_the_baselines():
     study = Study()
     report = budget_report(study)
-    assert report["baseline_steps"] * study.replicas == len(study.domains) * study.expert_steps
-    assert all(report["per_config"][c]["relative_to_budget"] == 0 for c in ("homogeneous", *BASELINES))
-    assert abs(report["per_config"]["heterogeneous"]["relative_to_budget"]) < 1e-3
+    assert report["baseline_steps"] * study.replicas == study.experts * study.chain_steps
+    assert all(report["per_config"][c]["relative_to_budget"] == 0 for c in CONFIGS if c != "combined")
+    assert -1e-3 < report["per_config"]["combined"]["relative_to_budget"] <= 0
 
 
 # ----------------------------------------------------------------- posterior
@@ -162,6 +226,23 @@ def test_posterior_picks_the_expert_of_the_domain_the_text_comes_from():
         assert own - 0.05 < mix and uniform < mix, (name, own, mix, uniform)
 
 
+def test_cached_prior_against_a_hand_computation():
+    """Two experts, two segments of one byte each. Expert 0 gives the bytes probabilities 1/2 and 1/5, expert
+    1 gives 1/4 and 2/5. From weights (1, 1): segment 0's posterior is (1/2, 1/4) normalised = (2/3, 1/3), the
+    weights become 0.3 (1, 1) + (2/3, 1/3) = (29/30, 19/30); segment 1's posterior is (29/30 x 1/5, 19/30 x 2/5)
+    normalised = (29/67, 38/67), the weights 0.09 (29/30, 19/30) + (29/67, 38/67); the prior is those weights
+    normalised."""
+    logp = np.log([[[1 / 2], [1 / 5]], [[1 / 4], [2 / 5]]])
+    weights = 0.09 * np.array([29 / 30, 19 / 30]) + np.array([29 / 67, 38 / 67])
+    expected = weights / weights.sum()
+    got = np.exp(cached_log_prior(logp, 0.3))
+    assert np.allclose(got, expected, rtol=1e-12, atol=0) and abs(got.sum() - 1) < 1e-12
+    assert np.allclose(np.exp(cached_log_prior(logp[:, :1], 0.3)), np.array([0.3 + 2 / 3, 0.3 + 1 / 3]) / 1.6)
+    # with segments that all favour expert 1, the prior moves to it, whatever it started from
+    strong = np.log([[[0.01]] * 6, [[0.5]] * 6])
+    assert np.exp(cached_log_prior(strong, 0.3))[1] > 0.99
+
+
 # ----------------------------------------------------------------- communication
 
 def test_bytes_sent_per_replica():
@@ -184,9 +265,11 @@ def test_resume_equals_an_uninterrupted_study(tmp_path, capsys):
     cut = loads(capsys.readouterr().out)
     assert main(["llm", "ensemble", *args, "--out", str(tmp_path / "whole")]) == 0
     whole = loads(capsys.readouterr().out)
-    for sub in ("seed0/homogeneous/docs", "seed0/homogeneous/web", "seed0/noloco"):
+    subs = [r.folder("") for r in plan(Study(**whole["settings"]))]
+    assert len(subs) == 4  # the seed model, two experts continued from it, noloco
+    for sub in subs:
         a, b = (torch.load(tmp_path / run / sub / "ckpt.pt", weights_only=True) for run in ("cut", "whole"))
-        assert a["outer_step"] == b["outer_step"] > 1
+        assert a["outer_step"] == b["outer_step"] >= 2
         assert all(torch.equal(a["phi"][k], b["phi"][k]) for k in b["phi"]), sub
     assert cut["per_seed"] == whole["per_seed"] and cut["per_domain"] == whole["per_domain"]
     assert set(whole["per_domain"]["homogeneous"]) == {"docs", "web", *domains.HELD_OUT}
@@ -197,7 +280,9 @@ def test_resume_equals_an_uninterrupted_study(tmp_path, capsys):
 @pytest.mark.parametrize("flags", [["--configs", "nope"], ["--domains", "gui"], ["--domains", "docs"],
                                    ["--domains", "web,web"], ["--expert-steps", "7"], ["--seeds", "a"],
                                    ["--seeds", "0,0"], ["--replicas", "3"], ["--width", "15"], ["--lr", "inf"],
-                                   ["--resume", "--overwrite"], ["--threads", "0"], ["--segment", "3000"]])
+                                   ["--resume", "--overwrite"], ["--threads", "0"], ["--segment", "3000"],
+                                   ["--rounds", "2"], ["--experts", "0"], ["--prior-decay", "1"],
+                                   ["--prior-segments", "3"], ["--seed-steps", "0"], ["--expert-lr", "0"]])
 def test_bad_input_exits_2_before_any_work(tmp_path, capsys, flags):
     out = tmp_path / "out"
     assert main(["llm", "ensemble", *QUICK_ARGS, "--out", str(out), *flags]) == 2
@@ -210,8 +295,8 @@ def test_a_folder_holding_a_study_needs_resume_or_overwrite(tmp_path, capsys):
     args = ["llm", "ensemble", *QUICK_ARGS, "--configs", "homogeneous", "--out", str(tmp_path)]
     assert main([*args, "--stop-after", "1"]) == 0
     assert main(args) == 2 and "--resume" in capsys.readouterr().err
-    assert main([*args, "--resume", "--expert-steps", "20"]) == 2
-    assert "other settings: expert_steps=10 (now 20)" in capsys.readouterr().err
+    assert main([*args, "--resume", "--expert-steps", "30"]) == 2
+    assert "other settings: expert_steps=20 (now 30)" in capsys.readouterr().err
 
 
 def test_train_refuses_an_unknown_domain(capsys):
@@ -234,8 +319,9 @@ def test_figure_without_data_names_the_command(tmp_path):
 
 def test_the_shipped_study_is_consistent_with_the_code():
     """docs/data/hdee.json (the study docs/hdee.md reports): its budget and allocation are what the code
-    computes for its settings, all five configurations spent exactly the budget, its bytes are
-    communication()'s, and each domain's winner is the configuration with the lowest mean loss."""
+    computes for its settings, every configuration but the extension spent exactly the budget, its bytes are
+    communication()'s, each domain's winner is the configuration with the lowest mean loss, and the domains
+    where a heterogeneous ensemble beats the homogeneous one are those where its mean loss is lower."""
     from pathlib import Path
 
     from noloco.infra.files import dumps, read_json
@@ -247,7 +333,7 @@ def test_the_shipped_study_is_consistent_with_the_code():
     rep = read_json(path)
     study = Study(**rep["settings"])
     assert loads(dumps(budget_report(study))) == rep["budget"]
-    assert all(v["flops"] == study.budget for v in rep["budget"]["per_config"].values())
+    assert all(v["flops"] == study.budget for c, v in rep["budget"]["per_config"].items() if c != "combined")
     for c in study.configs:
         steps = baseline_steps(study) if c in BASELINES else 0
         assert loads(dumps(communication(c, study.model().n_params(), study.replicas, steps, study.inner_steps))) \
@@ -256,6 +342,9 @@ def test_the_shipped_study_is_consistent_with_the_code():
         means = {c: rep["per_domain"][c][d]["mean"] for c in study.configs}
         assert w["best"] == min(means, key=means.get)
         assert all(abs(sum(s[c][d] for s in rep["per_seed"]) / len(rep["per_seed"]) - means[c]) < 1e-12 for c in means)
+    for name, row in rep["against_homogeneous"].items():
+        assert row["lower_in"] == [d for d in rep["evaluated"] if rep["per_domain"][name][d]["mean"]
+                                   < rep["per_domain"][row["against"]][d]["mean"]], name
 
 
 def test_an_evaluation_above_the_memory_budget_is_refused_before_training(tmp_path, capsys):

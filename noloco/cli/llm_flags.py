@@ -32,7 +32,8 @@ _FLAG_HELP = {
     "adam_beta2": "inner AdamW second-moment decay beta2 (beta1 is 0.9; paper preset 0.999)",
     "clip": "per-replica gradient norm clip (0: off)", "batch": "windows per replica per inner step",
     "ctx": "context length (bytes)", "layers": "transformer blocks", "heads": "attention heads",
-    "width": "model width", "eval_every": "outer steps between evaluations (metrics.jsonl rows)",
+    "width": "model width", "mlp_hidden": "hidden units of each block's MLP (default 4 x width)",
+    "eval_every": "outer steps between evaluations (metrics.jsonl rows)",
     "ckpt_every": "outer steps between checkpoints (default: --eval-every); a checkpoint is also written "
                   "at the end and at --stop-after",
     "val_windows": "validation windows", "seed": "seed of initialisation, data and groups",

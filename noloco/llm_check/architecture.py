@@ -18,6 +18,12 @@ class GPTConfig:
     heads: int = 4
     width: int = 64
     stages: int = 1
+    mlp_hidden: int | None = None  # hidden units of each block's MLP; None: 4 x width
+
+    @property
+    def mlp(self) -> int:
+        """Hidden units of each block's MLP."""
+        return 4 * self.width if self.mlp_hidden is None else self.mlp_hidden
 
     @property
     def tied(self) -> bool:
@@ -33,13 +39,13 @@ class GPTConfig:
 
     def forward_flops_per_token(self) -> int:
         """Matmul FLOPs (a multiply-add counts 2) of the forward pass per token, from the shapes below: in
-        each block the projections qkv (C x 3C), proj (C x C), fc (C x 4C) and fc2 (4C x C), together
-        24 C^2, and attention's two products Q K^T and A V over the full T x T scores (the masked half
+        each block the projections qkv (C x 3C), proj (C x C), fc (C x M) and fc2 (M x C), together
+        8 C^2 + 4 C M (24 C^2 at the default M = 4C), and attention's two products Q K^T and A V over the full T x T scores (the masked half
         included, as the math backend computes it), 4 T C; then the output head (C x V), 2 C V. Not
         counted: embedding lookups, biases, norms, GELU, softmax, the loss and the optimiser (elementwise
         work, O(C) per token)."""
-        C = self.width
-        return self.layers * (24 * C * C + 4 * self.ctx * C) + 2 * C * self.vocab
+        C, M = self.width, self.mlp
+        return self.layers * (8 * C * C + 4 * C * M + 4 * self.ctx * C) + 2 * C * self.vocab
 
     def train_step_flops(self, batch: int) -> int:
         """Matmul FLOPs of one training step of one replica on ``batch`` windows of ``ctx`` tokens: the
@@ -51,7 +57,7 @@ class GPTConfig:
 
 
 def param_shapes(cfg: GPTConfig) -> dict[str, tuple]:
-    C = cfg.width
+    C, M = cfg.width, cfg.mlp
     shapes = {"wte": (cfg.vocab, C), "wpe": (cfg.ctx, C)}
     for i in range(cfg.layers):
         shapes.update({
@@ -59,8 +65,8 @@ def param_shapes(cfg: GPTConfig) -> dict[str, tuple]:
             f"h{i}.qkv.w": (C, 3 * C), f"h{i}.qkv.b": (3 * C,),
             f"h{i}.proj.w": (C, C), f"h{i}.proj.b": (C,),
             f"h{i}.ln2.w": (C,), f"h{i}.ln2.b": (C,),
-            f"h{i}.fc.w": (C, 4 * C), f"h{i}.fc.b": (4 * C,),
-            f"h{i}.fc2.w": (4 * C, C), f"h{i}.fc2.b": (C,),
+            f"h{i}.fc.w": (C, M), f"h{i}.fc.b": (M,),
+            f"h{i}.fc2.w": (M, C), f"h{i}.fc2.b": (C,),
         })
     shapes.update({"lnf.w": (C,), "lnf.b": (C,)})
     if not cfg.tied:

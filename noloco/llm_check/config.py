@@ -97,6 +97,7 @@ class TrainConfig:
     layers: int = 2
     heads: int = 4
     width: int = 64
+    mlp_hidden: int | None = None  # hidden units of each block's MLP (None: 4 x width)
     eval_every: int = 4            # outer steps between evaluations
     ckpt_every: int | None = None  # outer steps between checkpoints (None: eval_every)
     val_windows: int = 64
@@ -130,6 +131,7 @@ class TrainConfig:
             "replica_mode": (check_choice, REPLICA_MODES), "noniid": (check_choice, (False, True)),
             "device": (check_device,), "routing": (check_choice, ROUTINGS),
             "domain": (_default_then, None, check_domain),
+            "mlp_hidden": (_default_then, None, *_at_least(1)),
         })
         total = self.total_inner_steps
         if total > MAX_STEPS:
@@ -169,7 +171,8 @@ class TrainConfig:
                              floor=self.min_lr_frac)
 
     def model(self) -> GPTConfig:
-        return GPTConfig(ctx=self.ctx, layers=self.layers, heads=self.heads, width=self.width, stages=self.stages)
+        return GPTConfig(ctx=self.ctx, layers=self.layers, heads=self.heads, width=self.width, stages=self.stages,
+                         mlp_hidden=self.mlp_hidden)
 
     def tokens_per_inner_step(self) -> int:
         return self.replicas * self.batch * self.ctx

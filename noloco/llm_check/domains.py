@@ -143,13 +143,27 @@ def corpus(spec: str):
     return data.load_corpus(names=keep)
 
 
-@functools.lru_cache(maxsize=1)
-def statistics() -> tuple:
-    """One row per domain: name, description, held_out, training and validation bytes and files, the
-    unigram entropy of its training bytes (nats/byte) and its difficulty: the zlib (level 9) size of its
-    training text in bits per byte, a property of the text measured before any training."""
+def _train_text(name: str) -> bytes:
+    from noloco.llm_check import data
+
+    texts = dict(data._documents())
+    return b"".join(texts[doc] + b"\n" for doc in split()[name]["train"])
+
+
+@functools.lru_cache(maxsize=None)
+def difficulty(name: str) -> float:
+    """A domain's difficulty: the zlib (level 9) size of its training text in bits per byte, a property of the
+    text measured before any training (computed per domain: compressing every domain takes seconds)."""
     import zlib
 
+    train = _train_text(name)
+    return 8 * len(zlib.compress(train, 9)) / max(len(train), 1)
+
+
+@functools.lru_cache(maxsize=1)
+def sizes() -> tuple:
+    """One row per domain: name, description, held_out, training and validation bytes and files, the unigram
+    entropy of its training bytes (nats/byte); :func:`statistics` without the difficulty."""
     import numpy as np
 
     from noloco.llm_check import data
@@ -158,15 +172,20 @@ def statistics() -> tuple:
     rows = []
     for d in DOMAINS:
         parts = split()[d.name]
-        train = b"".join(texts[doc] + b"\n" for doc in parts["train"])
+        train = _train_text(d.name)
         val_bytes = sum(len(texts[doc]) + 1 for doc in parts["val"])
         counts = np.bincount(np.frombuffer(train, dtype=np.uint8), minlength=data.VOCAB)
         p = counts[counts > 0] / max(counts.sum(), 1)
         rows.append({"name": d.name, "description": d.description, "held_out": d.held_out,
                      "train_bytes": len(train), "val_bytes": val_bytes, "train_files": len(parts["train"]),
-                     "val_files": len(parts["val"]), "unigram_entropy": float(-(p * np.log(p)).sum()),
-                     "zlib_bits_per_byte": 8 * len(zlib.compress(train, 9)) / max(len(train), 1)})
+                     "val_files": len(parts["val"]), "unigram_entropy": float(-(p * np.log(p)).sum())})
     return tuple(rows)
+
+
+@functools.lru_cache(maxsize=1)
+def statistics() -> tuple:
+    """:func:`sizes`' rows with each domain's :func:`difficulty` (``zlib_bits_per_byte``)."""
+    return tuple({**r, "zlib_bits_per_byte": difficulty(r["name"])} for r in sizes())
 
 
 def format_table(rows=None) -> str:

@@ -1,9 +1,10 @@
 """Claim: NoLoCo sits between data parallel and no communication at all. Left: validation perplexity
-(the geometric mean over domains, in-domain and held-out, mean over seeds with 2 standard errors)
-against the bytes each replica sends during training, for ddp, diloco, noloco and the homogeneous and
-heterogeneous domain-expert ensembles (0 bytes, mixed by the domain posterior), all trained with one
-budget of matmul FLOPs on the same text. Right: every domain's perplexity divided by ddp's, the domains
-held out of all training marked; below 1 a method beats data parallel there.
+(the geometric mean over the domains an expert trained on, and over the held-out ones, mean over seeds
+with 2 standard errors) against the bytes each replica sends during training, for ddp, diloco, noloco
+and HDEE's domain-expert ensembles (homogeneous, heterogeneous in size, heterogeneous in steps, and the
+project's combined extension: 0 bytes, mixed by the domain posterior with the cached prior), all trained
+with one budget of matmul FLOPs on the same text. Right: every domain's perplexity divided by ddp's, the
+domains held out of all training marked; below 1 a method beats data parallel there.
 
 Reads the measured study ``docs/data/hdee.json`` (``noloco llm ensemble --out DIR`` writes DIR/hdee.json;
 copy it there to refresh the figure); trains nothing. docs/hdee.md has the tables."""
@@ -21,10 +22,13 @@ NAME = "hdee"
 CACHED = False  # the study's JSON is the cache
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "hdee.json"
 COMMAND = "noloco llm ensemble --out DIR, then copy DIR/hdee.json to docs/data/"
-LABELS = {"homogeneous": "homogeneous ensemble", "heterogeneous": "heterogeneous ensemble", "ddp": "data parallel",
+LABELS = {"homogeneous": "homogeneous", "size-heterogeneous": "size-heterogeneous",
+          "step-heterogeneous": "step-heterogeneous", "combined": "combined (extension)", "ddp": "data parallel",
           "diloco": "DiLoCo", "noloco": "NoLoCo"}
-COLOURS = {"homogeneous": style.GREEN, "heterogeneous": style.PURPLE, "ddp": style.BLACK, "diloco": style.BLUE,
-           "noloco": style.VERMILION}
+COLOURS = {"homogeneous": style.GREEN, "size-heterogeneous": style.PURPLE, "step-heterogeneous": style.ORANGE,
+           "combined": style.SKY, "ddp": style.BLACK, "diloco": style.BLUE, "noloco": style.VERMILION}
+#: the part of the domains the left panel averages over, filled and open markers
+PARTS = (("expert_domains", "o", "trained by an expert"), ("held_out", "s", "held out"))
 
 
 def params(quick: bool, data: str | None = None) -> dict:
@@ -62,14 +66,14 @@ def draw(data: dict):
     ensembles = [c for c in configs if comm[c]["bytes_per_replica"] == 0]
     for c in configs:
         x = comm[c]["bytes_per_replica"] or zero * (1.35 ** (ensembles.index(c) - (len(ensembles) - 1) / 2))
-        for part, marker, fill in (("in_domain", "o", COLOURS[c]), ("held_out", "s", "white")):
+        for (part, marker, _), fill in zip(PARTS, (COLOURS[c], "white")):
             row = data["averages"][c][part]
             if row["mean"] is None:
                 continue
             se = row["se"] or 0.0
             y, low, high = (math.exp(row["mean"] + k * 2 * se) for k in (0, -1, 1))
             a.errorbar([x], [y], yerr=[[y - low], [high - y]], color=COLOURS[c], marker=marker, mfc=fill, ms=6,
-                       capsize=3, lw=1.2, label=LABELS[c] if part == "in_domain" else None)
+                       capsize=3, lw=1.2, label=LABELS[c] if part == PARTS[0][0] and c == "ddp" else None)
     a.set_xscale("log")
     ticks = [zero] + [10.0 ** k for k in range(math.ceil(math.log10(min(sent) if sent else 10)),
                                               math.floor(math.log10(max(sent) if sent else 10)) + 1)]
@@ -79,8 +83,9 @@ def draw(data: dict):
     a.set(xlabel="bytes sent per replica during training (B)",
           ylabel="validation perplexity per byte\n(geometric mean over domains)",
           title=f"equal training FLOPs ({_power(data['budget']['flops'])}), {_seeds(len(data['settings']['seeds']))}")
-    a.plot([], [], "ko", label="training domains")
-    a.plot([], [], "ks", mfc="white", label="held-out domains")
+    for (_, marker, text), fill in zip(PARTS, ("k", "white")):
+        a.plot([], [], "k" + marker, mfc=fill, label=f"domains {text}")
+    # the other configurations' colours are named by the right panel's legend
     a.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=7.5)
 
     names = data["evaluated"]
@@ -97,12 +102,12 @@ def draw(data: dict):
             b.plot(x + (k - (len(others) - 1) / 2) * width, ratio, ls="none", marker=style.MARKERS[k],
                    color=COLOURS[c], label=LABELS[c])
         b.axhline(1, color=COLOURS["ddp"], lw=0.8, ls=":")
-        b.set_ylim(top=top + 0.2 * (top - b.get_ylim()[0]))  # room above the highest domain for the legend
+        b.set_ylim(top=top + 0.45 * (top - b.get_ylim()[0]))  # room above the highest domain for the legend
     for lo, hi in _runs([d in held for d in names]):
         b.axvspan(lo - 0.5, hi + 0.5, color="grey", alpha=0.12, lw=0)
     b.set_xticks(x, labels=[d + (" (held out)" if d in held else "") for d in names], rotation=90, fontsize=7.5)
     b.set_xlim(-0.6, len(names) - 0.4)
-    b.set(xlabel="domain (shaded: held out of all training)", ylabel="perplexity ÷ data parallel's (ratio)",
+    b.set(xlabel="domain (shaded: held out)", ylabel="perplexity ÷ data parallel's (ratio)",
           title="per domain")
     b.legend(loc="upper left", fontsize=7.5, ncol=2)
     return fig

@@ -1,4 +1,5 @@
-"""The study's settings (:class:`Study`), its runs and their exact FLOP budget."""
+"""The study's settings (:class:`Study`), its runs (seed models, chains of experts, baselines) and their exact
+FLOP budget."""
 
 from __future__ import annotations
 
@@ -15,20 +16,27 @@ from noloco.llm_check.architecture import GPTConfig
 from noloco.llm_check.config import TrainConfig, build
 
 
-CONFIGS = ("homogeneous", "heterogeneous", "ddp", "diloco", "noloco")
-ENSEMBLES = CONFIGS[:2]
-BASELINES = CONFIGS[2:]
-GROUPS = ("easy", "medium", "hard")
-#: the heterogeneous rule: per difficulty group, an expert's width and its FLOPs, relative to the homogeneous expert's
-WIDTH_FACTOR = {"easy": 0.5, "medium": 1.0, "hard": 1.5}
-COMPUTE_FACTOR = {"easy": 0.5, "medium": 1.0, "hard": 1.5}
+#: the ensembles: HDEE's two forms and the homogeneous ensemble they are compared with, then the project's
+#: extension (not one of HDEE's forms: size by domain with every expert given the same FLOPs, so the
+#: smaller experts of the easier domains train longer and the larger ones of the harder domains shorter)
+ENSEMBLES = ("homogeneous", "size-heterogeneous", "step-heterogeneous", "combined")
+BASELINES = ("ddp", "diloco", "noloco")
+CONFIGS = ENSEMBLES + BASELINES
+#: how far the smallest and the largest chain differ from the medium one, as a fraction: the MLP's hidden
+#: units of size-heterogeneous experts (3C, 4C, 5C) and the steps of step-heterogeneous ones (0.75, 1, 1.25 x)
+SIZE_SPREAD = 0.25
+STEP_SPREAD = 0.25
 #: an expert's inner steps per outer step: its step counts are multiples of it (checkpoints, --stop-after)
 EXPERT_UNIT = 5
+#: the experts' cosine ends at this fraction of their peak learning rate (a continued training, not a fresh one)
+EXPERT_MIN_LR_FRAC = 0.5
 #: validation windows of each run's own evaluations (metrics.jsonl)
 RUN_VAL_WINDOWS = 32
 BYTES_PER_VALUE = 4  # float32 on the wire
-QUICK = dict(width=16, layers=1, heads=2, ctx=16, batch=2, expert_steps=10, replicas=2, inner_steps=5,
-             eval_windows=8, segment=2, seeds=(0,))
+#: --quick: three training domains, one round, a tiny model, two evaluation segments per domain
+QUICK = dict(domains=("encodings", "docs", "web"), rounds=1, width=16, layers=1, heads=2, ctx=16, batch=2,
+             seed_steps=10, expert_steps=20, replicas=2, inner_steps=5, eval_windows=4, segment=2, prior_segments=1,
+             seeds=(0,))
 
 
 def _names(name: str, value, allowed: tuple, at_least: int = 1) -> tuple:
@@ -55,105 +63,187 @@ def _seeds(name: str, value) -> tuple:
     return tuple(items)
 
 
+def _steps(name: str, value) -> int:
+    return check_integer(name, value, f"a multiple of {EXPERT_UNIT}, >= {EXPERT_UNIT}",
+                         lambda v: v >= EXPERT_UNIT and v % EXPERT_UNIT == 0)
+
+
 @dataclass(frozen=True)
 class Study:
     """The settings of one study (every field validated at construction, ConfigError naming it)."""
 
     configs: tuple = CONFIGS
-    domains: tuple = domains.TRAINING   # training domains: one expert each, and the baselines' mixture
+    domains: tuple = domains.TRAINING   # the training mixture (seed phase, baselines); the rounds draw from it
     seeds: tuple = (0, 1, 2)
-    expert_steps: int = 800             # steps of a homogeneous expert: the budget is K * expert_steps * F(base)
+    rounds: int = 3                     # branch-train-merge rounds: each chain trains on a new domain per round
+    experts: int = 3                    # chains, one per difficulty tier: the final ensemble's experts
+    seed_steps: int = 600               # steps of each seed model on the training mixture
+    expert_steps: int = 200             # steps of a medium expert per round
     width: int = 64
     layers: int = 2
     heads: int = 4
     ctx: int = 64
     batch: int = 8                      # windows per replica per step, every run
-    lr: float = 3e-3
+    lr: float = 3e-3                    # peak learning rate of the seed models and the baselines
+    expert_lr: float = 1e-3             # peak learning rate of the experts (continued from their parent)
     replicas: int = 4                   # N of ddp, diloco, noloco
     inner_steps: int = 25               # H of diloco and noloco (ddp: steps between evaluations)
     eval_windows: int = 128             # validation windows per domain
     segment: int = 4                    # windows per segment: the posterior's context
+    prior_segments: int = 8             # first segments of an evaluated domain that the cached prior is taken from
+    prior_decay: float = 0.3            # the cached prior's decay
 
     def __post_init__(self):
         check_fields(self, {
             "configs": (_names, CONFIGS), "domains": (_names, domains.TRAINING, 2), "seeds": (_seeds,),
-            "expert_steps": (check_integer, f"a multiple of {EXPERT_UNIT}, >= {EXPERT_UNIT}",
-                             lambda v: v >= EXPERT_UNIT and v % EXPERT_UNIT == 0),
+            "rounds": (check_at_least, 1), "experts": (check_at_least, 1),
+            "seed_steps": (_steps,), "expert_steps": (_steps,),
             "layers": (check_at_least, 1), "heads": (check_at_least, 1), "ctx": (check_at_least, 2),
             "batch": (check_at_least, 1), "lr": (check_real, "0 < lr < inf", lambda v: 0 < v < math.inf),
+            "expert_lr": (check_real, "0 < expert_lr < inf", lambda v: 0 < v < math.inf),
             "replicas": (check_integer, "an even integer >= 2 (noloco's pairs)", lambda v: v >= 2 and v % 2 == 0),
             "inner_steps": (check_at_least, 1), "eval_windows": (check_at_least, 1), "segment": (check_at_least, 1),
+            "prior_segments": (check_at_least, 1),
+            "prior_decay": (check_real, "0 < prior_decay < 1", lambda v: 0 < v < 1),
         })
         check_integer("width", self.width, f"an integer >= heads = {self.heads} divisible by it",
                       lambda v: v >= self.heads and v % self.heads == 0)
+        if self.rounds * self.experts > len(self.domains):
+            raise ConfigError(f"rounds x experts = {self.rounds} x {self.experts} needs as many training domains; "
+                              f"{len(self.domains)} given (--domains); lower --rounds or --experts")
+        if self.prior_segments > self.segments_per_domain:
+            raise ConfigError(f"prior_segments={self.prior_segments} is more than the {self.segments_per_domain} "
+                              f"segments evaluated per domain (eval_windows / segment); lower it")
 
     def as_dict(self) -> dict:
         return dataclasses.asdict(self)
 
     @property
+    def segments_per_domain(self) -> int:
+        return max(1, self.eval_windows // self.segment)
+
+    @property
     def mixture(self) -> str:
-        """The baselines' domain spec."""
+        """The training mixture's domain spec (the seed models and the baselines train on it)."""
         return domains.ALL_TRAINING if self.domains == domains.TRAINING else ",".join(self.domains)
 
-    def model(self, width: int | None = None) -> GPTConfig:
-        return GPTConfig(ctx=self.ctx, layers=self.layers, heads=self.heads, width=width or self.width)
+    def model(self, mlp_hidden: int | None = None) -> GPTConfig:
+        return GPTConfig(ctx=self.ctx, layers=self.layers, heads=self.heads, width=self.width,
+                         mlp_hidden=mlp_hidden or 4 * self.width)
 
-    def step_flops(self, width: int | None = None) -> int:
-        """Matmul FLOPs of one step of one replica of the model of ``width`` (default the base)."""
-        return self.model(width).train_step_flops(self.batch)
+    def step_flops(self, mlp_hidden: int | None = None) -> int:
+        """Matmul FLOPs of one step of one replica of the model with ``mlp_hidden`` (default the base's 4C)."""
+        return self.model(mlp_hidden).train_step_flops(self.batch)
+
+    @property
+    def chain_steps(self) -> int:
+        """Steps of a medium chain: its seed model's and its experts' (in base-model steps)."""
+        return self.seed_steps + self.rounds * self.expert_steps
 
     @property
     def budget(self) -> int:
-        """B = K x expert_steps x F(base): every configuration's training FLOPs."""
-        return len(self.domains) * self.expert_steps * self.step_flops()
+        """B = experts x (seed_steps + rounds x expert_steps) x F(base): every configuration's training FLOPs,
+        each chain charged the seed model it starts from."""
+        return self.experts * self.chain_steps * self.step_flops()
 
 
 # ----------------------------------------------------------------- the plan
 
-def difficulty_groups(names) -> dict:
-    """``{domain: group}``: the domains ranked by difficulty (zlib bits per byte of their training text,
-    ties by name) and cut into thirds (the first ``floor(3 i / K)``)."""
-    stats = {r["name"]: r["zlib_bits_per_byte"] for r in domains.statistics()}
-    ranked = sorted(names, key=lambda n: (stats[n], n))
-    return {n: GROUPS[3 * i // len(ranked)] for i, n in enumerate(ranked)}
+def _symmetric(spread: float, k: int, count: int, unit: int) -> int:
+    """Chain k's offset from the medium one: ``spread`` x (2k / (count - 1) - 1) in multiples of ``unit``,
+    rounded half away from zero, so chain k's and chain count-1-k's offsets cancel exactly."""
+    if 2 * k > count - 1:  # the upper half mirrors the lower one, so rounding cannot break the symmetry
+        return -_symmetric(spread, count - 1 - k, count, unit)
+    if 2 * k == count - 1:
+        return 0
+    return -math.floor(spread * (1 - 2 * k / (count - 1)) / unit + 0.5) * unit
 
 
-def _rounded_width(study: Study, factor: float) -> int:
-    """``factor`` x the base width, rounded to a multiple of the heads (at least one per head)."""
-    return study.heads * max(1, round(factor * study.width / study.heads))
+def tiers(study: Study) -> list[list[str]]:
+    """The training domains ranked by difficulty (zlib bits per byte of their training text, ties by name) and cut
+    into ``experts`` tiers, easiest first; within a tier the order of ``study.domains``."""
+    ranked = sorted(study.domains, key=lambda n: (domains.difficulty(n), n))
+    tier_of = {n: study.experts * i // len(ranked) for i, n in enumerate(ranked)}
+    return [[d for d in study.domains if tier_of[d] == k] for k in range(study.experts)]
+
+
+def round_domains(study: Study) -> list[list[str]]:
+    """``[round][chain]``: the domain chain k trains on in round r, the r-th of tier k."""
+    groups = tiers(study)
+    if min(len(g) for g in groups) < study.rounds:
+        raise ConfigError(f"rounds={study.rounds}: a difficulty tier holds {min(len(g) for g in groups)} domains "
+                          f"(training domains {len(study.domains)} in {study.experts} tiers); lower --rounds or "
+                          f"--experts, or give more --domains")
+    return [[groups[k][r] for k in range(study.experts)] for r in range(study.rounds)]
+
+
+def chain_sizes(study: Study, kind: str) -> list[int]:
+    """Hidden units of the MLP of each chain (easiest tier first): the base's 4C, or for the size-heterogeneous
+    ensemble and the extension 4C (1 + SIZE_SPREAD (2k / (E - 1) - 1)), rounded symmetrically."""
+    base = 4 * study.width
+    if kind not in ("size-heterogeneous", "combined"):
+        return [base] * study.experts
+    return [base + _symmetric(SIZE_SPREAD * base, k, study.experts, 1) for k in range(study.experts)]
 
 
 def allocation(study: Study, kind: str) -> list[dict]:
-    """The experts of an ensemble: ``[{domain, group, width, steps, flops}]``. Homogeneous: the base model,
-    ``expert_steps`` each. Heterogeneous: the rule's width, and the steps that ``COMPUTE_FACTOR[g] / mean``
-    of B / K buys, in units of :data:`EXPERT_UNIT` rounded down, then units added greedily (largest
-    remainder first) while the total stays within B."""
+    """The chains of an ensemble, easiest tier first: ``{chain, mlp_hidden, seed_steps, rounds: [{domain, steps}],
+    flops}`` (flops: the chain's seed model and experts).
+
+    * homogeneous: every expert the base model, ``expert_steps`` per round;
+    * size-heterogeneous: the MLP by tier (:func:`chain_sizes`), ``expert_steps`` per round;
+    * step-heterogeneous: the base model, ``expert_steps`` (1 + STEP_SPREAD (2k / (E - 1) - 1)) per round, the
+      harder tiers more;
+    * combined (the extension): the MLP by tier, and per round the steps the medium expert's FLOPs buy at that
+      size (fewer for the larger experts), in units of EXPERT_UNIT rounded down, then units added greedily
+      (largest remainder first) while the ensemble stays within B.
+
+    Seed models: every chain's has ``seed_steps`` at its chain's size. The two published forms and the
+    homogeneous ensemble spend exactly B (their offsets cancel); the extension at most B and less than one
+    unit of its cheapest expert below."""
     check_choice("kind", kind, ENSEMBLES)
-    if kind == "homogeneous":
-        return [{"domain": d, "group": None, "width": study.width, "steps": study.expert_steps,
-                 "flops": study.expert_steps * study.step_flops()} for d in study.domains]
-    groups = difficulty_groups(study.domains)
-    share = {d: COMPUTE_FACTOR[g] for d, g in groups.items()}
-    total_share = sum(share.values())
-    rows = []
-    for d in study.domains:
-        width = _rounded_width(study, WIDTH_FACTOR[groups[d]])
-        unit = EXPERT_UNIT * study.step_flops(width)
-        units = study.budget * share[d] / total_share / unit
-        rows.append({"domain": d, "group": groups[d], "width": width, "units": max(1, int(units)),
-                     "rest": units - int(units), "unit": unit})
-    spent = sum(r["units"] * r["unit"] for r in rows)
-    order = sorted(rows, key=lambda r: (-r["rest"], r["domain"]))
-    while spent <= study.budget - min(r["unit"] for r in rows):  # a unit still fits: largest remainder first
-        fits = next(r for r in order if spent + r["unit"] <= study.budget)
+    sizes = chain_sizes(study, kind)
+    plan_domains = round_domains(study)
+    chains = []
+    for k, mlp in enumerate(sizes):
+        if kind == "step-heterogeneous":
+            steps = [study.expert_steps + _symmetric(STEP_SPREAD * study.expert_steps, k, study.experts, EXPERT_UNIT)]
+        elif kind == "combined":
+            steps = [study.expert_steps * study.step_flops() / study.step_flops(mlp)]
+        else:
+            steps = [study.expert_steps]
+        chains.append({"chain": k, "mlp_hidden": mlp, "seed_steps": study.seed_steps,
+                       "rounds": [{"domain": plan_domains[r][k], "steps": steps[0]} for r in range(study.rounds)]})
+    if kind == "combined":
+        _fill(study, chains)
+    for c in chains:
+        c["flops"] = (c["seed_steps"] + sum(r["steps"] for r in c["rounds"])) * study.step_flops(c["mlp_hidden"])
+    spent = sum(c["flops"] for c in chains)
+    if spent > study.budget or (kind != "combined" and spent != study.budget):
+        raise ConfigError(f"the {kind} ensemble's {spent:.6g} FLOPs miss the budget {study.budget:.6g} "
+                          f"(--expert-steps {study.expert_steps} buys no step of an expert?); raise --expert-steps")
+    return chains
+
+
+def _fill(study: Study, chains: list[dict]) -> None:
+    """The extension's steps: each round's real-valued steps rounded down to units, then units added greedily,
+    largest remainder first, while the ensemble's FLOPs stay within B."""
+    cells = []
+    for c in chains:
+        unit = EXPERT_UNIT * study.step_flops(c["mlp_hidden"])
+        for r in c["rounds"]:
+            units = r["steps"] / EXPERT_UNIT
+            cells.append({"round": r, "units": max(1, int(units)), "rest": units - int(units), "unit": unit})
+    spent = sum(c["seed_steps"] * study.step_flops(c["mlp_hidden"]) for c in chains) \
+        + sum(x["units"] * x["unit"] for x in cells)
+    order = sorted(cells, key=lambda x: -x["rest"])
+    while spent <= study.budget - min(x["unit"] for x in cells):  # a unit still fits: largest remainder first
+        fits = next(x for x in order if spent + x["unit"] <= study.budget)
         fits["units"], spent = fits["units"] + 1, spent + fits["unit"]
         order.remove(fits)
         order.append(fits)
-    if spent > study.budget:
-        raise ConfigError(f"expert_steps={study.expert_steps}: the budget {study.budget:.3g} FLOPs does not buy "
-                          f"{EXPERT_UNIT} steps of every heterogeneous expert; raise --expert-steps")
-    return [{"domain": r["domain"], "group": r["group"], "width": r["width"], "steps": r["units"] * EXPERT_UNIT,
-             "flops": r["units"] * r["unit"]} for r in rows]
+    for x in cells:
+        x["round"]["steps"] = x["units"] * EXPERT_UNIT
 
 
 def baseline_steps(study: Study) -> int:
@@ -161,9 +251,9 @@ def baseline_steps(study: Study) -> int:
     per_outer = study.replicas * study.inner_steps * study.step_flops()
     outer = study.budget // per_outer
     if outer < 1:
-        raise ConfigError(f"expert_steps={study.expert_steps}: the budget {study.budget:.3g} FLOPs buys no outer step "
-                          f"of {study.replicas} replicas x {study.inner_steps} steps; raise --expert-steps or lower "
-                          f"--replicas or --inner-steps")
+        raise ConfigError(f"the budget {study.budget:.3g} FLOPs buys no outer step of {study.replicas} replicas x "
+                          f"{study.inner_steps} steps; raise --expert-steps or --seed-steps, or lower --replicas "
+                          f"or --inner-steps")
     return outer * study.inner_steps
 
 
@@ -173,13 +263,16 @@ def _warmup(steps: int) -> int:
 
 @dataclass(frozen=True)
 class Run:
-    """One training run of the study: an expert (``domain`` its domain) or a baseline (``domain`` None)."""
+    """One training run: a seed model (``role`` "seed"), an expert continued from ``parent`` on ``domain``
+    ("expert"), or a baseline ("baseline"). ``key`` is its folder under the seed's: an expert's key spells its
+    whole lineage, so a run two ensembles share (the medium chain) is one folder, trained once."""
 
-    config: str
+    key: str
     seed: int
     train: TrainConfig
+    role: str
     domain: str | None = None
-    group: str | None = None
+    parent: "Run | None" = None
 
     @property
     def flops(self) -> int:
@@ -187,19 +280,25 @@ class Run:
         return t.model().train_step_flops(t.batch) * t.replicas * t.total_inner_steps
 
     def folder(self, out: Path) -> Path:
-        where = Path(out) / f"seed{self.seed}" / self.config
-        return where / self.domain if self.domain else where
+        return Path(out) / f"seed{self.seed}" / self.key
 
     @property
     def name(self) -> str:
-        return f"seed {self.seed} {self.config}" + (f" {self.domain}" if self.domain else "")
+        return f"seed {self.seed} {self.key}"
+
+    @property
+    def lineage(self) -> list:
+        """The runs from the seed model to this one."""
+        return (self.parent.lineage if self.parent else []) + [self]
 
 
-def expert_config(study: Study, domain: str, width: int, steps: int, seed: int) -> TrainConfig:
+def _one_replica(study: Study, domain: str, mlp: int, steps: int, seed: int, expert: bool) -> TrainConfig:
+    """A seed model's (``expert`` False: the mixture, peak ``lr``) or an expert's run: one replica, no outer step."""
     outer = steps // EXPERT_UNIT
-    return build(None, "ddp", replicas=1, domain=domain, width=width, layers=study.layers, heads=study.heads,
-                 ctx=study.ctx, batch=study.batch, lr=study.lr, inner_steps=EXPERT_UNIT, outer_steps=outer,
-                 warmup=_warmup(steps), eval_every=max(1, outer // 4), val_windows=RUN_VAL_WINDOWS, seed=seed)
+    return build(None, "ddp", replicas=1, domain=domain, width=study.width, mlp_hidden=mlp, layers=study.layers,
+                 heads=study.heads, ctx=study.ctx, batch=study.batch, lr=study.expert_lr if expert else study.lr,
+                 min_lr_frac=EXPERT_MIN_LR_FRAC if expert else 0.1, inner_steps=EXPERT_UNIT, outer_steps=outer, warmup=_warmup(steps),
+                 eval_every=max(1, outer // 4), val_windows=RUN_VAL_WINDOWS, seed=seed)
 
 
 def baseline_config(study: Study, method: str, seed: int) -> TrainConfig:
@@ -211,29 +310,51 @@ def baseline_config(study: Study, method: str, seed: int) -> TrainConfig:
                  eval_every=max(1, outer // 4), val_windows=RUN_VAL_WINDOWS, seed=seed)
 
 
+def chains_of(study: Study, kind: str, seed: int) -> list[Run]:
+    """The final expert of each chain of the ensemble ``kind`` for ``seed`` (their lineages: the seed model, then
+    one expert per round, each continued from the one before)."""
+    finals = []
+    for c in allocation(study, kind):
+        mlp = c["mlp_hidden"]
+        key = f"experts/mlp{mlp}_mixture{c['seed_steps']}"
+        run = Run(key, seed, _one_replica(study, study.mixture, mlp, c["seed_steps"], seed, False), "seed")
+        for r in c["rounds"]:
+            key += f"_{r['domain']}{r['steps']}"
+            run = Run(key, seed, _one_replica(study, r["domain"], mlp, r["steps"], seed, True),
+                      "expert", r["domain"], run)
+        finals.append(run)
+    return finals
+
+
 def plan(study: Study) -> list[Run]:
-    """Every run of the study, seed by seed, in the order they are trained (all validated first)."""
-    allocations = {kind: allocation(study, kind) for kind in ENSEMBLES if kind in study.configs}
-    runs = []
+    """Every run of the study once, seed by seed, each after its parent (all validated first)."""
+    runs = {}
     for seed in study.seeds:
         for config in study.configs:
             if config in ENSEMBLES:
-                runs += [Run(config, seed, expert_config(study, a["domain"], a["width"], a["steps"], seed), a["domain"],
-                             a["group"]) for a in allocations[config]]
+                for final in chains_of(study, config, seed):
+                    for run in final.lineage:
+                        runs.setdefault((seed, run.key), run)
             else:
-                runs.append(Run(config, seed, baseline_config(study, config, seed)))
-    return runs
+                runs[(seed, config)] = Run(config, seed, baseline_config(study, config, seed), "baseline")
+    return list(runs.values())
+
+
+def ensemble_flops(study: Study, kind: str) -> int:
+    """An ensemble's training FLOPs counted from the runs it trains: every chain's lineage, a seed model that
+    several chains start from charged to each of them."""
+    return sum(run.flops for final in chains_of(study, kind, study.seeds[0]) for run in final.lineage)
 
 
 def budget_report(study: Study) -> dict:
     """The budget, each configuration's FLOPs (one seed) and the allocation of each ensemble."""
-    flops = {}
-    for config in study.configs:
-        flops[config] = sum(r.flops for r in plan(dataclasses.replace(study, seeds=(0,))) if r.config == config)
+    flops = {c: ensemble_flops(study, c) if c in ENSEMBLES else study.replicas * baseline_steps(study)
+             * study.step_flops() for c in study.configs}
     return {"flops": study.budget, "step_flops_base": study.step_flops(),
             "counting": "matmul FLOPs of forward and backward (3 x forward), attention included, elementwise work "
-                        "excluded: GPTConfig.train_step_flops",
+                        "excluded: GPTConfig.train_step_flops; an ensemble: each chain's seed model and experts",
             "per_config": {c: {"flops": f, "relative_to_budget": f / study.budget - 1} for c, f in flops.items()},
-            "allocation": {kind: [{**a, "n_params": study.model(a["width"]).n_params()}
-                                  for a in allocation(study, kind)] for kind in ENSEMBLES if kind in study.configs},
+            "tiers": tiers(study), "rounds": round_domains(study),
+            "allocation": {kind: [{**c, "n_params": study.model(c["mlp_hidden"]).n_params()}
+                                  for c in allocation(study, kind)] for kind in ENSEMBLES if kind in study.configs},
             "baseline_steps": baseline_steps(study) if set(BASELINES) & set(study.configs) else None}

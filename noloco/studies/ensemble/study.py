@@ -15,8 +15,8 @@ from noloco.llm_check import domains
 from noloco.studies.ensemble.communication import communication
 from noloco.studies.ensemble.evaluation import (check_evaluation, check_evaluation_memory, eval_segments, evaluate_seed,
                                                 evaluated)
-from noloco.studies.ensemble.plan import (BASELINES, COMPUTE_FACTOR, WIDTH_FACTOR, Run, Study, baseline_steps,
-                                          budget_report, difficulty_groups, plan)
+from noloco.studies.ensemble.plan import (BASELINES, ENSEMBLES, SIZE_SPREAD, STEP_SPREAD, Run, Study, baseline_steps,
+                                          budget_report, plan, round_domains, tiers)
 
 
 def _summary(values: list) -> dict:
@@ -93,15 +93,41 @@ def _jsonish(x):
     return loads(dumps(x))
 
 
-def _train(run: Run, where: Path, resume: bool, overwrite: bool, stop_after: int | None) -> dict:
+def _train(run: Run, out: Path, resume: bool, overwrite: bool, stop_after: int | None, parent: dict | None) -> dict:
+    """The run's result: reused when finished, resumed, or trained (an expert from its parent's final weights);
+    not started while its parent (``parent``: its result) is unfinished or diverged."""
     from noloco.llm_check.lifecycle import finished_run
     from noloco.llm_check.trainer import Trainer
 
+    if parent is not None and (not parent.get("finished") or parent.get("diverged")):
+        return {"finished": False, "waiting_for": run.parent.name}
+    where = run.folder(out)
     done = finished_run(where, run.train)
     if done is not None and not overwrite:
         return done
     again = resume and (where / "ckpt.pt").exists()
-    return Trainer(run.train, where, progress=False).run(resume=again, stop_after=stop_after, overwrite=not again)
+    trainer = Trainer(run.train, where, progress=False)
+    if run.parent is not None and not again:  # branch: start from the parent's final weights (a fresh optimiser)
+        _start_from(trainer, run.parent.folder(out))
+    return trainer.run(resume=again, stop_after=stop_after, overwrite=not again)
+
+
+def _start_from(trainer, parent: Path) -> None:
+    """The trainer's weights set to the final weights of the finished run in ``parent``."""
+    import torch
+
+    from noloco.infra.errors import DataError
+
+    path = parent / "ckpt.pt"
+    try:
+        phi = torch.load(path, map_location="cpu", weights_only=True)["phi"]
+        with torch.no_grad():
+            for k, p in trainer.params.items():
+                p.copy_(phi[k])
+                trainer.phi[k].copy_(phi[k])
+    except (OSError, KeyError, RuntimeError) as err:
+        raise DataError(f"{path}: the parent run's weights cannot start its expert ({str(err).splitlines()[0]}); "
+                        f"train the study again with --overwrite") from None
 
 
 def run_study(study: Study, out, *, resume: bool = False, overwrite: bool = False, stop_after: int | None = None,
@@ -128,16 +154,18 @@ def run_study(study: Study, out, *, resume: bool = False, overwrite: bool = Fals
         results = {}
         with Progress(len(runs), "hdee study", unit="run", show=progress) as bar:
             for run in runs:
-                result = _train(run, run.folder(out), resume, overwrite, stop_after)
+                result = _train(run, out, resume, overwrite, stop_after, run.parent and results[run.parent.name])
                 results[run.name] = result
                 bar.update(1)
                 final = result.get("final") or {}
-                bar.note(f"{run.name}: val {final.get('val_loss_avg_model', float('nan')):.3f}")
+                bar.note(f"{run.name}: val {final.get('val_loss_avg_model', float('nan')):.3f}"
+                         if "waiting_for" not in result else f"{run.name}: waits for {result['waiting_for']}")
         unfinished = [n for n, r in results.items() if not r.get("finished") and not r.get("diverged")]
         diverged = {n: r["diverged"]["message"] for n, r in results.items() if r.get("diverged")}
         report = {"schema": "hdee-study", "schema_version": SCHEMA_VERSION, "settings": study.as_dict(),
-                  "rule": {"difficulty": "zlib (level 9) bits per byte of the training text; thirds by rank",
-                           "width_factor": WIDTH_FACTOR, "compute_factor": COMPUTE_FACTOR}, "budget": budget, "unfinished": unfinished, "diverged": diverged}
+                  "rule": {"difficulty": "zlib (level 9) bits per byte of the training text; tiers by rank",
+                           "size_spread": SIZE_SPREAD, "step_spread": STEP_SPREAD},
+                  "budget": budget, "unfinished": unfinished, "diverged": diverged}
         if unfinished or diverged:
             return report
         report.update(_evaluate(study, runs, results, out))
@@ -150,39 +178,82 @@ def run_study(study: Study, out, *, resume: bool = False, overwrite: bool = Fals
         folder.close()
 
 
+def _parts(study: Study) -> dict:
+    """The evaluated domains in three parts: those an expert trained on (the rounds' domains), the training domains
+    only the seed models and the baselines saw (the mixture), and the held-out ones, which nothing saw."""
+    rounds = [d for r in round_domains(study) for d in r]
+    return {"expert_domains": rounds, "mixture_domains": [d for d in study.domains if d not in rounds],
+            "held_out": list(domains.HELD_OUT)}
+
+
+def _paired(per_seed: list[dict], a: str, b: str, members: list) -> dict:
+    """Loss of ``a`` minus loss of ``b`` (nats per byte), the mean over ``members``, paired over seeds."""
+    from noloco.theory.stats import mean_se
+
+    diff = [float(np.mean([s["losses"][a][d] - s["losses"][b][d] for d in members])) for s in per_seed]
+    mean, se = mean_se(np.asarray(diff, dtype=float))
+    return {"mean": mean, "se": se if len(diff) > 1 else None, "values": diff}
+
+
+def _against_homogeneous(study: Study, per_seed: list[dict], names: list) -> dict:
+    """HDEE's comparison: for each heterogeneous ensemble and mixing rule, the paired loss difference to the
+    homogeneous ensemble mixed the same way, per domain and over each part of the domains; the domains where it
+    is lower (its mean over seeds), and where lower or higher by more than 2 standard errors."""
+    out = {}
+    for config in (c for c in study.configs if c in ENSEMBLES and c != "homogeneous"):
+        if "homogeneous" not in study.configs:
+            break
+        for suffix in ("", "-fixed-prior", "-uniform"):
+            rows = {d: _paired(per_seed, config + suffix, "homogeneous" + suffix, [d]) for d in names}
+            out[config + suffix] = {"against": "homogeneous" + suffix, "per_domain": rows,
+                                    "lower_in": [d for d in names if rows[d]["mean"] < 0],
+                                    "lower_beyond_2se_in": [d for d in names if rows[d]["se"] is not None
+                                                            and rows[d]["mean"] < -2 * rows[d]["se"]],
+                                    "higher_beyond_2se_in": [d for d in names if rows[d]["se"] is not None
+                                                             and rows[d]["mean"] > 2 * rows[d]["se"]],
+                                    "mean_over": {part: _paired(per_seed, config + suffix, "homogeneous" + suffix,
+                                                                members)
+                                                  for part, members in _parts(study).items() if members}}
+    return out
+
+
 def _evaluate(study: Study, runs: list[Run], results: dict, out: Path) -> dict:
     import torch
 
     clock = time.perf_counter()
     names = evaluated(study)
     segments = {d: eval_segments(d, study) for d in names}
-    per_seed = [evaluate_seed(study, [r for r in runs if r.seed == seed], out, segments) for seed in study.seeds]
+    per_seed = [evaluate_seed(study, seed, out, segments) for seed in study.seeds]
     entries = list(per_seed[0]["losses"])
     per_domain = {e: {d: _summary([s["losses"][e][d] for s in per_seed]) for d in names} for e in entries}
+    parts = _parts(study)
     averages = {}
     for e in entries:
-        for part, members in (("in_domain", study.domains), ("held_out", domains.HELD_OUT)):
-            values = [np.mean([s["losses"][e][d] for d in members]) if all(s["losses"][e][d] is not None
-                                                                           for d in members) else None
-                      for s in per_seed]
+        for part, members in parts.items():
+            values = [np.mean([s["losses"][e][d] for d in members]) if members and all(
+                s["losses"][e][d] is not None for d in members) else None for s in per_seed]
             averages.setdefault(e, {})[part] = _summary(values)
-    posterior = {c: {d: {"top_expert": [s["posterior"][c][d]["top_expert"] for s in per_seed],
-                         **{k: _mean([s["posterior"][c][d][k] for s in per_seed])
-                            for k in ("top_weight", "own_weight", "own_weight_last_byte")}} for d in names}
-                 for c in per_seed[0]["posterior"]}
+    posterior = {c: {d: {"experts": per_seed[0]["posterior"][c][d]["experts"],
+                         "top_expert": [s["posterior"][c][d]["top_expert"] for s in per_seed],
+                         "cached_prior": np.mean([s["posterior"][c][d]["cached_prior"] for s in per_seed], 0).tolist(),
+                         **{k: _mean([s["posterior"][c][d][k] for s in per_seed]) for k in ("top_weight", "own_weight")}}
+                     for d in names} for c in per_seed[0]["posterior"]}
     first = next(iter(results.values()))
     base_params = study.model().n_params()
     comm = {c: communication(c, base_params, study.replicas, baseline_steps(study) if c in BASELINES else 0,
                              study.inner_steps) for c in study.configs}
-    wall = {c: {str(seed): sum(results[r.name]["wall_s"] for r in runs if r.config == c and r.seed == seed)
-                for seed in study.seeds} for c in study.configs}
-    stats = [dict(r, role="held out" if r["held_out"] else ("train" if r["name"] in study.domains else "unused"))
-             for r in domains.statistics()]
-    groups = difficulty_groups(study.domains)
+    wall = {str(seed): {role: sum(results[r.name]["wall_s"] for r in runs if r.seed == seed and r.role == role)
+                        for role in ("seed", "expert", "baseline")} for seed in study.seeds}
+    stats = [dict(r, role="held out" if r["held_out"] else ("train" if r["name"] in study.domains else "unused"),
+                  zlib_bits_per_byte=domains.difficulty(r["name"]) if r["name"] in names else None)
+             for r in domains.sizes()]
+    tier_of = {d: k for k, tier in enumerate(tiers(study)) for d in tier}
+    round_of = {d: r for r, row in enumerate(round_domains(study)) for d in row}
     for r in stats:
-        r["group"] = groups.get(r["name"])
-    return {"domains": stats, "evaluated": names, "per_domain": per_domain, "averages": averages,
-            "posterior": posterior, "winners": _winners(study, per_seed, names), "communication": comm,
+        r["tier"], r["round"] = tier_of.get(r["name"]), round_of.get(r["name"])
+    return {"domains": stats, "evaluated": names, "parts": parts, "per_domain": per_domain, "averages": averages,
+            "posterior": posterior, "winners": _winners(study, per_seed, names),
+            "against_homogeneous": _against_homogeneous(study, per_seed, names), "communication": comm,
             "per_seed": [s["losses"] for s in per_seed],
             "corpus_sha256": first["corpus_sha256"], "python": first["python"], "torch": torch.__version__,
             "n_params_base": base_params, "wall_s": {"training": wall, "evaluation": time.perf_counter() - clock}}
