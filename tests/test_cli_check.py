@@ -1,7 +1,9 @@
 import json
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -128,9 +130,27 @@ def test_console_entry_point_human_output():
 # ---------------------------------------------------------------- the command line as a whole
 
 def test_version(capsys):
-    assert main(["--version"]) == 0
-    out = capsys.readouterr().out.split()
-    assert out[0] == "noloco" and out[1][0].isdigit()
+    from importlib.metadata import version as installed
+
+    from noloco.cli import commit
+
+    for flag in ("--version", "--vers"):  # the fast path and argparse's (an abbreviation) print the same
+        assert main([flag]) == 0
+        first, second = capsys.readouterr().out.splitlines()
+        assert first.split()[0] == "noloco" and first.split()[1][0].isdigit()
+        assert second.startswith(f"python {sys.version.split()[0]}, numpy {installed('numpy')}, torch ")
+    root = Path(__file__).resolve().parents[1]
+    if (root / ".git").exists() and shutil.which("git"):
+        head = subprocess.run(["git", "-C", str(root), "rev-parse", "HEAD"], capture_output=True, text=True).stdout
+        assert f"(commit {commit()})" in first and head.startswith(commit())
+    assert commit(root / "noloco") is None  # not a checkout: nothing
+
+
+def test_version_imports_neither_numpy_nor_torch():
+    code = "import sys\nfrom noloco.cli import main\nmain(['--version'])\nprint('numpy' in sys.modules, 'torch' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                         env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert out.returncode == 0 and out.stdout.splitlines()[-1] == "False False", out
 
 
 OWNED = ("check", "simulate", "comm", "tune", "figs")

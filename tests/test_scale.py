@@ -295,6 +295,15 @@ def test_budget_refuses_with_one_line():
     assert 0 < budget.default_budget()
 
 
+@pytest.mark.skipif(not Path("/proc/meminfo").exists(), reason="Linux: compared with /proc/meminfo")
+def test_the_default_budget_is_half_of_memavailable_and_4_gib_where_it_cannot_be_read(monkeypatch):
+    kib = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemAvailable:"))
+    assert abs(budget.available_bytes() - kib * 1024) < 256 << 20  # read moments apart: within 256 MiB
+    assert abs(budget.default_budget() - kib * 1024 // 2) < 256 << 20
+    monkeypatch.setitem(sys.modules, "psutil", None)  # psutil cannot be imported
+    assert budget.available_bytes() is None and budget.default_budget() == budget.FALLBACK_BYTES
+
+
 @pytest.mark.parametrize("argv,code,words", [
     (["check", "--spectrum", "powerlaw:1:1:100000000", "--max-memory", "1M"], 3, "needs about"),
     (["simulate", "--trials", "100000000", "--max-memory", "1G"], 3, "100000000 trials"),

@@ -12,6 +12,9 @@ from __future__ import annotations
 import argparse
 import importlib
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 from noloco.infra.entry import CommandParser, OneLineParser, mark_parsers, run
 
@@ -30,14 +33,64 @@ def version() -> str:
         return __version__
 
 
-def build_parser() -> argparse.ArgumentParser:
+def commit(root=None) -> str | None:
+    """The git commit of the checkout the toolkit runs from (``root``: the folder above the ``noloco`` package),
+    None where that is not a checkout (an installed copy) or git cannot tell within 2 s. Only where ``root/.git``
+    exists: an installed copy inside someone else's repository must not report that repository's commit."""
+    root = Path(root or Path(__file__).resolve().parents[2])
+    if not (root / ".git").exists():
+        return None
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GIT_")}  # a GIT_DIR set for other work
+    try:
+        out = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"], capture_output=True,
+                             text=True, timeout=2, env=env)
+    except (OSError, subprocess.SubprocessError):  # no git, or it hangs
+        return None
+    return (out.stdout.strip() or None) if out.returncode == 0 else None
+
+
+def version_text() -> str:
+    """``noloco --version``: the toolkit's version and commit, Python's, and numpy's and torch's read from their
+    installed metadata (importing them would take most of the time: torch alone 1.5 s on the project's machine)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed
+
+    def of(name: str) -> str:
+        try:
+            return installed(name)
+        except PackageNotFoundError:
+            return "not installed"
+
+    head = commit()
+    return (f"noloco {version()}{f' (commit {head})' if head else ''}\n"
+            f"python {sys.version.split()[0]}, numpy {of('numpy')}, torch {of('torch')}")
+
+
+class _Version(argparse.Action):
+    """``--version`` (``--vers`` too): :func:`version_text`, then exit 0."""
+
+    def __init__(self, option_strings, dest, **kwargs):
+        super().__init__(option_strings, dest, nargs=0, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        print(version_text())
+        parser.exit()
+
+
+def _top_parser() -> CommandParser:
+    """The parser of ``noloco`` itself, before any subcommand is added."""
     parser = CommandParser(
         prog="noloco",
         description="Theory and verification toolkit for NoLoCo (arXiv 2506.10911). Exit codes: 0 success, "
                     "1 a checked condition fails, 2 bad input, 3 environment or data fault.",
     )
-    parser.add_argument("--version", action="version", version=f"%(prog)s {version()}",
-                        help="print the toolkit's version and exit")
+    parser.add_argument("--version", action=_Version,
+                        help="print the versions of the toolkit (and its git commit), Python, numpy and torch, and exit")
+    return parser
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _top_parser()
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineParser)
     sub.required = True
     for name in SUBCOMMANDS:
@@ -57,6 +110,8 @@ def _command_name(args) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if (sys.argv[1:] if argv is None else list(argv))[:1] == ["--version"]:  # without importing every command's module
+        return run("noloco", _top_parser(), lambda args: 0, argv)
     parser = build_parser()
     return run("noloco", parser, lambda args: args.run(args), argv, name=_command_name)
 

@@ -3,8 +3,8 @@ estimated before any work, and a run that does not fit is refused with one line 
 the budget and the flag that changes it (``--max-memory``, ``--max-time``).
 
 The budget is ``--max-memory`` (``2G``, ``500M``, ``1.5GiB``, or bytes) or, by default,
-:data:`DEFAULT_FRACTION` of the memory the kernel reports as available (``MemAvailable`` in
-``/proc/meminfo``; 4 GiB where that cannot be read). Work that can be streamed is streamed
+:data:`DEFAULT_FRACTION` of the memory the kernel reports as available (psutil's ``available``: ``MemAvailable``
+of ``/proc/meminfo`` on Linux; 4 GiB where it cannot be read). Work that can be streamed is streamed
 (a spectrum's totals are summed chunk by chunk, a simulation runs block by block), so what is
 estimated is what cannot be: per-trial and per-direction results, dense matrices, the result
 document. A refusal is a :class:`BudgetError`, a :class:`MemoryError`: exit code 3 (an
@@ -54,15 +54,14 @@ def parse_size(text) -> int:
 
 
 def available_bytes() -> int | None:
-    """``MemAvailable`` of ``/proc/meminfo`` in bytes, or None where it cannot be read."""
+    """The memory the kernel reports as available, in bytes (psutil: ``MemAvailable`` of ``/proc/meminfo`` on
+    Linux, its equivalent on macOS and Windows), or None where it cannot be read."""
     try:
-        with open("/proc/meminfo") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
+        import psutil  # here, not at the top: most commands never ask
+
+        return int(psutil.virtual_memory().available)
+    except (ImportError, OSError, RuntimeError):
         return None
-    return None
 
 
 def default_budget() -> int:
