@@ -35,7 +35,7 @@ CHEAP = {
 SLOW = {
     "llm bench": ["--size", "cpu-tiny", "--replicas", "2", "--steps", "1", "--threads", "1"],  # 8 s: 4 modes
     "llm validate": ["--preset", "cpu-tiny", "--threads", "1", "--out", "{tmp}"],
-    "llm ensemble": ["--quick", "--threads", "1", "--domains", "docs,web", "--eval-windows", "4", "--configs",
+    "llm ensemble": ["--quick", "--threads", "1", "--domains", "docs,web,build", "--eval-windows", "4", "--configs",
                      "homogeneous,noloco", "--out", "{tmp}"],
     "llm study routing": ["--quick", "--seeds", "2", "--out", "{tmp}"],
     "llm study paper": ["--quick", "--seeds", "2", "--out", "{tmp}"],
