@@ -285,3 +285,13 @@ def test_check_never_shows_a_rounded_radius_against_its_verdict(capsys):
     out = capsys.readouterr().out
     row = next(line for line in out.splitlines() if line.startswith("replica mean converges"))
     assert code == 0 and "1 - 7e-08" in row and " yes " in row
+
+
+def test_a_growth_that_overflows_has_words_not_an_error():
+    """A marginal recursion whose powers overflow float64 (a step of 1e308) is said to grow without bound:
+    `noloco paper --beta=1e308` was an internal error (round(inf))."""
+    from noloco.theory import stability
+
+    assert stability.growth_order([[1e308, 1e308], [0.0, 1.0]]) == math.inf
+    assert stability.growth_label(math.inf) == "grows without bound (overflows float64)"
+    assert stability.growth_label(1.02) == "grows like t" and stability.growth_label(0.1) == "bounded"

@@ -194,7 +194,7 @@ def theorem_2(outer, inner, dirs, flat) -> Statement:
                            note=join_notes(f"D = {D[bad]:.4g}, roots {complex(roots[0]):.4g} and {complex(roots[1]):.4g}",
                                       "measured: largest |imaginary part| of M's eigenvalues over the directions",
                                       "complex roots of modulus sqrt(alpha): the mean still converges"
-                                      if not ordered[bad] and D[bad] ** 2 < 4 * a else "")))
+                                      if not ordered[bad] and abs(D[bad]) < 2 * math.sqrt(a) else "")))  # D^2 < 4a
     test = {d: bool(P.mean_criterion(D[d])) for d in every}
     off = next((d for d in every if not test[d]), worst)
     parts.append(agreement("|D_i| < 1 in every direction => the mean converges (Eq 53's test)", all(test.values()),

@@ -82,6 +82,8 @@ def growth_label(order: float) -> str:
     """Words for :func:`growth_order` of a marginal recursion."""
     if order < 0.5:
         return "bounded"
+    if not math.isfinite(order):  # the powers overflowed float64 (a step of 1e308): no power of t describes it
+        return "grows without bound (overflows float64)"
     p = round(order)
     return "grows like t" if p == 1 else f"grows like t^{p}"
 
