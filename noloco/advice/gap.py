@@ -75,7 +75,7 @@ def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int,
         flags.append(f"unresolved: the measured gap is not positive at {sum(g <= 0 for g in late)} of the second "
                      f"half's {len(late)} evaluations ({cfg.val_windows} validation windows): noise, not a gap; "
                      "evaluate on more windows before comparing")
-    return {"run": str(run.folder), "outer_step": step, "r1": r1, "rate": rate, "sum_sqrt_v": root,
+    return {"run": str(run.folder), "outer_step": step, "replicas": outer.replicas, "r1": r1, "rate": rate, "sum_sqrt_v": root,
             "predicted": predicted, "measured": measured, "val_windows": cfg.val_windows,
             "ratio": predicted / measured if measured and measured > 0 and math.isfinite(predicted) else None,
             "flags": flags, "fitted_constants": 0}

@@ -219,12 +219,12 @@ class Lifecycle:
     def _load_saved(self) -> None:
         """The rank's last checkpoint; under torchrun the one before it where a kill between its two renames
         left no other (:func:`noloco.infra.files.atomic_write`)."""
-        if self.checkpoint.exists() or self.ex.world_size == 1 or not self.previous.exists():
-            if not self.checkpoint.exists():
-                raise ConfigError(f"--resume: no checkpoint {self.checkpoint}")
+        if self.checkpoint.exists():
             self.load()
-        else:
+        elif self.ex.world_size > 1 and self.previous.exists():
             self.load(self.previous)
+        else:
+            raise ConfigError(f"--resume: no checkpoint {self.checkpoint}")
 
     def _common_step(self, failure):
         """Under torchrun, after every rank loaded its last checkpoint: the ranks that saved one outer step
@@ -355,17 +355,12 @@ class Lifecycle:
                     self._resume_inputs()
         except (ConfigError, DataError, OSError, MemoryError) as err:
             failure = err
-        if self.ex.world_size > 1:  # every rank prepared, from checkpoints of the same outer step?
-            every = self.ex.agree([0.0 if failure is None else 1.0, float(self.trainer.outer_done)])
-            ranks_failed = [r for r in range(self.ex.world_size) if every[2 * r] > 0]
-            steps = sorted({every[2 * r + 1] for r in range(self.ex.world_size)})
+        if self.ex.world_size > 1:  # every rank prepared? (their steps already agree: _common_step)
+            every = self.ex.agree([0.0 if failure is None else 1.0])
+            ranks_failed = [r for r in range(self.ex.world_size) if every[r] > 0]
             if failure is None and ranks_failed:
                 failure = PeerError(f"rank(s) {ranks_failed} could not start the run (see their error); "
                                     f"nothing was trained")
-            elif failure is None and len(steps) > 1:
-                failure = DataError(f"the checkpoints in {self.out} are at different outer steps "
-                                    f"({', '.join(str(int(s)) for s in steps)}): a rank was stopped while they "
-                                    f"were written; start the run again with --overwrite")
         if failure is not None:
             raise failure
 

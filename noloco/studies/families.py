@@ -243,12 +243,11 @@ def _own(folder: Path, family: str, seed: int) -> dict:
 def _gap(folder: Path, family: str, seed: int) -> dict:
     """The gap from the second moment the observer wrote (a Hugging Face run) or the harness's checkpoint."""
     from noloco.advice.gap import equipartition_gap
-    from noloco.advice.record import read_run
     from noloco.llm_check.adam_state import second_moment_root
 
     rep = equipartition_gap(folder, second_moment_root)
     ok = within(rep["ratio"], GAP_RULE, relative=False)
-    return {"family": family, "seed": seed, "replicas": read_run(folder).outer.replicas, "predicted": rep["predicted"],
+    return {"family": family, "seed": seed, "replicas": rep["replicas"], "predicted": rep["predicted"],
             "measured": rep["measured"], "ratio": rep["ratio"], "flags": rep["flags"], "val_windows": rep["val_windows"],
             "verdict": "flagged" if rep["flags"] else ("agrees" if ok else "misses")}
 
