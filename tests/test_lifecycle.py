@@ -231,3 +231,23 @@ def test_a_writer_that_fails_on_a_full_disk_without_saying_so_is_named_a_full_di
     with pytest.raises(DataError) as err:  # with space left, the writer's own words only
         files.atomic_write(path, torch_like)
     assert "No space left" not in str(err.value)
+
+
+@pytest.mark.parametrize("lr", [3e-3, 1e6])
+def test_losses_read_together_give_the_run_read_step_by_step(tmp_path, monkeypatch, lr):
+    """On a GPU the losses of a phase are read on the host together (no wait for the GPU at every step): the
+    rows, the inputs and a divergence (lr 1e6) are those of the run that reads them at every step."""
+    from noloco.llm_check.lifecycle import Lifecycle
+
+    cfg = build("cpu-tiny", "noloco", **SETTING, lr=lr)
+    results = {}
+    for name, every in (("each", True), ("together", False)):
+        monkeypatch.setattr(Lifecycle, "read_losses_every_step", every)
+        results[name] = Trainer(cfg, tmp_path / name, progress=False).run(log_every=3)
+    strip = ("wall_s", "tokens_per_s", "run_wall_s", "started", "finished_at", "created")
+    each, together = ({k: v for k, v in r.items() if not any(s in k for s in strip)} for r in results.values())
+    assert each.get("diverged") == together.get("diverged")
+    assert (each.get("diverged") is not None) == (lr > 1)
+    assert _rows(tmp_path / "each") == _rows(tmp_path / "together")
+    if (tmp_path / "each" / "inputs.jsonl").exists():
+        assert (tmp_path / "each" / "inputs.jsonl").read_text() == (tmp_path / "together" / "inputs.jsonl").read_text()

@@ -656,3 +656,32 @@ def test_torchrun_resumes_from_the_last_outer_step_every_rank_saved(tmp_path):
         for k, p in single.phi.items():
             torch.testing.assert_close(state["phi"][k][0], p[rank], rtol=0, atol=1e-5)
     assert [r["outer_step"] for r in rows(out)] == [2, 4, 6]
+
+
+def test_compile_is_a_flag_both_ways_and_a_preset_value():
+    """gpu-large compiles by default, --no-compile turns it off, --compile turns it on for any preset; a run
+    resumed with the other choice computes the same thing, so it is not refused."""
+    from noloco.cli.llm_flags import config_from_args
+    from noloco.llm_check.lifecycle import RESUMABLE_CHANGES
+
+    parser = _subparser("train")
+    assert config_from_args(parser.parse_args(["--preset", "gpu-large", "--out", "x"])).compile is True
+    assert config_from_args(parser.parse_args(["--preset", "gpu-large", "--no-compile", "--out", "x"])).compile is False
+    assert config_from_args(parser.parse_args(["--preset", "cpu-tiny", "--compile", "--out", "x"])).compile is True
+    assert config_from_args(parser.parse_args(["--preset", "cpu-tiny", "--out", "x"])).compile is False
+    assert "compile" in RESUMABLE_CHANGES
+    large = build("gpu-large", "noloco").model()
+    assert 25e6 <= large.n_params() <= 50e6
+
+
+@pytest.mark.slow
+def test_a_compiled_step_computes_the_eager_step(tmp_path):
+    """torch.compile fuses the forward and backward: the losses and weights of two outer steps agree with the
+    eager run's to float32 rounding (a wrong graph would differ at the first step)."""
+    eager = train(tmp_path / "eager", outer_steps=2, compile=False)
+    compiled = train(tmp_path / "compiled", outer_steps=2, compile=True)
+    for k in eager.phi:
+        torch.testing.assert_close(compiled.phi[k], eager.phi[k], rtol=1e-4, atol=1e-5)
+    a, b = rows(tmp_path / "eager"), rows(tmp_path / "compiled")
+    assert [r["train_loss"] for r in a] == pytest.approx([r["train_loss"] for r in b], rel=1e-4)
+    assert a[-1]["weight_std"] > 0

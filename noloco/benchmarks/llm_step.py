@@ -20,15 +20,36 @@ from noloco.llm_check.config import PRESETS, build
 from noloco.llm_check.resources import peak_flops
 from noloco.infra.checks import check_integer
 
-SIZES = ("cpu-tiny", "cpu-small", "gpu")
+SIZES = ("cpu-tiny", "cpu-small", "gpu", "gpu-large")
 
 
-def _trainer(size: str, replicas: int, batch_scale: int, mode: str, device: str):
+def _trainer(size: str, replicas: int, batch_scale: int, mode: str, device: str, compiled: bool = False,
+             foreach: bool = False):
+    """The size's trainer; ``foreach``: AdamW's multi-tensor kernels instead of the fused one a GPU run uses
+    (what the fused kernel gains)."""
+    import torch
+
     from noloco.llm_check.trainer import Trainer
 
     cfg = build(size, "noloco", replicas=replicas, group_size=1, device=device, replica_mode=mode,
-                batch=PRESETS[size]["batch"] * batch_scale)
-    return Trainer(cfg, "/tmp/llm-bench-unused", progress=False)
+                batch=PRESETS[size]["batch"] * batch_scale, compile=compiled)
+    tr = Trainer(cfg, "/tmp/llm-bench-unused", progress=False)
+    if foreach and isinstance(tr.opt, torch.optim.AdamW):
+        tr.opt = torch.optim.AdamW(tr.opt.param_groups, lr=cfg.lr, betas=(0.9, cfg.adam_beta2), eps=1e-8,
+                                   foreach=True)
+    return tr
+
+
+def _modes(replicas: int, device: str, compiled: bool) -> list[tuple]:
+    """(name, batch scale, replica mode, replicas, compiled, foreach AdamW) of each timed mode."""
+    modes = [("batched", 1, "batched", replicas, False, False), ("loop", 1, "loop", replicas, False, False),
+             ("vmap", 1, "batched", replicas, False, False), ("one model, N x batch", replicas, "batched", 1, False, False)]
+    if device.startswith("cuda"):
+        modes.insert(1, ("batched, foreach AdamW", 1, "batched", replicas, False, True))
+    if compiled:
+        modes += [("batched, compiled", 1, "batched", replicas, True, False),
+                  ("one model, compiled", replicas, "batched", 1, True, False)]
+    return modes
 
 
 def _vmap_step(tr) -> None:
@@ -48,26 +69,33 @@ def _vmap_step(tr) -> None:
     tr.opt.step()
 
 
-def _seconds_per_step(fn, device: str, steps: int) -> float:
-    """Mean seconds of one of ``steps`` consecutive steps, after two warm-up steps (allocator, kernels)."""
+def _seconds_per_step(fn, device: str, steps: int) -> tuple[float, float]:
+    """Mean seconds of one of ``steps`` consecutive steps, after two warm-up steps (allocator, kernels, a
+    compilation), and the warm-up's seconds."""
+    import time
+
     import torch
 
     sync = torch.cuda.synchronize if device.startswith("cuda") else (lambda: None)
+    start = time.perf_counter()
     fn(0)
     fn(1)
     sync()
+    warmup = time.perf_counter() - start
 
     def all_steps():
         for s in range(steps):
             fn(s)
         sync()
 
-    return best_of(all_steps, 1) / steps
+    return best_of(all_steps, 1) / steps, warmup
 
 
 def measure(replicas: int = 8, size: str = "cpu-small", device: str = "cpu", steps: int = 10,
-            threads: int | None = None) -> dict:
-    """Tokens per second of each mode (the ``results`` of :func:`noloco.benchmarks.timer.run`)."""
+            threads: int | None = None, compiled: bool = False) -> dict:
+    """Tokens per second of each mode (the ``results`` of :func:`noloco.benchmarks.timer.run`); with
+    ``compiled`` also the batched and the one-model step under ``torch.compile`` (its compilation in the
+    warm-up steps, reported as ``warmup_s``)."""
     import torch
 
     from noloco.llm_check.trainer import set_threads
@@ -76,17 +104,19 @@ def measure(replicas: int = 8, size: str = "cpu-small", device: str = "cpu", ste
     check_integer("steps", steps, "an integer >= 1", lambda v: v >= 1)
     set_threads(threads)
     modes = {}
-    for name, scale, mode, n in (("batched", 1, "batched", replicas), ("loop", 1, "loop", replicas),
-                                 ("vmap", 1, "batched", replicas), ("one model, N x batch", replicas, "batched", 1)):
-        tr = _trainer(size, n, scale, mode, device)
+    for name, scale, mode, n, compiled_mode, foreach in _modes(replicas, device, compiled):
+        tr = _trainer(size, n, scale, mode, device, compiled_mode, foreach)
         fn = (lambda s: _vmap_step(tr)) if name == "vmap" else tr.inner_step
         try:
-            seconds = _seconds_per_step(fn, device, steps)
+            seconds, warmup = _seconds_per_step(fn, device, steps)
         except RuntimeError as err:  # vmap lacks batching rules on some devices
             modes[name] = {"error": str(err).splitlines()[0]}
             continue
+        finally:
+            if device.startswith("cuda"):  # the last mode's cached blocks would crowd the next one
+                torch.cuda.empty_cache()
         tokens = tr.cfg.tokens_per_inner_step()
-        modes[name] = {"tokens_per_s": tokens / seconds, "step_s": seconds}
+        modes[name] = {"tokens_per_s": tokens / seconds, "step_s": seconds, "warmup_s": warmup}
         peak = peak_flops(device)
         if peak:
             modes[name]["mfu"] = tr.model.flops_per_token() * tokens / seconds / peak
@@ -100,9 +130,10 @@ def measure(replicas: int = 8, size: str = "cpu-small", device: str = "cpu", ste
 
 
 def bench(replicas: int = 8, size: str = "cpu-small", device: str = "cpu", steps: int = 10,
-          threads: int | None = None) -> dict:
+          threads: int | None = None, compiled: bool = False) -> dict:
     """The benchmark as one result document of :mod:`noloco.benchmarks.timer` (machine, versions, load)."""
-    return run("llm-step", measure, replicas=replicas, size=size, device=device, steps=steps, threads=threads)
+    return run("llm-step", measure, replicas=replicas, size=size, device=device, steps=steps, threads=threads,
+               compiled=compiled)
 
 
 def format_result(result: dict) -> str:
@@ -131,6 +162,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="timed inner steps per mode, after 2 warm-up steps")
     parser.add_argument("--threads", type=int, default=None,
                         help="torch CPU threads (default torch's; 1 is much faster on a shared, busy CPU)")
+    parser.add_argument("--compile", action="store_true", dest="compiled",
+                        help="also time the batched and the one-model step under torch.compile (each compiles "
+                             "in its warm-up: about a minute)")
 
 
 def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
@@ -142,7 +176,7 @@ def add_bench_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def bench_from_args(args) -> dict:
-    return bench(args.replicas, args.size, args.device, args.steps, args.threads)
+    return bench(args.replicas, args.size, args.device, args.steps, args.threads, args.compiled)
 
 
 def bench_command(args) -> None:

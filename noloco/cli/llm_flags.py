@@ -111,7 +111,8 @@ def add_train_arguments(parser: argparse.ArgumentParser, methods_list: bool = Fa
                         help="model and compute (default: none, the values of the table's first column): cpu-tiny: "
                              "smoke run < 1 min; cpu-small: N = 8 comparison on a "
                              "2-core CPU; paper: NoLoCo reference outer (theory preset paper) and inner settings; "
-                             "gpu: one H100/H200. The outer step comes from the method unless given")
+                             "gpu: one H100/H200 (10.8 M parameters); gpu-large: 43 M parameters, compiled, one "
+                             "H100/H200. The outer step comes from the method unless given")
     parser.add_argument("--method", default=None,
                         help=("the algorithm" + (" (a comma-separated list runs each): " if methods_list else ": "))
                         + "; ".join(f"{m}: {METHOD_SUMMARY[m]}" for m in METHODS)
@@ -119,7 +120,7 @@ def add_train_arguments(parser: argparse.ArgumentParser, methods_list: bool = Fa
                         + (" (default: ddp,diloco,noloco with --preset cpu-small, else noloco)" if methods_list else ""))
     add_outer_arguments(parser, {**OUTER_DEFAULTS, "momentum": _default_help("momentum", columns).strip(" ()")})
     for f in dataclasses.fields(TrainConfig):
-        if f.name not in ("method", "outer", "noniid", "schedule", "dtype", "replica_mode", "routing", "outer_dtype",
+        if f.name not in ("method", "outer", "noniid", "compile", "schedule", "dtype", "replica_mode", "routing", "outer_dtype",
                           "inner_optimizer", "domain"):
             parser.add_argument("--" + f.name.replace("_", "-"), type=int if f.default is None else type(f.default),
                                 default=None, help=_FLAG_HELP[f.name] + _default_help(f.name, columns))
@@ -144,6 +145,10 @@ def add_train_arguments(parser: argparse.ArgumentParser, methods_list: bool = Fa
                         help=f"train and validate on these domains of the corpus only: one of {', '.join(DOMAIN_NAMES)}, "
                              f"a comma-separated list, or {ALL_TRAINING} (every domain not held out); "
                              f"noloco.llm_check.domains, docs/hdee.md (default: all the text)")
+    parser.add_argument("--compile", action=argparse.BooleanOptionalAction, default=None,
+                        help="torch.compile the training step (forward and backward; its first step takes the "
+                             "compilation, about a minute): faster on a GPU, rarely on a CPU"
+                             + _default_help("compile", columns))
     parser.add_argument("--noniid", action="store_true", default=None,
                         help="non-IID shards: each replica reads different source files (default off: IID)")
     parser.add_argument("--print-config", action="store_true",

@@ -106,6 +106,7 @@ class TrainConfig:
     dtype: str = "float32"
     device: str = "cpu"
     replica_mode: str = "auto"     # batched replica-dimension model, or a loop over replicas
+    compile: bool = False          # torch.compile the training step's forward and backward (a GPU's speed)
     stages: int = 1                # pipeline stages, each with N replicas (noloco.llm_check.routing)
     routing: str = "fixed"         # fixed chains, or a random replica of each stage per microbatch
     skip_prob: float = 0.0         # probability that a microbatch skips a middle stage
@@ -129,6 +130,7 @@ class TrainConfig:
             "clip": (check_real, "0 <= clip < inf (0 turns clipping off)", lambda v: 0 <= v < math.inf),
             "schedule": (check_choice, SCHEDULES), "dtype": (check_choice, DTYPES),
             "replica_mode": (check_choice, REPLICA_MODES), "noniid": (check_choice, (False, True)),
+            "compile": (check_choice, (False, True)),
             "device": (check_device,), "routing": (check_choice, ROUTINGS),
             "domain": (_default_then, None, check_domain),
             "mlp_hidden": (_default_then, None, *_at_least(1)),
@@ -205,6 +207,11 @@ PRESETS = {
               "eval_every": 3, "weight_decay": 0.0, "adam_beta2": 0.999, "clip": 1.0, "min_lr_frac": 0.1},
     "gpu": dict(replicas=8, inner_steps=50, outer_steps=40, lr=1e-3, warmup=200, batch=32, ctx=256, layers=6,
                 heads=8, width=384, eval_every=4, val_windows=256, device="cuda", dtype="bfloat16"),
+    # 43 M parameters, sized to fill one H100/H200 (docs/llm_check.md): 8 x 16 windows of 512 tokens a step,
+    # compiled, 33 M tokens a run; one checkpoint at the end (one of this model's is several GB)
+    "gpu-large": dict(replicas=8, inner_steps=50, outer_steps=10, lr=6e-4, warmup=100, batch=16, ctx=512, layers=6,
+                      heads=12, width=768, eval_every=1, ckpt_every=10, val_windows=256, device="cuda",
+                      dtype="bfloat16", compile=True),
 }
 #: the noloco.theory.methods preset whose outer settings an llm preset starts from (None: the method's default)
 OUTER_PRESET = {"paper": "paper"}

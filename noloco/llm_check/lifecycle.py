@@ -49,7 +49,7 @@ RUN_FILES = ("metrics.jsonl", "inputs.jsonl", "result.json")
 OWN_FILES = RUN_FILES + (r"re:ckpt(-rank\d+)?\.pt(\.prev)?",)
 #: settings a resumed run may change: they do not change what is computed (outer_steps too, under a
 #: constant schedule; under cosine it sets the schedule's length, so it must stay)
-RESUMABLE_CHANGES = ("device", "replica_mode", "ckpt_every")
+RESUMABLE_CHANGES = ("device", "replica_mode", "ckpt_every", "compile")
 #: checkpoint schema versions this version reads (1: written before strict JSON; same content)
 CKPT_VERSIONS = (1, SCHEMA_VERSION)
 
@@ -121,6 +121,10 @@ def resume_command(world_size: int = 1) -> str:
 
 class Lifecycle:
     """One run of ``trainer`` in an opened ``folder`` (see the module docstring)."""
+
+    #: read the inner steps' losses on the host at every step (None: on a CPU only). On a GPU each read makes the
+    #: host wait for the step, so there they are read together at each live line and at the phase's end
+    read_losses_every_step: bool | None = None
 
     def __init__(self, trainer, folder: RunFolder, log_every: int | None = None, tensorboard: bool = False):
         self.trainer, self.folder = trainer, folder
@@ -366,6 +370,21 @@ class Lifecycle:
 
     # ------------------------------------------------------------- the run
 
+    def _take_losses(self, pending: list, step0: int, bar, live, single: bool) -> bool:
+        """The ``pending`` inner steps' losses read on the host in one copy, then checked and recorded step by
+        step as if each had been read at its own step; True when a replica diverged (in one process the
+        phase then stops at that step)."""
+        t = self.trainer
+        for (h, _), loss in zip(pending, torch.stack([loss for _, loss in pending]).double().cpu()):
+            self.divergence.check_losses(loss, t.outer_done + 1, step0 + h + 1)
+            if single and self.divergence.first:
+                t.inner_done = h + 1
+                return True
+            t.record_loss(loss)
+            bar.update(1)
+            live.step(step0 + h + 1, loss)
+        return False
+
     def _stop(self, signal_name: str, inner_step: int | None) -> None:
         """Checkpoint the state the stop request found and raise :class:`Interrupted` (under torchrun every rank
         does so at the same outer step)."""
@@ -421,16 +440,18 @@ class Lifecycle:
             with bar, contextlib.closing(live), deferred_stop() as request:
                 while t.outer_done < last:
                     step0 = t.outer_done * cfg.inner_steps
+                    every = (t.device.type == "cpu" if self.read_losses_every_step is None
+                             else self.read_losses_every_step)
+                    pending = []  # (h, the step's losses on the device) not read yet
                     for h in range(t.inner_done, cfg.inner_steps):
-                        loss = t.inner_step(step0 + h).double().cpu()
+                        pending.append((h, t.inner_step(step0 + h)))
                         t.inner_done = h + 1
-                        self.divergence.check_losses(loss, t.outer_done + 1, step0 + h + 1)
-                        if single and self.divergence.first:
-                            break
-                        t.record_loss(loss)
-                        bar.update(1)
-                        live.step(step0 + h + 1, loss)
-                        if single and request.signal_name and h + 1 < cfg.inner_steps:  # ranks stop together
+                        stopping = single and request.signal_name and h + 1 < cfg.inner_steps  # ranks stop together
+                        if every or stopping or h + 1 == cfg.inner_steps or (step0 + h + 1) % live.every == 0:
+                            if self._take_losses(pending, step0, bar, live, single):
+                                break
+                            pending = []
+                        if stopping:
                             self._stop(request.signal_name, h + 1)
                     if single and self.divergence.first:
                         break

@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 import os
 import time
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -97,8 +98,18 @@ class Trainer:
         decay = [p for k, p in self.params.items() if p.dim() >= 3]  # matrices; not biases, norms
         rest = [p for k, p in self.params.items() if p.dim() < 3]
         groups = [{"params": decay, "weight_decay": cfg.weight_decay}, {"params": rest, "weight_decay": 0.0}]
+        # on a GPU AdamW's fused kernel: one launch per group instead of a dozen per tensor (docs/llm_check.md)
+        fused = {"fused": True} if self.device.type == "cuda" else {}
         self.opt = (torch.optim.SGD(groups, lr=cfg.lr) if cfg.inner_optimizer == "sgd" else
-                    torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, cfg.adam_beta2), eps=1e-8))
+                    torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, cfg.adam_beta2), eps=1e-8, **fused))
+        # the training step's losses, compiled (forward and backward) with --compile; evaluation stays eager
+        self._train_losses = losses
+        if cfg.compile:
+            # the model's stage table is a pure cached function; dynamo traces through the cache and says so
+            warnings.filterwarnings("ignore", message="Dynamo detected a call to a `functools.lru_cache`")
+            # static shapes: the bench's batched and one-model steps share this function, and a second shape
+            # would otherwise make dynamo recompile it with symbolic (slower) sizes
+            self._train_losses = torch.compile(losses, dynamic=False)
         self.batched = cfg.replica_mode in ("auto", "batched")
         # the parameters of each pipeline stage (one stage: all of them)
         self.stage_keys = [[k for k in self.params if param_stage(k, cfg.layers, cfg.stages) == s]
@@ -140,7 +151,10 @@ class Trainer:
     def _windows(self, step: int) -> torch.Tensor:
         rows = [data.batch(s, self.cfg.seed, r, step, self.cfg.batch, self.cfg.ctx)
                 for r, s in zip(self.ex.replicas, self.shards)]
-        return torch.from_numpy(np.stack(rows)).long().to(self.device)
+        windows = torch.from_numpy(np.stack(rows)).long()
+        if self.device.type == "cuda":  # from pinned memory the copy does not make the host wait for the GPU
+            return windows.pin_memory().to(self.device, non_blocking=True)
+        return windows
 
     def _route(self, step: int):
         """The index tensors of inner step ``step``'s routes (:mod:`noloco.llm_check.routing`), or None where
@@ -154,12 +168,12 @@ class Trainer:
         if self.pipe is not None:
             return self.pipe.train_step(self.params, step)
         if self.batched:
-            loss = losses(self.params, windows, self.model, self._route(step))
+            loss = self._train_losses(self.params, windows, self.model, self._route(step))
             loss.sum().backward()  # replicas are independent: each gets its own gradient
             return loss.detach()
         out = []
         for r in range(windows.shape[0]):
-            loss = losses({k: v[r:r + 1] for k, v in self.params.items()}, windows[r:r + 1], self.model)
+            loss = self._train_losses({k: v[r:r + 1] for k, v in self.params.items()}, windows[r:r + 1], self.model)
             loss.sum().backward()
             out.append(loss.detach())
         return torch.cat(out)

@@ -1,0 +1,108 @@
+"""The summary of one device session of ``noloco/benchmarks/gpu_large.sh``: from the folder it wrote (its
+``OUT``), the numbers docs/llm_check.md quotes, as one JSON document (docs/data/gpu_large.json).
+
+``python -m noloco.studies.gpu_report OUT [--out FILE]``. Per run: the final validation losses, weight_std,
+wall time and the training loop's tokens/s (the median of its live lines after the first outer step, which
+holds the compilation; evaluations and checkpoints are left out of those lines), and for every run with a
+spread Pearson's r of weight_std and theta_std with the learning rate over its evaluations (the paper: 0.91 to
+0.97); the benchmark's and the outer step's results as the device wrote them; the predictions run there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import tarfile
+import tempfile
+from pathlib import Path
+
+from noloco.infra.files import read_json, write_json
+from noloco.studies.paper import pearson
+
+#: a live line of ``noloco llm train`` ("noloco N=8: 100/600 inner steps ...; train loss ..., 1,234 tok/s, ...")
+LIVE = re.compile(r"^(\w+) N=\d+: (\d+)/(\d+) inner steps.*train loss [\d.]+, lr [\d.e+-]+, ([\d,]+) tok/s")
+
+
+def live_rates(log: str) -> dict[str, list[list[float]]]:
+    """{"seed S" section of the log: {method: [tokens/s of each live line after the first outer step]}}."""
+    sections, current = {}, "start"
+    for line in log.splitlines():
+        if line.startswith("== "):
+            current = line[3:].rsplit(" ", 1)[0]
+            continue
+        m = LIVE.match(line)
+        if m:
+            method, step = m.group(1), int(m.group(2))
+            sections.setdefault(current, {}).setdefault(method, []).append((step, float(m.group(4).replace(",", ""))))
+    return sections
+
+
+def _runs(out: Path, into: Path) -> Path:
+    with tarfile.open(out / "runs_large.tar.gz") as tar:
+        tar.extractall(into, filter="data")
+    return into
+
+
+def summarise_run(folder: Path, rates: list) -> dict:
+    result = read_json(folder / "result.json")
+    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    cfg, final = result["config"], result.get("final") or {}
+    first_phase = cfg["inner_steps"]
+    steady = [r for step, r in rates if step > first_phase]
+    out = {"method": cfg["method"], "seed": cfg["seed"], "alpha": cfg["outer"]["alpha"],
+           "outer_steps_done": result.get("outer_steps_done"), "tokens": result["run"]["tokens"],
+           "wall_s": result["run"]["wall_s"], "val_loss_avg_model": final.get("val_loss_avg_model"),
+           "val_loss_replicas_mean": final.get("val_loss_replicas_mean"), "weight_std": final.get("weight_std"),
+           "theta_std": final.get("theta_std"),
+           "loop_tokens_per_s_median": statistics.median(steady) if steady else None,
+           "evaluations": [{k: r.get(k) for k in ("outer_step", "lr", "weight_std", "theta_std",
+                                                   "val_loss_avg_model", "val_loss_replicas_mean")} for r in rows]}
+    if any(r.get("weight_std") for r in rows):
+        lr = [r["lr"] for r in rows]
+        out["pearson_lr"] = {k: pearson([r[k] for r in rows], lr) for k in ("weight_std", "theta_std")}
+    return out
+
+
+def summarise(out: Path) -> dict:
+    out = Path(out)
+    log = (out / "log.txt").read_text() if (out / "log.txt").exists() else ""
+    rates = live_rates(log)
+    summary = {"env": (out / "env.txt").read_text().strip() if (out / "env.txt").exists() else None}
+    for name in ("bench_large", "outer_large"):
+        if (out / f"{name}.json").exists():
+            summary[name.split("_")[0]] = read_json(out / f"{name}.json")
+    if (out / "tests.txt").exists():
+        summary["tests"] = (out / "tests.txt").read_text().strip().splitlines()[-3:]
+    with tempfile.TemporaryDirectory() as tmp:
+        runs = _runs(out, Path(tmp)) if (out / "runs_large.tar.gz").exists() else None
+        summary["runs"], summary["predictions"] = [], {}
+        for folder in sorted(runs.glob("**/result.json")) if runs else ():
+            folder = folder.parent
+            section = "train alpha 0.3" if "alpha" in folder.parts[-1] or "alpha" in str(folder.relative_to(runs)) \
+                else f"train seed {folder.relative_to(runs).parts[0][1:]}"
+            method = read_json(folder / "result.json")["config"]["method"]
+            summary["runs"].append({"folder": str(folder.relative_to(runs)),
+                                    **summarise_run(folder, rates.get(section, {}).get(method, []))})
+        for path in sorted(runs.glob("predict-*.json")) if runs else ():
+            text = path.read_text().strip()
+            summary["predictions"][path.stem] = json.loads(text) if text else None
+    return summary
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m noloco.studies.gpu_report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("folder", help="the OUT folder of noloco/benchmarks/gpu_large.sh")
+    parser.add_argument("--out", default=None, help="write the summary here (default: print it)")
+    args = parser.parse_args(argv)
+    summary = summarise(Path(args.folder))
+    if args.out:
+        write_json(args.out, summary, indent=1)
+    else:
+        print(json.dumps(summary, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
