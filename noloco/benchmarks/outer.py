@@ -60,12 +60,13 @@ def _params(width, layers, lead, device, seed=0):
 
 
 def _move(params, gen, rank):
-    """A fake inner phase: a small step of each replica's own (not timed)."""
+    """A fake inner phase: a small step of each replica's own (not timed), drawn on the parameters' device."""
     import torch
 
     with torch.no_grad():
         for p in params.values():
-            p.add_(torch.randn(p.shape, generator=gen).to(p.device), alpha=1e-3 * (1 + rank))
+            p.add_(torch.randn(p.shape, generator=gen[p.device.type] if isinstance(gen, dict) else gen,
+                               device=p.device), alpha=1e-3 * (1 + rank))
 
 
 # ------------------------------------------------------------------ across ranks
@@ -139,7 +140,9 @@ def _rank(rank, world, port, opts, out):
     dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=300))
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    gen = torch.Generator().manual_seed(100 + rank)
+    gen = {"cpu": torch.Generator().manual_seed(100 + rank)}
+    if cuda:
+        gen["cuda"] = torch.Generator(device=device).manual_seed(100 + rank)
     modes, P = {}, None
     tmp = tempfile.mkdtemp()
     for method in ("noloco", "diloco"):
@@ -262,7 +265,9 @@ def _one_process(replicas, opts) -> dict:
 
         raise ConfigError("device=cuda but torch sees no GPU")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    gen = torch.Generator().manual_seed(1)
+    gen = {"cpu": torch.Generator().manual_seed(1)}
+    if cuda:
+        gen["cuda"] = torch.Generator(device=device).manual_seed(1)
     tmp = tempfile.mkdtemp()
     modes = {}
     for method in ("noloco", "diloco"):
