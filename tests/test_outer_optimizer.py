@@ -457,3 +457,126 @@ def test_the_docs_page_runs(tmp_path):
         assert (tmp_path / f"ckpt-rank{rank}.pt").exists()
     for code in others:
         exec(compile(code, "docs/api.md", "exec"), {"__name__": "__main__"})
+
+
+# ----------------------------------------------------------------- the one-vector step in place
+
+@torch_only
+@pytest.mark.parametrize("momentum", ["heavy-ball", "nesterov"])
+@pytest.mark.parametrize("method,group_size", [("noloco", 2), ("noloco", 3), ("diloco", 6)])
+def test_the_one_vector_step_is_theory_outer_step_to_float32_rounding(method, group_size, momentum):
+    """float32 state, 6 replicas, 8 outer steps: the in-place step that sends beta progress + gamma phi stays
+    within float32 rounding of theory.outer.outer_step run in float64 on the same moves (the hand loop)."""
+    torch = _torch()
+    from noloco import OuterOptimizer
+
+    gen = torch.Generator().manual_seed(7)
+    phi0 = torch.randn(6, 40, 3, generator=gen, dtype=torch.float64)
+    moves = [0.01 * torch.randn(6, 40, 3, generator=gen, dtype=torch.float64) for _ in range(8)]
+    w = torch.nn.Parameter(phi0.float())
+    kw = dict(alpha=0.5, beta=0.7, gamma=0.4) if method == "noloco" else dict(alpha=0.3, beta=0.7)
+    outer = OuterOptimizer({"w": w}, method=method, replicas=6, group_size=group_size, inner_steps=1, seed=5,
+                           momentum=momentum, **kw)
+    for move in moves:
+        with torch.no_grad():
+            w.copy_((outer.phi["w"].double() + move).float())  # theta = phi + move, rounded once
+        outer.step()
+    # the reference, from the same float32 starting point (the moves were rounded into theta alike)
+    phi, delta = _hand_loop(phi0.float().double(), moves, 5, group_size, outer.config.rule())
+    scale = phi.abs().max().item()
+    assert (outer.phi["w"].double() - phi).abs().max().item() < 20 * 2 ** -24 * scale
+    assert (outer.delta["w"].double() - delta).abs().max().item() < 20 * 2 ** -24 * scale
+    assert delta.abs().max().item() > 1e-3  # the momentum is not negligible: the check has teeth
+
+
+@torch_only
+def test_the_step_writes_in_place_into_buffers_allocated_once():
+    """phi and delta are views of one flat buffer each; after steps they are the same tensors at the same
+    addresses (nothing reallocated), and a caller's replaced entry is taken in at the next step."""
+    torch = _torch()
+    from noloco import OuterOptimizer
+
+    params = {"a": torch.nn.Parameter(torch.randn(4, 3, 2)), "b": torch.nn.Parameter(torch.randn(4, 5))}
+    outer = OuterOptimizer(params, replicas=4, inner_steps=1)
+    before = {k: (v, v.data_ptr()) for k, v in outer.phi.items()}
+    (bucket,) = outer.buckets
+    flat = (bucket.phi.data_ptr(), bucket.delta.data_ptr(), bucket.work.data_ptr())
+    for _ in range(3):
+        with torch.no_grad():
+            params["a"].add_(0.1)
+        outer.sync()
+    assert all(outer.phi[k] is v and v.data_ptr() == ptr for k, (v, ptr) in before.items())
+    assert (bucket.phi.data_ptr(), bucket.delta.data_ptr(), bucket.work.data_ptr()) == flat
+    assert bucket.phi.data_ptr() <= outer.phi["b"].data_ptr() < bucket.phi.data_ptr() + bucket.phi.nbytes
+    # replaced entries (a checkpoint loaded by hand): adopted, not ignored; all zero, so they stay zero
+    outer.phi["b"], outer.delta["b"] = torch.zeros(4, 5), torch.zeros(4, 5)
+    with torch.no_grad():
+        params["b"].zero_()
+    outer.sync()
+    assert outer.phi["b"].data_ptr() >= bucket.phi.data_ptr() and params["b"].abs().max() < 1e-6
+
+
+@torch_only
+def test_a_bfloat16_wire_rounds_only_what_is_sent():
+    """wire_dtype=torch.bfloat16: the step is the float32 one to bfloat16's rounding of v (8 bits), and no
+    closer (the vector really went through bfloat16); a non-float dtype is refused by name."""
+    torch = _torch()
+    from noloco import OuterOptimizer
+    from noloco.infra.errors import ConfigError
+
+    gen = torch.Generator().manual_seed(3)
+    start = torch.randn(4, 64, generator=gen)
+    move = 0.01 * torch.randn(4, 64, generator=gen)
+    runs = {}
+    for wire in (None, torch.bfloat16):
+        w = torch.nn.Parameter(start.clone())
+        outer = OuterOptimizer([w], replicas=4, inner_steps=1, wire_dtype=wire, seed=1)
+        with torch.no_grad():
+            w.add_(move)
+        outer.sync()
+        runs[wire] = outer.phi["0"].clone()
+    gap = (runs[None] - runs[torch.bfloat16]).abs().max().item()
+    assert 2 ** -14 * start.abs().max().item() < gap < 2 ** -8 * start.abs().max().item()
+    with pytest.raises(ConfigError, match="wire_dtype"):
+        OuterOptimizer([torch.nn.Parameter(start.clone())], replicas=4, wire_dtype=torch.int8)
+
+
+# ----------------------------------------------------------------- python -m noloco.benchmarks outer
+
+def _outer_bench(tmp_path, *argv):
+    import json
+
+    from noloco.benchmarks.__main__ import main
+
+    out = tmp_path / "outer.json"
+    assert main(["outer", "--width", "16", "--layers", "1", "--seconds", "0.1", "--steps", "3", "--out", str(out),
+                 *argv]) == 0
+    return json.loads(out.read_text())["results"]
+
+
+@torch_only
+def test_the_outer_benchmark_in_one_process(tmp_path):
+    """The single-device form (what runs on one GPU without torchrun), rehearsed on the CPU."""
+    import math
+
+    from noloco.benchmarks.outer import shapes
+
+    res = _outer_bench(tmp_path, "--ranks", "1", "--replicas", "4", "--device", "cpu")
+    assert res["P"] == sum(math.prod(s) for s in shapes(16, 1).values()) and res["tensors"] == 10
+    modes = res["modes"]
+    assert set(modes) == {"pairs: toolkit", "pairs: toolkit + observer (sampled 1024)", "DiLoCo: toolkit",
+                          "DiLoCo: toolkit + observer (sampled 1024)", "memory floor (3 copies of N P)"}
+    assert all(m["steps"] == 3 and m["median_s"] > 0 for m in modes.values())
+    assert 0 < modes["pairs: toolkit + observer (sampled 1024)"]["observer_share"] < 1
+
+
+@torch_only
+@pytest.mark.slow
+def test_the_outer_benchmark_across_ranks(tmp_path):
+    res = _outer_bench(tmp_path, "--ranks", "2")
+    P = res["P"]
+    modes = res["modes"]
+    assert modes["pairs: toolkit"]["bytes_sent_per_rank"] == 4 * P == modes["pairs: floor P"]["bytes_sent_per_rank"]
+    assert modes["pairs: reference pattern"]["bytes_sent_per_rank"] == 8 * P
+    assert modes["pairs: toolkit, bf16 wire"]["bytes_sent_per_rank"] == 2 * P
+    assert modes["pairs: floor P"]["x_floor_P"] == 1 and "observer_share" in modes["DiLoCo: toolkit + observer"]

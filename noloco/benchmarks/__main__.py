@@ -11,6 +11,7 @@ PROG = "python -m noloco.benchmarks"
 SUITES = {"theory-grid": "noloco.benchmarks.theory_grid", "simulator": "noloco.benchmarks.simulator",
           "comm": "noloco.benchmarks.comm", "check": "noloco.benchmarks.check", "scaling": "noloco.benchmarks.scaling",
           "llm-step": "noloco.benchmarks.llm_step", "observer": "noloco.benchmarks.observer",
+          "outer": "noloco.benchmarks.outer",
           "all": "noloco.benchmarks.all"}
 
 

@@ -95,18 +95,33 @@ class LocalExchange(Exchange):
         for g in grads:
             g.copy_(g.mean(0, keepdim=True).expand_as(g))
 
+    def group_sum_(self, x, wire, seed: int, step: int, group_size: int, stage: int = 0, meanwhile=None):
+        """In place: row i of ``x`` (N, P) becomes the sum of ``wire``'s rows (``x`` itself, or ``x`` rounded to
+        the wire's dtype, as a message would carry it) over replica i's group, in the group's order as the
+        ranks sum it (:meth:`DistExchange.group_sum_`): the same bits either way, and no buffer. ``meanwhile()``
+        is called where the ranks' messages would be in flight."""
+        if meanwhile is not None:
+            meanwhile()
+        if wire is not x:
+            x.copy_(wire)
+        if group_size == 1:
+            return x
+        for group in partition(seed, step, self.N, group_size, stage).tolist():
+            total = x[group[0]]
+            for r in group[1:]:
+                total.add_(x[r])
+            for r in group[1:]:
+                x[r].copy_(total)
+        return x
+
     def group_means(self, phis, progs, seed: int, step: int, group_size: int, stage: int = 0):
-        N = len(self.replicas)
-        perm = torch.from_numpy(partition(seed, step, N, group_size, stage).ravel()).to(phis[0].device)
-
-        def mean(x):
-            # consecutive blocks of n in the permuted order are the groups
-            blocks = x[perm].view(N // group_size, group_size, *x.shape[1:])
-            out = torch.empty_like(x)
-            out[perm] = blocks.mean(1, keepdim=True).expand_as(blocks).reshape(x.shape)
-            return out
-
-        return [mean(x) for x in phis], [mean(x) for x in progs]
+        """The group means of phi and of the progress, two lists of (N, ...) tensors (the two-vector form;
+        the outer optimizer sends one vector, :meth:`group_sum_`)."""
+        xs = phis + progs
+        flat = torch.cat([x.reshape(x.shape[0], -1) for x in xs], 1)
+        self.group_sum_(flat, flat, seed, step, group_size, stage).div_(group_size)
+        means = [part.reshape(x.shape) for part, x in zip(flat.split([x[0].numel() for x in xs], 1), xs)]
+        return means[:len(phis)], means[len(phis):]
 
     def replica_mean(self, xs):
         return [x.double().mean(0, keepdim=True) for x in xs]
@@ -116,6 +131,13 @@ class LocalExchange(Exchange):
 
     def gather_floats(self, values: list) -> list:
         return list(values)
+
+
+def _then(work) -> list:
+    """``work()`` run (while the operations just started are in flight); no work to wait for."""
+    if work is not None:
+        work()
+    return []
 
 
 def _flat(xs) -> torch.Tensor:
@@ -143,6 +165,7 @@ class DistExchange(Exchange):
         self.timeout = timeout
         self.device = device
         self.stage_group = None  # the world: one stage
+        self._buffers = {}  # the receive buffers of the group exchange, kept from step to step
         if stages > 1:
             import torch.distributed as dist
 
@@ -229,28 +252,54 @@ class DistExchange(Exchange):
         for g, a in zip(grads, _unflat(flat / self.N, grads)):
             g.copy_(a)
 
-    def group_means(self, phis, progs, seed: int, step: int, group_size: int, stage: int = 0):
+    def group_sum_(self, x, wire, seed: int, step: int, group_size: int, stage: int = 0, meanwhile=None):
+        """In place: ``x`` (this replica's flat vector) becomes the sum over its group of every member's
+        ``wire`` (``x`` itself, or ``x`` rounded to the wire's dtype), in the group's order: one message to
+        each other member and one from each, into buffers kept from step to step; where the group is every
+        replica (n = N > 2, DiLoCo) one all-reduce of ``wire`` instead. ``meanwhile()`` runs while the
+        messages are in flight."""
         import torch.distributed as dist
 
-        if not phis:  # another stage's tensors: none here
-            return [], []
-        mine = _flat(phis + progs)
+        if x.numel() == 0:
+            if meanwhile is not None:
+                meanwhile()
+            return x
         if group_size == self.N > 2:  # every replica: one all-reduce (the sum's order is the backend's)
-            self._run(lambda: [dist.all_reduce(mine, group=self.stage_group, async_op=True)],
+            self._run(lambda: [dist.all_reduce(wire, group=self.stage_group, async_op=True)] + _then(meanwhile),
                       f"group exchange at outer step {step} (all-reduce: n = N)", "all")
-            means = _unflat(mine / self.N, phis + progs)
-            return means[:len(phis)], means[len(phis):]
+            return x if wire is x else x.copy_(wire)
         members = next(row for row in partition(seed, step, self.N, group_size, stage).tolist()
                        if self.replicas[0] in row)
         group = [self.rank_of(self.stage, r) for r in members]
         peers = [r for r in group if r != self.rank]
-        received = {r: torch.empty_like(mine) for r in peers}
-        ops = [dist.P2POp(dist.isend, mine, r) for r in peers] + [dist.P2POp(dist.irecv, received[r], r) for r in peers]
+        key = (wire.shape, wire.dtype, wire.device, len(peers))
+        if key not in self._buffers:
+            self._buffers[key] = [torch.empty_like(wire) for _ in peers]
+        source = dict(zip(peers, self._buffers[key]))
+        ops = [dist.P2POp(dist.isend, wire, r) for r in peers] + [dist.P2POp(dist.irecv, source[r], r) for r in peers]
         if ops:
-            self._run(lambda: dist.batch_isend_irecv(ops), f"group exchange at outer step {step}", peers)
-        # sum in the group's order, as the one-process shuffle does
-        total = sum(mine if r == self.rank else received[r] for r in group) / len(group)
-        means = _unflat(total, phis + progs)
+            self._run(lambda: dist.batch_isend_irecv(ops) + _then(meanwhile), f"group exchange at outer step {step}",
+                      peers)
+        elif meanwhile is not None:
+            meanwhile()
+        source[self.rank] = wire
+        # summed in the group's order, as the one-process sum is: every member gets the same bits
+        first = group[0]
+        total = x if (wire is not x or self.rank == first) else source[first]
+        if total is not source[first]:
+            total.copy_(source[first])
+        for r in group[1:]:
+            total.add_(source[r])
+        return x if total is x else x.copy_(total)
+
+    def group_means(self, phis, progs, seed: int, step: int, group_size: int, stage: int = 0):
+        """The group means of phi and of the progress (the two-vector form; the outer optimizer sends one
+        vector, :meth:`group_sum_`)."""
+        if not phis:  # another stage's tensors: none here
+            return [], []
+        mine = _flat(phis + progs)
+        self.group_sum_(mine, mine, seed, step, group_size, stage).div_(group_size)
+        means = _unflat(mine, phis + progs)
         return means[:len(phis)], means[len(phis):]
 
     def replica_mean(self, xs):

@@ -38,7 +38,7 @@ from noloco.training.outer_optimizer import OuterOptimizer  # noqa: E402
 STATE_FILE = "noloco-rank{rank}.pt"
 #: OuterOptimizer's settings the callback passes on
 SETTINGS = ("inner_steps", "method", "preset", "group_size", "alpha", "beta", "gamma", "momentum", "seed",
-            "outer_dtype", "timeout")
+            "outer_dtype", "wire_dtype", "timeout")
 
 
 def keep_gradients_local(wrapped) -> bool:
@@ -61,7 +61,7 @@ class NoLoCoCallback(TrainerCallback):
     ``trainer`` is the ``transformers.Trainer`` it is added to (its wrapped model is where the gradient
     all-reduce is stopped); ``settings`` are :class:`OuterOptimizer`'s (``inner_steps``,
     ``method``, ``preset``, ``group_size``, ``alpha``, ``beta``, ``gamma``, ``momentum``, ``seed``,
-    ``outer_dtype``, ``timeout``; their values are checked when training begins, where N is known);
+    ``outer_dtype``, ``wire_dtype``, ``timeout``; their values are checked when training begins, where N is known);
     ``resume_from`` the checkpoint folder of a resumed run when it is not
     ``args.output_dir/checkpoint-STEP`` (the one ``trainer.train(resume_from_checkpoint=True)`` picks).
 

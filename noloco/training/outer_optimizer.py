@@ -28,7 +28,6 @@ import torch
 from noloco.infra.checks import check_real, check_seed
 from noloco.infra.errors import ConfigError, DataError
 from noloco.theory.methods import METHOD_TABLE, METHODS, resolve
-from noloco.theory.outer import outer_step
 from noloco.training.exchange import DistExchange, Exchange, LocalExchange
 from noloco.training.replicas import Modules, Tensors, is_module_list
 
@@ -71,8 +70,8 @@ class OuterOptimizer:
                  inner_steps: int | None = None, method: str | None = None, preset: str | None = None,
                  replicas: int | None = None, group_size: int | None = None, alpha: float | None = None,
                  beta: float | None = None, gamma: float | None = None, momentum: str | None = None,
-                 seed: int = 0, outer_dtype: torch.dtype | None = None, stages=None,
-                 exchange: Exchange | None = None, timeout: float = 600.0):
+                 seed: int = 0, outer_dtype: torch.dtype | None = None, wire_dtype: torch.dtype | None = None,
+                 stages=None, exchange: Exchange | None = None, timeout: float = 600.0):
         self.seed = check_seed("seed", seed)
         check_real("timeout", timeout, "0 < timeout < inf (seconds)", lambda v: 0 < v < float("inf"))
         if replicas is not None and (isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1):
@@ -81,6 +80,9 @@ class OuterOptimizer:
         if outer_dtype is not None and not isinstance(outer_dtype, torch.dtype):
             raise ConfigError(f"outer_dtype={outer_dtype!r} is not a torch dtype; allowed: e.g. torch.float32, "
                               f"or None (each parameter's)")
+        if wire_dtype is not None and not (isinstance(wire_dtype, torch.dtype) and wire_dtype.is_floating_point):
+            raise ConfigError(f"wire_dtype={wire_dtype!r} is not a floating torch dtype; allowed: e.g. "
+                              f"torch.bfloat16, or None (the outer state's dtype)")
         if is_module_list(model):
             if replicas is not None and replicas != len(model):
                 raise ConfigError(f"replicas={replicas} but model is a list of {len(model)} modules")
@@ -100,8 +102,20 @@ class OuterOptimizer:
                               f"{', '.join(m for m in METHODS if not METHOD_TABLE[m].synchronous)}")
         self.inner_steps = inner.steps
         self.stages = self._stages(stages)
-        self.phi = {k: t.to(outer_dtype or t.dtype, copy=True) for k, t in self.replicas_here.theta().items()}
-        self.delta = {k: torch.zeros_like(v) for k, v in self.phi.items()}
+        self.wire_dtype = wire_dtype
+        theta = self.replicas_here.theta()
+        # phi, delta and the outer step's work vector live in one flat buffer per stage and dtype; self.phi and
+        # self.delta hold views of them (an entry replaced by the caller is copied back in at the next step)
+        rows = self.exchange.N if isinstance(self.exchange, LocalExchange) else None
+        self.buckets = []
+        for stage, keys in enumerate(self.stages):
+            dtypes = {k: outer_dtype or theta[k].dtype for k in keys}
+            for dtype in dict.fromkeys(dtypes.values()):
+                same = [k for k in keys if dtypes[k] == dtype]
+                self.buckets.append(_Bucket(same, theta, dtype, wire_dtype, rows, stage))
+        views = {k: b for b in self.buckets for k in b.keys}
+        self.phi = {k: views[k].phi_views[k] for k in theta}  # the model's order
+        self.delta = {k: views[k].delta_views[k] for k in theta}
         self.outer_done = 0  # outer steps done
         self.inner_done = 0  # inner steps of the current phase done
         self._progress_hooks = []
@@ -150,20 +164,52 @@ class OuterOptimizer:
 
     @torch.no_grad()
     def sync(self) -> None:
-        """The outer step now, whatever the count of inner steps; the next phase starts from phi."""
-        theta = self.replicas_here.theta()
-        progress = {k: theta[k] - self.phi[k] for k in self.phi}  # theta - phi: the sign of DESIGN.md
-        for hook in self._progress_hooks:
-            hook(self.phi, progress, self.outer_done)
-        rule = self.config.rule()
-        for stage, keys in enumerate(self.stages):
-            means_phi, means_progress = self.exchange.group_means(
-                [self.phi[k] for k in keys], [progress[k] for k in keys], self.seed, self.outer_done,
-                self.config.group_size, stage)
-            for k, mean_phi, mean_progress in zip(keys, means_phi, means_progress):
-                dtype = self.phi[k].dtype
-                phi, delta = outer_step(self.phi[k], self.delta[k], mean_phi, mean_progress, **rule)
-                self.phi[k], self.delta[k] = phi.to(dtype), delta.to(dtype)
+        """The outer step now, whatever the count of inner steps; the next phase starts from phi.
+
+        One vector per replica is exchanged: ``v = beta * progress + gamma * phi``, whose group mean less
+        ``gamma * phi_i`` is the update ``u_i`` of :func:`noloco.theory.outer.outer_step` (the same rule,
+        rearranged; equal to float rounding, tests/test_outer_optimizer.py); every operation writes into
+        buffers allocated once, and with heavy-ball momentum ``alpha * delta - gamma * phi`` is formed while
+        the messages are in flight."""
+        o = self.config
+        n = o.group_size
+        heavy_ball = o.momentum == "heavy-ball"
+        for b in self.buckets:
+            b.adopt(self.phi, self.delta)
+        if self._progress_hooks:  # the progress theta - phi (the sign of DESIGN.md), only for the hooks
+            progress = {}
+            for b in self.buckets:
+                if b.progress is None:
+                    b.progress = torch.empty_like(b.phi)
+                    b.progress_views = b.views(b.progress)
+                self.replicas_here.progress_into(b.phi_views, b.progress_views)
+                progress.update(b.progress_views)
+            for hook in self._progress_hooks:
+                hook(self.phi, progress, self.outer_done)
+        for b in self.buckets:
+            # v = beta progress + gamma phi = beta theta + (gamma - beta) phi: one pass where beta = gamma
+            self.replicas_here.scaled_into(o.beta, b.work_views)
+            if o.gamma != o.beta:
+                b.work.add_(b.phi, alpha=o.gamma - o.beta)
+            if b.wire is not b.work:
+                b.wire.copy_(b.work)
+
+            def meanwhile(b=b):  # heavy-ball: alpha delta - gamma phi while the messages are in flight
+                if heavy_ball:
+                    b.delta.mul_(o.alpha)
+                    if o.gamma:
+                        b.delta.sub_(b.phi, alpha=o.gamma)
+
+            self.exchange.group_sum_(b.work, b.wire, self.seed, self.outer_done, n, b.stage, meanwhile)
+            if heavy_ball:  # delta <- (alpha delta - gamma phi) + sum_G(v) / n;  phi <- phi + delta
+                b.delta.add_(b.work, alpha=1 / n)
+                b.phi.add_(b.delta)
+            else:  # u = sum_G(v) / n - gamma phi;  delta <- alpha delta + u;  phi <- phi + u + alpha delta
+                b.work.div_(n)
+                if o.gamma:
+                    b.work.sub_(b.phi, alpha=o.gamma)
+                torch.add(b.work, b.delta, alpha=o.alpha, out=b.delta)
+                b.phi.add_(b.work).add_(b.delta, alpha=o.alpha)
         self.replicas_here.load(self.phi)
         self.outer_done += 1
         self.inner_done = 0
@@ -201,7 +247,9 @@ class OuterOptimizer:
         return {"version": STATE_VERSION, "method": self.method, "outer": dataclasses.asdict(self.config),
                 "inner_steps": self.inner_steps, "seed": self.seed, "outer_step": self.outer_done,
                 "inner_step": self.inner_done, "replicas_here": list(self.exchange.replicas),
-                "phi": dict(self.phi), "delta": dict(self.delta)}
+                # copies: a view would carry its whole flat buffer into the file
+                "phi": {k: v.clone(memory_format=torch.contiguous_format) for k, v in self.phi.items()},
+                "delta": {k: v.clone(memory_format=torch.contiguous_format) for k, v in self.delta.items()}}
 
     def load_state_dict(self, state: dict, strict: bool = True) -> None:
         """Resume from :meth:`state_dict`: phi, delta, counters and seed. ``strict``: the method, the outer
@@ -228,14 +276,48 @@ class OuterOptimizer:
                     shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
                     raise DataError(f"the state holds {part}[{k!r}] of shape {shape}, expected {tuple(mine.shape)}")
         for part in ("phi", "delta"):
-            target = getattr(self, part)
-            for k, mine in target.items():
-                target[k] = state[part][k].to(mine.device, mine.dtype, copy=True)
+            for k, mine in getattr(self, part).items():
+                mine.copy_(state[part][k])
         self.seed = check_seed("seed", state["seed"])
         self.outer_done, self.inner_done = int(state["outer_step"]), int(state["inner_step"])
         if self.inner_done == 0:
             with torch.no_grad():
                 self.replicas_here.load(self.phi)
+
+
+class _Bucket:
+    """The outer state of one pipeline stage's parameters of one dtype, flat: ``phi``, ``delta`` and ``work``
+    (the progress, then the vector sent, then its group mean, then the update) of shape (P,) or (N, P),
+    with views per parameter; ``wire`` is ``work`` or, for another wire dtype, its rounded copy."""
+
+    def __init__(self, keys: list, theta: dict, dtype: torch.dtype, wire_dtype, batched: int | None, stage: int):
+        self.keys, self.stage = keys, stage
+        first = theta[keys[0]]
+        lead = (batched,) if batched else ()
+        sizes = [theta[k][0].numel() if batched else theta[k].numel() for k in keys]
+        self.phi = torch.empty(*lead, sum(sizes), dtype=dtype, device=first.device)
+        self.delta = torch.zeros_like(self.phi)
+        self.work = torch.empty_like(self.phi)
+        self.wire = self.work if wire_dtype in (None, dtype) else torch.empty_like(self.phi, dtype=wire_dtype)
+
+        def views(flat):
+            parts = flat.split(sizes, dim=-1)
+            return {k: part.view(theta[k].shape) for k, part in zip(keys, parts)}
+
+        self.views = views
+        self.phi_views, self.delta_views, self.work_views = views(self.phi), views(self.delta), views(self.work)
+        self.progress = self.progress_views = None  # allocated when a progress hook is attached
+        for k in keys:
+            self.phi_views[k].copy_(theta[k])
+
+    def adopt(self, phi: dict, delta: dict) -> None:
+        """Entries of ``phi`` or ``delta`` that the caller replaced (a loaded checkpoint, a subclass) are
+        copied into the buffer, and the views put back."""
+        for mine, given in ((self.phi_views, phi), (self.delta_views, delta)):
+            for k in self.keys:
+                if given[k] is not mine[k]:
+                    mine[k].copy_(given[k])
+                    given[k] = mine[k]
 
 
 class _Handle:

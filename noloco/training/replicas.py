@@ -50,6 +50,16 @@ class Tensors:
     def theta(self) -> dict:
         return {k: p.detach() for k, p in self.params.items()}
 
+    def progress_into(self, phi: dict, out: dict) -> None:
+        """The progress theta - phi written into ``out``'s tensors (the outer step's buffers), one pass each."""
+        for k, o in out.items():
+            _difference(self.params[k].detach(), phi[k], o)
+
+    def scaled_into(self, factor: float, out: dict) -> None:
+        """``factor * theta`` written into ``out``'s tensors, one pass each."""
+        for k, o in out.items():
+            _scaled(self.params[k].detach(), factor, o)
+
     def load(self, phi: dict) -> None:
         for k, p in self.params.items():
             p.data.copy_(phi[k])  # .data: a leaf that requires grad may be written outside autograd
@@ -72,10 +82,36 @@ class Modules:
     def theta(self) -> dict:
         return {k: torch.stack([named[k].detach() for named in self.each]) for k in self.params}
 
+    def progress_into(self, phi: dict, out: dict) -> None:
+        for k, o in out.items():
+            for i, named in enumerate(self.each):
+                _difference(named[k].detach(), phi[k][i], o[i])
+
+    def scaled_into(self, factor: float, out: dict) -> None:
+        for k, o in out.items():
+            for i, named in enumerate(self.each):
+                _scaled(named[k].detach(), factor, o[i])
+
     def load(self, phi: dict) -> None:
         for i, named in enumerate(self.each):
             for k, p in named.items():
                 p.data.copy_(phi[k][i])
+
+
+def _difference(theta, phi, out) -> None:
+    if theta.dtype == phi.dtype == out.dtype:
+        torch.sub(theta, phi, out=out)
+    else:  # a model in another dtype than its outer state: theta cast first
+        out.copy_(theta)
+        out.sub_(phi)
+
+
+def _scaled(theta, factor: float, out) -> None:
+    if theta.dtype == out.dtype:
+        torch.mul(theta, factor, out=out)
+    else:
+        out.copy_(theta)
+        out.mul_(factor)
 
 
 def is_module_list(model) -> bool:

@@ -1,0 +1,374 @@
+"""The outer step against the wire's floor: seconds per outer step of noloco.OuterOptimizer, of the reference
+implementation's communication pattern, and of the floor, on one transformer-shaped model.
+
+Across ``--ranks R`` gloo processes on this machine (one replica each; NCCL with ``--device cuda``, one GPU per
+rank), pairs (n = 2) and DiLoCo (n = N), every mode on the same parameters in the same run, steps interleaved:
+
+* ``toolkit``: :meth:`noloco.OuterOptimizer.sync` (one vector ``beta * progress + gamma * phi`` on the wire, in
+  place); ``toolkit, bf16 wire`` the same vector sent in bfloat16; ``toolkit + observer`` with a
+  :class:`noloco.Observer` attached (its own seconds are the observer's share);
+* ``reference pattern``: what the published code is described to do (docs/performance.md), written here from
+  that description: the first rank of each group receives phi and the progress of every other member, one
+  blocking message per tensor, averages both and sends both means back, tensor by tensor, then the outer step;
+* ``floor P`` / ``floor 2P``: one exchange of P (2P) float32 numbers with the partner, nothing else;
+  ``floor all-reduce P``: one all-reduce of P float32 numbers (DiLoCo's floor).
+
+Each step starts after a barrier (not timed); a step's time is its slowest rank's; the median over the steps
+is reported, with the bytes each rank sends per outer step.
+
+In one process (``--ranks 1 --replicas N --device cpu|cuda``): the N replicas stacked (the harness's layout),
+the toolkit's outer step (pairs and DiLoCo) against the memory-bandwidth floor (the bytes the step must
+touch at least, ``6 N P`` numbers of the outer state's dtype: theta read and written, phi and delta read and
+written, timed as three copies of N P numbers among the steps), and the observer's share of the outer step
+(sampled; the exact observer's cost is ``python -m noloco.benchmarks observer``'s). This form needs no
+torchrun and runs on a single GPU.
+
+Time-boxed: steps are run until ``--seconds`` have passed (at least 3, at most ``--steps``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+
+from noloco.benchmarks.timer import integer, run
+
+#: the model's tensors: a token embedding, ``layers`` blocks of 8 tensors, a final norm
+PER_LAYER = 8
+
+
+def shapes(width: int, layers: int, vocab: int = 256) -> dict:
+    """A GPT-shaped set of parameter shapes (names and shapes only: the outer step sees no architecture)."""
+    out = {"wte": (vocab, width)}
+    for i in range(layers):
+        out.update({f"h{i}.ln1": (width,), f"h{i}.qkv": (width, 3 * width), f"h{i}.proj": (width, width),
+                    f"h{i}.ln2": (width,), f"h{i}.fc1": (width, 4 * width), f"h{i}.fc1_b": (4 * width,),
+                    f"h{i}.fc2": (4 * width, width), f"h{i}.fc2_b": (width,)})
+    out["ln_f"] = (width,)
+    return out
+
+
+def _params(width, layers, lead, device, seed=0):
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    return {k: torch.nn.Parameter((0.02 * torch.randn(*lead, *s, generator=gen)).to(device))
+            for k, s in shapes(width, layers).items()}
+
+
+def _move(params, gen, rank):
+    """A fake inner phase: a small step of each replica's own (not timed), drawn on the parameters' device."""
+    import torch
+
+    with torch.no_grad():
+        for p in params.values():
+            p.add_(torch.randn(p.shape, generator=gen[p.device.type] if isinstance(gen, dict) else gen,
+                               device=p.device), alpha=1e-3 * (1 + rank))
+
+
+# ------------------------------------------------------------------ across ranks
+
+def _reference_step(params, phi, delta, rule, seed, step, rank, world, device):
+    """The reference implementation's pattern, from its description: per tensor, blocking messages to and
+    from the group's first rank, which averages phi and the progress; the outer step per tensor."""
+    import torch
+    import torch.distributed as dist
+
+    from noloco.theory.outer import outer_step
+    from noloco.theory.partitions import partition
+
+    group = next(row for row in partition(seed, step, world, 2).tolist() if rank in row)
+    lead, others = group[0], group[1:]
+    for k, p in params.items():
+        progress = p.detach() - phi[k]
+        host_phi, host_prog = phi[k].cpu(), progress.cpu()  # through host memory
+        if rank == lead:
+            sum_phi, sum_prog = host_phi.clone(), host_prog.clone()
+            for r in others:
+                got = torch.empty_like(host_phi)
+                dist.recv(got, r)
+                sum_phi += got
+                dist.recv(got, r)
+                sum_prog += got
+            mean_phi, mean_prog = sum_phi / len(group), sum_prog / len(group)
+            for r in others:
+                dist.send(mean_phi, r)
+                dist.send(mean_prog, r)
+        else:
+            dist.send(host_phi, lead)
+            dist.send(host_prog, lead)
+            mean_phi, mean_prog = torch.empty_like(host_phi), torch.empty_like(host_prog)
+            dist.recv(mean_phi, lead)
+            dist.recv(mean_prog, lead)
+        phi[k], delta[k] = outer_step(phi[k], delta[k], mean_phi.to(device), mean_prog.to(device), **rule)
+        with torch.no_grad():
+            p.copy_(phi[k])
+
+
+def _floor(buffers, seed, step, rank, world, diloco):
+    import torch.distributed as dist
+
+    from noloco.theory.partitions import partition
+
+    send, recv = buffers
+    if diloco:
+        dist.all_reduce(send)
+        return
+    partner = next(r for row in partition(seed, step, world, 2).tolist() if rank in row for r in row if r != rank)
+    for w in dist.batch_isend_irecv([dist.P2POp(dist.isend, send, partner), dist.P2POp(dist.irecv, recv, partner)]):
+        w.wait()
+
+
+def _rank(rank, world, port, opts, out):
+    import datetime
+    import json
+
+    import torch
+    import torch.distributed as dist
+
+    from noloco.training.observer import Observer
+    from noloco.training.outer_optimizer import OuterOptimizer
+
+    torch.set_num_threads(1)
+    cuda = opts["device"] == "cuda"
+    device = torch.device(f"cuda:{rank}" if cuda else "cpu")
+    if cuda:
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=300))
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    gen = {"cpu": torch.Generator().manual_seed(100 + rank)}
+    if cuda:
+        gen["cuda"] = torch.Generator(device=device).manual_seed(100 + rank)
+    modes, P = {}, None
+    tmp = tempfile.mkdtemp()
+    for method in ("noloco", "diloco"):
+        tag = "pairs" if method == "noloco" else "DiLoCo"
+        for name, wire in (("toolkit", None), ("toolkit, bf16 wire", torch.bfloat16)):
+            params = _params(opts["width"], opts["layers"], (), device)
+            outer = OuterOptimizer(params, method=method, inner_steps=1, wire_dtype=wire)
+            modes[f"{tag}: {name}"] = (params, outer.sync, None)
+        params = _params(opts["width"], opts["layers"], (), device)
+        outer = OuterOptimizer(params, method=method, inner_steps=1)
+        observer = Observer(outer, f"{tmp}/{method}", outer_steps=10 ** 6, lr=1e-3, overwrite=True)
+        modes[f"{tag}: toolkit + observer"] = (params, outer.sync, observer)
+        P = sum(p.numel() for p in params.values())
+        if method == "noloco":
+            ref = _params(opts["width"], opts["layers"], (), device)
+            phi = {k: p.detach().clone() for k, p in ref.items()}
+            delta = {k: torch.zeros_like(v) for k, v in phi.items()}
+            rule = outer.config.rule()
+            counter = {"step": 0}
+
+            def reference(ref=ref, phi=phi, delta=delta, rule=rule, counter=counter):
+                _reference_step(ref, phi, delta, rule, 0, counter["step"], rank, world, device)
+                counter["step"] += 1
+
+            modes[f"{tag}: reference pattern"] = (ref, reference, None)
+        for numbers in ((1,) if method == "diloco" else (1, 2)):
+            # written once: untouched (calloc'd) pages would all read one zero page, faster than any model
+            buffers = (torch.full((numbers * P,), 0.5, device=device), torch.full((numbers * P,), 0.5, device=device))
+            counter = {"step": 0}
+
+            def floor(buffers=buffers, counter=counter, diloco=method == "diloco"):
+                _floor(buffers, 0, counter["step"], rank, world, diloco)
+                counter["step"] += 1
+
+            label = "floor all-reduce P" if method == "diloco" else f"floor {'2P' if numbers == 2 else 'P'}"
+            modes[f"{tag}: {label}"] = ({}, floor, None)
+    times = {name: [] for name in modes}
+    observed = {name: [] for name in modes}
+    started, steps = time.perf_counter(), 0
+    flag = torch.zeros(1, device=device)
+    while True:
+        for name, (params, step, observer) in modes.items():
+            _move(params, gen, rank)
+            seen = observer.seconds if observer else 0.0
+            sync()
+            dist.barrier()
+            t = time.perf_counter()
+            step()
+            sync()
+            times[name].append(time.perf_counter() - t)
+            observed[name].append((observer.seconds if observer else 0.0) - seen)
+        steps += 1
+        # every rank must agree to stop (rank 0 decides): a tiny broadcast, not timed
+        flag.fill_(float(steps >= opts["steps"] or (steps >= 3 and time.perf_counter() - started > opts["seconds"])))
+        dist.broadcast(flag, 0)
+        if flag.item():
+            break
+    for name, (_, _, observer) in modes.items():
+        if observer:
+            observer.close()
+    with open(f"{out}/rank{rank}.json", "w") as f:
+        json.dump({"times": times, "observed": observed, "P": P}, f)
+    dist.destroy_process_group()
+    os._exit(0)
+
+
+def _bytes_sent(name: str, P: int, world: int) -> float:
+    """Bytes one rank sends per outer step (pairs: the mean over the two members of a pair)."""
+    if "floor" in name:
+        n = 2 if "2P" in name else 1
+        return 4 * n * P * (2 * (world - 1) / world if "all-reduce" in name else 1)  # ring all-reduce
+    if "reference" in name:
+        return 4 * 2 * P  # the member sends phi and progress, the first rank both means back
+    size = 2 if "bf16" in name else 4
+    if name.startswith("DiLoCo"):
+        return size * P * 2 * (world - 1) / world
+    return size * P
+
+
+def _across_ranks(ranks, opts) -> dict:
+    import json
+
+    import torch.multiprocessing as mp
+
+    from noloco.training.exchange import free_port
+
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.start_processes(_rank, args=(ranks, free_port(), opts, tmp), nprocs=ranks, join=True, start_method="spawn")
+        per = [json.load(open(f"{tmp}/rank{r}.json")) for r in range(ranks)]
+    P = per[0]["P"]
+    modes = {}
+    for name in per[0]["times"]:
+        slowest = [max(r["times"][name][i] for r in per) for i in range(len(per[0]["times"][name]))]
+        observer = [max(r["observed"][name][i] for r in per) for i in range(len(slowest))]
+        modes[name] = {"median_s": statistics.median(slowest), "steps": len(slowest),
+                       "bytes_sent_per_rank": _bytes_sent(name, P, ranks)}
+        if any(observer):
+            modes[name]["observer_median_s"] = statistics.median(observer)
+    for name, m in modes.items():
+        tag = name.split(":")[0]
+        floor = modes[f"{tag}: floor {'all-reduce P' if tag == 'DiLoCo' else 'P'}"]["median_s"]
+        m["x_floor_P"] = m["median_s"] / floor
+        if "observer_median_s" in m:
+            m["observer_share"] = m["observer_median_s"] / m["median_s"]
+    return {"P": P, "tensors": len(shapes(opts["width"], opts["layers"])), "ranks": ranks, "modes": modes}
+
+
+# ------------------------------------------------------------------ in one process
+
+def _one_process(replicas, opts) -> dict:
+    import torch
+
+    from noloco.training.observer import Observer
+    from noloco.training.outer_optimizer import OuterOptimizer
+
+    device = torch.device(opts["device"])
+    cuda = device.type == "cuda"
+    if cuda and not torch.cuda.is_available():
+        from noloco.infra.errors import ConfigError
+
+        raise ConfigError("device=cuda but torch sees no GPU")
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    gen = {"cpu": torch.Generator().manual_seed(1)}
+    if cuda:
+        gen["cuda"] = torch.Generator(device=device).manual_seed(1)
+    tmp = tempfile.mkdtemp()
+    modes = {}
+    for method in ("noloco", "diloco"):
+        tag = "pairs" if method == "noloco" else "DiLoCo"
+        for label, observe in (("toolkit", None), ("toolkit + observer (sampled 1024)", {"sample": 1024})):
+            params = _params(opts["width"], opts["layers"], (replicas,), device)
+            outer = OuterOptimizer(params, method=method, replicas=replicas, inner_steps=1)
+            obs = None if observe is None else Observer(outer, f"{tmp}/{method}{len(modes)}", outer_steps=10 ** 6,
+                                                        lr=1e-3, overwrite=True, **observe)
+            modes[f"{tag}: {label}"] = (params, outer.sync, obs)
+    P = sum(p[0].numel() for p in next(iter(modes.values()))[0].values())
+    # the floor: the 6 N P numbers the step must touch, moved by three copies of N P (timed among the steps)
+    # written once: untouched (calloc'd) pages would all read one zero page, faster than any model
+    a, b = torch.full((replicas * P,), 0.5, device=device), torch.full((replicas * P,), 0.5, device=device)
+    modes["memory floor (3 copies of N P)"] = ({}, lambda: [b.copy_(a) for _ in range(3)], None)
+    times = {name: [] for name in modes}
+    observed = {name: [] for name in modes}
+    started, steps = time.perf_counter(), 0
+    while steps < opts["steps"] and (steps < 3 or time.perf_counter() - started < opts["seconds"]):
+        for name, (params, step, obs) in modes.items():
+            _move(params, gen, 0)
+            seen = obs.seconds if obs else 0.0
+            sync()
+            t = time.perf_counter()
+            step()
+            sync()
+            times[name].append(time.perf_counter() - t)
+            observed[name].append((obs.seconds if obs else 0.0) - seen)
+        steps += 1
+    for _, _, obs in modes.values():
+        if obs:
+            obs.close()
+    floor = statistics.median(times["memory floor (3 copies of N P)"])
+    out = {}
+    for name in modes:
+        median = statistics.median(times[name])
+        row = {"median_s": median, "steps": len(times[name]), "x_memory_floor": median / floor}
+        if any(observed[name]):
+            row["observer_median_s"] = statistics.median(observed[name])
+            row["observer_share"] = row["observer_median_s"] / median
+        out[name] = row
+    return {"P": P, "tensors": len(shapes(opts["width"], opts["layers"])), "replicas": replicas,
+            "device": str(device) if not cuda else torch.cuda.get_device_name(device),
+            "copy_bandwidth_GBps": 3 * 2 * 4 * replicas * P / floor / 1e9, "memory_floor_s": floor, "modes": out}
+
+
+def measure(ranks: int = 4, replicas: int = 8, device: str = "cpu", width: int = 160, layers: int = 6,
+            steps: int = 200, seconds: float = 5.0) -> dict:
+    import torch
+
+    opts = {"width": width, "layers": layers, "steps": steps, "seconds": seconds, "device": device}
+    if ranks > 1:
+        if device == "cuda" and torch.cuda.device_count() < ranks:
+            from noloco.infra.errors import ConfigError
+
+            raise ConfigError(f"--ranks {ranks} --device cuda needs {ranks} GPUs, torch sees "
+                                   f"{torch.cuda.device_count()}; give --ranks 1 --replicas N for one GPU")
+        return _across_ranks(ranks, opts)
+    torch.set_num_threads(1)  # as each rank has: on a shared machine, a second thread per op mostly waits for a core
+    return _one_process(replicas, opts)
+
+
+def bench(**options) -> dict:
+    return run("outer", measure, **options)
+
+
+def format_result(result: dict) -> str:
+    o, res = result["options"], result["results"]
+    where = (f"{res['ranks']} ranks ({o['device']})" if o["ranks"] > 1 else
+             f"one process, {res['replicas']} replicas on {res['device']}")
+    lines = [f"{where}: P = {res['P']:,} parameters in {res['tensors']} tensors"]
+    if o["ranks"] > 1:
+        lines.append(f"{'mode':<34}{'median ms':>10}{'x floor P':>10}{'MB sent':>9}{'observer':>10}")
+        for name, m in res["modes"].items():
+            share = f"{m['observer_share']:.1%}" if "observer_share" in m else ""
+            lines.append(f"{name:<34}{m['median_s'] * 1e3:>10.2f}{m['x_floor_P']:>10.2f}"
+                         f"{m['bytes_sent_per_rank'] / 1e6:>9.2f}{share:>10}")
+    else:
+        lines.append(f"copy bandwidth {res['copy_bandwidth_GBps']:.1f} GB/s; memory floor of one outer step "
+                     f"{res['memory_floor_s'] * 1e3:.3f} ms")
+        lines.append(f"{'mode':<42}{'median ms':>10}{'x floor':>9}{'observer':>10}")
+        for name, m in res["modes"].items():
+            share = f"{m['observer_share']:.1%}" if "observer_share" in m else ""
+            lines.append(f"{name:<42}{m['median_s'] * 1e3:>10.3f}{m['x_memory_floor']:>9.2f}{share:>10}")
+    return "\n".join(lines)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    from noloco.infra.checks import check_real
+    from noloco.infra.entry import argument_type
+
+    parser.add_argument("--ranks", type=integer("ranks", 1, 64), default=4,
+                        help="processes, one replica each (default 4; 1: the replicas batched in this process)")
+    parser.add_argument("--replicas", type=integer("replicas", 2, 1024), default=8,
+                        help="replicas in one process with --ranks 1 (default 8)")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu",
+                        help="cpu (gloo) or cuda (NCCL across ranks; one GPU with --ranks 1)")
+    parser.add_argument("--width", type=integer("width", 8, 8192), default=160,
+                        help="model width (default 160: 1.9 M parameters with 6 layers)")
+    parser.add_argument("--layers", type=integer("layers", 1, 256), default=6, help="blocks of 8 tensors (default 6)")
+    parser.add_argument("--steps", type=integer("steps", 3, 100_000), default=200, help="at most this many steps")
+    parser.add_argument("--seconds", type=argument_type(float, lambda v: check_real(
+        "seconds", v, "0 < seconds <= 3600", lambda x: 0 < x <= 3600)), default=5.0,
+        help="time box: steps stop after this many seconds (at least 3 steps; default 5)")
