@@ -23,11 +23,11 @@ export PYTHONUNBUFFERED=1
 if [ "${SMALL:-0}" = 1 ]; then
   SIZE="--device $DEVICE --layers 1 --width 32 --heads 2 --ctx 32 --batch 2 --outer-steps 4 --inner-steps 3 --warmup 2 --eval-every 2 --ckpt-every 4 --val-windows 8 --dtype float32 --no-compile"
   BENCH="--size cpu-tiny --steps 2"
-  OUTER="--replicas 4 --size cpu-tiny --device $DEVICE"
+  OUTER="--replicas 4 --width 32 --layers 1 --device $DEVICE --seconds 3"
 else
   SIZE=""
   BENCH="--size gpu-large --steps 10 --compile"
-  OUTER="--replicas 8 --size gpu-large --device $DEVICE"
+  OUTER="--replicas 8 --width 768 --layers 6 --device $DEVICE --seconds 10"
 fi
 part() { case " $PART " in *" $1 "*) return 0;; *) return 1;; esac; }
 stamp() { echo "== $1 $(date -u +%H:%M:%S)" | tee -a "$OUT/log.txt"; }

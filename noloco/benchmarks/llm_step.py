@@ -64,7 +64,7 @@ def _vmap_step(tr) -> None:
     detached = {k: v.detach() for k, v in tr.params.items()}
     grads, _ = vmap(grad_and_value(one))(detached, tr._windows(0))
     for k, p in tr.params.items():
-        p.grad = grads[k]
+        p.grad = grads[k].to(p.dtype).contiguous()  # the fused AdamW a GPU run uses takes gradients like its weights
     tr._clip()
     tr.opt.step()
 

@@ -107,7 +107,9 @@ def draw(data: dict):
     if "missing" in data:
         for ax in axs[0]:
             ax.set_axis_off()
-        fig.text(0.5, 0.5, f"no GPT paper study at {data['path']}\nrun: noloco llm study paper "
+        path = str(data["path"])
+        path = path if len(path) <= 80 else "..." + path[-77:]  # a long path would run off the canvas
+        fig.text(0.5, 0.5, f"no GPT paper study at\n{path}\nrun: noloco llm study paper "
                            f"--out runs/paper-study\nand copy runs/paper-study/paper_gpt.json there",
                  ha="center", va="center", fontsize=10, wrap=True,
                  bbox={"facecolor": "white", "edgecolor": style.VERMILION})

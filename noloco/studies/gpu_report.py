@@ -70,18 +70,18 @@ def summarise(out: Path) -> dict:
     log = (out / "log.txt").read_text() if (out / "log.txt").exists() else ""
     rates = live_rates(log)
     summary = {"env": (out / "env.txt").read_text().strip() if (out / "env.txt").exists() else None}
-    for name in ("bench_large", "outer_large"):
-        if (out / f"{name}.json").exists():
-            summary[name.split("_")[0]] = read_json(out / f"{name}.json")
-    if (out / "tests.txt").exists():
-        summary["tests"] = (out / "tests.txt").read_text().strip().splitlines()[-3:]
+    for path in sorted(out.glob("bench_large*.json")) + sorted(out.glob("outer_large*.json")):
+        summary[path.stem] = read_json(path)
+    for path in sorted(out.glob("tests*.txt")):  # pytest's closing lines: each failure and the counts
+        summary[path.stem] = [line for line in path.read_text().splitlines()
+                              if line.startswith(("FAILED", "ERROR")) or re.match(r"^\d+ (passed|failed)", line)]
     with tempfile.TemporaryDirectory() as tmp:
         runs = _runs(out, Path(tmp)) if (out / "runs_large.tar.gz").exists() else None
         summary["runs"], summary["predictions"] = [], {}
         for folder in sorted(runs.glob("**/result.json")) if runs else ():
             folder = folder.parent
-            section = "train alpha 0.3" if "alpha" in folder.parts[-1] or "alpha" in str(folder.relative_to(runs)) \
-                else f"train seed {folder.relative_to(runs).parts[0][1:]}"
+            top = folder.relative_to(runs).parts[0]  # sS, or sS-alphaA for the run --as is checked on
+            section = f"train alpha {top.split('alpha')[1]}" if "alpha" in top else f"train seed {top[1:]}"
             method = read_json(folder / "result.json")["config"]["method"]
             summary["runs"].append({"folder": str(folder.relative_to(runs)),
                                     **summarise_run(folder, rates.get(section, {}).get(method, []))})
