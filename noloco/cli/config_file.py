@@ -11,17 +11,20 @@ from __future__ import annotations
 
 import argparse
 import difflib
-from pathlib import Path
 
 from noloco.infra.errors import ConfigError, DataError
+from noloco.infra.files import read_regular_bytes
+
+#: the most bytes a --config file may hold (a file of every flag is about 2 kB)
+CONFIG_BYTES = 2**20
 
 
 def read_toml(path) -> dict:
     """The TOML document in ``path``."""
     import tomllib
 
-    try:
-        text = Path(path).read_bytes()
+    try:  # a regular file of a settings file's size: a named pipe would block, /dev/zero fill the memory
+        text = read_regular_bytes(path, limit=CONFIG_BYTES)
     except OSError as err:
         raise DataError(f"--config {path}: cannot be read ({err.strerror or type(err).__name__})") from None
     try:

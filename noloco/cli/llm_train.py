@@ -22,6 +22,7 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from noloco.cli.llm_flags import apply_config_file, configs_from_args
     from noloco.infra.errors import ConfigError
+    from noloco.infra.entry import failed
     from noloco.infra.files import print_json
     from noloco.llm_check.train import format_results, torchrun_world_size
 
@@ -57,6 +58,6 @@ def run(args) -> int:
     if reports:
         print_json({"runs": results}) if args.json else print(format_results(results))
     diverged = {method: r["diverged"]["message"] for method, r in results.items() if r.get("diverged")}
-    for method, message in diverged.items() if reports else ():  # the finding, on stderr too: exit 1
-        print(f"noloco llm train: {method} {message}", file=sys.stderr)
+    if diverged and reports:  # the finding, on stderr too: exit 1
+        return failed("; ".join(f"{method} {message}" for method, message in diverged.items()))
     return 1 if diverged else 0

@@ -41,8 +41,17 @@ def params(quick: bool, runs: str = "runs") -> dict:
 
 
 def _rows(path: Path) -> list:
+    from noloco.infra.files import read_regular_text
+
     rows = []
-    for line in path.read_text().splitlines():
+    try:
+        text = read_regular_text(path)  # a regular file of a sane size: a pipe would block, a huge one fill memory
+    except (OSError, ValueError) as err:
+        from noloco.infra.errors import warn
+
+        warn(f"{path} left out: {getattr(err, 'strerror', None) or err}")
+        return []
+    for line in text.splitlines():
         try:
             rows.append(json.loads(line))
         except ValueError:

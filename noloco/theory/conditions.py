@@ -30,6 +30,11 @@ class Condition:
     #: growing like a power of t), unstable; "" for a condition that is not a radius
     state: str = ""
 
+    @property
+    def shown(self) -> str:
+        """The value as the table and the exit-1 line print it: a radius never rounds against its class."""
+        return format_radius(self.value) if self.state else f"{self.value:.6g}"
+
 
 #: spectra up to this many directions also list every direction (``Analysis.curvatures`` and the
 #: JSON ``directions``); larger ones give the totals only
@@ -153,7 +158,7 @@ def format_analysis(result: Analysis, method: str, spectrum: Spectrum) -> str:
              + f" | {spectrum.count} direction(s), curvature {spectrum.low:g}..{spectrum.high:g}",
              f"{'condition'.ljust(width)}  {'value':>12}  holds  requirement"]
     # a radius is shown so that its rounding never contradicts the verdict (1 - 7e-09, not 1)
-    lines += [f"{c.name.ljust(width)}  {(format_radius(c.value) if c.state else fmt(c.value)):>12}  "
+    lines += [f"{c.name.ljust(width)}  {c.shown:>12}  "
               f"{'yes' if c.holds else 'NO':>5}  {c.requirement}"
               + (f" [{c.state}]" if c.state and c.state != STABLE else "")
               for c in result.conditions]
@@ -170,9 +175,12 @@ def format_analysis(result: Analysis, method: str, spectrum: Spectrum) -> str:
 def spread_condition(outer: OuterConfig, decay: float, growth=None) -> Condition:
     name = "replica spread decays: spectral radius of T"
     if outer.group_size == outer.replicas:
-        # every replica applies the same update: from identical initialisation the
-        # spread is exactly 0 whatever T does to (absent) deviations
-        return Condition(name, decay, True, "n = N: no spread from identical initialisation (DiLoCo)", STABLE)
+        # every replica applies the same update: from identical initialisation the spread is exactly 0 whatever T
+        # does to (absent) deviations, so the condition holds; T itself is classified by the one rule (at n = N no
+        # noise feeds it, so a unit radius is marginal and bounded: spread from unequal starts never decays)
+        state = describe(decay)
+        state = f"{MARGINAL} (bounded)" if state == MARGINAL else state
+        return Condition(name, decay, True, "n = N: no spread from identical initialisation (DiLoCo)", state)
     return radius_condition(name, decay, "< 1 (second moments of the deviations from the mean)", growth)
 
 

@@ -1,0 +1,104 @@
+"""The edges an attacker or a newcomer finds on the newer surfaces: files that are not what they claim, the
+``--json`` error contract, public arguments checked at construction, the n = N classification. Each test makes
+the fault and sees the one line (or the exception) that names it."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from noloco.cli import main
+from noloco.infra.errors import DataError
+from noloco.infra.files import SCHEMA_VERSION, read_json
+
+
+def _sparse(path, size: int):
+    with open(path, "wb") as handle:  # holes: no disk and no memory spent making it
+        handle.truncate(size)
+    return path
+
+
+def _error_line(capsys, argv) -> tuple[int, str, str]:
+    code = main(argv)
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+# ------------------------------------------------------------------ files: type and size before reading
+
+def test_config_that_is_a_named_pipe_or_a_device_is_refused_at_once(tmp_path, capsys):
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for path, kind in ((fifo, "named pipe"), ("/dev/zero", "character device")):
+        code, _, err = _error_line(capsys, ["llm", "train", "--config", str(path), "--print-config"])
+        assert code == 3 and err.count("\n") == 1 and kind in err, err
+
+
+def test_config_too_large_for_a_settings_file_is_refused_unread(tmp_path, capsys):
+    code, _, err = _error_line(capsys, ["llm", "train", "--config", str(_sparse(tmp_path / "c.toml", 5 << 20)),
+                                        "--print-config"])
+    assert code == 3 and "above the limit" in err and err.count("\n") == 1, err
+
+
+def test_a_huge_result_json_is_refused_before_it_is_read(tmp_path):
+    import tracemalloc
+
+    path = _sparse(tmp_path / "result.json", 1 << 30)
+    tracemalloc.start()
+    with pytest.raises(DataError, match="above the limit"):
+        read_json(path)
+    peak = tracemalloc.get_traced_memory()[1]
+    tracemalloc.stop()
+    assert peak < 1 << 20, peak  # refused from its size, not after reading a gigabyte
+
+
+# ------------------------------------------------------------------ one --json error contract
+
+@pytest.mark.parametrize("argv, code", [
+    (["check", "--replicas", "x"], 2),                                   # argparse
+    (["check", "--replicas", "4", "--group-size", "8"], 2),              # ConfigError
+    (["llm", "predict", "/nonexistent/run"], 3),                         # a missing run folder
+    (["llm", "tune", "/nonexistent/a", "/nonexistent/b"], 2),
+])
+def test_json_errors_are_a_json_object_on_stdout_and_a_line_on_stderr(argv, code, capsys):
+    got, out, err = _error_line(capsys, [*argv, "--json"])
+    assert got == code and err.count("\n") == 1 and ": error: " in err, err
+    report = json.loads(out)
+    assert report["schema_version"] == SCHEMA_VERSION and report["error"]["exit_code"] == code
+    assert report["error"]["message"] in err and report["error"]["command"].startswith("noloco")
+
+
+def test_without_json_errors_leave_stdout_empty(capsys):
+    code, out, err = _error_line(capsys, ["check", "--replicas", "x"])
+    assert code == 2 and out == "" and err.count("\n") == 1
+
+
+# ------------------------------------------------------------------ the one stability rule at its edges
+
+def test_n_equals_n_spread_is_marginal_bounded_by_the_rule_and_still_holds(capsys):
+    """At n = N the replica's own transition has a unit eigenvalue: by the 1e-9 rule its spread is marginal
+    (bounded), which the table says, while the setting stays stable (no spread from identical starts)."""
+    code = main(["check", "--method", "diloco", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    spread = next(c for c in report["conditions"] if c["name"].startswith("replica spread"))
+    assert code == 0 and abs(spread["value"] - 1) < 1e-9
+    assert spread["state"] == "marginal (bounded)" and spread["holds"] is True
+
+
+def test_paper_audit_classifies_the_n_equals_n_spread_by_the_rule():
+    from noloco.claims.paper_directions import Direction, spread_state
+    from noloco.theory.config import OuterConfig
+
+    outer = OuterConfig(replicas=8, group_size=8, alpha=0.3, beta=0.7, gamma=0.0)
+    radius, state, bounded = spread_state(outer, Direction(0.0, 0.0, 0.0))  # the flat limit
+    assert abs(radius - 1) < 1e-9 and radius != 0.0  # the real radius, not a stand-in 0
+    assert state.startswith("marginal (bounded)") and bounded
+
+
+def test_exit_1_line_prints_a_radius_as_the_table_does(capsys):
+    """A radius of 1 + 1e-6 is unstable; the stderr line must not round it to 1."""
+    code, _, err = _error_line(capsys, ["check", "--method", "diloco", "--alpha", "0", "--beta", "4.000002",
+                                        "--inner-lr", "0.5", "--inner-steps", "1", "--curvature", "1"])
+    assert code == 1 and "spectral radius of M = 1 + 1e-06" in err and "unstable" in err, err
