@@ -102,3 +102,96 @@ def test_exit_1_line_prints_a_radius_as_the_table_does(capsys):
     code, _, err = _error_line(capsys, ["check", "--method", "diloco", "--alpha", "0", "--beta", "4.000002",
                                         "--inner-lr", "0.5", "--inner-steps", "1", "--curvature", "1"])
     assert code == 1 and "spectral radius of M = 1 + 1e-06" in err and "unstable" in err, err
+
+
+# ------------------------------------------------------------------ values that were internal errors
+
+def test_a_huge_minibatch_is_refused_by_the_memory_budget(capsys):
+    code, _, err = _error_line(capsys, ["simulate", "--objective", "breast-cancer", "--batch-size", str(10**20)])
+    assert code == 3 and "--batch-size" in err and "internal error" not in err, err
+
+
+@pytest.mark.parametrize("value", ["1e308", "inf", "nan", "0"])
+def test_llm_train_timeout_out_of_range_is_bad_input(value, tmp_path, capsys):
+    code, _, err = _error_line(capsys, ["llm", "train", "--preset", "cpu-tiny", "--timeout", value,
+                                        "--out", str(tmp_path)])
+    assert code == 2 and "--timeout" in err and err.count("\n") == 1, err
+
+
+def test_public_functions_name_a_wrong_argument():
+    import noloco
+    from noloco.infra.errors import ConfigError
+
+    inner = noloco.InnerConfig()
+    with pytest.raises(ConfigError, match="outer=None"):
+        noloco.simulate_setting("noloco", None, inner, None)
+    with pytest.raises(ConfigError, match="method='nolco'"):
+        noloco.simulate_setting("nolco", noloco.OuterConfig(), inner, None)
+    with pytest.raises(ConfigError, match="spectrum=\\[1.0\\]"):
+        noloco.analyse(noloco.OuterConfig(), inner, [1.0])
+    with pytest.raises(ConfigError, match="timeout"):
+        import torch
+
+        noloco.OuterOptimizer(torch.nn.Linear(2, 2), replicas=2, timeout=1e308)
+
+
+TINY = ["--preset", "cpu-tiny", "--method", "noloco", "--outer-steps", "2", "--eval-every", "1",
+        "--val-windows", "4", "--warmup", "0", "--threads", "1"]
+
+
+@pytest.fixture(scope="module")
+def tiny_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("edges") / "run"
+    assert main(["llm", "train", *TINY, "--out", str(out)]) == 0
+    return out
+
+
+def _copy(run, tmp_path):
+    import shutil
+
+    return shutil.copytree(run, tmp_path / "copy")
+
+
+def _edit_json(path, change):
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+
+
+def test_resume_names_a_metric_of_the_wrong_type(tiny_run, tmp_path, capsys):
+    run = _copy(tiny_run, tmp_path)
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+    rows[0]["weight_std"] = "0.1"
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    capsys.readouterr()
+    code, _, err = _error_line(capsys, ["llm", "train", *TINY, "--out", str(run), "--resume"])
+    assert code == 3 and "weight_std='0.1'" in err and "line 1" in err and "internal" not in err, err
+
+
+def test_tune_names_a_result_field_of_the_wrong_type(tiny_run, tmp_path, capsys):
+    run = _copy(tiny_run, tmp_path)
+    _edit_json(run / "result.json", lambda d: d.update(n_params="big"))
+    capsys.readouterr()
+    code, _, err = _error_line(capsys, ["llm", "tune", str(run)])
+    assert code == 3 and "n_params='big'" in err and "internal" not in err, err
+
+
+def test_gap_refuses_a_negative_second_moment(tiny_run, tmp_path, capsys):
+    run = _copy(tiny_run, tmp_path)
+    _edit_json(run / "result.json", lambda d: d.update(adam_second_moment={"sum_sqrt_v": -1, "outer_step": 2}))
+    capsys.readouterr()
+    code, out, err = _error_line(capsys, ["llm", "predict", str(run), "--gap"])
+    assert code == 3 and "sum_sqrt_v=-1" in err and out == "", (out, err)
+
+
+def test_gap_refuses_a_garbled_optimizer_state(tiny_run, tmp_path, capsys):
+    import torch
+
+    run = _copy(tiny_run, tmp_path)
+    state = torch.load(run / "ckpt.pt", weights_only=True)
+    first = next(iter(state["opt"]["state"]))
+    state["opt"]["state"][first] = {"step": "x", "exp_avg_sq": "y"}
+    torch.save(state, run / "ckpt.pt")
+    capsys.readouterr()
+    code, _, err = _error_line(capsys, ["llm", "predict", str(run), "--gap"])
+    assert code == 3 and "ckpt.pt" in err and "internal" not in err, err

@@ -47,7 +47,11 @@ def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int,
     path = run.folder / "ckpt.pt"
     saved = run.result.get("adam_second_moment")  # written by noloco.Observer at the end of a user's run
     if isinstance(saved, dict) and isinstance(saved.get("sum_sqrt_v"), (int, float)):
-        step, root = int(saved.get("outer_step", 0)), float(saved["sum_sqrt_v"])
+        step, root = saved.get("outer_step", 0), float(saved["sum_sqrt_v"])
+        # the run folder is user input: a sum of square roots is >= 0 and finite, a step an integer
+        if not (0 <= root < math.inf) or isinstance(step, bool) or not isinstance(step, int):
+            raise DataError(f"{run.folder / 'result.json'}: adam_second_moment has sum_sqrt_v={root!r} and "
+                            f"outer_step={step!r}; expected a finite sum >= 0 and an integer step (damaged?)")
     elif second_moment is None:
         raise DataError(f"{run.folder}: result.json holds no adam_second_moment (noloco.Observer writes it when its "
                         "run closes with an inner AdamW), and reading its checkpoint needs torch: pip install -e "

@@ -30,6 +30,26 @@ def check_integer(name: str, value, allowed: str, ok=lambda v: True) -> int:
     return value
 
 
+def check_instance(name: str, value, kinds, what: str):
+    """``value`` if it is an instance of ``kinds`` (a public function's argument: a clear ConfigError naming it
+    where a wrong object would fail deep inside with a TypeError or an AttributeError)."""
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        shown = repr(value)
+        raise ConfigError(f"{name}={shown if len(shown) <= 60 else shown[:57] + '...'} is "
+                          f"{type(value).__name__}; expected {what}")
+    return value
+
+
+#: the longest wait for a peer (seconds, about 31 years): datetime.timedelta, which torch.distributed takes,
+#: overflows above about 8.6e13 s, and no wait longer than this means anything
+MAX_TIMEOUT = 1e9
+
+
+def check_timeout(name: str, value) -> float:
+    """Seconds to wait for a peer: 0 < value <= :data:`MAX_TIMEOUT`."""
+    return check_real(name, value, f"0 < {name} <= {MAX_TIMEOUT:g} (seconds)", lambda v: 0 < v <= MAX_TIMEOUT)
+
+
 def check_choice(name: str, value, choices) -> str:
     if value not in choices:
         raise ConfigError(f"{name}={value!r} is not allowed; allowed: {', '.join(map(str, choices))}")

@@ -15,6 +15,7 @@ import numpy as np
 
 from noloco.theory import numeric
 from noloco.theory.config import InnerConfig, OuterConfig
+from noloco.infra.checks import check_instance
 from noloco.infra.files import SCHEMA_VERSION
 from noloco.theory.spectrum import Spectrum
 from noloco.theory.stability import MARGINAL, STABLE, TOLERANCE, UNSTABLE, describe, format_radius
@@ -213,11 +214,26 @@ def finite_condition(noise_variance: float, variance: float, stable: bool) -> Co
 EXTENDED_MAX = 10_000
 
 
+def check_arguments(outer, inner, spectrum, model=None, spectrum_optional: bool = False) -> None:
+    """The public functions' setting, checked for what each argument is before any work (a ConfigError naming
+    it, not a TypeError from deep inside)."""
+    from noloco.theory.exchangeable import InnerModel
+
+    check_instance("outer", outer, OuterConfig, "an OuterConfig (noloco.resolve gives one)")
+    check_instance("inner", inner, InnerConfig, "an InnerConfig (noloco.resolve gives one)")
+    if not (spectrum is None and spectrum_optional):
+        check_instance("spectrum", spectrum, Spectrum, "a Spectrum (noloco.Spectrum([1.0]))"
+                       + (" or None" if spectrum_optional else ""))
+    if model is not None:
+        check_instance("model", model, InnerModel, "an InnerModel or None")
+
+
 def analyse(outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum, model=None) -> Analysis:
     """The conditions and rates of ``spectrum``, chunk by chunk (:meth:`Spectrum.chunks`): memory is
     bounded for any number of directions. ``model`` (:class:`noloco.theory.exchangeable.InnerModel`): an
     inner optimizer with carried state, correlated noise or heterogeneous optima; evaluated with the
     exchangeable recursion of :mod:`noloco.theory.exchangeable` per direction."""
+    check_arguments(outer, inner, spectrum, model)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         # a diverging setting overflows to inf (or nan): that is the answer, reported as unstable
         if model is None or model.plain:

@@ -25,7 +25,7 @@ import os
 
 import torch
 
-from noloco.infra.checks import check_real, check_seed
+from noloco.infra.checks import check_seed, check_timeout
 from noloco.infra.errors import ConfigError, DataError
 from noloco.theory.methods import METHOD_TABLE, METHODS, resolve
 from noloco.theory.outer import outer_step
@@ -74,7 +74,7 @@ class OuterOptimizer:
                  seed: int = 0, outer_dtype: torch.dtype | None = None, stages=None,
                  exchange: Exchange | None = None, timeout: float = 600.0):
         self.seed = check_seed("seed", seed)
-        check_real("timeout", timeout, "0 < timeout < inf (seconds)", lambda v: 0 < v < float("inf"))
+        check_timeout("timeout", timeout)
         if replicas is not None and (isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1):
             raise ConfigError(f"replicas={replicas!r} is out of range; allowed: an integer >= 1 (replicas in this "
                               f"process) or None (one per torch.distributed rank)")
