@@ -195,3 +195,22 @@ def test_gap_refuses_a_garbled_optimizer_state(tiny_run, tmp_path, capsys):
     capsys.readouterr()
     code, _, err = _error_line(capsys, ["llm", "predict", str(run), "--gap"])
     assert code == 3 and "ckpt.pt" in err and "internal" not in err, err
+
+
+# ------------------------------------------------------------------ what a newcomer types
+
+def test_config_key_from_another_trainer_suggests_the_flag(tmp_path, capsys):
+    path = tmp_path / "c.toml"
+    path.write_text("learning_rate = 0.01\n")
+    code, _, err = _error_line(capsys, ["llm", "train", "--config", str(path), "--print-config", "--out", str(tmp_path)])
+    assert code == 2 and "did you mean 'lr'?" in err, err
+
+
+def test_as_typo_suggests_the_field(tiny_run, capsys):
+    code, _, err = _error_line(capsys, ["llm", "predict", str(tiny_run), "--as", "alpah=0.3"])
+    assert code == 2 and "did you mean 'alpha'?" in err, err
+
+
+def test_as_an_unstable_target_says_so_in_words(tiny_run, capsys):
+    code, out, _ = _error_line(capsys, ["llm", "predict", str(tiny_run), "--as", "alpha=0.95"])
+    assert code == 0 and "infx" not in out and "tilt -" not in out and "tilt unbounded" in out, out

@@ -50,6 +50,17 @@ def check_timeout(name: str, value) -> float:
     return check_real(name, value, f"0 < {name} <= {MAX_TIMEOUT:g} (seconds)", lambda v: 0 < v <= MAX_TIMEOUT)
 
 
+def did_you_mean(word: str, names, aliases: dict | None = None) -> str:
+    """`` (did you mean 'lr'?)`` for a mistyped or foreign name: an alias from another library's vocabulary
+    (``learning_rate``), else the closest name by spelling (``alpah``); '' when nothing is near."""
+    import difflib
+
+    names = list(names)
+    key = str(word).strip().lower().replace("-", "_")
+    near = [aliases[key]] if aliases and aliases.get(key) in names else difflib.get_close_matches(key, names, n=1)
+    return f" (did you mean {near[0]!r}?)" if near else ""
+
+
 def check_choice(name: str, value, choices) -> str:
     if value not in choices:
         raise ConfigError(f"{name}={value!r} is not allowed; allowed: {', '.join(map(str, choices))}")
