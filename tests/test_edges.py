@@ -214,3 +214,21 @@ def test_as_typo_suggests_the_field(tiny_run, capsys):
 def test_as_an_unstable_target_says_so_in_words(tiny_run, capsys):
     code, out, _ = _error_line(capsys, ["llm", "predict", str(tiny_run), "--as", "alpha=0.95"])
     assert code == 0 and "infx" not in out and "tilt -" not in out and "tilt unbounded" in out, out
+
+
+def test_resume_without_method_names_the_method_the_folder_holds(tiny_run, tmp_path, capsys):
+    run = _copy(tiny_run, tmp_path)
+    code, _, err = _error_line(capsys, ["llm", "train", "--preset", "cpu-small", "--out", str(run), "--resume"])
+    assert code == 2 and "give --method noloco" in err and "ckpt.pt" not in err, err
+
+
+def test_tensorboard_folder_that_cannot_be_written_is_one_line(tmp_path, capsys):
+    """A file where the events folder belongs (the portable stand-in for a read-only folder: the same check,
+    made before tensorboard's writer thread exists, refuses both)."""
+    pytest.importorskip("tensorboard")
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "tensorboard").write_text("")
+    code, _, err = _error_line(capsys, ["llm", "train", *TINY, "--out", str(out), "--tensorboard"])
+    assert code == 3 and err.strip().endswith("--tensorboard " + str(out / "tensorboard") + " is a file, not a folder")
+    assert err.count("\n") == 1 and "b'" not in err, err

@@ -16,7 +16,7 @@ import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from noloco.infra.errors import ConfigError
+from noloco.infra.errors import ConfigError, DataError
 from noloco.infra.files import output_dir
 from noloco.llm_check.config import DEFAULT_TIMEOUT, TrainConfig, check_run_flags
 from noloco.llm_check.lifecycle import run_folder
@@ -42,6 +42,8 @@ def train_methods(configs: list[TrainConfig], out: str | Path, *, resume: bool =
                                     log_every=log_every))
     check_tensorboard(tensorboard)
     output_dir(out)
+    if resume:
+        _check_resume_layout(Path(out), methods)
     for cfg in configs:
         check_memory(cfg, max_memory)
     with contextlib.ExitStack() as opened:
@@ -54,6 +56,26 @@ def train_methods(configs: list[TrainConfig], out: str | Path, *, resume: bool =
             results[cfg.method] = trainer.run(resume=resume, stop_after=stop_after, overwrite=overwrite,
                                               log_every=log_every, tensorboard=tensorboard)
     return results
+
+
+def _check_resume_layout(out: Path, methods: list[str]) -> None:
+    """``--resume`` with the methods the run folder holds: one run in OUT itself, or one per method in OUT/METHOD
+    (a ConfigError naming the ``--method`` to give, not a missing checkpoint in a folder that was never made)."""
+    from noloco.infra.files import read_json
+
+    here = out / "result.json"
+    if len(methods) > 1 and here.exists():
+        try:
+            method = read_json(here, required=("config",), types={"config": dict})["config"].get("method")
+        except DataError:
+            method = None
+        raise ConfigError(f"--resume: {out} holds one run{f' (method {method})' if method else ''}, not one per "
+                          f"method ({', '.join(methods)}, the preset's default); give --method "
+                          f"{method or 'METHOD'} to resume it")
+    held = sorted(p.parent.name for p in out.glob("*/result.json"))
+    if len(methods) == 1 and not here.exists() and held:
+        raise ConfigError(f"--resume: {out} holds the runs of {', '.join(held)} in its subfolders; give --method "
+                          f"{','.join(held)} to resume them, or --out {out / held[0]} for one")
 
 
 def check_tensorboard(tensorboard: bool) -> None:
