@@ -232,3 +232,12 @@ def test_tensorboard_folder_that_cannot_be_written_is_one_line(tmp_path, capsys)
     code, _, err = _error_line(capsys, ["llm", "train", *TINY, "--out", str(out), "--tensorboard"])
     assert code == 3 and err.strip().endswith("--tensorboard " + str(out / "tensorboard") + " is a file, not a folder")
     assert err.count("\n") == 1 and "b'" not in err, err
+
+
+def test_paper_quick_at_a_million_replicas_is_refused_with_its_estimate(capsys):
+    import time
+
+    start = time.perf_counter()
+    code, _, err = _error_line(capsys, ["paper", "-N", "1000000", "--quick"])
+    assert code == 3 and "would take about" in err and "--max-time" in err, err
+    assert time.perf_counter() - start < 10  # refused before any Monte Carlo
