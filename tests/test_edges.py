@@ -241,3 +241,57 @@ def test_paper_quick_at_a_million_replicas_is_refused_with_its_estimate(capsys):
     code, _, err = _error_line(capsys, ["paper", "-N", "1000000", "--quick"])
     assert code == 3 and "would take about" in err and "--max-time" in err, err
     assert time.perf_counter() - start < 10  # refused before any Monte Carlo
+
+
+# ------------------------------------------------------------------ the public API at construction
+
+def test_outer_optimizer_refuses_one_module_twice_and_mixed_dtypes():
+    import copy
+
+    import torch
+
+    import noloco
+    from noloco.infra.errors import ConfigError
+
+    m = torch.nn.Linear(2, 2)
+    with pytest.raises(ConfigError, match="share the parameter"):
+        noloco.OuterOptimizer([m, m], inner_steps=2)
+    with pytest.raises(ConfigError, match="float64"):
+        noloco.OuterOptimizer([m, copy.deepcopy(m).double()], inner_steps=2)
+    noloco.OuterOptimizer([m, copy.deepcopy(m)], inner_steps=2)  # copies are fine
+
+
+def _observer(folder, **kwargs):
+    import copy
+
+    import torch
+
+    import noloco
+
+    models = [torch.nn.Linear(2, 1)]
+    models.append(copy.deepcopy(models[0]))
+    outer = noloco.OuterOptimizer(models, inner_steps=2)
+    return noloco.Observer(outer, folder, outer_steps=2, lr=0.1, inner_optimizer="sgd", **kwargs)
+
+
+def test_two_observers_on_one_folder_are_refused_in_one_process_and_across_processes(tmp_path):
+    import subprocess
+    import sys
+
+    from noloco.infra.errors import ConfigError, LockedError
+
+    first = _observer(tmp_path / "run")
+    with pytest.raises(ConfigError, match="another open Observer"):
+        _observer(tmp_path / "run")
+    first.close()
+    _observer(tmp_path / "run", overwrite=True).close()  # closed: the folder is free again
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time\nfrom noloco.infra.rundir import RunLock\n"
+                               "RunLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(60)",
+                               str(tmp_path / "other")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(LockedError, match="in use by another run"):
+            _observer(tmp_path / "other")
+    finally:
+        holder.kill()
+        holder.wait()

@@ -41,6 +41,20 @@ SETTINGS = ("inner_steps", "method", "preset", "group_size", "alpha", "beta", "g
             "outer_dtype", "timeout")
 
 
+def _check_settings(settings: dict) -> None:
+    """The settings' values, checked at construction (a ConfigError now, not when training begins); the group
+    size against the world size waits for it."""
+    from noloco.infra.checks import check_integer, check_seed, check_timeout
+    from noloco.theory.methods import resolve
+
+    values = {k: settings.get(k) for k in ("alpha", "beta", "gamma", "momentum")}
+    resolve(settings.get("preset"), settings.get("method"), steps=settings.get("inner_steps"), **values)
+    if settings.get("group_size") is not None:
+        check_integer("group_size", settings["group_size"], "an integer >= 1", lambda v: v >= 1)
+    check_seed("seed", settings.get("seed", 0))
+    check_timeout("timeout", settings.get("timeout", 600.0))
+
+
 def keep_gradients_local(wrapped) -> bool:
     """Stop ``DistributedDataParallel``'s gradient all-reduce (and its buffer broadcast) on ``wrapped``,
     the Trainer's ``model_wrapped`` (through a ``torch.compile`` wrapper); False when it is no DDP
@@ -81,6 +95,7 @@ class NoLoCoCallback(TrainerCallback):
                                   f"are the inner steps")
             if name not in SETTINGS:  # a misspelt name now, not when training begins
                 raise ConfigError(f"{name}= is not a setting of NoLoCoCallback; allowed: {', '.join(SETTINGS)}")
+        _check_settings(settings)
         if not hasattr(trainer, "model_wrapped"):
             raise ConfigError(f"trainer={type(trainer).__name__} is not a transformers.Trainer: "
                               f"NoLoCoCallback(trainer, inner_steps=...) takes the Trainer it is added to")
