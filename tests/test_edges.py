@@ -295,3 +295,47 @@ def test_two_observers_on_one_folder_are_refused_in_one_process_and_across_proce
     finally:
         holder.kill()
         holder.wait()
+
+
+# ------------------------------------------------------------------ torchrun
+
+def _rank_env(rank: int, port: int) -> dict:
+    return {**os.environ, "WORLD_SIZE": "2", "RANK": str(rank), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
+            "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "PYTHONPATH": os.getcwd()}
+
+
+def test_a_rank_left_alone_says_so_in_one_line(tmp_path):
+    """Rank 1 whose rank 0 never comes: c10d's native log (tens of lines of C++ stack) stays quiet."""
+    import socket
+    import subprocess
+    import sys
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    done = subprocess.run([sys.executable, "-m", "noloco", "llm", "train", *TINY, "--out", str(tmp_path / "run"),
+                           "--timeout", "1"], env=_rank_env(1, port), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 3 and done.stderr.count("\n") == 1, done.stderr[-3000:]
+    assert "joining the torchrun process group failed" in done.stderr
+
+
+def test_replicas_that_do_not_match_the_ranks_name_the_fix(monkeypatch):
+    from noloco.infra.errors import ConfigError
+    from noloco.training.exchange import DistExchange
+
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(ConfigError, match=r"processes \(2\); give replicas=2 \(--replicas 2\)"):
+        DistExchange.join(replicas=4)
+
+
+@pytest.mark.slow
+def test_torchrun_takes_the_replicas_from_the_ranks(tmp_path):
+    """`torchrun --nproc-per-node 2 ... --preset cpu-tiny` (a preset of 4 replicas) trains 2, one per rank."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "-m", "noloco",
+                           "llm", "train", *TINY, "--out", str(tmp_path / "run"), "--json"],
+                          capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": os.getcwd()})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert json.loads(done.stdout)["runs"]["noloco"]["config"]["outer"]["replicas"] == 2

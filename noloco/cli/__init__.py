@@ -110,6 +110,10 @@ def _command_name(args) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if os.environ.get("WORLD_SIZE") not in (None, "", "1") and os.environ.get("NOLOCO_DEBUG") != "1":
+        # a torchrun rank: c10d's C++ log prints tens of lines of native stack for a peer that never came, before
+        # the one line that says so; read by torch at its import, so set before it (a user's own value is kept)
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     if (sys.argv[1:] if argv is None else list(argv))[:1] == ["--version"]:  # without importing every command's module
         return run("noloco", _top_parser(), lambda args: 0, argv)
     parser = build_parser()

@@ -27,6 +27,9 @@ def run(args) -> int:
     from noloco.llm_check.train import format_results, torchrun_world_size
 
     from_file = apply_config_file(args)
+    world = torchrun_world_size()
+    if world is not None and args.replicas is None and world % (args.stages or 1) == 0:
+        args.replicas = world // (args.stages or 1)  # as torchtitan and accelerate: the replicas are the ranks
     configs = configs_from_args(args)
     if args.print_config:
         from noloco.llm_check.config import default_log_every
@@ -38,7 +41,7 @@ def run(args) -> int:
              "memory_bytes": memory_estimate(cfg), "time_seconds": time_estimate(cfg)} for cfg in configs]})
         return 0
     shown = {"log_every": args.log_every, "tensorboard": bool(args.tensorboard)}
-    if torchrun_world_size() is not None:
+    if world is not None:
         if len(configs) > 1:
             raise ConfigError(f"--method {','.join(c.method for c in configs)}: under torchrun a run trains one "
                               f"method; give one (e.g. --method {configs[-1].method})")
