@@ -339,3 +339,38 @@ def test_torchrun_takes_the_replicas_from_the_ranks(tmp_path):
                           capture_output=True, text=True, timeout=600, env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert done.returncode == 0, done.stderr[-3000:]
     assert json.loads(done.stdout)["runs"]["noloco"]["config"]["outer"]["replicas"] == 2
+
+
+# ------------------------------------------------------------------ what a run shows on a terminal
+
+def test_every_evaluation_keeps_a_line_on_a_terminal_of_no_width():
+    """On a pseudo-terminal that reports no width (0 columns, as `script` gives), the bar still shows and each
+    note (an evaluation) stays as a line of its own; the rate reads `inner step/s` with a space."""
+    import pty
+    import select
+    import time
+
+    from noloco.infra.progress import Progress
+
+    master, slave = pty.openpty()  # a new pseudo-terminal: 0 x 0 until someone sets a size
+    stream = os.fdopen(slave, "w")
+    try:
+        progress = Progress(4, "run", unit="inner step", stream=stream)
+        assert progress.bar is not None
+        for k in range(4):
+            time.sleep(0.02)
+            progress.update(1)
+            if k % 2:
+                progress.note(f"val {k}")
+        progress.close()
+        stream.flush()
+        out = b""
+        while select.select([master], [], [], 0.2)[0]:
+            out += os.read(master, 65536)
+    finally:
+        stream.close()
+        os.close(master)
+    lines = out.decode().replace("\r", "\n").splitlines()
+    assert any(line.startswith("run: 2/4 inner steps") and line.endswith("; val 1") for line in lines), lines
+    assert any(line.endswith("; val 3") for line in lines), lines
+    assert "inner step/s" in out.decode() and "0inner step" not in out.decode()
