@@ -374,3 +374,13 @@ def test_every_evaluation_keeps_a_line_on_a_terminal_of_no_width():
     assert any(line.startswith("run: 2/4 inner steps") and line.endswith("; val 1") for line in lines), lines
     assert any(line.endswith("; val 3") for line in lines), lines
     assert "inner step/s" in out.decode() and "0inner step" not in out.decode()
+
+
+def test_llm_tune_columns_stay_aligned_for_long_setting_names(tiny_run, capsys):
+    capsys.readouterr()
+    assert main(["llm", "tune", str(tiny_run)]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    header, row = lines[1], lines[2]
+    assert len(row.split()[0]) > 14  # a name longer than the old fixed column
+    end = header.index("seeds") + len("seeds")
+    assert row[end - 1] != " " and row[end] == " ", (header, row)  # the seeds count ends under its header
