@@ -384,3 +384,45 @@ def test_llm_tune_columns_stay_aligned_for_long_setting_names(tiny_run, capsys):
     assert len(row.split()[0]) > 14  # a name longer than the old fixed column
     end = header.index("seeds") + len("seeds")
     assert row[end - 1] != " " and row[end] == " ", (header, row)  # the seeds count ends under its header
+
+
+# ------------------------------------------------------------------ the figure of one's own runs
+
+def _fake_runs(root, count: int):
+    """``count`` runs that differ in many settings at once (the model's shape, lr, steps, schedule, the outer step),
+    as a user's folder of pilots that came from different presets; one reached through a symbolic link."""
+    from noloco.infra.files import dumps, write_json
+
+    for k in range(count):
+        folder = root / ("real" if k == 0 else "") / f"run{k}"
+        folder.mkdir(parents=True)
+        config = {"method": "noloco" if k % 3 else "diloco", "seed": 0, "inner_steps": 5 + k, "outer_steps": 6 + k,
+                  "lr": 0.003 * (1 + k), "layers": 1 + k % 2, "width": 32 * (1 + k % 2), "heads": 2 + k % 2,
+                  "ctx": 32 * (1 + k % 2), "batch": 4 + k, "schedule": ("cosine", "constant")[k % 2],
+                  "outer": {"replicas": 4, "group_size": 2 if k % 3 else 4, "alpha": 0.5, "beta": 0.7,
+                            "gamma": 0.7 if k % 3 else 0.0, "momentum": "heavy-ball"}}
+        write_json(folder / "result.json", {"schema_version": 2, "config": config})
+        rows = [{"outer_step": s, "tokens": 1000 * s, "val_loss_avg_model": 3 - s / 10 - k / 50,
+                 "weight_std": 1e-3 * (1 + k) if k % 3 else 0.0} for s in range(1, 7)]
+        (folder / "metrics.jsonl").write_text("".join(dumps(r) + "\n" for r in rows))
+    (root / "linked").symlink_to(root / "real", target_is_directory=True)
+    (root / "real" / "loop").symlink_to(root, target_is_directory=True)  # a link back up: found once, no loop
+
+
+@pytest.mark.parametrize("count", [2, 9])
+def test_the_figure_of_mixed_runs_names_them_by_what_differs_and_stays_legible(count, tmp_path):
+    import matplotlib.pyplot as plt
+    from test_figs import legibility_problems
+
+    from noloco.paper_figs import fig_llm
+
+    _fake_runs(tmp_path, count)
+    data = fig_llm.compute(str(tmp_path))
+    assert data["total"] == count  # the linked run once, through its real folder or the link
+    labels = [s["label"] for s in data["settings"]]
+    assert len(set(labels)) == len(labels) and all(len(label) <= 60 for label in labels), labels
+    assert all("model L" in label for label in labels), labels
+    fig = fig_llm.draw(data)
+    problems = legibility_problems(fig)
+    plt.close(fig)
+    assert not problems, "\n".join(problems)
