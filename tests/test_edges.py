@@ -426,3 +426,28 @@ def test_the_figure_of_mixed_runs_names_them_by_what_differs_and_stays_legible(c
     problems = legibility_problems(fig)
     plt.close(fig)
     assert not problems, "\n".join(problems)
+
+
+def test_a_checkpoint_larger_than_the_memory_is_refused_unread(tiny_run, tmp_path, capsys):
+    from noloco.infra.budget import available_bytes
+
+    free = available_bytes()
+    if free is None:
+        pytest.skip("the memory available cannot be read here")
+    run = _copy(tiny_run, tmp_path)
+    (run / "result.json").write_text(json.dumps({k: v for k, v in json.loads((run / "result.json").read_text()).items()
+                                                 if k != "adam_second_moment"}))
+    (run / "ckpt.pt").unlink()
+    try:
+        _sparse(run / "ckpt.pt", free + (1 << 30))
+    except OSError:
+        pytest.skip("this file system makes no sparse file that large")
+    code, _, err = _error_line(capsys, ["llm", "predict", str(run), "--gap"])
+    assert code == 3 and "of memory available" in err and "ckpt.pt" in err, err
+
+
+def test_gap_refuses_a_schedule_too_long_to_hold(tiny_run, tmp_path, capsys):
+    run = _copy(tiny_run, tmp_path)
+    _edit_json(run / "result.json", lambda d: d["config"].update(outer_steps=10**12))
+    code, _, err = _error_line(capsys, ["llm", "predict", str(run), "--gap"])
+    assert code == 3 and "needs about" in err and "Unable to allocate" not in err, err

@@ -255,13 +255,22 @@ def read_regular_text(path, *, follow: bool = True, limit: int = MAX_READ_BYTES)
 
 def open_run_file(path, fix: str = ""):
     """``path``, a file of a run folder (a checkpoint), opened for binary reading (``torch.load`` takes the handle),
-    where it is a regular file: a named pipe, a device, a socket, a folder or a symbolic link is a DataError (exit
-    3, one line: what it is, then ``fix``) at once, never opened in a way that blocks. A missing file stays a
+    where it is a regular file no larger than the memory available: a named pipe, a device, a socket, a folder, a
+    symbolic link or a file too large to load is a DataError (exit 3, one line: what it is, then ``fix``) at once,
+    never opened in a way that blocks. A missing file stays a
     ``FileNotFoundError`` (the callers say what it means)."""
+    from noloco.infra.budget import available_bytes, human
+
     try:
-        return _open_regular(path, follow=False)
+        handle = _open_regular(path, follow=False)
     except NotRegularFileError as err:
         raise DataError(f"{path} is {err.strerror}{'; ' + fix if fix else ''}") from None
+    size, free = os.fstat(handle.fileno()).st_size, available_bytes()
+    if free is not None and size > free:  # torch.load would take at least its size: refused before it is read
+        handle.close()
+        raise DataError(f"{path} holds {human(size)}, more than the {human(free)} of memory available"
+                        f"{'; ' + fix if fix else ''}")
+    return handle
 
 
 def _read_text(path: Path) -> str:

@@ -25,7 +25,7 @@ import os
 import torch
 
 from noloco.infra.errors import ConfigError, DataError, require_extra, warn
-from noloco.infra.files import atomic_write
+from noloco.infra.files import atomic_write, open_run_file
 
 require_extra("transformers", "transformers", "hf", "noloco.training.hf (the Hugging Face Trainer callback)")
 
@@ -149,7 +149,8 @@ class NoLoCoCallback(TrainerCallback):
             raise DataError(f"{path} is missing: the run resumes at step {state.global_step} but that checkpoint "
                             f"holds no NoLoCo state for this rank (without it every rank would go on from rank "
                             f"0's weights); give NoLoCoCallback(..., resume_from=FOLDER) for another folder")
-        saved = torch.load(path, map_location="cpu", weights_only=True)
+        with open_run_file(path, "give the checkpoint folder the Trainer wrote") as handle:  # type and size first
+            saved = torch.load(handle, map_location="cpu", weights_only=True)
         if saved.get("global_step") != state.global_step:
             raise DataError(f"{path} was written at step {saved.get('global_step')}, the run resumes at step "
                             f"{state.global_step}")
