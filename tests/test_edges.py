@@ -451,3 +451,21 @@ def test_gap_refuses_a_schedule_too_long_to_hold(tiny_run, tmp_path, capsys):
     _edit_json(run / "result.json", lambda d: d["config"].update(outer_steps=10**12))
     code, _, err = _error_line(capsys, ["llm", "predict", str(run), "--gap"])
     assert code == 3 and "needs about" in err and "Unable to allocate" not in err, err
+
+
+@pytest.mark.parametrize("call, match", [
+    ("noloco.OuterOptimizer(torch.nn.Linear(2, 2), 3, replicas=2, inner_steps=2)", "inner_optimizer=int"),
+    ("noloco.OuterOptimizer(None, replicas=2, inner_steps=2)", "model=None"),
+    ("noloco.Observer(None, 'never-made', outer_steps=2, lr=0.1)", "not a noloco.OuterOptimizer"),
+    ("noloco.Spectrum('x')", "are not numbers"),
+    ("noloco.SimConfig(outer=None)", "outer=None"),
+    ("noloco.read_run(3)", "give a path"),
+])
+def test_more_public_arguments_are_named(call, match):
+    import torch  # noqa: F401 - used by the calls
+
+    import noloco  # noqa: F401
+    from noloco.infra.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=match):
+        eval(call)

@@ -423,6 +423,8 @@ def input_dir(path, flag: str) -> Path:
     (exit 2), a file in its place a DataError (exit 3)."""
     if path is None or not str(path).strip():
         raise ConfigError(f"{flag} {str(path)!r} names no folder; give a path")
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"{flag} {path!r} is {type(path).__name__}; give a path (a string or a pathlib.Path)")
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise DataError(f"{flag} {path} is a file, not a folder")

@@ -106,6 +106,9 @@ class Observer:
                  sample: int | None = None, seed: int = 0, spread_budget: float | None = None,
                  write_every: int = 10, warn_steps: int = early_warning.WARN_STEPS, overwrite: bool = False,
                  **fields):
+        if not hasattr(outer, "add_progress_hook"):  # named here, not as an AttributeError further down
+            raise ConfigError(f"outer={type(outer).__name__} is not a noloco.OuterOptimizer; give the one whose run "
+                              "this observes")
         self.outer = outer
         self.folder = Path(folder)
         self.config = {"method": outer.method, "outer": dataclasses.asdict(outer.config),

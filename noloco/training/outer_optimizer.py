@@ -75,6 +75,11 @@ class OuterOptimizer:
                  exchange: Exchange | None = None, timeout: float = 600.0):
         self.seed = check_seed("seed", seed)
         check_timeout("timeout", timeout)
+        if inner_optimizer is not None and not isinstance(inner_optimizer, torch.optim.Optimizer):
+            raise ConfigError(f"inner_optimizer={type(inner_optimizer).__name__} is not a torch.optim.Optimizer; give "
+                              "the optimizer of the inner steps, or None (then call step() after each)")
+        if model is None:
+            raise ConfigError("model=None; give a module, a dict of tensors, an iterable of tensors or a list of modules")
         if replicas is not None and (isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1):
             raise ConfigError(f"replicas={replicas!r} is out of range; allowed: an integer >= 1 (replicas in this "
                               f"process) or None (one per torch.distributed rank)")
