@@ -3,8 +3,6 @@ converge, and where does the spread settle (exact on quadratics)."""
 
 from __future__ import annotations
 
-import sys
-
 from noloco.cli.options import add_hyper_arguments, add_inner_model_arguments, add_memory_argument, hyper_from_args
 
 

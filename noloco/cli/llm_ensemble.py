@@ -4,8 +4,6 @@ at the same FLOP budget, evaluated per domain (noloco.studies.ensemble.run_study
 
 from __future__ import annotations
 
-import sys
-
 
 def add_parser(sub) -> None:
     ens = sub.add_parser("ensemble", help="domain-expert ensembles (no communication) vs ddp / diloco / noloco at "

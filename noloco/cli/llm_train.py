@@ -4,8 +4,6 @@ comparison table (noloco.llm_check.train.train_methods); started by torchrun, on
 
 from __future__ import annotations
 
-import sys
-
 
 def add_parser(sub) -> None:
     from noloco.cli.llm_flags import add_train_arguments
