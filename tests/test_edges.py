@@ -202,7 +202,8 @@ def test_gap_refuses_a_garbled_optimizer_state(tiny_run, tmp_path, capsys):
 def test_config_key_from_another_trainer_suggests_the_flag(tmp_path, capsys):
     path = tmp_path / "c.toml"
     path.write_text("learning_rate = 0.01\n")
-    code, _, err = _error_line(capsys, ["llm", "train", "--config", str(path), "--print-config", "--out", str(tmp_path)])
+    code, _, err = _error_line(capsys, ["llm", "train", "--config", str(path), "--print-config", "--out",
+                                        str(tmp_path)])
     assert code == 2 and "did you mean 'lr'?" in err, err
 
 

@@ -306,6 +306,6 @@ def draw(data: dict):
     style.key(keys[0], *a.get_legend_handles_labels())
     style.key(keys[1], kinds)
     if data["total"] > len(data["settings"]):
-        root = data["root"] if len(data["root"]) <= 40 else "..." + data["root"][-37:]  # a long path stays on the canvas
+        root = data["root"] if len(data["root"]) <= 40 else "..." + data["root"][-37:]  # stays on the canvas
         fig.suptitle(f"first {len(data['settings'])} of {data['total']} settings under {root}/")
     return fig

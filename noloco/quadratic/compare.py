@@ -275,7 +275,8 @@ def simulate_setting(method: str, outer, inner, spectrum, *, objective: str = "q
     batch = batch if isinstance(batch, int) and batch > 0 else 0  # SimConfig names a bad value
     budget.require(memory_estimate(count, rows, N, steps, inner_steps=inner.steps, objective=objective,
                                    rotate=rotate, eigenbasis=eigenbasis, batch_size=batch),
-                   budget.resolve(max_memory), f"simulate with {size}" + (f" x {batch:,} rows a minibatch" if batch else ""),
+                   budget.resolve(max_memory),
+                   f"simulate with {size}" + (f" x {batch:,} rows a minibatch" if batch else ""),
                    "fewer --trials, --outer-steps or directions" + (" or a smaller --batch-size" if batch else ""))
     sgd = fields.get("optimizer", "sgd") == "sgd"
     exact = objective == "quadratic" and sgd and inner_mode != "explicit"

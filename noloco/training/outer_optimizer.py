@@ -79,7 +79,8 @@ class OuterOptimizer:
             raise ConfigError(f"inner_optimizer={type(inner_optimizer).__name__} is not a torch.optim.Optimizer; give "
                               "the optimizer of the inner steps, or None (then call step() after each)")
         if model is None:
-            raise ConfigError("model=None; give a module, a dict of tensors, an iterable of tensors or a list of modules")
+            raise ConfigError("model=None; give a module, a dict of tensors, an iterable of tensors or a list of "
+                              "modules")
         if replicas is not None and (isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1):
             raise ConfigError(f"replicas={replicas!r} is out of range; allowed: an integer >= 1 (replicas in this "
                               f"process) or None (one per torch.distributed rank)")
