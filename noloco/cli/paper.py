@@ -15,7 +15,8 @@ relative error shown), fails (the reason below the row) or not applicable (no st
 sufficient condition not met; counted apart). Stability is stable, marginal (spectral radius within
 1e-9 of 1; bounded or growing like a power of t) or unstable. Garbled equations are tested in every
 reading. Exit 0 when the audit ran, whatever the verdicts; 2 on bad input; 3 when the Monte Carlo
-does not fit the memory budget."""
+does not fit the memory budget or its estimated time the time budget (--max-time; with --quick 30 s
+unless given)."""
 
 
 def add_parser(subparsers) -> None:
