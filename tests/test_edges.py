@@ -470,3 +470,22 @@ def test_more_public_arguments_are_named(call, match):
 
     with pytest.raises(ConfigError, match=match):
         eval(call)
+
+
+@pytest.mark.slow
+def test_a_rank_stopped_while_it_imports_torch_ends_in_one_line(tmp_path):
+    """torchrun stops rank 0 (SIGTERM) when rank 1 fails at once: wherever the signal lands, the rank ends with
+    its one line or none (before Python's handler exists), never a traceback of a second import of a
+    half-imported torch (it was exit 1 with 31 lines, or a segfault, at 1.2 to 2 s on the 2-core machine)."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    for delay in (0.6, 0.9, 1.2, 1.5, 2.0, 3.0):
+        p = subprocess.Popen([sys.executable, "-m", "noloco", "llm", "train", *TINY, "--out",
+                              str(tmp_path / f"d{delay}")], env=_rank_env(0, 29577), stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        p.send_signal(signal.SIGTERM)
+        err = p.communicate(timeout=120)[1]
+        assert p.returncode in (130, -signal.SIGTERM) and err.count("\n") <= 1, (delay, p.returncode, err[-2000:])

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from noloco.infra.entry import CommandParser, OneLineParser, mark_parsers, run
+from noloco.infra.entry import CommandParser, OneLineParser, end_rank, mark_parsers, run
 
 SUBCOMMANDS = ("check", "simulate", "comm", "tune", "figs", "llm", "claims", "paper")
 
@@ -122,11 +122,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def console() -> None:
     """The ``noloco`` program (and ``python -m noloco``): :func:`main`, then the process ends with its code; a
-    torchrun rank ends without the interpreter's finalisation (:func:`noloco.llm_check.train.end_rank`)."""
+    torchrun rank ends without the interpreter's finalisation (:func:`noloco.infra.entry.end_rank`)."""
     code = main()
     if os.environ.get("WORLD_SIZE") not in (None, "", "1"):
-        from noloco.llm_check.train import end_rank
-
         end_rank(code)
     raise SystemExit(code)
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -199,13 +198,3 @@ def train_rank(cfg: TrainConfig, out: str | Path, *, resume: bool = False, stop_
                                                                 tensorboard=tensorboard)
     finally:
         ex.close()
-
-
-def end_rank(code: int) -> None:
-    """End a torchrun rank without the interpreter's finalisation. After the work (the process group destroyed,
-    every file written and synced), torch's C++ static destructors sometimes abort a gloo rank at exit
-    ("terminate called without an active exception", signal 6: 6 of 16 runs of 4 ranks on this machine), and
-    torchrun then reports the whole run as failed. One process keeps the usual exit."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)
