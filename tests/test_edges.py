@@ -482,9 +482,12 @@ def test_a_rank_stopped_while_it_imports_torch_ends_in_one_line(tmp_path):
     import sys
     import time
 
+    from noloco.training.exchange import free_port
+
     for delay in (0.6, 0.9, 1.2, 1.5, 2.0, 3.0):
         p = subprocess.Popen([sys.executable, "-m", "noloco", "llm", "train", *TINY, "--out",
-                              str(tmp_path / f"d{delay}")], env=_rank_env(0, 29577), stderr=subprocess.PIPE, text=True)
+                              str(tmp_path / f"d{delay}")], env=_rank_env(0, free_port()), stderr=subprocess.PIPE,
+                             text=True)
         time.sleep(delay)
         p.send_signal(signal.SIGTERM)
         err = p.communicate(timeout=120)[1]
