@@ -492,3 +492,14 @@ def test_a_rank_stopped_while_it_imports_torch_ends_in_one_line(tmp_path):
         p.send_signal(signal.SIGTERM)
         err = p.communicate(timeout=120)[1]
         assert p.returncode in (130, -signal.SIGTERM) and err.count("\n") <= 1, (delay, p.returncode, err[-2000:])
+
+
+def test_every_command_answers_a_usage_error_under_json_with_a_json_error(capsys):
+    """The contract is enforced in one place (noloco.infra.entry); every command of the tree reaches it."""
+    from test_json_contract import commands
+
+    for name in commands():
+        code, out, err = _error_line(capsys, [*name.split(), "--no-such-flag", "--json"])
+        report = json.loads(out)
+        assert code == 2 and report["error"]["exit_code"] == 2 and report["error"]["command"] == f"noloco {name}", \
+            (name, out, err)
