@@ -181,11 +181,11 @@ def _resume_rank(rank, world, port, out):
     out = Path(out)
     result = {}
     trainer = _trainer(out / "bad", seed=0, max_steps=1, save_strategy="no")
-    trainer.add_callback(NoLoCoCallback(trainer, inner_steps=3, alpha=1.0))
-    try:
+    try:  # named at construction, before any step (a group size that does not divide N: when training begins)
+        trainer.add_callback(NoLoCoCallback(trainer, inner_steps=3, alpha=1.0))
         trainer.train()
         result["bad"] = ""
-    except ConfigError as err:  # named when training begins (N known), before any step
+    except ConfigError as err:
         result["bad"] = str(err)
     trainer = _trainer(out / "a", seed=0, max_steps=8, save_steps=4)
     callback = NoLoCoCallback(trainer, inner_steps=3)
@@ -239,6 +239,10 @@ def test_the_callback_refuses_what_it_cannot_do(tmp_path):
         NoLoCoCallback(trainer, inner_step=3)
     with pytest.raises(ConfigError, match="not a transformers.Trainer"):
         NoLoCoCallback(object(), inner_steps=3)
+    for bad, match in (({"inner_steps": 0}, "inner_steps=0"), ({"alpha": 1.5}, "alpha=1.5"),
+                       ({"timeout": 1e308}, "timeout"), ({"group_size": 0}, "group_size=0")):
+        with pytest.raises(ConfigError, match=match):  # at construction, not when training begins
+            NoLoCoCallback(trainer, **bad)
     trainer.add_callback(NoLoCoCallback(trainer, inner_steps=3))
     with pytest.raises(ConfigError, match="start the script with torchrun"):
         trainer.train()

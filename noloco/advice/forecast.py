@@ -46,6 +46,7 @@ import math
 
 import numpy as np
 
+from noloco.infra.checks import did_you_mean
 from noloco.infra.errors import ConfigError, DataError
 from noloco.theory import exchangeable
 from noloco.theory.exchangeable import ADAM_BETA1
@@ -312,8 +313,8 @@ def transfer(run_dir, **changes) -> dict:
                      f"{radius:.4g} >= 1; its spread grows without bound and no level is predicted")
     tilt = amplification_tilt(run.outer, outer_b, max(flattest, TILT_FLAT_C), float(np.median(
         [t["rho"] for t in tensors.values()])))
-    if tilt > TILT_LIMIT:
-        flags.append(f"extrapolates: the new outer step amplifies the flat directions {tilt:.2f}x more, relative to "
+    if not tilt <= TILT_LIMIT and not (radius >= 1 and not math.isfinite(tilt)):  # an unstable target: flagged above
+        flags.append(f"extrapolates: the new outer step amplifies the flat directions {_tilt(tilt)} more, relative to "
                      f"the stiff ones, than the pilot's (limit {TILT_LIMIT:g}); a tensor's pooled c and s2 mix "
                      "directions of different curvature, so its inputs move with such a change (near the "
                      "stability edge, gamma 0): run a pilot nearer the target")
@@ -353,8 +354,9 @@ def parse_changes(text: str) -> dict:
         key, sep, value = item.partition("=")
         key = key.strip().replace("-", "_")
         if not sep or key not in TRANSFER_FIELDS:
+            near = did_you_mean(key, TRANSFER_FIELDS).replace("_", "-") if sep else ""
             raise ConfigError(f"--as {text!r}: {item!r} is not FIELD=VALUE with FIELD one of "
-                              f"{', '.join(k.replace('_', '-') for k in TRANSFER_FIELDS)}")
+                              f"{', '.join(k.replace('_', '-') for k in TRANSFER_FIELDS)}{near}")
         try:
             changes[key] = TRANSFER_FIELDS[key](value.strip())
         except ValueError:
@@ -366,6 +368,11 @@ def parse_changes(text: str) -> dict:
 
 def _fmt(x, spec: str) -> str:
     return "-" if x is None or not math.isfinite(x) else format(x, spec)
+
+
+def _tilt(x) -> str:
+    """The tilt in words: a factor, or unbounded where the target does not settle at the flattest c."""
+    return f"{x:.3g}x" if x is not None and math.isfinite(x) else "unbounded (the target does not settle there)"
 
 
 def format_forecast(report: dict) -> str:
@@ -388,6 +395,6 @@ def format_transfer(report: dict) -> str:
               f"{_fmt(r['high'], '11.4e')}" for r in report["rows"]]
     lines.append(f"second-half RMS: predicted {_fmt(report['second_half_rms'], '.4e')}, the pilot's own (replayed) "
                  f"{_fmt(report['pilot_replayed_rms'], '.4e')}; decay factor at the flattest c "
-                 f"{_fmt(report['decay_factor'], '.4f')}; tilt {_fmt(report['tilt'], '.3f')} (limit {TILT_LIMIT:g})")
+                 f"{_fmt(report['decay_factor'], '.4f')}; tilt {_tilt(report['tilt'])} (limit {TILT_LIMIT:g})")
     lines += [f"flag: {f}" for f in report["flags"]]
     return "\n".join(lines)

@@ -37,7 +37,7 @@ def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int,
     That sum comes from result.json's ``adam_second_moment`` where an observer wrote it, else from the run's
     checkpoint through ``second_moment(checkpoint path, adam beta2) -> (outer step, sum_j mean_i sqrt(vhat_ij))``
     (the harness's reader: :func:`noloco.llm_check.adam_state.second_moment_root`)."""
-    from noloco.advice.forecast import schedule_functionals
+    from noloco.advice.forecast import require_memory, schedule_functionals
 
     run = read_run(run_dir)
     cfg, outer = run.setting, run.outer
@@ -47,7 +47,11 @@ def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int,
     path = run.folder / "ckpt.pt"
     saved = run.result.get("adam_second_moment")  # written by noloco.Observer at the end of a user's run
     if isinstance(saved, dict) and isinstance(saved.get("sum_sqrt_v"), (int, float)):
-        step, root = int(saved.get("outer_step", 0)), float(saved["sum_sqrt_v"])
+        step, root = saved.get("outer_step", 0), float(saved["sum_sqrt_v"])
+        # the run folder is user input: a sum of square roots is >= 0 and finite, a step an integer
+        if not (0 <= root < math.inf) or isinstance(step, bool) or not isinstance(step, int):
+            raise DataError(f"{run.folder / 'result.json'}: adam_second_moment has sum_sqrt_v={root!r} and "
+                            f"outer_step={step!r}; expected a finite sum >= 0 and an integer step (damaged?)")
     elif second_moment is None:
         raise DataError(f"{run.folder}: result.json holds no adam_second_moment (noloco.Observer writes it when its "
                         "run closes with an inner AdamW), and reading its checkpoint needs torch: pip install -e "
@@ -56,6 +60,7 @@ def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int,
         step, root = second_moment(path, cfg.adam_beta2)
     if step < 1:
         raise DataError(f"{path} is at outer step 0: no phase has run yet")
+    require_memory(cfg, 0, "the gap's learning-rate schedule")  # a tampered outer_steps: refused, not allocated
     rate = float(schedule_functionals(cfg)["L1"][step - 1] / cfg.inner_steps)
     r1 = exchangeable.stationary_spread(outer, 1.0, 1.0)
     predicted = r1 / 4 * rate * root

@@ -32,6 +32,15 @@ RECORD_DEFAULTS = {"method": "noloco", "inner_steps": 25, "outer_steps": 40, "lr
 INNER_OPTIMIZERS = ("adamw", "sgd")
 #: the versions of the ``noloco-run`` format (docs/own_run.md) this reader knows
 RUN_FORMAT_VERSIONS = (1,)
+#: what a metrics.jsonl row's keys hold, where present (the run folder is user input: a string where a number
+#: belongs is named at the read, not met as a TypeError in a format or a sum far from it)
+METRIC_TYPES = {"outer_step": int, "step": int, "tokens": int, "weight_std": NUMBER, "theta_std": NUMBER,
+                "train_loss": NUMBER, "val_loss_avg_model": NUMBER, "val_loss_replicas_mean": NUMBER,
+                "perplexity": NUMBER, "tokens_per_s": NUMBER, "lr": NUMBER, "train_loss_per_replica": [NUMBER],
+                "val_loss_per_replica": [NUMBER]}
+#: the same for result.json's keys that the advice reads
+RESULT_TYPES = {"config": dict, "n_params": int, "wall_s": NUMBER, "world_size": int, "outer_steps_done": int,
+                "finished": bool, "part": dict, "run": dict, "final": dict}
 #: the settings the advice reads by name; every other setting of a run is kept in ``RunSetting.other``
 NAMED = ("method", "outer", "inner_steps", "outer_steps", "lr", "schedule", "warmup", "min_lr_frac",
          "inner_optimizer", "adam_beta2", "noniid", "val_windows")
@@ -159,7 +168,7 @@ def read_run(run_dir) -> RunRecord:
         if methods:
             raise DataError(f"{run} holds no run but the runs of {len(methods)} methods: give one of "
                             f"{', '.join(methods)}")
-    result = read_json(run / "result.json", required=("config",), types={"config": dict})
+    result = read_json(run / "result.json", required=("config",), types=RESULT_TYPES)
     if result.get("format") == "noloco-run" and result.get("format_version") not in RUN_FORMAT_VERSIONS:
         raise DataError(f"{run / 'result.json'}: run-folder format version {result.get('format_version')!r}; this "
                         f"toolkit reads {', '.join(map(str, RUN_FORMAT_VERSIONS))} (upgrade noloco)")
@@ -167,8 +176,7 @@ def read_run(run_dir) -> RunRecord:
         setting = RunSetting.from_config(result["config"])
     except (ConfigError, TypeError, KeyError, AttributeError, ValueError) as err:
         raise DataError(f"{run / 'result.json'}: config not readable ({err})") from None
-    metrics = read_jsonl(run / "metrics.jsonl", required=("outer_step", "weight_std"),
-                         types={"outer_step": int, "weight_std": NUMBER})
+    metrics = read_jsonl(run / "metrics.jsonl", required=("outer_step", "weight_std"), types=METRIC_TYPES)
     if not metrics:
         diverged = result.get("diverged") if isinstance(result.get("diverged"), dict) else None
         why = (f"the run diverged before its first evaluation ({diverged.get('message')})" if diverged else

@@ -323,16 +323,17 @@ def _doubts(report: dict, best: dict | None, ref: dict) -> list[str]:
 def format_tune(report: dict) -> str:
     unit = "time to target" if report["goal"] == "time" else "final loss"
     net = report["network"]
+    name = max([14, *(len(r["setting"]) + 2 for r in report["rows"])])  # a long setting name keeps the columns
     lines = [f"goal: {report['goal']} ({unit}); reference {report['reference']}, target loss "
              f"{report['target_loss']:.4f}; compute {report['compute_seconds_per_inner_step']:.4g} s per inner step; "
              f"network {net['latency'] * 1e3:g} ms, {net['bandwidth']:.3g} bit/s, {net['bytes_per_value']:g} bytes a value",
-             f"{'setting':<14}{'seeds':>6}{'alpha':>6}{'beta':>6}{'gamma':>6}{'n':>3}{'H':>4}{'loss':>18}"
+             f"{'setting':<{name}}{'seeds':>6}{'alpha':>6}{'beta':>6}{'gamma':>6}{'n':>3}{'H':>4}{'loss':>18}"
              f"{'spread':>11}{'margin':>8}{'s/outer':>9}{'to target':>11}  excluded"]
     for r in report["rows"]:
         loss = f"{r['loss']:.4f}" + (f" +- {r['loss_se']:.4f}" if r["loss_se"] == r["loss_se"] else "")
         margin = "-" if r["stability_margin"] is None else f"{r['stability_margin']:.3f}"
         reach = "-" if r["time_to_target"] is None else f"{r['time_to_target']:.1f} s"
-        lines.append(f"{r['setting']:<14}{r['seeds']:>6}{r['alpha']:>6g}{r['beta']:>6g}{r['gamma']:>6g}{r['n']:>3}"
+        lines.append(f"{r['setting']:<{name}}{r['seeds']:>6}{r['alpha']:>6g}{r['beta']:>6g}{r['gamma']:>6g}{r['n']:>3}"
                      f"{r['H']:>4}{loss:>18}{r['spread']:>11.3e}{margin:>8}{r['seconds_per_outer_step']:>9.3f}"
                      f"{reach:>11}  {'; '.join(r['excluded'])}")
     best = report["recommendation"]

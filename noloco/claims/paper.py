@@ -489,6 +489,21 @@ def memory_estimate(outer: OuterConfig, quick: bool = False) -> int:
     return 24 * 8 * trials * outer.replicas + (64 << 20)
 
 
+#: seconds of CPU per trial and replica of the audit's Monte Carlo at its longest run (Theorem 1: 550 steps), and
+#: the rest: measured with ``noloco paper -N N --quick`` at N = 8, 3,000 and 30,000 on the 2-core machine (CPU
+#: time 1.35 s, 3.8 s and 37 s, load 5.5; the Monte Carlo's floor of 8 trials of N replicas dominates at large N)
+SECONDS_PER_TRIAL_REPLICA, SETUP_SECONDS = 1.5e-4, 1.5
+#: the time budget of ``--quick`` when ``--max-time`` is not given: a quick run finishes in seconds or is refused
+QUICK_MAX_SECONDS = 30.0
+
+
+def time_estimate(outer: OuterConfig, quick: bool = False) -> float:
+    """Seconds the audit takes, about (:data:`SECONDS_PER_TRIAL_REPLICA`): it grows with N once the Monte Carlo's
+    trials reach their floor."""
+    trials = trial_count(outer.replicas, 550, 1.5e6 if quick else 4e6)
+    return SETUP_SECONDS + SECONDS_PER_TRIAL_REPLICA * trials * outer.replicas * (1 if quick else 1.5)
+
+
 def audit(outer: OuterConfig, inner: InnerConfig, spectrum=1.0, *, seed: int = 0, quick: bool = False) -> Audit:
     """Every statement of the paper's analysis at one setting, judged over every direction of the quadratic
     ``spectrum`` (a :class:`Spectrum` or one curvature) and the flat limit c -> 0; ``quick`` takes a smaller

@@ -74,12 +74,12 @@ def audit_directions(outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum)
 def spread_state(outer: OuterConfig, d: Direction) -> tuple:
     """(T's radius from the closed form, its class with the growth of a marginal spread, whether the spread
     stays bounded: stable, or marginal and bounded) in direction ``d``."""
-    if outer.group_size == outer.replicas:
-        return 0.0, "stable (n = N: no spread)", True
     rule = (outer.alpha, outer.beta, outer.gamma, d.c, outer.kappa, outer.momentum)
     _, T, f = numeric.transition(*rule)
     r = float(numeric.variance_decay_factor(*rule))
     state = describe(r, T, d.s2 * float(numeric.noise_share(outer.replicas, outer.group_size)) * f)
+    if outer.group_size == outer.replicas:  # classified by the one rule; from identical starts there is no spread
+        return r, f"{state} (n = N: no spread from identical starts)", True
     return r, state, state in (STABLE, f"{MARGINAL} (bounded)")
 
 

@@ -16,7 +16,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from noloco.infra.entry import CommandParser, OneLineParser, mark_parsers, run
+from noloco.infra.entry import CommandParser, OneLineParser, end_rank, mark_parsers, run
 
 SUBCOMMANDS = ("check", "simulate", "comm", "tune", "figs", "llm", "claims", "paper")
 
@@ -110,6 +110,10 @@ def _command_name(args) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if os.environ.get("WORLD_SIZE") not in (None, "", "1") and os.environ.get("NOLOCO_DEBUG") != "1":
+        # a torchrun rank: c10d's C++ log prints tens of lines of native stack for a peer that never came, before
+        # the one line that says so; read by torch at its import, so set before it (a user's own value is kept)
+        os.environ.setdefault("TORCH_CPP_LOG_LEVEL", "FATAL")
     if (sys.argv[1:] if argv is None else list(argv))[:1] == ["--version"]:  # without importing every command's module
         return run("noloco", _top_parser(), lambda args: 0, argv)
     parser = build_parser()
@@ -118,11 +122,9 @@ def main(argv: list[str] | None = None) -> int:
 
 def console() -> None:
     """The ``noloco`` program (and ``python -m noloco``): :func:`main`, then the process ends with its code; a
-    torchrun rank ends without the interpreter's finalisation (:func:`noloco.llm_check.train.end_rank`)."""
+    torchrun rank ends without the interpreter's finalisation (:func:`noloco.infra.entry.end_rank`)."""
     code = main()
     if os.environ.get("WORLD_SIZE") not in (None, "", "1"):
-        from noloco.llm_check.train import end_rank
-
         end_rank(code)
     raise SystemExit(code)
 

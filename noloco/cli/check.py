@@ -3,8 +3,6 @@ converge, and where does the spread settle (exact on quadratics)."""
 
 from __future__ import annotations
 
-import sys
-
 from noloco.cli.options import add_hyper_arguments, add_inner_model_arguments, add_memory_argument, hyper_from_args
 
 
@@ -29,6 +27,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
+    from noloco.infra.entry import failed
     from noloco.infra.files import print_json
     from noloco.cli.options import inner_model_from_args
     from noloco.theory.conditions import check, format_analysis
@@ -37,6 +36,6 @@ def run(args) -> int:
     result = check(outer, inner, spectrum, inner_model_from_args(args), args.max_memory)
     print_json({"method": method, **result.to_json()}) if args.json else print(format_analysis(result, method, spectrum))
     if not result.stable:  # why the exit status is 1, on stderr: --json's stdout stays pure JSON
-        failing = "; ".join(f"{c.name} = {c.value:.6g}, needs {c.requirement}" for c in result.conditions if not c.holds)
-        print(f"noloco check: exit 1: the setting is {result.verdict}: {failing}", file=sys.stderr)
-    return 0 if result.stable else 1
+        failing = "; ".join(f"{c.name} = {c.shown}, needs {c.requirement}" for c in result.conditions if not c.holds)
+        return failed(f"the setting is {result.verdict}: {failing}")
+    return 0

@@ -36,6 +36,7 @@ def _fmt(value, digits: int = 6) -> str:
 
 def run(args) -> int:
     from noloco.claims import TOLERANCE, run_all
+    from noloco.infra.entry import failed
     from noloco.infra.files import SCHEMA_VERSION, print_json
 
     only = None if args.only is None else [name.strip() for name in args.only.split(",") if name.strip()]
@@ -48,7 +49,7 @@ def run(args) -> int:
     if args.json:
         print_json({"schema_version": SCHEMA_VERSION, "quick": args.quick, "seed": args.seed,
                     "all_hold": every, "claims": claims})
-        return 0 if every else 1
+        return 0 if every else failed(_failing(claims))
     rows = [(c.name, _fmt(c.predicted), f"{_fmt(c.measured)} +- {_fmt(c.se, 2)}",
              _fmt(c.z, 3) if c.unit == "se" else f"({c.unit} tol {c.tolerance:.2g})",
              "yes" if c.holds else "NO", f"{c.seconds:.2f}") for c in claims]
@@ -60,4 +61,9 @@ def run(args) -> int:
     print(f"{held} of {len(claims)} claims hold ({'quick' if args.quick else 'full'} run, seed {args.seed}, "
           f"|z| <= {TOLERANCE:g} unless a tolerance is stated); "
           f"{sum(c.seconds for c in claims):.1f} s")
-    return 0 if every else 1
+    return 0 if every else failed(_failing(claims))
+
+
+def _failing(claims) -> str:
+    names = [c.name for c in claims if not c.holds]
+    return f"{len(names)} of {len(claims)} claims do not hold: {', '.join(names)}"

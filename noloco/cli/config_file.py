@@ -10,18 +10,28 @@ read is an environment fault (DataError, exit 3).
 from __future__ import annotations
 
 import argparse
-import difflib
-from pathlib import Path
 
+from noloco.infra.checks import did_you_mean
 from noloco.infra.errors import ConfigError, DataError
+from noloco.infra.files import read_regular_bytes
+
+#: the most bytes a --config file may hold (a file of every flag is about 2 kB)
+CONFIG_BYTES = 2**20
+#: the names other trainers (nanoGPT, Hugging Face, torchtitan) give to a setting, for the nearest-name hint
+ALIASES = {"learning_rate": "lr", "batch_size": "batch", "block_size": "ctx", "seq_len": "ctx", "context": "ctx",
+           "context_length": "ctx", "n_layer": "layers", "num_layers": "layers", "num_hidden_layers": "layers",
+           "n_head": "heads", "num_heads": "heads", "num_attention_heads": "heads", "n_embd": "width",
+           "hidden_size": "width", "d_model": "width", "num_replicas": "replicas", "world_size": "replicas",
+           "local_steps": "inner_steps", "sync_every": "inner_steps", "outer_lr": "beta", "outer_momentum": "alpha",
+           "min_lr": "min_lr_frac", "warmup_steps": "warmup", "grad_clip": "clip", "max_grad_norm": "clip"}
 
 
 def read_toml(path) -> dict:
     """The TOML document in ``path``."""
     import tomllib
 
-    try:
-        text = Path(path).read_bytes()
+    try:  # a regular file of a settings file's size: a named pipe would block, /dev/zero fill the memory
+        text = read_regular_bytes(path, limit=CONFIG_BYTES)
     except OSError as err:
         raise DataError(f"--config {path}: cannot be read ({err.strerror or type(err).__name__})") from None
     try:
@@ -53,10 +63,8 @@ def file_values(path, actions: list[argparse.Action], command_only: tuple[str, .
             if key in command_only:
                 raise ConfigError(f"--config {path}: {key!r} acts on one command, it is not a setting of the run; "
                                   f"give --{key.replace('_', '-')} on the command line")
-            near = difflib.get_close_matches(key.replace("-", "_"), flags, n=1)
-            raise ConfigError(f"--config {path}: unknown key {key!r}"
-                              + (f" (did you mean {near[0]!r}?)" if near else "")
-                              + "; a key is a flag's name with _ for - (outer_steps = 10)")
+            raise ConfigError(f"--config {path}: unknown key {key!r}{did_you_mean(key, flags, ALIASES)}"
+                              "; a key is a flag's name with _ for - (outer_steps = 10)")
         types, name = _expected(action)
         if isinstance(value, bool) != (types is bool) or not isinstance(value, types):
             raise ConfigError(f"--config {path}: {key} = {value!r} is {_toml_type(value)}; expected {name}")

@@ -16,7 +16,9 @@ def add_parser(subparsers) -> None:
     parser = subparsers.add_parser(
         "llm", help="train a small GPT with NoLoCo / DiLoCo / DDP and check the theory",
         description="Real training runs on CPython's standard-library text. Under torchrun use "
-                    "`torchrun --nproc-per-node N -m noloco llm train ...` (one replica per rank).")
+                    "`torchrun --nproc-per-node N -m noloco llm train ...` (one replica per rank; --replicas "
+                    "defaults to the ranks). To see your runs: `noloco figs --only llm --llm-runs DIR` draws the "
+                    "validation loss and the measured, predicted and forecast spread of every run under DIR.")
     sub = parser.add_subparsers(dest="llm_command", metavar="ACTION")
     sub.required = True
     for action in ACTIONS:

@@ -4,8 +4,6 @@ at the same FLOP budget, evaluated per domain (noloco.studies.ensemble.run_study
 
 from __future__ import annotations
 
-import sys
-
 
 def add_parser(sub) -> None:
     ens = sub.add_parser("ensemble", help="domain-expert ensembles (no communication) vs ddp / diloco / noloco at "
@@ -22,6 +20,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from noloco.infra.entry import failed
     from noloco.infra.files import print_json
     from noloco.studies.ensemble.report import format_report
     from noloco.studies.ensemble.study import run_study
@@ -30,9 +29,8 @@ def run(args) -> int:
     report = run_study(study_from_args(args), args.out, resume=args.resume, overwrite=args.overwrite,
                        stop_after=args.stop_after, threads=threads)
     print_json(report) if args.json else print(format_report(report))
-    for name, message in report.get("diverged", {}).items():  # the finding, on stderr too: exit 1
-        print(f"noloco llm ensemble: {name} {message}", file=sys.stderr)
-    return 1 if report.get("diverged") else 0
+    diverged = report.get("diverged", {})  # the finding, on stderr too: exit 1
+    return failed("; ".join(f"{name} {message}" for name, message in diverged.items())) if diverged else 0
 
 
 def _flags() -> dict:

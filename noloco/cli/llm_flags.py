@@ -11,7 +11,7 @@ import argparse
 import dataclasses
 
 from noloco.cli.options import add_outer_arguments
-from noloco.infra.checks import check_choice
+from noloco.infra.checks import check_choice, check_timeout
 from noloco.infra.errors import ConfigError
 from noloco.llm_check.config import (DEFAULT_TIMEOUT, DTYPES, INNER_OPTIMIZERS, PRESETS, REPLICA_MODES,
                                      SCHEDULES, TrainConfig, build, check_run_flags, default_log_every)
@@ -197,6 +197,7 @@ def apply_config_file(args) -> dict:
         raise ConfigError("--out is required (on the command line, or out = \"DIR\" in --config)")
     if args.timeout is None:
         args.timeout = DEFAULT_TIMEOUT
+    check_timeout("--timeout", args.timeout)
     return taken
 
 

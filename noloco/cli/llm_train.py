@@ -4,8 +4,6 @@ comparison table (noloco.llm_check.train.train_methods); started by torchrun, on
 
 from __future__ import annotations
 
-import sys
-
 
 def add_parser(sub) -> None:
     from noloco.cli.llm_flags import add_train_arguments
@@ -22,10 +20,14 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from noloco.cli.llm_flags import apply_config_file, configs_from_args
     from noloco.infra.errors import ConfigError
+    from noloco.infra.entry import failed
     from noloco.infra.files import print_json
     from noloco.llm_check.train import format_results, torchrun_world_size
 
     from_file = apply_config_file(args)
+    world = torchrun_world_size()
+    if world is not None and args.replicas is None and world % (args.stages or 1) == 0:
+        args.replicas = world // (args.stages or 1)  # as torchtitan and accelerate: the replicas are the ranks
     configs = configs_from_args(args)
     if args.print_config:
         from noloco.llm_check.config import default_log_every
@@ -37,7 +39,7 @@ def run(args) -> int:
              "memory_bytes": memory_estimate(cfg), "time_seconds": time_estimate(cfg)} for cfg in configs]})
         return 0
     shown = {"log_every": args.log_every, "tensorboard": bool(args.tensorboard)}
-    if torchrun_world_size() is not None:
+    if world is not None:
         if len(configs) > 1:
             raise ConfigError(f"--method {','.join(c.method for c in configs)}: under torchrun a run trains one "
                               f"method; give one (e.g. --method {configs[-1].method})")
@@ -57,6 +59,6 @@ def run(args) -> int:
     if reports:
         print_json({"runs": results}) if args.json else print(format_results(results))
     diverged = {method: r["diverged"]["message"] for method, r in results.items() if r.get("diverged")}
-    for method, message in diverged.items() if reports else ():  # the finding, on stderr too: exit 1
-        print(f"noloco llm train: {method} {message}", file=sys.stderr)
+    if diverged and reports:  # the finding, on stderr too: exit 1
+        return failed("; ".join(f"{method} {message}" for method, message in diverged.items()))
     return 1 if diverged else 0

@@ -41,10 +41,15 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from noloco.infra.entry import failed
     from noloco.infra.files import print_json
     from noloco.advice.tune import format_tune, tune
 
     report = tune(args.pilots, args.reference, args.goal, args.target_loss, args.latency, args.bandwidth,
                   args.compute_seconds, args.bytes_per_value, args.max_spread)
     print_json(report) if args.json else print(format_tune(report))
-    return 0 if report["recommendation"] is not None else 1
+    if report["recommendation"] is None:
+        excluded = sorted({why for row in report["rows"] for why in row["excluded"]})
+        return failed("no piloted setting meets the goal and the constraints"
+                      + (f" (excluded: {'; '.join(excluded)})" if excluded else ""))
+    return 0

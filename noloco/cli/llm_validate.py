@@ -34,6 +34,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from noloco.infra.entry import failed
     from noloco.infra.files import output_dir, print_json
     from noloco.studies.validate import disagreements, format_table, run_sweep
 
@@ -43,9 +44,7 @@ def run(args) -> int:
     print_json(report) if args.json else print(format_table(report))
     print(f"(runs and validate.json in {out})", file=sys.stderr)
     wrong = disagreements(report)
-    if report.get("diverged"):  # why the exit status is 1, on stderr: --json's stdout stays pure JSON
-        print(f"noloco llm validate: exit 1: a run diverged: {report['diverged']}", file=sys.stderr)
-    if wrong:  # a finding, like a claim that does not hold: exit 1 (noloco.studies.validate.disagreements)
-        print(f"noloco llm validate: the zero-constant prediction disagrees on {len(wrong)} of "
-              f"{len(report['rows'])} settings: {'; '.join(wrong)}", file=sys.stderr)
-    return 1 if report.get("diverged") or wrong else 0
+    reasons = ([f"a run diverged: {report['diverged']}"] if report.get("diverged") else []) + (
+        [f"the zero-constant prediction disagrees on {len(wrong)} of {len(report['rows'])} settings: "
+         f"{'; '.join(wrong)}"] if wrong else [])  # a finding, like a claim that does not hold
+    return failed("; ".join(reasons)) if reasons else 0

@@ -3,7 +3,7 @@ statement, against the exact quadratic theory and Monte Carlo (noloco.claims.pap
 
 from __future__ import annotations
 
-from noloco.cli.options import add_hyper_arguments, add_memory_argument, hyper_from_args
+from noloco.cli.options import add_hyper_arguments, add_memory_argument, add_time_argument, hyper_from_args
 
 DESCRIPTION = """\
 For one setting, each statement of the paper's analysis (Theorems 1-3, Lemma 1, Conjecture 1, Eqs 22
@@ -15,7 +15,8 @@ relative error shown), fails (the reason below the row) or not applicable (no st
 sufficient condition not met; counted apart). Stability is stable, marginal (spectral radius within
 1e-9 of 1; bounded or growing like a power of t) or unstable. Garbled equations are tested in every
 reading. Exit 0 when the audit ran, whatever the verdicts; 2 on bad input; 3 when the Monte Carlo
-does not fit the memory budget."""
+does not fit the memory budget or its estimated time the time budget (--max-time; with --quick 30 s
+unless given)."""
 
 
 def add_parser(subparsers) -> None:
@@ -23,6 +24,7 @@ def add_parser(subparsers) -> None:
                                    description=DESCRIPTION)
     add_hyper_arguments(parser)
     add_memory_argument(parser)
+    add_time_argument(parser)
     parser.add_argument("--seed", type=int, default=0,
                         help="random seed of every Monte Carlo (default 0; the same seed gives the same numbers)")
     parser.add_argument("--quick", action="store_true", help="smaller Monte Carlo (larger standard errors)")
@@ -33,7 +35,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
-    from noloco.claims.paper import audit, memory_estimate
+    from noloco.claims.paper import QUICK_MAX_SECONDS, audit, memory_estimate, time_estimate
     from noloco.claims.paper_text import format_audit
     from noloco.infra import budget
     from noloco.infra.checks import check_seed
@@ -43,6 +45,9 @@ def run(args) -> int:
     seed = check_seed("seed", args.seed)
     budget.require(memory_estimate(outer, args.quick), budget.resolve(args.max_memory),
                    f"paper audit at N = {outer.replicas}", "fewer --replicas")
+    budget.require_time(time_estimate(outer, args.quick), args.max_time, f"paper audit at N = {outer.replicas}"
+                        + (" (--quick)" if args.quick else ""), "fewer --replicas",
+                        default=QUICK_MAX_SECONDS if args.quick else None)
     report = audit(outer, inner, spectrum, seed=seed, quick=args.quick)
     if args.json:
         print_json(report.to_json())

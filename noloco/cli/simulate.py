@@ -56,6 +56,7 @@ def add_parser(subparsers) -> None:
 
 
 def run(args) -> int:
+    from noloco.infra.entry import failed
     from noloco.infra.files import print_json
     from noloco.quadratic.compare import simulate_setting
 
@@ -69,4 +70,4 @@ def run(args) -> int:
         warmup=args.warmup, decay_time=args.decay_time, burn_in=args.burn_in, start=args.start, seed=args.seed,
         dtype=args.dtype)
     print_json(result) if args.json else print(text)
-    return 1 if result["diverged"] else 0
+    return failed(f"the simulation diverged ({result['diverged']})") if result["diverged"] else 0

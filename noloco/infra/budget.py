@@ -166,10 +166,11 @@ class TimeBudget(float):
     given: bool = False
 
 
-def resolve_time(max_time=None) -> TimeBudget | None:
-    """The time budget in seconds: ``max_time`` parsed (None for ``none``), or :data:`DEFAULT_MAX_SECONDS`."""
+def resolve_time(max_time=None, default: float | None = None) -> TimeBudget | None:
+    """The time budget in seconds: ``max_time`` parsed (None for ``none``), or ``default`` (a command's own, such
+    as a quick run's), or :data:`DEFAULT_MAX_SECONDS`."""
     if max_time is None:
-        return TimeBudget(DEFAULT_MAX_SECONDS)
+        return TimeBudget(DEFAULT_MAX_SECONDS if default is None else default)
     seconds = parse_time(max_time)
     if seconds is None:
         return None
@@ -191,12 +192,13 @@ def duration(seconds: float) -> str:
     return f"{seconds / (365 * 86400):.2g} years"
 
 
-def require_time(seconds: float, max_time, what: str, smaller: str = "", how: str = "", stream=None) -> None:
+def require_time(seconds: float, max_time, what: str, smaller: str = "", how: str = "", stream=None,
+                 default: float | None = None) -> None:
     """Before long work: refuse it (:class:`TimeBudgetError`, exit 3) when its estimate ``seconds`` exceeds the
     time budget (``max_time``: ``--max-time``; default :data:`DEFAULT_MAX_SECONDS`), else print the estimate on
     stderr when it is above :data:`SHOW_SECONDS`. ``what`` names the work, ``how`` what the estimate is made
     of (size x per-unit cost), ``smaller`` the flags that shrink it."""
-    budget = resolve_time(max_time)
+    budget = resolve_time(max_time, default)
     basis = f" ({how})" if how else ""
     if budget is not None and seconds > budget:
         hint = f"; or {smaller}" if smaller else ""

@@ -30,6 +30,37 @@ def check_integer(name: str, value, allowed: str, ok=lambda v: True) -> int:
     return value
 
 
+def check_instance(name: str, value, kinds, what: str):
+    """``value`` if it is an instance of ``kinds`` (a public function's argument: a clear ConfigError naming it
+    where a wrong object would fail deep inside with a TypeError or an AttributeError)."""
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        shown = repr(value)
+        raise ConfigError(f"{name}={shown if len(shown) <= 60 else shown[:57] + '...'} is "
+                          f"{type(value).__name__}; expected {what}")
+    return value
+
+
+#: the longest wait for a peer (seconds, about 31 years): datetime.timedelta, which torch.distributed takes,
+#: overflows above about 8.6e13 s, and no wait longer than this means anything
+MAX_TIMEOUT = 1e9
+
+
+def check_timeout(name: str, value) -> float:
+    """Seconds to wait for a peer: 0 < value <= :data:`MAX_TIMEOUT`."""
+    return check_real(name, value, f"0 < {name} <= {MAX_TIMEOUT:g} (seconds)", lambda v: 0 < v <= MAX_TIMEOUT)
+
+
+def did_you_mean(word: str, names, aliases: dict | None = None) -> str:
+    """`` (did you mean 'lr'?)`` for a mistyped or foreign name: an alias from another library's vocabulary
+    (``learning_rate``), else the closest name by spelling (``alpah``); '' when nothing is near."""
+    import difflib
+
+    names = list(names)
+    key = str(word).strip().lower().replace("-", "_")
+    near = [aliases[key]] if aliases and aliases.get(key) in names else difflib.get_close_matches(key, names, n=1)
+    return f" (did you mean {near[0]!r}?)" if near else ""
+
+
 def check_choice(name: str, value, choices) -> str:
     if value not in choices:
         raise ConfigError(f"{name}={value!r} is not allowed; allowed: {', '.join(map(str, choices))}")

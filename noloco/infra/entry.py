@@ -80,14 +80,46 @@ def report(prog: str, err: BaseException) -> int:
     if os.environ.get("NOLOCO_DEBUG") == "1":
         traceback.print_exception(err)
     print(f"{prog}: error: {describe(err)}", file=sys.stderr)
+    _json_error(prog, exit_code(err), describe(err))
     return exit_code(err)
+
+
+#: the run in progress: its name, whether ``--json`` was asked for, and the exit-1 reasons it gave (:func:`failed`)
+_state: dict = {"prog": "noloco", "json": False, "failed": [], "printed": False}
+
+
+def report_printed() -> None:
+    """The command's ``--json`` report is on stdout (:func:`noloco.infra.files.print_json`)."""
+    _state["printed"] = True
+
+
+def _json_error(prog: str, code: int, message: str) -> None:
+    """Under ``--json``, the error as a JSON object on stdout (the README's contract: a pipeline reads why, not an
+    empty input), unless the command already printed its report there."""
+    from noloco.infra import files
+
+    if _state["json"] and not _state["printed"]:
+        with contextlib.suppress(OSError, ValueError):
+            files.print_json({"schema_version": files.SCHEMA_VERSION,
+                              "error": {"command": prog, "exit_code": code, "message": message}})
+            sys.stdout.flush()
+
+
+def failed(reason: str) -> int:
+    """A checked condition fails: ``PROG: exit 1: REASON`` on stderr (``--json``'s stdout stays the report), and 1.
+    Every command's exit 1 goes through here, or :func:`run` says that the output holds the reason."""
+    _state["failed"].append(reason)
+    print(f"{_state['prog']}: exit 1: {reason}", file=sys.stderr)
+    return 1
 
 
 class OneLineParser(argparse.ArgumentParser):
     """argparse whose usage errors are one line (``PROG: error: ...``) and exit code 2."""
 
     def error(self, message: str):
-        self.exit(2, f"{self.prog}: error: {' '.join(message.split())}\n")
+        line = " ".join(message.split())
+        _json_error(self.prog, 2, line)
+        self.exit(2, f"{self.prog}: error: {line}\n")
 
 
 class CommandParser(OneLineParser):
@@ -271,6 +303,8 @@ def run(prog: str, parser: argparse.ArgumentParser, work: Callable[[argparse.Nam
         argv: list[str] | None = None, *, name: Callable[[argparse.Namespace], str] | None = None) -> int:
     """Parse ``argv`` with ``parser`` and call ``work(args)`` under the contract; the exit code.
     ``name(args)`` names the command in messages once the arguments are known (``noloco llm train``)."""
+    tokens = sys.argv[1:] if argv is None else argv
+    _state.update(prog=prog, json="--json" in tokens, failed=[], printed=False)
     with termination_as_interrupt():
         try:
             try:
@@ -279,9 +313,12 @@ def run(prog: str, parser: argparse.ArgumentParser, work: Callable[[argparse.Nam
                 sys.stdout.flush()
                 return 0 if stop.code is None else stop.code if isinstance(stop.code, int) else 2
             prog = name(args) if name else prog
+            _state.update(prog=prog, json=bool(getattr(args, "json", False)))
             with quiet_arithmetic():
                 code = int(work(args) or 0)
             sys.stdout.flush()  # a closed pipe shows here, not at exit
+            if code == 1 and not _state["failed"]:  # the README: exit 1 always says why on stderr
+                print(f"{prog}: exit 1: a checked condition fails (the output above says which)", file=sys.stderr)
             return code
         except BrokenPipeError as err:
             if not _reader_gone():  # a broken pipe that is not stdout: an environment fault like any other
@@ -304,7 +341,21 @@ def _report_interrupt(prog: str, err: KeyboardInterrupt) -> int:
     hint = getattr(err, "hint", "")
     how = "terminated (SIGTERM)" if getattr(err, "signal_name", "") == "SIGTERM" else "interrupted"
     print(f"{prog}: {how}{'; ' + hint if hint else ''}", file=sys.stderr)
+    _json_error(prog, 130, f"{how}{'; ' + hint if hint else ''}")
     return 130
+
+
+def end_rank(code: int) -> None:
+    """End a torchrun rank without the interpreter's finalisation. After the work (the process group destroyed,
+    every file written and synced), torch's C++ static destructors sometimes abort a gloo rank at exit
+    ("terminate called without an active exception", signal 6: 6 of 16 runs of 4 ranks on this machine), and
+    torchrun then reports the whole run as failed. One process keeps the usual exit. Here, torch-free: a rank
+    stopped by SIGTERM while importing torch must not import it again (a second import of a half-imported torch
+    ends in a traceback, "duplicate registrations for aten...")."""
+    with contextlib.suppress(OSError, ValueError):
+        sys.stdout.flush()
+        sys.stderr.flush()
+    os._exit(code)
 
 
 def print_main(prog: str, doc: str, produce: Callable[[], str], argv: list[str] | None = None) -> int:

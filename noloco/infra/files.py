@@ -30,7 +30,7 @@ from typing import Callable
 
 import numpy as np
 
-from noloco.infra.entry import interrupts_held
+from noloco.infra.entry import interrupts_held, report_printed
 from noloco.infra.errors import ConfigError, DataError
 
 #: version of every JSON document the toolkit writes (2: non-finite values as null + reason)
@@ -112,7 +112,10 @@ def print_json(x, file=None) -> None:
     carries ``schema_version`` first (added here where a report lacks it)."""
     if isinstance(x, dict) and "schema_version" not in x:
         x = {"schema_version": SCHEMA_VERSION, **x}
-    print(dumps(x, indent=2), file=file or sys.stdout)
+    text = dumps(x, indent=2)
+    if file is None or file is sys.stdout:
+        report_printed()  # an error after it adds no second document
+    print(text, file=file or sys.stdout)
 
 
 # ------------------------------------------------------------------ atomic files
@@ -189,7 +192,21 @@ class NotRegularFileError(OSError):
     (where links are not followed) a symbolic link."""
 
 
-def _open_regular(path, follow: bool):
+class TooLargeError(OSError):
+    """A file larger than its reader's limit: refused before it is read, so that it cannot take the memory."""
+
+
+#: the most bytes a text or JSON file of the toolkit (a result, a metrics log, a cache entry) may hold: far above
+#: any the toolkit writes (a metrics log of 100,000 evaluations is about 60 MB), far below a memory blow-up
+MAX_READ_BYTES = 256 * 2**20
+
+
+def _too_large(path, size: int, limit: int) -> TooLargeError:
+    return TooLargeError(errno.EFBIG, f"{size:,} bytes or more, above the limit of {limit:,} bytes for this file",
+                         str(path))
+
+
+def _open_regular(path, follow: bool, limit: int | None = None):
     """``path`` opened for binary reading, refused unless it is a regular file: a named pipe (which would block),
     a device, a socket or a folder is refused before it is opened and again on the opened descriptor (nothing can
     swap it in between; O_NONBLOCK, so that even a pipe swapped in never blocks the open); without ``follow`` a
@@ -206,37 +223,54 @@ def _open_regular(path, follow: bool):
             raise NotRegularFileError(errno.EINVAL, "a symbolic link, not a regular file", str(path)) from None
         raise
     handle = os.fdopen(fd, "rb")
-    mode = os.fstat(handle.fileno()).st_mode
-    if not stat.S_ISREG(mode):
+    info = os.fstat(handle.fileno())
+    if not stat.S_ISREG(info.st_mode):
         handle.close()
-        raise NotRegularFileError(errno.EINVAL, f"{_kind_of(mode)}, not a regular file", str(path))
+        raise NotRegularFileError(errno.EINVAL, f"{_kind_of(info.st_mode)}, not a regular file", str(path))
+    if limit is not None and info.st_size > limit:
+        handle.close()
+        raise _too_large(path, info.st_size, limit)
     return handle
 
 
-def read_regular_bytes(path, *, follow: bool = True) -> bytes:
-    """The bytes of ``path``, which must be a regular file (:func:`_open_regular`); every failure an OSError."""
-    with _open_regular(path, follow) as handle:
-        return handle.read()
+def read_regular_bytes(path, *, follow: bool = True, limit: int = MAX_READ_BYTES) -> bytes:
+    """The bytes of ``path``, which must be a regular file of at most ``limit`` bytes (:func:`_open_regular`;
+    :class:`TooLargeError` otherwise, checked before reading and again while reading, for a file that grows);
+    every failure an OSError."""
+    with _open_regular(path, follow, limit) as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise _too_large(path, len(data), limit)
+    return data
 
 
-def read_regular_text(path, *, follow: bool = True) -> str:
+def read_regular_text(path, *, follow: bool = True, limit: int = MAX_READ_BYTES) -> str:
     """The text of ``path``, which must be a regular file: a named pipe (which would block), a device,
     a socket or a folder is refused before it is opened and again on the opened descriptor (nothing
     can swap it in between); without ``follow`` a symbolic link is refused too. Every failure is an
-    OSError (:class:`NotRegularFileError`; ``FileNotFoundError`` for a missing file) or a ``ValueError``
-    (not text)."""
-    return read_regular_bytes(path, follow=follow).decode()
+    OSError (:class:`NotRegularFileError`, :class:`TooLargeError` above ``limit`` bytes; ``FileNotFoundError`` for
+    a missing file) or a ``ValueError`` (not text)."""
+    return read_regular_bytes(path, follow=follow, limit=limit).decode()
 
 
 def open_run_file(path, fix: str = ""):
     """``path``, a file of a run folder (a checkpoint), opened for binary reading (``torch.load`` takes the handle),
-    where it is a regular file: a named pipe, a device, a socket, a folder or a symbolic link is a DataError (exit
-    3, one line: what it is, then ``fix``) at once, never opened in a way that blocks. A missing file stays a
+    where it is a regular file no larger than the memory available: a named pipe, a device, a socket, a folder, a
+    symbolic link or a file too large to load is a DataError (exit 3, one line: what it is, then ``fix``) at once,
+    never opened in a way that blocks. A missing file stays a
     ``FileNotFoundError`` (the callers say what it means)."""
+    from noloco.infra.budget import available_bytes, human
+
     try:
-        return _open_regular(path, follow=False)
+        handle = _open_regular(path, follow=False)
     except NotRegularFileError as err:
         raise DataError(f"{path} is {err.strerror}{'; ' + fix if fix else ''}") from None
+    size, free = os.fstat(handle.fileno()).st_size, available_bytes()
+    if free is not None and size > free:  # torch.load would take at least its size: refused before it is read
+        handle.close()
+        raise DataError(f"{path} holds {human(size)}, more than the {human(free)} of memory available"
+                        f"{'; ' + fix if fix else ''}")
+    return handle
 
 
 def _read_text(path: Path) -> str:
@@ -247,6 +281,8 @@ def _read_text(path: Path) -> str:
     except OSError as err:
         if isinstance(err, NotRegularFileError):  # a pipe, a device, a socket, a folder
             raise DataError(f"{path} is {err.strerror}; give the file the toolkit wrote") from None
+        if isinstance(err, TooLargeError):
+            raise DataError(f"{path} holds {err.strerror}; it is not a file the toolkit wrote") from None
         raise DataError(f"cannot read {path}: {err.strerror or err}") from None
 
 
@@ -387,6 +423,8 @@ def input_dir(path, flag: str) -> Path:
     (exit 2), a file in its place a DataError (exit 3)."""
     if path is None or not str(path).strip():
         raise ConfigError(f"{flag} {str(path)!r} names no folder; give a path")
+    if not isinstance(path, (str, os.PathLike)):
+        raise ConfigError(f"{flag} {path!r} is {type(path).__name__}; give a path (a string or a pathlib.Path)")
     path = Path(path)
     if path.exists() and not path.is_dir():
         raise DataError(f"{flag} {path} is a file, not a folder")

@@ -1,7 +1,8 @@
 """Progress of long work that a user can watch: a tqdm bar on a terminal, and in a log (stderr
-redirected to a file, a batch scheduler, torchrun's rank 0) plain lines instead of a bar: one at every
-:meth:`Progress.note` (an evaluation, a finished figure) and one at most every ``every`` seconds
-between them, each with the steps done, the time elapsed and an estimate of the time left.
+redirected to a file, a batch scheduler, torchrun's rank 0) plain lines instead of a bar: one at most every
+``every`` seconds, each with the steps done, the time elapsed and an estimate of the time left. Every
+:meth:`Progress.note` (an evaluation, a finished figure) is a permanent line in both, as nanoGPT and the
+Hugging Face Trainer keep a line per evaluation.
 """
 
 from __future__ import annotations
@@ -14,6 +15,16 @@ def _clock(seconds: float) -> str:
     seconds = int(round(seconds))
     h, rest = divmod(seconds, 3600)
     return f"{h}:{rest // 60:02d}:{rest % 60:02d}" if h else f"{rest // 60}:{rest % 60:02d}"
+
+
+def _columns(stream) -> int | None:
+    """The terminal's width, 0 where it reports none, None where it cannot be asked (tqdm then asks itself)."""
+    import os
+
+    try:
+        return os.get_terminal_size(stream.fileno()).columns
+    except (OSError, ValueError, AttributeError):
+        return None
 
 
 class Progress:
@@ -30,7 +41,11 @@ class Progress:
         if not self.silent and terminal:
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, initial=initial, desc=desc, unit=unit, leave=False, dynamic_ncols=True,
+            # " inner step": tqdm glues the unit to the rate (78.78inner step/s); a width of 0 (a pseudo-terminal
+            # that reports none) would hide the bar, so it falls back to 80 columns
+            width = _columns(self.stream)
+            self.bar = tqdm(total=total, initial=initial, desc=desc, unit=" " + unit if " " in unit else unit,
+                            leave=False, dynamic_ncols=width != 0, ncols=80 if width == 0 else None,
                             file=self.stream)
         self.start, self.first = time.monotonic(), initial
         self.last_line = self.start
@@ -56,9 +71,11 @@ class Progress:
             self._emit()
 
     def note(self, text: str) -> None:
-        """A milestone: the bar's postfix on a terminal, a line in a log."""
+        """A milestone (an evaluation): a permanent line, above the bar on a terminal (where the bar, cleared at the
+        end, would lose it), a line of its own in a log."""
         if self.bar is not None:
-            self.bar.set_postfix_str(text)
+            self.bar.write(self.line(text), file=self.stream)
+            self.last_line = time.monotonic()
         elif not self.silent:
             self._emit(text)
 

@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Callable
 
 from noloco.infra.errors import ConfigError, DataError, LockedError, warn
-from noloco.infra.files import output_dir
+from noloco.infra.files import output_dir, read_regular_text
 
 
 LOCK_NAME = "run.lock"
+#: a lock file holds one small JSON object (its owner); anything larger was not written by the toolkit
+LOCK_BYTES = 2**16
 _HELD: dict[str, int] = {}  # lock files this process holds -> nesting depth
 
 
@@ -130,7 +132,7 @@ class RunLock:
             raise DataError(f"{self.path} is not a lock file this toolkit wrote (a "
                             f"{'symbolic link' if stat.S_ISLNK(mode) else 'special file'}); remove it and run again")
         try:
-            owner = json.loads(self.path.read_text())
+            owner = json.loads(read_regular_text(self.path, follow=False, limit=LOCK_BYTES))
         except FileNotFoundError:
             return  # released meanwhile
         except (OSError, ValueError, RecursionError):
@@ -160,7 +162,7 @@ class RunLock:
         _HELD.pop(key, None)
         try:
             if stat.S_ISREG(os.lstat(self.path).st_mode):
-                owner = json.loads(self.path.read_text())
+                owner = json.loads(read_regular_text(self.path, follow=False, limit=LOCK_BYTES))
                 if owner.get("pid") == os.getpid() and owner.get("host") == socket.gethostname():
                     self.path.unlink()
         except (OSError, ValueError, AttributeError, RecursionError):

@@ -20,15 +20,18 @@ def second_moment_root(path: str | Path, beta2: float) -> tuple[int, float]:
             state = torch.load(handle, map_location="cpu", weights_only=True)
         opt = state["opt"]["state"]
         step = int(state["outer_step"])
+        root = 0.0
+        for entry in opt.values():
+            count = float(entry["step"])
+            vhat = entry["exp_avg_sq"].double() / (1 - beta2 ** count)
+            root += float(vhat.sqrt().sum()) / vhat.shape[0]  # summed over the weights, averaged over the replicas
     except FileNotFoundError:
         raise DataError(f"{path} is missing: the gap is predicted from a checkpoint's optimiser state") from None
     except DataError:
         raise  # not a regular file (open_run_file): its own line
     except Exception as err:  # damaged bytes or a foreign file: torch raises almost anything
         raise DataError(f"{path} is not a checkpoint of this toolkit with an optimiser state ({err})") from None
-    root = 0.0
-    for entry in opt.values():
-        count = float(entry["step"])
-        vhat = entry["exp_avg_sq"].double() / (1 - beta2 ** count)
-        root += float(vhat.sqrt().sum()) / vhat.shape[0]  # summed over the weights, averaged over the replicas
+    if not (root >= 0 and root < float("inf")):  # a negative second moment, a NaN: not what AdamW keeps
+        raise DataError(f"{path}: its optimiser state gives a second-moment sum of {root!r}; expected a finite "
+                        "number >= 0 (a damaged checkpoint)")
     return step, root

@@ -81,12 +81,9 @@ def check_run_dir(out, *, resume: bool = False, overwrite: bool = False) -> Path
 def read_metrics(path, fix: str = "") -> list[dict]:
     """The rows of a metrics.jsonl, each an object with ``outer_step`` and ``weight_std`` (Python's json:
     rows of runs made before strict JSON may hold NaN); a DataError naming the file, the line and ``fix``."""
-    rows = read_jsonl(path, required=("outer_step", "weight_std"), fix=fix)
-    for number, row in enumerate(rows, 1):
-        if isinstance(row["outer_step"], bool) or not isinstance(row["outer_step"], int):
-            raise DataError(f"{path} row {number}: outer_step={row['outer_step']!r} is not an integer"
-                            + (f"; {fix}" if fix else ""))
-    return rows
+    from noloco.advice.record import METRIC_TYPES
+
+    return read_jsonl(path, required=("outer_step", "weight_std"), fix=fix, types=METRIC_TYPES)
 
 
 def finished_run(out, cfg: TrainConfig) -> dict | None:

@@ -49,7 +49,12 @@ class TensorBoardSink:
     def __init__(self, out: Path, resumed_step: int | None):
         from torch.utils.tensorboard import SummaryWriter
 
-        self.writer = SummaryWriter(log_dir=str(Path(out) / TENSORBOARD_DIR),
+        from noloco.infra.files import output_dir
+
+        # checked here, before tensorboard's writer thread exists: that thread meets an unwritable folder with a
+        # traceback of its own and the path as bytes; here it is one line naming the flag (exit 3)
+        folder = output_dir(Path(out) / TENSORBOARD_DIR, "--tensorboard")
+        self.writer = SummaryWriter(log_dir=str(folder),
                                     purge_step=None if resumed_step is None else resumed_step + 1)
 
     def scalars(self, step: int, values: dict) -> None:

@@ -12,11 +12,10 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
-from noloco.infra.errors import ConfigError
+from noloco.infra.errors import ConfigError, DataError
 from noloco.infra.files import output_dir
 from noloco.llm_check.config import DEFAULT_TIMEOUT, TrainConfig, check_run_flags
 from noloco.llm_check.lifecycle import run_folder
@@ -42,6 +41,8 @@ def train_methods(configs: list[TrainConfig], out: str | Path, *, resume: bool =
                                     log_every=log_every))
     check_tensorboard(tensorboard)
     output_dir(out)
+    if resume:
+        _check_resume_layout(Path(out), methods)
     for cfg in configs:
         check_memory(cfg, max_memory)
     with contextlib.ExitStack() as opened:
@@ -54,6 +55,26 @@ def train_methods(configs: list[TrainConfig], out: str | Path, *, resume: bool =
             results[cfg.method] = trainer.run(resume=resume, stop_after=stop_after, overwrite=overwrite,
                                               log_every=log_every, tensorboard=tensorboard)
     return results
+
+
+def _check_resume_layout(out: Path, methods: list[str]) -> None:
+    """``--resume`` with the methods the run folder holds: one run in OUT itself, or one per method in OUT/METHOD
+    (a ConfigError naming the ``--method`` to give, not a missing checkpoint in a folder that was never made)."""
+    from noloco.infra.files import read_json
+
+    here = out / "result.json"
+    if len(methods) > 1 and here.exists():
+        try:
+            method = read_json(here, required=("config",), types={"config": dict})["config"].get("method")
+        except DataError:
+            method = None
+        raise ConfigError(f"--resume: {out} holds one run{f' (method {method})' if method else ''}, not one per "
+                          f"method ({', '.join(methods)}, the preset's default); give --method "
+                          f"{method or 'METHOD'} to resume it")
+    held = sorted(p.parent.name for p in out.glob("*/result.json"))
+    if len(methods) == 1 and not here.exists() and held:
+        raise ConfigError(f"--resume: {out} holds the runs of {', '.join(held)} in its subfolders; give --method "
+                          f"{','.join(held)} to resume them, or --out {out / held[0]} for one")
 
 
 def check_tensorboard(tensorboard: bool) -> None:
@@ -177,13 +198,3 @@ def train_rank(cfg: TrainConfig, out: str | Path, *, resume: bool = False, stop_
                                                                 tensorboard=tensorboard)
     finally:
         ex.close()
-
-
-def end_rank(code: int) -> None:
-    """End a torchrun rank without the interpreter's finalisation. After the work (the process group destroyed,
-    every file written and synced), torch's C++ static destructors sometimes abort a gloo rank at exit
-    ("terminate called without an active exception", signal 6: 6 of 16 runs of 4 ranks on this machine), and
-    torchrun then reports the whole run as failed. One process keeps the usual exit."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(code)

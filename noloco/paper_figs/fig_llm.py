@@ -41,8 +41,17 @@ def params(quick: bool, runs: str = "runs") -> dict:
 
 
 def _rows(path: Path) -> list:
+    from noloco.infra.files import read_regular_text
+
     rows = []
-    for line in path.read_text().splitlines():
+    try:
+        text = read_regular_text(path)  # a regular file of a sane size: a pipe would block, a huge one fill memory
+    except (OSError, ValueError) as err:
+        from noloco.infra.errors import warn
+
+        warn(f"{path} left out: {getattr(err, 'strerror', None) or err}")
+        return []
+    for line in text.splitlines():
         try:
             rows.append(json.loads(line))
         except ValueError:
@@ -116,19 +125,77 @@ def _stats(values) -> dict:
     return {"mean": mean, "low": low, "high": high}
 
 
+#: the model's shape: one item of a label ("model L2 d64") where it differs, not one item per dimension
+SHAPE = {"layers": "L", "width": "d", "heads": "h", "mlp_hidden": "m", "ctx": "ctx", "batch": "b"}
+#: the outer step's settings, which a method fixes in part (diloco: n = N, gamma 0): named after the others
+OUTER_KEYS = {"replicas", "group_size", "alpha", "beta", "gamma", "momentum"}
+#: the most characters a label takes, its items cut there (then "+k more"): a key stays within its panel's width
+LABEL_CHARS = 52
+
+
+def _short(value) -> str:
+    return f"{value:.3g}" if isinstance(value, float) else str(value)
+
+
 def _labels(configs: list) -> list:
-    """Each setting named by its method and the settings that differ between them."""
+    """Each setting named by its method and what differs between the settings: the outer step's symbols first, the
+    model's shape as one item, at most :data:`LABEL_ITEMS` items; settings that would read alike get #1, #2."""
     order = list(SYMBOLS)
     keys = sorted({k for c in configs if c for k in c} - {"seed", "method"} - BOOKKEEPING,
                   key=lambda k: (order.index(k) if k in order else len(order), k))
     differ = [k for k in keys if len({json.dumps(c.get(k)) for c in configs if c}) > 1]
-    return [c["method"] + "".join(f", {SYMBOLS.get(k, k)} = {c.get(k)}" for k in differ) for c in configs]
+    shape = [k for k in SHAPE if k in differ]
+    # what the method does not already say first: a value that differs between runs of one method
+    within = {k for k in differ if any(len({json.dumps(c.get(k)) for c in configs if c and c.get("method") == m}) > 1
+                                       for m in {c.get("method") for c in configs if c})}
+    parts = [[k] for k in differ if k not in SHAPE]
+    if shape:  # one item, after the outer step's symbols
+        parts.insert(sum(k in SYMBOLS for k in differ), shape)
+    # stable, the order above within each kind: what varies within a method, then what the method does not fix
+    parts.sort(key=lambda ks: (not within & set(ks), bool(OUTER_KEYS & set(ks))))
+    labels = []
+    for c in configs:
+        items = ["model " + " ".join(f"{SHAPE[k]}{_short(c.get(k))}" for k in ks) if ks is shape else
+                 f"{SYMBOLS.get(ks[0], ks[0])} = {_short(c.get(ks[0]))}" for ks in parts]
+        label, shown = str(c.get("method")), 0
+        for item in items:  # as many as fit in LABEL_CHARS, the count of the rest after them
+            rest = len(items) - shown - 1
+            if shown and len(f"{label}, {item}") + (len(f", +{rest} more") if rest else 0) > LABEL_CHARS:
+                break
+            label, shown = f"{label}, {item}", shown + 1
+        labels.append(label + (f", +{len(items) - shown} more" if shown < len(items) else ""))
+    seen = {label: labels.count(label) for label in labels}
+    count: dict[str, int] = {}
+    for i, label in enumerate(labels):
+        if seen[label] > 1:
+            count[label] = count.get(label, 0) + 1
+            labels[i] = f"{label} #{count[label]}"
+    return labels
+
+
+def _metrics_files(root: Path, depth: int = 6) -> list:
+    """Every metrics.jsonl under ``root``, symbolic links to run folders followed (each real folder once, so a
+    link back up cannot loop), at most ``depth`` levels down."""
+    import os
+
+    found, seen = [], set()
+    for here, dirs, files in os.walk(root, followlinks=True):
+        real = os.path.realpath(here)
+        level = len(Path(here).relative_to(root).parts)
+        if real in seen or level > depth:
+            dirs[:] = []
+            continue
+        seen.add(real)
+        dirs.sort()
+        if "metrics.jsonl" in files:
+            found.append(Path(here) / "metrics.jsonl")
+    return sorted(found)
 
 
 def compute(runs: str) -> dict:
     root = Path(runs)
     groups: dict[str, dict] = {}
-    for path in sorted(root.glob("**/metrics.jsonl")) if root.is_dir() else []:
+    for path in _metrics_files(root) if root.is_dir() else []:
         rows = _rows(path)
         if not rows:
             continue
@@ -205,7 +272,8 @@ def draw(data: dict):
         _line(a, x, s["val"], colour, marker=marker, ms=3, label=s["label"] + seeds)
         measured = np.array(s["measured"]["mean"], dtype=float)
         if np.nanmax(measured, initial=0.0) <= IDENTICAL:  # nothing to draw on a log axis
-            kinds.append(Line2D([], [], ls="", label=f"{s['method']}: 0, identical replicas"))
+            if f"{s['method']}: 0, identical replicas" not in [k.get_label() for k in kinds]:
+                kinds.append(Line2D([], [], ls="", label=f"{s['method']}: 0, identical replicas"))
             continue
         positive = True
         _line(b, x, _positive(s["measured"]), colour, marker=marker, ms=3)
@@ -238,5 +306,6 @@ def draw(data: dict):
     style.key(keys[0], *a.get_legend_handles_labels())
     style.key(keys[1], kinds)
     if data["total"] > len(data["settings"]):
-        fig.suptitle(f"first {len(data['settings'])} of {data['total']} settings under {data['root']}/")
+        root = data["root"] if len(data["root"]) <= 40 else "..." + data["root"][-37:]  # stays on the canvas
+        fig.suptitle(f"first {len(data['settings'])} of {data['total']} settings under {root}/")
     return fig

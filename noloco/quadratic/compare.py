@@ -257,8 +257,13 @@ def simulate_setting(method: str, outer, inner, spectrum, *, objective: str = "q
     costs nothing; a long run's estimate is printed), the validated :class:`SimConfig` (``fields``: its
     other fields), the cached comparison; ``(result, its text)``."""
     from noloco.infra import budget
+    from noloco.infra.checks import check_choice
     from noloco.quadratic.sim_costs import memory_estimate, time_estimate
-    from noloco.theory.methods import constrain
+    from noloco.theory.conditions import check_arguments
+    from noloco.theory.methods import METHODS, constrain
+
+    check_choice("method", method, tuple(METHODS))
+    check_arguments(outer, inner, spectrum, spectrum_optional=True)
 
     count = 1 if spectrum is None else spectrum.count
     fixed_outer, fixed_inner = constrain(method, outer, inner)
@@ -266,9 +271,13 @@ def simulate_setting(method: str, outer, inner, spectrum, *, objective: str = "q
     rows, steps = max(trials, 2), max(outer_steps, 1)  # SimConfig names a bad value
     eigenbasis = (not rotate and objective == "quadratic") or inner_mode == "exact"
     size = f"{count} direction(s) x {rows} trials x {N} replicas x {steps} outer steps"
+    batch = fields.get("batch_size", 0)
+    batch = batch if isinstance(batch, int) and batch > 0 else 0  # SimConfig names a bad value
     budget.require(memory_estimate(count, rows, N, steps, inner_steps=inner.steps, objective=objective,
-                                   rotate=rotate, eigenbasis=eigenbasis),
-                   budget.resolve(max_memory), f"simulate with {size}", "fewer --trials, --outer-steps or directions")
+                                   rotate=rotate, eigenbasis=eigenbasis, batch_size=batch),
+                   budget.resolve(max_memory),
+                   f"simulate with {size}" + (f" x {batch:,} rows a minibatch" if batch else ""),
+                   "fewer --trials, --outer-steps or directions" + (" or a smaller --batch-size" if batch else ""))
     sgd = fields.get("optimizer", "sgd") == "sgd"
     exact = objective == "quadratic" and sgd and inner_mode != "explicit"
     decay = sgd and not fields.get("zeta") and fields.get("split", "shared") == "shared"

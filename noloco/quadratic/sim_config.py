@@ -11,7 +11,8 @@ import numpy as np
 from noloco.quadratic.names import DTYPES, INNER_MODES, METHODS, OBJECTIVES, OPTIMIZERS, SCHEDULES, SPLITS
 from noloco.infra.errors import ConfigError
 from noloco.theory.config import InnerConfig, OuterConfig
-from noloco.infra.checks import check_choice, check_fields, check_integer, check_real, check_scale, check_seed
+from noloco.infra.checks import (check_choice, check_fields, check_instance, check_integer, check_real, check_scale,
+                                 check_seed)
 from noloco.theory.methods import constrain
 from noloco.theory.schedules import learning_rate, learning_rates
 from noloco.theory.spectrum import DEFAULT_CURVATURE, Spectrum
@@ -61,6 +62,8 @@ class SimConfig:
     dtype: str = "float64"         # of the weights; float32 only on the quadratic's eigenbasis
 
     def __post_init__(self):
+        check_instance("outer", self.outer, OuterConfig, "an OuterConfig (noloco.resolve gives one)")
+        check_instance("inner", self.inner, InnerConfig, "an InnerConfig (noloco.resolve gives one)")
         check_fields(self, {
             "objective": (check_choice, OBJECTIVES),
             "split": (check_choice, SPLITS),

@@ -50,11 +50,12 @@ def mean_directions(count: int) -> np.ndarray:
 
 def memory_estimate(directions: int, trials: int, replicas: int, outer_steps: int, *, inner_steps: int = 50,
                     objective: str = "quadratic", rotate: bool = False, eigenbasis: bool = True,
-                    decay: bool = True) -> int:
+                    decay: bool = True, batch_size: int = 0) -> int:
     """Bytes that a ``noloco simulate`` run (simulation, theory and result) allocates, before any
     work: the blocks (constant), 8 bytes per trial for the windowed spreads (and 16 more for the
     noise-free decay run), the per-direction arrays of the theory and of the result, the recorded
-    trajectories, the dense Hessian machinery of a rotated quadratic (D x D, several times), and
+    trajectories, the dense Hessian machinery of a rotated quadratic (D x D, several times), a data
+    objective's minibatch (its rows, targets and per-row gradients for a block of trials), and
     numba's compiler where the run may compile its outer step."""
     D = directions if objective == "quadratic" else DATA_DIMENSION_BOUND
     tb, width = plan(D, trials, replicas, outer_steps, eigenbasis)
@@ -65,6 +66,7 @@ def memory_estimate(directions: int, trials: int, replicas: int, outer_steps: in
     per_direction = 400 * D + 40 * inner_steps * D          # spectrum, theory (M, T, one phase's rates), JSON
     recorded = (outer_steps + 1) * (min(D, MEAN_DIRECTIONS) * 200 + 600)
     dense = 5 * 8 * D * D if objective != "quadratic" or rotate else 0
+    dense += 3 * 8 * tb * replicas * batch_size * (D + 1) if objective != "quadratic" else 0
     compiler = jit.COMPILER_BYTES if objective == "quadratic" and fused.enabled(
         float(D) * trials * replicas * outer_steps) else 0
     return int(blocks + per_trial + per_direction + recorded + dense + compiler)

@@ -15,6 +15,7 @@ import numpy as np
 
 from noloco.theory import numeric
 from noloco.theory.config import InnerConfig, OuterConfig
+from noloco.infra.checks import check_instance
 from noloco.infra.files import SCHEMA_VERSION
 from noloco.theory.spectrum import Spectrum
 from noloco.theory.stability import MARGINAL, STABLE, TOLERANCE, UNSTABLE, describe, format_radius
@@ -29,6 +30,11 @@ class Condition:
     #: noloco.theory.stability's class of ``value`` where it is a spectral radius: stable, marginal (bounded or
     #: growing like a power of t), unstable; "" for a condition that is not a radius
     state: str = ""
+
+    @property
+    def shown(self) -> str:
+        """The value as the table and the exit-1 line print it: a radius never rounds against its class."""
+        return format_radius(self.value) if self.state else f"{self.value:.6g}"
 
 
 #: spectra up to this many directions also list every direction (``Analysis.curvatures`` and the
@@ -153,7 +159,7 @@ def format_analysis(result: Analysis, method: str, spectrum: Spectrum) -> str:
              + f" | {spectrum.count} direction(s), curvature {spectrum.low:g}..{spectrum.high:g}",
              f"{'condition'.ljust(width)}  {'value':>12}  holds  requirement"]
     # a radius is shown so that its rounding never contradicts the verdict (1 - 7e-09, not 1)
-    lines += [f"{c.name.ljust(width)}  {(format_radius(c.value) if c.state else fmt(c.value)):>12}  "
+    lines += [f"{c.name.ljust(width)}  {c.shown:>12}  "
               f"{'yes' if c.holds else 'NO':>5}  {c.requirement}"
               + (f" [{c.state}]" if c.state and c.state != STABLE else "")
               for c in result.conditions]
@@ -170,9 +176,12 @@ def format_analysis(result: Analysis, method: str, spectrum: Spectrum) -> str:
 def spread_condition(outer: OuterConfig, decay: float, growth=None) -> Condition:
     name = "replica spread decays: spectral radius of T"
     if outer.group_size == outer.replicas:
-        # every replica applies the same update: from identical initialisation the
-        # spread is exactly 0 whatever T does to (absent) deviations
-        return Condition(name, decay, True, "n = N: no spread from identical initialisation (DiLoCo)", STABLE)
+        # every replica applies the same update: from identical initialisation the spread is exactly 0 whatever T
+        # does to (absent) deviations, so the condition holds; T itself is classified by the one rule (at n = N no
+        # noise feeds it, so a unit radius is marginal and bounded: spread from unequal starts never decays)
+        state = describe(decay)
+        state = f"{MARGINAL} (bounded)" if state == MARGINAL else state
+        return Condition(name, decay, True, "n = N: no spread from identical initialisation (DiLoCo)", state)
     return radius_condition(name, decay, "< 1 (second moments of the deviations from the mean)", growth)
 
 
@@ -205,11 +214,26 @@ def finite_condition(noise_variance: float, variance: float, stable: bool) -> Co
 EXTENDED_MAX = 10_000
 
 
+def check_arguments(outer, inner, spectrum, model=None, spectrum_optional: bool = False) -> None:
+    """The public functions' setting, checked for what each argument is before any work (a ConfigError naming
+    it, not a TypeError from deep inside)."""
+    from noloco.theory.exchangeable import InnerModel
+
+    check_instance("outer", outer, OuterConfig, "an OuterConfig (noloco.resolve gives one)")
+    check_instance("inner", inner, InnerConfig, "an InnerConfig (noloco.resolve gives one)")
+    if not (spectrum is None and spectrum_optional):
+        check_instance("spectrum", spectrum, Spectrum, "a Spectrum (noloco.Spectrum([1.0]))"
+                       + (" or None" if spectrum_optional else ""))
+    if model is not None:
+        check_instance("model", model, InnerModel, "an InnerModel or None")
+
+
 def analyse(outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum, model=None) -> Analysis:
     """The conditions and rates of ``spectrum``, chunk by chunk (:meth:`Spectrum.chunks`): memory is
     bounded for any number of directions. ``model`` (:class:`noloco.theory.exchangeable.InnerModel`): an
     inner optimizer with carried state, correlated noise or heterogeneous optima; evaluated with the
     exchangeable recursion of :mod:`noloco.theory.exchangeable` per direction."""
+    check_arguments(outer, inner, spectrum, model)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         # a diverging setting overflows to inf (or nan): that is the answer, reported as unstable
         if model is None or model.plain:

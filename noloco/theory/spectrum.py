@@ -49,7 +49,12 @@ class Spectrum:
 
     def __post_init__(self):
         if self.kind == "list":
-            values = tuple(float(v) for v in np.atleast_1d(np.asarray(self.curvatures, dtype=float)))
+            try:
+                values = tuple(float(v) for v in np.atleast_1d(np.asarray(self.curvatures, dtype=float)))
+            except (TypeError, ValueError):  # 'x', a nested or ragged list: named, not numpy's message
+                shown = repr(self.curvatures)
+                raise ConfigError(f"curvatures={shown if len(shown) <= 60 else shown[:57] + '...'} are not numbers; "
+                                  "allowed: curvatures > 0 (a number or a list of them)") from None
             if not values:
                 raise ConfigError("spectrum is empty; allowed: at least one curvature > 0")
             for v in values:

@@ -189,8 +189,9 @@ class DistExchange(Exchange):
         if replicas is None:
             replicas = world // stages
         if world != replicas * stages:
+            fix = f"; give replicas={world // stages} (--replicas {world // stages})" if world % stages == 0 else ""
             raise ConfigError(f"replicas={replicas} x stages={stages} must equal the number of torchrun "
-                              f"processes ({world})")
+                              f"processes ({world}){fix}")
         local_rank = int(os.environ.get("LOCAL_RANK", 0))
         device = torch.device(rank_device(str(device), local_rank))
         cuda = device.type == "cuda"

@@ -25,7 +25,7 @@ import os
 import torch
 
 from noloco.infra.errors import ConfigError, DataError, require_extra, warn
-from noloco.infra.files import atomic_write
+from noloco.infra.files import atomic_write, open_run_file
 
 require_extra("transformers", "transformers", "hf", "noloco.training.hf (the Hugging Face Trainer callback)")
 
@@ -39,6 +39,20 @@ STATE_FILE = "noloco-rank{rank}.pt"
 #: OuterOptimizer's settings the callback passes on
 SETTINGS = ("inner_steps", "method", "preset", "group_size", "alpha", "beta", "gamma", "momentum", "seed",
             "outer_dtype", "wire_dtype", "timeout")
+
+
+def _check_settings(settings: dict) -> None:
+    """The settings' values, checked at construction (a ConfigError now, not when training begins); the group
+    size against the world size waits for it."""
+    from noloco.infra.checks import check_integer, check_seed, check_timeout
+    from noloco.theory.methods import resolve
+
+    values = {k: settings.get(k) for k in ("alpha", "beta", "gamma", "momentum")}
+    resolve(settings.get("preset"), settings.get("method"), steps=settings.get("inner_steps"), **values)
+    if settings.get("group_size") is not None:
+        check_integer("group_size", settings["group_size"], "an integer >= 1", lambda v: v >= 1)
+    check_seed("seed", settings.get("seed", 0))
+    check_timeout("timeout", settings.get("timeout", 600.0))
 
 
 def keep_gradients_local(wrapped) -> bool:
@@ -81,6 +95,7 @@ class NoLoCoCallback(TrainerCallback):
                                   f"are the inner steps")
             if name not in SETTINGS:  # a misspelt name now, not when training begins
                 raise ConfigError(f"{name}= is not a setting of NoLoCoCallback; allowed: {', '.join(SETTINGS)}")
+        _check_settings(settings)
         if not hasattr(trainer, "model_wrapped"):
             raise ConfigError(f"trainer={type(trainer).__name__} is not a transformers.Trainer: "
                               f"NoLoCoCallback(trainer, inner_steps=...) takes the Trainer it is added to")
@@ -134,7 +149,8 @@ class NoLoCoCallback(TrainerCallback):
             raise DataError(f"{path} is missing: the run resumes at step {state.global_step} but that checkpoint "
                             f"holds no NoLoCo state for this rank (without it every rank would go on from rank "
                             f"0's weights); give NoLoCoCallback(..., resume_from=FOLDER) for another folder")
-        saved = torch.load(path, map_location="cpu", weights_only=True)
+        with open_run_file(path, "give the checkpoint folder the Trainer wrote") as handle:  # type and size first
+            saved = torch.load(handle, map_location="cpu", weights_only=True)
         if saved.get("global_step") != state.global_step:
             raise DataError(f"{path} was written at step {saved.get('global_step')}, the run resumes at step "
                             f"{state.global_step}")

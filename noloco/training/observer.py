@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import weakref
 from pathlib import Path
 
 import torch
@@ -29,6 +30,7 @@ import torch
 from noloco.advice.record import RunRecord, RunSetting
 from noloco.infra.errors import ConfigError, DataError
 from noloco.infra.files import SCHEMA_VERSION, atomic_write_text, dumps, write_json
+from noloco.infra.rundir import RunLock
 from noloco.training import early_warning
 from noloco.training.exchange import LocalExchange
 from noloco.training.measure import SpreadMeter
@@ -37,6 +39,30 @@ from noloco.training.sample import DEFAULT_SAMPLE, CoordinateSample, standard_er
 FORMAT = "noloco-run"
 #: the version of the run-folder format this observer writes (docs/own_run.md)
 FORMAT_VERSION = 1
+
+
+#: folder -> the open Observer writing it, in this process (a second one would overwrite its files)
+_WRITING: "weakref.WeakValueDictionary[str, Observer]" = weakref.WeakValueDictionary()
+
+
+def _hold_folder(observer) -> RunLock:
+    """The folder's run lock (another process is refused, LockedError) and this process's claim on it (a second open
+    Observer is refused, ConfigError); the lock is released at close, or found stale after the process ends."""
+    key = str(observer.folder.resolve())
+    other = _WRITING.get(key)
+    if other is not None and other._handle is not None:
+        raise ConfigError(f"{observer.folder} is written by another open Observer in this process; close() it "
+                          "first, or give another folder")
+    lock = RunLock(observer.folder).acquire()
+    _WRITING[key] = observer
+    return lock
+
+
+def _release_folder(observer) -> None:
+    if observer._lock is not None:
+        _WRITING.pop(str(observer.folder.resolve()), None)
+        observer._lock.release()
+        observer._lock = None
 
 
 class Observer:
@@ -80,6 +106,9 @@ class Observer:
                  sample: int | None = None, seed: int = 0, spread_budget: float | None = None,
                  write_every: int = 10, warn_steps: int = early_warning.WARN_STEPS, overwrite: bool = False,
                  **fields):
+        if not hasattr(outer, "add_progress_hook"):  # named here, not as an AttributeError further down
+            raise ConfigError(f"outer={type(outer).__name__} is not a noloco.OuterOptimizer; give the one whose run "
+                              "this observes")
         self.outer = outer
         self.folder = Path(folder)
         self.config = {"method": outer.method, "outer": dataclasses.asdict(outer.config),
@@ -117,8 +146,10 @@ class Observer:
         self._prev = None  # (phi, progress) samples of the last outer step
         self._unstable = []  # outer steps whose stability check found a decay factor >= 1
         self._started = time.perf_counter()
+        self._lock = None
         if self.main:
             self.folder.mkdir(parents=True, exist_ok=True)
+            self._lock = _hold_folder(self)
             if (self.folder / "result.json").exists() and not overwrite:
                 raise ConfigError(f"{self.folder} already holds a run (result.json); give another folder or "
                                   f"overwrite=True")
@@ -276,6 +307,7 @@ class Observer:
             self._write(finished=step >= self.config["outer_steps"])
         self._handle.remove()
         self._handle = None
+        _release_folder(self)
 
     def __enter__(self):
         return self

@@ -25,7 +25,7 @@ import os
 
 import torch
 
-from noloco.infra.checks import check_real, check_seed
+from noloco.infra.checks import check_seed, check_timeout
 from noloco.infra.errors import ConfigError, DataError
 from noloco.theory.methods import METHOD_TABLE, METHODS, resolve
 from noloco.training.exchange import DistExchange, Exchange, LocalExchange
@@ -73,7 +73,13 @@ class OuterOptimizer:
                  seed: int = 0, outer_dtype: torch.dtype | None = None, wire_dtype: torch.dtype | None = None,
                  stages=None, exchange: Exchange | None = None, timeout: float = 600.0):
         self.seed = check_seed("seed", seed)
-        check_real("timeout", timeout, "0 < timeout < inf (seconds)", lambda v: 0 < v < float("inf"))
+        check_timeout("timeout", timeout)
+        if inner_optimizer is not None and not isinstance(inner_optimizer, torch.optim.Optimizer):
+            raise ConfigError(f"inner_optimizer={type(inner_optimizer).__name__} is not a torch.optim.Optimizer; give "
+                              "the optimizer of the inner steps, or None (then call step() after each)")
+        if model is None:
+            raise ConfigError("model=None; give a module, a dict of tensors, an iterable of tensors or a list of "
+                              "modules")
         if replicas is not None and (isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1):
             raise ConfigError(f"replicas={replicas!r} is out of range; allowed: an integer >= 1 (replicas in this "
                               f"process) or None (one per torch.distributed rank)")

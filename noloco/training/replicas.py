@@ -75,8 +75,21 @@ class Modules:
             if [(k, p.shape) for k, p in named.items()] != [(k, p.shape) for k, p in first.items()]:
                 raise ConfigError(f"model: module {i} does not have module 0's parameters (names and shapes); "
                                   f"replicas are copies of one architecture")
+            other = [(k, p.dtype, p.device) for k, p in named.items() if (p.dtype, p.device) != (first[k].dtype,
+                                                                                                 first[k].device)]
+            if other:  # the stacked outer step would silently cast them to module 0's
+                k, dtype, device = other[0]
+                raise ConfigError(f"model: module {i}'s {k} is {dtype} on {device}, module 0's "
+                                  f"{first[k].dtype} on {first[k].device}; replicas must share dtype and device")
         if not first:
             raise ConfigError("model has no trainable parameters")
+        owner = {}
+        for i, named in enumerate(self.each):  # one module given twice: its spread would always be 0
+            for k, p in named.items():
+                j = owner.setdefault(p.data_ptr(), i) if p.numel() else i  # (an empty tensor has no storage)
+                if j != i:
+                    raise ConfigError(f"model: modules {j} and {i} share the parameter {k} (the same module given "
+                                      "twice?); each replica needs its own copy (copy.deepcopy)")
         self.params = first
 
     def theta(self) -> dict:

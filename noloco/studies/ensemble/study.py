@@ -117,10 +117,12 @@ def _start_from(trainer, parent: Path) -> None:
     import torch
 
     from noloco.infra.errors import DataError
+    from noloco.infra.files import open_run_file
 
     path = parent / "ckpt.pt"
     try:
-        phi = torch.load(path, map_location="cpu", weights_only=True)["phi"]
+        with open_run_file(path, "train the parent run again") as handle:  # a regular file of a loadable size
+            phi = torch.load(handle, map_location="cpu", weights_only=True)["phi"]
         with torch.no_grad():
             for k, p in trainer.params.items():
                 p.copy_(phi[k])
