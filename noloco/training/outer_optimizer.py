@@ -35,7 +35,103 @@ from noloco.training.replicas import Modules, Tensors, is_module_list
 STATE_VERSION = 1
 
 
-class OuterOptimizer:
+class OuterStep:
+    """What an outer step is, whoever runs it: its setting (method, :class:`noloco.theory.config.OuterConfig`,
+    H), where the replicas are (this process's tensors, the exchange), the counters and the progress hooks
+    an :class:`noloco.training.observer.Observer` attaches to. :class:`OuterOptimizer` runs the step;
+    :class:`noloco.training.watch.Watch` watches one that another framework runs."""
+
+    def _setup(self, model, inner_optimizer, *, inner_steps, method, preset, replicas, group_size, alpha, beta,
+               gamma, momentum, seed, stages, exchange, timeout) -> None:
+        self.seed = check_seed("seed", seed)
+        check_real("timeout", timeout, "0 < timeout < inf (seconds)", lambda v: 0 < v < float("inf"))
+        if replicas is not None and (isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1):
+            raise ConfigError(f"replicas={replicas!r} is out of range; allowed: an integer >= 1 (replicas in this "
+                              f"process) or None (one per torch.distributed rank)")
+        if is_module_list(model):
+            if replicas is not None and replicas != len(model):
+                raise ConfigError(f"replicas={replicas} but model is a list of {len(model)} modules")
+            self.replicas_here = Modules(model)
+            replicas = len(model)
+        else:
+            batched = exchange.N if isinstance(exchange, LocalExchange) else None
+            self.replicas_here = Tensors(model, replicas if exchange is None else batched)
+        self.params = self.replicas_here.params
+        self.exchange = exchange or self._exchange(replicas, timeout)
+        self.method, self.config, inner = resolve(
+            preset, method, replicas=self.exchange.N, group_size=group_size, alpha=alpha, beta=beta,
+            gamma=gamma, momentum=momentum, steps=inner_steps)
+        if METHOD_TABLE[self.method].synchronous:
+            raise ConfigError(f"method={self.method!r} averages gradients at every inner step, which is torch's "
+                              f"DistributedDataParallel, not an outer step; allowed here: "
+                              f"{', '.join(m for m in METHODS if not METHOD_TABLE[m].synchronous)}")
+        self.inner_steps = inner.steps
+        self.stages = self._stages(stages)
+        self.outer_done = 0  # outer steps done
+        self.inner_done = 0  # inner steps of the current phase done
+        self._progress_hooks = []
+        # its state is the user's; the observer reads Adam's second moment. A wrapper (accelerate's
+        # AcceleratedOptimizer) holds the torch optimizer whose step() runs the hooks
+        while inner_optimizer is not None and not hasattr(inner_optimizer, "_optimizer_step_post_hooks") and \
+                hasattr(inner_optimizer, "optimizer"):
+            inner_optimizer = inner_optimizer.optimizer
+        self.inner_optimizer = inner_optimizer
+        self._optimizer_hooks = []  # handles of hooks on the inner optimizer (close() removes them)
+
+    def _exchange(self, replicas: int | None, timeout: float) -> Exchange:
+        if replicas is not None:
+            return LocalExchange(replicas)
+        import torch.distributed as dist
+
+        if not (dist.is_available() and dist.is_initialized()):
+            raise ConfigError("replicas=None means one replica per torch.distributed rank, but no process group "
+                              "is started: call torch.distributed.init_process_group() first (under torchrun), "
+                              "or give replicas=N for N replicas in this process")
+        device = next(iter(self.params.values())).device
+        return DistExchange(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)),
+                            timeout, device)
+
+    def _stages(self, stages) -> list[list[str]]:
+        """Sets of parameter names whose replicas form their own groups (pipeline stages; stage s draws
+        its groups from stream s). Default: one set, every parameter."""
+        if stages is None:
+            return [list(self.params)]
+        stages = [list(keys) for keys in stages]
+        named = [k for keys in stages for k in keys]
+        if sorted(named) != sorted(self.params):
+            raise ConfigError("stages must name every parameter exactly once")
+        return stages
+
+    # ------------------------------------------------------------------ the loop
+
+    @property
+    def replicas(self) -> int:
+        """N, every replica of the run (not only those held here)."""
+        return self.exchange.N
+
+    def add_progress_hook(self, hook) -> "_Handle":
+        """Call ``hook(phi, progress, outer_step)`` at every outer step before the exchange (dicts of
+        this process's tensors; do not modify them); ``.remove()`` on the returned handle stops it."""
+        self._progress_hooks.append(hook)
+        return _Handle(self._progress_hooks, hook)
+
+    def settle(self) -> None:
+        """Bring ``phi`` and ``outer_done`` up to date (the observer calls it when it closes)."""
+
+    def close(self) -> None:
+        """Detach from the inner optimizer (its steps no longer count)."""
+        for handle in self._optimizer_hooks:
+            handle.remove()
+        self._optimizer_hooks = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class OuterOptimizer(OuterStep):
     """Wrap ``model`` (a module, a dict or iterable of tensors, or a list of N modules) and its
     ``inner_optimizer``; every ``inner_steps`` steps of the inner optimizer, one outer step.
 
@@ -72,36 +168,15 @@ class OuterOptimizer:
                  beta: float | None = None, gamma: float | None = None, momentum: str | None = None,
                  seed: int = 0, outer_dtype: torch.dtype | None = None, wire_dtype: torch.dtype | None = None,
                  stages=None, exchange: Exchange | None = None, timeout: float = 600.0):
-        self.seed = check_seed("seed", seed)
-        check_real("timeout", timeout, "0 < timeout < inf (seconds)", lambda v: 0 < v < float("inf"))
-        if replicas is not None and (isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1):
-            raise ConfigError(f"replicas={replicas!r} is out of range; allowed: an integer >= 1 (replicas in this "
-                              f"process) or None (one per torch.distributed rank)")
         if outer_dtype is not None and not isinstance(outer_dtype, torch.dtype):
             raise ConfigError(f"outer_dtype={outer_dtype!r} is not a torch dtype; allowed: e.g. torch.float32, "
                               f"or None (each parameter's)")
         if wire_dtype is not None and not (isinstance(wire_dtype, torch.dtype) and wire_dtype.is_floating_point):
             raise ConfigError(f"wire_dtype={wire_dtype!r} is not a floating torch dtype; allowed: e.g. "
                               f"torch.bfloat16, or None (the outer state's dtype)")
-        if is_module_list(model):
-            if replicas is not None and replicas != len(model):
-                raise ConfigError(f"replicas={replicas} but model is a list of {len(model)} modules")
-            self.replicas_here = Modules(model)
-            replicas = len(model)
-        else:
-            batched = exchange.N if isinstance(exchange, LocalExchange) else None
-            self.replicas_here = Tensors(model, replicas if exchange is None else batched)
-        self.params = self.replicas_here.params
-        self.exchange = exchange or self._exchange(replicas, timeout)
-        self.method, self.config, inner = resolve(
-            preset, method, replicas=self.exchange.N, group_size=group_size, alpha=alpha, beta=beta,
-            gamma=gamma, momentum=momentum, steps=inner_steps)
-        if METHOD_TABLE[self.method].synchronous:
-            raise ConfigError(f"method={self.method!r} averages gradients at every inner step, which is torch's "
-                              f"DistributedDataParallel, not an outer step; allowed here: "
-                              f"{', '.join(m for m in METHODS if not METHOD_TABLE[m].synchronous)}")
-        self.inner_steps = inner.steps
-        self.stages = self._stages(stages)
+        self._setup(model, inner_optimizer, inner_steps=inner_steps, method=method, preset=preset, replicas=replicas,
+                    group_size=group_size, alpha=alpha, beta=beta, gamma=gamma, momentum=momentum, seed=seed,
+                    stages=stages, exchange=exchange, timeout=timeout)
         self.wire_dtype = wire_dtype
         theta = self.replicas_here.theta()
         # phi, delta and the outer step's work vector live in one flat buffer per stage and dtype; self.phi and
@@ -116,43 +191,11 @@ class OuterOptimizer:
         views = {k: b for b in self.buckets for k in b.keys}
         self.phi = {k: views[k].phi_views[k] for k in theta}  # the model's order
         self.delta = {k: views[k].delta_views[k] for k in theta}
-        self.outer_done = 0  # outer steps done
-        self.inner_done = 0  # inner steps of the current phase done
-        self._progress_hooks = []
-        self.inner_optimizer = inner_optimizer  # its state is the user's; the observer reads Adam's second moment
-        self._hook = None if inner_optimizer is None else \
-            inner_optimizer.register_step_post_hook(lambda *_: self.step())
+        if self.inner_optimizer is not None:
+            self._optimizer_hooks.append(self.inner_optimizer.register_step_post_hook(lambda *_: self.step()))
 
-    def _exchange(self, replicas: int | None, timeout: float) -> Exchange:
-        if replicas is not None:
-            return LocalExchange(replicas)
-        import torch.distributed as dist
 
-        if not (dist.is_available() and dist.is_initialized()):
-            raise ConfigError("replicas=None means one replica per torch.distributed rank, but no process group "
-                              "is started: call torch.distributed.init_process_group() first (under torchrun), "
-                              "or give replicas=N for N replicas in this process")
-        device = next(iter(self.params.values())).device
-        return DistExchange(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0)),
-                            timeout, device)
-
-    def _stages(self, stages) -> list[list[str]]:
-        """Sets of parameter names whose replicas form their own groups (pipeline stages; stage s draws
-        its groups from stream s). Default: one set, every parameter."""
-        if stages is None:
-            return [list(self.params)]
-        stages = [list(keys) for keys in stages]
-        named = [k for keys in stages for k in keys]
-        if sorted(named) != sorted(self.params):
-            raise ConfigError("stages must name every parameter exactly once")
-        return stages
-
-    # ------------------------------------------------------------------ the loop
-
-    @property
-    def replicas(self) -> int:
-        """N, every replica of the run (not only those held here)."""
-        return self.exchange.N
+    # ------------------------------------------------------------------ the outer step
 
     def step(self) -> bool:
         """Count one inner step; after the H-th of a phase run the outer step. True when it ran."""
@@ -213,24 +256,6 @@ class OuterOptimizer:
         self.replicas_here.load(self.phi)
         self.outer_done += 1
         self.inner_done = 0
-
-    def add_progress_hook(self, hook) -> "_Handle":
-        """Call ``hook(phi, progress, outer_step)`` at every outer step before the exchange (dicts of
-        this process's tensors; do not modify them); ``.remove()`` on the returned handle stops it."""
-        self._progress_hooks.append(hook)
-        return _Handle(self._progress_hooks, hook)
-
-    def close(self) -> None:
-        """Detach from the inner optimizer (its steps no longer count)."""
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
 
     def __repr__(self) -> str:
         o = self.config
