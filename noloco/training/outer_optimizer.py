@@ -72,10 +72,7 @@ class OuterStep:
         self._progress_hooks = []
         # its state is the user's; the observer reads Adam's second moment. A wrapper (accelerate's
         # AcceleratedOptimizer) holds the torch optimizer whose step() runs the hooks
-        while inner_optimizer is not None and not hasattr(inner_optimizer, "_optimizer_step_post_hooks") and \
-                hasattr(inner_optimizer, "optimizer"):
-            inner_optimizer = inner_optimizer.optimizer
-        self.inner_optimizer = inner_optimizer
+        self.inner_optimizer = torch_optimizer(inner_optimizer)
         self._optimizer_hooks = []  # handles of hooks on the inner optimizer (close() removes them)
 
     def _exchange(self, replicas: int | None, timeout: float) -> Exchange:
@@ -308,6 +305,15 @@ class OuterOptimizer(OuterStep):
         if self.inner_done == 0:
             with torch.no_grad():
                 self.replicas_here.load(self.phi)
+
+
+def torch_optimizer(optimizer):
+    """The torch optimizer inside a wrapper (accelerate's ``AcceleratedOptimizer`` holds it as ``.optimizer``):
+    the one whose ``step()`` runs hooks and whose ``state`` holds Adam's moments."""
+    while optimizer is not None and not hasattr(optimizer, "_optimizer_step_post_hooks") and \
+            hasattr(optimizer, "optimizer"):
+        optimizer = optimizer.optimizer
+    return optimizer
 
 
 class _Bucket:
