@@ -42,8 +42,9 @@ IN_FLIGHT = 4
 
 
 class Observer:
-    """Measure the theory's inputs and the spread of the run of ``outer`` (an OuterOptimizer) and write them to
-    ``folder`` (rank 0).
+    """Measure the theory's inputs and the spread of the run of ``outer`` (an OuterOptimizer, or a
+    :class:`noloco.training.watch.Watch` on another framework's outer step) and write them to ``folder``
+    (rank 0; None: measure only, into ``inputs`` and the rows, for a caller that writes its own files).
 
     The advice needs the run's inner learning-rate schedule: ``outer_steps`` (planned), ``lr`` (peak),
     ``schedule`` (constant, cosine or inverse), ``warmup`` (inner steps), ``min_lr_frac``, ``inner_optimizer``
@@ -83,7 +84,7 @@ class Observer:
                  write_every: int = 10, warn_steps: int = early_warning.WARN_STEPS, overwrite: bool = False,
                  **fields):
         self.outer = outer
-        self.folder = Path(folder)
+        self.folder = None if folder is None else Path(folder)
         self.config = {"method": outer.method, "outer": dataclasses.asdict(outer.config),
                        "inner_steps": outer.inner_steps, "outer_steps": outer_steps, "lr": lr, "schedule": schedule,
                        "warmup": warmup, "min_lr_frac": min_lr_frac, "inner_optimizer": inner_optimizer,
@@ -121,7 +122,7 @@ class Observer:
         self.device = next(iter(outer.phi.values())).device
         self._unstable = []  # outer steps whose stability check found a decay factor >= 1
         self._started = time.perf_counter()
-        if self.main:
+        if self.main and self.folder is not None:
             self.folder.mkdir(parents=True, exist_ok=True)
             if (self.folder / "result.json").exists() and not overwrite:
                 raise ConfigError(f"{self.folder} already holds a run (result.json); give another folder or "
@@ -212,6 +213,13 @@ class Observer:
         else:
             self._pending.append((step, self._start(phi, progress, extra=self._checksums(phi) if step == 0 else None)))
             self._catch_up(keep=IN_FLIGHT)
+        self.seconds += time.perf_counter() - start
+
+    def collect(self) -> None:
+        """Measure now every outer step whose all-gather is still in flight (waits for them; no new
+        collective, so ranks may call it at different times): ``inputs`` and the rows are then complete."""
+        start = time.perf_counter()
+        self._catch_up()
         self.seconds += time.perf_counter() - start
 
     def _catch_up(self, keep: int = 0) -> None:
@@ -324,6 +332,14 @@ class Observer:
         self._handle.remove()
         self._handle = None
 
+    def detach(self) -> None:
+        """Stop observing: no final measurement, nothing more written (a caller that resumes a run it cannot
+        measure further)."""
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+        self._pending = []
+
     def __enter__(self):
         return self
 
@@ -362,6 +378,8 @@ class Observer:
                 "adam_second_moment": getattr(self, "second_moment", None)}
 
     def _write(self, finished: bool) -> None:
+        if self.folder is None:  # measuring for a caller that writes its own files (the harness)
+            return
         atomic_write_text(self.folder / "metrics.jsonl", "".join(dumps(r) + "\n" for r in self._metric_rows()))
         atomic_write_text(self.folder / "inputs.jsonl", "".join(dumps(r) + "\n" for r in self.inputs))
         write_json(self.folder / "result.json", self.result(finished), indent=2)
