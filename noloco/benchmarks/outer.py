@@ -69,6 +69,22 @@ def _move(params, gen, rank):
                                device=p.device), alpha=1e-3 * (1 + rank))
 
 
+def _round(modes, gen, rank, sync, times, observed, start=None) -> None:
+    """One step of every mode, interleaved: a fake inner phase (not timed), then the step timed (and the
+    observer's own seconds in it); ``start()`` (a barrier across ranks) just before each, not timed."""
+    for name, (params, step, observer) in modes.items():
+        _move(params, gen, rank)
+        seen = observer.seconds if observer else 0.0
+        sync()
+        if start is not None:
+            start()
+        t = time.perf_counter()
+        step()
+        sync()
+        times[name].append(time.perf_counter() - t)
+        observed[name].append((observer.seconds if observer else 0.0) - seen)
+
+
 # ------------------------------------------------------------------ across ranks
 
 def _reference_step(params, phi, delta, rule, seed, step, rank, world, device):
@@ -184,16 +200,7 @@ def _rank(rank, world, port, opts, out):
     started, steps = time.perf_counter(), 0
     flag = torch.zeros(1, device=device)
     while True:
-        for name, (params, step, observer) in modes.items():
-            _move(params, gen, rank)
-            seen = observer.seconds if observer else 0.0
-            sync()
-            dist.barrier()
-            t = time.perf_counter()
-            step()
-            sync()
-            times[name].append(time.perf_counter() - t)
-            observed[name].append((observer.seconds if observer else 0.0) - seen)
+        _round(modes, gen, rank, sync, times, observed, start=dist.barrier)
         steps += 1
         # every rank must agree to stop (rank 0 decides): a tiny broadcast, not timed
         flag.fill_(float(steps >= opts["steps"] or (steps >= 3 and time.perf_counter() - started > opts["seconds"])))
@@ -287,15 +294,7 @@ def _one_process(replicas, opts) -> dict:
     observed = {name: [] for name in modes}
     started, steps = time.perf_counter(), 0
     while steps < opts["steps"] and (steps < 3 or time.perf_counter() - started < opts["seconds"]):
-        for name, (params, step, obs) in modes.items():
-            _move(params, gen, 0)
-            seen = obs.seconds if obs else 0.0
-            sync()
-            t = time.perf_counter()
-            step()
-            sync()
-            times[name].append(time.perf_counter() - t)
-            observed[name].append((obs.seconds if obs else 0.0) - seen)
+        _round(modes, gen, 0, sync, times, observed)
         steps += 1
     for _, _, obs in modes.values():
         if obs:
