@@ -28,7 +28,7 @@ import torch
 
 from noloco.advice.record import RunRecord, RunSetting
 from noloco.infra.errors import ConfigError, DataError
-from noloco.infra.files import SCHEMA_VERSION, atomic_write_text, dumps, write_json
+from noloco.infra.files import SCHEMA_VERSION, atomic_write_text, dumps
 from noloco.training import early_warning
 from noloco.training.exchange import LocalExchange
 from noloco.training.measure import SpreadMeter
@@ -119,6 +119,7 @@ class Observer:
         self.gather_seconds = 0.0  # of which in the all-gather (the wait for the slowest rank included)
         self._prev = None  # (phi, progress) samples of the last outer step
         self._pending = []  # across ranks: (outer step, its all-gather in flight), oldest first
+        self._writer = self._written = None  # the folder's writing thread and its last write
         self.device = next(iter(outer.phi.values())).device
         self._unstable = []  # outer steps whose stability check found a decay factor >= 1
         self._started = time.perf_counter()
@@ -328,7 +329,7 @@ class Observer:
         self.second_moment = self._second_moment(step)
         self.seconds += time.perf_counter() - start
         if self.main:
-            self._write(finished=step >= self.config["outer_steps"])
+            self._write(finished=step >= self.config["outer_steps"], wait=True)
         self._handle.remove()
         self._handle = None
 
@@ -377,9 +378,23 @@ class Observer:
                 "observer_s": self.seconds, "sampled": sampled, "flags": self.flags, "torch": torch.__version__,
                 "adam_second_moment": getattr(self, "second_moment", None)}
 
-    def _write(self, finished: bool) -> None:
+    def _write(self, finished: bool, wait: bool = False) -> None:
+        """The folder's three files: their texts made now, written (each atomically, fsynced) by one background
+        thread in order, so that the disk's time is not the training loop's; ``wait``: until they are written
+        (at :meth:`close`). A failed write raises at the next one."""
         if self.folder is None:  # measuring for a caller that writes its own files (the harness)
             return
-        atomic_write_text(self.folder / "metrics.jsonl", "".join(dumps(r) + "\n" for r in self._metric_rows()))
-        atomic_write_text(self.folder / "inputs.jsonl", "".join(dumps(r) + "\n" for r in self.inputs))
-        write_json(self.folder / "result.json", self.result(finished), indent=2)
+        files = [(self.folder / "metrics.jsonl", "".join(dumps(r) + "\n" for r in self._metric_rows())),
+                 (self.folder / "inputs.jsonl", "".join(dumps(r) + "\n" for r in self.inputs)),
+                 (self.folder / "result.json", dumps(self.result(finished), indent=2) + "\n")]
+        if self._written is not None and self._written.done():
+            self._written.result()
+        if self._writer is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="noloco-observer")
+        self._written = self._writer.submit(lambda: [atomic_write_text(path, text) for path, text in files])
+        if wait:
+            self._writer.shutdown(wait=True)
+            self._writer, written, self._written = None, self._written, None
+            written.result()
