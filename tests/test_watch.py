@@ -93,7 +93,7 @@ def _run(folder, watched: bool):
 
 
 def test_a_diloco_loop_of_ones_own_is_measured_as_the_toolkits(tmp_path):
-    watched_models, watched = _run(tmp_path / "watched", watched=True)
+    watched_models, _ = _run(tmp_path / "watched", watched=True)
     own_models, own = _run(tmp_path / "own", watched=False)
     for a, b in zip(watched_models[0].parameters(), own_models[0].parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)  # the hand loop is DiLoCo: the same run
