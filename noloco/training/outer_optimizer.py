@@ -141,7 +141,9 @@ class OuterOptimizer(OuterStep):
     H = 100): ``method`` noloco, diloco or local; ``preset`` paper, diloco or diloco-nesterov;
     ``group_size`` n; ``alpha`` outer momentum; ``beta`` outer learning rate on the group-mean progress;
     ``gamma`` pull towards the group-mean weights; ``momentum`` "heavy-ball" or "nesterov"; ``seed``
-    of the groups (the same on every rank); ``outer_dtype`` of phi and delta (None: each parameter's).
+    of the groups (the same on every rank); ``outer_dtype`` of phi and delta (None: each parameter's);
+    ``wire_dtype`` of the one vector each replica sends per outer step, beta * progress + gamma * phi (None:
+    the outer state's; ``torch.bfloat16`` halves the bytes, the group mean then of the rounded vectors).
 
     With an ``inner_optimizer`` the outer step runs from a hook after its ``step()``; without one, call
     :meth:`step` after every inner step. Replicas must start equal (seed torch alike on every rank).
