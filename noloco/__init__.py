@@ -27,6 +27,7 @@ _EXPORTS = {
     "OuterOptimizer": "noloco.training.outer_optimizer",
     "PeerError": "noloco.training.exchange",  # a rank of the group died or hangs (after the timeout)
     "Observer": "noloco.training.observer",  # the theory's inputs and the spread of any run, to a run folder
+    "Watch": "noloco.training.watch",  # another framework's outer step, for the Observer
     "NoLoCoCallback": "noloco.training.hf",  # in Hugging Face's Trainer (the [hf] extra)
     # a setting, validated as the command line validates it
     "resolve": "noloco.theory.methods",

@@ -228,6 +228,41 @@ def test_a_resumed_trainer_run_is_bit_identical(tmp_path):
     assert (got[0]["once"]["w"] - got[1]["once"]["w"]).abs().max() > 1e-4  # pairs, not one average
 
 
+def _observe_rank(rank, world, port, out):
+    """9 optimizer steps, H = 3, the paper preset, observe=FOLDER: one callback, nothing set by hand."""
+    _as_torchrun(rank, world, port)
+    from noloco.training.hf import NoLoCoCallback
+
+    trainer = _trainer(Path(out) / "t", seed=0, max_steps=9, save_strategy="no", lr_scheduler_type="constant",
+                       logging_strategy="steps", logging_steps=3)
+    callback = NoLoCoCallback(trainer, inner_steps=3, observe=Path(out) / "run", observer_options={"sample": 64})
+    trainer.add_callback(callback)
+    trainer.train()
+    torch.save({"outer_done": callback.outer.outer_done, "closed": callback.observer._handle is None},
+               f"{out}/rank{rank}.pt")
+    os._exit(0)
+
+
+@pytest.mark.slow  # 2 ranks with transformers: 26 s on the 2 shared cores
+def test_the_callback_observes_the_run(tmp_path):
+    import noloco
+    from noloco.cli import main
+
+    _spawn(_observe_rank, str(tmp_path))
+    assert all(torch.load(tmp_path / f"rank{r}.pt", weights_only=True) == {"outer_done": 3, "closed": True}
+               for r in range(2))
+    run = noloco.read_run(tmp_path / "run")
+    assert run.world_size == 2 and run.finished and run.result["outer_steps_done"] == 3
+    assert [r["outer_step"] for r in run.inputs] == [1, 2, 3]
+    assert all(g["progress_var"] > 0 for r in run.inputs for g in r["groups"].values())  # each rank its own data
+    assert run.result["adam_second_moment"]["sum_sqrt_v"] > 0  # the inner optimizer, wired for --gap
+    assert any("train_loss" in r for r in run.metrics)
+    config = run.result["config"]
+    assert (config["lr"], config["schedule"], config["inner_optimizer"], config["outer_steps"]) == \
+        (1e-2, "constant", "adamw", 3)
+    assert main(["llm", "predict", str(tmp_path / "run")]) == 0
+
+
 def test_the_callback_refuses_what_it_cannot_do(tmp_path):
     from noloco import ConfigError
     from noloco.training.hf import NoLoCoCallback
@@ -243,6 +278,10 @@ def test_the_callback_refuses_what_it_cannot_do(tmp_path):
                        ({"timeout": 1e308}, "timeout"), ({"group_size": 0}, "group_size=0")):
         with pytest.raises(ConfigError, match=match):  # at construction, not when training begins
             NoLoCoCallback(trainer, **bad)
+    with pytest.raises(ConfigError, match="lr_scheduler_type='linear' is not a schedule the advice models"):
+        NoLoCoCallback(trainer, inner_steps=3, observe=tmp_path / "run")  # the Trainer's default schedule
+    with pytest.raises(ConfigError, match="observer_options= without observe=FOLDER"):
+        NoLoCoCallback(trainer, inner_steps=3, observer_options={"sample": 64})
     trainer.add_callback(NoLoCoCallback(trainer, inner_steps=3))
     with pytest.raises(ConfigError, match="start the script with torchrun"):
         trainer.train()

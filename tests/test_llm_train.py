@@ -275,6 +275,18 @@ def test_torchrun_gloo_matches_batched(tmp_path):
     d, s = rows(tmp_path / "dist")[-1], rows(tmp_path / "one")[-1]
     assert d["weight_std"] == pytest.approx(s["weight_std"], rel=1e-3)
     assert d["train_loss_per_replica"] == pytest.approx(s["train_loss_per_replica"], rel=1e-4)
+    # the theory's inputs under torchrun: the public observer's sample, gathered without a wait; a tensor the
+    # sample takes whole is measured as the one-process run measures every coordinate
+    dist_inputs = [loads(line) for line in (tmp_path / "dist" / "inputs.jsonl").read_text().splitlines()]
+    one_inputs = [loads(line) for line in (tmp_path / "one" / "inputs.jsonl").read_text().splitlines()]
+    assert [r["outer_step"] for r in dist_inputs] == [r["outer_step"] for r in one_inputs] == [1, 2, 3, 4]
+    whole = [k for k, g in dist_inputs[-1]["groups"].items() if g["sampled"] == g["numel"]]
+    assert whole and len(whole) < len(dist_inputs[-1]["groups"])  # some taken whole, some sampled
+    for k in whole:
+        assert dist_inputs[-1]["groups"][k]["spread"] == pytest.approx(one_inputs[-1]["groups"][k]["spread"], rel=1e-3)
+    from noloco.cli import main
+
+    assert main(["llm", "predict", str(tmp_path / "dist")]) == 0
 
 
 @pytest.mark.slow

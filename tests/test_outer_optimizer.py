@@ -561,13 +561,15 @@ def test_the_outer_benchmark_in_one_process(tmp_path):
 
     from noloco.benchmarks.outer import shapes
 
-    res = _outer_bench(tmp_path, "--ranks", "1", "--replicas", "4", "--device", "cpu")
+    res = _outer_bench(tmp_path, "--ranks", "1", "--replicas", "4", "--device", "cpu", "--spread-steps", "2")
     assert res["P"] == sum(math.prod(s) for s in shapes(16, 1).values()) and res["tensors"] == 10
     modes = res["modes"]
     assert set(modes) == {"pairs: toolkit", "pairs: toolkit + observer (sampled 1024)", "DiLoCo: toolkit",
                           "DiLoCo: toolkit + observer (sampled 1024)", "memory floor (3 copies of N P)"}
     assert all(m["steps"] == 3 and m["median_s"] > 0 for m in modes.values())
     assert 0 < modes["pairs: toolkit + observer (sampled 1024)"]["observer_share"] < 1
+    wire = res["wire_spread"]  # the bfloat16 wire's run is another run: not the float32 one's bits
+    assert wire["float32"]["weight_std"] > 0 and wire["bfloat16"]["weight_std"] != wire["float32"]["weight_std"]
 
 
 @torch_only

@@ -20,8 +20,8 @@ In one process (``--ranks 1 --replicas N --device cpu|cuda``): the N replicas st
 the toolkit's outer step (pairs and DiLoCo) against the memory-bandwidth floor (the bytes the step must
 touch at least, ``6 N P`` numbers of the outer state's dtype: theta read and written, phi and delta read and
 written, timed as three copies of N P numbers among the steps), and the observer's share of the outer step
-(sampled; the exact observer's cost is ``python -m noloco.benchmarks observer``'s). This form needs no
-torchrun and runs on a single GPU.
+(sampled; the exact observer's cost is ``python -m noloco.benchmarks observer``'s), and what a bfloat16 wire
+does to the spread (:func:`wire_spread`). This form needs no torchrun and runs on a single GPU.
 
 Time-boxed: steps are run until ``--seconds`` have passed (at least 3, at most ``--steps``).
 """
@@ -67,6 +67,22 @@ def _move(params, gen, rank):
         for p in params.values():
             p.add_(torch.randn(p.shape, generator=gen[p.device.type] if isinstance(gen, dict) else gen,
                                device=p.device), alpha=1e-3 * (1 + rank))
+
+
+def _round(modes, gen, rank, sync, times, observed, start=None) -> None:
+    """One step of every mode, interleaved: a fake inner phase (not timed), then the step timed (and the
+    observer's own seconds in it); ``start()`` (a barrier across ranks) just before each, not timed."""
+    for name, (params, step, observer) in modes.items():
+        _move(params, gen, rank)
+        seen = observer.seconds if observer else 0.0
+        sync()
+        if start is not None:
+            start()
+        t = time.perf_counter()
+        step()
+        sync()
+        times[name].append(time.perf_counter() - t)
+        observed[name].append((observer.seconds if observer else 0.0) - seen)
 
 
 # ------------------------------------------------------------------ across ranks
@@ -184,16 +200,7 @@ def _rank(rank, world, port, opts, out):
     started, steps = time.perf_counter(), 0
     flag = torch.zeros(1, device=device)
     while True:
-        for name, (params, step, observer) in modes.items():
-            _move(params, gen, rank)
-            seen = observer.seconds if observer else 0.0
-            sync()
-            dist.barrier()
-            t = time.perf_counter()
-            step()
-            sync()
-            times[name].append(time.perf_counter() - t)
-            observed[name].append((observer.seconds if observer else 0.0) - seen)
+        _round(modes, gen, rank, sync, times, observed, start=dist.barrier)
         steps += 1
         # every rank must agree to stop (rank 0 decides): a tiny broadcast, not timed
         flag.fill_(float(steps >= opts["steps"] or (steps >= 3 and time.perf_counter() - started > opts["seconds"])))
@@ -287,15 +294,7 @@ def _one_process(replicas, opts) -> dict:
     observed = {name: [] for name in modes}
     started, steps = time.perf_counter(), 0
     while steps < opts["steps"] and (steps < 3 or time.perf_counter() - started < opts["seconds"]):
-        for name, (params, step, obs) in modes.items():
-            _move(params, gen, 0)
-            seen = obs.seconds if obs else 0.0
-            sync()
-            t = time.perf_counter()
-            step()
-            sync()
-            times[name].append(time.perf_counter() - t)
-            observed[name].append((obs.seconds if obs else 0.0) - seen)
+        _round(modes, gen, 0, sync, times, observed)
         steps += 1
     for _, _, obs in modes.values():
         if obs:
@@ -314,8 +313,42 @@ def _one_process(replicas, opts) -> dict:
             "copy_bandwidth_GBps": 3 * 2 * 4 * replicas * P / floor / 1e9, "memory_floor_s": floor, "modes": out}
 
 
+def wire_spread(device: str = "cpu", replicas: int = 4, inner_steps: int = 5, outer_steps: int = 20) -> dict:
+    """What a bfloat16 wire does to the spread: the same small regression (an MLP 8-32-1 per replica, each its own
+    data, AdamW, the paper preset) trained with the float32 wire and with the bfloat16 one; weight_std of phi
+    after the last outer step, and the replicas' mean training loss over the last outer step."""
+    import torch
+
+    from noloco.llm_check.trainer import weight_std
+    from noloco.training.outer_optimizer import OuterOptimizer
+
+    out = {}
+    for name, wire in (("float32", None), ("bfloat16", torch.bfloat16)):
+        torch.manual_seed(0)
+        first = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1)).to(device)
+        models = [first] + [torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(),
+                                                torch.nn.Linear(32, 1)).to(device) for _ in range(replicas - 1)]
+        for m in models[1:]:
+            m.load_state_dict(first.state_dict())
+        inner = torch.optim.AdamW([p for m in models for p in m.parameters()], lr=1e-2)
+        outer = OuterOptimizer(models, inner, inner_steps=inner_steps, wire_dtype=wire)
+        losses = []
+        for step in range(outer_steps * inner_steps):
+            inner.zero_grad()
+            loss = 0.0
+            for i, m in enumerate(models):
+                x = torch.randn(64, 8, generator=torch.Generator().manual_seed(1000 * i + step)).to(device)
+                loss = loss + ((m(x) - torch.sin(x.sum(1, keepdim=True))) ** 2).mean()
+            loss.backward()
+            inner.step()
+            losses.append(float(loss.detach()) / replicas)
+        out[name] = {"weight_std": weight_std(outer.phi), "train_loss_last": sum(losses[-inner_steps:]) / inner_steps}
+    out["weight_std_ratio"] = out["bfloat16"]["weight_std"] / out["float32"]["weight_std"]
+    return out
+
+
 def measure(ranks: int = 4, replicas: int = 8, device: str = "cpu", width: int = 160, layers: int = 6,
-            steps: int = 200, seconds: float = 5.0) -> dict:
+            steps: int = 200, seconds: float = 5.0, spread_steps: int = 20) -> dict:
     import torch
 
     opts = {"width": width, "layers": layers, "steps": steps, "seconds": seconds, "device": device}
@@ -327,7 +360,10 @@ def measure(ranks: int = 4, replicas: int = 8, device: str = "cpu", width: int =
                                    f"{torch.cuda.device_count()}; give --ranks 1 --replicas N for one GPU")
         return _across_ranks(ranks, opts)
     torch.set_num_threads(1)  # as each rank has: on a shared machine, a second thread per op mostly waits for a core
-    return _one_process(replicas, opts)
+    out = _one_process(replicas, opts)
+    if spread_steps:
+        out["wire_spread"] = wire_spread(device, outer_steps=spread_steps)
+    return out
 
 
 def bench(**options) -> dict:
@@ -352,6 +388,12 @@ def format_result(result: dict) -> str:
         for name, m in res["modes"].items():
             share = f"{m['observer_share']:.1%}" if "observer_share" in m else ""
             lines.append(f"{name:<42}{m['median_s'] * 1e3:>10.3f}{m['x_memory_floor']:>9.2f}{share:>10}")
+        w = res.get("wire_spread")
+        if w is not None:
+            lines.append(f"the wire's dtype on a small regression (4 replicas, pairs): weight_std float32 "
+                         f"{w['float32']['weight_std']:.4e}, bfloat16 {w['bfloat16']['weight_std']:.4e} "
+                         f"(x{w['weight_std_ratio']:.3f}); train loss {w['float32']['train_loss_last']:.4f} vs "
+                         f"{w['bfloat16']['train_loss_last']:.4f}")
     return "\n".join(lines)
 
 
@@ -372,3 +414,5 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=argument_type(float, lambda v: check_real(
         "seconds", v, "0 < seconds <= 3600", lambda x: 0 < x <= 3600)), default=5.0,
         help="time box: steps stop after this many seconds (at least 3 steps; default 5)")
+    parser.add_argument("--spread-steps", type=integer("spread_steps", 0, 10_000), default=20,
+                        help="outer steps of the bfloat16 wire's spread check in one process (default 20; 0: none)")

@@ -270,6 +270,7 @@ class Lifecycle:
 
     def _write_inputs(self) -> None:
         t = self.trainer
+        t.collect_inputs()  # every rank: the observer's gathers in flight under torchrun
         if self.ex.is_main and (t.meter is not None or t.inputs):
             atomic_write_text(self.out / "inputs.jsonl", "".join(dumps(r) + "\n" for r in t.inputs))
 

@@ -14,8 +14,9 @@ tensors is exactly R independent AdamWs; only clipping couples coordinates, and 
 replica. The inner AdamW state carries over outer steps (as in DiLoCo); ``inner_optimizer="sgd"`` is
 plain SGD instead. A synchronous method (``ddp``) averages the gradients every step and skips the
 outer step. Every outer step in one process also measures the outer theory's inputs
-(:class:`noloco.training.measure.SpreadMeter`, ``inputs.jsonl``); under torchrun nothing is measured
-(the replica means would cost a collective per outer step).
+(:class:`noloco.training.measure.SpreadMeter`, ``inputs.jsonl``); under torchrun the public observer measures
+them from a coordinate sample (:class:`noloco.training.observer.Observer`: one all-gather of a small buffer per
+outer step, collected when it has arrived; a resumed torchrun run keeps the rows saved and measures no more).
 
 Under torchrun::
 
@@ -143,6 +144,17 @@ class Trainer:
         self.inputs: list[dict] = []
         if self.outer is not None:
             self.outer.add_progress_hook(self._measure_inputs)
+        # under torchrun (one replica per rank, one stage) the public observer measures them from its coordinate
+        # sample, gathered without a wait (the same path as a user's run); it writes no folder: the rows are ours
+        self.observer = None
+        if self.outer is not None and self.ex.world_size > 1 and cfg.stages == 1 and self.ex.N >= 2:
+            from noloco.training.observer import Observer
+
+            self.observer = Observer(self.outer, None, outer_steps=cfg.outer_steps, lr=cfg.lr, schedule=cfg.schedule,
+                                     warmup=cfg.warmup, min_lr_frac=cfg.min_lr_frac,
+                                     inner_optimizer=cfg.inner_optimizer, adam_beta2=cfg.adam_beta2, seed=cfg.seed,
+                                     warn_steps=0)
+            self.inputs = self.observer.inputs
         self.theta_spread: dict = {}  # outer_update(measure=True): the inner weights' spread before the outer step
 
 
@@ -220,6 +232,11 @@ class Trainer:
             return
         self.outer.outer_done = t  # the groups of step t: (seed, t) on every rank
         self.outer.sync()
+
+    def collect_inputs(self) -> None:
+        """Every outer step's inputs measured so far (under torchrun: the observer's gathers in flight)."""
+        if self.observer is not None:
+            self.observer.collect()
 
     def _measure_inputs(self, phi: dict, progress: dict, t: int) -> None:
         """The theory's inputs, from the progress the outer step is about to use (a hook of the optimizer)."""
@@ -339,6 +356,9 @@ class Trainer:
             raise DataError(f"checkpoint {path} does not fit this run ({str(err).splitlines()[0]}); "
                             f"{recover}") from None
         self.outer_done = state["outer_step"]
+        if self.observer is not None and self.outer_done > 0:  # its statistics run from outer step 0: a resumed
+            self.observer.detach()                              # torchrun run keeps the rows saved, no more
+            self.observer = None
         if isinstance(state.get("train_sum"), torch.Tensor) and state["train_sum"].shape == self.train_sum.shape:
             self.train_sum = state["train_sum"].double().cpu()
             self.train_count = int(state.get("train_count", 0))

@@ -32,7 +32,7 @@ require_extra("transformers", "transformers", "hf", "noloco.training.hf (the Hug
 from transformers import TrainerCallback  # noqa: E402  (after the check that names the extra)
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR  # noqa: E402
 
-from noloco.training.outer_optimizer import OuterOptimizer  # noqa: E402
+from noloco.training.outer_optimizer import OuterOptimizer, torch_optimizer  # noqa: E402
 
 #: the file each rank writes into a Trainer checkpoint folder
 STATE_FILE = "noloco-rank{rank}.pt"
@@ -68,6 +68,19 @@ def keep_gradients_local(wrapped) -> bool:
     return True
 
 
+#: the Trainer's learning-rate schedules the advice models (the others need observer_options={"schedule": ...})
+SCHEDULES = {"constant": "constant", "constant_with_warmup": "constant", "cosine": "cosine"}
+
+
+def _run_schedule(args, state, inner_steps: int) -> dict:
+    """The observer's description of the inner schedule, from the Trainer's arguments."""
+    kind = str(getattr(args.lr_scheduler_type, "value", args.lr_scheduler_type))
+    optim = str(getattr(args.optim, "value", args.optim))
+    return {"outer_steps": max(1, state.max_steps // inner_steps), "lr": args.learning_rate,
+            "schedule": SCHEDULES.get(kind, kind), "warmup": args.get_warmup_steps(state.max_steps),
+            "inner_optimizer": "adamw" if "adam" in optim else "sgd", "adam_beta2": args.adam_beta2}
+
+
 class NoLoCoCallback(TrainerCallback):
     """Every ``inner_steps`` (H) optimizer steps of ``trainer``, the NoLoCo outer step over the
     torch.distributed ranks, each rank one replica (started by torchrun; the Trainer starts the group).
@@ -78,6 +91,11 @@ class NoLoCoCallback(TrainerCallback):
     ``outer_dtype``, ``wire_dtype``, ``timeout``; their values are checked when training begins, where N is known);
     ``resume_from`` the checkpoint folder of a resumed run when it is not
     ``args.output_dir/checkpoint-STEP`` (the one ``trainer.train(resume_from_checkpoint=True)`` picks).
+    ``observe=FOLDER``: a :class:`noloco.Observer` measures the run into that run folder (rank 0 writes it;
+    the schedule, lr, warm-up, outer steps and optimizer read from the Trainer's arguments, the inner
+    optimizer's Adam state for ``--gap``; ``observer_options`` are the Observer's other keywords, e.g.
+    ``{"sample": 1024}``, or ``{"schedule": ...}`` for a schedule the advice does not model); the Trainer's
+    logged ``loss`` goes into its metrics; ``callback.observer`` is it.
 
     ``callback.outer`` is the :class:`OuterOptimizer` once training has begun (its ``add_progress_hook``
     and ``state_dict`` as in a plain loop)::
@@ -87,7 +105,8 @@ class NoLoCoCallback(TrainerCallback):
         trainer.train()
     """
 
-    def __init__(self, trainer, *, resume_from: str | os.PathLike | None = None, **settings):
+    def __init__(self, trainer, *, resume_from: str | os.PathLike | None = None,
+                 observe: str | os.PathLike | None = None, observer_options: dict | None = None, **settings):
         for name in settings:
             if name in ("replicas", "inner_optimizer", "exchange", "stages"):
                 raise ConfigError(f"{name}= is not a setting of NoLoCoCallback: under the Trainer every "
@@ -100,7 +119,16 @@ class NoLoCoCallback(TrainerCallback):
             raise ConfigError(f"trainer={type(trainer).__name__} is not a transformers.Trainer: "
                               f"NoLoCoCallback(trainer, inner_steps=...) takes the Trainer it is added to")
         self.trainer, self.settings, self.resume_from = trainer, settings, resume_from
+        if observe is None and observer_options:
+            raise ConfigError("observer_options= without observe=FOLDER: give the run folder the observer writes")
+        self.observe, self.observer_options = observe, dict(observer_options or {})
+        kind = str(getattr(trainer.args.lr_scheduler_type, "value", trainer.args.lr_scheduler_type))
+        if observe is not None and kind not in SCHEDULES and "schedule" not in self.observer_options:
+            raise ConfigError(f"lr_scheduler_type={kind!r} is not a schedule the advice models "
+                              f"({', '.join(SCHEDULES)}): train with one of them, or give observer_options="
+                              f"{{'schedule': 'cosine'}} (or 'constant') for the advice to read it as the closest")
         self.outer: OuterOptimizer | None = None
+        self.observer = None  # the noloco.Observer once training has begun, with observe=FOLDER
         self.local: bool | None = None  # whether DDP's gradient sync was stopped (None: not begun)
 
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
@@ -122,14 +150,30 @@ class NoLoCoCallback(TrainerCallback):
             model.load_state_dict(saved["model"])
             optimizer.load_state_dict(saved["optimizer"])
         self.outer = OuterOptimizer(model, **self.settings)
+        # the Trainer's steps are counted here (on_step_end), so the optimizer is not hooked, only read: its
+        # Adam state is what `noloco llm predict --gap` needs from the observer's folder
+        self.outer.inner_optimizer = torch_optimizer(optimizer)
         if state.global_step > 0:
             self.outer.load_state_dict(saved["outer"])
         if state.max_steps % self.outer.inner_steps:
             warn(f"max_steps={state.max_steps} is not a multiple of inner_steps={self.outer.inner_steps}: the "
                  f"last {state.max_steps % self.outer.inner_steps} steps end without an outer step")
+        if self.observe is not None:
+            from noloco.training.observer import Observer
+
+            self.observer = Observer(self.outer, self.observe, **{**_run_schedule(args, state, self.outer.inner_steps),
+                                                                    **self.observer_options})
 
     def on_step_end(self, args, state, control, **kwargs):
         self.outer.step()  # counts one inner step; the H-th of a phase runs the outer step
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if self.observer is not None and logs and "loss" in logs:
+            self.observer.log(self.outer.outer_done, train_loss=logs["loss"])
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.observer is not None:
+            self.observer.close()  # the last spread, the Adam state, result.json finished
 
     def on_save(self, args, state, control, model=None, optimizer=None, **kwargs):
         import torch.distributed as dist

@@ -29,7 +29,7 @@ import torch
 
 from noloco.advice.record import RunRecord, RunSetting
 from noloco.infra.errors import ConfigError, DataError
-from noloco.infra.files import SCHEMA_VERSION, atomic_write_text, dumps, write_json
+from noloco.infra.files import SCHEMA_VERSION, atomic_write_text, dumps
 from noloco.infra.rundir import RunLock
 from noloco.training import early_warning
 from noloco.training.exchange import LocalExchange
@@ -39,6 +39,8 @@ from noloco.training.sample import DEFAULT_SAMPLE, CoordinateSample, standard_er
 FORMAT = "noloco-run"
 #: the version of the run-folder format this observer writes (docs/own_run.md)
 FORMAT_VERSION = 1
+#: across ranks, the outer steps whose samples' all-gather may still be in flight before the observer waits
+IN_FLIGHT = 4
 
 
 #: folder -> the open Observer writing it, in this process (a second one would overwrite its files)
@@ -66,8 +68,9 @@ def _release_folder(observer) -> None:
 
 
 class Observer:
-    """Measure the theory's inputs and the spread of the run of ``outer`` (an OuterOptimizer) and write them to
-    ``folder`` (rank 0).
+    """Measure the theory's inputs and the spread of the run of ``outer`` (an OuterOptimizer, or a
+    :class:`noloco.training.watch.Watch` on another framework's outer step) and write them to ``folder``
+    (rank 0; None: measure only, into ``inputs`` and the rows, for a caller that writes its own files).
 
     The advice needs the run's inner learning-rate schedule: ``outer_steps`` (planned), ``lr`` (peak),
     ``schedule`` (constant, cosine or inverse), ``warmup`` (inner steps), ``min_lr_frac``, ``inner_optimizer``
@@ -110,7 +113,7 @@ class Observer:
             raise ConfigError(f"outer={type(outer).__name__} is not a noloco.OuterOptimizer; give the one whose run "
                               "this observes")
         self.outer = outer
-        self.folder = Path(folder)
+        self.folder = None if folder is None else Path(folder)
         self.config = {"method": outer.method, "outer": dataclasses.asdict(outer.config),
                        "inner_steps": outer.inner_steps, "outer_steps": outer_steps, "lr": lr, "schedule": schedule,
                        "warmup": warmup, "min_lr_frac": min_lr_frac, "inner_optimizer": inner_optimizer,
@@ -144,10 +147,13 @@ class Observer:
         self.seconds = 0.0  # spent observing (the benchmark's cost)
         self.gather_seconds = 0.0  # of which in the all-gather (the wait for the slowest rank included)
         self._prev = None  # (phi, progress) samples of the last outer step
+        self._pending = []  # across ranks: (outer step, its all-gather in flight), oldest first
+        self._writer = self._written = None  # the folder's writing thread and its last write
+        self.device = next(iter(outer.phi.values())).device
         self._unstable = []  # outer steps whose stability check found a decay factor >= 1
         self._started = time.perf_counter()
         self._lock = None
-        if self.main:
+        if self.main and self.folder is not None:
             self.folder.mkdir(parents=True, exist_ok=True)
             self._lock = _hold_folder(self)
             if (self.folder / "result.json").exists() and not overwrite:
@@ -161,15 +167,34 @@ class Observer:
 
     def _gather(self, *parts: dict) -> list[dict]:
         """Every replica's samples of ``parts`` (dicts of this process's tensors): ``{name: (N, K)}`` each."""
+        return self._collect(self._start(*parts))
+
+    def _start(self, *parts: dict, extra: list | None = None):
+        """Take this process's samples of ``parts`` and, across ranks, start their all-gather (one buffer,
+        ``extra`` floats appended): what :meth:`_collect` finishes."""
         taken = [self.sample.take(p, self.batched) for p in parts]
         if self.batched:
-            return taken
+            return taken, None, None, extra
         import torch.distributed as dist
 
-        flat = torch.cat([t for d in taken for t in d.values()])
+        flat = torch.cat([t for d in taken for t in d.values()] +
+                         ([torch.tensor(extra, dtype=torch.float64, device=self.device)] if extra else []))
         out = [torch.empty_like(flat) for _ in range(self.N)]
+        with self.outer.exchange._talking("observer all-gather", "all"):
+            work = dist.all_gather(out, flat, async_op=True)
+        return taken, work, out, extra
+
+    def _collect(self, pending) -> list[dict]:
+        """Wait for a gather :meth:`_start` began; the samples ``{name: (N, K)}`` of each part (and, where
+        ``extra`` was given, every rank's extra floats last)."""
+        taken, work, out, extra = pending
+        if work is None:
+            return taken + ([extra] if extra is not None else [])
+        from datetime import timedelta
+
         start = time.perf_counter()
-        self.outer.exchange._run(lambda: [dist.all_gather(out, flat, async_op=True)], "observer all-gather", "all")
+        with self.outer.exchange._talking("observer all-gather", "all"):
+            work.wait(timeout=timedelta(seconds=self.outer.exchange.timeout))
         self.gather_seconds += time.perf_counter() - start
         whole = torch.stack(out)  # (N, total)
         result, at = [], 0
@@ -179,21 +204,24 @@ class Observer:
                 part[k] = whole[:, at:at + t.numel()]
                 at += t.numel()
             result.append(part)
+        if extra is not None:
+            result.append([whole[r, at:].tolist() for r in range(self.N)])
         return result
 
-    def _checksums_differ(self, phi: dict) -> list[str]:
-        """The tensors whose (sum, sum of squares) in float64 differ between replicas: the whole tensors, where
-        the sample sees K coordinates (one all-gather of two numbers per tensor, at the first outer step only)."""
+    @staticmethod
+    def _checksums(phi: dict) -> list[float]:
+        """(sum, sum of squares) in float64 of each whole tensor of one replica: where the sample sees K
+        coordinates, a difference anywhere in a tensor still shows (the first outer step only)."""
+        return [v for t in phi.values() for v in (float(t.double().sum()), float(t.double().pow(2).sum()))]
+
+    def _checksums_differ(self, phi: dict, every: list | None = None) -> list[str]:
+        """The tensors whose checksums differ between replicas; ``every``: each rank's :meth:`_checksums`."""
         names = list(phi)
         if self.batched:
             sums = [torch.stack([phi[k].double().flatten(1).sum(1), phi[k].double().pow(2).flatten(1).sum(1)], 1)
                     for k in names]
             return [k for k, s in zip(names, sums) if not bool((s == s[0]).all())]
-        mine = [v for k in names for v in (float(phi[k].double().sum()), float(phi[k].double().pow(2).sum()))]
-        every = self.outer.exchange.gather_floats(mine)
-        width = 2 * len(names)
-        ranks = [every[r * width:(r + 1) * width] for r in range(self.N)]
-        return [k for i, k in enumerate(names) if any(r[2 * i:2 * i + 2] != ranks[0][2 * i:2 * i + 2] for r in ranks)]
+        return [k for i, k in enumerate(names) if any(r[2 * i:2 * i + 2] != every[0][2 * i:2 * i + 2] for r in every)]
 
     def _spread(self, groups: dict) -> tuple[float, float]:
         """``(weight_std, its standard error)`` pooled over the tensors, numel-weighted."""
@@ -206,10 +234,37 @@ class Observer:
     @torch.no_grad()
     def observe(self, phi: dict, progress: dict, step: int) -> None:
         """The progress hook: outer step ``step + 1``'s phi and progress theta - phi, before the exchange (the
-        optimizer calls it on every rank)."""
+        optimizer calls it on every rank). Across ranks the samples' all-gather started here is measured once
+        it has arrived, at a later outer step (at most :data:`IN_FLIGHT` outer steps later, or at
+        :meth:`close`): no rank waits for the slowest one, and each row is written a step or two late."""
         start = time.perf_counter()
-        phi_s, prog_s = self._gather(phi, progress)
-        differ = self._checksums_differ(phi) if step == 0 and self.sampled else None
+        if self.batched:
+            phi_s, prog_s = self._gather(phi, progress)
+            differ = self._checksums_differ(phi) if step == 0 and self.sampled else None
+            self._measure(step, phi, progress, phi_s, prog_s, differ)
+        else:
+            self._pending.append((step, self._start(phi, progress, extra=self._checksums(phi) if step == 0 else None)))
+            self._catch_up(keep=IN_FLIGHT)
+        self.seconds += time.perf_counter() - start
+
+    def collect(self) -> None:
+        """Measure now every outer step whose all-gather is still in flight (waits for them; no new
+        collective, so ranks may call it at different times): ``inputs`` and the rows are then complete."""
+        start = time.perf_counter()
+        self._catch_up()
+        self.seconds += time.perf_counter() - start
+
+    def _catch_up(self, keep: int = 0) -> None:
+        """Measure, in order, the outer steps whose all-gather has arrived, and wait for the oldest ones while
+        more than ``keep`` are in flight (across ranks)."""
+        while self._pending and (len(self._pending) > keep or self._pending[0][1][1].is_completed()):
+            step, pending = self._pending.pop(0)
+            phi_s, prog_s, *every = self._collect(pending)
+            differ = self._checksums_differ(phi_s, every[0]) if every else None
+            self._measure(step, None, None, phi_s, prog_s, differ)
+
+    def _measure(self, step: int, phi, progress, phi_s: dict, prog_s: dict, differ) -> None:
+        """One outer step's row from the samples (or, exact in one process, from ``phi`` and ``progress``)."""
         if self.sampled:
             row = self.meter.update(phi_s, prog_s)
             for k, g in row["groups"].items():
@@ -233,7 +288,6 @@ class Observer:
                 self._checks(step, ws)
             if (step + 1) % self.write_every == 0 or len(self.flags) > flagged:  # 3 fsyncs: not every step
                 self._write(finished=False)
-        self.seconds += time.perf_counter() - start
 
     def _checks(self, step: int, ws: float) -> None:
         """The warnings that replay the run so far through the advice. A warning never stops training: where
@@ -290,6 +344,8 @@ class Observer:
         if self._handle is None:
             return
         start = time.perf_counter()
+        self._catch_up()
+        self.outer.settle()  # a watched framework's last synchronisation: its phi and count
         step = self.outer.outer_done
         if step not in self.rows or "weight_std" not in self.rows[step]:  # the same on every rank
             if self.sampled:
@@ -304,9 +360,18 @@ class Observer:
         self.second_moment = self._second_moment(step)
         self.seconds += time.perf_counter() - start
         if self.main:
-            self._write(finished=step >= self.config["outer_steps"])
+            self._write(finished=step >= self.config["outer_steps"], wait=True)
         self._handle.remove()
         self._handle = None
+        _release_folder(self)
+
+    def detach(self) -> None:
+        """Stop observing: no final measurement, nothing more written (a caller that resumes a run it cannot
+        measure further)."""
+        if self._handle is not None:
+            self._handle.remove()
+            self._handle = None
+        self._pending = []
         _release_folder(self)
 
     def __enter__(self):
@@ -346,7 +411,23 @@ class Observer:
                 "observer_s": self.seconds, "sampled": sampled, "flags": self.flags, "torch": torch.__version__,
                 "adam_second_moment": getattr(self, "second_moment", None)}
 
-    def _write(self, finished: bool) -> None:
-        atomic_write_text(self.folder / "metrics.jsonl", "".join(dumps(r) + "\n" for r in self._metric_rows()))
-        atomic_write_text(self.folder / "inputs.jsonl", "".join(dumps(r) + "\n" for r in self.inputs))
-        write_json(self.folder / "result.json", self.result(finished), indent=2)
+    def _write(self, finished: bool, wait: bool = False) -> None:
+        """The folder's three files: their texts made now, written (each atomically, fsynced) by one background
+        thread in order, so that the disk's time is not the training loop's; ``wait``: until they are written
+        (at :meth:`close`). A failed write raises at the next one."""
+        if self.folder is None:  # measuring for a caller that writes its own files (the harness)
+            return
+        files = [(self.folder / "metrics.jsonl", "".join(dumps(r) + "\n" for r in self._metric_rows())),
+                 (self.folder / "inputs.jsonl", "".join(dumps(r) + "\n" for r in self.inputs)),
+                 (self.folder / "result.json", dumps(self.result(finished), indent=2) + "\n")]
+        if self._written is not None and self._written.done():
+            self._written.result()
+        if self._writer is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="noloco-observer")
+        self._written = self._writer.submit(lambda: [atomic_write_text(path, text) for path, text in files])
+        if wait:
+            self._writer.shutdown(wait=True)
+            self._writer, written, self._written = None, self._written, None
+            written.result()

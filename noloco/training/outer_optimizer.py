@@ -35,43 +35,14 @@ from noloco.training.replicas import Modules, Tensors, is_module_list
 STATE_VERSION = 1
 
 
-class OuterOptimizer:
-    """Wrap ``model`` (a module, a dict or iterable of tensors, or a list of N modules) and its
-    ``inner_optimizer``; every ``inner_steps`` steps of the inner optimizer, one outer step.
+class OuterStep:
+    """What an outer step is, whoever runs it: its setting (method, :class:`noloco.theory.config.OuterConfig`,
+    H), where the replicas are (this process's tensors, the exchange), the counters and the progress hooks
+    an :class:`noloco.training.observer.Observer` attaches to. :class:`OuterOptimizer` runs the step;
+    :class:`noloco.training.watch.Watch` watches one that another framework runs."""
 
-    Where the replicas are: ``replicas=None`` (default) one replica per torch.distributed rank (the
-    process group must be started, e.g. under torchrun; N = world size); ``replicas=N`` all N in this
-    process, every tensor with a leading replica dimension N; a list of N modules, one replica each.
-
-    Settings (None: the preset's value; defaults of ``preset="paper"``: n = 2, alpha 0.5, beta =
-    gamma = 0.7, heavy-ball, H = 50; of ``method="diloco"``: n = N, alpha 0.3, beta 0.7, gamma 0,
-    H = 100): ``method`` noloco, diloco or local; ``preset`` paper, diloco or diloco-nesterov;
-    ``group_size`` n; ``alpha`` outer momentum; ``beta`` outer learning rate on the group-mean progress;
-    ``gamma`` pull towards the group-mean weights; ``momentum`` "heavy-ball" or "nesterov"; ``seed``
-    of the groups (the same on every rank); ``outer_dtype`` of phi and delta (None: each parameter's).
-
-    With an ``inner_optimizer`` the outer step runs from a hook after its ``step()``; without one, call
-    :meth:`step` after every inner step. Replicas must start equal (seed torch alike on every rank).
-
-    Example: 4 replicas of a 2-vector in one process, H = 2, SGD lr 1 adding 1 to every weight::
-
-        >>> import torch, noloco
-        >>> w = torch.nn.Parameter(torch.zeros(4, 2))
-        >>> inner = torch.optim.SGD([w], lr=1.0)
-        >>> outer = noloco.OuterOptimizer([w], inner, replicas=4, inner_steps=2, alpha=0.5, beta=0.5)
-        >>> for _ in range(2):
-        ...     w.grad = -torch.ones_like(w)
-        ...     inner.step()
-        >>> outer.outer_done, w[0].tolist()   # progress 2, delta 0.5 * 2 = 1 (equal replicas: no pull)
-        (1, [1.0, 1.0])
-    """
-
-    def __init__(self, model, inner_optimizer: torch.optim.Optimizer | None = None, *,
-                 inner_steps: int | None = None, method: str | None = None, preset: str | None = None,
-                 replicas: int | None = None, group_size: int | None = None, alpha: float | None = None,
-                 beta: float | None = None, gamma: float | None = None, momentum: str | None = None,
-                 seed: int = 0, outer_dtype: torch.dtype | None = None, wire_dtype: torch.dtype | None = None,
-                 stages=None, exchange: Exchange | None = None, timeout: float = 600.0):
+    def _setup(self, model, inner_optimizer, *, inner_steps, method, preset, replicas, group_size, alpha, beta,
+               gamma, momentum, seed, stages, exchange, timeout) -> None:
         self.seed = check_seed("seed", seed)
         check_timeout("timeout", timeout)
         if inner_optimizer is not None and not isinstance(inner_optimizer, torch.optim.Optimizer):
@@ -83,12 +54,6 @@ class OuterOptimizer:
         if replicas is not None and (isinstance(replicas, bool) or not isinstance(replicas, int) or replicas < 1):
             raise ConfigError(f"replicas={replicas!r} is out of range; allowed: an integer >= 1 (replicas in this "
                               f"process) or None (one per torch.distributed rank)")
-        if outer_dtype is not None and not isinstance(outer_dtype, torch.dtype):
-            raise ConfigError(f"outer_dtype={outer_dtype!r} is not a torch dtype; allowed: e.g. torch.float32, "
-                              f"or None (each parameter's)")
-        if wire_dtype is not None and not (isinstance(wire_dtype, torch.dtype) and wire_dtype.is_floating_point):
-            raise ConfigError(f"wire_dtype={wire_dtype!r} is not a floating torch dtype; allowed: e.g. "
-                              f"torch.bfloat16, or None (the outer state's dtype)")
         if is_module_list(model):
             if replicas is not None and replicas != len(model):
                 raise ConfigError(f"replicas={replicas} but model is a list of {len(model)} modules")
@@ -108,26 +73,13 @@ class OuterOptimizer:
                               f"{', '.join(m for m in METHODS if not METHOD_TABLE[m].synchronous)}")
         self.inner_steps = inner.steps
         self.stages = self._stages(stages)
-        self.wire_dtype = wire_dtype
-        theta = self.replicas_here.theta()
-        # phi, delta and the outer step's work vector live in one flat buffer per stage and dtype; self.phi and
-        # self.delta hold views of them (an entry replaced by the caller is copied back in at the next step)
-        rows = self.exchange.N if isinstance(self.exchange, LocalExchange) else None
-        self.buckets = []
-        for stage, keys in enumerate(self.stages):
-            dtypes = {k: outer_dtype or theta[k].dtype for k in keys}
-            for dtype in dict.fromkeys(dtypes.values()):
-                same = [k for k in keys if dtypes[k] == dtype]
-                self.buckets.append(_Bucket(same, theta, dtype, wire_dtype, rows, stage))
-        views = {k: b for b in self.buckets for k in b.keys}
-        self.phi = {k: views[k].phi_views[k] for k in theta}  # the model's order
-        self.delta = {k: views[k].delta_views[k] for k in theta}
         self.outer_done = 0  # outer steps done
         self.inner_done = 0  # inner steps of the current phase done
         self._progress_hooks = []
-        self.inner_optimizer = inner_optimizer  # its state is the user's; the observer reads Adam's second moment
-        self._hook = None if inner_optimizer is None else \
-            inner_optimizer.register_step_post_hook(lambda *_: self.step())
+        # its state is the user's; the observer reads Adam's second moment. A wrapper (accelerate's
+        # AcceleratedOptimizer) holds the torch optimizer whose step() runs the hooks
+        self.inner_optimizer = torch_optimizer(inner_optimizer)
+        self._optimizer_hooks = []  # handles of hooks on the inner optimizer (close() removes them)
 
     def _exchange(self, replicas: int | None, timeout: float) -> Exchange:
         if replicas is not None:
@@ -159,6 +111,96 @@ class OuterOptimizer:
     def replicas(self) -> int:
         """N, every replica of the run (not only those held here)."""
         return self.exchange.N
+
+    def add_progress_hook(self, hook) -> "_Handle":
+        """Call ``hook(phi, progress, outer_step)`` at every outer step before the exchange (dicts of
+        this process's tensors; do not modify them); ``.remove()`` on the returned handle stops it."""
+        self._progress_hooks.append(hook)
+        return _Handle(self._progress_hooks, hook)
+
+    def settle(self) -> None:
+        """Bring ``phi`` and ``outer_done`` up to date (the observer calls it when it closes)."""
+
+    def close(self) -> None:
+        """Detach from the inner optimizer (its steps no longer count)."""
+        for handle in self._optimizer_hooks:
+            handle.remove()
+        self._optimizer_hooks = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class OuterOptimizer(OuterStep):
+    """Wrap ``model`` (a module, a dict or iterable of tensors, or a list of N modules) and its
+    ``inner_optimizer``; every ``inner_steps`` steps of the inner optimizer, one outer step.
+
+    Where the replicas are: ``replicas=None`` (default) one replica per torch.distributed rank (the
+    process group must be started, e.g. under torchrun; N = world size); ``replicas=N`` all N in this
+    process, every tensor with a leading replica dimension N; a list of N modules, one replica each.
+
+    Settings (None: the preset's value; defaults of ``preset="paper"``: n = 2, alpha 0.5, beta =
+    gamma = 0.7, heavy-ball, H = 50; of ``method="diloco"``: n = N, alpha 0.3, beta 0.7, gamma 0,
+    H = 100): ``method`` noloco, diloco or local; ``preset`` paper, diloco or diloco-nesterov;
+    ``group_size`` n; ``alpha`` outer momentum; ``beta`` outer learning rate on the group-mean progress;
+    ``gamma`` pull towards the group-mean weights; ``momentum`` "heavy-ball" or "nesterov"; ``seed``
+    of the groups (the same on every rank); ``outer_dtype`` of phi and delta (None: each parameter's);
+    ``wire_dtype`` of the one vector each replica sends per outer step, beta * progress + gamma * phi (None:
+    the outer state's; ``torch.bfloat16`` halves the bytes, the group mean then of the rounded vectors).
+
+    With an ``inner_optimizer`` the outer step runs from a hook after its ``step()``; without one, call
+    :meth:`step` after every inner step. Replicas must start equal (seed torch alike on every rank).
+
+    Example: 4 replicas of a 2-vector in one process, H = 2, SGD lr 1 adding 1 to every weight::
+
+        >>> import torch, noloco
+        >>> w = torch.nn.Parameter(torch.zeros(4, 2))
+        >>> inner = torch.optim.SGD([w], lr=1.0)
+        >>> outer = noloco.OuterOptimizer([w], inner, replicas=4, inner_steps=2, alpha=0.5, beta=0.5)
+        >>> for _ in range(2):
+        ...     w.grad = -torch.ones_like(w)
+        ...     inner.step()
+        >>> outer.outer_done, w[0].tolist()   # progress 2, delta 0.5 * 2 = 1 (equal replicas: no pull)
+        (1, [1.0, 1.0])
+    """
+
+    def __init__(self, model, inner_optimizer: torch.optim.Optimizer | None = None, *,
+                 inner_steps: int | None = None, method: str | None = None, preset: str | None = None,
+                 replicas: int | None = None, group_size: int | None = None, alpha: float | None = None,
+                 beta: float | None = None, gamma: float | None = None, momentum: str | None = None,
+                 seed: int = 0, outer_dtype: torch.dtype | None = None, wire_dtype: torch.dtype | None = None,
+                 stages=None, exchange: Exchange | None = None, timeout: float = 600.0):
+        if outer_dtype is not None and not isinstance(outer_dtype, torch.dtype):
+            raise ConfigError(f"outer_dtype={outer_dtype!r} is not a torch dtype; allowed: e.g. torch.float32, "
+                              f"or None (each parameter's)")
+        if wire_dtype is not None and not (isinstance(wire_dtype, torch.dtype) and wire_dtype.is_floating_point):
+            raise ConfigError(f"wire_dtype={wire_dtype!r} is not a floating torch dtype; allowed: e.g. "
+                              f"torch.bfloat16, or None (the outer state's dtype)")
+        self._setup(model, inner_optimizer, inner_steps=inner_steps, method=method, preset=preset, replicas=replicas,
+                    group_size=group_size, alpha=alpha, beta=beta, gamma=gamma, momentum=momentum, seed=seed,
+                    stages=stages, exchange=exchange, timeout=timeout)
+        self.wire_dtype = wire_dtype
+        theta = self.replicas_here.theta()
+        # phi, delta and the outer step's work vector live in one flat buffer per stage and dtype; self.phi and
+        # self.delta hold views of them (an entry replaced by the caller is copied back in at the next step)
+        rows = self.exchange.N if isinstance(self.exchange, LocalExchange) else None
+        self.buckets = []
+        for stage, keys in enumerate(self.stages):
+            dtypes = {k: outer_dtype or theta[k].dtype for k in keys}
+            for dtype in dict.fromkeys(dtypes.values()):
+                same = [k for k in keys if dtypes[k] == dtype]
+                self.buckets.append(_Bucket(same, theta, dtype, wire_dtype, rows, stage))
+        views = {k: b for b in self.buckets for k in b.keys}
+        self.phi = {k: views[k].phi_views[k] for k in theta}  # the model's order
+        self.delta = {k: views[k].delta_views[k] for k in theta}
+        if self.inner_optimizer is not None:
+            self._optimizer_hooks.append(self.inner_optimizer.register_step_post_hook(lambda *_: self.step()))
+
+
+    # ------------------------------------------------------------------ the outer step
 
     def step(self) -> bool:
         """Count one inner step; after the H-th of a phase run the outer step. True when it ran."""
@@ -220,24 +262,6 @@ class OuterOptimizer:
         self.outer_done += 1
         self.inner_done = 0
 
-    def add_progress_hook(self, hook) -> "_Handle":
-        """Call ``hook(phi, progress, outer_step)`` at every outer step before the exchange (dicts of
-        this process's tensors; do not modify them); ``.remove()`` on the returned handle stops it."""
-        self._progress_hooks.append(hook)
-        return _Handle(self._progress_hooks, hook)
-
-    def close(self) -> None:
-        """Detach from the inner optimizer (its steps no longer count)."""
-        if self._hook is not None:
-            self._hook.remove()
-            self._hook = None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self.close()
-
     def __repr__(self) -> str:
         o = self.config
         return (f"OuterOptimizer(method={self.method!r}, replicas={o.replicas}, group_size={o.group_size}, "
@@ -289,6 +313,15 @@ class OuterOptimizer:
         if self.inner_done == 0:
             with torch.no_grad():
                 self.replicas_here.load(self.phi)
+
+
+def torch_optimizer(optimizer):
+    """The torch optimizer inside a wrapper (accelerate's ``AcceleratedOptimizer`` holds it as ``.optimizer``):
+    the one whose ``step()`` runs hooks and whose ``state`` holds Adam's moments."""
+    while optimizer is not None and not hasattr(optimizer, "_optimizer_step_post_hooks") and \
+            hasattr(optimizer, "optimizer"):
+        optimizer = optimizer.optimizer
+    return optimizer
 
 
 class _Bucket:

@@ -58,9 +58,9 @@ class CoordinateSample:
         for name, idx in self.index.items():
             t = tensors[name].detach()
             flat = t.reshape(t.shape[0], -1) if stacked else t.reshape(-1)
-            if idx is not None:
-                flat = flat[..., idx.to(flat.device)]
-            out[name] = flat.to(torch.float64)
+            # a copy always: the outer step updates phi in place, and a sample must keep this step's values
+            out[name] = flat[..., idx.to(flat.device)].to(torch.float64) if idx is not None else \
+                flat.to(torch.float64, copy=True)
         return out
 
     def sizes(self) -> dict:
