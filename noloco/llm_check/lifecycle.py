@@ -71,13 +71,6 @@ def run_folder(out, *, resume: bool = False, overwrite: bool = False, lock: bool
                      how=how)
 
 
-def check_run_dir(out, *, resume: bool = False, overwrite: bool = False) -> Path:
-    """``out`` checked as a run folder before any work (writable; holding no run unless ``resume`` or
-    ``overwrite``); its lock is taken and released."""
-    with run_folder(out, resume=resume, overwrite=overwrite) as folder:
-        return folder.path
-
-
 def read_metrics(path, fix: str = "") -> list[dict]:
     """The rows of a metrics.jsonl, each an object with ``outer_step`` and ``weight_std`` (Python's json:
     rows of runs made before strict JSON may hold NaN); a DataError naming the file, the line and ``fix``."""

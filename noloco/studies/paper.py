@@ -57,7 +57,7 @@ QUICK = {"run": dict(layers=1, heads=2, width=16, ctx=16, inner_steps=3, outer_s
          "fig3b": (4, 1), "fig4": (2, 2), "paper_cell": (4, 2),
          "paper_diloco": dict(alpha=0.3, beta=0.7, inner_steps=6)}
 
-#: PAPER.md: Table 2's Small model (FSDP / DiLoCo / NoLoCo final validation perplexity) at the (DP, PP) of
+#: the paper's Table 2's Small model (FSDP / DiLoCo / NoLoCo final validation perplexity) at the (DP, PP) of
 #: this study, with its accelerator count; Reddit then C4
 PAPER_TABLE2 = {(8, 1): (8, (25.5, 27.6, 27.3), (29.1, 35.4, 34.5)),
                 (4, 2): (8, (25.7, 26.8, 26.4), (29.1, 32.1, 31.3)),

@@ -15,7 +15,6 @@ k (n - 1)/n (1: the reading of independent replicas, 2: the one Eq 56 uses).
 
 from __future__ import annotations
 
-import math
 
 import numpy as np
 from scipy.special import erf
@@ -174,16 +173,7 @@ def pair_max_mean(mu, sigma):
     return (1 + erf(sigma / 2)) * np.exp(np.asarray(mu, dtype=float) + sigma ** 2 / 2)
 
 
-def pair_averaging_time(mu, sigma):
-    """Section 5.3: local averaging in pairs takes 2 E max(t1, t2) (one tree level, up and down)."""
-    return 2 * pair_max_mean(mu, sigma)
-
-
 def tree_allreduce_time(message_time, world_size):
     """Eq 5: t_all ~ 2 t_c log2(n), a reduce to the root and a broadcast back, one message time per level."""
     return 2 * np.asarray(message_time, dtype=float) * np.log2(np.asarray(world_size, dtype=float))
 
-
-def lognormal_mean(mu, sigma) -> float:
-    """E t = exp(mu + sigma^2 / 2), the paper's t_c (Fig 5 caption)."""
-    return math.exp(mu + sigma * sigma / 2)

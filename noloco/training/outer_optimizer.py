@@ -224,7 +224,7 @@ class OuterOptimizer(OuterStep):
         heavy_ball = o.momentum == "heavy-ball"
         for b in self.buckets:
             b.adopt(self.phi, self.delta)
-        if self._progress_hooks:  # the progress theta - phi (the sign of DESIGN.md), only for the hooks
+        if self._progress_hooks:  # the progress theta - phi (the theory's sign), only for the hooks
             progress = {}
             for b in self.buckets:
                 if b.progress is None:
