@@ -86,11 +86,14 @@ def _loss(model, windows):
     return model(input_ids=windows, labels=windows).loss  # Hugging Face shifts the labels itself
 
 
-def train_hf(family: Family, setting: dict, seed: int, folder, val_windows: int = VAL_WINDOWS) -> None:
+def train_hf(family: Family, setting: dict, seed: int, folder, val_windows: int = VAL_WINDOWS, stop: int | None = None,
+             prepare=None) -> None:
     """A plain torch loop over ``family``: AdamW at the learning rate of ``setting``'s schedule,
     :class:`noloco.OuterOptimizer` every H steps, :class:`noloco.Observer` writing ``folder`` with the averaged
     model's and the replicas' validation loss at every evaluation. N replicas in one process (a list of modules),
-    or, under torch.distributed (torchrun), one replica per rank (the observer then samples coordinates)."""
+    or, under torch.distributed (torchrun), one replica per rank (the observer then samples coordinates).
+    ``stop``: train only the first ``stop`` outer steps of the schedule (the early warnings' study);
+    ``prepare(models, outer)``: called before the first step (a planted fault)."""
     import copy
 
     import torch
@@ -121,7 +124,9 @@ def train_hf(family: Family, setting: dict, seed: int, folder, val_windows: int 
                         min_lr_frac=s["min_lr_frac"], adam_beta2=s["adam_beta2"], seed=seed, overwrite=True,
                         val_windows=val_windows, family=family.name, batch=s["batch"], ctx=ctx)
     average = copy.deepcopy(first)
-    for k in range(T * H):
+    if prepare is not None:
+        prepare(models, outer)
+    for k in range(min(T, stop or T) * H):
         for group in inner.param_groups:
             group["lr"] = rate(k)
         inner.zero_grad(set_to_none=True)
