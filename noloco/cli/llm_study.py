@@ -1,13 +1,14 @@
 """``noloco llm study NAME``: the multi-run studies of noloco.studies and the gloo timings, each an
 action with its flags declared here: ``routing`` and ``paper`` (trained for several seeds, finished runs
-reused), ``advice``, ``tune`` and ``families`` (the advice's held-out evaluations) and ``comm`` (gloo's all-reduce and
+reused), ``advice``, ``tune`` and ``families`` (the advice's held-out evaluations), ``warnings`` (the early warnings'
+false alarms and planted faults) and ``comm`` (gloo's all-reduce and
 point-to-point times on this machine)."""
 
 from __future__ import annotations
 
 import sys
 
-STUDIES = ("routing", "paper", "advice", "tune", "families", "comm")
+STUDIES = ("routing", "paper", "advice", "tune", "families", "warnings", "comm")
 
 
 def add_parser(sub) -> None:
@@ -65,6 +66,17 @@ def add_parser(sub) -> None:
                                "itself)")
     families.add_argument("--seed", type=int, default=0, help="with --rank-run: the run's seed (default 0)")
     families.set_defaults(study_run=_families)
+
+    warnings = actions.add_parser("warnings", help="the early warnings on clean runs of several model families and "
+                                                   "on planted faults (docs/own_run.md)",
+                                  description="Trains what is missing of the clean and faulty runs (Hugging Face "
+                                              "GPT-2 and Llama configs, 12 outer steps each, finished runs reused) "
+                                              "and counts the observer's false alarms and the faults it caught. "
+                                              "Exit 1 on a false alarm or a fault not caught. Needs transformers.")
+    warnings.add_argument("--out", default="runs/warnings", help="folder of the runs (default runs/warnings)")
+    warnings.add_argument("--no-train", action="store_true", help="evaluate only (every run must exist)")
+    warnings.add_argument("--json", action="store_true", help="print the JSON report")
+    warnings.set_defaults(study_run=_warnings)
 
     from noloco.llm_check.comm_measure import DEFAULT_OUT, DEFAULT_SIZES
 
@@ -141,6 +153,21 @@ def _families(args) -> int:
     report = families.run_study(args.out, train=not args.no_train)
     print_json(report) if args.json else print(families.format_report(report))
     return 0
+
+
+def _warnings(args) -> int:
+    from noloco.infra.errors import require_extra
+    from noloco.infra.files import print_json
+    from noloco.studies import warnings
+
+    require_extra("transformers", "transformers", "hf", "the warnings study's model families")
+    report = warnings.run_study(args.out, train_runs=not args.no_train)
+    print_json(report) if args.json else print(warnings.format_report(report))
+    if not warnings.ok(report):  # why the exit status is 1, on stderr: --json's stdout stays pure JSON
+        s = report["summary"]
+        print(f"noloco llm study warnings: {s['false_alarms']} false alarm(s) on {s['clean_runs']} clean runs, "
+              f"{s['faults'] - s['caught']} of {s['faults']} planted faults not caught", file=sys.stderr)
+    return 0 if warnings.ok(report) else 1
 
 
 def _comm(args) -> int:

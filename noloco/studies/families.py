@@ -87,13 +87,14 @@ def _loss(model, windows):
 
 
 def train_hf(family: Family, setting: dict, seed: int, folder, val_windows: int = VAL_WINDOWS, stop: int | None = None,
-             prepare=None) -> None:
+             prepare=None, outer_class=None) -> None:
     """A plain torch loop over ``family``: AdamW at the learning rate of ``setting``'s schedule,
     :class:`noloco.OuterOptimizer` every H steps, :class:`noloco.Observer` writing ``folder`` with the averaged
     model's and the replicas' validation loss at every evaluation. N replicas in one process (a list of modules),
     or, under torch.distributed (torchrun), one replica per rank (the observer then samples coordinates).
     ``stop``: train only the first ``stop`` outer steps of the schedule (the early warnings' study);
-    ``prepare(models, outer)``: called before the first step (a planted fault)."""
+    ``prepare(models)`` (before the outer optimizer copies the weights) and ``outer_class`` (an OuterOptimizer
+    subclass): a planted fault (:mod:`noloco.studies.warnings`)."""
     import copy
 
     import torch
@@ -111,6 +112,8 @@ def train_hf(family: Family, setting: dict, seed: int, folder, val_windows: int 
     torch.manual_seed(seed)  # every rank draws the same initial weights: replicas start equal
     first = _hf_model(family, ctx)
     models = [first] + [copy.deepcopy(first) for _ in here[1:]]
+    if prepare is not None:
+        prepare(models)
     corpus = data.load_corpus()
     shards = data.shards(corpus, N, seed)
     val = torch.from_numpy(data.val_windows(corpus, seed, val_windows, ctx)).long()
@@ -118,14 +121,12 @@ def train_hf(family: Family, setting: dict, seed: int, folder, val_windows: int 
                               betas=(0.9, s["adam_beta2"]), weight_decay=0.0)
     rate = lambda k: learning_rate(k, s["schedule"], s["lr"], T * H, warmup=s["warmup"],  # noqa: E731
                                    floor=s["min_lr_frac"])
-    outer = OuterOptimizer(first if ranks else models, inner, inner_steps=H, method="noloco",
+    outer = (outer_class or OuterOptimizer)(first if ranks else models, inner, inner_steps=H, method="noloco",
                            group_size=s["group_size"], alpha=s["alpha"], beta=s["beta"], gamma=s["gamma"], seed=seed)
     observer = Observer(outer, folder, outer_steps=T, lr=s["lr"], schedule=s["schedule"], warmup=s["warmup"],
                         min_lr_frac=s["min_lr_frac"], adam_beta2=s["adam_beta2"], seed=seed, overwrite=True,
                         val_windows=val_windows, family=family.name, batch=s["batch"], ctx=ctx)
     average = copy.deepcopy(first)
-    if prepare is not None:
-        prepare(models, outer)
     for k in range(min(T, stop or T) * H):
         for group in inner.param_groups:
             group["lr"] = rate(k)
