@@ -1,6 +1,6 @@
 """``noloco llm study NAME``: the multi-run studies of noloco.studies and the gloo timings, each an
 action with its flags declared here: ``routing`` and ``paper`` (trained for several seeds, finished runs
-reused), ``advice``, ``tune`` and ``families`` (the advice's held-out evaluations), ``warnings`` (the early warnings'
+reused), ``advice``, ``tune``, ``families`` and ``forecasts`` (the advice's held-out evaluations), ``warnings`` (the early warnings'
 false alarms and planted faults) and ``comm`` (gloo's all-reduce and
 point-to-point times on this machine)."""
 
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-STUDIES = ("routing", "paper", "advice", "tune", "families", "warnings", "comm")
+STUDIES = ("routing", "paper", "advice", "tune", "families", "forecasts", "warnings", "comm")
 
 
 def add_parser(sub) -> None:
@@ -66,6 +66,17 @@ def add_parser(sub) -> None:
                                "itself)")
     families.add_argument("--seed", type=int, default=0, help="with --rank-run: the run's seed (default 0)")
     families.set_defaults(study_run=_families)
+
+    forecasts = actions.add_parser("forecasts", help="the forecast's flags calibrated on the model families "
+                                                     "(docs/advice.md)",
+                                   description="Trains what is missing of the families' runs (the families study's "
+                                               "layout, finished runs reused), forecasts each from outer steps 8 to "
+                                               "24, chooses the flags' limits on seed 0 and judges seed 1 with them. "
+                                               "Needs transformers.")
+    forecasts.add_argument("--runs", default="runs/families", help="folder of the runs (default runs/families)")
+    forecasts.add_argument("--no-train", action="store_true", help="evaluate only (every run must exist)")
+    forecasts.add_argument("--json", action="store_true", help="print the JSON report")
+    forecasts.set_defaults(study_run=_forecasts)
 
     warnings = actions.add_parser("warnings", help="the early warnings on clean runs of several model families and "
                                                    "on planted faults (docs/own_run.md)",
@@ -152,6 +163,15 @@ def _families(args) -> int:
         return 0
     report = families.run_study(args.out, train=not args.no_train)
     print_json(report) if args.json else print(families.format_report(report))
+    return 0
+
+
+def _forecasts(args) -> int:
+    from noloco.infra.files import print_json
+    from noloco.studies import forecasts
+
+    report = forecasts.run_study(args.runs, train=not args.no_train)
+    print_json(report) if args.json else print(forecasts.format_report(report))
     return 0
 
 

@@ -140,7 +140,7 @@ def unstable(run, outer, step: int, hits: list) -> dict | None:
     f = found
     return {"flag": "unstable", "outer_step": step, "decay_factor": f["factor"], "flattest_c": f["c"],
             "c_interval": [f["low"], f["high"]], "false_alarm": FALSE_ALARM,
-            "message": f"this outer step cannot converge at the measured inputs: at {f['tensor']} c {f['c']:.4g} "
+            "message": f"this outer step cannot converge at the measured inputs: at tensor {f['tensor']} c {f['c']:.4g} "
                        f"(interval {f['low']:.3g} to {f['high']:.3g} over outer steps {len(run.inputs) - f['steps'] + 1}"
                        f" to {len(run.inputs)}) the decay factor per outer step is {f['factor']:.4f}, and at least "
                        f"{f['least']:.4f} across the interval, at the checks of outer steps {', '.join(map(str, hits))} "
