@@ -428,3 +428,7 @@ def test_the_gap_reads_the_second_moment_the_observer_wrote(tmp_path, capsys):
     assert main(["llm", "predict", str(tmp_path / "run"), "--gap", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["sum_sqrt_v"] == pytest.approx(by_hand, rel=1e-12) and report["predicted"] > 0
+    # this run's config names no validation windows: the report says so instead of printing a default
+    assert report["val_windows"] is None
+    assert main(["llm", "predict", str(tmp_path / "run"), "--gap"]) == 0
+    assert "validation windows not recorded in the run" in capsys.readouterr().out
