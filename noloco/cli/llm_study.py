@@ -67,27 +67,16 @@ def add_parser(sub) -> None:
     families.add_argument("--seed", type=int, default=0, help="with --rank-run: the run's seed (default 0)")
     families.set_defaults(study_run=_families)
 
-    forecasts = actions.add_parser("forecasts", help="the forecast's flags calibrated on the model families "
-                                                     "(docs/advice.md)",
-                                   description="Trains what is missing of the families' runs (the families study's "
-                                               "layout, finished runs reused), forecasts each from outer steps 8 to "
-                                               "24, chooses the flags' limits on seed 0 and judges seed 1 with them. "
-                                               "Needs transformers.")
-    forecasts.add_argument("--runs", default="runs/families", help="folder of the runs (default runs/families)")
-    forecasts.add_argument("--no-train", action="store_true", help="evaluate only (every run must exist)")
-    forecasts.add_argument("--json", action="store_true", help="print the JSON report")
-    forecasts.set_defaults(study_run=_forecasts)
-
-    warnings = actions.add_parser("warnings", help="the early warnings on clean runs of several model families and "
-                                                   "on planted faults (docs/own_run.md)",
-                                  description="Trains what is missing of the clean and faulty runs (Hugging Face "
-                                              "GPT-2 and Llama configs, 12 outer steps each, finished runs reused) "
-                                              "and counts the observer's false alarms and the faults it caught. "
-                                              "Exit 1 on a false alarm or a fault not caught. Needs transformers.")
-    warnings.add_argument("--out", default="runs/warnings", help="folder of the runs (default runs/warnings)")
-    warnings.add_argument("--no-train", action="store_true", help="evaluate only (every run must exist)")
-    warnings.add_argument("--json", action="store_true", help="print the JSON report")
-    warnings.set_defaults(study_run=_warnings)
+    _runs_study(actions, "forecasts", "--runs", "runs/families", _forecasts,
+                "the forecast's flags calibrated on the model families (docs/advice.md)",
+                "Trains what is missing of the families' runs (the families study's layout, finished runs reused), "
+                "forecasts each from outer steps 8 to 24, chooses the flags' limits on seed 0 and judges seed 1 with "
+                "them. Needs transformers.")
+    _runs_study(actions, "warnings", "--out", "runs/warnings", _warnings,
+                "the early warnings on clean runs of several model families and on planted faults (docs/own_run.md)",
+                "Trains what is missing of the clean and faulty runs (Hugging Face GPT-2 and Llama configs, 12 outer "
+                "steps each, finished runs reused) and counts the observer's false alarms and the faults it caught. "
+                "Exit 1 on a false alarm or a fault not caught. Needs transformers.")
 
     from noloco.llm_check.comm_measure import DEFAULT_OUT, DEFAULT_SIZES
 
@@ -102,6 +91,15 @@ def add_parser(sub) -> None:
     comm.add_argument("--json", action="store_true", help="print the JSON report (the file's content) instead of the table")
     comm.set_defaults(study_run=_comm)
     study.set_defaults(run=run)
+
+
+def _runs_study(actions, name: str, folder_flag: str, default: str, handler, summary: str, description: str) -> None:
+    """A study that trains what is missing in a folder of runs, then evaluates them."""
+    parser = actions.add_parser(name, help=summary, description=description)
+    parser.add_argument(folder_flag, default=default, help=f"folder of the runs (default {default})")
+    parser.add_argument("--no-train", action="store_true", help="evaluate only (every run must exist)")
+    parser.add_argument("--json", action="store_true", help="print the JSON report")
+    parser.set_defaults(study_run=handler)
 
 
 def run(args) -> int:
