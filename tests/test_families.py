@@ -41,10 +41,11 @@ def test_the_forecast_limits_are_chosen_on_seed_0_as_stated():
     from noloco.studies import forecasts as S
 
     def row(ratio, rise, growth, always=()):
-        return {"ratio": ratio, "c_rise": rise, "noise_growth": growth, "always": list(always),
-                "holds": abs(ratio - 1) <= S.TOLERANCE}
+        return {"ratio": ratio, "c_rise": rise, "noise_growth": growth, "always": list(always), "naive": 1.2,
+                "inside": True, "holds": abs(ratio - 1) <= S.TOLERANCE}
 
-    rows = [row(1.02, 0.1, 1.1), row(0.95, 0.6, 1.3), row(1.4, 0.2, 1.9), row(1.5, 2.5, 1.2), row(1.0, 0.1, 1.0, ["too few steps"])]
+    rows = [row(1.02, 0.1, 1.1), row(0.95, 0.6, 1.3), row(1.4, 0.2, 1.9), row(1.5, 2.5, 1.2),
+            row(1.0, 0.1, 1.0, ["too few steps"])]
     rise, growth = S.choose_limits(rows)
     assert (rise, growth) == (0.75, 1.5)  # the smallest that claim the first two; the third misses, the fourth too
     assert [S.claimed(r, rise, growth) for r in rows] == [True, True, False, False, False]
