@@ -40,6 +40,8 @@ SEEDS = (0, 1)
 EXTRA = {"gap8": {**F.GAP_CHECK}, "gap8const": {**F.GAP_CHECK, "schedule": "constant", "min_lr_frac": 1.0}}
 RISE_GRID = (0.5, 0.75, 1.0, 1.5, 2.0, 3.0, math.inf)
 GROWTH_GRID = (1.25, 1.5, 1.75, 2.0, 2.5, 3.0, math.inf)
+#: the limits before this calibration (SETTLED_RISE, GROWTH_LIMIT of noloco.advice.forecast), reported beside it
+BEFORE = (0.5, 1.5)
 #: the flags that withdraw a forecast whatever the limits (the recursion diverges, too few steps)
 ALWAYS = ("too few steps", "the forecast recursion diverges")
 
@@ -124,10 +126,12 @@ def evaluate(out: Path) -> dict:
     rise, growth = choose_limits([r for r in rows if r["seed"] == SEEDS[0]])
     for r in rows:
         r["claimed"] = claimed(r, rise, growth)
+    by_seed = {s: [r for r in rows if r["seed"] == s] for s in SEEDS}
     return {"schema": "forecasts", "tolerance": TOLERANCE, "from_steps": list(FROM_STEPS),
             "limits": {"settled_rise": rise, "growth": growth, "chosen_on_seed": SEEDS[0]},
-            "rows": rows, "summary": {f"seed{s}": summary([r for r in rows if r["seed"] == s], rise, growth)
-                                      for s in SEEDS}}
+            "rows": rows, "summary": {f"seed{s}": summary(r, rise, growth) for s, r in by_seed.items()},
+            "limits_before": dict(zip(("settled_rise", "growth"), BEFORE)),
+            "summary_before": {f"seed{s}": summary(r, *BEFORE) for s, r in by_seed.items()}}
 
 
 def run_study(out, train: bool = True) -> dict:
@@ -148,7 +152,8 @@ def format_report(rep: dict) -> str:
         naive = "-" if r["naive"] is None else f"{r['naive']:.3f}"
         lines.append(f"{r['family']:<9} {r['run']:<10} {r['seed']:>4} {r['from_step']:>3} {r['ratio']:>6.3f} "
                      f"{naive:>6} {r['c_rise']:>6.2f} {r['noise_growth']:>6.2f}  {'yes' if r['claimed'] else 'no'}")
-    for seed, s in rep["summary"].items():
+    for seed, s in [*rep["summary"].items(), *((f"{k} with the limits before", v)
+                                                for k, v in rep.get("summary_before", {}).items())]:
         lines.append(f"{seed}: claimed {s['claimed']} of {s['forecasts']}, of them within {rep['tolerance']:.0%}: "
                      f"{s['claimed_within']}, inside the 80 % interval: {s['claimed_inside_interval']}; flagged that "
                      f"would have held: {s['flagged_would_have_held']}; naive within: {s['naive_within']}; the "
