@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-STUDIES = ("routing", "paper", "advice", "tune", "families", "forecasts", "warnings", "comm")
+STUDIES = ("routing", "paper", "advice", "tune", "families", "forecasts", "gap", "warnings", "comm")
 
 
 def add_parser(sub) -> None:
@@ -72,6 +72,12 @@ def add_parser(sub) -> None:
                 "Trains what is missing of the families' runs (the families study's layout, finished runs reused), "
                 "forecasts each from outer steps 8 to 24, chooses the flags' limits on seed 0 and judges seed 1 with "
                 "them. Needs transformers.")
+    gap = actions.add_parser("gap", help="--gap split by tensor on Llama and GPT-2 at N = 8 (docs/advice.md)",
+                             description="Trains Llama and GPT-2 configs at N = 8 (about 5 minutes each here) and "
+                                         "splits the predicted and the measured loss gap by tensor. Needs transformers.")
+    gap.add_argument("--out", default="runs/gap-check", help="folder of the runs (default runs/gap-check)")
+    gap.add_argument("--json", action="store_true", help="print the JSON report")
+    gap.set_defaults(study_run=_gap)
     _runs_study(actions, "warnings", "--out", "runs/warnings", _warnings,
                 "the early warnings on clean runs of several model families and on planted faults (docs/own_run.md)",
                 "Trains what is missing of the clean and faulty runs (Hugging Face GPT-2 and Llama configs, 12 outer "
@@ -170,6 +176,17 @@ def _forecasts(args) -> int:
 
     report = forecasts.run_study(args.runs, train=not args.no_train)
     print_json(report) if args.json else print(forecasts.format_report(report))
+    return 0
+
+
+def _gap(args) -> int:
+    from noloco.infra.errors import require_extra
+    from noloco.infra.files import print_json
+    from noloco.studies import gap_check
+
+    require_extra("transformers", "transformers", "hf", "the gap check's model families")
+    report = gap_check.run_study(args.out)
+    print_json(report) if args.json else print(gap_check.format_report(report))
     return 0
 
 

@@ -87,14 +87,15 @@ def _loss(model, windows):
 
 
 def train_hf(family: Family, setting: dict, seed: int, folder, val_windows: int = VAL_WINDOWS, stop: int | None = None,
-             prepare=None, outer_class=None) -> None:
+             prepare=None, outer_class=None, at_end=None) -> None:
     """A plain torch loop over ``family``: AdamW at the learning rate of ``setting``'s schedule,
     :class:`noloco.OuterOptimizer` every H steps, :class:`noloco.Observer` writing ``folder`` with the averaged
     model's and the replicas' validation loss at every evaluation. N replicas in one process (a list of modules),
     or, under torch.distributed (torchrun), one replica per rank (the observer then samples coordinates).
     ``stop``: train only the first ``stop`` outer steps of the schedule (the early warnings' study);
     ``prepare(models)`` (before the outer optimizer copies the weights) and ``outer_class`` (an OuterOptimizer
-    subclass): a planted fault (:mod:`noloco.studies.warnings`)."""
+    subclass): a planted fault (:mod:`noloco.studies.warnings`); ``at_end(models, average, val, inner)``: called after
+    the last step, before the observer closes (:mod:`noloco.studies.gap_check`)."""
     import copy
 
     import torch
@@ -137,6 +138,8 @@ def train_hf(family: Family, setting: dict, seed: int, folder, val_windows: int 
         inner.step()  # the outer step runs from its hook after every H-th
         if (k + 1) % (EVAL_EVERY * H) == 0:
             observer.log(outer.outer_done, **_val_losses(models, average, val, ranks, N))
+    if at_end is not None:
+        at_end(models, average, val, inner)
     observer.close()  # it writes the inner AdamW's second moment, what --gap predicts from
 
 
