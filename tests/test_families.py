@@ -51,3 +51,20 @@ def test_the_forecast_limits_are_chosen_on_seed_0_as_stated():
     assert [S.claimed(r, rise, growth) for r in rows] == [True, True, False, False, False]
     summary = S.summary(rows, rise, growth)
     assert summary["claimed"] == 2 and summary["claimed_within"] == 2 and summary["flagged_would_have_held"] == 1
+
+
+@pytest.mark.torch
+def test_the_gap_split_by_tensor_adds_up(tmp_path, monkeypatch):
+    """noloco.studies.gap_check on a tiny GPT-2 run: the tensors' predicted shares sum to --gap's prediction, every
+    tensor's measured cost is a difference of two losses of the run's own windows, Adam's signal share in [0, 1]."""
+    pytest.importorskip("transformers")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from noloco.studies import gap_check
+
+    monkeypatch.setattr(F, "GAP_WINDOWS", 8)
+    monkeypatch.setattr(F, "EVAL_EVERY", 2)
+    tiny = {"outer_steps": 4, "inner_steps": 3, "warmup": 2, "batch": 2, "ctx": 16}
+    rep = gap_check.attribute("gpt2", 0, tiny, tmp_path / "r")
+    assert sum(r["predicted"] for r in rep["rows"]) == pytest.approx(rep["predicted"], rel=1e-9)
+    assert len(rep["rows"]) == len({r["tensor"] for r in rep["rows"]}) > 10
+    assert 0 <= rep["signal_share"] <= 1 and rep["measured"] is not None

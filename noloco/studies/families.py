@@ -155,10 +155,16 @@ def _val_losses(models, average, val, ranks: bool, N: int) -> dict:
             if ranks:
                 dist.all_reduce(p_avg.data)
             p_avg.div_(N)
-        own = torch.tensor(sum(float(_loss(m, val)) for m in models))
-        if ranks:
-            dist.all_reduce(own)
-        return {"val_loss_avg_model": float(_loss(average, val)), "val_loss_replicas_mean": float(own) / N}
+        for m in (*models, average):  # no dropout in an evaluation (GPT-2's config trains with 0.1)
+            m.eval()
+        try:
+            own = torch.tensor(sum(float(_loss(m, val)) for m in models))
+            if ranks:
+                dist.all_reduce(own)
+            return {"val_loss_avg_model": float(_loss(average, val)), "val_loss_replicas_mean": float(own) / N}
+        finally:
+            for m in models:
+                m.train()
 
 
 def train_tiny(setting: dict, seed: int, folder, val_windows: int = VAL_WINDOWS) -> None:

@@ -40,6 +40,7 @@ def attribute(family: str, seed: int, changes: dict, folder: Path) -> dict:
     def at_end(models, average, val, inner):
         beta1, beta2 = inner.defaults["betas"]
         rows = {}
+        average.eval()  # no dropout (F._val_losses left the replicas training, the average in eval mode)
         with torch.no_grad():
             base = float(F._loss(average, val))
             mine = dict(average.named_parameters())
