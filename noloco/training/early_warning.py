@@ -116,7 +116,7 @@ def unstable(run, outer, step: int, hits: list) -> dict | None:
 
     from noloco.theory.exchangeable import decay_factor
 
-    if not run.inputs or len(run.inputs) < 3:
+    if not run.inputs or len(run.inputs) < 3 or outer.group_size == outer.replicas:  # n = N: no spread, no c
         return None
     found = None
     estimates = c_estimates(run, outer)
