@@ -56,6 +56,9 @@ def runs() -> list[tuple[str, str, int, dict, int]]:
 
 
 def train_missing(out: Path) -> None:
+    import torch
+
+    torch.set_num_threads(1)  # the runs of docs/data/forecasts.json: one thread (another rounds otherwise)
     for family, run, seed, setting, windows in runs():
         folder = F._folder(out, family, run, seed)
         if (folder / "result.json").exists() and read_json(folder / "result.json").get("finished") is True:
