@@ -72,12 +72,10 @@ def add_parser(sub) -> None:
                 "Trains what is missing of the families' runs (the families study's layout, finished runs reused), "
                 "forecasts each from outer steps 8 to 24, chooses the flags' limits on seed 0 and judges seed 1 with "
                 "them. Needs transformers.")
-    gap = actions.add_parser("gap", help="--gap split by tensor on Llama and GPT-2 at N = 8 (docs/advice.md)",
-                             description="Trains Llama and GPT-2 configs at N = 8 (about 5 minutes each here) and "
-                                         "splits the predicted and the measured loss gap by tensor. Needs transformers.")
-    gap.add_argument("--out", default="runs/gap-check", help="folder of the runs (default runs/gap-check)")
-    gap.add_argument("--json", action="store_true", help="print the JSON report")
-    gap.set_defaults(study_run=_gap)
+    _runs_study(actions, "gap", "--out", "runs/gap-check", _gap,
+                "--gap split by tensor on Llama and GPT-2 at N = 8 (docs/advice.md)",
+                "Trains Llama and GPT-2 configs at N = 8 (about 4 minutes each here) and splits the predicted and the "
+                "measured loss gap by tensor. Needs transformers.", reuse=False)
     _runs_study(actions, "warnings", "--out", "runs/warnings", _warnings,
                 "the early warnings on clean runs of several model families and on planted faults (docs/own_run.md)",
                 "Trains what is missing of the clean and faulty runs (Hugging Face GPT-2 and Llama configs, 12 outer "
@@ -99,11 +97,14 @@ def add_parser(sub) -> None:
     study.set_defaults(run=run)
 
 
-def _runs_study(actions, name: str, folder_flag: str, default: str, handler, summary: str, description: str) -> None:
-    """A study that trains what is missing in a folder of runs, then evaluates them."""
+def _runs_study(actions, name: str, folder_flag: str, default: str, handler, summary: str, description: str,
+                reuse: bool = True) -> None:
+    """A study that trains its runs in a folder (``reuse``: only what is missing, or with --no-train none) and
+    evaluates them."""
     parser = actions.add_parser(name, help=summary, description=description)
     parser.add_argument(folder_flag, default=default, help=f"folder of the runs (default {default})")
-    parser.add_argument("--no-train", action="store_true", help="evaluate only (every run must exist)")
+    if reuse:
+        parser.add_argument("--no-train", action="store_true", help="evaluate only (every run must exist)")
     parser.add_argument("--json", action="store_true", help="print the JSON report")
     parser.set_defaults(study_run=handler)
 
