@@ -23,15 +23,19 @@ from noloco.studies import families as F
 
 #: (family, seed, setting changes): Llama and GPT-2 at N = 8 with a constant rate after warm-up (the shape of the
 #: reference code's Llama recipe, on which --gap ran 2.6 to 3 times the measured gap)
+#: tensors of at least this many coordinates enter the correlation of the over-count with c (the small ones' c is noise)
+LARGE = 1000
 RUNS = (("llama", 0, {"replicas": 8, "schedule": "constant", "min_lr_frac": 1.0}),
         ("gpt2", 0, {"replicas": 8, "schedule": "constant", "min_lr_frac": 1.0}))
 
 
 def attribute(family: str, seed: int, changes: dict, folder: Path) -> dict:
     """Train ``family`` at the families' base with ``changes`` and split its gap by tensor (module docstring)."""
+    import numpy as np
     import torch
 
     from noloco.advice.gap import equipartition_gap
+    from noloco.advice.predict import predict
 
     torch.set_num_threads(1)
     setting = {**F.BASE, **changes}
@@ -65,12 +69,18 @@ def attribute(family: str, seed: int, changes: dict, folder: Path) -> dict:
 
     F.train_hf(F.FAMILIES[family], setting, seed, folder, F.GAP_WINDOWS, at_end=at_end)
     gap = equipartition_gap(folder)
+    groups = predict(folder)["groups"]  # each tensor's c as the theory reads it, second half
     per_root = gap["predicted"] / gap["sum_sqrt_v"]
-    rows = [{"tensor": k, **r, "predicted": r["sum_sqrt_v"] * per_root} for k, r in held["rows"].items()]
+    rows = [{"tensor": k, **r, "predicted": r["sum_sqrt_v"] * per_root, "c_late": groups[k]["c_late"]}
+            for k, r in held["rows"].items()]
     explained = sum(r["measured"] for r in rows)
+    # does the over-count follow the tensor's c? log(predicted / measured) against c, the large tensors
+    large = [r for r in rows if r["numel"] >= LARGE and r["measured"] > 0]
+    corr = float(np.corrcoef([r["c_late"] for r in large], np.log([r["predicted"] / r["measured"] for r in large]))[0, 1]) \
+        if len(large) > 2 else None
     return {"family": family, "seed": seed, "changes": changes, "predicted": gap["predicted"],
             "measured": gap["measured"], "ratio": gap["ratio"], "signal_share": held["signal_share"],
-            "sum_of_tensors_measured": explained, "rows": rows}
+            "sum_of_tensors_measured": explained, "c_correlation": corr, "large_tensors": len(large), "rows": rows}
 
 
 def run_study(out) -> dict:
@@ -87,9 +97,10 @@ def format_report(rep: dict) -> str:
         lines.append(f"{run['family']} seed {run['seed']} {run['changes']}: predicted {run['predicted']:.4g}, measured "
                      f"{run['measured']:.4g} ({run['ratio']:.3f}); the tensors one at a time explain "
                      f"{run['sum_of_tensors_measured'] / run['measured']:.0%} of it; Adam's signal share "
-                     f"{run['signal_share']:.3f}")
+                     f"{run['signal_share']:.3f}; correlation of log(predicted / measured) with c over the "
+                     f"{run['large_tensors']} tensors of at least {LARGE} coordinates: {run['c_correlation']:.2f}")
         for r in sorted(run["rows"], key=lambda r: -r["predicted"]):
             ratio = f"{r['predicted'] / r['measured']:.2f}" if r["measured"] > 0 else "-"
-            lines.append(f"  {r['tensor']:<46} {r['numel']:>7} predicted {r['predicted']:.3e} measured "
-                         f"{r['measured']:.3e} ratio {ratio}")
+            lines.append(f"  {r['tensor']:<46} {r['numel']:>7} c {r['c_late']:6.3f} predicted {r['predicted']:.3e} "
+                         f"measured {r['measured']:.3e} ratio {ratio}")
     return "\n".join(lines)
