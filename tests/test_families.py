@@ -33,3 +33,38 @@ def test_a_hugging_face_family_trains_through_the_api_and_the_advice_reads_it(tm
     assert run.result["adam_second_moment"]["outer_step"] == 6  # the observer wrote what --gap reads
     gap = F._gap(tmp_path, family, 0)
     assert gap["predicted"] > 0 and gap["measured"] is not None
+
+
+def test_the_forecast_limits_are_chosen_on_seed_0_as_stated():
+    """noloco.studies.forecasts: the pair of limits under which every claimed forecast holds, claiming the most
+    (ties: the smaller limits); a forecast with a flag that always withdraws it is never claimed."""
+    from noloco.studies import forecasts as S
+
+    def row(ratio, rise, growth, always=()):
+        return {"ratio": ratio, "c_rise": rise, "noise_growth": growth, "always": list(always), "naive": 1.2,
+                "inside": True, "holds": abs(ratio - 1) <= S.TOLERANCE}
+
+    rows = [row(1.02, 0.1, 1.1), row(0.95, 0.6, 1.3), row(1.4, 0.2, 1.9), row(1.5, 2.5, 1.2),
+            row(1.0, 0.1, 1.0, ["too few steps"])]
+    rise, growth = S.choose_limits(rows)
+    assert (rise, growth) == (0.75, 1.5)  # the smallest that claim the first two; the third misses, the fourth too
+    assert [S.claimed(r, rise, growth) for r in rows] == [True, True, False, False, False]
+    summary = S.summary(rows, rise, growth)
+    assert summary["claimed"] == 2 and summary["claimed_within"] == 2 and summary["flagged_would_have_held"] == 1
+
+
+@pytest.mark.torch
+def test_the_gap_split_by_tensor_adds_up(tmp_path, monkeypatch):
+    """noloco.studies.gap_check on a tiny GPT-2 run: the tensors' predicted shares sum to --gap's prediction, every
+    tensor's measured cost is a difference of two losses of the run's own windows, Adam's signal share in [0, 1]."""
+    pytest.importorskip("transformers")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from noloco.studies import gap_check
+
+    monkeypatch.setattr(F, "GAP_WINDOWS", 8)
+    monkeypatch.setattr(F, "EVAL_EVERY", 2)
+    tiny = {"outer_steps": 4, "inner_steps": 3, "warmup": 2, "batch": 2, "ctx": 16}
+    rep = gap_check.attribute("gpt2", 0, tiny, tmp_path / "r")
+    assert sum(r["predicted"] for r in rep["rows"]) == pytest.approx(rep["predicted"], rel=1e-9)
+    assert len(rep["rows"]) == len({r["tensor"] for r in rep["rows"]}) > 10
+    assert 0 <= rep["signal_share"] <= 1 and rep["measured"] is not None

@@ -4,6 +4,7 @@ rate); the flags; and the command line (``noloco llm predict --forecast / --as``
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -239,6 +240,13 @@ def test_the_equipartition_gap_of_a_trained_run(tmp_path, capsys):
     # N outside the replica counts the gap was validated on is flagged; N = 8 is not
     assert main(["llm", "train", *tiny, "--replicas", "8", "--out", str(tmp_path / "n8")]) == 0
     assert cfg.outer.replicas == 4 and [f.split(":")[0] for f in rep["flags"]] == ["untested N"]
+    # the flag's text quotes only this report's numbers (N and the validated range), and the window count is
+    # the run's own (--val-windows 4), not a default
+    from noloco.advice.gap import VALIDATED_REPLICAS, format_gap
+
+    quoted = {float(x) for f in rep["flags"] for x in re.findall(r"\d+(?:\.\d+)?", f.split(":", 1)[1])}
+    assert quoted <= {float(rep["replicas"]), *map(float, VALIDATED_REPLICAS)}
+    assert rep["val_windows"] == 4 and "(4 validation windows)" in format_gap(rep)
     assert not [f for f in equipartition_gap(tmp_path / "n8", second_moment_root)["flags"] if "untested" in f]
     (tmp_path / "diloco" / "ckpt.pt").unlink()
     assert main(["llm", "predict", str(tmp_path / "diloco"), "--gap"]) == 3

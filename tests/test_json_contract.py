@@ -47,6 +47,11 @@ SKIP = {
                         "the report print_json prints, as in every command",
     "llm study tune": "needs a development sweep of pilot runs (tens of minutes of training)",
     "llm study families": "trains Hugging Face models through transformers (minutes, an optional extra)",
+    "llm study forecasts": "trains the families' runs through transformers (tens of minutes, an optional extra)",
+    "llm study gap": "trains two Hugging Face models at N = 8 through transformers (about 10 minutes, an optional "
+                     "extra)",
+    "llm study warnings": "trains 60 short Hugging Face runs through transformers (about 25 minutes, an optional "
+                          "extra); its slow test runs it",
 }
 
 

@@ -20,7 +20,6 @@ from noloco.advice.forecast import forecast, transfer  # noqa: E402
 from noloco.advice.predict import predict  # noqa: E402
 from noloco.advice.tune import tune  # noqa: E402
 from noloco.cli import main  # noqa: E402
-from noloco.theory.outer import outer_step  # noqa: E402
 from noloco.training.measure import SpreadMeter  # noqa: E402
 from noloco.training.sample import CoordinateSample, standard_errors  # noqa: E402
 
@@ -272,25 +271,12 @@ def test_replicas_that_did_not_start_equal(tmp_path):
     assert noloco.read_run(tmp_path / "s").metrics[0]["weight_std"] == 0.0  # the sample (15, 44) missed 20
 
 
-class WrongSign(noloco.OuterOptimizer):
+def WrongSign(*args, **kwargs):
     """The bug DiLoCo implementations shipped: the pseudo-gradient phi - theta added where theta - phi is meant
-    (the paper writes phi - theta with a minus in front; the minus got lost). The hook still sees theta - phi."""
+    (the paper writes phi - theta with a minus in front; the minus got lost); the warnings study's planted fault."""
+    from noloco.studies.warnings import wrong_sign_optimizer
 
-    @torch.no_grad()
-    def sync(self):
-        theta = self.replicas_here.theta()
-        progress = {k: theta[k] - self.phi[k] for k in self.phi}
-        for hook in self._progress_hooks:
-            hook(self.phi, progress, self.outer_done)
-        keys = list(self.phi)
-        means_phi, means_progress = self.exchange.group_means([self.phi[k] for k in keys],
-                                                              [progress[k] for k in keys], self.seed,
-                                                              self.outer_done, self.config.group_size)
-        for k, mp, mg in zip(keys, means_phi, means_progress):
-            self.phi[k], self.delta[k] = outer_step(self.phi[k], self.delta[k], mp, -mg, **self.config.rule())
-        self.replicas_here.load(self.phi)
-        self.outer_done += 1
-        self.inner_done = 0
+    return wrong_sign_optimizer()(*args, **kwargs)
 
 
 def test_a_pseudo_gradient_with_the_wrong_sign(tmp_path):
@@ -442,3 +428,7 @@ def test_the_gap_reads_the_second_moment_the_observer_wrote(tmp_path, capsys):
     assert main(["llm", "predict", str(tmp_path / "run"), "--gap", "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["sum_sqrt_v"] == pytest.approx(by_hand, rel=1e-12) and report["predicted"] > 0
+    # this run's config names no validation windows: the report says so instead of printing a default
+    assert report["val_windows"] is None
+    assert main(["llm", "predict", str(tmp_path / "run"), "--gap"]) == 0
+    assert "validation windows not recorded in the run" in capsys.readouterr().out

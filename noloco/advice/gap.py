@@ -67,6 +67,8 @@ def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int,
     # the measured gap at every evaluation that logged both losses: a small difference of two validation losses;
     # where it is not positive at every evaluation of the second half, the validation set does not resolve it and
     # no comparison is claimed
+    windows = (run.result.get("config") or {}).get("val_windows")  # what the run measured on, not a default
+    windows = windows if isinstance(windows, int) and not isinstance(windows, bool) and windows > 0 else None
     gaps = {int(m["outer_step"]): float(m["val_loss_replicas_mean"] - m["val_loss_avg_model"]) for m in run.metrics
             if m.get("val_loss_replicas_mean") is not None and m.get("val_loss_avg_model") is not None}
     measured = gaps.get(step)
@@ -74,16 +76,20 @@ def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int,
     flags = []
     low, high = VALIDATED_REPLICAS
     if not low <= outer.replicas <= high:
-        flags.append(f"untested N: the gap was validated at N {low} to {high} and this run has N = {outer.replicas} "
-                     f"(at N = 4 it ran 1.6 to 2.0 times the measured gap); read it as an order of magnitude")
+        flags.append(f"untested N: the gap was validated at N {low} to {high} and this run has N = {outer.replicas}, "
+                     "where its error was not measured; read it as an order of magnitude")
     if late and min(late) <= 0:
         flags.append(f"unresolved: the measured gap is not positive at {sum(g <= 0 for g in late)} of the second "
-                     f"half's {len(late)} evaluations ({cfg.val_windows} validation windows): noise, not a gap; "
+                     f"half's {len(late)} evaluations ({_windows(windows)}): noise, not a gap; "
                      "evaluate on more windows before comparing")
     return {"run": str(run.folder), "outer_step": step, "replicas": outer.replicas, "r1": r1, "rate": rate, "sum_sqrt_v": root,
-            "predicted": predicted, "measured": measured, "val_windows": cfg.val_windows,
+            "predicted": predicted, "measured": measured, "val_windows": windows,
             "ratio": predicted / measured if measured and measured > 0 and math.isfinite(predicted) else None,
             "flags": flags, "fitted_constants": 0}
+
+
+def _windows(count: int | None) -> str:
+    return f"{count} validation windows" if count else "validation windows not recorded in the run"
 
 
 def format_gap(report: dict) -> str:
@@ -91,5 +97,5 @@ def format_gap(report: dict) -> str:
     return (f"{report['run']}: at outer step {report['outer_step']}, the loss gap between the replicas and their "
             f"average, predicted R1/4 * lr * sum sqrt(v) = {report['r1']:.4g}/4 * {report['rate']:.4g} * "
             f"{report['sum_sqrt_v']:.4g} = {fmt(report['predicted'])} nats; measured {fmt(report['measured'])} "
-            f"({report['val_windows']} validation windows); predicted / measured {fmt(report['ratio'])}; "
+            f"({_windows(report['val_windows'])}); predicted / measured {fmt(report['ratio'])}; "
             "fitted constants 0" + "".join(f"\nflag: {f}" for f in report.get("flags", [])))

@@ -1,13 +1,14 @@
 """``noloco llm study NAME``: the multi-run studies of noloco.studies and the gloo timings, each an
 action with its flags declared here: ``routing`` and ``paper`` (trained for several seeds, finished runs
-reused), ``advice``, ``tune`` and ``families`` (the advice's held-out evaluations) and ``comm`` (gloo's all-reduce and
+reused), ``advice``, ``tune``, ``families`` and ``forecasts`` (the advice's held-out evaluations), ``warnings`` (the early warnings'
+false alarms and planted faults) and ``comm`` (gloo's all-reduce and
 point-to-point times on this machine)."""
 
 from __future__ import annotations
 
 import sys
 
-STUDIES = ("routing", "paper", "advice", "tune", "families", "comm")
+STUDIES = ("routing", "paper", "advice", "tune", "families", "forecasts", "gap", "warnings", "comm")
 
 
 def add_parser(sub) -> None:
@@ -66,6 +67,21 @@ def add_parser(sub) -> None:
     families.add_argument("--seed", type=int, default=0, help="with --rank-run: the run's seed (default 0)")
     families.set_defaults(study_run=_families)
 
+    _runs_study(actions, "forecasts", "--runs", "runs/families", _forecasts,
+                "the forecast's flags calibrated on the model families (docs/advice.md)",
+                "Trains what is missing of the families' runs (the families study's layout, finished runs reused), "
+                "forecasts each from outer steps 8 to 24, chooses the flags' limits on seed 0 and judges seed 1 with "
+                "them. Needs transformers.")
+    _runs_study(actions, "gap", "--out", "runs/gap-check", _gap,
+                "--gap split by tensor on Llama and GPT-2 at N = 8 (docs/advice.md)",
+                "Trains Llama and GPT-2 configs at N = 8 (about 4 minutes each here) and splits the predicted and the "
+                "measured loss gap by tensor. Needs transformers.", reuse=False)
+    _runs_study(actions, "warnings", "--out", "runs/warnings", _warnings,
+                "the early warnings on clean runs of several model families and on planted faults (docs/own_run.md)",
+                "Trains what is missing of the clean and faulty runs (Hugging Face GPT-2 and Llama configs, 12 outer "
+                "steps each, finished runs reused) and counts the observer's false alarms and the faults it caught. "
+                "Exit 1 on a false alarm or a fault not caught. Needs transformers.")
+
     from noloco.llm_check.comm_measure import DEFAULT_OUT, DEFAULT_SIZES
 
     comm = actions.add_parser("comm", help="gloo all-reduce and point-to-point times on this machine",
@@ -79,6 +95,18 @@ def add_parser(sub) -> None:
     comm.add_argument("--json", action="store_true", help="print the JSON report (the file's content) instead of the table")
     comm.set_defaults(study_run=_comm)
     study.set_defaults(run=run)
+
+
+def _runs_study(actions, name: str, folder_flag: str, default: str, handler, summary: str, description: str,
+                reuse: bool = True) -> None:
+    """A study that trains its runs in a folder (``reuse``: only what is missing, or with --no-train none) and
+    evaluates them."""
+    parser = actions.add_parser(name, help=summary, description=description)
+    parser.add_argument(folder_flag, default=default, help=f"folder of the runs (default {default})")
+    if reuse:
+        parser.add_argument("--no-train", action="store_true", help="evaluate only (every run must exist)")
+    parser.add_argument("--json", action="store_true", help="print the JSON report")
+    parser.set_defaults(study_run=handler)
 
 
 def run(args) -> int:
@@ -141,6 +169,41 @@ def _families(args) -> int:
     report = families.run_study(args.out, train=not args.no_train)
     print_json(report) if args.json else print(families.format_report(report))
     return 0
+
+
+def _forecasts(args) -> int:
+    from noloco.infra.files import print_json
+    from noloco.studies import forecasts
+
+    report = forecasts.run_study(args.runs, train=not args.no_train)
+    print_json(report) if args.json else print(forecasts.format_report(report))
+    return 0
+
+
+def _gap(args) -> int:
+    from noloco.infra.errors import require_extra
+    from noloco.infra.files import print_json
+    from noloco.studies import gap_check
+
+    require_extra("transformers", "transformers", "hf", "the gap check's model families")
+    report = gap_check.run_study(args.out)
+    print_json(report) if args.json else print(gap_check.format_report(report))
+    return 0
+
+
+def _warnings(args) -> int:
+    from noloco.infra.errors import require_extra
+    from noloco.infra.files import print_json
+    from noloco.studies import warnings
+
+    require_extra("transformers", "transformers", "hf", "the warnings study's model families")
+    report = warnings.run_study(args.out, train_runs=not args.no_train)
+    print_json(report) if args.json else print(warnings.format_report(report))
+    if not warnings.ok(report):  # why the exit status is 1, on stderr: --json's stdout stays pure JSON
+        s = report["summary"]
+        print(f"noloco llm study warnings: {s['false_alarms']} false alarm(s) on {s['clean_runs']} clean runs, "
+              f"{s['faults'] - s['caught']} of {s['faults']} planted faults not caught", file=sys.stderr)
+    return 0 if warnings.ok(report) else 1
 
 
 def _comm(args) -> int:

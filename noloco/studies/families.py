@@ -86,11 +86,16 @@ def _loss(model, windows):
     return model(input_ids=windows, labels=windows).loss  # Hugging Face shifts the labels itself
 
 
-def train_hf(family: Family, setting: dict, seed: int, folder, val_windows: int = VAL_WINDOWS) -> None:
+def train_hf(family: Family, setting: dict, seed: int, folder, val_windows: int = VAL_WINDOWS, stop: int | None = None,
+             prepare=None, outer_class=None, at_end=None) -> None:
     """A plain torch loop over ``family``: AdamW at the learning rate of ``setting``'s schedule,
     :class:`noloco.OuterOptimizer` every H steps, :class:`noloco.Observer` writing ``folder`` with the averaged
     model's and the replicas' validation loss at every evaluation. N replicas in one process (a list of modules),
-    or, under torch.distributed (torchrun), one replica per rank (the observer then samples coordinates)."""
+    or, under torch.distributed (torchrun), one replica per rank (the observer then samples coordinates).
+    ``stop``: train only the first ``stop`` outer steps of the schedule (the early warnings' study);
+    ``prepare(models)`` (before the outer optimizer copies the weights) and ``outer_class`` (an OuterOptimizer
+    subclass): a planted fault (:mod:`noloco.studies.warnings`); ``at_end(models, average, val, inner)``: called after
+    the last step, before the observer closes (:mod:`noloco.studies.gap_check`)."""
     import copy
 
     import torch
@@ -108,6 +113,8 @@ def train_hf(family: Family, setting: dict, seed: int, folder, val_windows: int 
     torch.manual_seed(seed)  # every rank draws the same initial weights: replicas start equal
     first = _hf_model(family, ctx)
     models = [first] + [copy.deepcopy(first) for _ in here[1:]]
+    if prepare is not None:
+        prepare(models)
     corpus = data.load_corpus()
     shards = data.shards(corpus, N, seed)
     val = torch.from_numpy(data.val_windows(corpus, seed, val_windows, ctx)).long()
@@ -115,13 +122,13 @@ def train_hf(family: Family, setting: dict, seed: int, folder, val_windows: int 
                               betas=(0.9, s["adam_beta2"]), weight_decay=0.0)
     rate = lambda k: learning_rate(k, s["schedule"], s["lr"], T * H, warmup=s["warmup"],  # noqa: E731
                                    floor=s["min_lr_frac"])
-    outer = OuterOptimizer(first if ranks else models, inner, inner_steps=H, method="noloco",
+    outer = (outer_class or OuterOptimizer)(first if ranks else models, inner, inner_steps=H, method="noloco",
                            group_size=s["group_size"], alpha=s["alpha"], beta=s["beta"], gamma=s["gamma"], seed=seed)
     observer = Observer(outer, folder, outer_steps=T, lr=s["lr"], schedule=s["schedule"], warmup=s["warmup"],
                         min_lr_frac=s["min_lr_frac"], adam_beta2=s["adam_beta2"], seed=seed, overwrite=True,
                         val_windows=val_windows, family=family.name, batch=s["batch"], ctx=ctx)
     average = copy.deepcopy(first)
-    for k in range(T * H):
+    for k in range(min(T, stop or T) * H):
         for group in inner.param_groups:
             group["lr"] = rate(k)
         inner.zero_grad(set_to_none=True)
@@ -131,6 +138,8 @@ def train_hf(family: Family, setting: dict, seed: int, folder, val_windows: int 
         inner.step()  # the outer step runs from its hook after every H-th
         if (k + 1) % (EVAL_EVERY * H) == 0:
             observer.log(outer.outer_done, **_val_losses(models, average, val, ranks, N))
+    if at_end is not None:
+        at_end(models, average, val, inner)
     observer.close()  # it writes the inner AdamW's second moment, what --gap predicts from
 
 
@@ -146,10 +155,16 @@ def _val_losses(models, average, val, ranks: bool, N: int) -> dict:
             if ranks:
                 dist.all_reduce(p_avg.data)
             p_avg.div_(N)
-        own = torch.tensor(sum(float(_loss(m, val)) for m in models))
-        if ranks:
-            dist.all_reduce(own)
-        return {"val_loss_avg_model": float(_loss(average, val)), "val_loss_replicas_mean": float(own) / N}
+        for m in (*models, average):  # no dropout in an evaluation (GPT-2's config trains with 0.1)
+            m.eval()
+        try:
+            own = torch.tensor(sum(float(_loss(m, val)) for m in models))
+            if ranks:
+                dist.all_reduce(own)
+            return {"val_loss_avg_model": float(_loss(average, val)), "val_loss_replicas_mean": float(own) / N}
+        finally:
+            for m in models:
+                m.train()
 
 
 def train_tiny(setting: dict, seed: int, folder, val_windows: int = VAL_WINDOWS) -> None:

@@ -10,10 +10,13 @@ and what to do):
 ``wrong_sign``     the outer step moved the replicas against their own progress (the alignment of
                    :func:`noloco.training.sample.update_alignment` < 0), at the first outer step or at two in a
                    row: a pseudo-gradient with the wrong sign (phi - theta used where theta - phi is meant).
-``unstable``       the exact stability test at the measured inputs: the theory's noise-free decay factor per
-                   outer step at the flattest tensor's measured c (as ``noloco llm predict`` reads it from the
-                   run so far, held in memory as its run record; tensors of at least MIN_NUMEL coordinates) is
-                   >= 1 at two checks in a row: the replicas' spread cannot settle.
+``unstable``       a one-sided test, per tensor, of "this outer step converges at the tensor's c": c as
+                   ``noloco llm predict`` reads it (the exact recursion's reading of the meter's c, the run so
+                   far held in memory as its run record) over the latest :data:`C_WINDOW` outer steps (never the
+                   first), its confidence interval at level :data:`FALSE_ALARM` shared over the tensors tested
+                   (Bonferroni; Student's t on the steps' scatter, or the coordinates' standard error of c where
+                   that is larger), and the theory's noise-free decay factor >= 1 at every c of the interval,
+                   at two checks in a row. Tensors under :data:`MIN_NUMEL` coordinates are pooled into one.
 ``spread_budget``  the spread measured, or forecast to the run's last outer step from the steps so far
                    (:func:`noloco.advice.forecast.forecast`), crosses the user's ``spread_budget``.
 """
@@ -27,9 +30,15 @@ ROUNDING = 1e-6
 #: the first outer steps at which the checks that replay the run so far run (the theory's recursion over every
 #: tensor and step: the costly part of the observer's early steps)
 WARN_STEPS = 10  # (at every other one of them: 2, 4, ...)
-#: tensors smaller than this are left out of the flattest c: over a few outer steps their c is noise (a
-#: 1-coordinate bias measured c = -2.8 at outer step 3 of a stable run, docs/own_run.md)
+#: tensors smaller than this are pooled into one (numel-weighted c): alone, over a few outer steps their c is
+#: noise (a 1-coordinate bias measured c = -2.8 at outer step 3 of a stable run, docs/own_run.md)
 MIN_NUMEL = 64
+#: the unstable test's false-alarm rate per check when the tensor's c_t scatter independently about a c at which
+#: the outer step converges (one-sided; shared over the tensors tested); a run has 4 checks by default
+FALSE_ALARM = 0.01
+#: the latest outer steps whose c a check reads: early in a run c moves (it is strongly negative at first and
+#: rises), so the steps' scatter, not only each step's coordinate error, is c's uncertainty
+C_WINDOW = 6
 FLAGS = ("unequal_start", "wrong_sign", "unstable", "spread_budget")
 
 
@@ -60,30 +69,83 @@ def wrong_sign(alignments: list, step: int) -> dict | None:
                        f"weights) and the outer step adds beta times it"}
 
 
+def c_estimates(run, outer) -> list[dict]:
+    """Per tensor (those under :data:`MIN_NUMEL` coordinates pooled into one): the mean of c as the theory reads it
+    (:func:`noloco.advice.predict.trajectory`, the long-run noise model) over the latest :data:`C_WINDOW` measured
+    outer steps after the first, its standard error (the larger of the steps' scatter and the meter's coordinate
+    error, ``c_se`` or a sample's ``se``) and its degrees of freedom (steps - 1)."""
+    import numpy as np
+
+    from noloco.advice.predict import group_inputs, trajectory
+
+    inputs = run.inputs
+    first = max(1, len(inputs) - C_WINDOW)  # index 0 is outer step 1, where c is 0 by definition
+    series = []
+    for name in inputs[0]["groups"]:
+        g = group_inputs(inputs, name)
+        s2, rho, drift = g["long-run"]
+        c = trajectory(outer, g["c"], s2, rho, drift)[1][first:]
+        se = np.array([_coordinate_se(row["groups"][name]) for row in inputs[first:]])
+        series.append((name, g["numel"], c, se))
+    small = [x for x in series if x[1] < MIN_NUMEL]
+    series = [x for x in series if x[1] >= MIN_NUMEL]
+    if small:  # one pooled tensor, numel-weighted
+        total = sum(n for _, n, _, _ in small)
+        c = sum(n * c for _, n, c, _ in small) / total
+        se = np.sqrt(sum((n * e) ** 2 for _, n, _, e in small)) / total
+        series.append((f"{len(small)} tensors under {MIN_NUMEL} coordinates, pooled", total, c, se))
+    out = []
+    for name, numel, c, se in series:
+        k = len(c)
+        scatter = float(np.var(c, ddof=1) / k) if k > 1 else math.inf
+        coordinates = float(np.mean(se ** 2) / k)
+        out.append({"tensor": name, "numel": numel, "c": float(np.mean(c)), "se": math.sqrt(max(scatter, coordinates)),
+                    "df": k - 1, "steps": k})
+    return out
+
+
+def _coordinate_se(group: dict) -> float:
+    value = group.get("c_se", (group.get("se") or {}).get("c"))
+    return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
+
+
 def unstable(run, outer, step: int, hits: list) -> dict | None:
-    """The decay factor at the flattest c of the tensors of at least :data:`MIN_NUMEL` coordinates (all tensors
-    where none is that large), c as ``noloco llm predict`` reads it from ``run`` (a record); ``hits`` the outer steps at
-    which it was >= 1 so far (appended to here). A flag at the second check in a row that finds it >= 1."""
-    from noloco.advice.predict import predict
+    """The stability test of the module docstring at the run so far (``run``, a record); ``hits`` the outer steps at
+    which a tensor's whole interval was unstable so far (appended to here). A flag at the second check in a row."""
+    from scipy import stats
+
     from noloco.theory.exchangeable import decay_factor
 
-    groups = predict(run)["groups"]
-    large = {k: g for k, g in groups.items() if g["numel"] >= MIN_NUMEL} or groups
-    if not large:
+    if not run.inputs or len(run.inputs) < 3 or outer.group_size == outer.replicas:  # n = N: no spread, no c
         return None
-    c, where = min((g["c_late"], k) for k, g in large.items())
-    factor = decay_factor(outer, c)
-    if not factor >= 1:
+    found = None
+    estimates = c_estimates(run, outer)
+    for e in sorted(estimates, key=lambda e: e["c"]):
+        if decay_factor(outer, e["c"]) < 1:  # the mean converges: so does the interval's test
+            continue
+        q = float(stats.t.ppf(1 - FALSE_ALARM / len(estimates), e["df"])) if e["df"] >= 1 else math.inf
+        low, high = e["c"] - q * e["se"], e["c"] + q * e["se"]
+        if not math.isfinite(high - low):
+            continue
+        factors = [decay_factor(outer, low + (high - low) * i / 16) for i in range(17)]
+        if min(factors) >= 1:
+            found = {**e, "low": low, "high": high, "factor": decay_factor(outer, e["c"]), "least": min(factors)}
+            break
+    if found is None:
         hits.clear()
         return None
     hits.append(step)
     if len(hits) < 2:
         return None
-    return {"flag": "unstable", "outer_step": step, "decay_factor": factor, "flattest_c": c,
-            "message": f"this outer step cannot converge at the measured inputs: decay factor {factor:.4f} >= 1 per "
-                       f"outer step at the flattest tensor ({where}, c {c:.4g}) at outer steps "
-                       f"{', '.join(map(str, hits))}; lower alpha or beta, or raise gamma (noloco check shows the "
-                       f"stable region)"}
+    f = found
+    return {"flag": "unstable", "outer_step": step, "decay_factor": f["factor"], "flattest_c": f["c"],
+            "c_interval": [f["low"], f["high"]], "false_alarm": FALSE_ALARM,
+            "message": f"this outer step cannot converge at the measured inputs: at tensor {f['tensor']} c {f['c']:.4g} "
+                       f"(interval {f['low']:.3g} to {f['high']:.3g} over outer steps {len(run.inputs) - f['steps'] + 1}"
+                       f" to {len(run.inputs)}) the decay factor per outer step is {f['factor']:.4f}, and at least "
+                       f"{f['least']:.4f} across the interval, at the checks of outer steps {', '.join(map(str, hits))} "
+                       f"(false-alarm rate {FALSE_ALARM:g} per check); lower alpha or beta, or bring gamma into the "
+                       f"stable region (noloco check shows it)"}
 
 
 def spread_budget(run, outer, budget: float, measured: float, step: int, outer_steps: int) -> dict | None:

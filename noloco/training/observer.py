@@ -272,6 +272,10 @@ class Observer:
                 g["se"] = standard_errors(phi_s[k], prog_s[k], g["c"], self.sample.exact(k))
         else:
             row = self.meter.update(phi, progress)
+            if step <= self.warn_steps:  # c's standard error over the coordinates: what the warnings test against
+                for k, g in row["groups"].items():
+                    g["c_se"] = standard_errors(phi[k].flatten(1).double(), progress[k].flatten(1).double(), g["c"],
+                                                 self.numel[k] < 2)["c"]
         ws, se = self._spread(row["groups"])
         self._metric(step, ws, se)
         self.inputs.append({"outer_step": step + 1, **row})

@@ -1,0 +1,161 @@
+"""The early warnings' false-alarm study: clean runs of several model families, seeds and settings, each watched
+by :class:`noloco.Observer` through its warning steps, and runs with a planted fault of each kind.
+
+What was fixed here before the runs (the rule):
+
+* a **clean run** (replicas equal at the start, the right sign, a setting the theory calls stable at every c the
+  runs measure) raises no warning of any kind: every flag on one is a false alarm; the goal is none;
+* a **planted fault** is caught when its own flag is raised at or before the outer step docs/own_run.md states
+  (:data:`CAUGHT_BY`): ``unequal_start`` at outer step 0, ``wrong_sign`` at 1, ``unstable`` at 10 (its checks
+  are at outer steps 4, 6, 8 and 10, two in a row: 6 at the earliest).
+
+The runs are cheap: the Hugging Face families of :mod:`noloco.studies.families` (GPT-2 at width 64, GPT-2 at
+width 96, whose LayerNorm and bias tensors have the 96 coordinates of the public GPT on which the warning first
+cried wolf, and Llama), trained on the project's corpus for the first :data:`STOP` outer steps of the families'
+32-step cosine schedule (every check of the observer runs by then), one torch thread.
+``noloco llm study warnings --out DIR`` trains what is missing (finished runs are reused) and writes
+``DIR/warnings.json``; docs/data/warnings.json is its result.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from noloco.infra.files import read_json, write_json
+from noloco.studies import families as F
+
+#: the families: the families study's GPT-2 and Llama, and GPT-2 at width 96
+FAMILIES = {"gpt2": F.FAMILIES["gpt2"], "gpt2-96": F.Family("gpt2", width=96, layers=2, heads=4),
+            "llama": F.FAMILIES["llama"]}
+#: outer steps trained of the 32-step schedule: the observer's last check is at outer step 10 (WARN_STEPS)
+STOP = 12
+#: the clean settings (changes to the families' base run) and their seeds: the base at N 4 and 8, the families
+#: study's target outer step, and a constant rate after warm-up (the reference code's Llama recipe's schedule)
+CLEAN = {"base": ({}, range(6)),
+         "target": (dict(F.TARGET), range(3)),
+         "N8": ({"replicas": 8}, range(2)),
+         "constant": ({"schedule": "constant", "min_lr_frac": 1.0}, range(3))}
+#: the planted faults' setting changes and their seeds; gamma 2.5 with pairs overshoots the pair mean: the theory's
+#: decay factor is above 1 at every c from -1 to 1 (1.02 at c = 1, 1.56 at c = 0)
+FAULTS = {"unequal_start": ({}, (0, 1)), "wrong_sign": ({}, (0, 1)), "unstable": ({"gamma": 2.5}, (0, 1))}
+#: the outer step by which each planted fault must be flagged (docs/own_run.md); a fault run trains until then
+CAUGHT_BY = {"unequal_start": 0, "wrong_sign": 1, "unstable": 10}
+VAL_WINDOWS = 8  # the loss is not what this study reads
+
+
+def unequal_start(models) -> None:
+    """The fault ``unequal_start``: one coordinate of replica 1 moved by 1e-3 before the outer optimizer copies
+    the weights (docs/own_run.md's test makes the same fault)."""
+    import torch
+
+    with torch.no_grad():
+        next(models[1].parameters()).view(-1)[7] += 1e-3
+
+
+def wrong_sign_optimizer():
+    """The fault ``wrong_sign``: an OuterOptimizer whose exchange hands the outer step minus the group-mean
+    progress (phi - theta where theta - phi is meant: the bug DiLoCo implementations shipped); the observer's hook
+    still sees theta - phi."""
+    from noloco.training.outer_optimizer import OuterOptimizer
+
+    class WrongSign(OuterOptimizer):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            means = self.exchange.group_means
+
+            def flipped(phi, progress, *rest):
+                mean_phi, mean_progress = means(phi, progress, *rest)
+                return mean_phi, [-m for m in mean_progress]
+
+            self.exchange.group_means = flipped
+
+    return WrongSign
+
+
+def jobs() -> list[tuple[str, str, int, dict, str | None]]:
+    """``(family, setting name, seed, setting, fault)`` of every run: the clean ones, then the planted faults."""
+    out = [(f, name, seed, {**F.BASE, **changes}, None)
+           for f in FAMILIES for name, (changes, seeds) in CLEAN.items() for seed in seeds]
+    out += [(f, fault, seed, {**F.BASE, **changes}, fault)
+            for f in FAMILIES for fault, (changes, seeds) in FAULTS.items() for seed in seeds]
+    return out
+
+
+def _folder(out: Path, family: str, name: str, seed: int) -> Path:
+    return out / family / name / f"s{seed}"
+
+
+def train(family: str, setting: dict, seed: int, folder: Path, fault: str | None) -> None:
+    import torch
+
+    torch.set_num_threads(1)
+    stop = STOP if fault is None else max(CAUGHT_BY[fault] + 2, 3)
+    F.train_hf(FAMILIES[family], setting, seed, folder, val_windows=VAL_WINDOWS, stop=stop,
+               prepare=unequal_start if fault == "unequal_start" else None,
+               outer_class=wrong_sign_optimizer() if fault == "wrong_sign" else None)
+
+
+def evaluate(out: Path) -> dict:
+    """Every run's flags under the rule of the module docstring."""
+    from noloco.advice.record import read_run
+
+    clean, faults = [], []
+    for family, name, seed, setting, fault in jobs():
+        run = read_run(_folder(out, family, name, seed))
+        flags = [{k: f[k] for k in ("flag", "outer_step", "message")} for f in run.result.get("flags", [])]
+        row = {"family": family, "setting": name, "seed": seed, "replicas": setting["replicas"],
+               "outer_steps_done": run.result["outer_steps_done"], "flags": flags}
+        if fault is None:
+            clean.append({**row, "false_alarm": bool(flags)})
+        else:
+            own = next((f for f in flags if f["flag"] == fault), None)
+            faults.append({**row, "fault": fault, "caught_at": own and own["outer_step"],
+                           "caught": own is not None and own["outer_step"] <= CAUGHT_BY[fault]})
+    alarms = sum(r["false_alarm"] for r in clean)
+    return {"schema": "warnings", "stop": STOP, "caught_by": CAUGHT_BY, "families": list(FAMILIES),
+            "clean": clean, "faults": faults,
+            "summary": {"clean_runs": len(clean), "false_alarms": alarms,
+                        # the largest per-run false-alarm rate that 0 alarms in this many runs leaves at 95 %
+                        "upper_95": 1 - 0.05 ** (1 / len(clean)) if clean and not alarms else None,
+                        "faults": len(faults), "caught": sum(r["caught"] for r in faults)}}
+
+
+def run_study(out, train_runs: bool = True, progress: bool | None = None) -> dict:
+    from noloco.infra.progress import Progress
+
+    out = Path(out)
+    if train_runs:
+        todo = jobs()
+        with Progress(len(todo), "warnings study", unit="run", show=progress) as bar:
+            for family, name, seed, setting, fault in todo:
+                folder = _folder(out, family, name, seed)
+                if not (folder / "result.json").exists() or _stale(folder, fault):
+                    train(family, setting, seed, folder, fault)
+                bar.update()
+    report = evaluate(out)
+    write_json(out / "warnings.json", report, indent=2)
+    return report
+
+
+def _stale(folder: Path, fault: str | None) -> bool:
+    """A run that did not get as far as this study trains it (interrupted)."""
+    done = read_json(folder / "result.json").get("outer_steps_done", 0)
+    return done < (STOP if fault is None else max(CAUGHT_BY[fault] + 2, 3))
+
+
+def format_report(rep: dict) -> str:
+    s = rep["summary"]
+    lines = [f"{'family':<8} {'setting':<14} {'seed':>4} {'N':>2}  flags (outer step)"]
+    for r in rep["clean"] + rep["faults"]:
+        flags = ", ".join(f"{f['flag']} ({f['outer_step']})" for f in r["flags"]) or "-"
+        lines.append(f"{r['family']:<8} {r['setting']:<14} {r['seed']:>4} {r['replicas']:>2}  {flags}"
+                     + (f"  caught: {'yes' if r['caught'] else 'NO'}" if "fault" in r else ""))
+    bound = "" if s["upper_95"] is None else f" (at most {s['upper_95']:.1%} per run at 95 % confidence)"
+    lines.append(f"false alarms: {s['false_alarms']} of {s['clean_runs']} clean runs{bound}; planted faults caught "
+                 f"by the stated outer step: {s['caught']} of {s['faults']}")
+    return "\n".join(lines)
+
+
+def ok(rep: dict) -> bool:
+    """No false alarm and every planted fault caught by its stated outer step."""
+    return rep["summary"]["false_alarms"] == 0 and rep["summary"]["caught"] == rep["summary"]["faults"]
