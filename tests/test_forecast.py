@@ -239,12 +239,15 @@ def test_the_equipartition_gap_of_a_trained_run(tmp_path, capsys):
     assert equipartition_gap(tmp_path / "diloco", second_moment_root)["predicted"] == 0.0
     # N outside the replica counts the gap was validated on is flagged; N = 8 is not
     assert main(["llm", "train", *tiny, "--replicas", "8", "--out", str(tmp_path / "n8")]) == 0
-    assert cfg.outer.replicas == 4 and [f.split(":")[0] for f in rep["flags"]] == ["untested N"]
+    # (an "unresolved" flag may stand beside it: on Python 3.12's corpus this run's gap is not resolved)
+    untested = [f for f in rep["flags"] if f.split(":")[0] == "untested N"]
+    assert cfg.outer.replicas == 4 and len(untested) == 1
+    assert {f.split(":")[0] for f in rep["flags"]} <= {"untested N", "unresolved"}
     # the flag's text quotes only this report's numbers (N and the validated range), and the window count is
     # the run's own (--val-windows 4), not a default
     from noloco.advice.gap import VALIDATED_REPLICAS, format_gap
 
-    quoted = {float(x) for f in rep["flags"] for x in re.findall(r"\d+(?:\.\d+)?", f.split(":", 1)[1])}
+    quoted = {float(x) for f in untested for x in re.findall(r"\d+(?:\.\d+)?", f.split(":", 1)[1])}
     assert quoted <= {float(rep["replicas"]), *map(float, VALIDATED_REPLICAS)}
     assert rep["val_windows"] == 4 and "(4 validation windows)" in format_gap(rep)
     assert not [f for f in equipartition_gap(tmp_path / "n8", second_moment_root)["flags"] if "untested" in f]
