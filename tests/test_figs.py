@@ -376,7 +376,7 @@ def test_tune_figure_keeps_the_paper_setting_off_a_landscape_of_another_n_and_h(
     data = {**data, "paper": {**data["paper"], "group_size": 4},
             "paper_frontier": {"rate": [q["rate"] for q in front], "spread": [1.5 * q["spread"] for q in front]}}
     fig = fig_tune.draw(data)
-    landscape, tradeoff = fig.axes[0], fig.axes[1]
+    landscape = fig.axes[0]
     labels = [t.get_text() for t in landscape.get_legend().get_texts()]
     problems = legibility_problems(fig)
     plt.close(fig)

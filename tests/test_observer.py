@@ -5,7 +5,6 @@ stated error against the full measurement; the early warnings, each made to fire
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 from pathlib import Path
