@@ -1,0 +1,158 @@
+"""Advice from short forks of one pilot: the spread and the final loss of settings nobody ran whole.
+
+A **fork** is a few outer steps of a candidate setting (alpha, beta, gamma, n, H; the model, data, N and the
+schedule are the pilot's) started from the pilot's own state at inner step ``fork_at``: the replicas' weights,
+the inner AdamW's state and the outer state (phi and the outer momentum, :meth:`noloco.OuterOptimizer.load_state_dict`
+with ``strict=False``), run for ``fork_len`` inner steps on the inner steps' own data and learning rates, and
+written by :class:`noloco.Observer` with ``fork_of``, ``fork_at`` and ``fork_len`` in its config and the
+validation losses at its end (:func:`noloco.studies.families.train_hf` makes them).
+
+Why forks (docs/advice.md, "One pilot"): the pooled inputs c and s2 that the transfer (``--as``) carries from the
+pilot move with the setting (c from -0.37 at H 5 to +0.12 at H 20 in the same model; the regression's c rises with
+the spread), and nothing in one pilot's trajectory says by how much; and the loss of a setting depends on the
+outer step in ways the mean's linear theory does not give (at equal beta / (1 - alpha) a larger alpha cost up to
+0.05 nats). A fork measures both at the candidate setting, from the point of training where they matter.
+
+* **Spread** (:func:`fork_spread`): per tensor, the target's exact recursion over its whole run: up to the fork point
+  with the pilot's inputs (the transfer's mapping), over the fork with the fork's inputs as the theory reads them
+  (:func:`noloco.advice.predict.replay` from the pilot's recursion state at the fork point: the fork starts there),
+  and after it with the fork's inputs held per unit of the schedule (c / L1^(1/2), s2 / L2: the forecast's
+  normalisation) over the fork's second half.
+* **Loss** (:func:`fork_loss`): the pilot's final validation loss plus :data:`LOSS_GAIN` times the fork's lead
+  over the pilot at the fork's end (the averaged models' validation losses on the same windows after the same
+  inner steps from the same state), with the 80 % interval of the development grid's residuals
+  (:data:`LOSS_ERROR`).
+
+Both constants were set on the development seed of cpu-tiny (docs/advice.md) before the validation runs.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+
+from noloco.infra.errors import ConfigError, DataError
+
+#: the final loss's lead over the pilot's, per unit of the fork's lead at its end (development grid, cpu-tiny seed 0)
+LOSS_GAIN = 1.0
+#: 10 % and 90 % quantiles of measured - predicted final loss (nats) over the development grid: the 80 % interval
+LOSS_ERROR = (-0.02, 0.02)
+#: a fork's inputs are held from its second half, at least this many outer steps
+HOLD_MIN = 2
+
+
+def read_fork(folder):
+    """The fork's run record (:func:`noloco.advice.record.read_run`), its pilot's, and ``(fork_at, fork_len)``."""
+    from noloco.advice.record import read_run
+
+    fork = read_run(folder)
+    cfg = fork.result["config"]
+    if not all(k in cfg for k in ("fork_of", "fork_at", "fork_len")):
+        raise DataError(f"{fork.folder}: not a fork (its config has no fork_of, fork_at, fork_len)")
+    pilot = read_run(cfg["fork_of"])
+    at, length = int(cfg["fork_at"]), int(cfg["fork_len"])
+    for run in (fork, pilot):
+        if at % run.setting.inner_steps or (run is fork and length % run.setting.inner_steps):
+            raise DataError(f"{run.folder}: the fork at inner step {at} is not at an outer-step boundary of H "
+                            f"{run.setting.inner_steps}")
+    if fork.inputs is None or pilot.inputs is None:
+        raise DataError(f"{fork.folder}: the fork and its pilot need inputs.jsonl (noloco.Observer writes it)")
+    return fork, pilot, at, length
+
+
+def _final_loss(run, step: int | None = None) -> float | None:
+    """The averaged model's validation loss at outer step ``step`` (default: the last evaluation)."""
+    rows = [r for r in run.metrics if isinstance(r.get("val_loss_avg_model"), (int, float))]
+    if step is not None:
+        rows = [r for r in rows if int(r["outer_step"]) == step]
+    return float(rows[-1]["val_loss_avg_model"]) if rows else None
+
+
+def fork_loss(folder) -> dict:
+    """The fork's setting's final validation loss (module docstring), its interval, and the losses it rests on."""
+    fork, pilot, at, length = read_fork(folder)
+    end = (at + length) // pilot.setting.inner_steps  # the pilot's outer step at the fork's last inner step
+    mine, theirs = _final_loss(fork), _final_loss(pilot, end)
+    final = _final_loss(pilot)
+    if mine is None or theirs is None or final is None:
+        raise DataError(f"{fork.folder}: the fork's last evaluation and its pilot's at outer step {end} and at its "
+                        "end are needed (evaluate the pilot where each fork ends)")
+    lead = mine - theirs
+    predicted = final + LOSS_GAIN * lead
+    gap = [r.get("val_loss_replicas_mean", math.nan) - r["val_loss_avg_model"] for r in fork.metrics
+           if isinstance(r.get("val_loss_avg_model"), (int, float))][-1:]
+    return {"predicted": predicted, "low": predicted + LOSS_ERROR[0], "high": predicted + LOSS_ERROR[1],
+            "fork_lead": lead, "pilot_final": final, "fork_gap": gap[0] if gap else None}
+
+
+def _pilot_state(pilot, upto: int) -> dict:
+    """Per tensor: the pilot's inputs read through the theory over its measured steps and its recursion's state
+    after outer step ``upto`` (where its forks start)."""
+    from noloco.advice.predict import group_inputs, replay
+
+    out = {}
+    for name in pilot.inputs[0]["groups"]:
+        g = group_inputs(pilot.inputs, name)
+        s2, rho, _ = g["long-run"]
+        _, _, c_all, s2_all = replay(pilot.outer, g["c"], s2, rho)
+        S, _, _, _ = replay(pilot.outer, g["c"][:upto], s2[:upto], rho[:upto])
+        out[name] = {"numel": g["numel"], "c": c_all, "s2": s2_all, "rho": float(rho[-1]), "S": S}
+    return out
+
+
+def fork_spread(folder) -> dict:
+    """The weight_std of the fork's setting over its whole run, predicted from the pilot and the fork (module
+    docstring): rows per outer step, the second half's RMS, and flags."""
+    from noloco.advice.forecast import _step_forward, _weight_std, schedule_functionals
+    from noloco.advice.predict import group_inputs, replay
+    from noloco.theory import exchangeable
+
+    fork, pilot, at, length = read_fork(folder)
+    target, base = fork.setting, pilot.setting
+    if target.outer.replicas != base.outer.replicas:
+        raise ConfigError(f"{fork.folder}: a fork keeps the pilot's replicas (N {base.outer.replicas})")
+    Hb, Tb, Hp = target.inner_steps, target.outer_steps, base.inner_steps
+    t_fork, k = at // Hb, length // Hb  # the target's outer steps before the fork and in it
+    pilot_tensors = _pilot_state(pilot, at // Hp)
+    ph_p, ph_b = schedule_functionals(base), schedule_functionals(target)
+    # before the fork: the pilot's step covering the same fraction of training (the transfer's mapping)
+    src = np.minimum(np.ceil((np.arange(t_fork) + 1) * base.outer_steps / Tb).astype(int) - 1, len(pilot.inputs) - 1)
+    rows_f = [r for r in fork.inputs]
+    if len(rows_f) < k:
+        raise DataError(f"{fork.folder}: {len(rows_f)} measured outer steps, the fork has {k}")
+    hold = np.arange(min(k // 2, max(k - HOLD_MIN, 0)), k)  # the fork's second half, at least HOLD_MIN steps
+    after = np.arange(t_fork + k, Tb)
+    per, flags = [], []
+    for name, p in pilot_tensors.items():
+        g = group_inputs(rows_f, name)
+        s2_f, rho_f, _ = g["long-run"]
+        _, _, c_f, s2_true = replay(target.outer, g["c"], s2_f, rho_f, S=p["S"])
+        start = exchangeable.initial(float(p["s2"][0]), 0.0, 0.0)
+        c_before = p["c"][src]
+        s2_before = p["s2"][src] * ph_b["L2"][:t_fork] / ph_p["L2"][src]
+        idx = t_fork + hold
+        c_hat = float(np.median(c_f[hold] / np.sqrt(ph_b["L1"][idx])))
+        s_hat = float(np.median(s2_true[hold] / ph_b["L2"][idx]))
+        c = np.concatenate([c_before, c_f[:k], c_hat * np.sqrt(ph_b["L1"][after])])
+        s2 = np.concatenate([s2_before, s2_true[:k], s_hat * ph_b["L2"][after]])
+        per.append((p["numel"], _step_forward(target.outer, start, c, s2, float(rho_f[-1]))))
+    ws = _weight_std(per)
+    late = slice(Tb // 2, None)
+    level = float(math.sqrt(np.mean(ws[late] ** 2))) if np.all(np.isfinite(ws)) else math.inf
+    if not math.isfinite(level):
+        flags.append("unstable: the recursion at the fork's inputs grows without bound")
+    return {"run": str(fork.folder), "pilot": str(pilot.folder), "fork_at": at, "fork_len": length,
+            "second_half_rms": level, "flags": flags,
+            "rows": [{"outer_step": t + 1, "predicted": float(v)} for t, v in enumerate(ws)]}
+
+
+def format_fork_spread(report: dict) -> str:
+    lines = [f"{report['run']} (a fork of {report['pilot']} at inner step {report['fork_at']} for "
+             f"{report['fork_len']}): its setting's weight_std over a whole run, predicted from the pilot and the fork",
+             f"{'outer':>6} {'predicted':>11}"]
+    lines += [f"{r['outer_step']:>6} {r['predicted']:>11.4e}" for r in report["rows"]]
+    lines.append(f"second-half RMS: predicted {report['second_half_rms']:.4e}")
+    lines += [f"flag: {f}" for f in report["flags"]]
+    return "\n".join(lines)

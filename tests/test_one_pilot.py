@@ -1,0 +1,55 @@
+"""Advice from one pilot and its forks (noloco.advice.fork, noloco llm tune --forks): a fork starts from the pilot's
+exact state, and the tuner ranks the forked settings from files; the study's settings are as documented."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from noloco.studies import families as F
+from noloco.studies import one_pilot as O
+
+SMALL = {**F.BASE, "outer_steps": 8, "inner_steps": 4, "warmup": 4, "batch": 2, "ctx": 16}
+
+
+def test_the_study_crosses_every_axis_both_ways_and_the_grid_has_27_settings():
+    assert len(O.grid()) == 27 and O.PILOT in O.grid()
+    axes = [a for _, _, a in O.TRANSFERS]
+    for axis in ("alpha", "beta", "gamma", "H", "N", "n"):
+        assert f"{axis} up" in axes and f"{axis} down" in axes
+    tokens = {s["inner_steps"] * s["outer_steps"] for s in O.grid().values()}
+    assert tokens == {O.TOKENS}  # equal tokens: the grid compares settings, not budgets
+    assert all(O.FORK_AT % s["inner_steps"] == 0 and O.FORK_LEN % s["inner_steps"] == 0
+               for s in map(O.setting, O.FORKED))
+
+
+@pytest.mark.torch
+def test_a_fork_at_the_pilots_own_setting_is_the_pilot_and_the_tuner_ranks_the_forks(tmp_path):
+    """A fork of the pilot's own setting continues the pilot exactly (same weights, AdamW state, outer momentum,
+    data and learning rates): its loss at its end is the pilot's at that step. Then the tuner and --fork read them."""
+    family = F.FAMILIES["cpu-tiny"]
+    pilot = tmp_path / "pilot"
+    same, other = tmp_path / "forks" / "same", tmp_path / "forks" / "other"
+    F.train_hf(family, SMALL, 0, pilot, forks=[(SMALL, same), ({**SMALL, "alpha": 0.3, "beta": 0.9}, other)],
+               fork_at=8, fork_len=8)
+    from noloco.advice.fork import fork_loss, fork_spread, read_fork
+    from noloco.advice.record import read_run
+
+    fork, base, at, length = read_fork(same)
+    assert (at, length) == (8, 8) and base.folder.resolve() == pilot.resolve()
+    pilot_at_end = next(r for r in read_run(pilot).metrics if r["outer_step"] == 4 and "val_loss_avg_model" in r)
+    assert fork.metrics[-1]["val_loss_avg_model"] == pytest.approx(pilot_at_end["val_loss_avg_model"], abs=1e-6)
+    assert fork_loss(same)["fork_lead"] == pytest.approx(0.0, abs=1e-6)
+    assert fork_loss(other)["fork_lead"] != pytest.approx(0.0, abs=1e-6)
+    spread = fork_spread(other)
+    assert len(spread["rows"]) == SMALL["outer_steps"] and spread["second_half_rms"] > 0
+    out = subprocess.run([sys.executable, "-m", "noloco", "llm", "tune", str(tmp_path / "forks"), "--forks", "--json"],
+                         capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert len(report["rows"]) == 3 and report["recommendation"]["setting"] in {r["setting"] for r in report["rows"]}
+    assert report["cost"]["pilot_runs"] == pytest.approx(1 + 2 * 8 / 32)
+    bad = subprocess.run([sys.executable, "-m", "noloco", "llm", "tune", str(pilot), "--forks"],
+                         capture_output=True, text=True)
+    assert bad.returncode == 3 and "no fork" in bad.stderr
