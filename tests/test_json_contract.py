@@ -47,6 +47,7 @@ SKIP = {
                         "the report print_json prints, as in every command",
     "llm study tune": "needs a development sweep of pilot runs (tens of minutes of training)",
     "llm study families": "trains Hugging Face models through transformers (minutes, an optional extra)",
+    "llm study one-pilot": "trains two families' grids of 29 settings and their forks (an hour on two cores)",
 }
 
 

@@ -402,7 +402,8 @@ def tune_forks(path, latency: float = 0.05, bandwidth: float = 1e9, compute_seco
         sync = outer_sync_seconds(o, n_params, net, bytes_per_value)
         excluded = list(flags) + ([f"spread {spread:.3g} above --max-spread {max_spread:g}"]
                                   if max_spread is not None and spread > max_spread else [])
-        return {"setting": _name(run.folder, run.setting), "fork": fork, "alpha": o.alpha, "beta": o.beta,
+        name = Path(fork).name if fork else _name(run.folder, run.setting)  # a fork: its folder's name
+        return {"setting": name, "fork": fork, "alpha": o.alpha, "beta": o.beta,
                 "gamma": o.gamma, "n": o.group_size, "H": H, "outer_steps": run.setting.outer_steps, **loss,
                 "spread": spread, "seconds": tokens * (compute_seconds + sync / H), "excluded": excluded}
 

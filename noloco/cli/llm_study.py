@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-STUDIES = ("routing", "paper", "advice", "tune", "families", "comm")
+STUDIES = ("routing", "paper", "advice", "tune", "families", "one-pilot", "comm")
 
 
 def add_parser(sub) -> None:
@@ -65,6 +65,16 @@ def add_parser(sub) -> None:
                                "itself)")
     families.add_argument("--seed", type=int, default=0, help="with --rank-run: the run's seed (default 0)")
     families.set_defaults(study_run=_families)
+
+    one = actions.add_parser("one-pilot", help="advice from one pilot and its forks, checked by brute force (every "
+                                               "outer axis both ways; the tuner on a grid of 29 settings)",
+                             description="Trains each family's pilot with its forks and every setting whole (finished "
+                                         "runs are reused) and judges the transfers and the tuner under the rules of "
+                                         "docs/advice.md, 'One pilot'. Needs transformers.")
+    one.add_argument("--out", default="runs/one-pilot", help="folder of the runs (default runs/one-pilot)")
+    one.add_argument("--no-train", action="store_true", help="evaluate only (every run must exist)")
+    one.add_argument("--json", action="store_true", help="print the JSON report")
+    one.set_defaults(study_run=_one_pilot)
 
     from noloco.llm_check.comm_measure import DEFAULT_OUT, DEFAULT_SIZES
 
@@ -140,6 +150,15 @@ def _families(args) -> int:
         return 0
     report = families.run_study(args.out, train=not args.no_train)
     print_json(report) if args.json else print(families.format_report(report))
+    return 0
+
+
+def _one_pilot(args) -> int:
+    from noloco.infra.files import print_json
+    from noloco.studies import one_pilot
+
+    report = one_pilot.run_study(args.out, train=not args.no_train)
+    print_json(report) if args.json else print(one_pilot.format_report(report))
     return 0
 
 

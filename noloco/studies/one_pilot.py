@@ -75,7 +75,8 @@ FORKED = [n for n in list(grid()) + ["g0.35", "g1"] if n != PILOT]
 
 
 def fork_folder(out: Path, family: str, name: str, seed: int) -> Path:
-    return Path(out) / family / "forks" / name / f"s{seed}"
+    """Each pilot's forks in a folder of their own (``noloco llm tune FOLDER --forks`` reads one pilot's)."""
+    return Path(out) / family / f"forks-s{seed}" / name
 
 
 def _hf_family(family: str):
@@ -110,3 +111,152 @@ def train_missing(out, families=FAMILIES, seeds=SEEDS, names=None, progress: boo
             elif not finished(folder(out, f, n, s)):
                 train_hf(_hf_family(f), setting(n), s, folder(out, f, n, s))
             bar.update()
+
+
+#: the rules (docs/advice.md, "One pilot", written before the validation runs): a spread prediction within 15 % of
+#: the measured RMS weight_std over the second half; a flagged prediction is not claimed
+SPREAD_RULE = 0.15
+
+
+def _measured(path: Path) -> tuple[float, float]:
+    """``(final validation loss of the averaged model, RMS weight_std over the second half)`` of a finished run."""
+    from noloco.advice.fork import _final_loss
+    from noloco.advice.record import read_run
+    from noloco.advice.tune import rms_second_half
+
+    run = read_run(path)
+    return _final_loss(run), rms_second_half(run.metrics, "weight_std", run.setting.outer_steps)
+
+
+def _changes(pilot: str, target: str) -> dict:
+    a, b = setting(pilot), setting(target)
+    keys = ("replicas", "group_size", "alpha", "beta", "gamma", "inner_steps", "outer_steps")
+    return {k: b[k] for k in keys if a[k] != b[k]}
+
+
+def _verdict(ratio: float, flags: list) -> str:
+    from noloco.studies.families import within
+
+    return "flagged" if flags else ("agrees" if within(ratio, SPREAD_RULE, relative=True) else "misses")
+
+
+def transfer_rows(out, family: str, seed: int) -> list[dict]:
+    """Every transfer of :data:`TRANSFERS` for one family and seed: the fork's prediction where the target was
+    forked from the pilot, and ``--as`` (the pilot's inputs carried over) on every axis, each against the target's
+    measured spread."""
+    from noloco.advice.forecast import transfer
+    from noloco.advice.fork import fork_spread
+
+    rows = []
+    for pilot, target, axis in TRANSFERS:
+        _, measured = _measured(folder(out, family, target, seed))
+        carried = transfer(folder(out, family, pilot, seed), **_changes(pilot, target))
+        row = {"family": family, "seed": seed, "axis": axis, "pilot": pilot, "target": target, "measured": measured,
+               "as_ratio": carried["second_half_rms"] / measured, "as_flags": carried["flags"]}
+        row["as_verdict"] = _verdict(row["as_ratio"], carried["flags"])
+        if pilot == PILOT and target in FORKED:
+            forked = fork_spread(fork_folder(out, family, target, seed))
+            flags = forked["flags"] + [f for f in carried["flags"] if f.startswith("not reproduced")]
+            row.update(fork_ratio=forked["second_half_rms"] / measured, fork_flags=flags)
+            row["fork_verdict"] = _verdict(row["fork_ratio"], flags)
+        rows.append(row)
+    return rows
+
+
+def tuner_rows(out, family: str, seeds=SEEDS) -> list[dict]:
+    """The tuner from each seed's pilot and forks (``noloco llm tune DIR --forks``), its pick judged on every
+    setting trained whole with another seed (a new seed for the pick): the pick's measured loss against the best
+    and the median setting's, and against its stated interval."""
+    import numpy as np
+
+    from noloco.advice.tune import tune_forks
+
+    names = list(grid()) + ["g0.35", "g1"]
+    rows = []
+    for seed in seeds:
+        report = tune_forks(Path(out) / family / f"forks-s{seed}")
+        pick = report["recommendation"]
+        for other in (s for s in seeds if s != seed):
+            loss = {n: _measured(folder(out, family, n, other))[0] for n in names}
+            ranked = sorted(loss, key=loss.get)
+            got = loss[pick["setting"]]
+            best, median = loss[ranked[0]], float(np.median(list(loss.values())))
+            rows.append({"family": family, "pilot_seed": seed, "judged_seed": other, "pick": pick["setting"],
+                         "predicted": pick["predicted"], "low": pick["low"], "high": pick["high"], "measured": got,
+                         "rank": ranked.index(pick["setting"]) + 1, "settings": len(names), "best": ranked[0],
+                         "best_loss": best, "median_loss": median, "not_told_apart": len(report["not_told_apart"]),
+                         "better_than_median": got < median,
+                         "within_interval_of_best": got - best <= pick["high"] - pick["predicted"],
+                         "inside_interval": pick["low"] <= got <= pick["high"],
+                         "cost_pilot_runs": report["cost"]["pilot_runs"], "grid_runs": len(names) * len(seeds),
+                         "ranked": [{k: r[k] for k in ("setting", "predicted", "low", "high", "spread", "seconds")}
+                                    for r in report["rows"]]})
+    return rows
+
+
+def loss_rows(out, family: str, seed: int) -> list[dict]:
+    """Every forked setting's predicted final loss against its whole run of the same seed."""
+    from noloco.advice.fork import fork_loss
+
+    rows = []
+    for name in FORKED:
+        pred = fork_loss(fork_folder(out, family, name, seed))
+        got = _measured(folder(out, family, name, seed))[0]
+        rows.append({"family": family, "seed": seed, "setting": name, "measured": got,
+                     **{k: pred[k] for k in ("predicted", "low", "high", "fork_lead", "pilot_final")},
+                     "inside": pred["low"] <= got <= pred["high"]})
+    return rows
+
+
+def evaluate(out, families=FAMILIES, seeds=SEEDS) -> dict:
+    transfers = [r for f in families for s in seeds for r in transfer_rows(out, f, s)]
+    tuner = [r for f in families for r in tuner_rows(out, f, seeds)]
+    losses = [r for f in families for s in seeds for r in loss_rows(out, f, s)]
+
+    def count(rows, key):
+        return {v: sum(r.get(key) == v for r in rows) for v in ("agrees", "flagged", "misses")}
+
+    forked = [r for r in transfers if "fork_verdict" in r]
+    claimed = [r for r in transfers if r.get("fork_verdict", r["as_verdict"]) != "flagged"]
+    return {"schema": "one-pilot", "rules": {"spread_tolerance": SPREAD_RULE,
+                                             "tuner": "pick's loss on a new seed below the grid's median and within "
+                                                      "its interval's upper half-width of the grid's best"},
+            "families": list(families), "seeds": list(seeds), "fork_at": FORK_AT, "fork_len": FORK_LEN,
+            "transfers": transfers, "tuner": tuner, "losses": losses,
+            "summary": {"fork": count(forked, "fork_verdict"), "as_on_forked_axes": count(forked, "as_verdict"),
+                        "as_all": count(transfers, "as_verdict"), "claimed_with_forks": len(claimed),
+                        "loss_inside_interval": sum(r["inside"] for r in losses), "loss_predictions": len(losses),
+                        "tuner_holds": sum(r["better_than_median"] and r["within_interval_of_best"] for r in tuner),
+                        "tuner_judgements": len(tuner)}}
+
+
+def run_study(out, train: bool = True, families=FAMILIES, seeds=SEEDS) -> dict:
+    from noloco.infra.files import write_json
+
+    out = Path(out)
+    if train:
+        train_missing(out, families, seeds)
+    report = evaluate(out, families, seeds)
+    write_json(out / "one_pilot.json", report, indent=2)
+    return report
+
+
+def format_report(rep: dict) -> str:
+    fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+    lines = [f"spread rule: within {rep['rules']['spread_tolerance']:.0%}; tuner: {rep['rules']['tuner']}",
+             f"{'family':<9}{'seed':>5}  {'axis':<11}{'fork':>7} {'verdict':<8}{'--as':>7} {'verdict':<8} flags"]
+    for r in rep["transfers"]:
+        flags = "; ".join(f[:50] for f in r.get("fork_flags", []) + r["as_flags"])
+        lines.append(f"{r['family']:<9}{r['seed']:>5}  {r['axis']:<11}{fmt(r.get('fork_ratio')):>7} "
+                     f"{r.get('fork_verdict', '-'):<8}{fmt(r['as_ratio']):>7} {r['as_verdict']:<8} {flags}")
+    for r in rep["tuner"]:
+        lines.append(f"tuner {r['family']} pilot seed {r['pilot_seed']} -> seed {r['judged_seed']}: pick {r['pick']} "
+                     f"predicted {r['predicted']:.4f} [{r['low']:.4f}, {r['high']:.4f}], measured {r['measured']:.4f} "
+                     f"(rank {r['rank']} of {r['settings']}; best {r['best']} {r['best_loss']:.4f}, median "
+                     f"{r['median_loss']:.4f}); cost {r['cost_pilot_runs']:.2f} pilot runs vs {r['grid_runs']}")
+    lines.append("summary: " + json_line(rep["summary"]))
+    return "\n".join(lines)
+
+
+def json_line(d: dict) -> str:
+    return "; ".join(f"{k} {v}" for k, v in d.items())
