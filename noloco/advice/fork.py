@@ -97,7 +97,7 @@ def _pilot_state(pilot, upto: int) -> dict:
         g = group_inputs(pilot.inputs, name)
         s2, rho, _ = g["long-run"]
         _, _, c_all, s2_all = replay(pilot.outer, g["c"], s2, rho)
-        S, _, _, _ = replay(pilot.outer, g["c"][:upto], s2[:upto], rho[:upto])
+        S = replay(pilot.outer, g["c"][:upto], s2[:upto], rho[:upto])[0] if upto else None  # None: replicas equal
         out[name] = {"numel": g["numel"], "c": c_all, "s2": s2_all, "rho": float(rho[-1]), "S": S}
     return out
 
@@ -129,7 +129,7 @@ def fork_spread(folder) -> dict:
         g = group_inputs(rows_f, name)
         s2_f, rho_f, _ = g["long-run"]
         _, _, c_f, s2_true = replay(target.outer, g["c"], s2_f, rho_f, S=p["S"])
-        start = exchangeable.initial(float(p["s2"][0]), 0.0, 0.0)
+        start = exchangeable.initial(float((p["s2"] if t_fork else s2_true)[0]), 0.0, 0.0)
         c_before = p["c"][src]
         s2_before = p["s2"][src] * ph_b["L2"][:t_fork] / ph_p["L2"][src]
         idx = t_fork + hold

@@ -162,7 +162,8 @@ def train_hf(family: Family, setting: dict, seed: int, folder, val_windows: int 
                         min_lr_frac=s["min_lr_frac"], adam_beta2=s["adam_beta2"], seed=seed, overwrite=True,
                         val_windows=val_windows, family=family.name, batch=s["batch"], ctx=ctx)
     average = copy.deepcopy(first)
-    snapshot = None
+    snapshot = copy.deepcopy(([m.state_dict() for m in models], inner.state_dict(), outer.state_dict())) \
+        if forks and fork_at == 0 else None  # forks from the start: the pilot's initial state
     for k in range(T * H):
         _inner_step(models, here, inner, shards, s, seed, k)  # the outer step runs from its hook after every H-th
         if (k + 1) % (EVAL_EVERY * H) == 0:
