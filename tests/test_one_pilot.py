@@ -20,8 +20,9 @@ def test_the_study_crosses_every_axis_both_ways_and_the_grid_has_27_settings():
         assert f"{axis} up" in axes and f"{axis} down" in axes
     tokens = {s["inner_steps"] * s["outer_steps"] for s in O.grid().values()}
     assert tokens == {O.TOKENS}  # equal tokens: the grid compares settings, not budgets
-    assert all(O.FORK_AT % s["inner_steps"] == 0 and O.FORK_LEN % s["inner_steps"] == 0
-               for s in map(O.setting, O.FORKED))
+    for name in O.FORKED:  # every fork starts and ends at its own outer-step boundaries, with 8 or more steps
+        H = O.setting(name)["inner_steps"]
+        assert O.FORK_AT % H == 0 and O.fork_len(name) % H == 0 and O.fork_len(name) // H >= O.FORK_MIN_STEPS
 
 
 @pytest.mark.torch

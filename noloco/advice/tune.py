@@ -400,12 +400,13 @@ def tune_forks(path, latency: float = 0.05, bandwidth: float = 1e9, compute_seco
     def row(run, loss: dict, spread: float, flags: list[str], fork: str | None) -> dict:
         o, H = run.outer, run.setting.inner_steps
         sync = outer_sync_seconds(o, n_params, net, bytes_per_value)
-        excluded = list(flags) + ([f"spread {spread:.3g} above --max-spread {max_spread:g}"]
-                                  if max_spread is not None and spread > max_spread else [])
+        excluded = [] if max_spread is None else (  # the spread matters only under a spread limit
+            [f"spread not trusted ({flags[0].split(':')[0]})"] if flags else
+            [f"spread {spread:.3g} above --max-spread {max_spread:g}"] if spread > max_spread else [])
         name = Path(fork).name if fork else _name(run.folder, run.setting)  # a fork: its folder's name
         return {"setting": name, "fork": fork, "alpha": o.alpha, "beta": o.beta,
                 "gamma": o.gamma, "n": o.group_size, "H": H, "outer_steps": run.setting.outer_steps, **loss,
-                "spread": spread, "seconds": tokens * (compute_seconds + sync / H), "excluded": excluded}
+                "spread": spread, "spread_flags": list(flags), "seconds": tokens * (compute_seconds + sync / H), "excluded": excluded}
 
     T = pilot.setting.outer_steps
     own = forks_._final_loss(pilot)

@@ -130,8 +130,9 @@ def train_hf(family: Family, setting: dict, seed: int, folder, val_windows: int 
     model's and the replicas' validation loss at every evaluation. N replicas in one process (a list of modules),
     or, under torch.distributed (torchrun), one replica per rank (the observer then samples coordinates).
 
-    ``forks``: ``(setting, folder)`` pairs run from this run's state at inner step ``fork_at`` (an outer-step boundary
-    of every setting involved) for ``fork_len`` inner steps, each at its own outer setting and H (one process only):
+    ``forks``: ``(setting, folder)`` or ``(setting, folder, length)`` run from this run's state at inner step ``fork_at``
+    (an outer-step boundary of every setting involved) for ``length`` (default ``fork_len``) inner steps, each at its
+    own outer setting and H (one process only):
     the models, AdamW's state and the outer state (phi and the momentum, loaded with ``strict=False``) are copied, the
     data and the learning rate are those of the same inner steps, and an observer writes the fork's folder with its
     validation losses at its end (:func:`noloco.advice.fork.read_fork`)."""
@@ -171,8 +172,9 @@ def train_hf(family: Family, setting: dict, seed: int, folder, val_windows: int 
         if forks and k + 1 == fork_at:
             snapshot = copy.deepcopy(([m.state_dict() for m in models], inner.state_dict(), outer.state_dict()))
     observer.close()  # it writes the inner AdamW's second moment, what --gap predicts from
-    for fork_setting, fork_folder in forks:
-        _fork(family, fork_setting, seed, snapshot, fork_at, fork_len, fork_folder, shards, val, val_windows, folder)
+    for fork_setting, fork_folder, *length in forks:
+        _fork(family, fork_setting, seed, snapshot, fork_at, (length or [fork_len])[0], fork_folder, shards, val,
+              val_windows, folder)
 
 
 def _rate(s: dict, k: int) -> float:

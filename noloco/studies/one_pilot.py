@@ -72,6 +72,13 @@ def finished(path: Path) -> bool:
 #: start: on the development seed, forks from a quarter of the run (a quarter long) did not predict the final loss
 #: (their lead over the pilot correlated 0.22 with the final difference, of the wrong sign in the mean)
 FORK_AT, FORK_LEN = 0, TOKENS // 4
+#: ... and at least this many of the fork's outer steps (H 20: 8 steps, half the run), so that the fork's second half,
+#: whose inputs are held, spans 4 outer steps (on the development seed 4-step forks at H 20 ran up to 1.65x high)
+FORK_MIN_STEPS = 8
+
+
+def fork_len(name: str) -> int:
+    return max(FORK_LEN, FORK_MIN_STEPS * setting(name)["inner_steps"])
 #: the settings forked from the pilot: every other setting of the grid, and the gamma axis
 FORKED = [n for n in list(grid()) + ["g0.35", "g1"] if n != PILOT]
 
@@ -91,7 +98,7 @@ def train_pilot(out, family: str, seed: int) -> None:
     """The pilot and its forks (one loop: the forks start from the pilot's state in memory)."""
     from noloco.studies.families import train_hf
 
-    forks = [(setting(n), fork_folder(out, family, n, seed)) for n in FORKED]
+    forks = [(setting(n), fork_folder(out, family, n, seed), fork_len(n)) for n in FORKED]
     train_hf(_hf_family(family), setting(PILOT), seed, folder(out, family, PILOT, seed), forks=forks,
              fork_at=FORK_AT, fork_len=FORK_LEN)
 
