@@ -26,22 +26,27 @@ def test_the_study_crosses_every_axis_both_ways_and_the_grid_has_27_settings():
 
 
 @pytest.mark.torch
-def test_a_fork_at_the_pilots_own_setting_is_the_pilot_and_the_tuner_ranks_the_forks(tmp_path):
+def test_a_fork_at_the_pilots_own_setting_is_the_pilot_and_the_tuner_ranks_the_forks(tmp_path, monkeypatch):
     """A fork of the pilot's own setting continues the pilot exactly (same weights, AdamW state, outer momentum,
     data and learning rates): its loss at its end is the pilot's at that step. Then the tuner and --fork read them."""
     family = F.FAMILIES["cpu-tiny"]
+    monkeypatch.setattr(F, "EVAL_EVERY", 2)  # the pilot evaluates where the forks end (outer step 2)
     pilot = tmp_path / "pilot"
     same, other = tmp_path / "forks" / "same", tmp_path / "forks" / "other"
     F.train_hf(family, SMALL, 0, pilot, forks=[(SMALL, same), ({**SMALL, "alpha": 0.3, "beta": 0.9}, other)],
-               fork_at=8, fork_len=8)
+               fork_at=0, fork_len=8)
     from noloco.advice.fork import fork_loss, fork_spread, read_fork
     from noloco.advice.record import read_run
 
     fork, base, at, length = read_fork(same)
-    assert (at, length) == (8, 8) and base.folder.resolve() == pilot.resolve()
-    pilot_at_end = next(r for r in read_run(pilot).metrics if r["outer_step"] == 4 and "val_loss_avg_model" in r)
+    assert (at, length) == (0, 8) and base.folder.resolve() == pilot.resolve()
+    pilot_at_end = next(r for r in read_run(pilot).metrics if r["outer_step"] == 2 and "val_loss_avg_model" in r)
     assert fork.metrics[-1]["val_loss_avg_model"] == pytest.approx(pilot_at_end["val_loss_avg_model"], abs=1e-6)
     assert fork_loss(same)["fork_lead"] == pytest.approx(0.0, abs=1e-6)
+    again = tmp_path / "again"  # a fork from the start of a finished pilot, without training it again: the same fork
+    F.train_hf(family, SMALL, 0, pilot, forks=[(SMALL, again)], fork_at=0, fork_len=8, train=False)
+    assert read_run(again).metrics[-1]["val_loss_avg_model"] == pytest.approx(
+        read_fork(same)[0].metrics[-1]["val_loss_avg_model"], abs=1e-6)
     assert fork_loss(other)["fork_lead"] != pytest.approx(0.0, abs=1e-6)
     spread = fork_spread(other)
     assert len(spread["rows"]) == SMALL["outer_steps"] and spread["second_half_rms"] > 0

@@ -31,7 +31,6 @@ Both constants were set on the development seed of cpu-tiny (docs/advice.md) bef
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 import numpy as np
 

@@ -406,7 +406,8 @@ def tune_forks(path, latency: float = 0.05, bandwidth: float = 1e9, compute_seco
         name = Path(fork).name if fork else _name(run.folder, run.setting)  # a fork: its folder's name
         return {"setting": name, "fork": fork, "alpha": o.alpha, "beta": o.beta,
                 "gamma": o.gamma, "n": o.group_size, "H": H, "outer_steps": run.setting.outer_steps, **loss,
-                "spread": spread, "spread_flags": list(flags), "seconds": tokens * (compute_seconds + sync / H), "excluded": excluded}
+                "spread": spread, "spread_flags": list(flags), "seconds": tokens * (compute_seconds + sync / H),
+                "excluded": excluded}
 
     T = pilot.setting.outer_steps
     own = forks_._final_loss(pilot)
@@ -434,13 +435,14 @@ def tune_forks(path, latency: float = 0.05, bandwidth: float = 1e9, compute_seco
 
 
 def format_tune_forks(report: dict) -> str:
+    band = lambda r: f"[{r['low']:.4f}, {r['high']:.4f}]"  # noqa: E731
     lines = [f"one pilot: {report['pilot']}; final loss at equal tokens predicted from its forks (80 % interval); "
              f"compute {report['compute_seconds_per_inner_step']:.4g} s per inner step",
              f"{'setting':<16}{'alpha':>6}{'beta':>6}{'gamma':>6}{'n':>3}{'H':>4}{'predicted loss':>16}"
              f"{'80 % interval':>20}{'spread':>11}{'wall s':>9}  excluded"]
     for r in report["rows"]:
         lines.append(f"{r['setting']:<16}{r['alpha']:>6g}{r['beta']:>6g}{r['gamma']:>6g}{r['n']:>3}{r['H']:>4}"
-                     f"{r['predicted']:>16.4f}{'[' + format(r['low'], '.4f') + ', ' + format(r['high'], '.4f') + ']':>20}"
+                     f"{r['predicted']:>16.4f}{band(r):>20}"
                      f"{r['spread']:>11.3e}{r['seconds']:>9.1f}  {'; '.join(r['excluded'])}")
     best, cost = report["recommendation"], report["cost"]
     if best is None:

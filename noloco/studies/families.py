@@ -124,18 +124,19 @@ def TinyGPT(family: Family, ctx: int):  # noqa: N802 (a class built on first use
 
 
 def train_hf(family: Family, setting: dict, seed: int, folder, val_windows: int = VAL_WINDOWS,
-             forks=(), fork_at: int | None = None, fork_len: int | None = None) -> None:
+             forks=(), fork_at: int | None = None, fork_len: int | None = None, train: bool = True) -> None:
     """A plain torch loop over ``family``: AdamW at the learning rate of ``setting``'s schedule,
     :class:`noloco.OuterOptimizer` every H steps, :class:`noloco.Observer` writing ``folder`` with the averaged
     model's and the replicas' validation loss at every evaluation. N replicas in one process (a list of modules),
     or, under torch.distributed (torchrun), one replica per rank (the observer then samples coordinates).
 
-    ``forks``: ``(setting, folder)`` or ``(setting, folder, length)`` run from this run's state at inner step ``fork_at``
-    (an outer-step boundary of every setting involved) for ``length`` (default ``fork_len``) inner steps, each at its
-    own outer setting and H (one process only):
-    the models, AdamW's state and the outer state (phi and the momentum, loaded with ``strict=False``) are copied, the
-    data and the learning rate are those of the same inner steps, and an observer writes the fork's folder with its
-    validation losses at its end (:func:`noloco.advice.fork.read_fork`)."""
+    ``forks``: ``(setting, folder)`` or ``(setting, folder, length)`` run from this run's state at inner step
+    ``fork_at`` (an outer-step boundary of every setting involved) for ``length`` (default ``fork_len``) inner
+    steps, each at its own outer setting and H (one process only): the models, AdamW's state and the outer state
+    (phi and the momentum, loaded with ``strict=False``) are copied, the data and the learning rate are those of
+    the same inner steps, and an observer writes the fork's folder with its
+    validation losses at its end (:func:`noloco.advice.fork.read_fork`). ``train=False``: only the forks, of a run
+    already in ``folder`` (forks from its start: its initial state is drawn again from the seed)."""
     import copy
 
     import torch
@@ -159,12 +160,19 @@ def train_hf(family: Family, setting: dict, seed: int, folder, val_windows: int 
                               betas=(0.9, s["adam_beta2"]), weight_decay=0.0)
     outer = OuterOptimizer(first if ranks else models, inner, inner_steps=H, method="noloco",
                            group_size=s["group_size"], alpha=s["alpha"], beta=s["beta"], gamma=s["gamma"], seed=seed)
+    snapshot = copy.deepcopy(([m.state_dict() for m in models], inner.state_dict(), outer.state_dict())) \
+        if forks and fork_at == 0 else None  # forks from the start: the pilot's initial state
+    if not train and snapshot is None:
+        raise ValueError("train=False needs forks from the start (fork_at=0)")
+    for fork_setting, fork_folder, *length in forks if not train else ():
+        _fork(family, fork_setting, seed, snapshot, fork_at, (length or [fork_len])[0], fork_folder, shards, val,
+              val_windows, folder)
+    if not train:
+        return
     observer = Observer(outer, folder, outer_steps=T, lr=s["lr"], schedule=s["schedule"], warmup=s["warmup"],
                         min_lr_frac=s["min_lr_frac"], adam_beta2=s["adam_beta2"], seed=seed, overwrite=True,
                         val_windows=val_windows, family=family.name, batch=s["batch"], ctx=ctx)
     average = copy.deepcopy(first)
-    snapshot = copy.deepcopy(([m.state_dict() for m in models], inner.state_dict(), outer.state_dict())) \
-        if forks and fork_at == 0 else None  # forks from the start: the pilot's initial state
     for k in range(T * H):
         _inner_step(models, here, inner, shards, s, seed, k)  # the outer step runs from its hook after every H-th
         if (k + 1) % (EVAL_EVERY * H) == 0:

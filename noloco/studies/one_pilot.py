@@ -94,29 +94,42 @@ def _hf_family(family: str):
     return families.FAMILIES[family]
 
 
+def fork_done(path: Path, name: str) -> bool:
+    """Whether the fork in ``path`` ran to its end (the observer writes result.json every 10 outer steps too)."""
+    if not (path / "result.json").exists():
+        return False
+    steps = (FORK_AT + fork_len(name)) // setting(name)["inner_steps"]
+    return read_json(path / "result.json").get("outer_steps_done") == steps
+
+
 def train_pilot(out, family: str, seed: int) -> None:
-    """The pilot and its forks (one loop: the forks start from the pilot's state in memory)."""
+    """The pilot and its forks (one loop: the forks start from the pilot's state in memory); forks already written
+    are kept, and a finished pilot is not trained again."""
     from noloco.studies.families import train_hf
 
-    forks = [(setting(n), fork_folder(out, family, n, seed), fork_len(n)) for n in FORKED]
-    train_hf(_hf_family(family), setting(PILOT), seed, folder(out, family, PILOT, seed), forks=forks,
-             fork_at=FORK_AT, fork_len=FORK_LEN)
+    forks = [(setting(n), fork_folder(out, family, n, seed), fork_len(n)) for n in FORKED
+             if not fork_done(fork_folder(out, family, n, seed), n)]
+    done = finished(folder(out, family, PILOT, seed))
+    if forks or not done:
+        train_hf(_hf_family(family), setting(PILOT), seed, folder(out, family, PILOT, seed), forks=forks,
+                 fork_at=FORK_AT, fork_len=FORK_LEN, train=not done)
 
 
 def train_missing(out, families=FAMILIES, seeds=SEEDS, names=None, progress: bool | None = None) -> None:
-    """Every run of the study not finished yet (finished runs are reused): per family and seed the pilot with its
-    forks, then the other settings trained whole (the brute force)."""
+    """Every run of the study not finished yet (finished runs are reused): per family the pilots with their forks,
+    then the transfers' targets, then the rest of the grid, the seeds interleaved (the brute force)."""
     from noloco.infra.progress import Progress
     from noloco.studies.families import train_hf
 
     names = [n for n in (names or settings()) if n != PILOT]
-    jobs = [(f, s, n) for f in families for s in seeds for n in [PILOT] + names]
+    targets = {t for p, t, _ in TRANSFERS} | {p for p, _, _ in TRANSFERS}
+    order = [n for n in names if n in targets] + [n for n in names if n not in targets]
+    jobs = [(f, s, PILOT) for f in families for s in seeds]
+    jobs += [(f, s, n) for f in families for n in order for s in seeds]
     with Progress(len(jobs), "one-pilot study", unit="run", show=progress) as bar:
         for f, s, n in jobs:
             if n == PILOT:
-                if not (finished(folder(out, f, PILOT, s))
-                        and all((fork_folder(out, f, m, s) / "result.json").exists() for m in FORKED)):
-                    train_pilot(out, f, s)
+                train_pilot(out, f, s)
             elif not finished(folder(out, f, n, s)):
                 train_hf(_hf_family(f), setting(n), s, folder(out, f, n, s))
             bar.update()
