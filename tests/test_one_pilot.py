@@ -59,3 +59,18 @@ def test_a_fork_at_the_pilots_own_setting_is_the_pilot_and_the_tuner_ranks_the_f
     bad = subprocess.run([sys.executable, "-m", "noloco", "llm", "tune", str(pilot), "--forks"],
                          capture_output=True, text=True)
     assert bad.returncode == 3 and "no fork" in bad.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_the_one_pilot_study_reproduces_its_committed_report(tmp_path):
+    """`noloco llm study one-pilot` from nothing (about an hour on two cores): the verdicts and picks that
+    docs/advice.md quotes from docs/data/one_pilot.json come out again."""
+    from pathlib import Path
+
+    committed = json.loads((Path(__file__).parents[1] / "docs" / "data" / "one_pilot.json").read_text())
+    report = O.run_study(tmp_path)
+    assert report["summary"] == committed["summary"]
+    assert [r["pick"] for r in report["tuner"]] == [r["pick"] for r in committed["tuner"]]
+    assert [(r.get("fork_verdict"), r["as_verdict"]) for r in report["transfers"]] == \
+        [(r.get("fork_verdict"), r["as_verdict"]) for r in committed["transfers"]]

@@ -116,19 +116,26 @@ def train_pilot(out, family: str, seed: int) -> None:
 
 
 def train_missing(out, families=FAMILIES, seeds=SEEDS, names=None, progress: bool | None = None) -> None:
-    """Every run of the study not finished yet (finished runs are reused): per family the pilots with their forks,
-    then the transfers' targets, then the rest of the grid, the seeds interleaved (the brute force)."""
+    """Every run of the study not finished yet (finished runs are reused), in the order that lets a study cut short
+    still judge something: per family the first seed's pilot with its forks and the transfers' targets, then every
+    grid setting whole at the second seed (what the first pilot's tuner is judged on), then the second seed's forks
+    and its other targets, then the rest of the first seed's grid."""
     from noloco.infra.progress import Progress
     from noloco.studies.families import train_hf
 
     names = [n for n in (names or settings()) if n != PILOT]
-    targets = {t for p, t, _ in TRANSFERS} | {p for p, _, _ in TRANSFERS}
-    order = [n for n in names if n in targets] + [n for n in names if n not in targets]
-    jobs = [(f, s, PILOT) for f in families for s in seeds]
-    jobs += [(f, s, n) for f in families for n in order for s in seeds]
+    targets = [n for n in names if n in {t for p, t, _ in TRANSFERS} | {p for p, _, _ in TRANSFERS}]
+    first, rest = seeds[0], seeds[1:]
+    jobs = []
+    for f in families:
+        jobs += [(f, first, PILOT, True)] + [(f, first, n, False) for n in targets]
+        for s in rest:
+            jobs += [(f, s, PILOT, False)] + [(f, s, n, False) for n in names if n in grid() or n in FORKED]
+            jobs += [(f, s, PILOT, True)] + [(f, s, n, False) for n in targets]
+        jobs += [(f, first, n, False) for n in names]
     with Progress(len(jobs), "one-pilot study", unit="run", show=progress) as bar:
-        for f, s, n in jobs:
-            if n == PILOT:
+        for f, s, n, forks in jobs:
+            if forks:
                 train_pilot(out, f, s)
             elif not finished(folder(out, f, n, s)):
                 train_hf(_hf_family(f), setting(n), s, folder(out, f, n, s))
@@ -171,14 +178,16 @@ def transfer_rows(out, family: str, seed: int) -> list[dict]:
 
     rows = []
     for pilot, target, axis in TRANSFERS:
+        if not (finished(folder(out, family, pilot, seed)) and finished(folder(out, family, target, seed))):
+            continue  # not trained (a study cut short: docs/advice.md says which)
         _, measured = _measured(folder(out, family, target, seed))
         carried = transfer(folder(out, family, pilot, seed), **_changes(pilot, target))
         row = {"family": family, "seed": seed, "axis": axis, "pilot": pilot, "target": target, "measured": measured,
                "as_ratio": carried["second_half_rms"] / measured, "as_flags": carried["flags"]}
         row["as_verdict"] = _verdict(row["as_ratio"], carried["flags"])
-        if pilot == PILOT and target in FORKED:
+        if pilot == PILOT and target in FORKED and fork_done(fork_folder(out, family, target, seed), target):
             forked = fork_spread(fork_folder(out, family, target, seed))
-            flags = forked["flags"] + [f for f in carried["flags"] if f.startswith("not reproduced")]
+            flags = forked["flags"]  # its own: it is calibrated by the pilot's replay, flagged beyond a factor 1.5
             row.update(fork_ratio=forked["second_half_rms"] / measured, fork_flags=flags)
             row["fork_verdict"] = _verdict(row["fork_ratio"], flags)
         rows.append(row)
@@ -196,9 +205,11 @@ def tuner_rows(out, family: str, seeds=SEEDS) -> list[dict]:
     names = list(grid()) + ["g0.35", "g1"]
     rows = []
     for seed in seeds:
+        if not all(fork_done(fork_folder(out, family, n, seed), n) for n in FORKED):
+            continue
         report = tune_forks(Path(out) / family / f"forks-s{seed}")
         pick = report["recommendation"]
-        for other in (s for s in seeds if s != seed):
+        for other in (s for s in seeds if s != seed and all(finished(folder(out, family, n, s)) for n in names)):
             loss = {n: _measured(folder(out, family, n, other))[0] for n in names}
             ranked = sorted(loss, key=loss.get)
             got = loss[pick["setting"]]
@@ -222,6 +233,8 @@ def loss_rows(out, family: str, seed: int) -> list[dict]:
 
     rows = []
     for name in FORKED:
+        if not (fork_done(fork_folder(out, family, name, seed), name) and finished(folder(out, family, name, seed))):
+            continue
         pred = fork_loss(fork_folder(out, family, name, seed))
         got = _measured(folder(out, family, name, seed))[0]
         rows.append({"family": family, "seed": seed, "setting": name, "measured": got,
