@@ -295,3 +295,32 @@ def format_report(rep: dict) -> str:
 
 def json_line(d: dict) -> str:
     return "; ".join(f"{k} {v}" for k, v in d.items())
+
+
+def markdown(rep: dict) -> str:
+    """The report's tables as docs/advice.md shows them."""
+    fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
+    out = ["| family | axis | pilot -> target | fork / measured per seed | verdicts | `--as` / measured per seed "
+           "| verdicts |", "|---|---|---|---|---|---|---|"]
+    by = {}
+    for r in rep["transfers"]:
+        by.setdefault((r["family"], r["axis"], r["pilot"], r["target"]), []).append(r)
+    for (family, axis, pilot, target), rows in by.items():
+        out.append(f"| {family} | {axis} | {pilot} -> {target} | {', '.join(fmt(r.get('fork_ratio')) for r in rows)} "
+                   f"| {', '.join(r.get('fork_verdict', '-') for r in rows)} | "
+                   f"{', '.join(fmt(r['as_ratio']) for r in rows)} | {', '.join(r['as_verdict'] for r in rows)} |")
+    out += ["", "| family | predictions (the fork where there is one, else `--as`) | claimed | within 15 % | flagged | "
+                "missed unflagged |", "|---|---|---|---|---|---|"]
+    for family in rep["families"]:
+        rows = [r for r in rep["transfers"] if r["family"] == family]
+        verdicts = [r.get("fork_verdict", r["as_verdict"]) for r in rows]
+        out.append(f"| {family} | {len(rows)} | {sum(v != 'flagged' for v in verdicts)} | {verdicts.count('agrees')} "
+                   f"| {verdicts.count('flagged')} | {verdicts.count('misses')} |")
+    out += ["", "| family | pilot seed -> judged on | pick | predicted (80 %) | measured | rank | best | median | "
+                "holds |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rep["tuner"]:
+        holds = r["better_than_median"] and r["within_interval_of_best"]
+        out.append(f"| {r['family']} | {r['pilot_seed']} -> {r['judged_seed']} | {r['pick']} | {r['predicted']:.4f} "
+                   f"({r['low']:.4f} to {r['high']:.4f}) | {r['measured']:.4f} | {r['rank']} of {r['settings']} | "
+                   f"{r['best']} {r['best_loss']:.4f} | {r['median_loss']:.4f} | {'yes' if holds else 'no'} |")
+    return "\n".join(out)
