@@ -64,13 +64,16 @@ def test_a_fork_at_the_pilots_own_setting_is_the_pilot_and_the_tuner_ranks_the_f
 @pytest.mark.slow
 @pytest.mark.torch
 def test_the_one_pilot_study_reproduces_its_committed_report(tmp_path):
-    """`noloco llm study one-pilot` from nothing (about an hour on two cores): the verdicts and picks that
-    docs/advice.md quotes from docs/data/one_pilot.json come out again."""
+    """`noloco llm study one-pilot` from nothing (hours on two busy cores): every verdict and pick that
+    docs/data/one_pilot.json holds (the study as far as it was trained) comes out again."""
     from pathlib import Path
 
     committed = json.loads((Path(__file__).parents[1] / "docs" / "data" / "one_pilot.json").read_text())
     report = O.run_study(tmp_path)
-    assert report["summary"] == committed["summary"]
-    assert [r["pick"] for r in report["tuner"]] == [r["pick"] for r in committed["tuner"]]
-    assert [(r.get("fork_verdict"), r["as_verdict"]) for r in report["transfers"]] == \
-        [(r.get("fork_verdict"), r["as_verdict"]) for r in committed["transfers"]]
+    key = lambda r: (r["family"], r["seed"], r["axis"])  # noqa: E731
+    again = {key(r): r for r in report["transfers"]}
+    for r in committed["transfers"]:
+        assert (again[key(r)].get("fork_verdict"), again[key(r)]["as_verdict"]) == (r.get("fork_verdict"),
+                                                                                   r["as_verdict"])
+    picks = {(r["family"], r["pilot_seed"], r["judged_seed"]): r["pick"] for r in report["tuner"]}
+    assert all(picks[(r["family"], r["pilot_seed"], r["judged_seed"])] == r["pick"] for r in committed["tuner"])
