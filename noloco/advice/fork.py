@@ -7,11 +7,12 @@ with ``strict=False``), run for ``fork_len`` inner steps on the inner steps' own
 written by :class:`noloco.Observer` with ``fork_of``, ``fork_at`` and ``fork_len`` in its config and the
 validation losses at its end (:func:`noloco.studies.families.train_hf` makes them).
 
-Why forks (docs/advice.md, "One pilot"): the pooled inputs c and s2 that the transfer (``--as``) carries from the
-pilot move with the setting (c from -0.37 at H 5 to +0.12 at H 20 in the same model; the regression's c rises with
-the spread), and nothing in one pilot's trajectory says by how much; and the loss of a setting depends on the
-outer step in ways the mean's linear theory does not give (at equal beta / (1 - alpha) a larger alpha cost up to
-0.05 nats). A fork measures both at the candidate setting, from the point of training where they matter.
+Why forks (docs/advice.md, "One pilot"): the pooled inputs that the transfer (``--as``) carries from the pilot move
+with the setting (on the development seed c, read through the theory, was -0.47 to -0.04 at H 5 and 0.11 to 0.18 at
+H 20, the pilot's 0.05 at H 10), and the pilot's own trajectory (c against its spread) tells only part of that; and
+the loss of a setting depends on the outer step in ways the mean's linear theory does not give (at equal
+beta / (1 - alpha), alpha 0.5 with beta 0.5 ended 0.054 nats above alpha 0.3 with beta 0.7). A fork measures both
+at the candidate setting.
 
 * **Spread** (:func:`fork_spread`): per tensor, the target's exact recursion over its whole run: up to the fork point
   with the pilot's inputs (the transfer's mapping), over the fork with the fork's inputs as the theory reads them
@@ -22,10 +23,9 @@ outer step in ways the mean's linear theory does not give (at equal beta / (1 - 
   :data:`CALIBRATION_LIMIT`.
 * **Loss** (:func:`fork_loss`): the pilot's final validation loss plus :data:`LOSS_GAIN` times the fork's lead
   over the pilot at the fork's end (the averaged models' validation losses on the same windows after the same
-  inner steps from the same state), with the 80 % interval of the development grid's residuals
-  (:data:`LOSS_ERROR`).
+  inner steps from the same state), with an 80 % interval for a run of the setting (:data:`LOSS_ERROR`).
 
-Both constants were set on the development seed of cpu-tiny (docs/advice.md) before the validation runs.
+The constants were set on the development seed of cpu-tiny (docs/advice.md) before the validation runs were evaluated.
 """
 
 from __future__ import annotations

@@ -1,7 +1,8 @@
-"""Advice from one pilot, checked by brute force (issue: transfers along every outer axis, a tuner that needs
-one pilot): every family of :mod:`noloco.studies.families` used here trains one pilot, the settings one outer
-axis away from it in each direction, and a grid of 27 outer settings, so that what ``noloco llm predict --as``
-and ``noloco llm tune --grid`` say from the pilot alone can be compared with what those settings measure.
+"""Advice from one pilot, checked by brute force: each family (cpu-tiny and the Llama-style config of
+:mod:`noloco.studies.families`, both in the same plain torch loop through the public API) trains one pilot with
+short forks of every candidate setting (:mod:`noloco.advice.fork`), the settings one outer axis away from it in each
+direction, and a grid of 27 outer settings, so that what ``noloco llm predict --fork`` / ``--as`` and ``noloco llm
+tune --forks`` say from the pilot can be compared with what those settings measure when trained whole.
 
 The runs (changes against the families study's :data:`noloco.studies.families.BASE`: N 4, pairs, alpha 0.5,
 beta 0.7, gamma 0.7, H 10, 32 outer steps, cosine from lr 3e-3):
@@ -12,7 +13,7 @@ beta 0.7, gamma 0.7, H 10, 32 outer steps, cosine from lr 3e-3):
   A transfer along N runs from the pilot to ``N8`` and from ``N8`` back to the pilot; along n from ``N8`` to
   ``N8_n4`` and back, so that every axis is crossed in both directions.
 
-Seed 0 of cpu-tiny is the development seed (the methods' choices were made on it); seeds 1 and 2 of every family
+Seed 0 of cpu-tiny is the development seed (the methods' constants were set on it); seeds 1 and 2 of every family
 are the validation, under the rules written in docs/advice.md before those runs were trained.
 """
 
