@@ -2,8 +2,6 @@
 exact state, and the tuner ranks the forked settings from files; the study's settings are as documented."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -26,7 +24,7 @@ def test_the_study_crosses_every_axis_both_ways_and_the_grid_has_27_settings():
 
 
 @pytest.mark.torch
-def test_a_fork_at_the_pilots_own_setting_is_the_pilot_and_the_tuner_ranks_the_forks(tmp_path, monkeypatch):
+def test_a_fork_at_the_pilots_own_setting_is_the_pilot_and_the_tuner_ranks_the_forks(tmp_path, monkeypatch, capsys):
     """A fork of the pilot's own setting continues the pilot exactly (same weights, AdamW state, outer momentum,
     data and learning rates): its loss at its end is the pilot's at that step. Then the tuner and --fork read them."""
     family = F.FAMILIES["cpu-tiny"]
@@ -50,15 +48,15 @@ def test_a_fork_at_the_pilots_own_setting_is_the_pilot_and_the_tuner_ranks_the_f
     assert fork_loss(other)["fork_lead"] != pytest.approx(0.0, abs=1e-6)
     spread = fork_spread(other)
     assert len(spread["rows"]) == SMALL["outer_steps"] and spread["second_half_rms"] > 0
-    out = subprocess.run([sys.executable, "-m", "noloco", "llm", "tune", str(tmp_path / "forks"), "--forks", "--json"],
-                         capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    report = json.loads(out.stdout)
+    from noloco.cli import main
+
+    capsys.readouterr()
+    assert main(["llm", "tune", str(tmp_path / "forks"), "--forks", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
     assert len(report["rows"]) == 3 and report["recommendation"]["setting"] in {r["setting"] for r in report["rows"]}
     assert report["cost"]["pilot_runs"] == pytest.approx(1 + 2 * 8 / 32)
-    bad = subprocess.run([sys.executable, "-m", "noloco", "llm", "tune", str(pilot), "--forks"],
-                         capture_output=True, text=True)
-    assert bad.returncode == 3 and "no fork" in bad.stderr
+    assert main(["llm", "predict", str(other), "--fork"]) == 0 and "second-half RMS" in capsys.readouterr().out
+    assert main(["llm", "tune", str(pilot), "--forks"]) == 3 and "no fork" in capsys.readouterr().err
 
 
 @pytest.mark.slow
