@@ -367,11 +367,12 @@ def tune_forks(path, latency: float = 0.05, bandwidth: float = 1e9, compute_seco
                bytes_per_value: float = 2.0, max_spread: float | None = None) -> dict:
     """Rank the settings of one pilot's forks (folders under ``path``, :mod:`noloco.advice.fork`) and the pilot's own
     by their predicted final loss at equal tokens, each with its 80 % interval, predicted spread (RMS of weight_std
-    over the second half) and wall time (compute plus the comm model's synchronisations); recommend the lowest
+    over the second half, ``--as`` from the pilot, with its flags) and wall time (compute plus the comm model's synchronisations); recommend the lowest
     predicted loss among those without a flag and within ``max_spread``; say how sure (the settings whose
     interval reaches below the pick's upper end are not told apart from it) and what the forks cost against
     training every setting whole."""
     from noloco.advice import fork as forks_
+    from noloco.advice.forecast import transfer
     from noloco.advice.record import read_run
     from noloco.theory.comm import Network
 
@@ -418,7 +419,10 @@ def tune_forks(path, latency: float = 0.05, bandwidth: float = 1e9, compute_seco
         run = read_run(f)
         if run.outer.replicas != pilot.outer.replicas:  # forks keep N; a fork of another N is not ranked
             continue
-        loss, spread = forks_.fork_loss(f), forks_.fork_spread(f)
+        # the spread from the pilot's inputs (--as): in the one-pilot study it held where the fork's did not
+        changes = {k: getattr(run.setting, k) for k in ("inner_steps", "outer_steps")}
+        changes.update({k: getattr(run.outer, k) for k in ("alpha", "beta", "gamma", "group_size", "momentum")})
+        loss, spread = forks_.fork_loss(f), transfer(pilot.folder, **changes)
         fork_tokens += int(run.result["config"]["fork_len"])
         rows.append(row(run, {k: loss[k] for k in ("predicted", "low", "high", "fork_lead")},
                         spread["second_half_rms"], spread["flags"], str(f)))
@@ -443,7 +447,10 @@ def format_tune_forks(report: dict) -> str:
     for r in report["rows"]:
         lines.append(f"{r['setting']:<16}{r['alpha']:>6g}{r['beta']:>6g}{r['gamma']:>6g}{r['n']:>3}{r['H']:>4}"
                      f"{r['predicted']:>16.4f}{band(r):>20}"
-                     f"{r['spread']:>11.3e}{r['seconds']:>9.1f}  {'; '.join(r['excluded'])}")
+                     f"{r['spread']:>11.3e}{'!' if r['spread_flags'] else ' '}{r['seconds']:>8.1f}  "
+                     f"{'; '.join(r['excluded'])}")
+    if any(r["spread_flags"] for r in report["rows"]):
+        lines.append("!: the spread carries a flag of noloco llm predict PILOT --as (--json lists them)")
     best, cost = report["recommendation"], report["cost"]
     if best is None:
         lines.append("recommendation: none (every setting is flagged or above --max-spread)")
