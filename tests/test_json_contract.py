@@ -52,6 +52,7 @@ SKIP = {
                      "extra)",
     "llm study warnings": "trains 60 short Hugging Face runs through transformers (about 25 minutes, an optional "
                           "extra); its slow test runs it",
+    "llm study one-pilot": "trains two families' grids of 29 settings and their forks (an hour on two cores)",
 }
 
 

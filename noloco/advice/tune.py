@@ -179,15 +179,18 @@ def _name(folder: Path, cfg) -> str:
 
 
 def sync_seconds(setting: Setting, net, bytes_per_value: float) -> float:
-    """One synchronisation of this setting on ``net`` (:mod:`noloco.theory.comm`): the faster tree all-reduce
+    """One synchronisation of this setting on ``net`` (:func:`outer_sync_seconds`)."""
+    return outer_sync_seconds(setting.outer, setting.runs[0].result["n_params"], net, bytes_per_value)
+
+
+def outer_sync_seconds(o, n_params: int, net, bytes_per_value: float) -> float:
+    """One synchronisation of outer step ``o`` on ``net`` (:mod:`noloco.theory.comm`): the faster tree all-reduce
     of the progress where n = N, one group exchange among n otherwise (0 without any: n = 1)."""
     from noloco.theory.comm import sync_cost
 
-    o = setting.outer
     if o.group_size == 1:
         return 0.0
-    payload = setting.runs[0].result["n_params"] * bytes_per_value
-    cost = sync_cost(net, payload, o.replicas, o.group_size)
+    cost = sync_cost(net, n_params * bytes_per_value, o.replicas, o.group_size)
     return cost.tree_seconds if o.group_size == o.replicas else cost.group_exchange_seconds
 
 
@@ -351,4 +354,116 @@ def format_tune(report: dict) -> str:
                          f"{report['reference']}, spread {best['spread']:.3e}")
     lines += [f"left out: {x['folder']}: {x['why']}" for x in report.get("skipped_pilots", [])]
     lines += [f"not sure: {d}" for d in report["not_sure"]]
+    return "\n".join(lines)
+
+
+def _fork_folders(path) -> list[Path]:
+    """The fork run folders (config with ``fork_of``) at or below ``path`` (up to three levels)."""
+    from noloco.infra.files import read_json
+
+    return [f for f in _run_folders([path]) if "fork_of" in read_json(f / "result.json").get("config", {})]
+
+
+def tune_forks(path, latency: float = 0.05, bandwidth: float = 1e9, compute_seconds: float | None = None,
+               bytes_per_value: float = 2.0, max_spread: float | None = None) -> dict:
+    """Rank the settings of one pilot's forks (folders under ``path``, :mod:`noloco.advice.fork`) and the pilot's own
+    by their predicted final loss at equal tokens, each with its 80 % interval, predicted spread (RMS of weight_std
+    over the second half, ``--as`` from the pilot, with its flags) and wall time (compute plus the comm model's synchronisations); recommend the lowest
+    predicted loss among those without a flag and within ``max_spread``; say how sure (the settings whose
+    interval reaches below the pick's upper end are not told apart from it) and what the forks cost against
+    training every setting whole."""
+    from noloco.advice import fork as forks_
+    from noloco.advice.forecast import transfer
+    from noloco.advice.record import read_run
+    from noloco.theory.comm import Network
+
+    for name, value in (("compute_seconds", compute_seconds), ("max_spread", max_spread),
+                        ("bytes_per_value", bytes_per_value), ("bandwidth", bandwidth)):
+        if value is not None and not (isinstance(value, (int, float)) and math.isfinite(value) and value > 0):
+            raise ConfigError(f"{name}={value!r} is out of range; allowed: a finite number > 0")
+    if not (isinstance(latency, (int, float)) and math.isfinite(latency) and latency >= 0):
+        raise ConfigError(f"latency={latency!r} is out of range; allowed: a finite number >= 0 (seconds)")
+    net = Network.from_bandwidth(latency, bandwidth)
+    folders = _fork_folders(path)
+    if not folders:
+        raise DataError(f"{path}: no fork (a run folder whose config names fork_of) in it or up to three levels below")
+    pilots = {str(read_run(f).result["config"]["fork_of"]) for f in folders}
+    if len(pilots) > 1:
+        raise DataError(f"{path}: forks of {len(pilots)} pilots ({', '.join(sorted(pilots))}); give one pilot's forks")
+    pilot = read_run(pilots.pop())
+    n_params = pilot.result.get("n_params")
+    tokens = pilot.setting.inner_steps * pilot.setting.outer_steps
+    if compute_seconds is None:
+        if not isinstance(pilot.wall_s, (int, float)) or not pilot.finished:
+            raise DataError(f"the pilot {pilot.folder} has no finished wall time; give --compute-seconds")
+        compute_seconds = float(pilot.wall_s) / tokens
+    rows = []
+
+    def row(run, loss: dict, spread: float, flags: list[str], fork: str | None) -> dict:
+        o, H = run.outer, run.setting.inner_steps
+        sync = outer_sync_seconds(o, n_params, net, bytes_per_value)
+        excluded = [] if max_spread is None else (  # the spread matters only under a spread limit
+            [f"spread not trusted ({flags[0].split(':')[0]})"] if flags else
+            [f"spread {spread:.3g} above --max-spread {max_spread:g}"] if spread > max_spread else [])
+        name = Path(fork).name if fork else _name(run.folder, run.setting)  # a fork: its folder's name
+        return {"setting": name, "fork": fork, "alpha": o.alpha, "beta": o.beta,
+                "gamma": o.gamma, "n": o.group_size, "H": H, "outer_steps": run.setting.outer_steps, **loss,
+                "spread": spread, "spread_flags": list(flags), "seconds": tokens * (compute_seconds + sync / H),
+                "excluded": excluded}
+
+    T = pilot.setting.outer_steps
+    own = forks_._final_loss(pilot)
+    rows.append(row(pilot, {"predicted": own, "low": own + forks_.LOSS_ERROR[0], "high": own + forks_.LOSS_ERROR[1],
+                            "fork_lead": 0.0}, rms_second_half(pilot.metrics, "weight_std", T), [], None))
+    fork_tokens = 0
+    for f in folders:
+        run = read_run(f)
+        if run.outer.replicas != pilot.outer.replicas:  # forks keep N; a fork of another N is not ranked
+            continue
+        # the spread from the pilot's inputs (--as): in the one-pilot study it held where the fork's did not
+        changes = {k: getattr(run.setting, k) for k in ("inner_steps", "outer_steps")}
+        changes.update({k: getattr(run.outer, k) for k in ("alpha", "beta", "gamma", "group_size", "momentum")})
+        loss, spread = forks_.fork_loss(f), transfer(pilot.folder, **changes)
+        fork_tokens += int(run.result["config"]["fork_len"])
+        rows.append(row(run, {k: loss[k] for k in ("predicted", "low", "high", "fork_lead")},
+                        spread["second_half_rms"], spread["flags"], str(f)))
+    rows.sort(key=lambda r: (bool(r["excluded"]), r["predicted"]))
+    eligible = [r for r in rows if not r["excluded"]]
+    best = eligible[0] if eligible else None
+    contenders = [r["setting"] for r in eligible[1:] if best is not None and r["low"] < best["high"]]
+    return {"pilot": str(pilot.folder), "goal": "loss", "compute_seconds_per_inner_step": compute_seconds,
+            "network": {"latency": latency, "bandwidth": bandwidth, "bytes_per_value": bytes_per_value},
+            "max_spread": max_spread, "settings_ranked": len(eligible), "recommendation": best, "rows": rows,
+            "not_told_apart": contenders,
+            "cost": {"pilot_runs": 1 + fork_tokens / tokens, "grid_runs_per_seed": len(rows),
+                     "forks": len(folders), "interval": "80 %, from the development grid's residuals"}}
+
+
+def format_tune_forks(report: dict) -> str:
+    band = lambda r: f"[{r['low']:.4f}, {r['high']:.4f}]"  # noqa: E731
+    lines = [f"one pilot: {report['pilot']}; final loss at equal tokens predicted from its forks (80 % interval); "
+             f"compute {report['compute_seconds_per_inner_step']:.4g} s per inner step",
+             f"{'setting':<16}{'alpha':>6}{'beta':>6}{'gamma':>6}{'n':>3}{'H':>4}{'predicted loss':>16}"
+             f"{'80 % interval':>20}{'spread':>11}{'wall s':>9}  excluded"]
+    for r in report["rows"]:
+        lines.append(f"{r['setting']:<16}{r['alpha']:>6g}{r['beta']:>6g}{r['gamma']:>6g}{r['n']:>3}{r['H']:>4}"
+                     f"{r['predicted']:>16.4f}{band(r):>20}"
+                     f"{r['spread']:>11.3e}{'!' if r['spread_flags'] else ' '}{r['seconds']:>8.1f}  "
+                     f"{'; '.join(r['excluded'])}")
+    if any(r["spread_flags"] for r in report["rows"]):
+        lines.append("!: the spread carries a flag of noloco llm predict PILOT --as (--json lists them)")
+    best, cost = report["recommendation"], report["cost"]
+    if best is None:
+        lines.append("recommendation: none (every setting is flagged or above --max-spread)")
+    else:
+        lines.append(f"recommendation: {best['setting']}: --alpha {best['alpha']:g} --beta {best['beta']:g} --gamma "
+                     f"{best['gamma']:g} --group-size {best['n']} --inner-steps {best['H']} --outer-steps "
+                     f"{best['outer_steps']}; final loss {best['predicted']:.4f} (80 %: {best['low']:.4f} to "
+                     f"{best['high']:.4f})")
+        told = report["not_told_apart"]
+        lines.append(f"how sure: {len(told)} other setting(s) have intervals reaching below its upper end"
+                     + (f" ({', '.join(told[:6])}{', ...' if len(told) > 6 else ''})" if told else "")
+                     + "; among those the ranking is not claimed")
+    lines.append(f"cost: the pilot and {cost['forks']} forks = {cost['pilot_runs']:.2f} pilot runs of compute; "
+                 f"training every setting whole: {cost['grid_runs_per_seed']} runs per seed")
     return "\n".join(lines)

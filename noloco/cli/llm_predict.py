@@ -31,6 +31,10 @@ def add_parser(sub) -> None:
                              "checkpoint, predicted from Adam's second moment with nothing fitted, next to the "
                              "measured one (from the run's checkpoint, which needs torch, or from what "
                              "noloco.Observer wrote)")
+    advice.add_argument("--fork", action="store_true",
+                        help="OUT is a fork of a pilot (a few outer steps of another setting from the pilot's state): "
+                             "predict that setting's spread over a whole run from the pilot and the fork "
+                             "(docs/advice.md, 'One pilot')")
     pred.add_argument("--from-step", type=int, metavar="K",
                       help="with --forecast: use the first K measured outer steps only (default: every step measured "
                            "so far in a run still going; the first quarter of a finished run)")
@@ -44,7 +48,7 @@ def run(args) -> int:
 
     if args.from_step is not None and not args.forecast:
         raise ConfigError("--from-step applies to --forecast only; add --forecast")
-    if (args.gap or args.forecast or args.changes is not None) and args.noise_model != "long-run":
+    if (args.gap or args.forecast or args.fork or args.changes is not None) and args.noise_model != "long-run":
         raise ConfigError("--noise-model applies to the prediction of a run from its own inputs; drop it with "
                           "--forecast, --as or --gap")
     if args.gap:
@@ -60,6 +64,10 @@ def run(args) -> int:
         from noloco.advice.forecast import forecast, format_forecast
 
         report, text = forecast(args.out, from_step=args.from_step), format_forecast
+    elif args.fork:
+        from noloco.advice.fork import fork_spread, format_fork_spread
+
+        report, text = fork_spread(args.out), format_fork_spread
     elif args.changes is not None:
         from noloco.advice.forecast import format_transfer, parse_changes, transfer
 

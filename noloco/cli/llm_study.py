@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-STUDIES = ("routing", "paper", "advice", "tune", "families", "forecasts", "gap", "warnings", "comm")
+STUDIES = ("routing", "paper", "advice", "tune", "families", "forecasts", "gap", "warnings", "one-pilot", "comm")
 
 
 def add_parser(sub) -> None:
@@ -81,6 +81,12 @@ def add_parser(sub) -> None:
                 "Trains what is missing of the clean and faulty runs (Hugging Face GPT-2 and Llama configs, 12 outer "
                 "steps each, finished runs reused) and counts the observer's false alarms and the faults it caught. "
                 "Exit 1 on a false alarm or a fault not caught. Needs transformers.")
+    _runs_study(actions, "one-pilot", "--out", "runs/one-pilot", _one_pilot,
+                "advice from one pilot and its forks, checked by brute force (every outer axis both ways; the tuner "
+                "on a grid of 29 settings)",
+                "Trains each family's pilot with its forks and every setting whole (finished runs are reused) and "
+                "judges the transfers and the tuner under the rules of docs/advice.md, 'One pilot'. Needs "
+                "transformers.")
 
     from noloco.llm_check.comm_measure import DEFAULT_OUT, DEFAULT_SIZES
 
@@ -204,6 +210,15 @@ def _warnings(args) -> int:
         print(f"noloco llm study warnings: {s['false_alarms']} false alarm(s) on {s['clean_runs']} clean runs, "
               f"{s['faults'] - s['caught']} of {s['faults']} planted faults not caught", file=sys.stderr)
     return 0 if warnings.ok(report) else 1
+
+
+def _one_pilot(args) -> int:
+    from noloco.infra.files import print_json
+    from noloco.studies import one_pilot
+
+    report = one_pilot.run_study(args.out, train=not args.no_train)
+    print_json(report) if args.json else print(one_pilot.format_report(report))
+    return 0
 
 
 def _comm(args) -> int:

@@ -36,6 +36,10 @@ def add_parser(sub) -> None:
                            "measured wall time per inner step)")
     tune.add_argument("--max-spread", type=float, metavar="S",
                       help="largest weight_std (RMS over the second half) allowed (default: none)")
+    tune.add_argument("--forks", action="store_true",
+                      help="one pilot instead of many: PILOT is a folder of the pilot's forks (a few outer steps of "
+                           "each candidate setting from the pilot's state, docs/advice.md 'One pilot'); ranks every "
+                           "forked setting by its predicted final loss, with an interval, spread and wall time")
     tune.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
     tune.set_defaults(run=run)
 
@@ -43,8 +47,18 @@ def add_parser(sub) -> None:
 def run(args) -> int:
     from noloco.infra.entry import failed
     from noloco.infra.files import print_json
-    from noloco.advice.tune import format_tune, tune
+    from noloco.advice.tune import format_tune, format_tune_forks, tune, tune_forks
 
+    if args.forks:
+        from noloco.infra.errors import ConfigError
+
+        if len(args.pilots) != 1 or args.reference or args.goal != "time" or args.target_loss is not None:
+            raise ConfigError("--forks takes one folder (the pilot's forks) and ranks by final loss: drop --reference, "
+                              "--goal and --target-loss")
+        report = tune_forks(args.pilots[0], args.latency, args.bandwidth, args.compute_seconds, args.bytes_per_value,
+                            args.max_spread)
+        print_json(report) if args.json else print(format_tune_forks(report))
+        return 0 if report["recommendation"] is not None else 1
     report = tune(args.pilots, args.reference, args.goal, args.target_loss, args.latency, args.bandwidth,
                   args.compute_seconds, args.bytes_per_value, args.max_spread)
     print_json(report) if args.json else print(format_tune(report))

@@ -68,7 +68,10 @@ GAP_CHECK, GAP_WINDOWS = {"replicas": 8}, 256
 
 
 def _hf_model(family: Family, ctx: int):
-    """One replica of a Hugging Face family, randomly initialised (the caller seeds torch), byte vocabulary."""
+    """One replica of a family, randomly initialised (the caller seeds torch), byte vocabulary: a Hugging Face
+    model, or the harness's cpu-tiny GPT as a module (:class:`TinyGPT`)."""
+    if family.name == "cpu-tiny":
+        return TinyGPT(family, ctx)
     import transformers
 
     if family.name == "gpt2":
@@ -86,8 +89,43 @@ def _loss(model, windows):
     return model(input_ids=windows, labels=windows).loss  # Hugging Face shifts the labels itself
 
 
+def _tiny_module():
+    import torch
+
+    from noloco.llm_check import model as gpt
+    from noloco.llm_check.architecture import GPTConfig
+
+    class _TinyGPT(torch.nn.Module):
+        """The harness's functional GPT (:mod:`noloco.llm_check.model`) as one replica's module, so the plain loop
+        below (the public API) trains it like the Hugging Face families; the loss has Hugging Face's call form."""
+
+        def __init__(self, family: Family, ctx: int):
+            super().__init__()
+            self.cfg = GPTConfig(ctx=ctx, layers=family.layers, heads=family.heads, width=family.width)
+            seed = int(torch.randint(0, 2 ** 31 - 1, ()))  # from torch's generator, which the caller seeded
+            init = gpt.init_params(self.cfg, 1, seed)
+            self.names = list(init)
+            self.p = torch.nn.ParameterList([torch.nn.Parameter(init[k][0]) for k in self.names])
+
+        def forward(self, input_ids, labels=None):
+            params = {k: v.unsqueeze(0) for k, v in zip(self.names, self.p)}
+            return _Out(gpt.losses(params, input_ids.unsqueeze(0), self.cfg)[0])
+
+    return _TinyGPT
+
+
+class _Out:
+    def __init__(self, loss):
+        self.loss = loss
+
+
+def TinyGPT(family: Family, ctx: int):  # noqa: N802 (a class built on first use: torch is imported lazily)
+    return _tiny_module()(family, ctx)
+
+
 def train_hf(family: Family, setting: dict, seed: int, folder, val_windows: int = VAL_WINDOWS, stop: int | None = None,
-             prepare=None, outer_class=None, at_end=None) -> None:
+             prepare=None, outer_class=None, at_end=None, forks=(), fork_at: int | None = None,
+             fork_len: int | None = None, train: bool = True) -> None:
     """A plain torch loop over ``family``: AdamW at the learning rate of ``setting``'s schedule,
     :class:`noloco.OuterOptimizer` every H steps, :class:`noloco.Observer` writing ``folder`` with the averaged
     model's and the replicas' validation loss at every evaluation. N replicas in one process (a list of modules),
@@ -95,14 +133,21 @@ def train_hf(family: Family, setting: dict, seed: int, folder, val_windows: int 
     ``stop``: train only the first ``stop`` outer steps of the schedule (the early warnings' study);
     ``prepare(models)`` (before the outer optimizer copies the weights) and ``outer_class`` (an OuterOptimizer
     subclass): a planted fault (:mod:`noloco.studies.warnings`); ``at_end(models, average, val, inner)``: called after
-    the last step, before the observer closes (:mod:`noloco.studies.gap_check`)."""
+    the last step, before the observer closes (:mod:`noloco.studies.gap_check`).
+
+    ``forks``: ``(setting, folder)`` or ``(setting, folder, length)`` run from this run's state at inner step
+    ``fork_at`` (an outer-step boundary of every setting involved) for ``length`` (default ``fork_len``) inner
+    steps, each at its own outer setting and H (one process only): the models, AdamW's state and the outer state
+    (phi and the momentum, loaded with ``strict=False``) are copied, the data and the learning rate are those of
+    the same inner steps, and an observer writes the fork's folder with its
+    validation losses at its end (:func:`noloco.advice.fork.read_fork`). ``train=False``: only the forks, of a run
+    already in ``folder`` (forks from its start: its initial state is drawn again from the seed)."""
     import copy
 
     import torch
     import torch.distributed as dist
 
     from noloco.llm_check import data
-    from noloco.theory.schedules import learning_rate
     from noloco.training.observer import Observer
     from noloco.training.outer_optimizer import OuterOptimizer
 
@@ -120,27 +165,89 @@ def train_hf(family: Family, setting: dict, seed: int, folder, val_windows: int 
     val = torch.from_numpy(data.val_windows(corpus, seed, val_windows, ctx)).long()
     inner = torch.optim.AdamW([p for m in models for p in m.parameters()], lr=s["lr"],
                               betas=(0.9, s["adam_beta2"]), weight_decay=0.0)
-    rate = lambda k: learning_rate(k, s["schedule"], s["lr"], T * H, warmup=s["warmup"],  # noqa: E731
-                                   floor=s["min_lr_frac"])
     outer = (outer_class or OuterOptimizer)(first if ranks else models, inner, inner_steps=H, method="noloco",
                            group_size=s["group_size"], alpha=s["alpha"], beta=s["beta"], gamma=s["gamma"], seed=seed)
+    snapshot = copy.deepcopy(([m.state_dict() for m in models], inner.state_dict(), outer.state_dict())) \
+        if forks and fork_at == 0 else None  # forks from the start: the pilot's initial state
+    if not train and snapshot is None:
+        raise ValueError("train=False needs forks from the start (fork_at=0)")
+    for fork_setting, fork_folder, *length in forks if not train else ():
+        _fork(family, fork_setting, seed, snapshot, fork_at, (length or [fork_len])[0], fork_folder, shards, val,
+              val_windows, folder)
+    if not train:
+        return
     observer = Observer(outer, folder, outer_steps=T, lr=s["lr"], schedule=s["schedule"], warmup=s["warmup"],
                         min_lr_frac=s["min_lr_frac"], adam_beta2=s["adam_beta2"], seed=seed, overwrite=True,
                         val_windows=val_windows, family=family.name, batch=s["batch"], ctx=ctx)
     average = copy.deepcopy(first)
     for k in range(min(T, stop or T) * H):
-        for group in inner.param_groups:
-            group["lr"] = rate(k)
-        inner.zero_grad(set_to_none=True)
-        for r, model in zip(here, models):
-            windows = torch.from_numpy(data.batch(shards[r], seed, r, k, s["batch"], ctx)).long()
-            _loss(model, windows).backward()
-        inner.step()  # the outer step runs from its hook after every H-th
+        _inner_step(models, here, inner, shards, s, seed, k)  # the outer step runs from its hook after every H-th
         if (k + 1) % (EVAL_EVERY * H) == 0:
             observer.log(outer.outer_done, **_val_losses(models, average, val, ranks, N))
+        if forks and k + 1 == fork_at:
+            snapshot = copy.deepcopy(([m.state_dict() for m in models], inner.state_dict(), outer.state_dict()))
     if at_end is not None:
         at_end(models, average, val, inner)
     observer.close()  # it writes the inner AdamW's second moment, what --gap predicts from
+    for fork_setting, fork_folder, *length in forks:
+        _fork(family, fork_setting, seed, snapshot, fork_at, (length or [fork_len])[0], fork_folder, shards, val,
+              val_windows, folder)
+
+
+def _rate(s: dict, k: int) -> float:
+    from noloco.theory.schedules import learning_rate
+
+    return learning_rate(k, s["schedule"], s["lr"], s["outer_steps"] * s["inner_steps"], warmup=s["warmup"],
+                         floor=s["min_lr_frac"])
+
+
+def _inner_step(models, here, inner, shards, s: dict, seed: int, k: int) -> None:
+    """Inner step ``k`` of every replica this process trains, at ``s``'s learning rate for that step."""
+    import torch
+
+    from noloco.llm_check import data
+
+    for group in inner.param_groups:
+        group["lr"] = _rate(s, k)
+    inner.zero_grad(set_to_none=True)
+    for r, model in zip(here, models):
+        windows = torch.from_numpy(data.batch(shards[r], seed, r, k, s["batch"], s["ctx"])).long()
+        _loss(model, windows).backward()
+    inner.step()
+
+
+def _fork(family: Family, s: dict, seed: int, snapshot, fork_at: int, fork_len: int, folder, shards, val,
+          val_windows: int, pilot) -> None:
+    """One fork of :func:`train_hf` (see there), observed into ``folder``."""
+    import copy
+
+    import torch
+
+    from noloco.training.observer import Observer
+    from noloco.training.outer_optimizer import OuterOptimizer
+
+    weights, inner_state, outer_state = copy.deepcopy(snapshot)
+    H, N = s["inner_steps"], s["replicas"]
+    if fork_at % H or fork_len % H or len(weights) != N:
+        raise ValueError(f"a fork at inner step {fork_at} for {fork_len} steps needs H | both and the pilot's N")
+    torch.manual_seed(seed)
+    models = [_hf_model(family, s["ctx"]) for _ in range(N)]
+    for m, w in zip(models, weights):
+        m.load_state_dict(w)
+    inner = torch.optim.AdamW([p for m in models for p in m.parameters()], lr=s["lr"],
+                              betas=(0.9, s["adam_beta2"]), weight_decay=0.0)
+    inner.load_state_dict(inner_state)
+    outer = OuterOptimizer(models, inner, inner_steps=H, method="noloco", group_size=s["group_size"], alpha=s["alpha"],
+                           beta=s["beta"], gamma=s["gamma"], seed=seed)
+    outer.load_state_dict({**outer_state, "outer_step": fork_at // H, "inner_step": 0}, strict=False)
+    observer = Observer(outer, folder, outer_steps=s["outer_steps"], lr=s["lr"], schedule=s["schedule"],
+                        warmup=s["warmup"], min_lr_frac=s["min_lr_frac"], adam_beta2=s["adam_beta2"], seed=seed,
+                        overwrite=True, val_windows=val_windows, family=family.name, batch=s["batch"], ctx=s["ctx"],
+                        fork_of=str(pilot), fork_at=fork_at, fork_len=fork_len)
+    for k in range(fork_at, fork_at + fork_len):
+        _inner_step(models, list(range(N)), inner, shards, s, seed, k)
+    observer.log(outer.outer_done, **_val_losses(models, copy.deepcopy(models[0]), val, False, N))
+    observer.close()
 
 
 def _val_losses(models, average, val, ranks: bool, N: int) -> dict:
