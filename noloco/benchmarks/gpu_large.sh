@@ -32,13 +32,8 @@ fi
 part() { case " $PART " in *" $1 "*) return 0;; *) return 1;; esac; }
 stamp() { echo "== $1 $(date -u +%H:%M:%S)" | tee -a "$OUT/log.txt"; }
 
-if part env; then
-  stamp env
-  { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1 || true
-    python3 -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'python', sys.version.split()[0]); print(torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"
-    python3 -c "import triton; print('triton', triton.__version__)" 2>&1
-  } > "$OUT/env.txt" 2>&1
-  cat "$OUT/env.txt" >> "$OUT/log.txt"
+if part env; then  # the standing checks' env part: the device, torch, CUDA and Triton
+  OUT="$OUT" PART=env bash "$(dirname "$0")/gpu_session.sh"
 fi
 
 if part tests; then

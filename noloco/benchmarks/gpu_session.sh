@@ -2,7 +2,7 @@
 # The standing GPU checks (../shared/GPU.md) in one command, for a lent H100/H200: run from the repository
 # root with OUT set to a folder for the results. Each part is time-boxed and runs whatever the others did,
 # so one failure costs only its part. PART picks the parts (default: all of them, about 20 minutes):
-#   env      the device, torch and CUDA versions
+#   env      the device, torch, CUDA and Triton versions
 #   equal    batched replicas against the per-replica loop in float32 on the device (max |difference|)
 #   bench    noloco llm bench --size gpu at N = 8: batched, loop, vmap, one model with an N-times batch
 #   train    noloco llm train --preset gpu --method ddp,diloco,noloco with warm-up and cosine decay, then
@@ -31,6 +31,7 @@ if part env; then
   stamp env
   { nvidia-smi --query-gpu=name,memory.total,driver_version,clocks.max.sm --format=csv 2>&1 || true
     python3 -c "import torch, sys; print('torch', torch.__version__, 'cuda', torch.version.cuda, 'python', sys.version.split()[0]); print(torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU')"
+    python3 -c "import triton; print('triton', triton.__version__)" 2>&1
   } > "$OUT/env.txt" 2>&1
   cat "$OUT/env.txt" >> "$OUT/log.txt"
 fi
@@ -114,7 +115,9 @@ if [ -n "${tests:-}" ]; then
   tail -5 "$OUT/tests.txt" >> "$OUT/log.txt"
 fi
 
-stamp pack
-# the run folders without their checkpoints (one file: the device returns at most 8)
-tar -czf "$OUT/runs.tar.gz" -C "$RUNS" --exclude='*.pt' . 2>> "$OUT/log.txt"
+if part train || part validate; then
+  stamp pack
+  # the run folders without their checkpoints (one file: the device returns at most 8)
+  tar -czf "$OUT/runs.tar.gz" -C "$RUNS" --exclude='*.pt' . 2>> "$OUT/log.txt"
+fi
 stamp done

@@ -53,21 +53,22 @@ def unequal_start(models) -> None:
 
 
 def wrong_sign_optimizer():
-    """The fault ``wrong_sign``: an OuterOptimizer whose exchange hands the outer step minus the group-mean
-    progress (phi - theta where theta - phi is meant: the bug DiLoCo implementations shipped); the observer's hook
-    still sees theta - phi."""
+    """The fault ``wrong_sign``: an OuterOptimizer whose vector on the wire carries minus the progress
+    (phi - theta where theta - phi is meant: the bug DiLoCo implementations shipped), so the group mean it steps
+    with is the wrong way; the observer's hook still sees theta - phi."""
     from noloco.training.outer_optimizer import OuterOptimizer
 
     class WrongSign(OuterOptimizer):
         def __init__(self, *args, **kwargs):
             super().__init__(*args, **kwargs)
-            means = self.exchange.group_means
+            beta_theta = self.replicas_here.scaled_into  # the wire's beta * theta (then + (gamma - beta) phi)
 
-            def flipped(phi, progress, *rest):
-                mean_phi, mean_progress = means(phi, progress, *rest)
-                return mean_phi, [-m for m in mean_progress]
+            def flipped(factor, out):  # -beta theta + 2 beta phi: beta (phi - theta) + gamma phi on the wire
+                beta_theta(-factor, out)
+                for k, o in out.items():
+                    o.add_(self.phi[k], alpha=2 * factor)
 
-            self.exchange.group_means = flipped
+            self.replicas_here.scaled_into = flipped
 
     return WrongSign
 
