@@ -697,3 +697,13 @@ def test_a_compiled_step_computes_the_eager_step(tmp_path):
     a, b = rows(tmp_path / "eager"), rows(tmp_path / "compiled")
     assert [r["train_loss"] for r in a] == pytest.approx([r["train_loss"] for r in b], rel=1e-4)
     assert a[-1]["weight_std"] > 0
+
+
+def test_the_benchmarks_foreach_mode_runs_the_multi_tensor_adamw(tmp_path):
+    """The bench's "foreach AdamW" mode builds its optimizer from fresh groups: groups passed whole keep the
+    trainer's own fused/foreach choice (on a GPU, fused=True), and the mode would time the fused kernel again."""
+    from noloco.benchmarks.llm_step import _trainer
+
+    tr = _trainer("cpu-tiny", 4, 1, "batched", "cpu", foreach=True)
+    assert all(g["foreach"] is True and not g["fused"] for g in tr.opt.param_groups)
+    assert sorted(g["weight_decay"] for g in tr.opt.param_groups) == [0.0, build("cpu-tiny", "noloco").weight_decay]

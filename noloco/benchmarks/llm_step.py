@@ -35,8 +35,9 @@ def _trainer(size: str, replicas: int, batch_scale: int, mode: str, device: str,
                 batch=PRESETS[size]["batch"] * batch_scale, compile=compiled)
     tr = Trainer(cfg, "/tmp/llm-bench-unused", progress=False)
     if foreach and isinstance(tr.opt, torch.optim.AdamW):
-        tr.opt = torch.optim.AdamW(tr.opt.param_groups, lr=cfg.lr, betas=(0.9, cfg.adam_beta2), eps=1e-8,
-                                   foreach=True)
+        # fresh groups: the trainer's carry its own fused=True, which a group passed whole would keep
+        groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in tr.opt.param_groups]
+        tr.opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, cfg.adam_beta2), eps=1e-8, foreach=True)
     return tr
 
 
