@@ -119,12 +119,18 @@ def run(args) -> int:
     return args.study_run(args)
 
 
+def _print(args, module, report: dict) -> None:
+    """A study's report: JSON with --json, else its table (the module's ``format_report``)."""
+    from noloco.infra.files import print_json
+
+    print_json(report) if args.json else print(module.format_report(report))
+
+
 def _seeded(args) -> int:
     from importlib import import_module
 
     from noloco.infra.entry import interrupted
     from noloco.infra.errors import ConfigError
-    from noloco.infra.files import print_json
     from noloco.llm_check.config import check_threads
 
     if args.seeds < 2:
@@ -135,7 +141,7 @@ def _seeded(args) -> int:
         report = module.run_study(args.out, seeds=tuple(range(args.seeds)), quick=args.quick, threads=args.threads)
     except KeyboardInterrupt as err:
         raise interrupted(err, "finished runs are kept and reused by the same command") from None
-    print_json(report) if args.json else print(module.format_report(report))
+    _print(args, module, report)
     return 0
 
 
@@ -148,23 +154,21 @@ def _advice(args) -> int:
         print_json(report) if args.json else print(advice.format_development(report))
         return 0
     report = advice.run_holdout(args.runs, train=not args.no_train)
-    print_json(report) if args.json else print(advice.format_report(report))
+    _print(args, advice, report)
     return 0
 
 
 def _tune(args) -> int:
     from pathlib import Path
 
-    from noloco.infra.files import print_json
     from noloco.studies import tune
 
     report = tune.run_study(Path(args.pilots), Path(args.runs))
-    print_json(report) if args.json else print(tune.format_report(report))
+    _print(args, tune, report)
     return 0
 
 
 def _families(args) -> int:
-    from noloco.infra.files import print_json
     from noloco.studies import families
 
     if args.rank_run is not None:
@@ -173,38 +177,35 @@ def _families(args) -> int:
         families.rank_run(check_choice("rank_run", args.rank_run, tuple(families.FAMILIES)), args.seed, args.out)
         return 0
     report = families.run_study(args.out, train=not args.no_train)
-    print_json(report) if args.json else print(families.format_report(report))
+    _print(args, families, report)
     return 0
 
 
 def _forecasts(args) -> int:
-    from noloco.infra.files import print_json
     from noloco.studies import forecasts
 
     report = forecasts.run_study(args.runs, train=not args.no_train)
-    print_json(report) if args.json else print(forecasts.format_report(report))
+    _print(args, forecasts, report)
     return 0
 
 
 def _gap(args) -> int:
     from noloco.infra.errors import require_extra
-    from noloco.infra.files import print_json
     from noloco.studies import gap_check
 
     require_extra("transformers", "transformers", "hf", "the gap check's model families")
     report = gap_check.run_study(args.out)
-    print_json(report) if args.json else print(gap_check.format_report(report))
+    _print(args, gap_check, report)
     return 0
 
 
 def _warnings(args) -> int:
     from noloco.infra.errors import require_extra
-    from noloco.infra.files import print_json
     from noloco.studies import warnings
 
     require_extra("transformers", "transformers", "hf", "the warnings study's model families")
     report = warnings.run_study(args.out, train_runs=not args.no_train)
-    print_json(report) if args.json else print(warnings.format_report(report))
+    _print(args, warnings, report)
     if not warnings.ok(report):  # why the exit status is 1, on stderr: --json's stdout stays pure JSON
         s = report["summary"]
         print(f"noloco llm study warnings: {s['false_alarms']} false alarm(s) on {s['clean_runs']} clean runs, "
@@ -213,11 +214,10 @@ def _warnings(args) -> int:
 
 
 def _one_pilot(args) -> int:
-    from noloco.infra.files import print_json
     from noloco.studies import one_pilot
 
     report = one_pilot.run_study(args.out, train=not args.no_train)
-    print_json(report) if args.json else print(one_pilot.format_report(report))
+    _print(args, one_pilot, report)
     return 0
 
 

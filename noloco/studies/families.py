@@ -402,11 +402,17 @@ def evaluate(out: Path, families=tuple(FAMILIES), seeds=SEEDS) -> dict:
 
 
 def run_study(out, train: bool = True, families=tuple(FAMILIES), seeds=SEEDS) -> dict:
+    return train_and_evaluate(out, "families.json", train_missing, evaluate, train, families, seeds)
+
+
+def train_and_evaluate(out, name: str, train_missing, evaluate, train: bool, *args) -> dict:
+    """A study over run folders in ``out``: what is missing trained (``train``), then evaluated, the report
+    written to ``out/name`` and returned; ``args`` go to both steps."""
     out = Path(out)
     if train:
-        train_missing(out, families, seeds)
-    report = evaluate(out, families, seeds)
-    write_json(out / "families.json", report, indent=2)
+        train_missing(out, *args)
+    report = evaluate(out, *args)
+    write_json(out / name, report, indent=2)
     return report
 
 

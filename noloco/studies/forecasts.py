@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from noloco.infra.files import read_json, write_json
+from noloco.infra.files import read_json
 from noloco.studies import families as F
 
 TOLERANCE = 0.15
@@ -140,12 +140,7 @@ def evaluate(out: Path) -> dict:
 
 
 def run_study(out, train: bool = True) -> dict:
-    out = Path(out)
-    if train:
-        train_missing(out)
-    report = evaluate(out)
-    write_json(out / "forecasts.json", report, indent=2)
-    return report
+    return F.train_and_evaluate(out, "forecasts.json", train_missing, evaluate, train)
 
 
 def format_report(rep: dict) -> str:

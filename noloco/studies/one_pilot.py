@@ -269,14 +269,9 @@ def evaluate(out, families=FAMILIES, seeds=SEEDS) -> dict:
 
 
 def run_study(out, train: bool = True, families=FAMILIES, seeds=SEEDS) -> dict:
-    from noloco.infra.files import write_json
+    from noloco.studies.families import train_and_evaluate
 
-    out = Path(out)
-    if train:
-        train_missing(out, families, seeds)
-    report = evaluate(out, families, seeds)
-    write_json(out / "one_pilot.json", report, indent=2)
-    return report
+    return train_and_evaluate(out, "one_pilot.json", train_missing, evaluate, train, families, seeds)
 
 
 def format_report(rep: dict) -> str:
