@@ -35,27 +35,34 @@ _EXPORTS = {
     "METHODS": "noloco.theory.methods",
     "OuterConfig": "noloco.theory.config",
     "InnerConfig": "noloco.theory.config",
+    # what a user can meet: bad input (exit 2), an environment or data fault (exit 3), a refused budget (exit 3)
     "ConfigError": "noloco.infra.errors",
+    "DataError": "noloco.infra.errors",
+    "LockedError": "noloco.infra.errors",
+    "BudgetError": "noloco.infra.budget",
     # the rule and its groups
     "outer_step": "noloco.theory.outer",
     "partition": "noloco.theory.partitions",
     # a setting's analysis on a quadratic (noloco check) and its simulation (noloco simulate)
     "Spectrum": "noloco.theory.spectrum",
     "analyse": "noloco.theory.conditions",
-    "simulate_setting": "noloco.quadratic.compare",
+    "simulate": "noloco.quadratic.compare",
+    "Simulation": "noloco.quadratic.compare",
     "SimConfig": "noloco.quadratic.sim_config",
-    "simulate": "noloco.quadratic.simulator",
     # a run folder read for advice (no torch): its setting, evaluations and measured inputs
     "read_run": "noloco.advice.record",
     "RunRecord": "noloco.advice.record",
     "RunSetting": "noloco.advice.record",
 }
 
+#: names kept for old code, not in ``__all__`` (each warns when called)
+_DEPRECATED = {"simulate_setting": "noloco.quadratic.compare"}
+
 __all__ = ["__version__", *_EXPORTS]
 
 
 def __getattr__(name: str):
-    module = _EXPORTS.get(name)
+    module = _EXPORTS.get(name) or _DEPRECATED.get(name)
     if module is None:
         raise AttributeError(f"module 'noloco' has no attribute {name!r}")
     value = getattr(_importlib.import_module(module), name)

@@ -124,9 +124,9 @@ def test_public_functions_name_a_wrong_argument():
 
     inner = noloco.InnerConfig()
     with pytest.raises(ConfigError, match="outer=None"):
-        noloco.simulate_setting("noloco", None, inner, None)
+        noloco.simulate("noloco", None, inner, None)
     with pytest.raises(ConfigError, match="method='nolco'"):
-        noloco.simulate_setting("nolco", noloco.OuterConfig(), inner, None)
+        noloco.simulate("nolco", noloco.OuterConfig(), inner, None)
     with pytest.raises(ConfigError, match="spectrum=\\[1.0\\]"):
         noloco.analyse(noloco.OuterConfig(), inner, [1.0])
     with pytest.raises(ConfigError, match="timeout"):

@@ -22,7 +22,7 @@ def test_import_noloco_and_the_theory_side_load_no_torch():
     code = ("import sys, noloco\n"
             "method, outer, inner = noloco.resolve('paper', replicas=16)\n"
             "a = noloco.analyse(outer, inner, noloco.Spectrum((0.1, 1.0)))\n"
-            "noloco.simulate_setting, noloco.SimConfig\n"
+            "noloco.simulate, noloco.Simulation, noloco.SimConfig\n"
             "from noloco.cli import build_parser, version\n"
             "build_parser(); version()\n"
             "print(a.verdict, 'torch' in sys.modules)")
