@@ -221,7 +221,7 @@ def test_the_equipartition_gap_of_a_trained_run(tmp_path, capsys):
     from noloco.llm_check.adam_state import second_moment_root
     from noloco.theory import exchangeable
 
-    tiny = ["--preset", "cpu-tiny", "--outer-steps", "4", "--eval-every", "2", "--val-windows", "4", "--warmup", "0",
+    tiny = ["--size", "cpu-tiny", "--outer-steps", "4", "--eval-every", "2", "--val-windows", "4", "--warmup", "0",
             "--threads", "1"]
     for method in ("noloco", "diloco"):
         assert main(["llm", "train", *tiny, "--method", method, "--out", str(tmp_path / method)]) == 0

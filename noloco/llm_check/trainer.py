@@ -20,7 +20,7 @@ outer step, collected when it has arrived; a resumed torchrun run keeps the rows
 
 Under torchrun::
 
-    torchrun --nproc-per-node 4 -m noloco llm train --preset cpu-tiny --method noloco --out DIR
+    torchrun --nproc-per-node 4 -m noloco llm train --size cpu-tiny --method noloco --out DIR
 """
 
 from __future__ import annotations
