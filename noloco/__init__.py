@@ -40,6 +40,7 @@ _EXPORTS = {
     "DataError": "noloco.infra.errors",
     "LockedError": "noloco.infra.errors",
     "BudgetError": "noloco.infra.budget",
+    "TimeBudgetError": "noloco.infra.budget",
     # the rule and its groups
     "outer_step": "noloco.theory.outer",
     "partition": "noloco.theory.partitions",

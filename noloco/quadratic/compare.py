@@ -307,7 +307,8 @@ def simulate(method: str, outer, inner, spectrum, *, objective: str = "quadratic
 
     Raises:
         ConfigError: a value out of range or a conflict with the method (exit 2 on the command line).
-        BudgetError: the estimated memory or time is above its budget (a ``MemoryError``, exit 3).
+        BudgetError: the estimated memory is above ``max_memory`` (a ``MemoryError``, exit 3).
+        TimeBudgetError: the estimated time is above ``max_time`` (exit 3).
 
     Examples:
         >>> import noloco
