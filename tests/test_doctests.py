@@ -76,7 +76,7 @@ def test_every_error_a_user_can_meet_is_exported():
 
 def test_simulate_setting_is_a_deprecated_alias_outside_all():
     assert "simulate_setting" not in noloco.__all__
-    _, outer, inner = noloco.resolve("paper", replicas=4, inner_steps=5)
+    _, outer, inner = noloco.resolve("paper", replicas=4, steps=5)
     with pytest.warns(DeprecationWarning, match="noloco.simulate"):
         result, text = noloco.simulate_setting("noloco", outer, inner, noloco.Spectrum((1.0,)), trials=4,
                                                outer_steps=5, progress=False, use_cache=False)

@@ -262,6 +262,20 @@ class Simulation:
             constraints), ``diverged`` (None, or the outer step and the reason).
         text: the table ``noloco simulate`` prints.
         cached: whether the result came from the cache.
+
+    Returns:
+        Made by :func:`simulate` (frozen); ``diverged`` is ``result["diverged"]``.
+
+    Raises:
+        Nothing: it holds what :func:`simulate` computed.
+
+    Examples:
+        >>> import noloco
+        >>> _, outer, inner = noloco.resolve("paper", replicas=4, steps=5)
+        >>> sim = noloco.simulate("noloco", outer, inner, noloco.Spectrum((1.0,)), trials=4, outer_steps=10,
+        ...                       progress=False, use_cache=False)
+        >>> isinstance(sim, noloco.Simulation), sim.cached, sim.text.splitlines()[0][:31]
+        (True, False, 'noloco on quadratic: N=4 n=2 al')
     """
 
     config: SimConfig
@@ -312,7 +326,7 @@ def simulate(method: str, outer, inner, spectrum, *, objective: str = "quadratic
 
     Examples:
         >>> import noloco
-        >>> _, outer, inner = noloco.resolve("paper", replicas=4, inner_steps=5)
+        >>> _, outer, inner = noloco.resolve("paper", replicas=4, steps=5)
         >>> sim = noloco.simulate("noloco", outer, inner, noloco.Spectrum((1.0,)), trials=8, outer_steps=20,
         ...                       progress=False, use_cache=False)
         >>> sim.diverged is None, sim.config.trials, sorted(sim.result["summary"])[:2]
