@@ -126,7 +126,7 @@ def add_train_arguments(parser: argparse.ArgumentParser, methods_list: bool = Fa
     parser.add_argument("--method", default=None,
                         help=("the algorithm" + (" (a comma-separated list runs each): " if methods_list else ": "))
                         + "; ".join(f"{m}: {METHOD_SUMMARY[m]}" for m in METHODS)
-                        + ". diloco starts from alpha 0.3, beta 0.7, heavy-ball (theory preset diloco)"
+                        + ". diloco starts from alpha 0.3, beta 0.7, heavy-ball (--preset diloco)"
                         + (" (default: ddp,diloco,noloco with --size cpu-small, else --preset's method, else noloco)"
                            if methods_list else ""))
     add_outer_arguments(parser, {**OUTER_DEFAULTS, "momentum": _default_help("momentum", columns).strip(" ()")})
