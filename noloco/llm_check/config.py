@@ -1,4 +1,4 @@
-"""Validated settings of an LLM run and its presets (the flags are :mod:`noloco.cli.llm_flags`).
+"""Validated settings of an LLM run and its sizes (the flags are :mod:`noloco.cli.llm_flags`).
 
 Imports no torch, so ``noloco --help`` stays fast.
 
@@ -249,8 +249,8 @@ DEFAULT_TIMEOUT = 120.0
 
 def default_log_every(cfg: TrainConfig) -> int:
     """Inner steps between live lines when ``--log-every`` is not given: one line per outer step (H inner
-    steps), so every preset shows a line every few seconds (the evaluations' lines come every ``eval_every``
-    outer steps: every 200 inner steps with the gpu preset)."""
+    steps), so every size shows a line every few seconds (the evaluations' lines come every ``eval_every``
+    outer steps: every 200 inner steps with the gpu size)."""
     return cfg.inner_steps
 
 
