@@ -165,3 +165,13 @@ def test_a_size_in_the_config_file_under_its_old_key(tmp_path, capsys):
 def test_a_size_twice_is_refused(capsys):
     assert main(["llm", "train", "--size", "cpu-tiny", "--preset", "cpu-small", "--out", "x", "--print-config"]) == 2
     assert "give --size only" in capsys.readouterr().err
+
+
+def test_llm_validate_takes_its_size_as_size_and_the_old_preset(tmp_path, capsys):
+    assert main(["llm", "validate", "--preset", "cpu-tiny", "--size", "gpu", "--out", str(tmp_path)]) == 2
+    assert "give --size only" in capsys.readouterr().err
+    # refused by its memory budget before any run: the size reached the sweep under both names
+    for argv in (["--size", "cpu-tiny"], ["--preset", "cpu-tiny"]):
+        assert main(["llm", "validate", *argv, "--max-memory", "1M", "--out", str(tmp_path)]) == 3
+        err = capsys.readouterr().err
+        assert "above the budget" in err and ("use --size cpu-tiny" in err) == (argv[0] == "--preset"), err
