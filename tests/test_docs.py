@@ -84,3 +84,20 @@ def test_the_checks_can_fail(tmp_path, text, bad):
     page.write_text(f"# A heading\n\n{text}\n")
     assert bool(broken(page) or ISSUE.search(text)) == bad
 
+
+
+def test_the_command_reference_names_every_flag():
+    import argparse
+
+    from noloco.cli import build_parser
+
+    def flags(parser):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for sub in action.choices.values():
+                    yield from flags(sub)
+            elif action.help != argparse.SUPPRESS:
+                yield from (f for f in action.option_strings if f.startswith("--") and f != "--help")
+
+    text = (ROOT / "docs" / "cli.md").read_text()
+    assert sorted({f for f in flags(build_parser()) if not re.search(re.escape(f) + r"(?![\w-])", text)}) == []
