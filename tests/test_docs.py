@@ -111,3 +111,36 @@ def test_the_command_reference_names_every_flag():
 
     text = (ROOT / "docs" / "cli.md").read_text()
     assert sorted({f for f in flags(build_parser()) if not re.search(re.escape(f) + r"(?![\w-])", text)}) == []
+
+
+def test_the_run_folder_reference_names_every_field_the_observer_writes(tmp_path):
+    """A real run under ``noloco.Observer`` (4 replicas, 3 outer steps): every file it writes and every key of
+    every row is named in docs/run_folder.md."""
+    torch = pytest.importorskip("torch")
+    import json
+
+    import noloco
+
+    torch.manual_seed(0)
+    models = [torch.nn.Linear(4, 1) for _ in range(4)]
+    for m in models[1:]:
+        m.load_state_dict(models[0].state_dict())
+    inner = torch.optim.AdamW([p for m in models for p in m.parameters()], lr=1e-2)
+    outer = noloco.OuterOptimizer(models, inner, inner_steps=2)
+    observer = noloco.Observer(outer, tmp_path / "run", outer_steps=3, lr=1e-2)
+    for step in range(6):
+        inner.zero_grad()
+        sum(((m(torch.randn(8, 4)) - 1) ** 2).mean() for m in models).backward()
+        inner.step()
+        if (step + 1) % 2 == 0:
+            observer.log(outer.outer_done, val_loss_avg_model=0.1, val_loss_replicas_mean=0.2)
+    observer.close()
+
+    run = tmp_path / "run"
+    result = json.loads((run / "result.json").read_text())
+    rows = [json.loads(line) for name in ("metrics.jsonl", "inputs.jsonl") for line in (run / name).open()]
+    groups = [g for row in rows for g in (row.get("groups") or {}).values()]
+    names = {p.name for p in run.iterdir()} | set(result) | set(result["config"]) | set(result["config"]["outer"])
+    names |= {k for row in rows + groups for k in row}
+    text = (ROOT / "docs" / "run_folder.md").read_text()
+    assert len(names) > 30 and sorted(n for n in names if f"`{n}`" not in text) == []
