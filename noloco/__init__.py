@@ -6,7 +6,7 @@ simulator), so a notebook can do::
     import noloco
     method, outer, inner = noloco.resolve("paper", replicas=16)          # a validated setting
     analysis = noloco.analyse(outer, inner, noloco.Spectrum((0.1, 1.0)))  # its stability and spread
-    outer_opt = noloco.OuterOptimizer(model, inner_opt, inner_steps=50)  # in a torch loop (docs/api.md)
+    outer_opt = noloco.OuterOptimizer(model, inner_opt, inner_steps=50)  # in a torch loop (docs/own_loop.md)
 
 Its subpackages are the layers ARCHITECTURE.md draws, each the folder its name spells:
 ``noloco.infra`` (the ground floor), ``noloco.theory``, ``noloco.quadratic``, ``noloco.claims``,

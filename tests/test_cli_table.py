@@ -5,7 +5,7 @@ checked condition fails, 2 bad input, 3 an environment or data fault), at most o
 
 Cases run in-process through ``noloco.cli.main`` (fast); those that need a real process (a pipe,
 the torchrun entry, a memory limit as a safety net) run as subprocesses. ``python
-tests/test_cli_table.py`` prints the table of docs/reliability.md with what each case got.
+tests/test_cli_table.py`` prints the table of cases (docs/reliability.md describes it) with what each case got.
 
 Placeholders in a case's command: ``{tmp}`` a fresh folder, ``{file}`` a file, ``{run}`` a folder
 holding a finished cpu-tiny run, ``{trunc}`` the same with a truncated checkpoint, ``{garbled}``

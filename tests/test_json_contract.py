@@ -131,7 +131,7 @@ def test_llm_train_json_is_the_run_report(tmp_path, capsys, request):
 
 
 def test_exit_1_says_why_on_stderr_and_stdout_stays_json(capsys):
-    """The README's example of a setting that is not stable: exit 1, the JSON on stdout, one line on stderr
+    """docs/cli.md's example of a setting that is not stable: exit 1, the JSON on stdout, one line on stderr
     naming the verdict and the failing condition."""
     code = main(["check", "--alpha", "0", "--beta", "0", "--gamma", "1", "--group-size", "2", "--replicas", "64",
                  "--json"])

@@ -1,7 +1,7 @@
 """The public outer optimizer (noloco.OuterOptimizer): exact arithmetic pins the update; the batched mode is a
 hand loop over theory.outer.outer_step with theory.partitions' groups; a real gloo group (one replica per
 process) equals the batched mode; diloco is n = N; a resumed run is bit-identical; a bad setting is named;
-``import noloco`` loads no torch; docs/api.md's code runs."""
+``import noloco`` loads no torch; docs/own_loop.md's code runs."""
 
 import doctest
 import os
@@ -475,10 +475,10 @@ def test_process_group_mode_equals_the_batched_mode(tmp_path):
     assert sorted(alone) == ["not in the group"] * 2 + ["synced"] * 2, alone
 
 
-# ----------------------------------------------------------------- docs/api.md
+# ----------------------------------------------------------------- docs/own_loop.md
 
 def _doc_blocks():
-    text = (ROOT / "docs" / "api.md").read_text().split("\n## Hugging Face Trainer")[0]  # its own test: test_hf.py
+    text = (ROOT / "docs" / "own_loop.md").read_text()
     return re.findall(r"```python\n(.*?)```", text, re.S)
 
 
@@ -490,7 +490,7 @@ def _doc_rank(rank, world, port, code, out):
     torch.set_num_threads(1)
     os.chdir(out)
     namespace = {"__name__": "__main__"}
-    exec(compile(code, "docs/api.md", "exec"), namespace)
+    exec(compile(code, "docs/own_loop.md", "exec"), namespace)
     outer = namespace["outer"]
     torch.save({"outer_done": outer.outer_done, "first": namespace["first_loss"], "last": namespace["loss"].item()},
                f"{out}/doc{rank}.pt")
@@ -513,7 +513,7 @@ def test_the_docs_page_runs(tmp_path):
         assert got["outer_done"] == 20 and got["last"] < 0.5 * got["first"]
         assert (tmp_path / f"ckpt-rank{rank}.pt").exists()
     for code in others:
-        exec(compile(code, "docs/api.md", "exec"), {"__name__": "__main__"})
+        exec(compile(code, "docs/own_loop.md", "exec"), {"__name__": "__main__"})
 
 
 # ----------------------------------------------------------------- the one-vector step in place

@@ -7,7 +7,7 @@ its setting is a :class:`RunSetting`: the outer step, the inner schedule the for
 the settings kept as data (compared between runs, never interpreted). Nothing here imports torch.
 
 The folders :class:`noloco.training.observer.Observer` writes on a user's own run (``"format": "noloco-run"``,
-``"format_version"`` 1, docs/own_run.md) are read the same way; a later format version is refused by name.
+``"format_version"`` 1, docs/run_folder.md) are read the same way; a later format version is refused by name.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ RECORD_DEFAULTS = {"method": "noloco", "inner_steps": 25, "outer_steps": 40, "lr
                    "warmup": 100, "min_lr_frac": 0.1, "inner_optimizer": "adamw", "adam_beta2": 0.95, "noniid": False,
                    "val_windows": 64}
 INNER_OPTIMIZERS = ("adamw", "sgd")
-#: the versions of the ``noloco-run`` format (docs/own_run.md) this reader knows
+#: the versions of the ``noloco-run`` format (docs/run_folder.md) this reader knows
 RUN_FORMAT_VERSIONS = (1,)
 #: what a metrics.jsonl row's keys hold, where present (the run folder is user input: a string where a number
 #: belongs is named at the read, not met as a TypeError in a format or a sum far from it)

@@ -132,7 +132,7 @@ def require(estimate: int, budget: int, what: str, smaller: str = "") -> None:
 def retain_freed_memory() -> None:
     """Ask glibc to keep freed memory for reuse instead of returning it to the kernel after every
     array: with its defaults, each temporary of more than 128 kB is mapped afresh and page-faulted
-    in, which made numpy expressions on such arrays up to 50 times slower (docs/performance.md).
+    in, which made numpy expressions on such arrays up to 50 times slower (measured on the project's 2-core machine).
     Freed memory is then kept up to 256 MiB. A no-op where the C library is not glibc."""
     global _RETAINED
     if _RETAINED:

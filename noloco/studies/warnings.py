@@ -45,7 +45,7 @@ VAL_WINDOWS = 8  # the loss is not what this study reads
 
 def unequal_start(models) -> None:
     """The fault ``unequal_start``: one coordinate of replica 1 moved by 1e-3 before the outer optimizer copies
-    the weights (docs/own_run.md's test makes the same fault)."""
+    the weights (tests/test_observer.py makes the same fault)."""
     import torch
 
     with torch.no_grad():

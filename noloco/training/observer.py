@@ -10,7 +10,7 @@ exchange), it sees each outer step's outer weights phi and progress theta - phi 
   same on every rank (:class:`noloco.training.sample.CoordinateSample`), gathered by one all-gather of a small
   buffer per outer step; the parameters are never all-reduced. Each row states its sampling error.
 
-Rank 0 writes the run folder (docs/own_run.md, format ``noloco-run`` version :data:`FORMAT_VERSION`), every
+Rank 0 writes the run folder (docs/run_folder.md, format ``noloco-run`` version :data:`FORMAT_VERSION`), every
 file atomically: ``result.json`` (the setting the advice reads, how far the run got, the flags),
 ``metrics.jsonl`` (a row per outer step: ``weight_std`` of phi after it and what :meth:`Observer.log` was
 given) and ``inputs.jsonl`` (the meter's row per outer step). ``noloco llm predict RUN`` (``--forecast``,
@@ -37,7 +37,7 @@ from noloco.training.measure import SpreadMeter
 from noloco.training.sample import DEFAULT_SAMPLE, CoordinateSample, standard_errors, update_alignment
 
 FORMAT = "noloco-run"
-#: the version of the run-folder format this observer writes (docs/own_run.md)
+#: the version of the run-folder format this observer writes (docs/run_folder.md)
 FORMAT_VERSION = 1
 #: across ranks, the outer steps whose samples' all-gather may still be in flight before the observer waits
 IN_FLIGHT = 4
@@ -425,7 +425,7 @@ class Observer:
         return {"outer_step": step, "sum_sqrt_v": float(root) / self.N}
 
     def result(self, finished: bool) -> dict:
-        """result.json's content (docs/own_run.md)."""
+        """result.json's content (docs/run_folder.md)."""
         sampled = None if not self.sampled else {
             "per_tensor": self.sample.per_tensor, "seed": self.sample.seed, "tensors": len(self.numel),
             "coordinates": sum(self.sample.sizes().values()), "of": sum(self.numel.values())}

@@ -28,7 +28,7 @@ import math
 
 import torch
 
-#: coordinates sampled per tensor by default (docs/own_run.md: cost and error)
+#: coordinates sampled per tensor by default (docs/own_run.md: error; docs/performance.md: cost)
 DEFAULT_SAMPLE = 1024
 
 
