@@ -53,7 +53,7 @@ from noloco.theory.config import OUTER_FIELDS, OuterConfig
 WINDOW = 5
 #: a window whose pooled c rises (falls) by more than this share of its mean has not settled: the limits chosen on
 #: the model families' seed-0 forecasts as noloco.studies.forecasts states (docs/advice.md, "A forecast that answers")
-SETTLED_RISE, SETTLED_FALL = 0.5, math.inf
+SETTLED_RISE, SETTLED_FALL = 0.1, 0.4
 #: a transfer extrapolates when the target's outer step amplifies the flattest directions more than this factor,
 #: relative to the stiff ones (c = 1), than the pilot's does (:func:`amplification_tilt`)
 TILT_LIMIT = 1.5
