@@ -332,7 +332,11 @@ def _folder(out: Path, family: str, run: str, seed: int) -> Path:
 
 def train_missing(out: Path, families=tuple(FAMILIES), seeds=SEEDS, progress: bool | None = None) -> None:
     """Every family's pilot (BASE) and target (BASE with TARGET) for every seed, unless finished already."""
+    import torch
+
     from noloco.infra.progress import Progress
+
+    torch.set_num_threads(1)  # as the forecasts study trains the same runs (another count rounds otherwise)
 
     jobs = [(f, run, seed) for f in families for run in ("pilot", "target", "gap8") for seed in seeds]
     jobs += [(name, "torchrun", seeds[0]) for name in TORCHRUN if name in families]
