@@ -15,7 +15,8 @@ def test_the_rules_are_the_ones_stated():
 
 
 @pytest.mark.torch
-@pytest.mark.parametrize("family", ["gpt2", pytest.param("llama", marks=pytest.mark.slow)])
+@pytest.mark.parametrize("family", ["gpt2", pytest.param("llama", marks=pytest.mark.slow),
+                                    pytest.param("neox", marks=pytest.mark.slow)])
 def test_a_hugging_face_family_trains_through_the_api_and_the_advice_reads_it(tmp_path, monkeypatch, family):
     pytest.importorskip("transformers")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
