@@ -15,7 +15,7 @@ by the schedule's functionals of that step's phase (lr_k the inner learning rate
     s2_t = s_hat L2_t       (the noise of a phase: per unit of the rate's square summed over it)
 
 with rho held at its last long-run value. Why c is held: on the model families' cosine runs (seed 0,
-docs/advice.md) the pooled c measured over the second half barely moves with the rate (log c on log rate:
+docs/advice.md) the pooled c barely moves with the rate after the early transient (log c on log rate:
 slope 0.23, per-run intercepts) where the earlier model scaled it like L1^(1/2) (slope 0.5), and the earlier
 model's saturation (the noise's share of Adam's update growing as the rate decays) grew the modelled noise
 1.1 to 3x where the measured spread did not follow. The forecast is stepped from the recursion's own state
