@@ -14,11 +14,14 @@ The rules, written and committed before any of these runs was evaluated:
 * reported per family and axis: claimed, within 15 %, flagged, missed unflagged. The goal: no unflagged miss, and
   most predictions claimed (the flags not the answer to every axis).
 
-Seeds 1 and 2 of the one-pilot study were seen before the flags were written; they are re-judged here only where
-their pilots are trained again (:data:`SEEN_SEEDS`), and labelled so.
+Seeds 1 and 2 of the one-pilot study were seen before the flags were written; they are re-judged here (``seen``):
+their pilots trained again (:data:`SEEN_PILOTS`), their targets' measured spreads read from
+docs/data/one_pilot.json (those runs are not kept), and labelled so.
 """
 
 from __future__ import annotations
+
+from pathlib import Path
 
 from noloco.studies import one_pilot
 
@@ -29,6 +32,10 @@ FAMILIES = one_pilot.FAMILIES
 SPREAD_RULE = one_pilot.SPREAD_RULE
 #: every run a transfer needs: the pilots and the targets
 NAMES = sorted({p for p, _, _ in one_pilot.TRANSFERS} | {t for _, t, _ in one_pilot.TRANSFERS})
+#: the pilots of the transfers, trained again for the seen seeds
+SEEN_PILOTS = sorted({p for p, _, _ in one_pilot.TRANSFERS})
+#: the one-pilot study's report: the seen seeds' measured targets
+SEEN_REPORT = Path(__file__).resolve().parents[2] / "docs" / "data" / "one_pilot.json"
 
 
 def train_missing(out, families=FAMILIES, seeds=SEEDS, progress: bool | None = None) -> None:
@@ -37,6 +44,7 @@ def train_missing(out, families=FAMILIES, seeds=SEEDS, progress: bool | None = N
     from noloco.studies.families import train_hf
 
     jobs = [(f, s, n) for s in seeds for f in families for n in NAMES]
+    jobs += [(f, s, n) for s in SEEN_SEEDS for f in families for n in SEEN_PILOTS]
     with Progress(len(jobs), "transfers study", unit="run", show=progress) as bar:
         for f, s, n in jobs:
             path = one_pilot.folder(out, f, n, s)
@@ -53,9 +61,32 @@ def counts(rows: list[dict]) -> dict:
             "missed_unflagged": verdicts.count("misses")}
 
 
+def seen_rows(out, families=FAMILIES, report=SEEN_REPORT) -> list[dict]:
+    """``--as`` of the seen seeds: from their pilots trained again in ``out``, against the targets' measured spreads
+    in ``report`` (the one-pilot study's), each with the verdict it had there (``old_as_ratio``, ``old_as_verdict``)."""
+    from noloco.advice.forecast import transfer
+    from noloco.infra.files import read_json
+
+    if not Path(report).exists():
+        return []
+    rows = []
+    for r in read_json(report)["transfers"]:
+        pilot = one_pilot.folder(out, r["family"], r["pilot"], r["seed"])
+        if r["family"] not in families or not one_pilot.finished(pilot):
+            continue
+        rep = transfer(pilot, **one_pilot._changes(r["pilot"], r["target"]))
+        ratio = rep["second_half_rms"] / r["measured"]
+        rows.append({**{k: r[k] for k in ("family", "seed", "axis", "pilot", "target", "measured")},
+                     "as_ratio": ratio, "as_flags": rep["flags"], "as_verdict": one_pilot._verdict(ratio, rep["flags"]),
+                     "old_as_ratio": r["as_ratio"], "old_as_verdict": r["as_verdict"],
+                     "pilot_replay_ratio": rep["pilot_replay_ratio"]})
+    return rows
+
+
 def evaluate(out, families=FAMILIES, seeds=SEEDS) -> dict:
     rows = [r for f in families for s in seeds for p, t, axis in one_pilot.TRANSFERS
             if (r := one_pilot.as_row(out, f, s, p, t, axis)) is not None]
+    seen = seen_rows(out, families)
     axes = list(dict.fromkeys(axis for _, _, axis in one_pilot.TRANSFERS))
     return {"schema": "transfers", "rules": {"spread_tolerance": SPREAD_RULE,
                                              "claimed": "a prediction without a flag"},
@@ -63,7 +94,9 @@ def evaluate(out, families=FAMILIES, seeds=SEEDS) -> dict:
             "by_family": {f: counts([r for r in rows if r["family"] == f]) for f in families},
             "by_axis": {f: {a: counts([r for r in rows if r["family"] == f and r["axis"] == a]) for a in axes}
                         for f in families},
-            "summary": counts(rows)}
+            "summary": counts(rows),
+            "seen": {"seeds": list(SEEN_SEEDS), "note": "seen before the calibration and the flags were written",
+                     "rows": seen, "by_family": {f: counts([r for r in seen if r["family"] == f]) for f in families}}}
 
 
 def run_study(out, train: bool = True, families=FAMILIES, seeds=SEEDS) -> dict:
@@ -83,6 +116,9 @@ def format_report(rep: dict) -> str:
     lines += [f"{r['family']:<9}{r['seed']:>5}  {r['axis']:<11}{r['as_ratio']:>7.3f}  {r['as_verdict']:<8} "
               f"{_flag_names(r['as_flags'])}" for r in rep["rows"]]
     lines += [f"{f}: " + one_pilot.json_line(c) for f, c in rep["by_family"].items()]
+    seen = rep.get("seen", {})
+    lines += [f"{f}, seeds {', '.join(map(str, seen['seeds']))} ({seen['note']}): " + one_pilot.json_line(c)
+              for f, c in seen.get("by_family", {}).items() if c["predictions"]]
     return "\n".join(lines)
 
 
@@ -101,4 +137,21 @@ def markdown(rep: dict) -> str:
             "|---|---|---|---|---|---|"]
     out += [f"| {f} | {c['predictions']} | {c['claimed']} | {c['within']} | {c['flagged']} | {c['missed_unflagged']} |"
             for f, c in rep["by_family"].items()]
+    seen = rep.get("seen", {})
+    if seen.get("rows"):
+        out += ["", f"Seeds {' and '.join(map(str, seen['seeds']))}, {seen['note']}:", "",
+                "| family | axis | before: ratio per seed, verdicts | now: ratio per seed, verdicts (flags) |",
+                "|---|---|---|---|"]
+        by = {}
+        for r in seen["rows"]:
+            by.setdefault((r["family"], r["axis"]), []).append(r)
+        for (family, axis), rows in by.items():
+            old = ", ".join(f"{r['old_as_ratio']:.3f} {r['old_as_verdict']}" for r in rows)
+            now = ", ".join(f"{r['as_ratio']:.3f} {r['as_verdict']}" + (f" ({_flag_names(r['as_flags'])})"
+                                                                         if r["as_flags"] else "") for r in rows)
+            out.append(f"| {family} | {axis} | {old} | {now} |")
+        out += ["", "| family (seen seeds) | predictions | claimed | within 15 % | flagged | missed unflagged |",
+                "|---|---|---|---|---|---|"]
+        out += [f"| {f} | {c['predictions']} | {c['claimed']} | {c['within']} | {c['flagged']} | "
+                f"{c['missed_unflagged']} |" for f, c in seen["by_family"].items()]
     return "\n".join(out)
