@@ -41,3 +41,20 @@ def test_the_study_counts_agreements_misses_and_flags(tmp_path):
                                       "missed_unflagged": 1}
     assert rep["by_axis"]["fx"]["H down"]["flagged"] == 1 and rep["by_axis"]["fx"]["N up"]["predictions"] == 0
     assert "| fx | 3 | 2 | 1 | 1 | 1 |" in T.markdown(rep)
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_the_transfers_study_reproduces_its_committed_report(tmp_path):
+    """`noloco llm study transfers` from nothing (about an hour and a half on two busy cores): every verdict of
+    docs/data/transfers.json, the fresh seeds' and the seen seeds', and the tuner's pick come out again."""
+    import json
+    from pathlib import Path
+
+    committed = json.loads((Path(__file__).parents[1] / "docs" / "data" / "transfers.json").read_text())
+    report = T.run_study(tmp_path)
+    key = lambda r: (r["family"], r["seed"], r["axis"])  # noqa: E731
+    for part in (lambda rep: rep["rows"], lambda rep: rep["seen"]["rows"]):
+        again = {key(r): r["as_verdict"] for r in part(report)}
+        assert all(again[key(r)] == r["as_verdict"] for r in part(committed))
+    assert [r["pick"] for r in report["tuner"]] == [r["pick"] for r in committed["tuner"]]

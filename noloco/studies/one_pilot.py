@@ -327,11 +327,16 @@ def markdown(rep: dict) -> str:
         verdicts = [r.get("fork_verdict", r["as_verdict"]) for r in rows]
         out.append(f"| {family} | {len(rows)} | {sum(v != 'flagged' for v in verdicts)} | {verdicts.count('agrees')} "
                    f"| {verdicts.count('flagged')} | {verdicts.count('misses')} |")
-    out += ["", "| family | pilot seed -> judged on | pick | predicted (80 %) | measured | rank | best | median | "
-                "holds |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in rep["tuner"]:
+    return "\n".join(out + [""] + tuner_table(rep["tuner"]))
+
+
+def tuner_table(rows: list[dict]) -> list[str]:
+    """The tuner's judgements (:func:`tuner_rows`) as docs/advice.md's table."""
+    out = ["| family | pilot seed -> judged on | pick | predicted (80 %) | measured | rank | best | median | holds |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
         holds = r["better_than_median"] and r["within_interval_of_best"]
         out.append(f"| {r['family']} | {r['pilot_seed']} -> {r['judged_seed']} | {r['pick']} | {r['predicted']:.4f} "
                    f"({r['low']:.4f} to {r['high']:.4f}) | {r['measured']:.4f} | {r['rank']} of {r['settings']} | "
                    f"{r['best']} {r['best_loss']:.4f} | {r['median_loss']:.4f} | {'yes' if holds else 'no'} |")
-    return "\n".join(out)
+    return out

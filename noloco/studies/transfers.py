@@ -14,6 +14,11 @@ The rules, written and committed before any of these runs was evaluated:
 * reported per family and axis: claimed, within 15 %, flagged, missed unflagged. The goal: no unflagged miss, and
   most predictions claimed (the flags not the answer to every axis).
 
+The tuner (``noloco llm tune FORKS --forks``, unchanged) is re-judged on the same fresh seeds under the one-pilot
+study's rule (:func:`noloco.studies.one_pilot.tuner_rows`): the pilot of the first of :data:`TUNER_SEEDS` and its
+28 forks, the pick judged on the 29 settings trained whole with the second; it holds when the pick's loss is below
+the grid's median and within its interval's upper half-width of the grid's best.
+
 Seeds 1 and 2 of the one-pilot study were seen before the flags were written; they are re-judged here (``seen``):
 their pilots trained again (:data:`SEEN_PILOTS`), their targets' measured spreads read from
 docs/data/one_pilot.json (those runs are not kept), and labelled so.
@@ -32,6 +37,8 @@ FAMILIES = one_pilot.FAMILIES
 SPREAD_RULE = one_pilot.SPREAD_RULE
 #: every run a transfer needs: the pilots and the targets
 NAMES = sorted({p for p, _, _ in one_pilot.TRANSFERS} | {t for _, t, _ in one_pilot.TRANSFERS})
+#: the tuner's pilot seed (its forks) and the seed its pick is judged on (the grid trained whole)
+TUNER_SEEDS = (3, 4)
 #: the pilots of the transfers, trained again for the seen seeds
 SEEN_PILOTS = sorted({p for p, _, _ in one_pilot.TRANSFERS})
 #: the one-pilot study's report: the seen seeds' measured targets
@@ -45,11 +52,15 @@ def train_missing(out, families=FAMILIES, seeds=SEEDS, progress: bool | None = N
 
     jobs = [(f, s, n) for s in seeds for f in families for n in NAMES]
     jobs += [(f, s, n) for s in SEEN_SEEDS for f in families for n in SEEN_PILOTS]
+    pilot_seed, judged = TUNER_SEEDS
+    jobs += [(f, pilot_seed, "forks") for f in families]
+    jobs += [(f, judged, n) for f in families for n in one_pilot.grid() | dict.fromkeys(("g0.35", "g1"))]
     with Progress(len(jobs), "transfers study", unit="run", show=progress) as bar:
         for f, s, n in jobs:
-            path = one_pilot.folder(out, f, n, s)
-            if not one_pilot.finished(path):
-                train_hf(one_pilot._hf_family(f), one_pilot.setting(n), s, path)
+            if n == "forks":
+                one_pilot.train_pilot(out, f, s)  # the pilot's forks (the pilot itself is one of the runs above)
+            elif not one_pilot.finished(one_pilot.folder(out, f, n, s)):
+                train_hf(one_pilot._hf_family(f), one_pilot.setting(n), s, one_pilot.folder(out, f, n, s))
             bar.update()
 
 
@@ -95,6 +106,7 @@ def evaluate(out, families=FAMILIES, seeds=SEEDS) -> dict:
             "by_axis": {f: {a: counts([r for r in rows if r["family"] == f and r["axis"] == a]) for a in axes}
                         for f in families},
             "summary": counts(rows),
+            "tuner": [r for f in families for r in one_pilot.tuner_rows(out, f, TUNER_SEEDS)],
             "seen": {"seeds": list(SEEN_SEEDS), "note": "seen before the calibration and the flags were written",
                      "rows": seen, "by_family": {f: counts([r for r in seen if r["family"] == f]) for f in families}}}
 
@@ -116,6 +128,10 @@ def format_report(rep: dict) -> str:
     lines += [f"{r['family']:<9}{r['seed']:>5}  {r['axis']:<11}{r['as_ratio']:>7.3f}  {r['as_verdict']:<8} "
               f"{_flag_names(r['as_flags'])}" for r in rep["rows"]]
     lines += [f"{f}: " + one_pilot.json_line(c) for f, c in rep["by_family"].items()]
+    lines += [f"tuner {r['family']} pilot seed {r['pilot_seed']} -> seed {r['judged_seed']}: pick {r['pick']} "
+              f"predicted {r['predicted']:.4f} [{r['low']:.4f}, {r['high']:.4f}], measured {r['measured']:.4f} (rank "
+              f"{r['rank']} of {r['settings']}; best {r['best']} {r['best_loss']:.4f}, median {r['median_loss']:.4f}); "
+              f"holds: {r['better_than_median'] and r['within_interval_of_best']}" for r in rep.get("tuner", [])]
     seen = rep.get("seen", {})
     lines += [f"{f}, seeds {', '.join(map(str, seen['seeds']))} ({seen['note']}): " + one_pilot.json_line(c)
               for f, c in seen.get("by_family", {}).items() if c["predictions"]]
@@ -137,6 +153,8 @@ def markdown(rep: dict) -> str:
             "|---|---|---|---|---|---|"]
     out += [f"| {f} | {c['predictions']} | {c['claimed']} | {c['within']} | {c['flagged']} | {c['missed_unflagged']} |"
             for f, c in rep["by_family"].items()]
+    if rep.get("tuner"):
+        out += ["", "The tuner, its pick on the fresh seeds:", ""] + one_pilot.tuner_table(rep["tuner"])
     seen = rep.get("seen", {})
     if seen.get("rows"):
         out += ["", f"Seeds {' and '.join(map(str, seen['seeds']))}, {seen['note']}:", "",
