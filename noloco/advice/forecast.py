@@ -78,7 +78,7 @@ GROWTH_LIMIT = 1.2
 REPLAY_LIMIT = 1.3
 #: a transfer is flagged near the stability edge when the pilot's or the target's decay factor per outer step at the
 #: pilot's flattest c exceeds this: there a tensor's pooled inputs move with the setting, either way. Set on the
-#: development seed: every alpha 0.7 setting (0.77 to 0.83) against 0.68 and less for the rest; from alpha 0.3 to
+#: development seed: every alpha 0.7 setting (0.82 to 0.83) against 0.70 and less for the rest; from alpha 0.3 to
 #: 0.7 five of six transfers missed, at alpha 0.7 five of six changes of H missed
 EDGE_LIMIT = 0.75
 #: the flattest c the tilt is evaluated at, when the pilot's flattest tensor is flatter (c ~ 0 is where every
