@@ -178,9 +178,55 @@ def test_a_pilot_its_own_inputs_do_not_reproduce_flags_the_transfer(tmp_path):
         assert any(f.startswith("not reproduced") for f in flags) == flagged, flags
 
 
+def test_a_transfer_is_divided_by_its_pilots_own_replay_ratio(tmp_path):
+    """The theory's error on the pilot (its own inputs give 1.2x its measured spread) is the transfer's too: the
+    prediction is divided by it, unflagged inside the factor REPLAY_LIMIT."""
+    cfg = config(schedule="constant", warmup=20)
+    ph = write_run(tmp_path, cfg)
+    _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph))
+    exact = F.transfer(tmp_path, alpha=0.4)
+    _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph) / 1.2)
+    rep = F.transfer(tmp_path, alpha=0.4)
+    assert rep["pilot_replay_ratio"] == pytest.approx(1.2, rel=1e-9) and rep["flags"] == []
+    assert rep["second_half_rms"] == pytest.approx(exact["second_half_rms"] / 1.2, rel=1e-9)
+
+
+def test_a_transfer_near_the_stability_edge_is_flagged_with_the_decay_factor_it_prints(tmp_path):
+    cfg = config(schedule="constant", warmup=20)
+    ph = write_run(tmp_path, cfg)
+    _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph))
+    near = F.transfer(tmp_path, alpha=0.65)
+    edge = [f for f in near["flags"] if f.startswith("near the edge")]
+    assert len(edge) == 1 and near["decay_factor"] > F.EDGE_LIMIT > near["pilot_decay_factor"]
+    assert f"is {near['decay_factor']:.3f} per outer step" in edge[0]  # the number printed beside it
+    assert f"decay factor at the flattest c {near['decay_factor']:.4f}" in F.format_transfer(near)
+    below = F.transfer(tmp_path, alpha=0.55)  # a neighbour below the limit
+    assert below["decay_factor"] < F.EDGE_LIMIT and below["flags"] == []
+
+
+def test_a_change_of_h_to_or_from_a_phase_shorter_than_adams_memory_is_flagged(tmp_path):
+    from dataclasses import replace
+
+    from noloco.advice.record import read_run
+
+    cfg = config(schedule="constant", warmup=20)
+    ph = write_run(tmp_path, cfg)
+    _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph))
+    short = [f for f in F.transfer(tmp_path, inner_steps=5, outer_steps=80)["flags"] if f.startswith("short phase")]
+    assert len(short) == 1 and "H 5 is below" in short[0] and "from 10 to 5" in short[0]
+    assert F.transfer(tmp_path, inner_steps=20, outer_steps=20)["flags"] == []  # both phases at or past the memory
+    pilot = read_run(tmp_path).setting
+    assert F.short_phase(pilot.changed(inner_steps=5), pilot).startswith("short phase: the pilot's H 5")
+    assert F.short_phase(pilot.changed(inner_steps=5), pilot.changed(inner_steps=5, outer_steps=80)) is None
+    assert F.short_phase(replace(pilot, inner_optimizer="sgd"), pilot.changed(inner_steps=5)) is None
+    shorter_memory = replace(pilot, other=(("adam_beta1", 0.75),))  # a memory of 4 inner steps
+    assert F.short_phase(shorter_memory, shorter_memory.changed(inner_steps=5)) is None
+
+
 def test_a_transfer_to_another_outer_step_is_that_steps_recursion_with_the_pilots_inputs(tmp_path):
     cfg = config(schedule="constant", warmup=20)
     ph = write_run(tmp_path, cfg)
+    _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph))  # a pilot the model reproduces: no calibration
     target = OuterConfig(replicas=16, group_size=4, alpha=0.3, beta=0.9, gamma=0.5)
     rep = F.transfer(tmp_path, replicas=16, group_size=4, alpha=0.3, beta=0.9, gamma=0.5)
     np.testing.assert_allclose([r["predicted"] for r in rep["rows"]], replayed_weight_std(cfg, ph, outer=target),

@@ -53,6 +53,8 @@ SKIP = {
     "llm study warnings": "trains 60 short Hugging Face runs through transformers (about 25 minutes, an optional "
                           "extra); its slow test runs it",
     "llm study one-pilot": "trains two families' grids of 29 settings and their forks (an hour on two cores)",
+    "llm study transfers": "trains two families' axis targets on two seeds, a grid of 29 and forks (over an hour on "
+                           "two cores); its slow test runs it",
 }
 
 

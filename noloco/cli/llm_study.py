@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import sys
 
-STUDIES = ("routing", "paper", "advice", "tune", "families", "forecasts", "gap", "warnings", "one-pilot", "comm")
+STUDIES = ("routing", "paper", "advice", "tune", "families", "forecasts", "gap", "warnings", "one-pilot", "transfers", "comm")
 
 
 def add_parser(sub) -> None:
@@ -87,6 +87,11 @@ def add_parser(sub) -> None:
                 "Trains each family's pilot with its forks and every setting whole (finished runs are reused) and "
                 "judges the transfers and the tuner under the rules of docs/advice.md, 'One pilot'. Needs "
                 "transformers.")
+    _runs_study(actions, "transfers", "--out", "runs/one-pilot", _transfers,
+                "--as along every outer axis on fresh seeds (docs/advice.md, 'One pilot')",
+                "Trains the pilot and every axis target of the one-pilot study for seeds 3 and 4 of cpu-tiny and the "
+                "Llama-style config (its layout, finished runs reused) and judges --as under the rules of "
+                "noloco/studies/transfers.py. Needs transformers.")
 
     from noloco.llm_check.comm_measure import DEFAULT_OUT, DEFAULT_SIZES
 
@@ -218,6 +223,14 @@ def _one_pilot(args) -> int:
 
     report = one_pilot.run_study(args.out, train=not args.no_train)
     _print(args, one_pilot, report)
+    return 0
+
+
+def _transfers(args) -> int:
+    from noloco.studies import transfers
+
+    report = transfers.run_study(args.out, train=not args.no_train)
+    _print(args, transfers, report)
     return 0
 
 

@@ -170,22 +170,35 @@ def _verdict(ratio: float, flags: list) -> str:
     return "flagged" if flags else ("agrees" if within(ratio, SPREAD_RULE, relative=True) else "misses")
 
 
+def as_row(out, family: str, seed: int, pilot: str, target: str, axis: str) -> dict | None:
+    """``--as`` from ``pilot`` to ``target`` (the pilot's inputs carried over) against the target's measured spread,
+    both trained with ``seed``; None where either run is not finished."""
+    from noloco.advice.forecast import transfer
+
+    if not (finished(folder(out, family, pilot, seed)) and finished(folder(out, family, target, seed))):
+        return None
+    _, measured = _measured(folder(out, family, target, seed))
+    carried = transfer(folder(out, family, pilot, seed), **_changes(pilot, target))
+    row = {"family": family, "seed": seed, "axis": axis, "pilot": pilot, "target": target, "measured": measured,
+           "as_ratio": carried["second_half_rms"] / measured, "as_flags": carried["flags"],
+           "pilot_replay_ratio": carried["pilot_replay_ratio"], "decay_factor": carried["decay_factor"],
+           "pilot_decay_factor": carried["pilot_decay_factor"], "tilt": carried["tilt"]}
+    row["as_verdict"] = _verdict(row["as_ratio"], carried["flags"])
+    return row
+
+
 def transfer_rows(out, family: str, seed: int) -> list[dict]:
     """Every transfer of :data:`TRANSFERS` for one family and seed: the fork's prediction where the target was
     forked from the pilot, and ``--as`` (the pilot's inputs carried over) on every axis, each against the target's
     measured spread."""
-    from noloco.advice.forecast import transfer
     from noloco.advice.fork import fork_spread
 
     rows = []
     for pilot, target, axis in TRANSFERS:
-        if not (finished(folder(out, family, pilot, seed)) and finished(folder(out, family, target, seed))):
+        row = as_row(out, family, seed, pilot, target, axis)
+        if row is None:
             continue  # not trained (a study cut short: docs/advice.md says which)
-        _, measured = _measured(folder(out, family, target, seed))
-        carried = transfer(folder(out, family, pilot, seed), **_changes(pilot, target))
-        row = {"family": family, "seed": seed, "axis": axis, "pilot": pilot, "target": target, "measured": measured,
-               "as_ratio": carried["second_half_rms"] / measured, "as_flags": carried["flags"]}
-        row["as_verdict"] = _verdict(row["as_ratio"], carried["flags"])
+        measured = row["measured"]
         if pilot == PILOT and target in FORKED and fork_done(fork_folder(out, family, target, seed), target):
             forked = fork_spread(fork_folder(out, family, target, seed))
             # its own flags (calibrated by the pilot's replay, flagged beyond a factor 1.5), less the one this study's
@@ -314,11 +327,16 @@ def markdown(rep: dict) -> str:
         verdicts = [r.get("fork_verdict", r["as_verdict"]) for r in rows]
         out.append(f"| {family} | {len(rows)} | {sum(v != 'flagged' for v in verdicts)} | {verdicts.count('agrees')} "
                    f"| {verdicts.count('flagged')} | {verdicts.count('misses')} |")
-    out += ["", "| family | pilot seed -> judged on | pick | predicted (80 %) | measured | rank | best | median | "
-                "holds |", "|---|---|---|---|---|---|---|---|---|"]
-    for r in rep["tuner"]:
+    return "\n".join(out + [""] + tuner_table(rep["tuner"]))
+
+
+def tuner_table(rows: list[dict]) -> list[str]:
+    """The tuner's judgements (:func:`tuner_rows`) as docs/advice.md's table."""
+    out = ["| family | pilot seed -> judged on | pick | predicted (80 %) | measured | rank | best | median | holds |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
         holds = r["better_than_median"] and r["within_interval_of_best"]
         out.append(f"| {r['family']} | {r['pilot_seed']} -> {r['judged_seed']} | {r['pick']} | {r['predicted']:.4f} "
                    f"({r['low']:.4f} to {r['high']:.4f}) | {r['measured']:.4f} | {r['rank']} of {r['settings']} | "
                    f"{r['best']} {r['best_loss']:.4f} | {r['median_loss']:.4f} | {'yes' if holds else 'no'} |")
-    return "\n".join(out)
+    return out

@@ -1,0 +1,60 @@
+"""The transfers study's rule and verdicts (noloco.studies.transfers) on a fixture of synthetic run folders in the
+one-pilot layout: a target measured at the predicted spread agrees, one measured 1.3x off misses, a flagged one is
+not claimed, a target not trained is left out."""
+
+import pytest
+
+from noloco.infra.files import read_json, write_json
+from noloco.studies import one_pilot as O
+from noloco.studies import transfers as T
+from test_forecast import _measured_as, config, replayed_weight_std, write_run
+
+
+def _run(out, name: str, cfg, values):
+    path = O.folder(out, "fx", name, 7)
+    write_run(path, cfg)
+    _measured_as(path, cfg, values)
+    result = read_json(path / "result.json")
+    write_json(path / "result.json", {**result, "finished": True})
+    return path
+
+
+def test_the_study_counts_agreements_misses_and_flags(tmp_path):
+    from noloco.advice.forecast import transfer
+
+    cfg = config(schedule="constant", warmup=20)
+    pilot = _run(tmp_path, O.PILOT, cfg, replayed_weight_std(cfg, write_run(tmp_path / "ph", cfg)))
+    predicted = {}
+    for name in ("a0.3_b0.7_H10", "g0.35", "a0.5_b0.7_H5"):
+        rep = transfer(pilot, **O._changes(O.PILOT, name))
+        predicted[name] = rep["second_half_rms"]
+    # the targets measure a constant spread: the prediction's second-half RMS times the factor off
+    for name, off in (("a0.3_b0.7_H10", 1.0), ("g0.35", 1.3), ("a0.5_b0.7_H5", 1.0)):
+        target = cfg if name != "a0.5_b0.7_H5" else config(schedule="constant", warmup=20, inner_steps=5,
+                                                            outer_steps=80)
+        _run(tmp_path, name, target, [predicted[name] / off] * target.outer_steps)
+    rep = T.evaluate(tmp_path, families=("fx",), seeds=(7,))
+    verdicts = {r["axis"]: r["as_verdict"] for r in rep["rows"]}
+    assert verdicts == {"alpha down": "agrees", "gamma down": "misses", "H down": "flagged"}
+    assert rep["rows"][1]["as_ratio"] == pytest.approx(1.3, rel=1e-6)
+    assert rep["by_family"]["fx"] == {"predictions": 3, "claimed": 2, "within": 1, "flagged": 1,
+                                      "missed_unflagged": 1}
+    assert rep["by_axis"]["fx"]["H down"]["flagged"] == 1 and rep["by_axis"]["fx"]["N up"]["predictions"] == 0
+    assert "| fx | 3 | 2 | 1 | 1 | 1 |" in T.markdown(rep)
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_the_transfers_study_reproduces_its_committed_report(tmp_path):
+    """`noloco llm study transfers` from nothing (about an hour and a half on two busy cores): every verdict of
+    docs/data/transfers.json, the fresh seeds' and the seen seeds', and the tuner's pick come out again."""
+    import json
+    from pathlib import Path
+
+    committed = json.loads((Path(__file__).parents[1] / "docs" / "data" / "transfers.json").read_text())
+    report = T.run_study(tmp_path)
+    key = lambda r: (r["family"], r["seed"], r["axis"])  # noqa: E731
+    for part in (lambda rep: rep["rows"], lambda rep: rep["seen"]["rows"]):
+        again = {key(r): r["as_verdict"] for r in part(report)}
+        assert all(again[key(r)] == r["as_verdict"] for r in part(committed))
+    assert [r["pick"] for r in report["tuner"]] == [r["pick"] for r in committed["tuner"]]
