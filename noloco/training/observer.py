@@ -161,6 +161,8 @@ class Observer:
                                   f"overwrite=True")
             for name in ("metrics.jsonl", "inputs.jsonl"):
                 (self.folder / name).unlink(missing_ok=True)
+        if self.main and warn_steps:
+            early_warning.prepare(spread_budget is not None)
         self._handle = outer.add_progress_hook(self.observe)
 
     # ------------------------------------------------------------------ measuring
