@@ -274,11 +274,12 @@ class Observer:
                 g["sampled"], g["numel"] = g["numel"], self.numel[k]
                 g["se"] = standard_errors(phi_s[k], prog_s[k], g["c"], self.sample.exact(k))
         else:
-            row = self.meter.update(phi, progress)
-            if step <= self.warn_steps:  # c's standard error over the coordinates: what the warnings test against
+            early = step <= self.warn_steps  # c's standard error over the coordinates: what the warnings test against
+            row = self.meter.update(phi, progress, keep=early)
+            if early:  # from the meter's centred float64 tensors, not converted and centred a second time
                 for k, g in row["groups"].items():
-                    g["c_se"] = standard_errors(phi[k].flatten(1).double(), progress[k].flatten(1).double(), g["c"],
-                                                 self.numel[k] < 2)["c"]
+                    g["c_se"] = standard_errors(*self.meter.centred[k], g["c"], self.numel[k] < 2, centred=True)["c"]
+                self.meter.centred = {}
         ws, se = self._spread(row["groups"])
         self._metric(step, ws, se)
         self.inputs.append({"outer_step": step + 1, **row})

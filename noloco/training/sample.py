@@ -67,14 +67,15 @@ class CoordinateSample:
         return {name: self.numel[name] if idx is None else len(idx) for name, idx in self.index.items()}
 
 
-def standard_errors(phi: torch.Tensor, progress: torch.Tensor, c: float, exact: bool) -> dict:
+def standard_errors(phi: torch.Tensor, progress: torch.Tensor, c: float, exact: bool, centred: bool = False) -> dict:
     """``{"spread", "c", "s2"}``: the standard errors of the meter's estimates from the (N, K) samples
-    ``phi`` and ``progress`` of one tensor (module docstring); zeros where the tensor was taken whole."""
+    ``phi`` and ``progress`` of one tensor (module docstring); zeros where the tensor was taken whole.
+    ``centred``: the two are already less their mean over the replicas (the meter's own, kept)."""
     if exact:
         return {"spread": 0.0, "c": 0.0, "s2": 0.0}
     N, K = phi.shape
-    z = phi - phi.mean(0, keepdim=True)
-    p = progress - progress.mean(0, keepdim=True)
+    z = phi if centred else phi - phi.mean(0, keepdim=True)
+    p = progress if centred else progress - progress.mean(0, keepdim=True)
     b, a, e = (z * z).sum(0), (p * z).sum(0), ((p + c * z) ** 2).sum(0)
     root = math.sqrt(K)
     mean_b = float(b.mean())
