@@ -34,7 +34,7 @@ from noloco.infra.rundir import RunLock
 from noloco.training import early_warning
 from noloco.training.exchange import LocalExchange
 from noloco.training.measure import SpreadMeter
-from noloco.training.sample import DEFAULT_SAMPLE, CoordinateSample, standard_errors, update_alignment
+from noloco.training.sample import DEFAULT_SAMPLE, CoordinateSample, c_error, standard_errors, update_alignment
 
 FORMAT = "noloco-run"
 #: the version of the run-folder format this observer writes (docs/own_run.md)
@@ -278,7 +278,7 @@ class Observer:
             row = self.meter.update(phi, progress, keep=early)
             if early:  # from the meter's centred float64 tensors, not converted and centred a second time
                 for k, g in row["groups"].items():
-                    g["c_se"] = standard_errors(*self.meter.centred[k], g["c"], self.numel[k] < 2, centred=True)["c"]
+                    g["c_se"] = 0.0 if self.numel[k] < 2 else c_error(*self.meter.centred[k], g["c"])
                 self.meter.centred = {}
         ws, se = self._spread(row["groups"])
         self._metric(step, ws, se)
