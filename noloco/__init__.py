@@ -6,7 +6,7 @@ simulator), so a notebook can do::
     import noloco
     method, outer, inner = noloco.resolve("paper", replicas=16)          # a validated setting
     analysis = noloco.analyse(outer, inner, noloco.Spectrum((0.1, 1.0)))  # its stability and spread
-    outer_opt = noloco.OuterOptimizer(model, inner_opt, inner_steps=50)  # in a torch loop (docs/api.md)
+    outer_opt = noloco.OuterOptimizer(model, inner_opt, inner_steps=50)  # in a torch loop (docs/own_loop.md)
 
 Its subpackages are the layers ARCHITECTURE.md draws, each the folder its name spells:
 ``noloco.infra`` (the ground floor), ``noloco.theory``, ``noloco.quadratic``, ``noloco.claims``,
@@ -35,27 +35,35 @@ _EXPORTS = {
     "METHODS": "noloco.theory.methods",
     "OuterConfig": "noloco.theory.config",
     "InnerConfig": "noloco.theory.config",
+    # what a user can meet: bad input (exit 2), an environment or data fault (exit 3), a refused budget (exit 3)
     "ConfigError": "noloco.infra.errors",
+    "DataError": "noloco.infra.errors",
+    "LockedError": "noloco.infra.errors",
+    "BudgetError": "noloco.infra.budget",
+    "TimeBudgetError": "noloco.infra.budget",
     # the rule and its groups
     "outer_step": "noloco.theory.outer",
     "partition": "noloco.theory.partitions",
     # a setting's analysis on a quadratic (noloco check) and its simulation (noloco simulate)
     "Spectrum": "noloco.theory.spectrum",
     "analyse": "noloco.theory.conditions",
-    "simulate_setting": "noloco.quadratic.compare",
+    "simulate": "noloco.quadratic.compare",
+    "Simulation": "noloco.quadratic.compare",
     "SimConfig": "noloco.quadratic.sim_config",
-    "simulate": "noloco.quadratic.simulator",
     # a run folder read for advice (no torch): its setting, evaluations and measured inputs
     "read_run": "noloco.advice.record",
     "RunRecord": "noloco.advice.record",
     "RunSetting": "noloco.advice.record",
 }
 
+#: names kept for old code, not in ``__all__`` (each warns when called)
+_DEPRECATED = {"simulate_setting": "noloco.quadratic.compare"}
+
 __all__ = ["__version__", *_EXPORTS]
 
 
 def __getattr__(name: str):
-    module = _EXPORTS.get(name)
+    module = _EXPORTS.get(name) or _DEPRECATED.get(name)
     if module is None:
         raise AttributeError(f"module 'noloco' has no attribute {name!r}")
     value = getattr(_importlib.import_module(module), name)

@@ -5,7 +5,7 @@ checked condition fails, 2 bad input, 3 an environment or data fault), at most o
 
 Cases run in-process through ``noloco.cli.main`` (fast); those that need a real process (a pipe,
 the torchrun entry, a memory limit as a safety net) run as subprocesses. ``python
-tests/test_cli_table.py`` prints the table of docs/reliability.md with what each case got.
+tests/test_cli_table.py`` prints the table of cases (docs/reliability.md describes it) with what each case got.
 
 Placeholders in a case's command: ``{tmp}`` a fresh folder, ``{file}`` a file, ``{run}`` a folder
 holding a finished cpu-tiny run, ``{trunc}`` the same with a truncated checkpoint, ``{garbled}``
@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 from noloco.cli import main  # noqa: E402
 from places import RunPlaces  # noqa: E402 (tests/places.py)
 
-TINY = "llm train --preset cpu-tiny --method noloco --val-windows 4 --outer-steps 2 --eval-every 1 --warmup 0"
+TINY = "llm train --size cpu-tiny --method noloco --val-windows 4 --outer-steps 2 --eval-every 1 --warmup 0"
 
 
 @dataclass(frozen=True)
@@ -255,12 +255,12 @@ CASES = [
     C(f"{TINY} --out {{stale}}", (0,), "taking over the lock"),
     # ------------------------------------------------------------ llm validate, llm bench
     C("llm validate --preset x", (2,), "invalid choice"),
-    C("llm validate --preset cpu-tiny --out ''", (2,), "names no folder"),
-    C("llm validate --preset cpu-tiny --out {file}", (3,), "is a file, not a folder"),
-    C("llm validate --preset cpu-tiny --threads 0 --out {tmp}", (2,), "threads=0"),
-    C("llm validate --preset cpu-tiny --device tpu --out {tmp}", (2,), "device='tpu'"),
-    C("llm validate --preset cpu-tiny --max-memory 1M --out {tmp}", (3,), "above the budget"),
-    C("llm validate --preset cpu-tiny --out {sweep}", (2,), "--overwrite"),
+    C("llm validate --size cpu-tiny --out ''", (2,), "names no folder"),
+    C("llm validate --size cpu-tiny --out {file}", (3,), "is a file, not a folder"),
+    C("llm validate --size cpu-tiny --threads 0 --out {tmp}", (2,), "threads=0"),
+    C("llm validate --size cpu-tiny --device tpu --out {tmp}", (2,), "device='tpu'"),
+    C("llm validate --size cpu-tiny --max-memory 1M --out {tmp}", (3,), "above the budget"),
+    C("llm validate --size cpu-tiny --out {sweep}", (2,), "--overwrite"),
     C("llm bench --replicas 0", (2,), "replicas=0"),
     C("llm bench --steps 0", (2,), "steps=0"),
     C("llm bench --size x", (2,), "invalid choice"),
@@ -276,16 +276,16 @@ CASES = [
     C("--version", (0,)),
     C("llm", (2,), "required"),
     # ------------------------------------------------------------ the torchrun entry: python -m noloco llm train
-    C("--preset cpu-tiny --out ''", (2,), "names no folder", how="process", entry="train"),
-    C("--preset cpu-tiny --alpha 2 --out {tmp}", (2,), "alpha=2.0", how="process", entry="train"),
-    C("--preset cpu-tiny --bogus --out {tmp}", (2,), "unrecognized arguments", how="process", entry="train"),
-    C("--preset cpu-tiny --val-windows 4 --outer-steps 2 --warmup 0 --out {run}", (2,), "holds a run",
+    C("--size cpu-tiny --out ''", (2,), "names no folder", how="process", entry="train"),
+    C("--size cpu-tiny --alpha 2 --out {tmp}", (2,), "alpha=2.0", how="process", entry="train"),
+    C("--size cpu-tiny --bogus --out {tmp}", (2,), "unrecognized arguments", how="process", entry="train"),
+    C("--size cpu-tiny --val-windows 4 --outer-steps 2 --warmup 0 --out {run}", (2,), "holds a run",
       how="process", entry="train", seen=True),
-    C("--preset cpu-tiny --val-windows 4 --outer-steps 2 --warmup 0 --lr 1e6 --out {tmp}", (1,), "diverged",
+    C("--size cpu-tiny --val-windows 4 --outer-steps 2 --warmup 0 --lr 1e6 --out {tmp}", (1,), "diverged",
       how="process", entry="train", seen=True),
-    C("--preset cpu-tiny --val-windows 4 --outer-steps 2 --warmup 0 --out {trunc} --resume", (3,), "unreadable",
+    C("--size cpu-tiny --val-windows 4 --outer-steps 2 --warmup 0 --out {trunc} --resume", (3,), "unreadable",
       how="process", entry="train"),
-    C("--preset cpu-tiny --replicas 2 --timeout 3 --out {tmp}", (3,), "process group", how="process",
+    C("--size cpu-tiny --replicas 2 --timeout 3 --out {tmp}", (3,), "process group", how="process",
       entry="train"),  # WORLD_SIZE=2 and no peer: the rendezvous times out (a dead peer)
 ]
 

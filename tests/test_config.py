@@ -52,7 +52,7 @@ def test_print_config_shows_the_resolved_runs_before_any_work(tmp_path, capsys):
     from noloco.llm_check.resources import memory_estimate
 
     out = tmp_path / "never"
-    assert main(["llm", "train", "--preset", "cpu-small", "--method", "diloco,noloco", "--alpha", "0.3", "--out",
+    assert main(["llm", "train", "--size", "cpu-small", "--method", "diloco,noloco", "--alpha", "0.3", "--out",
                  str(out), "--print-config"]) == 0
     report = json.loads(capsys.readouterr().out)
     runs = report["runs"]
@@ -61,4 +61,4 @@ def test_print_config_shows_the_resolved_runs_before_any_work(tmp_path, capsys):
     assert noloco["config"]["outer"]["alpha"] == 0.3 and noloco["config"]["outer"]["group_size"] == 2
     assert noloco["memory_bytes"] == memory_estimate(build("cpu-small", "noloco", alpha=0.3))
     assert noloco["time_seconds"] > 0 and not out.exists()
-    assert main(["llm", "train", "--preset", "cpu-tiny", "--alpha", "2", "--out", str(out), "--print-config"]) == 2
+    assert main(["llm", "train", "--size", "cpu-tiny", "--alpha", "2", "--out", str(out), "--print-config"]) == 2

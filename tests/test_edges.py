@@ -113,7 +113,7 @@ def test_a_huge_minibatch_is_refused_by_the_memory_budget(capsys):
 
 @pytest.mark.parametrize("value", ["1e308", "inf", "nan", "0"])
 def test_llm_train_timeout_out_of_range_is_bad_input(value, tmp_path, capsys):
-    code, _, err = _error_line(capsys, ["llm", "train", "--preset", "cpu-tiny", "--timeout", value,
+    code, _, err = _error_line(capsys, ["llm", "train", "--size", "cpu-tiny", "--timeout", value,
                                         "--out", str(tmp_path)])
     assert code == 2 and "--timeout" in err and err.count("\n") == 1, err
 
@@ -124,9 +124,9 @@ def test_public_functions_name_a_wrong_argument():
 
     inner = noloco.InnerConfig()
     with pytest.raises(ConfigError, match="outer=None"):
-        noloco.simulate_setting("noloco", None, inner, None)
+        noloco.simulate("noloco", None, inner, None)
     with pytest.raises(ConfigError, match="method='nolco'"):
-        noloco.simulate_setting("nolco", noloco.OuterConfig(), inner, None)
+        noloco.simulate("nolco", noloco.OuterConfig(), inner, None)
     with pytest.raises(ConfigError, match="spectrum=\\[1.0\\]"):
         noloco.analyse(noloco.OuterConfig(), inner, [1.0])
     with pytest.raises(ConfigError, match="timeout"):
@@ -135,7 +135,7 @@ def test_public_functions_name_a_wrong_argument():
         noloco.OuterOptimizer(torch.nn.Linear(2, 2), replicas=2, timeout=1e308)
 
 
-TINY = ["--preset", "cpu-tiny", "--method", "noloco", "--outer-steps", "2", "--eval-every", "1",
+TINY = ["--size", "cpu-tiny", "--method", "noloco", "--outer-steps", "2", "--eval-every", "1",
         "--val-windows", "4", "--warmup", "0", "--threads", "1"]
 
 
@@ -219,7 +219,7 @@ def test_as_an_unstable_target_says_so_in_words(tiny_run, capsys):
 
 def test_resume_without_method_names_the_method_the_folder_holds(tiny_run, tmp_path, capsys):
     run = _copy(tiny_run, tmp_path)
-    code, _, err = _error_line(capsys, ["llm", "train", "--preset", "cpu-small", "--out", str(run), "--resume"])
+    code, _, err = _error_line(capsys, ["llm", "train", "--size", "cpu-small", "--out", str(run), "--resume"])
     assert code == 2 and "give --method noloco" in err and "ckpt.pt" not in err, err
 
 
@@ -331,7 +331,7 @@ def test_replicas_that_do_not_match_the_ranks_name_the_fix(monkeypatch):
 
 @pytest.mark.slow
 def test_torchrun_takes_the_replicas_from_the_ranks(tmp_path):
-    """`torchrun --nproc-per-node 2 ... --preset cpu-tiny` (a preset of 4 replicas) trains 2, one per rank."""
+    """`torchrun --nproc-per-node 2 ... --size cpu-tiny` (a preset of 4 replicas) trains 2, one per rank."""
     import subprocess
     import sys
 

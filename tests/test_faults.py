@@ -32,7 +32,7 @@ def environment(**extra) -> dict:
     """The subprocesses' environment, read when they start (conftest has set NOLOCO_CACHE by then)."""
     return {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", **extra}
 
-RUN = ["llm", "train", "--preset", "cpu-tiny", "--method", "noloco", "--val-windows", "4", "--warmup", "0",
+RUN = ["llm", "train", "--size", "cpu-tiny", "--method", "noloco", "--val-windows", "4", "--warmup", "0",
        "--outer-steps", "3", "--eval-every", "1", "--threads", "1"]
 TINY = dict(val_windows=4, warmup=0, outer_steps=3, eval_every=1)
 
@@ -173,7 +173,7 @@ def test_kill_while_writing_a_new_cache_entry_leaves_none(tmp_path, capsys, monk
 
 def test_a_second_run_into_a_folder_in_use_is_refused(tmp_path, capsys):
     out = tmp_path / "run"
-    first = subprocess.Popen([sys.executable, "-m", "noloco", "llm", "train", "--preset", "cpu-tiny", "--val-windows", "4",
+    first = subprocess.Popen([sys.executable, "-m", "noloco", "llm", "train", "--size", "cpu-tiny", "--val-windows", "4",
                               "--warmup", "0", "--outer-steps", "2000", "--eval-every", "1000", "--ckpt-every", "1",
                               "--threads", "1", "--out", str(out)], cwd=tmp_path, env=environment(),
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -195,7 +195,7 @@ def test_a_second_run_into_a_folder_in_use_is_refused(tmp_path, capsys):
         first.wait(timeout=30)
         first.stderr.close()
     done = torch.load(out / "ckpt.pt", weights_only=True)["outer_step"]
-    assert main(["llm", "train", "--preset", "cpu-tiny", "--method", "noloco", "--val-windows", "4", "--warmup", "0",
+    assert main(["llm", "train", "--size", "cpu-tiny", "--method", "noloco", "--val-windows", "4", "--warmup", "0",
                  "--outer-steps", "2000", "--eval-every", "1000", "--threads", "1", "--out", str(out), "--resume",
                  "--stop-after", str(done + 1)]) == 0
     assert torch.load(out / "ckpt.pt", weights_only=True)["outer_step"] == done + 1
@@ -224,7 +224,7 @@ def test_a_dead_peer_is_exit_3_with_one_line(tmp_path):
     for rank in (0, 1):
         env = {**environment(), "WORLD_SIZE": "2", "RANK": str(rank), "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": port}
-        procs.append(subprocess.Popen([sys.executable, "-m", "noloco", "llm", "train", "--preset", "cpu-tiny", "--replicas",
+        procs.append(subprocess.Popen([sys.executable, "-m", "noloco", "llm", "train", "--size", "cpu-tiny", "--replicas",
                                        "2", "--val-windows", "4", "--warmup", "0", "--outer-steps", "2000",
                                        "--eval-every", "1000", "--ckpt-every", "1", "--timeout", "4",
                                        "--log-every", "100000",  # no live lines: stderr is the error's alone

@@ -18,12 +18,12 @@ PILOT_STEPS = 12
 
 @pytest.fixture(scope="module")
 def pilots(tmp_path_factory):
-    """A user's pilot runs, as `noloco llm train --preset cpu-tiny` makes them (seconds): noloco over two seeds
+    """A user's pilot runs, as `noloco llm train --size cpu-tiny` makes them (seconds): noloco over two seeds
     and diloco over one, :data:`PILOT_STEPS` outer steps each."""
     pytest.importorskip("torch")
     root = tmp_path_factory.mktemp("pilots")
     for seed, methods in ((0, "noloco,diloco"), (1, "noloco")):
-        assert main(["llm", "train", "--preset", "cpu-tiny", "--method", methods, "--outer-steps", str(PILOT_STEPS),
+        assert main(["llm", "train", "--size", "cpu-tiny", "--method", methods, "--outer-steps", str(PILOT_STEPS),
                      "--val-windows", "4", "--threads", "1", "--seed", str(seed), "--out", str(root / f"seed{seed}")]) == 0
     return root
 

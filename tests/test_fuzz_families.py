@@ -46,7 +46,7 @@ CI_VALUES, CI_FILES = 160, 24
 HUGE_INT, HUGE_FLOAT = "99999999999999999999", "1e308"
 FAMILIES = [HUGE_INT, "1e20", HUGE_FLOAT, "1e-320", "-0.0", "nan", "inf", "-inf", ""]
 DEVICES = ["cuda:99999999999999999999", "cuda:-1", "cuda:x", "tpu", "cuda:128", ""]
-TINY = ("llm train --preset cpu-tiny --method noloco --val-windows 4 --outer-steps 2 --eval-every 1 --warmup 0 "
+TINY = ("llm train --size cpu-tiny --method noloco --val-windows 4 --outer-steps 2 --eval-every 1 --warmup 0 "
         "--threads 1").split()
 #: the sizes that keep a command fast unless the case overrides them; RUN is a finished cpu-tiny run, OUT a
 #: fresh folder
@@ -55,7 +55,7 @@ BASE = {
     "comm": ["--steps", "3", "--trials", "2", "--replicas", "64"], "tune": ["--no-verify", "--grid", "4"],
     "paper": ["--quick", "--spectrum", "1"], "claims": ["--quick", "--only", "decay_factor"],
     "figs": ["--quick", "--only", "transient", "--out", "OUT"],
-    "llm train": TINY[2:] + ["--out", "OUT"], "llm validate": ["--preset", "cpu-tiny", "--out", "OUT", "--threads", "1"],
+    "llm train": TINY[2:] + ["--out", "OUT"], "llm validate": ["--size", "cpu-tiny", "--out", "OUT", "--threads", "1"],
     "llm predict": ["RUN"], "llm evaluate": ["RUN", "--threads", "1"],
     "llm bench": ["--size", "cpu-tiny", "--steps", "1", "--threads", "1", "--replicas", "2"],
     # python -m noloco.benchmarks NAME (scaling and all have fixed sizes: too long to fuzz)
@@ -579,7 +579,7 @@ def test_the_torchrun_entry_checks_what_torchrun_sets(tmp_path, monkeypatch, env
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)
-    code, err = run_main(["--preset", "cpu-tiny", "--replicas", "2", "--out", str(tmp_path / "run")], train)
+    code, err = run_main(["--size", "cpu-tiny", "--replicas", "2", "--out", str(tmp_path / "run")], train)
     assert code == 2 and not violation(code, err) and words in err, err
     assert not (tmp_path / "run").exists()  # before any work
 

@@ -17,7 +17,7 @@ from noloco.studies.paper import pearson  # noqa: E402
 def test_the_summary_reads_the_runs_their_live_lines_and_the_predictions(tmp_path):
     runs, out = tmp_path / "runs", tmp_path / "out"
     out.mkdir()
-    cmd = [sys.executable, "-m", "noloco", "llm", "train", "--preset", "cpu-tiny", "--method", "noloco",
+    cmd = [sys.executable, "-m", "noloco", "llm", "train", "--size", "cpu-tiny", "--method", "noloco",
            "--outer-steps", "4", "--log-every", "5", "--threads", "1", "--out", str(runs / "s0" / "noloco")]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

@@ -300,7 +300,7 @@ def test_a_folder_holding_a_study_needs_resume_or_overwrite(tmp_path, capsys):
 
 
 def test_train_refuses_an_unknown_domain(capsys):
-    assert main(["llm", "train", "--preset", "cpu-tiny", "--domain", "nope", "--out", "x"]) == 2
+    assert main(["llm", "train", "--size", "cpu-tiny", "--domain", "nope", "--out", "x"]) == 2
     assert "domain='nope' is not allowed" in capsys.readouterr().err
     with pytest.raises(ConfigError, match="named twice"):
         build("cpu-tiny", "noloco", domain="web,web")

@@ -1,4 +1,4 @@
-"""The Hugging Face Trainer callback (noloco.training.hf) and docs/api.md's Hugging Face section, on real
+"""The Hugging Face Trainer callback (noloco.training.hf) and docs/hf.md, on real
 gloo ranks started as torchrun starts them, with a tiny randomly initialised GPT-2 config (nothing
 downloaded): every rank stays a replica (its weights differ from the other's within an inner phase, the
 outer step gives what the rule predicts, and no gradient all-reduce runs), while the Trainer's own DDP
@@ -287,12 +287,11 @@ def test_the_callback_refuses_what_it_cannot_do(tmp_path):
         trainer.train()
 
 
-# ----------------------------------------------------------------- docs/api.md's Hugging Face section
+# ----------------------------------------------------------------- docs/hf.md
 
 def _hf_blocks():
-    text = (ROOT / "docs" / "api.md").read_text()
-    section = text[text.index("\n## Hugging Face Trainer"):]
-    return re.findall(r"```python\n(.*?)```", section, re.S)
+    text = (ROOT / "docs" / "hf.md").read_text()
+    return re.findall(r"```python\n(.*?)```", text, re.S)
 
 
 def _doc_rank(rank, world, port, blocks, ports, out):
@@ -305,7 +304,7 @@ def _doc_rank(rank, world, port, blocks, ports, out):
             dist.destroy_process_group()
         _as_torchrun(rank, world, ports[i])
         namespace = {"__name__": "__main__"}
-        exec(compile(code, f"docs/api.md (Hugging Face block {i + 1})", "exec"), namespace)
+        exec(compile(code, f"docs/hf.md (block {i + 1})", "exec"), namespace)
         outer = namespace["outer"] if "outer" in namespace else namespace["callback"].outer
         got[i] = {"losses": namespace.get("losses"), "outer_done": outer.outer_done}
     torch.save(got, f"{out}/doc{rank}.pt")

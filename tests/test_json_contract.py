@@ -15,7 +15,7 @@ import pytest
 from noloco.cli import build_parser, main
 from noloco.infra.files import SCHEMA_VERSION
 
-TINY_TRAIN = ["--preset", "cpu-tiny", "--method", "noloco", "--outer-steps", "2", "--eval-every", "1",
+TINY_TRAIN = ["--size", "cpu-tiny", "--method", "noloco", "--outer-steps", "2", "--eval-every", "1",
               "--val-windows", "4", "--warmup", "0", "--threads", "1"]
 
 #: command -> cheap arguments (``--json`` is added); a ``pytest.param`` marks a slow one
@@ -34,7 +34,7 @@ CHEAP = {
 }
 SLOW = {
     "llm bench": ["--size", "cpu-tiny", "--replicas", "2", "--steps", "1", "--threads", "1"],  # 8 s: 4 modes
-    "llm validate": ["--preset", "cpu-tiny", "--threads", "1", "--out", "{tmp}"],
+    "llm validate": ["--size", "cpu-tiny", "--threads", "1", "--out", "{tmp}"],
     "llm ensemble": ["--quick", "--threads", "1", "--domains", "docs,web,build", "--eval-windows", "4", "--configs",
                      "homogeneous,noloco", "--out", "{tmp}"],
     "llm study routing": ["--quick", "--seeds", "2", "--out", "{tmp}"],
@@ -131,7 +131,7 @@ def test_llm_train_json_is_the_run_report(tmp_path, capsys, request):
 
 
 def test_exit_1_says_why_on_stderr_and_stdout_stays_json(capsys):
-    """The README's example of a setting that is not stable: exit 1, the JSON on stdout, one line on stderr
+    """docs/cli.md's example of a setting that is not stable: exit 1, the JSON on stdout, one line on stderr
     naming the verdict and the failing condition."""
     code = main(["check", "--alpha", "0", "--beta", "0", "--gamma", "1", "--group-size", "2", "--replicas", "64",
                  "--json"])

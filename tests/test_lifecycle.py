@@ -75,7 +75,7 @@ def _env():
 
 def test_sigterm_on_the_command_line_exits_130_with_the_resume_command(tmp_path):
     out = tmp_path / "run"
-    command = [sys.executable, "-m", "noloco", "llm", "train", "--preset", "cpu-tiny", "--method", "noloco",
+    command = [sys.executable, "-m", "noloco", "llm", "train", "--size", "cpu-tiny", "--method", "noloco",
                "--outer-steps", "60", "--eval-every", "1", "--val-windows", "4", "--threads", "1", "--out", str(out)]
     proc = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env())
     try:
@@ -128,7 +128,7 @@ sys.exit(main(sys.argv[1:]))
 
 
 def test_a_full_disk_at_a_checkpoint_is_exit_3_naming_the_file_and_keeps_the_previous_one(tmp_path):
-    args = ["llm", "train", "--preset", "cpu-tiny", "--method", "noloco", "--outer-steps", "4", "--eval-every", "1",
+    args = ["llm", "train", "--size", "cpu-tiny", "--method", "noloco", "--outer-steps", "4", "--eval-every", "1",
             "--ckpt-every", "1", "--val-windows", "4", "--threads", "1", "--out", str(tmp_path)]
     proc = subprocess.run([sys.executable, "-c", FULL_DISK, *args], capture_output=True, text=True, env=_env(),
                           timeout=300)

@@ -16,7 +16,7 @@ from noloco.llm_check.config import build
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-TINY = ["llm", "train", "--preset", "cpu-tiny", "--method", "noloco", "--val-windows", "4", "--warmup", "0",
+TINY = ["llm", "train", "--size", "cpu-tiny", "--method", "noloco", "--val-windows", "4", "--warmup", "0",
         "--threads", "1"]
 LIVE = re.compile(r"; train loss (\S+), lr (\S+), (\S+) tok/s, (\S+) ms/step$")
 

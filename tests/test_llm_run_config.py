@@ -40,16 +40,16 @@ def test_every_flag_shows_its_default(capsys):
         if action.dest in ("config", "out"):
             continue
         assert "default" in (action.help or ""), f"{action.option_strings[0]} shows no default"
-    assert "Defaults by --preset" in text
+    assert "Defaults by --size" in text
 
 
 def test_the_table_of_presets_is_what_the_presets_resolve_to(capsys):
     """The table's cells are read back and compared with the config each preset builds: a preset changed
     without the table following it (or a row computed wrongly) fails here."""
     text = _help(capsys)
-    lines = text[text.index("Defaults by --preset"):].splitlines()
+    lines = text[text.index("Defaults by --size"):].splitlines()
     header = next(line.split() for line in lines if line.strip().startswith("flag"))
-    assert header[1:] == ["(no", "preset)", *PRESETS]
+    assert header[1:] == ["(no", "size)", *PRESETS]
     rows = {line.split()[0]: line.split()[1:] for line in lines if line.strip().startswith("--")}
     assert {"--lr", "--inner-steps", "--outer-steps", "--eval-every", "--batch", "--replicas", "--device",
             "--log-every", "--alpha"} <= set(rows)
@@ -86,7 +86,7 @@ def test_the_example_file_loads_and_the_command_line_wins(capsys):
 
 def test_the_file_beats_the_preset_and_turns_flags_on(tmp_path, capsys):
     path = tmp_path / "run.toml"
-    path.write_text('preset = "cpu-small"\nmethod = "noloco"\nlr = 1\nnoniid = true\nbatch = 3\n'
+    path.write_text('size = "cpu-small"\nmethod = "noloco"\nlr = 1\nnoniid = true\nbatch = 3\n'
                     'out = "somewhere"\n')
     config = _print_config(capsys, "--config", path)["runs"][0]["config"]
     assert config["lr"] == 1.0 and isinstance(config["lr"], float)  # an integer for a number is fine
@@ -118,5 +118,60 @@ def test_a_bad_file_is_one_line_and_exit_2(tmp_path, capsys, text, words):
 def test_a_missing_file_is_exit_3_and_no_out_is_exit_2(tmp_path, capsys):
     assert main(["llm", "train", "--config", str(tmp_path / "none.toml"), "--out", str(tmp_path)]) == 3
     assert "cannot be read" in capsys.readouterr().err
-    assert main(["llm", "train", "--preset", "cpu-tiny", "--print-config"]) == 2
+    assert main(["llm", "train", "--size", "cpu-tiny", "--print-config"]) == 2
     assert "--out is required" in capsys.readouterr().err
+
+
+# ----------------------------------------------------------------- --size and --preset: two names, one meaning each
+
+def _configs(capsys, *argv) -> tuple[list, str]:
+    assert main(["llm", "train", *argv, "--out", "x", "--print-config"]) == 0
+    captured = capsys.readouterr()
+    return [r["config"] for r in json.loads(captured.out)["runs"]], captured.err
+
+
+@pytest.mark.parametrize("size", ["cpu-tiny", "cpu-small", "gpu-large"])
+def test_a_size_given_as_preset_is_the_size_with_one_line_on_stderr(size, capsys):
+    new, quiet = _configs(capsys, "--size", size)
+    old, err = _configs(capsys, "--preset", size)
+    assert old == new and quiet == ""
+    assert err.count("\n") == 1 and f"use --size {size}" in err, err
+
+
+def test_preset_paper_alone_keeps_its_old_run_and_says_so(capsys):
+    """--preset paper without --size is the run it was (the paper size and outer preset), with one line."""
+    new, _ = _configs(capsys, "--size", "paper", "--preset", "paper", "--method", "diloco")
+    old, err = _configs(capsys, "--preset", "paper", "--method", "diloco")
+    assert old == new and err.count("\n") == 1 and "--size paper" in err, err
+    assert new[0]["outer"]["alpha"] == 0.5  # the paper preset's, not diloco's default 0.3
+
+
+def test_preset_is_the_outer_preset_of_noloco_check(capsys):
+    from noloco.theory.methods import PRESETS as OUTER
+
+    config, err = _configs(capsys, "--size", "cpu-tiny", "--preset", "diloco-nesterov")
+    want = OUTER["diloco-nesterov"].outer
+    assert err == "" and config[0]["method"] == "diloco" and config[0]["inner_steps"] == PRESETS["cpu-tiny"]["inner_steps"]
+    assert config[0]["outer"] == {**want.__dict__, "replicas": 4, "group_size": 4}
+
+
+def test_a_size_in_the_config_file_under_its_old_key(tmp_path, capsys):
+    path = tmp_path / "run.toml"
+    path.write_text('preset = "cpu-tiny"\n')
+    old, err = _configs(capsys, "--config", str(path))
+    assert old == _configs(capsys, "--size", "cpu-tiny")[0] and "use --size cpu-tiny" in err
+
+
+def test_a_size_twice_is_refused(capsys):
+    assert main(["llm", "train", "--size", "cpu-tiny", "--preset", "cpu-small", "--out", "x", "--print-config"]) == 2
+    assert "give --size only" in capsys.readouterr().err
+
+
+def test_llm_validate_takes_its_size_as_size_and_the_old_preset(tmp_path, capsys):
+    assert main(["llm", "validate", "--preset", "cpu-tiny", "--size", "gpu", "--out", str(tmp_path)]) == 2
+    assert "give --size only" in capsys.readouterr().err
+    # refused by its memory budget before any run: the size reached the sweep under both names
+    for argv in (["--size", "cpu-tiny"], ["--preset", "cpu-tiny"]):
+        assert main(["llm", "validate", *argv, "--max-memory", "1M", "--out", str(tmp_path)]) == 3
+        err = capsys.readouterr().err
+        assert "above the budget" in err and ("use --size cpu-tiny" in err) == (argv[0] == "--preset"), err

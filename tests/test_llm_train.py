@@ -211,7 +211,7 @@ def test_local_replicas_drift_apart(tmp_path):
 def test_bad_input_exits_2(tmp_path, capsys, argv):
     from noloco.cli import main
 
-    assert main(["llm", "train", "--preset", "cpu-tiny", "--out", str(tmp_path), *argv]) == 2
+    assert main(["llm", "train", "--size", "cpu-tiny", "--out", str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "error" in err
 
@@ -219,7 +219,7 @@ def test_bad_input_exits_2(tmp_path, capsys, argv):
 def test_resume_without_checkpoint_exits_2(tmp_path, capsys):
     from noloco.cli import main
 
-    assert main(["llm", "train", "--preset", "cpu-tiny", "--out", str(tmp_path), "--resume"]) == 2
+    assert main(["llm", "train", "--size", "cpu-tiny", "--out", str(tmp_path), "--resume"]) == 2
 
 
 def _silent_peer_run(rank, port, report):
@@ -254,7 +254,7 @@ def test_dead_peer_is_a_clear_error(tmp_path):
 
 
 def test_torchrun_gloo_matches_batched(tmp_path):
-    args = ["--preset", "cpu-tiny", "--method", "noloco", "--outer-steps", "4", "--eval-every", "2",
+    args = ["--size", "cpu-tiny", "--method", "noloco", "--outer-steps", "4", "--eval-every", "2",
             "--val-windows", "8", "--timeout", "60"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     port = free_port()  # for the rendezvous
@@ -337,7 +337,7 @@ def test_gpu_preset_at_tiny_size_on_cpu(tmp_path):
 def test_gpu_preset_without_gpu_exits_2(tmp_path, capsys):
     from noloco.cli import main
 
-    assert main(["llm", "train", "--preset", "gpu", "--out", str(tmp_path)]) == 2
+    assert main(["llm", "train", "--size", "gpu", "--out", str(tmp_path)]) == 2
     assert "no GPU" in capsys.readouterr().err
 
 
@@ -346,7 +346,7 @@ def test_gpu_preset_without_gpu_exits_2(tmp_path, capsys):
 def _cli(*argv):
     from noloco.cli import main
 
-    return main(["llm", "train", "--preset", "cpu-tiny", "--method", "noloco", "--val-windows", "8", *map(str, argv)])
+    return main(["llm", "train", "--size", "cpu-tiny", "--method", "noloco", "--val-windows", "8", *map(str, argv)])
 
 
 def test_stop_after_below_eval_every_leaves_a_checkpoint_and_resumes_identically(tmp_path):
@@ -412,7 +412,7 @@ def test_several_methods_are_checked_before_the_first_runs(tmp_path, capsys):
     (tmp_path / "noloco" / "result.json").write_text("{}")
     from noloco.cli import main
 
-    assert main(["llm", "train", "--preset", "cpu-tiny", "--method", "ddp,noloco", "--out", str(tmp_path)]) == 2
+    assert main(["llm", "train", "--size", "cpu-tiny", "--method", "ddp,noloco", "--out", str(tmp_path)]) == 2
     assert "noloco holds a run" in capsys.readouterr().err
     assert not (tmp_path / "ddp" / "metrics.jsonl").exists()  # ddp did not run first
 
@@ -469,7 +469,7 @@ def test_a_huge_learning_rate_exits_1_with_strict_files(tmp_path, capsys):
 def test_torchrun_ranks_stop_together_on_divergence(tmp_path):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(free_port()), "-m", "noloco", "llm", "train", "--preset", "cpu-tiny", "--replicas", "2",
+           "--master-port", str(free_port()), "-m", "noloco", "llm", "train", "--size", "cpu-tiny", "--replicas", "2",
            "--outer-steps", "4", "--eval-every", "2", "--val-windows", "4", "--lr", "1e6", "--timeout", "30",
            "--out", str(tmp_path)]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
@@ -613,7 +613,7 @@ def test_torchrun_sigterm_checkpoints_every_rank_at_one_outer_step(tmp_path):
 
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(free_port()), "-m", "noloco", "llm", "train", "--preset", "cpu-tiny", "--replicas", "2",
+           "--master-port", str(free_port()), "-m", "noloco", "llm", "train", "--size", "cpu-tiny", "--replicas", "2",
            "--outer-steps", "5000", "--eval-every", "20", "--ckpt-every", "5000", "--val-windows", "4", "--warmup", "0",
            "--timeout", "60", "--out", str(tmp_path)]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
@@ -632,7 +632,7 @@ def test_torchrun_sigterm_checkpoints_every_rank_at_one_outer_step(tmp_path):
 def _torchrun_two(out, *args):
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(free_port()), "-m", "noloco", "llm", "train", "--preset", "cpu-tiny", "--replicas",
+           "--master-port", str(free_port()), "-m", "noloco", "llm", "train", "--size", "cpu-tiny", "--replicas",
            "2", "--outer-steps", "6", "--eval-every", "2", "--ckpt-every", "2", "--val-windows", "4", "--warmup", "0",
            "--timeout", "60", "--out", str(out), *args]
     return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=240)
@@ -677,10 +677,10 @@ def test_compile_is_a_flag_both_ways_and_a_preset_value():
     from noloco.llm_check.lifecycle import RESUMABLE_CHANGES
 
     parser = _subparser("train")
-    assert config_from_args(parser.parse_args(["--preset", "gpu-large", "--out", "x"])).compile is True
-    assert config_from_args(parser.parse_args(["--preset", "gpu-large", "--no-compile", "--out", "x"])).compile is False
-    assert config_from_args(parser.parse_args(["--preset", "cpu-tiny", "--compile", "--out", "x"])).compile is True
-    assert config_from_args(parser.parse_args(["--preset", "cpu-tiny", "--out", "x"])).compile is False
+    assert config_from_args(parser.parse_args(["--size", "gpu-large", "--out", "x"])).compile is True
+    assert config_from_args(parser.parse_args(["--size", "gpu-large", "--no-compile", "--out", "x"])).compile is False
+    assert config_from_args(parser.parse_args(["--size", "cpu-tiny", "--compile", "--out", "x"])).compile is True
+    assert config_from_args(parser.parse_args(["--size", "cpu-tiny", "--out", "x"])).compile is False
     assert "compile" in RESUMABLE_CHANGES
     large = build("gpu-large", "noloco").model()
     assert 25e6 <= large.n_params() <= 50e6

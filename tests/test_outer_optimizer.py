@@ -1,7 +1,7 @@
 """The public outer optimizer (noloco.OuterOptimizer): exact arithmetic pins the update; the batched mode is a
 hand loop over theory.outer.outer_step with theory.partitions' groups; a real gloo group (one replica per
 process) equals the batched mode; diloco is n = N; a resumed run is bit-identical; a bad setting is named;
-``import noloco`` loads no torch; docs/api.md's code runs."""
+``import noloco`` loads no torch; docs/own_loop.md's code runs."""
 
 import doctest
 import os
@@ -22,7 +22,7 @@ def test_import_noloco_and_the_theory_side_load_no_torch():
     code = ("import sys, noloco\n"
             "method, outer, inner = noloco.resolve('paper', replicas=16)\n"
             "a = noloco.analyse(outer, inner, noloco.Spectrum((0.1, 1.0)))\n"
-            "noloco.simulate_setting, noloco.SimConfig\n"
+            "noloco.simulate, noloco.Simulation, noloco.SimConfig\n"
             "from noloco.cli import build_parser, version\n"
             "build_parser(); version()\n"
             "print(a.verdict, 'torch' in sys.modules)")
@@ -244,6 +244,63 @@ def test_a_bad_setting_is_named(kw, words):
     assert isinstance(err.value, ValueError)
 
 
+@torch_only
+def test_the_setting_passed_whole_is_the_setting_given_loose():
+    """config=OuterConfig runs the very step the loose keywords run (the harness passes its own whole)."""
+    torch = _torch()
+    from noloco import OuterOptimizer, resolve
+
+    method, config, _ = resolve("diloco-nesterov", replicas=4)
+
+    def run(**kw):
+        torch.manual_seed(3)
+        w = torch.nn.Parameter(torch.randn(1, 5).expand(4, 5).clone())
+        inner = torch.optim.SGD([w], lr=0.1)
+        outer = OuterOptimizer([w], inner, replicas=4, inner_steps=3, method=method, seed=2, **kw)
+        _loop(outer, inner, w, 9)
+        return outer, w
+
+    whole, w1 = run(config=config)
+    loose, w2 = run(preset="diloco-nesterov")
+    assert whole.config == loose.config == config and whole.outer_done == 3
+    assert torch.equal(w1, w2) and torch.equal(whole.delta["0"], loose.delta["0"]) and w1.std(0).max() == 0
+
+
+@pytest.mark.parametrize("kw,words", [
+    (dict(alpha=0.3), "config= and alpha= both given"),
+    (dict(preset="paper", gamma=0.1), "config= and preset=, gamma= both given"),
+    (dict(replicas=2), "replicas=2 but config.replicas=4"),
+    (dict(method="diloco"), "config conflicts with method='diloco'"),
+    (dict(config={"replicas": 4}), "is not an OuterConfig"),
+])
+def test_the_setting_passed_whole_is_refused_beside_a_loose_one(kw, words):
+    torch = _torch()
+    from noloco import ConfigError, OuterConfig, OuterOptimizer
+
+    kw = {"config": OuterConfig(replicas=4), "replicas": 4, **kw}
+    with pytest.raises(ConfigError, match=re.escape(words)):
+        OuterOptimizer([torch.zeros(4, 2)], **kw)
+
+
+@torch_only
+def test_the_exchange_is_not_a_public_argument_and_counters_resume_by_start_at():
+    torch = _torch()
+    from noloco import ConfigError, OuterOptimizer
+    from noloco.training.exchange import LocalExchange
+
+    with pytest.raises(TypeError, match="exchange"):
+        OuterOptimizer([torch.zeros(4, 2)], replicas=4, exchange=LocalExchange(4))
+    outer = OuterOptimizer._placed(LocalExchange(4), {"w": torch.zeros(4, 2)}, inner_steps=3)
+    assert outer.replicas == 4 and not hasattr(outer, "_given_exchange")
+    outer.start_at(5, 2)
+    assert (outer.outer_done, outer.inner_done) == (5, 2)
+    assert outer.step() and (outer.outer_done, outer.inner_done) == (6, 0)  # the third inner step of the phase
+    with pytest.raises(ConfigError, match="inner_step=3 is out of range"):
+        outer.start_at(1, 3)
+    with pytest.raises(ConfigError, match="outer_step=-1"):
+        outer.start_at(-1)
+
+
 def _loop(outer, inner, w, steps: int, start: int = 0):
     """A deterministic inner loop: replica r's target at inner step k from its own generator."""
     import torch
@@ -418,10 +475,10 @@ def test_process_group_mode_equals_the_batched_mode(tmp_path):
     assert sorted(alone) == ["not in the group"] * 2 + ["synced"] * 2, alone
 
 
-# ----------------------------------------------------------------- docs/api.md
+# ----------------------------------------------------------------- docs/own_loop.md
 
 def _doc_blocks():
-    text = (ROOT / "docs" / "api.md").read_text().split("\n## Hugging Face Trainer")[0]  # its own test: test_hf.py
+    text = (ROOT / "docs" / "own_loop.md").read_text()
     return re.findall(r"```python\n(.*?)```", text, re.S)
 
 
@@ -433,7 +490,7 @@ def _doc_rank(rank, world, port, code, out):
     torch.set_num_threads(1)
     os.chdir(out)
     namespace = {"__name__": "__main__"}
-    exec(compile(code, "docs/api.md", "exec"), namespace)
+    exec(compile(code, "docs/own_loop.md", "exec"), namespace)
     outer = namespace["outer"]
     torch.save({"outer_done": outer.outer_done, "first": namespace["first_loss"], "last": namespace["loss"].item()},
                f"{out}/doc{rank}.pt")
@@ -456,7 +513,7 @@ def test_the_docs_page_runs(tmp_path):
         assert got["outer_done"] == 20 and got["last"] < 0.5 * got["first"]
         assert (tmp_path / f"ckpt-rank{rank}.pt").exists()
     for code in others:
-        exec(compile(code, "docs/api.md", "exec"), {"__name__": "__main__"})
+        exec(compile(code, "docs/own_loop.md", "exec"), {"__name__": "__main__"})
 
 
 # ----------------------------------------------------------------- the one-vector step in place

@@ -213,7 +213,7 @@ def test_resume_continues_the_same_routes(tmp_path):
 
 def test_cli_stages_run_and_evaluation_with_stages_removed(tmp_path, capsys):
     out = tmp_path / "run"
-    assert main(["llm", "train", "--preset", "cpu-tiny", "--stages", "3", "--routing", "random", "--skip-prob",
+    assert main(["llm", "train", "--size", "cpu-tiny", "--stages", "3", "--routing", "random", "--skip-prob",
                  "0.25", "--method", "noloco", "--out", str(out)]) == 0
     row = rows(out)[-1]
     assert len(row["weight_std_per_stage"]) == 3
@@ -245,7 +245,7 @@ def test_torchrun_stages_match_batched(tmp_path):
     """S x N = 3 x 4 gloo ranks (about 30 s here), random routing with skips, pairs per stage: activations,
     gradients and group exchanges point-to-point."""
     kw = dict(outer_steps=2, eval_every=2, val_windows=8, stages=3, replicas=4, group_size=2, skip_prob=0.5)
-    args = ["--preset", "cpu-tiny", "--method", "noloco", "--routing", "random", "--timeout", "60"]
+    args = ["--size", "cpu-tiny", "--method", "noloco", "--routing", "random", "--timeout", "60"]
     for k, v in kw.items():
         args += ["--" + k.replace("_", "-"), str(v)]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -333,8 +333,8 @@ def test_dead_stage_rank_is_a_clear_error(tmp_path):
 
 
 def test_the_issue_command_logs_weight_std_per_stage(tmp_path):
-    """`noloco llm train --preset cpu-tiny --stages 2 --routing random --method noloco --out DIR` (about 5 s here)."""
-    assert main(["llm", "train", "--preset", "cpu-tiny", "--stages", "2", "--routing", "random", "--method", "noloco",
+    """`noloco llm train --size cpu-tiny --stages 2 --routing random --method noloco --out DIR` (about 5 s here)."""
+    assert main(["llm", "train", "--size", "cpu-tiny", "--stages", "2", "--routing", "random", "--method", "noloco",
                  "--out", str(tmp_path)]) == 0
     for row in rows(tmp_path):
         assert len(row["weight_std_per_stage"]) == 2 and len(row["theta_std_per_stage"]) == 2

@@ -102,7 +102,7 @@ def test_each_planted_fault_is_caught_by_its_stated_outer_step(tmp_path, monkeyp
 @pytest.mark.torch
 def test_the_false_alarm_study(tmp_path, monkeypatch):
     """`noloco llm study warnings`: no false alarm on the clean runs, every planted fault caught (about 25 min
-    on 2 busy cores); its counts are docs/data/warnings.json's."""
+    on 2 busy cores for three families; GPT-NeoX's 20 runs took about 10 more at load 8 to 10); its counts are docs/data/warnings.json's."""
     pytest.importorskip("transformers")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     from noloco.cli import main

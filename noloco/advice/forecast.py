@@ -8,21 +8,18 @@ which gives the inputs as the theory defines them, ``c_t`` and ``s2_t``, for eve
 **Forecast** (:func:`forecast`). From the steps measured so far (``from_step``, default all of them: a run that is
 still going is forecast from its files) to the run's last outer step T. The inputs are normalised per step
 by the schedule's functionals of that step's phase (lr_k the inner learning rate of inner step k):
-``L1_t = sum_k lr_k``, ``L2_t = sum_k lr_k^2`` and ``EMA_t``, the variance of a phase's progress when Adam's
-first moment (decay beta1) averages white noise, in units of the noise (:func:`phase_functionals`). Over a
-window of the last :data:`WINDOW` measured steps the medians of ``c_t / L1_t^(1/2)``, ``s2_t / L2_t`` and the
-noise fraction ``f_t = s2_t / EMA_t`` are held, and the future is::
+``L1_t = sum_k lr_k``, ``L2_t = sum_k lr_k^2`` (:func:`phase_functionals`). Over a window of the last
+:data:`WINDOW` measured steps the medians of ``c_t`` and ``s2_t / L2_t`` are held, and the future is::
 
-    c_t  = c_hat L1_t^(1/2)
-    s2_t = s_hat L2_t G(t),   G(t) = f(t) / f_w,   (1 - f(t)) / f(t) = (1 - f_w) / f_w (lr_t / lr_w)^p (k_t / k_w)^-b
+    c_t  = c_hat            (the restoring coefficient of a phase: held, whatever the rate)
+    s2_t = s_hat L2_t       (the noise of a phase: per unit of the rate's square summed over it)
 
-with lr_t = L1_t / H the phase's mean rate, k_t = t H the inner steps done, and rho held at its last
-long-run value. The saturation model says the replicas' own noise takes a growing share of Adam's normalised
-update as the mean gradient shrinks (more inner steps done) and as the rate decays; its exponents
-:data:`SATURATION` were fitted once on the *inputs* (never on a spread) of the development runs of
-docs/advice.md. c ~ L1^(1/2) is the compromise of those runs: the measured c neither scales with the rate
-(the SGD rule) nor stays fixed. The forecast is stepped from the recursion's own state at the last measured
-step, so the spread already built carries over.
+with rho held at its last long-run value. Why c is held: on the model families' cosine runs (seed 0,
+docs/advice.md) the pooled c barely moves with the rate after the early transient (log c on log rate:
+slope 0.23, per-run intercepts) where the earlier model scaled it like L1^(1/2) (slope 0.5), and the earlier
+model's saturation (the noise's share of Adam's update growing as the rate decays) grew the modelled noise
+1.1 to 3x where the measured spread did not follow. The forecast is stepped from the recursion's own state
+at the last measured step, so the spread already built carries over.
 
 **Another setting** (:func:`transfer`). The pilot's per-step inputs, mapped onto the other setting's steps
 by the fraction of training done, step the other setting's outer recursion: c unchanged, s2 scaled by the
@@ -32,9 +29,9 @@ the amplification of flat and stiff directions alike; the report flags a change 
 directions more (:func:`amplification_tilt` above :data:`TILT_LIMIT`: alpha near the stability edge, gamma
 0), a pilot on non-IID shards, and a setting whose exact recursion is unstable at the pilot's flattest c.
 
-Both report what they rest on (``flags``): a window whose pooled c still rises by more than
-:data:`SETTLED_RISE` across it (the inputs have not settled: early in a run, or at H = 50 in the first
-quarter), too few measured steps, an unstable target. The interval is empirical: the forecast times the
+Both report what they rest on (``flags``): a window whose pooled c rises by more than :data:`SETTLED_RISE`
+or falls by more than :data:`SETTLED_FALL` across it (the inputs have not settled: early in a run, or past
+c's peak late in a decaying schedule), too few measured steps, an unstable target. The interval is empirical: the forecast times the
 10 % and 90 % quantiles of forecast / measured over the validation sweep of docs/advice.md
 (:data:`FORECAST_ERROR`, :data:`TRANSFER_ERROR`); within-run resampling was tried and covers far fewer
 runs than it claims (docs/advice.md).
@@ -54,19 +51,12 @@ from noloco.theory.config import OUTER_FIELDS, OuterConfig
 
 #: outer steps of the window whose inputs are held (never the first step, where c is 0 by definition)
 WINDOW = 5
-#: the saturation model's exponents of the learning rate (p) and of the inner steps done (b), fitted on the
-#: inputs of the development runs (docs/advice.md: numel-weighted noise fraction, log-odds least squares)
-SATURATION = {"p": 0.466, "b": 0.719}
-#: a window whose pooled c rises by more than this share of its mean has not settled
-SETTLED_RISE = 0.5
+#: a window whose pooled c rises (falls) by more than this share of its mean has not settled: the limits chosen on
+#: the model families' seed-0 forecasts as noloco.studies.forecasts states (docs/advice.md, "A forecast that answers")
+SETTLED_RISE, SETTLED_FALL = 0.1, 0.4
 #: a transfer extrapolates when the target's outer step amplifies the flattest directions more than this factor,
 #: relative to the stiff ones (c = 1), than the pilot's does (:func:`amplification_tilt`)
 TILT_LIMIT = 1.5
-#: a forecast extrapolates when the saturation model grows the window's noise by more than this factor (numel-weighted
-#: over the tensors, its largest over the future steps): the least validated part of the recipe. Chosen on the model
-#: families' seed-0 forecasts (noloco.studies.forecasts, docs/advice.md): at 1.5 forecasts that grew it 1.24 to 1.48x
-#: ran up to 1.46x high unflagged
-GROWTH_LIMIT = 1.2
 #: a transfer carries the error of its pilot's own replay: flagged when the pilot's measured inputs, stepped
 #: through the pilot's outer step, miss the pilot's measured spread (second half) by more than this share
 REPLAY_LIMIT = 0.15
@@ -180,15 +170,6 @@ def _pooled(tensors: dict, key: str, idx) -> np.ndarray:
     return sum(t["numel"] * t[key][idx] for t in tensors.values()) / total
 
 
-def saturation(f_w: float, rate_ratio: np.ndarray, steps_ratio: np.ndarray, p: float, b: float) -> np.ndarray:
-    """G = f / f_w of the saturation model, where the noise fraction's odds (1 - f)/f scale like
-    rate^p steps^-b from f_w (1 where f_w is not in (0, 0.99): already saturated or no signal)."""
-    if not 0 < f_w < 0.99:
-        return np.ones_like(rate_ratio)
-    odds = (1 - f_w) / f_w * rate_ratio ** p * steps_ratio ** (-b)
-    return 1 / (1 + odds) / f_w
-
-
 def amplification_tilt(pilot, target, c_flat: float, rho: float = 0.0) -> float:
     """How much more the ``target`` outer step amplifies a direction of restoring coefficient ``c_flat`` than a
     stiff one (c = 1), relative to the ``pilot``'s: [R_B(c_flat) / R_A(c_flat)] / [R_B(1) / R_A(1)], R the exact
@@ -216,7 +197,7 @@ def forecast(run_dir, from_step: int | None = None) -> dict:
     run, groups, t0 = _measured(run_dir, from_step, finished_from_quarter=True)
     cfg, outer = run.setting, run.outer
     require_memory(cfg, len(groups), "the forecast")
-    T, H = cfg.outer_steps, cfg.inner_steps
+    T = cfg.outer_steps
     if t0 < 3:
         raise DataError(f"{run.folder}: {t0} measured outer step(s); a forecast needs at least 3 (the first step's c "
                         "is 0 by definition)")
@@ -227,33 +208,23 @@ def forecast(run_dir, from_step: int | None = None) -> dict:
     flags = []
     c_pooled = _pooled(tensors, "c", window)
     rise = (c_pooled[-2:].mean() - c_pooled[:2].mean()) / abs(c_pooled.mean()) if c_pooled.mean() else math.inf
-    if rise > SETTLED_RISE:
-        flags.append(f"not settled: the pooled c rose by {rise:.0%} across outer steps {window[0] + 1} to {t0} "
-                     f"(more than {SETTLED_RISE:.0%}); the forecast is likely too high, wait for more steps")
+    if rise > SETTLED_RISE or -rise > SETTLED_FALL:
+        limit = SETTLED_RISE if rise > 0 else SETTLED_FALL
+        flags.append(f"not settled: the pooled c {'rose' if rise > 0 else 'fell'} by {abs(rise):.0%} across outer steps "
+                     f"{window[0] + 1} to {t0} (more than {limit:.0%}); the forecast holds the window's c, wait for "
+                     "more steps")
     if len(window) < WINDOW:
         flags.append(f"too few steps: the window holds {len(window)} outer steps after the first, the validated recipe "
                      f"{WINDOW}; forecast from outer step {WINDOW + 1} or later")
     if not future.size:
         flags.append("the run is measured to its last outer step: nothing is left to forecast")
-    rate = ph["L1"] / H
-    done = (np.arange(T) + 1) * H
-    w = int(np.median(window))
-    per, growth = [], []
+    per = []
     for t in tensors.values():
-        c_hat = float(np.median(t["c"][window] / np.sqrt(ph["L1"][window])))
+        c_hat = float(np.median(t["c"][window]))
         s_hat = float(np.median(t["s2"][window] / ph["L2"][window]))
-        f_w = float(np.median(t["s2"][window] / ph["EMA"][window]))
-        grow = saturation(f_w, rate[future] / rate[w], done[future] / done[w], **SATURATION)
-        growth.append((t["numel"], float(grow.max()) if grow.size else 1.0))
-        c = c_hat * np.sqrt(ph["L1"][future])
-        s2 = s_hat * ph["L2"][future] * grow
-        per.append((t["numel"], _step_forward(outer, t["S"], c, s2, t["rho"])))
+        c = np.full(future.size, c_hat)
+        per.append((t["numel"], _step_forward(outer, t["S"], c, s_hat * ph["L2"][future], t["rho"])))
     ws = _weight_std(per) if future.size else np.zeros(0)
-    noise_growth = sum(n * g for n, g in growth) / sum(n for n, _ in growth)
-    if noise_growth > GROWTH_LIMIT:
-        flags.append(f"extrapolates: the saturation model grows the window's noise up to {noise_growth:.2f}x over the "
-                     f"rest of the run (limit {GROWTH_LIMIT:g}), the least validated part of the recipe; forecast from "
-                     "a later outer step, where the noise fraction is measured nearer its end")
     if future.size and not np.all(np.isfinite(ws)):
         flags.append("the forecast recursion diverges: the held inputs make this outer setting unstable")
     band = _interval(ws, FORECAST_ERROR)
@@ -261,10 +232,10 @@ def forecast(run_dir, from_step: int | None = None) -> dict:
     rows = [{"outer_step": int(s + 1), "forecast": float(v), "low": lo, "high": hi,
              "measured": measured.get(int(s + 1))} for s, v, lo, hi in zip(future, ws, band["low"], band["high"])]
     return {"run": str(run.folder), "method": run.method, "from_step": t0, "outer_steps": T,
-            "window": [int(window[0] + 1), t0], "c_rise": float(rise), "noise_growth": noise_growth, "flags": flags,
+            "window": [int(window[0] + 1), t0], "c_rise": float(rise), "flags": flags,
             "rows": rows,
             "interval": {"quantiles": list(FORECAST_ERROR), "from": "docs/data/advice_development.json"},
-            "recipe": {"window": WINDOW, "c_scaling": "L1^0.5", "s2_scaling": "L2 x saturation", **SATURATION}}
+            "recipe": {"window": WINDOW, "c_scaling": "held", "s2_scaling": "L2"}}
 
 
 #: the fields a transfer may change, with their types: the outer step's, then the schedule's

@@ -7,7 +7,7 @@ its setting is a :class:`RunSetting`: the outer step, the inner schedule the for
 the settings kept as data (compared between runs, never interpreted). Nothing here imports torch.
 
 The folders :class:`noloco.training.observer.Observer` writes on a user's own run (``"format": "noloco-run"``,
-``"format_version"`` 1, docs/own_run.md) are read the same way; a later format version is refused by name.
+``"format_version"`` 1, docs/run_folder.md) are read the same way; a later format version is refused by name.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ RECORD_DEFAULTS = {"method": "noloco", "inner_steps": 25, "outer_steps": 40, "lr
                    "warmup": 100, "min_lr_frac": 0.1, "inner_optimizer": "adamw", "adam_beta2": 0.95, "noniid": False,
                    "val_windows": 64}
 INNER_OPTIMIZERS = ("adamw", "sgd")
-#: the versions of the ``noloco-run`` format (docs/own_run.md) this reader knows
+#: the versions of the ``noloco-run`` format (docs/run_folder.md) this reader knows
 RUN_FORMAT_VERSIONS = (1,)
 #: what a metrics.jsonl row's keys hold, where present (the run folder is user input: a string where a number
 #: belongs is named at the read, not met as a TypeError in a format or a sum far from it)
@@ -48,9 +48,36 @@ NAMED = ("method", "outer", "inner_steps", "outer_steps", "lr", "schedule", "war
 
 @dataclass(frozen=True)
 class RunSetting:
-    """A run's setting as the advice reads it: the outer step, the inner phase's length and learning-rate
-    schedule (:func:`noloco.theory.schedules.learning_rate`), the inner optimiser, and ``other``: every other
-    setting of the run as sorted ``(name, value)`` pairs (the model, the data, the batch, the seed...)."""
+    """A run's setting as the advice reads it, validated at construction.
+
+    The outer step, the inner phase's length and learning-rate schedule
+    (:func:`noloco.theory.schedules.learning_rate`), the inner optimiser, and ``other``: every other setting
+    of the run as sorted ``(name, value)`` pairs (the model, the data, the batch, the seed...).
+
+    Args:
+        method: a name in :data:`noloco.METHODS`. outer: an :class:`noloco.OuterConfig` the method leaves
+            unchanged.
+        inner_steps: H. outer_steps: outer steps planned. lr: the inner peak learning rate.
+        schedule: ``"cosine"``, ``"constant"`` (or another of the theory's schedules). warmup: inner steps,
+            fewer than outer_steps * inner_steps. min_lr_frac: the cosine floor as a fraction of lr.
+        inner_optimizer: ``"adamw"`` or ``"sgd"``. adam_beta2: AdamW's second-moment decay.
+        noniid: non-IID shards. val_windows: validation windows.
+        other: the run's other settings, sorted ``(name, value)`` pairs.
+
+    Returns:
+        The frozen setting; ``inner_lr(step)`` is its learning rate at inner step(s) ``step``, ``changed``
+        the same setting with other values.
+
+    Raises:
+        ConfigError: a value out of range or an outer step the method does not allow.
+
+    Examples:
+        >>> import noloco
+        >>> setting = noloco.RunSetting("diloco", noloco.OuterConfig(replicas=4, group_size=4, gamma=0.0),
+        ...                             inner_steps=10, outer_steps=5, lr=1e-3)
+        >>> setting.schedule, setting.inner_lr(0), setting.changed(alpha=0.3).outer.alpha
+        ('cosine', 0.001, 0.3)
+    """
 
     method: str
     outer: OuterConfig
@@ -123,9 +150,38 @@ def _hashable(value):
 
 @dataclass
 class RunRecord:
-    """One run folder: its setting, evaluations (``metrics``: the rows of metrics.jsonl), measured inputs
-    (``inputs``: the rows of inputs.jsonl, None where absent), the number of processes it ran on, and
-    ``result``: the result.json it ended with (or is writing while it runs)."""
+    """One run folder read for advice: its setting, evaluations and measured inputs.
+
+    Made by :func:`read_run` from a folder of ``noloco llm train`` or of an :class:`noloco.Observer`
+    (the format ``noloco-run``); no torch is needed.
+
+    Attributes:
+        folder: the run folder.
+        setting: its :class:`RunSetting` (``method`` and ``outer`` are its shortcuts).
+        metrics: the rows of metrics.jsonl (each evaluation: ``outer_step``, ``weight_std``, losses...).
+        inputs: the rows of inputs.jsonl (the theory's inputs measured every outer step), None where absent.
+        world_size: the number of processes it ran on.
+        result: the result.json it ended with (or is writing while it runs); ``finished``, ``diverged``
+            and ``wall_s`` read it.
+
+    Returns:
+        Made by :func:`read_run` (frozen).
+
+    Raises:
+        Nothing: :func:`read_run` validates what it holds.
+
+    Examples:
+        >>> import json, pathlib, tempfile, noloco
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> config = {"method": "noloco", "outer": {"replicas": 4, "group_size": 2}, "inner_steps": 5,
+        ...           "outer_steps": 6, "lr": 3e-3, "warmup": 5, "seed": 1}
+        >>> _ = (folder / "result.json").write_text(json.dumps({"config": config, "finished": True}))
+        >>> _ = (folder / "metrics.jsonl").write_text("".join(
+        ...     json.dumps({"outer_step": t, "weight_std": 1e-3 * t}) + "\\n" for t in (2, 4, 6)))
+        >>> run = noloco.read_run(folder)
+        >>> run.method, run.outer.group_size, len(run.metrics), run.inputs, run.finished, run.setting.other
+        ('noloco', 2, 3, None, True, (('seed', 1),))
+    """
 
     folder: Path
     setting: RunSetting
@@ -156,10 +212,39 @@ class RunRecord:
 
 
 def read_run(run_dir) -> RunRecord:
-    """The :class:`RunRecord` of a run folder. An empty name is bad input (exit 2); a folder that holds the
-    method folders of ``llm train --method a,b`` instead of a run, unreadable settings, and a run with no
-    evaluation yet are DataErrors that say what to give. A RunRecord is returned as it is (an observer's run
-    held in memory: the advice reads it without a round trip through the files)."""
+    """The :class:`RunRecord` of a run folder: its setting, evaluations and measured inputs, without torch.
+
+    Reads ``result.json`` (the setting), ``metrics.jsonl`` (at least one evaluation) and, where present,
+    ``inputs.jsonl``, each checked for the keys and types the advice reads.
+
+    Args:
+        run_dir: the run folder (a path), or a RunRecord, returned as it is (an observer's run held in
+            memory: the advice reads it without a round trip through the files).
+
+    Returns:
+        The :class:`RunRecord`.
+
+    Raises:
+        ConfigError: an empty name (exit 2).
+        DataError: a missing or unreadable file, a folder that holds the method folders of ``llm train
+            --method a,b`` instead of a run, unreadable settings, a run with no evaluation yet, or a newer
+            run-folder format; each says what to give instead (exit 3).
+
+    Examples:
+        >>> import json, pathlib, tempfile, noloco
+        >>> folder = pathlib.Path(tempfile.mkdtemp())
+        >>> config = {"method": "diloco", "outer": {"replicas": 4, "group_size": 4, "alpha": 0.3, "gamma": 0.0},
+        ...           "inner_steps": 5, "outer_steps": 6, "lr": 3e-3, "warmup": 5}
+        >>> _ = (folder / "result.json").write_text(json.dumps({"config": config}))
+        >>> _ = (folder / "metrics.jsonl").write_text(json.dumps({"outer_step": 2, "weight_std": 0.0}) + "\\n")
+        >>> run = noloco.read_run(folder)
+        >>> run.setting.outer.alpha, run.metrics[0]["outer_step"], run.finished
+        (0.3, 2, False)
+        >>> noloco.read_run(folder / "missing")
+        Traceback (most recent call last):
+        ...
+        noloco.infra.errors.DataError: ...
+    """
     if isinstance(run_dir, RunRecord):
         return run_dir
     run = input_dir(run_dir, "OUT")

@@ -20,7 +20,7 @@ What it promises is measured pilot evidence, not a model of the loss: the loss c
 steps to the target of each setting are the pilots' (mean over seeds, with standard errors where there are
 two or more). So it recommends only what was piloted, and says so; a setting chosen as the best of many
 noisy ones is measured optimistically (the winner's curse), which the report states with the number of
-settings compared. How it held on runs it was not built on: docs/advice.md, "Tuning from pilot runs".
+settings compared. How it held on runs it was not built on: docs/advice.md, "The tuner from pilot runs, held out".
 """
 
 from __future__ import annotations

@@ -153,7 +153,7 @@ def stationary_spread(quick: bool = True, seed: int = 0, *, outer=None, inner=No
     Assumptions: a quadratic direction of curvature ``curvature``, inner SGD (c, s2 from the
     inner setting), a stable spread (rho(T) < 1), homogeneous data. Measured: Monte Carlo of
     the scalar model, :func:`stationary_spread_mc`. An unstable setting has no finite
-    prediction and does not hold. Reference: docs/theory.md Results 4; README gallery
+    prediction and does not hold. Reference: docs/theory.md Results 4; docs/figures.md
     ("Stationary spread"); ``noloco check``'s "stationary replica variance".
     """
     outer, c, s2 = setting(outer, inner, curvature)
@@ -183,7 +183,7 @@ def decay_factor(quick: bool = True, seed: int = 0, *, outer=None, inner=None, c
     recursion's ratio is within 1e-3 of rho(T); the claim also needs such a window to exist
     (a spectral gap: otherwise the variance oscillates inside the envelope rho^t). With a
     given ``window`` (the figure) the prediction is the exact recursion's ratio over it.
-    Reference: docs/theory.md Results 3 and "How each result is verified"; README gallery
+    Reference: docs/theory.md Results 3 and "How each result is verified"; docs/figures.md
     ("Decay factor").
     """
     outer, c, _ = setting(outer, inner, curvature)
@@ -247,7 +247,7 @@ def spread_eta_squared(quick: bool = True, seed: int = 0, *, lrs=(0.0005, 0.002)
     predicted: the closed form's slope between the same two rates (finite-eta corrections make
     it a little below 2). Also required: the closed form's slope at eta = 1e-6 is 2 (within
     0.01), the order itself. Reference: docs/theory.md Results 5 (eta -> 0) and "Side by side
-    with the paper"; README gallery ("Stationary spread").
+    with the paper"; docs/figures.md ("Stationary spread").
     """
     return _spread_order("spread_eta_squared", PAPER.outer.gamma, 2, quick, seed, lrs, trials, window)
 
@@ -297,7 +297,7 @@ def transient_spread(quick: bool = True, seed: int = 0, *, outer=None, inner=Non
     deviation ``scatter`` (0: identical) with zero outer momentum. Measured: mean over
     Monte Carlo trials of the scalar model at every step; judged at the worst step (every
     step must be within the tolerance). Reference: docs/theory.md "How each result is
-    verified" (transient); README gallery ("Transient spread").
+    verified" (transient); docs/figures.md ("Transient spread").
     """
     outer, c, s2 = setting(outer, inner, curvature)
     steps = steps or (30 if quick else 40)

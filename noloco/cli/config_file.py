@@ -23,7 +23,8 @@ ALIASES = {"learning_rate": "lr", "batch_size": "batch", "block_size": "ctx", "s
            "n_head": "heads", "num_heads": "heads", "num_attention_heads": "heads", "n_embd": "width",
            "hidden_size": "width", "d_model": "width", "num_replicas": "replicas", "world_size": "replicas",
            "local_steps": "inner_steps", "sync_every": "inner_steps", "outer_lr": "beta", "outer_momentum": "alpha",
-           "min_lr": "min_lr_frac", "warmup_steps": "warmup", "grad_clip": "clip", "max_grad_norm": "clip"}
+           "min_lr": "min_lr_frac", "warmup_steps": "warmup", "grad_clip": "clip", "max_grad_norm": "clip",
+           "model_size": "size"}
 
 
 def read_toml(path) -> dict:

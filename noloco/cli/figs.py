@@ -10,7 +10,7 @@ def add_parser(subparsers) -> None:
         "figs", help="regenerate the analysis figures (PNG and PDF)",
         description="Compute (or load from cache) and draw every figure of the analysis into OUT as PNG "
                     f"and PDF. Figures: {', '.join(FIGURES)}. --quick uses smaller Monte Carlo and grids "
-                    "(about 13 s of CPU time on the 2-core machine; the README says how it was measured).")
+                    "(about 13 s of CPU time on the 2-core machine; docs/figures.md says how it was measured).")
     p.add_argument("--quick", action="store_true", help="small grids and Monte Carlo (CI)")
     p.add_argument("--only", action="append", metavar="NAME",
                    help=f"only these figures (repeat or comma-separate): {', '.join(FIGURES)}")

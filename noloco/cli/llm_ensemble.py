@@ -73,7 +73,7 @@ def add_arguments(parser) -> None:
         parser.add_argument("--" + name.replace("_", "-"), type=kind, default=None, help=text)
     parser.add_argument("--quick", action="store_true",
                         help="a smoke test: three training domains, one round, width 16, one seed, one torch thread "
-                             "unless --threads (about 6 s of CPU time, docs/hdee.md); flags override it")
+                             "unless --threads (about 6 s of CPU time on the project's 2-core machine); flags override it")
     parser.add_argument("--out", required=True, help="study folder: one run folder per run (seedS/CONFIG[/DOMAIN]), "
                                                      "study.json, hdee.json; one that holds a study needs --resume or "
                                                      "--overwrite")

@@ -2,8 +2,11 @@
 settings (:class:`noloco.llm_check.config.TrainConfig`), the outer step's flags shared with every command
 (:func:`noloco.cli.options.add_outer_arguments`) and the run flags (folder, resume, threads, budget, what the
 run shows). Every flag may also come from a TOML file (``--config``, :mod:`noloco.cli.config_file`); a flag
-given on the command line wins. Every flag's default is in its help or, where the preset decides it, in the
-table of presets that ends ``--help`` (:func:`preset_table`, computed from the presets themselves)."""
+given on the command line wins. ``--size`` is the model and the run (:data:`noloco.llm_check.config.SIZES`),
+``--preset`` the outer step's preset, the same as in ``noloco check`` (a size given as ``--preset``, the old
+form, is taken as ``--size`` with one line on stderr: :func:`split_size`). Every flag's default is in its help
+or, where the size decides it, in the table of sizes that ends ``--help`` (:func:`preset_table`, computed from
+the sizes themselves)."""
 
 from __future__ import annotations
 
@@ -12,18 +15,18 @@ import dataclasses
 
 from noloco.cli.options import add_outer_arguments
 from noloco.infra.checks import check_choice, check_timeout
-from noloco.infra.errors import ConfigError
-from noloco.llm_check.config import (DEFAULT_TIMEOUT, DTYPES, INNER_OPTIMIZERS, PRESETS, REPLICA_MODES,
+from noloco.infra.errors import ConfigError, warn
+from noloco.llm_check.config import (DEFAULT_TIMEOUT, DTYPES, INNER_OPTIMIZERS, OUTER_PRESET, REPLICA_MODES, SIZES,
                                      SCHEDULES, TrainConfig, build, check_run_flags, default_log_every)
 from noloco.llm_check.domains import ALL_TRAINING, NAMES as DOMAIN_NAMES
 from noloco.llm_check.routing import ROUTINGS
 from noloco.theory.config import OUTER_FIELDS
-from noloco.theory.methods import METHOD_SUMMARY, METHODS
+from noloco.theory.methods import METHOD_SUMMARY, METHODS, PRESETS as OUTER_PRESETS
 
 #: where an outer value comes from when its flag is absent
-OUTER_DEFAULTS = {name: "default: the method's, or the paper preset's with --preset paper; table below"
+OUTER_DEFAULTS = {name: "default: the --preset's, else the method's (--size paper: the paper preset's); table below"
                   for name in ("replicas", "group_size", "alpha", "beta", "gamma")}
-OUTER_DEFAULTS["replicas"] = "default: the llm preset's, table below"
+OUTER_DEFAULTS["replicas"] = "default: the --size's, table below"
 
 _FLAG_HELP = {
     "inner_steps": "inner steps H per outer step (ddp: steps between evaluations)", "outer_steps": "outer steps",
@@ -57,33 +60,34 @@ def _shown(value) -> str:
 
 
 def preset_defaults() -> dict[str | None, dict]:
-    """``{preset (None: no preset): {flag dest: its default}}`` for --method noloco, computed by
-    :func:`noloco.llm_check.config.build` from the presets, as a run resolves them."""
+    """``{size (None: no size): {flag dest: its default}}`` for --method noloco, computed by
+    :func:`noloco.llm_check.config.build` from the sizes, as a run resolves them."""
     columns = {}
-    for preset in (None, *PRESETS):
-        cfg = build(preset, TABLE_METHOD)
+    for size in (None, *SIZES):
+        cfg = build(size, TABLE_METHOD)
         values = {k: getattr(cfg.outer, k) for k in OUTER_FIELDS}
         values.update({k: v for k, v in cfg.as_dict().items() if k not in ("method", "outer")})
         values["log_every"] = default_log_every(cfg)
-        columns[preset] = values
+        columns[size] = values
     return columns
 
 
 def preset_table(columns: dict[str | None, dict]) -> str:
-    """The outer step's flags and those whose default depends on --preset, one row each, a column per preset."""
+    """The outer step's flags and those whose default depends on --size, one row each, a column per size."""
     first = columns[None]
     varying = [k for k in first if k in OUTER_FIELDS or len({_shown(c[k]) for c in columns.values()}) > 1]
-    head = ["flag", *("(no preset)" if p is None else p for p in columns)]
+    head = ["flag", *("(no size)" if p is None else p for p in columns)]
     rows = [head] + [["--" + k.replace("_", "-"), *(_shown(c[k]) for c in columns.values())] for k in varying]
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(r, widths)).rstrip() for r in rows]
-    return (f"Defaults by --preset (the outer step for --method {TABLE_METHOD}; --method diloco starts from\n"
-            f"alpha 0.3, beta 0.7 outside the paper preset); --config FILE, then the command line, override them:\n"
+    return (f"Defaults by --size (the outer step for --method {TABLE_METHOD}; --method diloco starts from\n"
+            f"alpha 0.3, beta 0.7 outside --size paper, or --preset's values); --config FILE, then the command line,\n"
+            f"override them:\n"
             + "\n".join("  " + line for line in lines))
 
 
 class TableHelpFormatter(argparse.HelpFormatter):
-    """argparse's formatter that keeps a text written over several lines (the table of presets) as written,
+    """argparse's formatter that keeps a text written over several lines (the table of sizes) as written,
     and wraps the others."""
 
     def _fill_text(self, text, width, indent):
@@ -95,7 +99,7 @@ def _default_help(name: str, columns: dict) -> str:
     """Where the flag's value comes from when it is not given."""
     values = {_shown(c[name]) for c in columns.values()}
     if len(values) > 1 or name in OUTER_FIELDS:
-        return " (default: the preset's, table below)"
+        return " (default: the size's, table below)"
     value = values.pop()
     return "" if value == "-" else f" (default {value})"
 
@@ -107,17 +111,24 @@ def add_train_arguments(parser: argparse.ArgumentParser, methods_list: bool = Fa
     parser.add_argument("--config", metavar="FILE",
                         help="read flags from a TOML file: a key per flag, its name with _ for - (outer_steps = 10, "
                              "method = \"noloco\"); flags on the command line win; docs/llm_check.md has an example")
-    parser.add_argument("--preset", choices=sorted(PRESETS),
-                        help="model and compute (default: none, the values of the table's first column): cpu-tiny: "
-                             "smoke run < 1 min; cpu-small: N = 8 comparison on a "
-                             "2-core CPU; paper: NoLoCo reference outer (theory preset paper) and inner settings; "
-                             "gpu: one H100/H200 (10.8 M parameters); gpu-large: 43 M parameters, compiled, one "
-                             "H100/H200. The outer step comes from the method unless given")
+    parser.add_argument("--size", choices=tuple(SIZES),
+                        help="the model and the run, every setting but the outer step (default: none, the values of "
+                             "the table's first column): cpu-tiny: smoke run < 1 min; cpu-small: N = 8 comparison on "
+                             "a 2-core CPU; paper: the NoLoCo reference run's inner settings on the cpu-small model "
+                             "(its outer step: --preset paper unless another is given); gpu: one H100/H200 (10.8 M "
+                             "parameters); gpu-large: 43 M parameters, compiled, one H100/H200")
+    parser.add_argument("--preset", choices=(*OUTER_PRESETS, *(s for s in SIZES if s not in OUTER_PRESETS)),
+                        metavar="{" + ",".join(OUTER_PRESETS) + "}",
+                        help="the outer step's preset, as in noloco check: "
+                             + "; ".join(f"{name}: {p.note}" for name, p in OUTER_PRESETS.items())
+                             + " (default: the method's). A size given here (--preset cpu-tiny) is the old form of "
+                               "--size, still taken, with one line on stderr")
     parser.add_argument("--method", default=None,
                         help=("the algorithm" + (" (a comma-separated list runs each): " if methods_list else ": "))
                         + "; ".join(f"{m}: {METHOD_SUMMARY[m]}" for m in METHODS)
-                        + ". diloco starts from alpha 0.3, beta 0.7, heavy-ball (theory preset diloco)"
-                        + (" (default: ddp,diloco,noloco with --preset cpu-small, else noloco)" if methods_list else ""))
+                        + ". diloco starts from alpha 0.3, beta 0.7, heavy-ball (--preset diloco)"
+                        + (" (default: ddp,diloco,noloco with --size cpu-small, else --preset's method, else noloco)"
+                           if methods_list else ""))
     add_outer_arguments(parser, {**OUTER_DEFAULTS, "momentum": _default_help("momentum", columns).strip(" ()")})
     for f in dataclasses.fields(TrainConfig):
         if f.name not in ("method", "outer", "noniid", "compile", "schedule", "dtype", "replica_mode", "routing", "outer_dtype",
@@ -152,7 +163,7 @@ def add_train_arguments(parser: argparse.ArgumentParser, methods_list: bool = Fa
     parser.add_argument("--noniid", action="store_true", default=None,
                         help="non-IID shards: each replica reads different source files (default off: IID)")
     parser.add_argument("--print-config", action="store_true",
-                        help="print each run's resolved settings (preset, --config, flags, then the method) with its "
+                        help="print each run's resolved settings (size and preset, --config, flags, then the method) with its "
                              "memory and time estimates as JSON, and exit without training or touching --out")
     parser.add_argument("--out", default=None,
                         help="output directory (metrics.jsonl, checkpoints, result.json; required, here or in "
@@ -201,19 +212,38 @@ def apply_config_file(args) -> dict:
     return taken
 
 
+def split_size(args) -> None:
+    """The old form of ``--size``: a size given as ``--preset`` (or ``preset = "cpu-tiny"`` in --config) is taken
+    as ``--size``, with one line on stderr; ``--preset paper`` without ``--size`` also sets ``--size paper``, as
+    it did when ``--preset`` was the llm preset (the same run as before)."""
+    preset, size = getattr(args, "preset", None), getattr(args, "size", None)
+    if preset in SIZES and preset not in OUTER_PRESETS:
+        if size is not None:
+            raise ConfigError(f"--preset {preset} is a size (the old form of --size) and --size {size} is given; "
+                              f"give --size only")
+        warn(f"--preset {preset} is deprecated for the model and the run; use --size {preset}")
+        args.size, args.preset = preset, None
+    elif preset in SIZES and size is None and OUTER_PRESET.get(preset) == preset:
+        warn(f"--preset {preset} without --size also sets --size {preset}, as before; give --size {preset} "
+             f"(--preset alone will set the outer step only)")
+        args.size = preset
+
+
 def config_from_args(args, method: str | None = None) -> TrainConfig:
+    split_size(args)
     names = (*OUTER_FIELDS, *(f.name for f in dataclasses.fields(TrainConfig) if f.name not in ("method", "outer")))
     if method is None and args.method is not None:
         method = check_choice("method", args.method.strip(), METHODS)
     check_run_flags(args)
-    return build(args.preset, method, gamma_tied=getattr(args, "gamma_tied", False),
+    return build(args.size, method, preset=args.preset, gamma_tied=getattr(args, "gamma_tied", False),
                  **{k: getattr(args, k, None) for k in names})
 
 
 def configs_from_args(args) -> list[TrainConfig]:
     """One validated config per method of ``--method a,b,...`` (default: ddp,diloco,noloco for
-    the cpu-small comparison, else noloco), all built before any run starts."""
-    text = ("ddp,diloco,noloco" if args.preset == "cpu-small" else "noloco") if args.method is None else args.method
+    the cpu-small comparison, else the outer preset's method, else noloco), all built before any run starts."""
+    split_size(args)
+    default = "ddp,diloco,noloco" if args.size == "cpu-small" else \
+        OUTER_PRESETS[args.preset].method if args.preset else "noloco"
+    text = default if args.method is None else args.method
     return [config_from_args(args, check_choice("method", m.strip(), METHODS)) for m in text.split(",")]
-
-

@@ -43,7 +43,7 @@ def add_parser(sub) -> None:
     advice.add_argument("--json", action="store_true", help="print the JSON report")
     advice.set_defaults(study_run=_advice)
 
-    tune = actions.add_parser("tune", help="the tuner's held-out check (docs/advice.md, 'Tuning from pilot runs')",
+    tune = actions.add_parser("tune", help="the tuner's held-out check (docs/advice.md, 'The tuner from pilot runs, held out')",
                               description="Tunes from the development sweep, trains the recommended and reference "
                                           "settings with new seeds and judges the three rules fixed before.")
     tune.add_argument("--pilots", required=True, help="the development sweep's runs (SETTING/sSEED folders)")

@@ -16,7 +16,7 @@ def add_parser(sub) -> None:
                                       "where every H inner steps cost one synchronisation from the comm model, or by "
                                       "the loss at equal tokens. Pilots that differ from the reference in anything "
                                       "but the outer setting and H are shown and excluded. Recommends only what was "
-                                      "piloted (docs/advice.md, 'Tuning from pilot runs', says how it held).")
+                                      "piloted (docs/advice.md, 'The tuner from pilot runs, held out', says how it held).")
     tune.add_argument("pilots", nargs="+", metavar="PILOT",
                       help="a run folder, or a folder holding run folders (up to three levels down)")
     tune.add_argument("--reference", metavar="SETTING",

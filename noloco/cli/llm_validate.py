@@ -3,6 +3,7 @@ prediction (noloco.studies.validate)."""
 
 from __future__ import annotations
 
+import argparse
 import sys
 
 
@@ -14,14 +15,16 @@ def add_parser(sub) -> None:
                                      "with no fitted constant. Exit 0 when that prediction agrees on every setting "
                                      "(the reference included), 1 when it does not on one or a run diverged, 2 on bad "
                                      "input, 3 for an environment fault or work above --max-memory / --max-time.")
-    val.add_argument("--preset", choices=("cpu-tiny", "cpu-small", "gpu"), default="cpu-small",
-                     help="the sweep's model and run length (default cpu-small)")
-    val.add_argument("--device", default=None, help="cpu or cuda (default: the preset's)")
-    val.add_argument("--out", default="runs/llm-validate", help="run directory (default runs/llm-validate/PRESET)")
+    sizes = ("cpu-tiny", "cpu-small", "gpu")
+    val.add_argument("--size", choices=sizes, default=None,
+                     help="the sweep's model and run length, as llm train's --size (default cpu-small)")
+    val.add_argument("--preset", choices=sizes, default=None, help=argparse.SUPPRESS)  # the old form of --size
+    val.add_argument("--device", default=None, help="cpu or cuda (default: the size's)")
+    val.add_argument("--out", default="runs/llm-validate", help="run directory (default runs/llm-validate/SIZE)")
     val.add_argument("--overwrite", action="store_true",
-                     help="replace the sweep's runs under OUT/PRESET (without it a folder holding them is refused)")
+                     help="replace the sweep's runs under OUT/SIZE (without it a folder holding them is refused)")
     val.add_argument("--reuse", action="store_true",
-                     help="keep the finished runs of the same settings under OUT/PRESET and train only the others "
+                     help="keep the finished runs of the same settings under OUT/SIZE and train only the others "
                           "(an interrupted sweep continues; the report is recomputed)")
     val.add_argument("--max-memory", default=None, metavar="SIZE",
                      help="memory budget of each run, e.g. 8G (default: half the memory available)")
@@ -35,11 +38,18 @@ def add_parser(sub) -> None:
 
 def run(args) -> int:
     from noloco.infra.entry import failed
+    from noloco.infra.errors import ConfigError, warn
     from noloco.infra.files import output_dir, print_json
     from noloco.studies.validate import disagreements, format_table, run_sweep
 
-    out = output_dir(args.out) / args.preset
-    report = run_sweep(args.preset, out, device=args.device, threads=args.threads, overwrite=args.overwrite,
+    if args.preset is not None:
+        if args.size is not None:
+            raise ConfigError(f"--preset {args.preset} is the old form of --size and --size {args.size} is given; "
+                              f"give --size only")
+        warn(f"--preset {args.preset} is deprecated for the sweep's size; use --size {args.preset}")
+    size = args.size or args.preset or "cpu-small"
+    out = output_dir(args.out) / size
+    report = run_sweep(size, out, device=args.device, threads=args.threads, overwrite=args.overwrite,
                        max_memory=args.max_memory, reuse=args.reuse, max_time=args.max_time)
     print_json(report) if args.json else print(format_table(report))
     print(f"(runs and validate.json in {out})", file=sys.stderr)

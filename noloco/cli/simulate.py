@@ -58,16 +58,16 @@ def add_parser(subparsers) -> None:
 def run(args) -> int:
     from noloco.infra.entry import failed
     from noloco.infra.files import print_json
-    from noloco.quadratic.compare import simulate_setting
+    from noloco.quadratic.compare import simulate
 
     method, outer, inner, spectrum = hyper_from_args(args, default_shape=False)
     # curvatures with a data objective (which takes its Hessian from the data) are refused by SimConfig
-    result, text = simulate_setting(
+    sim = simulate(
         method, outer, inner, spectrum, objective=args.objective, rotate=args.rotate, trials=args.trials,
         outer_steps=args.outer_steps, inner_mode=args.inner_mode, max_memory=args.max_memory, max_time=args.max_time,
         use_cache=not args.no_cache, zeta=args.zeta, split=args.split, batch_size=args.batch_size, l2=args.l2,
         optimizer=args.inner_optimizer, inner_momentum=inner_momentum_from_args(args), schedule=args.schedule,
         warmup=args.warmup, decay_time=args.decay_time, burn_in=args.burn_in, start=args.start, seed=args.seed,
         dtype=args.dtype)
-    print_json(result) if args.json else print(text)
-    return failed(f"the simulation diverged ({result['diverged']})") if result["diverged"] else 0
+    print_json(sim.result) if args.json else print(sim.text)
+    return failed(f"the simulation diverged ({sim.diverged})") if sim.diverged else 0

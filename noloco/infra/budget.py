@@ -33,7 +33,30 @@ _UNITS = {"": 1, "b": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 
 
 class BudgetError(MemoryError):
-    """The estimated memory of the requested work exceeds the budget (exit code 3)."""
+    """The estimated memory of the requested work is above its budget (exit 3).
+
+    Checked before any work, so a refusal costs nothing; the message names the estimate, the budget and
+    what to lower. A ``MemoryError``.
+
+    Args:
+        message: the one line: the work, its estimate, the budget and what to lower.
+
+    Returns:
+        The exception; the command line prints its line and exits 3.
+
+    Raises:
+        Nothing itself: raised by :func:`noloco.simulate`, ``noloco llm train`` and the studies when the
+        estimate is above ``max_memory`` (the time budget's refusal is :class:`TimeBudgetError`).
+
+    Examples:
+        >>> import noloco
+        >>> _, outer, inner = noloco.resolve("paper")
+        >>> try:
+        ...     noloco.simulate("noloco", outer, inner, noloco.Spectrum.uniform(0.1, 1, 10**6), max_memory="1M")
+        ... except noloco.BudgetError as err:
+        ...     print(type(err).__name__, isinstance(err, MemoryError))
+        BudgetError True
+    """
 
 
 def parse_size(text) -> int:
@@ -109,7 +132,7 @@ def require(estimate: int, budget: int, what: str, smaller: str = "") -> None:
 def retain_freed_memory() -> None:
     """Ask glibc to keep freed memory for reuse instead of returning it to the kernel after every
     array: with its defaults, each temporary of more than 128 kB is mapped afresh and page-faulted
-    in, which made numpy expressions on such arrays up to 50 times slower (docs/performance.md).
+    in, which made numpy expressions on such arrays up to 50 times slower (measured on the project's 2-core machine).
     Freed memory is then kept up to 256 MiB. A no-op where the C library is not glibc."""
     global _RETAINED
     if _RETAINED:
@@ -138,7 +161,30 @@ _TIME_UNITS = {"": 1, "s": 1, "sec": 1, "m": 60, "min": 60, "h": 3600, "d": 8640
 
 
 class TimeBudgetError(DataError):
-    """The estimated time of the requested work exceeds ``--max-time`` (exit code 3, like the memory budget)."""
+    """The estimated time of the requested work is above ``max_time`` (``--max-time``; a DataError, exit 3).
+
+    Checked before any work from the measured costs per unit (docs/performance.md), so a refusal costs
+    nothing; the message names the estimate, the budget, how to allow it and what to shrink.
+
+    Args:
+        message: the one line: the work, its estimated duration, the budget and what to change.
+
+    Returns:
+        The exception; the command line prints its line and exits 3.
+
+    Raises:
+        Nothing itself: raised by :func:`noloco.simulate` and the long studies above their time budget.
+
+    Examples:
+        >>> import noloco
+        >>> _, outer, inner = noloco.resolve("paper")
+        >>> try:
+        ...     noloco.simulate("noloco", outer, inner, noloco.Spectrum.uniform(0.1, 1, 10**4), trials=10**4,
+        ...                     max_time="1s")
+        ... except noloco.TimeBudgetError as err:
+        ...     print(type(err).__name__, isinstance(err, noloco.DataError))
+        TimeBudgetError True
+    """
 
 
 def parse_time(text) -> float | None:

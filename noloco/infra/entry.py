@@ -94,7 +94,7 @@ def report_printed() -> None:
 
 
 def _json_error(prog: str, code: int, message: str) -> None:
-    """Under ``--json``, the error as a JSON object on stdout (the README's contract: a pipeline reads why, not an
+    """Under ``--json``, the error as a JSON object on stdout (docs/cli.md's contract: a pipeline reads why, not an
     empty input), unless the command already printed its report there."""
     from noloco.infra import files
 
@@ -317,7 +317,7 @@ def run(prog: str, parser: argparse.ArgumentParser, work: Callable[[argparse.Nam
             with quiet_arithmetic():
                 code = int(work(args) or 0)
             sys.stdout.flush()  # a closed pipe shows here, not at exit
-            if code == 1 and not _state["failed"]:  # the README: exit 1 always says why on stderr
+            if code == 1 and not _state["failed"]:  # docs/cli.md: exit 1 always says why on stderr
                 print(f"{prog}: exit 1: a checked condition fails (the output above says which)", file=sys.stderr)
             return code
         except BrokenPipeError as err:

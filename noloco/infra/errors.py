@@ -17,16 +17,77 @@ import sys
 
 
 class ConfigError(ValueError):
-    """Bad input: a value outside its allowed range, or flags that contradict each other (exit 2)."""
+    """Bad input: a value outside its allowed range, or settings that contradict each other (exit 2).
+
+    Raised before any work, by every validator, with one line that names the field, the value given and
+    what is allowed. A ``ValueError``, so code that catches those catches it.
+
+    Args:
+        message: the one line (``"alpha=2.0 is out of range; allowed: 0 <= alpha < 1"``).
+
+    Returns:
+        The exception; the command line prints its line and exits 2.
+
+    Raises:
+        Nothing itself: every public function that validates raises it.
+
+    Examples:
+        >>> import noloco
+        >>> try:
+        ...     noloco.OuterConfig(alpha=2.0)
+        ... except noloco.ConfigError as err:
+        ...     print(err)
+        alpha=2.0 is out of range; allowed: 0 <= alpha < 1
+    """
 
 
 class DataError(RuntimeError):
-    """An environment or data fault (exit 3): a file the toolkit reads is missing, unreadable or of
-    the wrong shape, an output place cannot be written, a run folder is in use, a peer is gone."""
+    """An environment or data fault (exit 3): what the toolkit reads or writes is not as it must be.
+
+    A file it reads is missing, unreadable or of the wrong shape (a run folder, a checkpoint, an outer
+    optimizer's state), an output place cannot be written, a run folder is in use (:class:`LockedError`),
+    a package an extra installs is missing. The message says what to give or do instead.
+
+    Args:
+        message: the one line, naming the file or the thing and what to do.
+
+    Returns:
+        The exception; the command line prints its line and exits 3.
+
+    Raises:
+        Nothing itself: raised by :func:`noloco.read_run`, ``OuterOptimizer.load_state_dict`` and the
+        readers of run folders and checkpoints.
+
+    Examples:
+        >>> import noloco
+        >>> try:
+        ...     noloco.read_run("/nonexistent/run")
+        ... except noloco.DataError as err:
+        ...     print(type(err).__name__, "/nonexistent/run" in str(err))
+        DataError True
+    """
 
 
 class LockedError(DataError):
-    """Another live process holds a run folder's lock."""
+    """Another live process holds a run folder's lock (a :class:`DataError`, exit 3).
+
+    A run folder is written by one process at a time; a second ``noloco llm train --out DIR`` (or an
+    :class:`noloco.Observer` on the same folder) while the first runs is refused, naming the holder.
+
+    Args:
+        message: the one line, naming the folder and the process that holds it.
+
+    Returns:
+        The exception; the command line prints its line and exits 3.
+
+    Raises:
+        Nothing itself: raised when a run folder in use is opened.
+
+    Examples:
+        >>> import noloco
+        >>> issubclass(noloco.LockedError, noloco.DataError)
+        True
+    """
 
 
 def warn(message: str) -> None:

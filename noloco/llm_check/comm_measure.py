@@ -125,7 +125,7 @@ def run_world(world: int, sizes, base_repeats: int) -> list[dict]:
 def _fit_line(m, t) -> tuple[float, float]:
     """t ~ a + b m with a, b >= 0, fitted on relative residuals (sizes span 5 decades)
     with a soft-L1 loss: on loopback a few mid-size payloads stall for milliseconds
-    (see docs/comm.md), and a least-squares line would bend towards them."""
+    (see docs/data/comm_measured.json), and a least-squares line would bend towards them."""
     from scipy.optimize import least_squares
 
     m, t = np.asarray(m, float), np.asarray(t, float)

@@ -1,4 +1,4 @@
-"""Validated settings of an LLM run and its presets (the flags are :mod:`noloco.cli.llm_flags`).
+"""Validated settings of an LLM run and its sizes (the flags are :mod:`noloco.cli.llm_flags`).
 
 Imports no torch, so ``noloco --help`` stays fast.
 
@@ -6,11 +6,11 @@ Two kinds of setting meet here. The *outer step* (N, n, alpha, beta, gamma, mome
 :class:`noloco.theory.config.OuterConfig`, resolved by :func:`noloco.theory.methods.resolve` exactly as
 ``noloco check`` and ``noloco simulate`` resolve it, so ``noloco``, ``diloco``, ``local`` and
 ``ddp`` mean the same algorithm in every command (:data:`noloco.theory.methods.METHOD_SUMMARY`).
-The *model and compute* presets below (``cpu-tiny``, ``cpu-small``, ``paper``, ``gpu``) set
-the model, the data, the inner AdamW and N; their outer settings come from
-:mod:`noloco.theory.methods` (``paper`` from its ``paper`` preset, the others from the method's
-default preset). Precedence: preset, then every flag given, then the method's constraints;
-a flag that the method fixes to another value is refused.
+The run *sizes* below (``--size cpu-tiny``, ``cpu-small``, ``paper``, ``gpu``, ``gpu-large``) set
+the model, the data, the inner AdamW and N; the outer step comes from an outer preset of
+:mod:`noloco.theory.methods` (``--preset``, as in ``noloco check``; none given: ``paper`` for the size
+``paper``, else the method's default preset). Precedence: size and preset, then every flag given, then
+the method's constraints; a flag that the method fixes to another value is refused.
 
 For ``ddp`` the inner steps per outer step are only the unit of evaluation and checkpoints:
 gradients are averaged at every inner step and there is no outer step.
@@ -193,10 +193,11 @@ class TrainConfig:
         return cls(**{k: v for k, v in data.items() if k in names}, outer=outer)
 
 
-# Model and compute presets: N and everything but the outer step (that comes from noloco.theory.methods).
+# Run sizes (--size): the model, the data, the inner optimizer and N; everything but the outer step, which is
+# noloco.theory.methods' (--preset, the same presets as `noloco check`).
 _CPU_SMALL = dict(replicas=8, inner_steps=25, outer_steps=50, lr=3e-3, warmup=100, batch=8, ctx=64, layers=2,
                   heads=4, width=64, eval_every=5, val_windows=128)
-PRESETS = {
+SIZES = {
     "cpu-tiny": dict(replicas=4, inner_steps=5, outer_steps=6, lr=3e-3, warmup=5, batch=4, ctx=32,
                      layers=1, heads=2, width=32, eval_every=2, val_windows=16),
     "cpu-small": _CPU_SMALL,
@@ -213,22 +214,30 @@ PRESETS = {
                       heads=12, width=768, eval_every=1, ckpt_every=10, val_windows=256, device="cuda",
                       dtype="bfloat16", compile=True),
 }
-#: the noloco.theory.methods preset whose outer settings an llm preset starts from (None: the method's default)
+#: the old name of SIZES (the sizes were once given as --preset)
+PRESETS = SIZES
+#: the outer preset (noloco.theory.methods) a size starts from when none is given (None: the method's): the
+#: reference run is the paper preset's outer step
 OUTER_PRESET = {"paper": "paper"}
 
 
-def build(preset: str | None = None, method: str | None = None, *, gamma_tied: bool = False,
-          **overrides) -> TrainConfig:
-    """The llm preset, then ``overrides`` (flat: ``replicas``, ``group_size``, ``alpha``, ... and
-    every other TrainConfig field; None values ignored), then the method's constraints; ``gamma_tied``:
-    gamma = beta, as the reference code has it (:func:`noloco.theory.methods.resolve`)."""
+def build(size: str | None = None, method: str | None = None, *, preset: str | None = None,
+          gamma_tied: bool = False, **overrides) -> TrainConfig:
+    """The run ``size`` (:data:`SIZES`), then ``overrides`` (flat: ``replicas``, ``group_size``, ``alpha``, ...
+    and every other TrainConfig field; None values ignored), then the method's constraints. The outer step
+    starts from the outer ``preset`` (:data:`noloco.theory.methods.PRESETS`; None: the size's
+    :data:`OUTER_PRESET`, else the method's); ``gamma_tied``: gamma = beta, as the reference code has it
+    (:func:`noloco.theory.methods.resolve`)."""
+    if size is not None:
+        check_choice("size", size, tuple(SIZES))
     if preset is not None:
-        check_choice("preset", preset, tuple(PRESETS))
-    method = method or overrides.pop("method", None) or "noloco"
+        check_choice("preset", preset, tuple(THEORY_PRESETS))
+    # no method given: the outer preset's, as `noloco check --preset` has it
+    method = method or overrides.pop("method", None) or (THEORY_PRESETS[preset].method if preset else "noloco")
     overrides.pop("method", None)
-    values = {**(PRESETS[preset] if preset else {}), **{k: v for k, v in overrides.items() if v is not None}}
+    values = {**(SIZES[size] if size else {}), **{k: v for k, v in overrides.items() if v is not None}}
     outer_values = {k: values.pop(k, None) for k in OUTER_FIELDS}
-    method, outer, _ = resolve(OUTER_PRESET.get(preset), method, gamma_tied=gamma_tied, **outer_values)
+    method, outer, _ = resolve(preset or OUTER_PRESET.get(size), method, gamma_tied=gamma_tied, **outer_values)
     return TrainConfig(method=method, outer=outer, **values)
 
 
@@ -240,8 +249,8 @@ DEFAULT_TIMEOUT = 120.0
 
 def default_log_every(cfg: TrainConfig) -> int:
     """Inner steps between live lines when ``--log-every`` is not given: one line per outer step (H inner
-    steps), so every preset shows a line every few seconds (the evaluations' lines come every ``eval_every``
-    outer steps: every 200 inner steps with the gpu preset)."""
+    steps), so every size shows a line every few seconds (the evaluations' lines come every ``eval_every``
+    outer steps: every 200 inner steps with the gpu size)."""
     return cfg.inner_steps
 
 

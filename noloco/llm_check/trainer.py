@@ -20,7 +20,7 @@ outer step, collected when it has arrived; a resumed torchrun run keeps the rows
 
 Under torchrun::
 
-    torchrun --nproc-per-node 4 -m noloco llm train --preset cpu-tiny --method noloco --out DIR
+    torchrun --nproc-per-node 4 -m noloco llm train --size cpu-tiny --method noloco --out DIR
 """
 
 from __future__ import annotations
@@ -118,11 +118,10 @@ class Trainer:
         self.outer_dtype = self.dtype if cfg.outer_dtype == "same" else getattr(torch, cfg.outer_dtype)
         # the outer step is the public outer optimizer's (one path in the project); phi and delta are its state.
         # ddp averages gradients instead and has none: its phi is a copy of the weights at each evaluation
-        self.outer = None if cfg.synchronous else OuterOptimizer(
-            self.params, exchange=self.ex, method=cfg.method, inner_steps=cfg.inner_steps,
-            group_size=cfg.outer.group_size, alpha=cfg.outer.alpha, beta=cfg.outer.beta, gamma=cfg.outer.gamma,
-            momentum=cfg.outer.momentum, seed=cfg.seed, outer_dtype=self.outer_dtype,
-            stages=self.stage_keys)
+        # TrainConfig checked cfg.outer against the method: it is passed whole
+        self.outer = None if cfg.synchronous else OuterOptimizer._placed(
+            self.ex, self.params, config=cfg.outer, method=cfg.method, inner_steps=cfg.inner_steps, seed=cfg.seed,
+            outer_dtype=self.outer_dtype, stages=self.stage_keys)
         if self.outer is not None:
             self.phi, self.delta = self.outer.phi, self.outer.delta
         else:
@@ -230,7 +229,8 @@ class Trainer:
             for k in self.phi:
                 self.phi[k].copy_(self.params[k])
             return
-        self.outer.outer_done = t  # the groups of step t: (seed, t) on every rank
+        if self.outer.outer_done != t:  # the groups of step t are drawn from (seed, t) on every rank
+            raise RuntimeError(f"outer step {t} run by an optimizer at outer step {self.outer.outer_done}")
         self.outer.sync()
 
     def collect_inputs(self) -> None:
@@ -356,6 +356,8 @@ class Trainer:
             raise DataError(f"checkpoint {path} does not fit this run ({str(err).splitlines()[0]}); "
                             f"{recover}") from None
         self.outer_done = state["outer_step"]
+        if self.outer is not None:  # phi and delta were restored above; its counters follow
+            self.outer.start_at(self.outer_done)
         if self.observer is not None and self.outer_done > 0:  # its statistics run from outer step 0: a resumed
             self.observer.detach()                              # torchrun run keeps the rows saved, no more
             self.observer = None

@@ -67,7 +67,7 @@ def report(*, params: float = 1e6, bytes_per_value: float = 2.0, replicas: int =
     budget.require(idle_memory_estimate(replicas, workers, compiled, steps, trials), budget.resolve(max_memory),
                    what, "fewer --replicas, --steps or --trials (the model tables need no memory)")
     budget.require_time(idle_time_estimate(replicas, steps, trials, compiled, jitter == "gamma"), max_time,
-                        what, "fewer --replicas, --steps or --trials", "at docs/performance.md's ns per replica-step")
+                        what, "fewer --replicas, --steps or --trials", "at the ns per replica-step measured in noloco.quadratic.idle")
     budget.retain_freed_memory()
 
     sim = simulate_idle(replicas, group_size, jitter_model, machines, steps=steps, trials=trials,

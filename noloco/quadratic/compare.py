@@ -12,12 +12,14 @@ covariance at the optimum. Where it stops predicting is listed in ``scope``.
 from __future__ import annotations
 
 import dataclasses
+import warnings
+from dataclasses import dataclass
 
 import numpy as np
 
 from noloco.quadratic.inner import phase_coefficients
 from noloco.quadratic.sim_config import SimConfig
-from noloco.quadratic.simulator import simulate
+from noloco.quadratic import simulator
 from noloco.infra.cache import cached
 from noloco.infra.files import SCHEMA_VERSION, jsonable
 from noloco.theory import numeric, stats
@@ -147,7 +149,7 @@ def measure_decay(cfg: SimConfig, *, progress: bool = False) -> dict:
     t2 = min(cfg.outer_steps, t1 + 40)
     quiet = dataclasses.replace(cfg, inner=dataclasses.replace(cfg.inner, noise=0.0), batch_size=0,
                                 init_spread=1.0, start=0.0, outer_steps=t2, burn_in=None)
-    run = simulate(quiet, progress=progress, keep_spread=(t1, t2))
+    run = simulator.simulate(quiet, progress=progress, keep_spread=(t1, t2))
     if run.diverged_at is not None:
         return {"diverged_at": run.diverged_at}
     early, late = run.spread_trials[t1], run.spread_trials[t2]
@@ -162,7 +164,7 @@ def measure_decay(cfg: SimConfig, *, progress: bool = False) -> dict:
 
 def compare(cfg: SimConfig, *, progress: bool = False, decay: bool = True) -> dict:
     """Simulate ``cfg`` and put every simulated quantity next to the theory (JSON-ready)."""
-    run = simulate(cfg, progress=progress)
+    run = simulator.simulate(cfg, progress=progress)
     outer, inner = cfg.effective()
     obj = run.objective
     noise_var = noise_per_direction(inner.noise, run.eigvecs, obj.noise_cov(cfg.batch_size))
@@ -248,14 +250,88 @@ def cached_compare(cfg: SimConfig, *, progress: bool = False, use_cache: bool = 
                      refresh=refresh, use_cache=use_cache, valid=_readable(cfg))
 
 
-def simulate_setting(method: str, outer, inner, spectrum, *, objective: str = "quadratic", rotate: bool = False,
-                     trials: int = 200, outer_steps: int = 200, inner_mode: str = "auto", max_memory=None,
-                     max_time=None, progress: bool | None = None, use_cache: bool = True,
-                     **fields) -> tuple[dict, str]:
-    """``noloco simulate`` as a library: the run's memory and time checked against their budgets
-    (``max_memory``, ``max_time``: :mod:`noloco.infra.budget`) before the spectrum is materialised (a refusal
-    costs nothing; a long run's estimate is printed), the validated :class:`SimConfig` (``fields``: its
-    other fields), the cached comparison; ``(result, its text)``."""
+@dataclass(frozen=True)
+class Simulation:
+    """One simulated setting next to the theory, as :func:`simulate` returns it.
+
+    Attributes:
+        config: the validated :class:`noloco.SimConfig` that ran.
+        result: the comparison as plain data (``noloco simulate --json`` prints it): ``summary`` (stationary
+            spread simulated, its standard error, the theory, the z-score; the final loss), ``trajectories``,
+            ``scope`` (where the theory stops predicting), ``effective`` (the setting after the method's
+            constraints), ``diverged`` (None, or the outer step and the reason).
+        text: the table ``noloco simulate`` prints.
+        cached: whether the result came from the cache.
+
+    Returns:
+        Made by :func:`simulate` (frozen); ``diverged`` is ``result["diverged"]``.
+
+    Raises:
+        Nothing: it holds what :func:`simulate` computed.
+
+    Examples:
+        >>> import noloco
+        >>> _, outer, inner = noloco.resolve("paper", replicas=4, steps=5)
+        >>> sim = noloco.simulate("noloco", outer, inner, noloco.Spectrum((1.0,)), trials=4, outer_steps=10,
+        ...                       progress=False, use_cache=False)
+        >>> isinstance(sim, noloco.Simulation), sim.cached, sim.text.splitlines()[0][:31]
+        (True, False, 'noloco on quadratic: N=4 n=2 al')
+    """
+
+    config: SimConfig
+    result: dict
+    text: str
+    cached: bool
+
+    @property
+    def diverged(self) -> dict | None:
+        """None, or where and why the run diverged (``step``, ``reason``, ``violated_conditions``)."""
+        return self.result["diverged"]
+
+
+def simulate(method: str, outer, inner, spectrum, *, objective: str = "quadratic", rotate: bool = False,
+             trials: int = 200, outer_steps: int = 200, inner_mode: str = "auto", max_memory=None,
+             max_time=None, progress: bool | None = None, use_cache: bool = True, **fields) -> Simulation:
+    """``noloco simulate`` as a library: a setting run by Monte Carlo with real inner steps, next to the theory.
+
+    ``trials`` independent runs of N replicas for ``outer_steps`` outer steps, each with its own groups and
+    noise, so every simulated mean has an honest standard error; the theory's prediction
+    (:func:`noloco.analyse`) beside it, with the z-score (simulated - theory) / se. The memory and time are
+    checked against their budgets before the spectrum is materialised (a refusal costs nothing). The result
+    is cached under a hash of the whole configuration and the project's sources.
+
+    Args:
+        method: ``"noloco"``, ``"diloco"``, ``"local"`` or ``"ddp"``; its constraints apply.
+        outer: the :class:`noloco.OuterConfig`.
+        inner: the :class:`noloco.InnerConfig` (inner SGD lr, H, gradient noise).
+        spectrum: the quadratic's curvatures (:class:`noloco.Spectrum`), or None for a data objective.
+        objective: ``"quadratic"`` or a convex problem on packaged data (``noloco simulate --help``).
+        rotate: a random rotation of the quadratic's eigenbasis.
+        trials: independent trials (at least 2).
+        outer_steps: outer steps per trial.
+        inner_mode: ``"auto"``, ``"exact"`` or ``"explicit"`` (how the inner phase is simulated).
+        max_memory: memory budget (bytes or a text such as ``"2G"``; None: half the memory available).
+        max_time: time budget in seconds (None: none).
+        progress: a bar on a terminal, a line a minute in a log (None: on).
+        use_cache: read and write the cache.
+        **fields: the other :class:`noloco.SimConfig` fields (``seed``, ``split``, ``batch_size``, ...).
+
+    Returns:
+        A :class:`Simulation`: the config, the result as data, the printed table, whether it was cached.
+
+    Raises:
+        ConfigError: a value out of range or a conflict with the method (exit 2 on the command line).
+        BudgetError: the estimated memory is above ``max_memory`` (a ``MemoryError``, exit 3).
+        TimeBudgetError: the estimated time is above ``max_time`` (exit 3).
+
+    Examples:
+        >>> import noloco
+        >>> _, outer, inner = noloco.resolve("paper", replicas=4, steps=5)
+        >>> sim = noloco.simulate("noloco", outer, inner, noloco.Spectrum((1.0,)), trials=8, outer_steps=20,
+        ...                       progress=False, use_cache=False)
+        >>> sim.diverged is None, sim.config.trials, sorted(sim.result["summary"])[:2]
+        (True, 8, ['final_loss_at_mean', 'final_loss_at_mean_se'])
+    """
     from noloco.infra import budget
     from noloco.infra.checks import check_choice
     from noloco.quadratic.sim_costs import memory_estimate, time_estimate
@@ -290,7 +366,15 @@ def simulate_setting(method: str, outer, inner, spectrum, *, objective: str = "q
                     curvatures=None if spectrum is None else spectrum.values(), **fields)
     # progress: a bar on a terminal, a line a minute in a log (noloco.infra.progress)
     result, hit = cached_compare(cfg, progress=True if progress is None else progress, use_cache=use_cache)
-    return result, format_text(result, cfg, hit)
+    return Simulation(cfg, result, format_text(result, cfg, hit), hit)
+
+
+def simulate_setting(*args, **kwargs) -> tuple[dict, str]:
+    """Deprecated: :func:`simulate`, whose typed result holds ``(result, text)`` as ``.result`` and ``.text``."""
+    warnings.warn("noloco.simulate_setting is deprecated; use noloco.simulate, which returns a Simulation "
+                  "(.result, .text)", DeprecationWarning, stacklevel=2)
+    sim = simulate(*args, **kwargs)
+    return sim.result, sim.text
 
 
 def _fmt(x):

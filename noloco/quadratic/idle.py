@@ -106,7 +106,7 @@ def check_idle_inputs(hardware: Hardware = Hardware(), barrier_sync: float = 0.0
 
 
 #: wall nanoseconds per replica, step and trial of :func:`simulate_idle` on the project's 2-core machine when
-#: idle (docs/performance.md, ``python -m noloco.benchmarks comm``, two trials at a time on the two cores):
+#: idle (``python -m noloco.benchmarks comm``, two trials at a time on the two cores):
 #: numpy 12, compiled 5 (the upper ends of the measured 9 to 12 and 4 to 5), gamma jitter 3 more
 NS_IDLE, NS_IDLE_COMPILED, NS_GAMMA = 12.0, 5.0, 3.0
 

@@ -27,14 +27,45 @@ def _non_negative(v):
 
 @dataclass(frozen=True)
 class SimConfig:
-    """Everything a simulation depends on (the request its cache entry is keyed by).
+    """Everything a simulation depends on: the request its cache entry is keyed by.
 
-    Validated at construction: a bad value raises :class:`ConfigError` naming the field,
-    the value and the allowed range, as do combinations that do not fit the objective
-    (``curvatures`` or ``zeta`` with a data objective, a data ``split`` of the quadratic,
-    ``inner_mode='exact'`` where the inner phase has no closed form).
-    ``curvatures=None`` means "not given": :data:`noloco.theory.spectrum.DEFAULT_CURVATURE` for the
-    quadratic; a data objective takes its Hessian from the data.
+    :func:`noloco.simulate` builds one from its arguments and returns it in ``Simulation.config``; the
+    Monte Carlo (:mod:`noloco.quadratic.simulator`) takes it whole. ``curvatures=None`` means "not given":
+    :data:`noloco.theory.spectrum.DEFAULT_CURVATURE` for the quadratic; a data objective takes its Hessian
+    from the data.
+
+    Args:
+        outer: the :class:`noloco.OuterConfig`. inner: the :class:`noloco.InnerConfig`.
+        objective: ``"quadratic"`` or a convex problem on packaged data (``noloco simulate --help``).
+        curvatures: the quadratic's curvatures (a tuple), or None. rotate: rotate its eigenbasis.
+        zeta: spread of the replicas' optima. split: how data objectives are shared across replicas.
+        batch_size: minibatch rows per inner step (0: full gradient). l2: L2 term of the data objectives.
+        optimizer: the inner optimizer (``"sgd"``, momentum or Adam). inner_momentum: its momentum.
+        schedule, warmup, decay_time: the inner learning rate's schedule.
+        method: ``"noloco"``, ``"diloco"``, ``"local"`` or ``"ddp"``.
+        trials: independent trials, >= 2. outer_steps: per trial, >= 1. burn_in: outer steps before the
+            stationary window (None: half the run).
+        start: initial offset of every coordinate from the optimum. init_spread: std of independent
+            initial offsets per replica. seed: the random seed.
+        inner_mode: ``"auto"``, ``"exact"`` or ``"explicit"``. dtype: of the simulated weights.
+
+    Returns:
+        The frozen configuration; ``as_dict()`` is its cache key's data.
+
+    Raises:
+        ConfigError: a value out of range, or a combination that does not fit the objective
+            (``curvatures`` or ``zeta`` with a data objective, a data ``split`` of the quadratic,
+            ``inner_mode='exact'`` where the inner phase has no closed form).
+
+    Examples:
+        >>> import noloco
+        >>> cfg = noloco.SimConfig(trials=8, outer_steps=20, curvatures=(0.5, 1.0))
+        >>> cfg.method, cfg.outer.group_size, cfg.inner_mode
+        ('noloco', 2, 'auto')
+        >>> noloco.SimConfig(objective="diabetes", curvatures=(1.0,))
+        Traceback (most recent call last):
+        ...
+        noloco.infra.errors.ConfigError: ...
     """
 
     outer: OuterConfig = OuterConfig()

@@ -44,6 +44,9 @@ FAMILIES = {
     "gpt2": Family("gpt2", width=64, layers=2, heads=4),
     "llama": Family("llama", width=64, layers=2, heads=4),
     "cpu-tiny": Family("cpu-tiny", width=32, layers=1, heads=2),
+    # the fourth, added later and held out from every calibration: Hugging Face's GPT-NeoX (parallel attention
+    # and MLP, LayerNorm, rotary on a quarter of each head), code the project did not write
+    "neox": Family("neox", width=64, layers=2, heads=4),
 }
 BASE = dict(replicas=4, group_size=2, alpha=0.5, beta=0.7, gamma=0.7, inner_steps=10, outer_steps=32, lr=3e-3,
             warmup=20, schedule="cosine", min_lr_frac=0.1, batch=4, ctx=32, adam_beta2=0.95)
@@ -78,6 +81,11 @@ def _hf_model(family: Family, ctx: int):
         config = transformers.GPT2Config(vocab_size=256, n_positions=ctx + 1, n_embd=family.width,
                                          n_layer=family.layers, n_head=family.heads, bos_token_id=0, eos_token_id=0)
         return transformers.GPT2LMHeadModel(config)
+    if family.name == "neox":
+        config = transformers.GPTNeoXConfig(vocab_size=256, hidden_size=family.width, num_hidden_layers=family.layers,
+                                            num_attention_heads=family.heads, intermediate_size=family.width * 4,
+                                            max_position_embeddings=ctx + 1, bos_token_id=0, eos_token_id=0)
+        return transformers.GPTNeoXForCausalLM(config)
     config = transformers.LlamaConfig(vocab_size=256, hidden_size=family.width, intermediate_size=family.width * 8 // 3,
                                       num_hidden_layers=family.layers, num_attention_heads=family.heads,
                                       num_key_value_heads=family.heads // 2, max_position_embeddings=ctx + 1,
@@ -286,8 +294,9 @@ def train_tiny(setting: dict, seed: int, folder, val_windows: int = VAL_WINDOWS)
     Trainer(cfg, folder, progress=False).run(overwrite=True)
 
 
-#: the run under torchrun: the GPT-2 family's pilot, one replica per rank, the observer's coordinate sample
-TORCHRUN = ("gpt2", 4)
+#: the runs under torchrun: these families' pilots, one replica per rank (RANKS gloo processes), measured by the
+#: observer's coordinate sample
+TORCHRUN, RANKS = ("gpt2", "neox"), 4
 
 
 def train_ranks(family: Family, setting: dict, seed: int, folder: Path, ranks: int) -> None:
@@ -323,11 +332,14 @@ def _folder(out: Path, family: str, run: str, seed: int) -> Path:
 
 def train_missing(out: Path, families=tuple(FAMILIES), seeds=SEEDS, progress: bool | None = None) -> None:
     """Every family's pilot (BASE) and target (BASE with TARGET) for every seed, unless finished already."""
+    import torch
+
     from noloco.infra.progress import Progress
 
+    torch.set_num_threads(1)  # as the forecasts study trains the same runs (another count rounds otherwise)
+
     jobs = [(f, run, seed) for f in families for run in ("pilot", "target", "gap8") for seed in seeds]
-    if TORCHRUN[0] in families:
-        jobs.append((TORCHRUN[0], "torchrun", seeds[0]))
+    jobs += [(name, "torchrun", seeds[0]) for name in TORCHRUN if name in families]
     with Progress(len(jobs), "families study", unit="run", show=progress) as bar:
         for name, run, seed in jobs:
             folder = _folder(out, name, run, seed)
@@ -336,7 +348,7 @@ def train_missing(out: Path, families=tuple(FAMILIES), seeds=SEEDS, progress: bo
                 setting = {**BASE, **{"target": TARGET, "gap8": GAP_CHECK}.get(run, {})}
                 windows = GAP_WINDOWS if run == "gap8" else VAL_WINDOWS
                 if run == "torchrun":
-                    train_ranks(FAMILIES[name], setting, seed, folder, TORCHRUN[1])
+                    train_ranks(FAMILIES[name], setting, seed, folder, RANKS)
                 elif name == "cpu-tiny":
                     train_tiny(setting, seed, folder, windows)
                 else:
@@ -387,7 +399,7 @@ def evaluate(out: Path, families=tuple(FAMILIES), seeds=SEEDS) -> dict:
             rows["transfer"].append({**transfer_check(pilot, target, name, seed, TARGET), "family": name})
             rows["gap"].append(_gap(pilot, name, seed))
             rows["gap"].append({**_gap(_folder(out, name, "gap8", seed), name, seed), "run": "gap8"})
-        if name == TORCHRUN[0]:  # one replica per rank, measured from the coordinate sample
+        if name in TORCHRUN:  # one replica per rank, measured from the coordinate sample
             ranked = _folder(out, name, "torchrun", seeds[0])
             rows["own"].append({**_own(ranked, name, seeds[0]), "run": "torchrun"})
             rows["forecast"].append({**forecast_check(ranked, name, seeds[0]), "family": name, "run": "torchrun"})

@@ -11,7 +11,7 @@ What was fixed here before the runs (the rule):
 
 The runs are cheap: the Hugging Face families of :mod:`noloco.studies.families` (GPT-2 at width 64, GPT-2 at
 width 96, whose LayerNorm and bias tensors have the 96 coordinates of the public GPT on which the warning first
-cried wolf, and Llama), trained on the project's corpus for the first :data:`STOP` outer steps of the families'
+cried wolf, Llama, and GPT-NeoX), trained on the project's corpus for the first :data:`STOP` outer steps of the families'
 32-step cosine schedule (every check of the observer runs by then), one torch thread.
 ``noloco llm study warnings --out DIR`` trains what is missing (finished runs are reused) and writes
 ``DIR/warnings.json``; docs/data/warnings.json is its result.
@@ -24,9 +24,9 @@ from pathlib import Path
 from noloco.infra.files import read_json, write_json
 from noloco.studies import families as F
 
-#: the families: the families study's GPT-2 and Llama, and GPT-2 at width 96
+#: the families: the families study's GPT-2, Llama and GPT-NeoX, and GPT-2 at width 96
 FAMILIES = {"gpt2": F.FAMILIES["gpt2"], "gpt2-96": F.Family("gpt2", width=96, layers=2, heads=4),
-            "llama": F.FAMILIES["llama"]}
+            "llama": F.FAMILIES["llama"], "neox": F.FAMILIES["neox"]}
 #: outer steps trained of the 32-step schedule: the observer's last check is at outer step 10 (WARN_STEPS)
 STOP = 12
 #: the clean settings (changes to the families' base run) and their seeds: the base at N 4 and 8, the families
@@ -45,7 +45,7 @@ VAL_WINDOWS = 8  # the loss is not what this study reads
 
 def unequal_start(models) -> None:
     """The fault ``unequal_start``: one coordinate of replica 1 moved by 1e-3 before the outer optimizer copies
-    the weights (docs/own_run.md's test makes the same fault)."""
+    the weights (tests/test_observer.py makes the same fault)."""
     import torch
 
     with torch.no_grad():

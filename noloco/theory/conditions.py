@@ -229,10 +229,41 @@ def check_arguments(outer, inner, spectrum, model=None, spectrum_optional: bool 
 
 
 def analyse(outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum, model=None) -> Analysis:
-    """The conditions and rates of ``spectrum``, chunk by chunk (:meth:`Spectrum.chunks`): memory is
-    bounded for any number of directions. ``model`` (:class:`noloco.theory.exchangeable.InnerModel`): an
-    inner optimizer with carried state, correlated noise or heterogeneous optima; evaluated with the
-    exchangeable recursion of :mod:`noloco.theory.exchangeable` per direction."""
+    """A setting's stability and stationary spread on a quadratic: what ``noloco check`` prints.
+
+    Per direction lambda, H inner SGD steps map a deviation y to ``(1 - c) y + eps`` with
+    ``c = 1 - (1 - eta lambda)^H`` and ``eps ~ N(0, s2)``; the outer step then acts on the replica mean
+    and on the spread across replicas (through kappa = (N - n) / (n (N - 1))) as two linear recursions.
+    The setting is stable when both contract in every direction; the stationary spread is the fixed point
+    of the spread's second moment, summed over directions. Evaluated chunk by chunk
+    (:meth:`Spectrum.chunks`), so memory is bounded for any number of directions.
+
+    Args:
+        outer: the :class:`noloco.OuterConfig`.
+        inner: the :class:`noloco.InnerConfig`.
+        spectrum: the :class:`noloco.Spectrum` of curvatures.
+        model: None (inner SGD with i.i.d. noise), or an
+            :class:`noloco.theory.exchangeable.InnerModel` (carried optimizer state, correlated noise or
+            heterogeneous optima), evaluated per direction by the exchangeable recursion.
+
+    Returns:
+        An :class:`noloco.theory.conditions.Analysis`: ``verdict`` (stable, marginal, unstable or not
+        finite), ``conditions`` (each with whether it holds), ``stationary_variance``,
+        ``variance_decay_factor``, ``mean_spectral_radius`` and the per-direction lists.
+
+    Raises:
+        ConfigError: an argument of the wrong type or a spectrum too large for ``model``.
+
+    Examples:
+        >>> import noloco
+        >>> _, outer, inner = noloco.resolve("paper")
+        >>> a = noloco.analyse(outer, inner, noloco.Spectrum((0.1, 1.0)))
+        >>> a.verdict, round(a.variance_decay_factor, 4)
+        ('stable', 0.6455)
+        >>> _, outer, inner = noloco.resolve("paper", alpha=0.99, beta=5)
+        >>> noloco.analyse(outer, inner, noloco.Spectrum((0.1, 1.0))).verdict
+        'unstable'
+    """
     check_arguments(outer, inner, spectrum, model)
     with np.errstate(over="ignore", invalid="ignore", divide="ignore"):
         # a diverging setting overflows to inf (or nan): that is the answer, reported as unstable

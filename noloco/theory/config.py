@@ -18,16 +18,39 @@ MOMENTUM_CONVENTIONS = ("heavy-ball", "nesterov")
 
 @dataclass(frozen=True)
 class OuterConfig:
-    """The NoLoCo outer step and its averaging groups.
+    """The NoLoCo outer step and its averaging groups, validated at construction.
 
-    replicas (N) replicas are split every outer step into a fresh random partition
-    of groups of ``group_size`` (n). ``alpha`` is the outer momentum, ``beta`` the
-    outer learning rate on the group-mean progress, ``gamma`` the pull towards the
-    group-mean weights. ``momentum`` is ``"heavy-ball"`` (reference code) or
-    ``"nesterov"`` (torch ``SGD(nesterov=True)``, as DiLoCo implementations use).
+    Every outer step the N replicas are split into a fresh random partition into groups of n; replica i
+    moves by ``delta_i <- alpha delta_i + beta mean_G(Delta) + gamma (mean_G(phi) - phi_i)``
+    (:func:`noloco.outer_step`). Special cases: DiLoCo is n = N, no synchronisation is n = 1, data
+    parallel is H = 1, n = N, alpha = 0, beta = 1. Stability is not a validation rule: an unstable but
+    well-formed setting is accepted, and :func:`noloco.analyse` says which condition it violates.
 
-    Special cases: DiLoCo is n = N, no synchronisation is n = 1, data parallel is
-    H = 1, n = N, alpha = 0, beta = 1.
+    Args:
+        replicas: N, an integer >= 1.
+        group_size: n, dividing N.
+        alpha: outer momentum, 0 <= alpha < 1.
+        beta: outer learning rate on the group-mean progress, >= 0.
+        gamma: pull towards the group-mean weights, >= 0.
+        momentum: ``"heavy-ball"`` (the NoLoCo reference code) or ``"nesterov"`` (torch
+            ``SGD(nesterov=True)``, as DiLoCo implementations use).
+
+    Returns:
+        The frozen setting; ``kappa`` = (N - n) / (n (N - 1)), the weight of a deviation a random group
+        mean leaves.
+
+    Raises:
+        ConfigError: a value out of range, naming the field, the value and what is allowed.
+
+    Examples:
+        >>> import noloco
+        >>> outer = noloco.OuterConfig(replicas=8, group_size=2)
+        >>> outer.alpha, outer.beta, outer.gamma, round(outer.kappa, 4)
+        (0.5, 0.7, 0.7, 0.4286)
+        >>> noloco.OuterConfig(replicas=8, group_size=3)
+        Traceback (most recent call last):
+        ...
+        noloco.infra.errors.ConfigError: group_size=3 is out of range; allowed: an integer >= 1 dividing replicas=8
     """
 
     replicas: int = 8
@@ -65,8 +88,31 @@ OUTER_FIELDS = ("replicas", "group_size", "alpha", "beta", "gamma", "momentum")
 
 @dataclass(frozen=True)
 class InnerConfig:
-    """Inner phase: ``steps`` (H) steps of SGD with learning rate ``lr`` (eta) and
-    additive gradient noise of standard deviation ``noise`` (sigma) per coordinate."""
+    """The inner phase of the theory's model problem: H steps of SGD with additive gradient noise.
+
+    On a quadratic with curvature lambda each inner step is ``theta <- theta - eta (lambda theta + xi)``,
+    ``xi ~ N(0, sigma^2)`` per coordinate; H such steps contract by ``c = 1 - (1 - eta lambda)^H``.
+
+    Args:
+        lr: eta, the inner learning rate, > 0 (named ``inner_lr`` in errors and flags).
+        steps: H, inner steps per outer step, >= 1 (``inner_steps``).
+        noise: sigma, the gradient noise's standard deviation per coordinate, >= 0.
+
+    Returns:
+        The frozen setting.
+
+    Raises:
+        ConfigError: a value out of range, naming the flag.
+
+    Examples:
+        >>> import noloco
+        >>> noloco.InnerConfig(lr=0.05, steps=10)
+        InnerConfig(lr=0.05, steps=10, noise=1.0)
+        >>> noloco.InnerConfig(steps=0)
+        Traceback (most recent call last):
+        ...
+        noloco.infra.errors.ConfigError: inner_steps=0 is out of range; allowed: an integer >= 1
+    """
 
     lr: float = 0.01
     steps: int = 50

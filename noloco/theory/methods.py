@@ -65,6 +65,8 @@ METHOD_TABLE = {m.name: m for m in (
     Method("ddp", "data parallel: n = N, alpha 0, beta 1, gamma 0, gradients averaged every inner step (H = 1)",
            "all", _NO_OUTER_STEP, synchronous=True),
 )}
+#: the method names, as every command and :func:`resolve` take them: noloco, diloco, local, ddp (what each
+#: does to the outer step: :data:`METHOD_SUMMARY`)
 METHODS = tuple(METHOD_TABLE)
 METHOD_SUMMARY = {name: m.summary for name, m in METHOD_TABLE.items()}
 
@@ -86,6 +88,9 @@ class Preset:
                 "inner": dataclasses.asdict(self.inner), "note": self.note}
 
 
+#: the presets by name (``--preset``, :func:`resolve`'s first argument): a method with its outer and inner
+#: settings: paper (the NoLoCo reference), diloco (as the NoLoCo reference code runs it), diloco-nesterov
+#: (as torch implementations run it)
 PRESETS: dict[str, Preset] = {
     "paper": Preset(
         "noloco",
@@ -147,12 +152,42 @@ def outer_from_record(method: str, data: dict) -> OuterConfig:
 
 def resolve(preset: str | None = None, method: str | None = None, *, gamma_tied: bool = False,
             **overrides) -> tuple[str, OuterConfig, InnerConfig]:
-    """``(method, outer, inner)`` from a preset, then explicit values, then the method's constraints.
+    """A validated setting ``(method, outer, inner)``, as every command resolves its flags.
 
-    ``overrides`` are OuterConfig and InnerConfig fields (``None`` means not given). A value
-    that the method fixes differently (``diloco`` with a group size other than N, ``local``
-    with a momentum, ...) is refused rather than silently replaced; so is ``gamma_tied`` next
-    to an explicit gamma.
+    A preset first (none: the method's own), then the values given, then the method's constraints
+    (diloco: n = N, gamma 0; local: n = 1, alpha 0, beta 1, gamma 0; ddp: that and H = 1). A value that
+    the method fixes differently (``diloco`` with a group size other than N, ...) is refused rather than
+    silently replaced; so is ``gamma_tied`` next to an explicit gamma.
+
+    Args:
+        preset: a name in :data:`PRESETS` (``"paper"``, ``"diloco"``, ``"diloco-nesterov"``), or None.
+        method: a name in :data:`METHODS`, or None (the preset's, else ``"noloco"``).
+        gamma_tied: gamma = beta, as the NoLoCo reference code has it.
+        **overrides: :class:`noloco.OuterConfig` fields (``replicas``, ``group_size``, ``alpha``, ``beta``,
+            ``gamma``, ``momentum``) and :class:`noloco.InnerConfig` fields (``lr``, ``steps``, ``noise``);
+            None means not given.
+
+    Returns:
+        ``(method, outer, inner)``: the method's name, an OuterConfig and an InnerConfig.
+
+    Raises:
+        ConfigError: an unknown preset or method, a value out of range, or a value the method fixes
+            otherwise.
+        TypeError: an override that is no field of either config.
+
+    Examples:
+        >>> import noloco
+        >>> sorted(noloco.PRESETS), noloco.METHODS
+        (['diloco', 'diloco-nesterov', 'paper'], ('noloco', 'diloco', 'local', 'ddp'))
+        >>> method, outer, inner = noloco.resolve("paper", replicas=16)
+        >>> method, outer.group_size, outer.alpha, inner.steps
+        ('noloco', 2, 0.5, 50)
+        >>> noloco.resolve(method="diloco", replicas=4)[1].group_size    # n = N
+        4
+        >>> noloco.resolve(method="diloco", group_size=2)
+        Traceback (most recent call last):
+        ...
+        noloco.infra.errors.ConfigError: group_size=2 conflicts with method='diloco', which sets group_size=8 (n = N (all-reduce of the progress), gamma 0)
     """
     if preset is not None:
         check_choice("preset", preset, tuple(PRESETS))

@@ -24,11 +24,42 @@ from noloco.theory.config import MOMENTUM_CONVENTIONS
 
 
 def outer_step(phi, delta, group_mean_phi, group_mean_progress, alpha, beta, gamma, momentum="heavy-ball"):
-    """One outer step; returns ``(new_phi, new_delta)``.
+    """One outer step of one replica: ``(new_phi, new_delta)``, the rule written once.
 
-    ``phi`` outer weights, ``delta`` outer momentum, ``group_mean_phi`` and
-    ``group_mean_progress`` the means of phi and of the progress theta - phi over
-    the replica's group, broadcast to the shape of ``phi``.
+    With the progress ``Delta = theta - phi`` and the means over the replica's group G::
+
+        u         = beta * mean_G(Delta) + gamma * (mean_G(phi) - phi)
+        new_delta = alpha * delta + u
+        new_phi   = phi + new_delta                  (heavy-ball)
+                    phi + u + alpha * new_delta      (nesterov)
+
+    Plain arithmetic: numbers, numpy arrays, torch tensors and sympy symbols all work.
+
+    Args:
+        phi: the outer weights.
+        delta: the outer momentum.
+        group_mean_phi: the mean of phi over the group, broadcast to phi's shape.
+        group_mean_progress: the mean of theta - phi over the group, broadcast to phi's shape.
+        alpha: outer momentum. beta: outer learning rate on the group-mean progress. gamma: pull towards
+            the group-mean weights.
+        momentum: ``"heavy-ball"`` (the NoLoCo reference code) or ``"nesterov"`` (torch
+            ``SGD(nesterov=True)`` on the pseudo-gradient ``-u / beta``).
+
+    Returns:
+        ``(new_phi, new_delta)``, of the type given.
+
+    Raises:
+        ValueError: ``momentum`` is not one of the two conventions.
+
+    Examples:
+        >>> from noloco import outer_step
+        >>> outer_step(1.0, 0.0, 2.0, 0.5, alpha=0.5, beta=0.5, gamma=0.25)   # u = 0.25 + 0.25
+        (1.5, 0.5)
+        >>> import numpy as np                       # two replicas of one group, one coordinate each
+        >>> phi = np.array([0.0, 2.0]); progress = np.array([1.0, 3.0])
+        >>> new_phi, _ = outer_step(phi, 0 * phi, phi.mean(), progress.mean(), 0.0, 1.0, 1.0)
+        >>> new_phi.tolist()                          # beta = gamma = 1: both at mean(phi + progress)
+        [3.0, 3.0]
     """
     if momentum not in MOMENTUM_CONVENTIONS:
         raise ValueError(f"momentum={momentum!r} is not allowed; allowed: {', '.join(MOMENTUM_CONVENTIONS)}")

@@ -1,6 +1,6 @@
 """Random pipeline routing on a two-stage deep-linear model: the exact theory.
 
-The model (docs/routing.md, "Theory" derives everything here). Two consecutive stages, each replicated
+The model (docs/routing.md, "Theory", states its results; this module derives them). Two consecutive stages, each replicated
 N times; replica i of stage 1 holds ``a_i`` and replica j of stage 2 holds ``b_j``, both in R^D with
 independent coordinates. A microbatch routed through (stage-1 replica i, stage-2 replica j) sees, per
 coordinate with curvature h::
@@ -374,7 +374,7 @@ def stage_closed_form(model: TwoStageModel, outer: OuterConfig, inner: InnerConf
     scalar model with its own curvature, h b*^2 for stage 1 and h a*^2 for stage 2 (the partner's
     deviation averages out), and its own noise sigma^2 + output_noise^2 (b*^2 resp. a*^2). The
     routing noise eta^2 h^2 a*^2 b*^2 v_other / B per inner step is dropped: relative to the gradient
-    noise it is O(eta h a*^2 / 2) (docs/routing.md, "Theory"). Per stage, mean over coordinates."""
+    noise it is O(eta h a*^2 / 2). Per stage, mean over coordinates."""
     out = np.zeros(2)
     extra = model.stage_noise_var()
     for h in model.curvatures:

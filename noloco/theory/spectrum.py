@@ -36,11 +36,34 @@ def _check_count(kind: str, count: int) -> int:
 
 @dataclass(frozen=True)
 class Spectrum:
-    """Curvatures lambda_k > 0 of the eigen-directions of a quadratic.
+    """Curvatures lambda_k > 0 of the eigen-directions of a quadratic, the objective the theory is exact on.
 
-    ``Spectrum((0.1, 1.0))`` is a list; :meth:`uniform` and :meth:`power_law` generate one
-    (``kind`` and ``params`` say how, ``size`` how many). ``curvatures`` is the tuple of values,
-    or None for a generated spectrum above :data:`MATERIALISED` directions."""
+    ``Spectrum((0.1, 1.0))`` is a list; :meth:`uniform` and :meth:`power_law` generate one of up to
+    10^10 directions and :meth:`parse` reads the command line's form. A generated spectrum above
+    :data:`MATERIALISED` directions keeps only its rule and yields its values in chunks, so totals take
+    bounded memory.
+
+    Args:
+        curvatures: a number or a sequence of numbers > 0 (for ``kind="list"``).
+        kind: ``"list"``, ``"uniform"`` or ``"powerlaw"`` (set by the generators).
+        params: the generator's parameters. size: the number of directions (set for you).
+
+    Returns:
+        The frozen spectrum; ``count`` directions, ``curvatures`` their values (None above
+        :data:`MATERIALISED`).
+
+    Raises:
+        ConfigError: an empty list, a value that is not a number > 0 and finite, or a count out of range.
+
+    Examples:
+        >>> import noloco
+        >>> noloco.Spectrum((0.1, 1.0)).count
+        2
+        >>> noloco.Spectrum.uniform(0.1, 1.0, 5).curvatures
+        (0.1, 0.325, 0.55, 0.775, 1.0)
+        >>> noloco.Spectrum.parse("powerlaw:1:1:4").curvatures
+        (1.0, 0.5, 0.3333333333333333, 0.25)
+    """
 
     curvatures: tuple | None = None
     kind: str = "list"

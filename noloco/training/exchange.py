@@ -59,7 +59,25 @@ def rank_device(device: str, local_rank: int) -> str:
 
 
 class PeerError(DataError):
-    """A peer did not answer in time (or died): a clear error instead of a hang (exit code 3)."""
+    """A peer rank did not answer in time, or died: a clear error instead of a hang (a DataError, exit 3).
+
+    Under torch.distributed every message of an outer step (and the join of the process group) waits at
+    most ``timeout`` seconds; past it, the rank raises this error naming the peers it waited for.
+
+    Args:
+        message: the one line: this rank, what it waited for, the peers, the timeout.
+
+    Returns:
+        The exception; the command line prints its line and exits 3.
+
+    Raises:
+        Nothing itself: raised by :class:`noloco.OuterOptimizer` and the harness under torchrun.
+
+    Examples:
+        >>> import noloco
+        >>> issubclass(noloco.PeerError, noloco.DataError)
+        True
+    """
 
 
 class Exchange:

@@ -82,27 +82,50 @@ def _run_schedule(args, state, inner_steps: int) -> dict:
 
 
 class NoLoCoCallback(TrainerCallback):
-    """Every ``inner_steps`` (H) optimizer steps of ``trainer``, the NoLoCo outer step over the
-    torch.distributed ranks, each rank one replica (started by torchrun; the Trainer starts the group).
+    """NoLoCo in Hugging Face's ``Trainer``: every ``inner_steps`` (H) optimizer steps, the outer step.
 
-    ``trainer`` is the ``transformers.Trainer`` it is added to (its wrapped model is where the gradient
-    all-reduce is stopped); ``settings`` are :class:`OuterOptimizer`'s (``inner_steps``,
-    ``method``, ``preset``, ``group_size``, ``alpha``, ``beta``, ``gamma``, ``momentum``, ``seed``,
-    ``outer_dtype``, ``wire_dtype``, ``timeout``; their values are checked when training begins, where N is known);
-    ``resume_from`` the checkpoint folder of a resumed run when it is not
-    ``args.output_dir/checkpoint-STEP`` (the one ``trainer.train(resume_from_checkpoint=True)`` picks).
-    ``observe=FOLDER``: a :class:`noloco.Observer` measures the run into that run folder (rank 0 writes it;
-    the schedule, lr, warm-up, outer steps and optimizer read from the Trainer's arguments, the inner
-    optimizer's Adam state for ``--gap``; ``observer_options`` are the Observer's other keywords, e.g.
-    ``{"sample": 1024}``, or ``{"schedule": ...}`` for a schedule the advice does not model); the Trainer's
-    logged ``loss`` goes into its metrics; ``callback.observer`` is it.
-
-    ``callback.outer`` is the :class:`OuterOptimizer` once training has begun (its ``add_progress_hook``
-    and ``state_dict`` as in a plain loop)::
+    Each torch.distributed rank (started by torchrun; the Trainer starts the group) is one replica: when
+    training begins the callback stops DDP's gradient all-reduce, so every rank trains its own replica, and
+    builds the :class:`noloco.OuterOptimizer` (``callback.outer``) on the Trainer's optimizer. It saves and
+    resumes every rank's outer state and weights with the Trainer's checkpoints (``noloco-rank{R}.pt``).
+    In a script::
 
         trainer = Trainer(model=model, args=args, train_dataset=data)
         trainer.add_callback(NoLoCoCallback(trainer, inner_steps=50))
         trainer.train()
+
+    Args:
+        trainer: the ``transformers.Trainer`` it is added to (its wrapped model is where the gradient
+            all-reduce is stopped).
+        resume_from: the checkpoint folder of a resumed run when it is not
+            ``args.output_dir/checkpoint-STEP`` (the one ``trainer.train(resume_from_checkpoint=True)`` picks).
+        observe: a run folder: a :class:`noloco.Observer` measures the run into it (rank 0 writes it; the
+            schedule, lr, warm-up, outer steps and optimizer read from the Trainer's arguments); the
+            Trainer's logged ``loss`` goes into its metrics; ``callback.observer`` is it.
+        observer_options: the Observer's other keywords, e.g. ``{"sample": 1024}``.
+        **settings: :class:`noloco.OuterOptimizer`'s (``inner_steps``, ``method``, ``preset``, ``group_size``,
+            ``alpha``, ``beta``, ``gamma``, ``momentum``, ``seed``, ``outer_dtype``, ``wire_dtype``,
+            ``timeout``); checked now, the group size against N when training begins.
+
+    Returns:
+        The callback; ``callback.outer`` is the OuterOptimizer once training has begun (None before).
+
+    Raises:
+        ConfigError: a setting out of range or not the callback's (``replicas``, ``stages``: the ranks are
+            the replicas), a trainer that is not a ``transformers.Trainer``, DeepSpeed or FSDP, or no
+            process group when training begins.
+        DataError: a resumed run whose per-rank state is missing or of another step.
+
+    Examples:
+        >>> import noloco
+        >>> noloco.NoLoCoCallback(object(), inner_steps=50)
+        Traceback (most recent call last):
+        ...
+        noloco.infra.errors.ConfigError: trainer=object is not a transformers.Trainer...
+        >>> noloco.NoLoCoCallback(object(), replicas=4)
+        Traceback (most recent call last):
+        ...
+        noloco.infra.errors.ConfigError: replicas= is not a setting of NoLoCoCallback: ...
     """
 
     def __init__(self, trainer, *, resume_from: str | os.PathLike | None = None,

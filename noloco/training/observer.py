@@ -10,7 +10,7 @@ exchange), it sees each outer step's outer weights phi and progress theta - phi 
   same on every rank (:class:`noloco.training.sample.CoordinateSample`), gathered by one all-gather of a small
   buffer per outer step; the parameters are never all-reduced. Each row states its sampling error.
 
-Rank 0 writes the run folder (docs/own_run.md, format ``noloco-run`` version :data:`FORMAT_VERSION`), every
+Rank 0 writes the run folder (docs/run_folder.md, format ``noloco-run`` version :data:`FORMAT_VERSION`), every
 file atomically: ``result.json`` (the setting the advice reads, how far the run got, the flags),
 ``metrics.jsonl`` (a row per outer step: ``weight_std`` of phi after it and what :meth:`Observer.log` was
 given) and ``inputs.jsonl`` (the meter's row per outer step). ``noloco llm predict RUN`` (``--forecast``,
@@ -37,7 +37,7 @@ from noloco.training.measure import SpreadMeter
 from noloco.training.sample import DEFAULT_SAMPLE, CoordinateSample, c_error, standard_errors, update_alignment
 
 FORMAT = "noloco-run"
-#: the version of the run-folder format this observer writes (docs/own_run.md)
+#: the version of the run-folder format this observer writes (docs/run_folder.md)
 FORMAT_VERSION = 1
 #: across ranks, the outer steps whose samples' all-gather may still be in flight before the observer waits
 IN_FLIGHT = 4
@@ -68,22 +68,43 @@ def _release_folder(observer) -> None:
 
 
 class Observer:
-    """Measure the theory's inputs and the spread of the run of ``outer`` (an OuterOptimizer, or a
-    :class:`noloco.training.watch.Watch` on another framework's outer step) and write them to ``folder``
-    (rank 0; None: measure only, into ``inputs`` and the rows, for a caller that writes its own files).
+    """The theory's inputs and the spread of any run, measured every outer step into a run folder.
 
-    The advice needs the run's inner learning-rate schedule: ``outer_steps`` (planned), ``lr`` (peak),
-    ``schedule`` (constant, cosine or inverse), ``warmup`` (inner steps), ``min_lr_frac``, ``inner_optimizer``
-    (adamw or sgd) and ``adam_beta2``; any other keyword is kept in the folder's config as the user's own
-    field (a model name, a seed...). ``sample``: coordinates per tensor across ranks (default
-    :data:`~noloco.training.sample.DEFAULT_SAMPLE`), or in one process to sample instead of measuring every
-    coordinate; ``seed`` of the sample. ``spread_budget``: a weight_std the run should stay below (a flag when
-    the measured or forecast spread crosses it). ``write_every``: outer steps between writes of the folder (also
-    written when a warning is raised, and at :meth:`close`). ``warn_steps``: the first outer steps at which the
-    warnings that replay the run so far (``unstable``, ``spread_budget``) run (default 10; 0: never; they cost
-    most of the observer's time, docs/own_run.md). ``overwrite``: replace a run folder already there.
+    Attached to ``outer`` (an :class:`noloco.OuterOptimizer`, or a :class:`noloco.Watch` on another
+    framework's outer step), it measures at every outer step the inputs the theory needs (the per-group
+    contraction c and noise s2 of the inner phase, from the progress) and the replicas' spread, and writes
+    the folder ``noloco llm predict`` and :func:`noloco.read_run` read (format ``noloco-run``; rank 0
+    writes it). Under torch.distributed it measures a coordinate sample gathered without a wait. Early
+    warnings (``flags``) say when the measured or forecast spread grows or crosses ``spread_budget``.
 
-    Example: 4 replicas of a small regression in one process, 12 outer steps::
+    Args:
+        outer: the outer step observed.
+        folder: the run folder to write (None: measure only, into ``inputs`` and the rows, for a caller
+            that writes its own files).
+        outer_steps: outer steps planned. lr: the inner peak learning rate.
+        schedule: ``"constant"``, ``"cosine"`` or ``"inverse"``; warmup: inner steps; min_lr_frac: the
+            cosine floor (the advice needs the run's schedule).
+        inner_optimizer: ``"adamw"`` or ``"sgd"``; adam_beta2: AdamW's second-moment decay.
+        sample: coordinates per tensor sampled (default across ranks:
+            :data:`~noloco.training.sample.DEFAULT_SAMPLE`; None in one process: every coordinate).
+        seed: of the sample.
+        spread_budget: a weight_std the run should stay below (a flag when it is crossed or forecast to be).
+        write_every: outer steps between writes of the folder (also at a warning and at :meth:`close`).
+        warn_steps: the first outer steps at which the warnings that replay the run run (0: never).
+        overwrite: replace a run folder already there.
+        **fields: the user's own settings kept in the folder's config (a model name, a seed...).
+
+    Returns:
+        The observer; ``inputs`` and ``rows`` hold what it measured, ``flags`` its warnings; :meth:`log`
+        adds the user's evaluations, :meth:`close` writes the folder a last time.
+
+    Raises:
+        ConfigError: ``outer`` is no outer step, a value out of range, fewer than 2 replicas, a folder that
+            already holds a run (without ``overwrite``) or is written by another open observer.
+        LockedError: another process writes the folder.
+
+    Examples:
+        4 replicas of a small regression in one process, 12 outer steps:
 
         >>> import tempfile, torch, noloco
         >>> _ = torch.manual_seed(0)
@@ -408,7 +429,7 @@ class Observer:
         return {"outer_step": step, "sum_sqrt_v": float(root) / self.N}
 
     def result(self, finished: bool) -> dict:
-        """result.json's content (docs/own_run.md)."""
+        """result.json's content (docs/run_folder.md)."""
         sampled = None if not self.sampled else {
             "per_tensor": self.sample.per_tensor, "seed": self.sample.seed, "tensors": len(self.numel),
             "coordinates": sum(self.sample.sizes().values()), "of": sum(self.numel.values())}

@@ -25,9 +25,10 @@ import os
 
 import torch
 
-from noloco.infra.checks import check_seed, check_timeout
+from noloco.infra.checks import check_integer, check_seed, check_timeout
 from noloco.infra.errors import ConfigError, DataError
-from noloco.theory.methods import METHOD_TABLE, METHODS, resolve
+from noloco.theory.config import OuterConfig
+from noloco.theory.methods import METHOD_TABLE, METHODS, check_outer, resolve
 from noloco.training.exchange import DistExchange, Exchange, LocalExchange
 from noloco.training.replicas import Modules, Tensors, is_module_list
 
@@ -42,8 +43,18 @@ class OuterStep:
     :class:`noloco.training.watch.Watch` watches one that another framework runs."""
 
     def _setup(self, model, inner_optimizer, *, inner_steps, method, preset, replicas, group_size, alpha, beta,
-               gamma, momentum, seed, stages, exchange, timeout) -> None:
+               gamma, momentum, seed, stages, exchange, timeout, config=None) -> None:
         self.seed = check_seed("seed", seed)
+        if config is not None:  # the resolved setting passed whole: the loose values would contradict it
+            loose = {"preset": preset, "group_size": group_size, "alpha": alpha, "beta": beta, "gamma": gamma,
+                     "momentum": momentum}
+            given = [k for k, v in loose.items() if v is not None]
+            if given:
+                raise ConfigError(f"config= and {', '.join(k + '=' for k in given)} both given; give the OuterConfig "
+                                  f"or the loose settings, not both")
+            check_outer("config", config, method or "noloco")
+            if replicas is not None and replicas != config.replicas:
+                raise ConfigError(f"replicas={replicas!r} but config.replicas={config.replicas}")
         check_timeout("timeout", timeout)
         if inner_optimizer is not None and not isinstance(inner_optimizer, torch.optim.Optimizer):
             raise ConfigError(f"inner_optimizer={type(inner_optimizer).__name__} is not a torch.optim.Optimizer; give "
@@ -64,9 +75,15 @@ class OuterStep:
             self.replicas_here = Tensors(model, replicas if exchange is None else batched)
         self.params = self.replicas_here.params
         self.exchange = exchange or self._exchange(replicas, timeout)
-        self.method, self.config, inner = resolve(
-            preset, method, replicas=self.exchange.N, group_size=group_size, alpha=alpha, beta=beta,
-            gamma=gamma, momentum=momentum, steps=inner_steps)
+        if config is None:
+            self.method, self.config, inner = resolve(
+                preset, method, replicas=self.exchange.N, group_size=group_size, alpha=alpha, beta=beta,
+                gamma=gamma, momentum=momentum, steps=inner_steps)
+        else:  # validated when it was made; only H (the method's default when not given) is resolved here
+            if config.replicas != self.exchange.N:
+                raise ConfigError(f"config.replicas={config.replicas} but the run has {self.exchange.N} replicas")
+            self.method, self.config = method or "noloco", config
+            inner = resolve(None, self.method, steps=inner_steps)[2]
         if METHOD_TABLE[self.method].synchronous:
             raise ConfigError(f"method={self.method!r} averages gradients at every inner step, which is torch's "
                               f"DistributedDataParallel, not an outer step; allowed here: "
@@ -118,6 +135,23 @@ class OuterStep:
         self._progress_hooks.append(hook)
         return _Handle(self._progress_hooks, hook)
 
+    def start_at(self, outer_step: int, inner_step: int = 0) -> None:
+        """Count on from ``outer_step`` outer steps done and ``inner_step`` inner steps of the current phase.
+
+        A loop that keeps its own checkpoints (phi and delta restored by hand) resumes the counters here; the
+        groups of outer step t are drawn from (seed, t), so they follow.
+
+        Args:
+            outer_step: outer steps already done, >= 0.
+            inner_step: inner steps of the current phase already done, 0 <= inner_step < inner_steps.
+
+        Raises:
+            ConfigError: a count that is not an integer in range.
+        """
+        self.outer_done = check_integer("outer_step", outer_step, "an integer >= 0", lambda v: v >= 0)
+        self.inner_done = check_integer("inner_step", inner_step, f"an integer 0 <= inner_step < {self.inner_steps}",
+                                        lambda v: 0 <= v < self.inner_steps)
+
     def settle(self) -> None:
         """Bring ``phi`` and ``outer_done`` up to date (the observer calls it when it closes)."""
 
@@ -135,26 +169,50 @@ class OuterStep:
 
 
 class OuterOptimizer(OuterStep):
-    """Wrap ``model`` (a module, a dict or iterable of tensors, or a list of N modules) and its
-    ``inner_optimizer``; every ``inner_steps`` steps of the inner optimizer, one outer step.
+    """The outer step of NoLoCo, DiLoCo or local training around a user's model and inner optimizer.
 
-    Where the replicas are: ``replicas=None`` (default) one replica per torch.distributed rank (the
-    process group must be started, e.g. under torchrun; N = world size); ``replicas=N`` all N in this
-    process, every tensor with a leading replica dimension N; a list of N modules, one replica each.
+    Every ``inner_steps`` (H) steps of the inner optimizer, every replica i runs the outer step
+    (:func:`noloco.outer_step`) with its group G(i) of a fresh random partition into groups of n::
 
-    Settings (None: the preset's value; defaults of ``preset="paper"``: n = 2, alpha 0.5, beta =
-    gamma = 0.7, heavy-ball, H = 50; of ``method="diloco"``: n = N, alpha 0.3, beta 0.7, gamma 0,
-    H = 100): ``method`` noloco, diloco or local; ``preset`` paper, diloco or diloco-nesterov;
-    ``group_size`` n; ``alpha`` outer momentum; ``beta`` outer learning rate on the group-mean progress;
-    ``gamma`` pull towards the group-mean weights; ``momentum`` "heavy-ball" or "nesterov"; ``seed``
-    of the groups (the same on every rank); ``outer_dtype`` of phi and delta (None: each parameter's);
-    ``wire_dtype`` of the one vector each replica sends per outer step, beta * progress + gamma * phi (None:
-    the outer state's; ``torch.bfloat16`` halves the bytes, the group mean then of the rounded vectors).
+        Delta_i = theta_i - phi_i
+        delta_i <- alpha * delta_i + beta * mean_G(i)(Delta) + gamma * (mean_G(i)(phi) - phi_i)
+        phi_i   <- phi_i + delta_i;   theta_i <- phi_i
 
-    With an ``inner_optimizer`` the outer step runs from a hook after its ``step()``; without one, call
-    :meth:`step` after every inner step. Replicas must start equal (seed torch alike on every rank).
+    (heavy-ball; ``momentum="nesterov"`` is torch's convention). With an ``inner_optimizer`` the outer step
+    runs from a hook after its ``step()``; without one, call :meth:`step` after every inner step. Replicas
+    must start equal (seed torch alike on every rank).
 
-    Example: 4 replicas of a 2-vector in one process, H = 2, SGD lr 1 adding 1 to every weight::
+    Args:
+        model: a module, a dict or iterable of tensors, or a list of N modules (one replica each).
+        inner_optimizer: the ``torch.optim.Optimizer`` of the inner steps (or a wrapper holding one), or None.
+        config: the outer setting passed whole, an :class:`noloco.OuterConfig` (as :func:`noloco.resolve`
+            returns it); then ``preset``, ``group_size``, ``alpha``, ``beta``, ``gamma`` and ``momentum`` are
+            not given, and ``method`` (default ``"noloco"``, the setting as given) must leave it unchanged.
+        inner_steps: H, inner steps per outer step (None: the method's preset's, 50 for noloco).
+        method: ``"noloco"``, ``"diloco"`` or ``"local"`` (:data:`noloco.METHODS` less ``ddp``).
+        preset: ``"paper"``, ``"diloco"`` or ``"diloco-nesterov"`` (:data:`noloco.PRESETS`); None: the
+            method's.
+        replicas: None, one replica per torch.distributed rank (N = world size; the process group must be
+            started); an integer N, all N replicas in this process, every tensor with a leading dimension N.
+        group_size: n, dividing N. alpha: outer momentum, 0 <= alpha < 1. beta: outer learning rate on the
+            group-mean progress. gamma: pull towards the group-mean weights. momentum: ``"heavy-ball"`` or
+            ``"nesterov"``. (None: the preset's value, then the method's constraints.)
+        seed: seed of the groups, the same on every rank.
+        outer_dtype: dtype of phi and delta (None: each parameter's).
+        wire_dtype: dtype of the one vector each replica sends per outer step, beta * progress + gamma * phi
+            (None: the outer state's; ``torch.bfloat16`` halves the bytes).
+        stages: lists of parameter names whose replicas form their own groups (pipeline stages).
+        timeout: seconds a rank waits for a peer under torch.distributed.
+
+    Returns:
+        The optimizer; ``outer_done`` counts its outer steps, ``phi`` and ``delta`` are its state.
+
+    Raises:
+        ConfigError: a value out of range, a conflict with the method, or ``config`` next to a loose setting.
+        PeerError: under torch.distributed, a peer of the group died or did not answer within ``timeout``.
+
+    Examples:
+        4 replicas of a 2-vector in one process, H = 2, SGD lr 1 adding 1 to every weight:
 
         >>> import torch, noloco
         >>> w = torch.nn.Parameter(torch.zeros(4, 2))
@@ -165,23 +223,30 @@ class OuterOptimizer(OuterStep):
         ...     inner.step()
         >>> outer.outer_done, w[0].tolist()   # progress 2, delta 0.5 * 2 = 1 (equal replicas: no pull)
         (1, [1.0, 1.0])
+
+        The same setting passed whole, as resolved once:
+
+        >>> method, config, _ = noloco.resolve("paper", replicas=4, alpha=0.5, beta=0.5)
+        >>> noloco.OuterOptimizer([w], inner, config=config, replicas=4, inner_steps=2).config == config
+        True
     """
 
     def __init__(self, model, inner_optimizer: torch.optim.Optimizer | None = None, *,
-                 inner_steps: int | None = None, method: str | None = None, preset: str | None = None,
-                 replicas: int | None = None, group_size: int | None = None, alpha: float | None = None,
-                 beta: float | None = None, gamma: float | None = None, momentum: str | None = None,
-                 seed: int = 0, outer_dtype: torch.dtype | None = None, wire_dtype: torch.dtype | None = None,
-                 stages=None, exchange: Exchange | None = None, timeout: float = 600.0):
+                 config: OuterConfig | None = None, inner_steps: int | None = None, method: str | None = None,
+                 preset: str | None = None, replicas: int | None = None, group_size: int | None = None,
+                 alpha: float | None = None, beta: float | None = None, gamma: float | None = None,
+                 momentum: str | None = None, seed: int = 0, outer_dtype: torch.dtype | None = None,
+                 wire_dtype: torch.dtype | None = None, stages=None, timeout: float = 600.0):
         if outer_dtype is not None and not isinstance(outer_dtype, torch.dtype):
             raise ConfigError(f"outer_dtype={outer_dtype!r} is not a torch dtype; allowed: e.g. torch.float32, "
                               f"or None (each parameter's)")
         if wire_dtype is not None and not (isinstance(wire_dtype, torch.dtype) and wire_dtype.is_floating_point):
             raise ConfigError(f"wire_dtype={wire_dtype!r} is not a floating torch dtype; allowed: e.g. "
                               f"torch.bfloat16, or None (the outer state's dtype)")
+        exchange = self.__dict__.pop("_given_exchange", None)  # set by _placed only
         self._setup(model, inner_optimizer, inner_steps=inner_steps, method=method, preset=preset, replicas=replicas,
                     group_size=group_size, alpha=alpha, beta=beta, gamma=gamma, momentum=momentum, seed=seed,
-                    stages=stages, exchange=exchange, timeout=timeout)
+                    stages=stages, exchange=exchange, timeout=timeout, config=config)
         self.wire_dtype = wire_dtype
         theta = self.replicas_here.theta()
         # phi, delta and the outer step's work vector live in one flat buffer per stage and dtype; self.phi and
@@ -199,6 +264,14 @@ class OuterOptimizer(OuterStep):
         if self.inner_optimizer is not None:
             self._optimizer_hooks.append(self.inner_optimizer.register_step_post_hook(lambda *_: self.step()))
 
+    @classmethod
+    def _placed(cls, exchange: Exchange, model, inner_optimizer=None, **settings) -> "OuterOptimizer":
+        """The harness's constructor: the replicas are where its own ``exchange`` puts them (a pipeline
+        rank's stage, a batched group), which no user chooses; ``settings`` are the public keywords."""
+        self = cls.__new__(cls)
+        self._given_exchange = exchange
+        self.__init__(model, inner_optimizer, **settings)
+        return self
 
     # ------------------------------------------------------------------ the outer step
 

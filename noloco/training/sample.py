@@ -28,7 +28,7 @@ import math
 
 import torch
 
-#: coordinates sampled per tensor by default (docs/own_run.md: cost and error)
+#: coordinates sampled per tensor by default (docs/own_run.md: error; docs/performance.md: cost)
 DEFAULT_SAMPLE = 1024
 
 
@@ -67,15 +67,14 @@ class CoordinateSample:
         return {name: self.numel[name] if idx is None else len(idx) for name, idx in self.index.items()}
 
 
-def standard_errors(phi: torch.Tensor, progress: torch.Tensor, c: float, exact: bool, centred: bool = False) -> dict:
+def standard_errors(phi: torch.Tensor, progress: torch.Tensor, c: float, exact: bool) -> dict:
     """``{"spread", "c", "s2"}``: the standard errors of the meter's estimates from the (N, K) samples
-    ``phi`` and ``progress`` of one tensor (module docstring); zeros where the tensor was taken whole.
-    ``centred``: the two are already less their mean over the replicas (the meter's own, kept)."""
+    ``phi`` and ``progress`` of one tensor (module docstring); zeros where the tensor was taken whole."""
     if exact:
         return {"spread": 0.0, "c": 0.0, "s2": 0.0}
     N, K = phi.shape
-    z = phi if centred else phi - phi.mean(0, keepdim=True)
-    p = progress if centred else progress - progress.mean(0, keepdim=True)
+    z = phi - phi.mean(0, keepdim=True)
+    p = progress - progress.mean(0, keepdim=True)
     b = (z * z).sum(0)
     e = ((p + c * z) ** 2).sum(0)
     root = math.sqrt(K)

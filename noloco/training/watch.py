@@ -31,16 +31,33 @@ from noloco.training.outer_optimizer import OuterStep
 
 
 class Watch(OuterStep):
-    """The outer step of another framework, seen from ``model`` (a module, a dict or iterable of tensors, or a
-    list of N modules; as :class:`noloco.OuterOptimizer` takes them) for an :class:`noloco.Observer`:
-    ``noloco.Observer(noloco.Watch(model, inner, inner_steps=H, method="diloco", alpha=0, beta=1), folder,
-    outer_steps=..., lr=...)``. ``replicas=None``: one replica per torch.distributed rank (the framework's
-    process group); ``replicas=N``: N replicas in this process. The settings are OuterOptimizer's (the
-    framework's values, for the advice); ``inner_optimizer`` (optional) is hooked for the two calls and read
-    for the Adam state ``noloco llm predict --gap`` needs. Replicas must start equal, as for any outer step.
+    """Another framework's outer step, seen from its replicas, for an :class:`noloco.Observer`.
 
-    Example: a DiLoCo-style loop of one's own, 4 replicas in one process, every H = 5 steps the replicas
-    averaged by hand::
+    Where a framework (accelerate's ``LocalSGD``, torchft's DiLoCo, a loop of one's own) runs the outer step,
+    the Watch keeps a copy of phi after each synchronisation and reads the progress against it before the
+    next, so the observer gets what an :class:`noloco.OuterOptimizer` would give it. Two calls mark those
+    moments, ``before_sync()`` and ``after_sync()``; given the inner optimizer, hooks on it make them every H
+    steps. Nothing here moves the parameters. Replicas must start equal, as for any outer step.
+
+    Args:
+        model: a module, a dict or iterable of tensors, or a list of N modules (as OuterOptimizer takes them).
+        inner_optimizer: the inner optimizer, hooked for the two calls around its step and read for the Adam
+            state ``noloco llm predict --gap`` needs (optional).
+        inner_steps, method, preset, group_size, alpha, beta, gamma, momentum, seed: the framework's outer
+            setting, as :class:`noloco.OuterOptimizer` takes it (for the advice).
+        replicas: None, one replica per torch.distributed rank (the framework's process group); N, all N in
+            this process.
+        timeout: seconds a rank waits for a peer.
+
+    Returns:
+        The watch; ``outer_done`` counts the synchronisations seen.
+
+    Raises:
+        ConfigError: a value out of range or a conflict with the method, as for OuterOptimizer.
+
+    Examples:
+        A DiLoCo-style loop of one's own, 4 replicas in one process, every H = 5 steps the replicas averaged by
+        hand:
 
         >>> import tempfile, torch, noloco
         >>> w = torch.nn.Parameter(torch.zeros(4, 3))
