@@ -431,3 +431,19 @@ def test_the_gap_reads_the_second_moment_the_observer_wrote(tmp_path, capsys):
     assert report["val_windows"] is None
     assert main(["llm", "predict", str(tmp_path / "run"), "--gap"]) == 0
     assert "validation windows not recorded in the run" in capsys.readouterr().out
+
+
+def test_the_folder_written_at_every_step_holds_the_rows_in_memory(tmp_path):
+    """Each inputs row is made into text once, in the writing thread: the files still equal the rows in memory
+    (the losses logged after a row's step included), and a row the caller replaced is made into text again."""
+    observer, _ = train_batched(tmp_path / "run", steps=6, write_every=1, warn_steps=0)
+
+    def lines(name):
+        return [json.loads(line) for line in (tmp_path / "run" / name).read_text().splitlines()]
+
+    assert lines("inputs.jsonl") == json.loads(json.dumps(observer.inputs))
+    assert lines("metrics.jsonl") == json.loads(json.dumps(observer._metric_rows()))
+    assert all("val_loss_avg_model" in r for r in lines("metrics.jsonl")[1:])
+    observer.inputs[2] = {**observer.inputs[2], "replaced": 1.0}
+    observer._write(finished=True, wait=True)
+    assert [r.get("replaced") for r in lines("inputs.jsonl")] == [None, None, 1.0, None, None, None]

@@ -639,3 +639,6 @@ def test_the_outer_benchmark_across_ranks(tmp_path):
     assert modes["pairs: reference pattern"]["bytes_sent_per_rank"] == 8 * P
     assert modes["pairs: toolkit, bf16 wire"]["bytes_sent_per_rank"] == 2 * P
     assert modes["pairs: floor P"]["x_floor_P"] == 1 and "observer_share" in modes["DiLoCo: toolkit + observer"]
+    # the step's own passes and the memory floor, timed in the same run, send nothing
+    assert modes["pairs: toolkit without the exchange"]["bytes_sent_per_rank"] == 0
+    assert modes["pairs: memory floor (3 copies of P)"]["median_s"] > 0

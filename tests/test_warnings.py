@@ -42,6 +42,30 @@ def test_a_noisy_small_tensor_no_longer_fires():
     assert _checks(run) == [None, None, None]  # the scatter of its c over the window says the interval holds stable c
 
 
+def test_the_checks_faster_forms_give_the_same_numbers():
+    """What made the checks cheaper changes no number they decide on: every tensor's long-run rho solved in one
+    bisection equals the one-tensor bisection bit for bit at every length of the recorded run, and
+    scipy.special.stdtrit is scipy.stats.t.ppf at the quantiles the test reads."""
+    import numpy as np
+    from scipy import special, stats
+
+    from noloco.advice.predict import group_inputs, groups_inputs
+
+    run = read_run(WOLF)
+    names = list(run.inputs[0]["groups"])
+    for T in range(1, len(run.inputs) + 1):
+        many = groups_inputs(run.inputs[:T], names)
+        for name in names:
+            one = group_inputs(run.inputs[:T], name)
+            assert np.array_equal(one["long-run"][1], many[name]["long-run"][1])
+            assert np.array_equal(one["c"], many[name]["c"]) and np.array_equal(one["lag1"][1], many[name]["lag1"][1])
+    assert any(np.any(group_inputs(run.inputs, n)["long-run"][1] != 0) for n in names)  # rho is not all zero
+    for df in range(1, 12):
+        for tested in range(1, 60):
+            q = 1 - W.FALSE_ALARM / tested
+            assert float(special.stdtrit(df, q)) == float(stats.t.ppf(q, df))
+
+
 def test_a_persistent_unstable_c_fires(tmp_path):
     """The same run with one large tensor's measured c held at -3 at every step from the second (the theory reads
     -2.8 by step 6: a decay factor near 2.6): unstable at the checks of outer steps 6 and 8, flagged at 8 (at

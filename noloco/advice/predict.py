@@ -79,26 +79,40 @@ def _value(x, default=0.0) -> float:
 
 def group_inputs(rows: list[dict], name: str) -> dict:
     """Per-step arrays of one group and both models' (s2, rho, drift_var) inputs."""
-    entries = [r["groups"][name] for r in rows]
-    T = len(entries)
-    c = np.array([_value(e["c"]) for e in entries])
-    v = np.array([max(_value(e["s2"]), 0.0) for e in entries])
-    a = np.array([_value(e.get("lag1_cov")) for e in entries])
-    q = np.array([_value(e.get("sum_var")) for e in entries])
-    drift = [e.get("drift_var") for e in entries if e.get("drift_var") is not None]
-    measured_drift = drift[-1] if drift else None
-    D = max(measured_drift, 0.0) if measured_drift is not None else 0.0
-    s2_lag1 = np.maximum(v - D, 0.0)
-    rho_lag1 = np.zeros(T)
-    for t in range(1, T):
-        denom = s2_lag1[t] * s2_lag1[t - 1]
-        rho_lag1[t] = np.clip((a[t] - D) / math.sqrt(denom), -RHO_CAP, RHO_CAP) if denom > 0 else 0.0
-    cum_v = np.cumsum(v)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = np.where(cum_v > 0, q / np.where(cum_v > 0, cum_v, 1.0), np.nan)
-    rho_long = _long_run_rho(np.arange(1, T + 1), ratio)
-    return {"numel": int(entries[-1]["numel"]), "c": c, "s2": v, "measured_drift": measured_drift,
-            "lag1": (s2_lag1, rho_lag1, D), "long-run": (v, rho_long, 0.0)}
+    return groups_inputs(rows, [name])[name]
+
+
+def groups_inputs(rows: list[dict], names: list[str]) -> dict:
+    """:func:`group_inputs` of several groups, their long-run rho solved in one bisection (the same values: each
+    element's bisection is independent of the others')."""
+    parts, ratios = {}, []
+    for name in names:
+        entries = [r["groups"][name] for r in rows]
+        T = len(entries)
+        c = np.array([_value(e["c"]) for e in entries])
+        v = np.array([max(_value(e["s2"]), 0.0) for e in entries])
+        a = np.array([_value(e.get("lag1_cov")) for e in entries])
+        q = np.array([_value(e.get("sum_var")) for e in entries])
+        drift = [e.get("drift_var") for e in entries if e.get("drift_var") is not None]
+        measured_drift = drift[-1] if drift else None
+        D = max(measured_drift, 0.0) if measured_drift is not None else 0.0
+        s2_lag1 = np.maximum(v - D, 0.0)
+        rho_lag1 = np.zeros(T)
+        for t in range(1, T):
+            denom = s2_lag1[t] * s2_lag1[t - 1]
+            rho_lag1[t] = np.clip((a[t] - D) / math.sqrt(denom), -RHO_CAP, RHO_CAP) if denom > 0 else 0.0
+        cum_v = np.cumsum(v)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratios.append(np.where(cum_v > 0, q / np.where(cum_v > 0, cum_v, 1.0), np.nan))
+        parts[name] = {"numel": int(entries[-1]["numel"]), "c": c, "s2": v, "measured_drift": measured_drift,
+                       "lag1": (s2_lag1, rho_lag1, D), "long-run": (v, None, 0.0)}
+    if not names:
+        return parts
+    rho_long = _long_run_rho(np.arange(1, len(rows) + 1), np.array(ratios))
+    for name, rho in zip(names, rho_long):
+        v = parts[name]["s2"]
+        parts[name]["long-run"] = (v, rho, 0.0)
+    return parts
 
 
 def replay(outer, c_reg, s2_reg, rho, drift_var: float = 0.0, S=None):

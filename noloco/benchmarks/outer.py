@@ -11,7 +11,9 @@ rank), pairs (n = 2) and DiLoCo (n = N), every mode on the same parameters in th
   that description: the first rank of each group receives phi and the progress of every other member, one
   blocking message per tensor, averages both and sends both means back, tensor by tensor, then the outer step;
 * ``floor P`` / ``floor 2P``: one exchange of P (2P) float32 numbers with the partner, nothing else;
-  ``floor all-reduce P``: one all-reduce of P float32 numbers (DiLoCo's floor).
+  ``floor all-reduce P``: one all-reduce of P float32 numbers (DiLoCo's floor);
+* ``toolkit without the exchange`` (pairs): the same step with an exchange that sends nothing, its own passes
+  over the buffers alone; ``memory floor (3 copies of P)``: the 6 P numbers any outer step must read or write.
 
 Each step starts after a barrier (not timed); a step's time is its slowest rank's; the median over the steps
 is reported, with the bytes each rank sends per outer step.
@@ -124,6 +126,21 @@ def _reference_step(params, phi, delta, rule, seed, step, rank, world, device):
             p.copy_(phi[k])
 
 
+class _NoWire:
+    """An exchange that sends nothing: the group sum of a group of one (what the step does beside the wire)."""
+
+    def __init__(self, exchange):
+        self.inner = exchange
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def group_sum_(self, x, wire, seed, step, group_size, stage=0, meanwhile=None):
+        if meanwhile is not None:
+            meanwhile()
+        return x if wire is x else x.copy_(wire)
+
+
 def _floor(buffers, seed, step, rank, world, diloco):
     import torch.distributed as dist
 
@@ -173,6 +190,15 @@ def _rank(rank, world, port, opts, out):
         modes[f"{tag}: toolkit + observer"] = (params, outer.sync, observer)
         P = sum(p.numel() for p in params.values())
         if method == "noloco":
+            # the step's own passes, the exchange taken out (each rank's sum is then its own vector)
+            params = _params(opts["width"], opts["layers"], (), device)
+            outer = OuterOptimizer(params, method=method, inner_steps=1)
+            outer.exchange = _NoWire(outer.exchange)
+            modes[f"{tag}: toolkit without the exchange"] = (params, outer.sync, None)
+            P = sum(p.numel() for p in params.values())
+            # the 6 P numbers the step must touch at least, as three copies of P
+            a, b = torch.full((P,), 0.5, device=device), torch.full((P,), 0.5, device=device)
+            modes[f"{tag}: memory floor (3 copies of P)"] = ({}, lambda a=a, b=b: [b.copy_(a) for _ in range(3)], None)
             ref = _params(opts["width"], opts["layers"], (), device)
             phi = {k: p.detach().clone() for k, p in ref.items()}
             delta = {k: torch.zeros_like(v) for k, v in phi.items()}
@@ -218,6 +244,8 @@ def _rank(rank, world, port, opts, out):
 
 def _bytes_sent(name: str, P: int, world: int) -> float:
     """Bytes one rank sends per outer step (pairs: the mean over the two members of a pair)."""
+    if "without the exchange" in name or "memory floor" in name:
+        return 0.0
     if "floor" in name:
         n = 2 if "2P" in name else 1
         return 4 * n * P * (2 * (world - 1) / world if "all-reduce" in name else 1)  # ring all-reduce
@@ -376,10 +404,10 @@ def format_result(result: dict) -> str:
              f"one process, {res['replicas']} replicas on {res['device']}")
     lines = [f"{where}: P = {res['P']:,} parameters in {res['tensors']} tensors"]
     if o["ranks"] > 1:
-        lines.append(f"{'mode':<34}{'median ms':>10}{'x floor P':>10}{'MB sent':>9}{'observer':>10}")
+        lines.append(f"{'mode':<38}{'median ms':>10}{'x floor P':>10}{'MB sent':>9}{'observer':>10}")
         for name, m in res["modes"].items():
             share = f"{m['observer_share']:.1%}" if "observer_share" in m else ""
-            lines.append(f"{name:<34}{m['median_s'] * 1e3:>10.2f}{m['x_floor_P']:>10.2f}"
+            lines.append(f"{name:<38}{m['median_s'] * 1e3:>10.2f}{m['x_floor_P']:>10.2f}"
                          f"{m['bytes_sent_per_rank'] / 1e6:>9.2f}{share:>10}")
     else:
         lines.append(f"copy bandwidth {res['copy_bandwidth_GBps']:.1f} GB/s; memory floor of one outer step "

@@ -42,6 +42,18 @@ C_WINDOW = 6
 FLAGS = ("unequal_start", "wrong_sign", "unstable", "spread_budget")
 
 
+def prepare(budget: bool) -> None:
+    """Import what the checks that replay the run need (scipy's special functions, the advice, the theory's
+    recursion: most of a second on a loaded machine) when the observer starts, not at its first check."""
+    import scipy.special  # noqa: F401
+
+    import noloco.advice.predict  # noqa: F401
+    import noloco.theory.exchangeable  # noqa: F401
+
+    if budget:
+        import noloco.advice.forecast  # noqa: F401
+
+
 def unequal_start(weight_std: float, rms: float, step: int, differ: list | None = None) -> dict | None:
     """``differ``: where the sample does not see every coordinate, the tensors whose whole-tensor checksums
     differ between replicas (:meth:`noloco.training.observer.Observer._checksums_differ`)."""
@@ -76,13 +88,12 @@ def c_estimates(run, outer) -> list[dict]:
     error, ``c_se`` or a sample's ``se``) and its degrees of freedom (steps - 1)."""
     import numpy as np
 
-    from noloco.advice.predict import group_inputs, trajectory
+    from noloco.advice.predict import groups_inputs, trajectory
 
     inputs = run.inputs
     first = max(1, len(inputs) - C_WINDOW)  # index 0 is outer step 1, where c is 0 by definition
     series = []
-    for name in inputs[0]["groups"]:
-        g = group_inputs(inputs, name)
+    for name, g in groups_inputs(inputs, list(inputs[0]["groups"])).items():
         s2, rho, drift = g["long-run"]
         c = trajectory(outer, g["c"], s2, rho, drift)[1][first:]
         se = np.array([_coordinate_se(row["groups"][name]) for row in inputs[first:]])
@@ -112,7 +123,7 @@ def _coordinate_se(group: dict) -> float:
 def unstable(run, outer, step: int, hits: list) -> dict | None:
     """The stability test of the module docstring at the run so far (``run``, a record); ``hits`` the outer steps at
     which a tensor's whole interval was unstable so far (appended to here). A flag at the second check in a row."""
-    from scipy import stats
+    from scipy.special import stdtrit  # Student's t quantile (scipy.stats.t.ppf's own; scipy.stats imports in seconds)
 
     from noloco.theory.exchangeable import decay_factor
 
@@ -123,7 +134,7 @@ def unstable(run, outer, step: int, hits: list) -> dict | None:
     for e in sorted(estimates, key=lambda e: e["c"]):
         if decay_factor(outer, e["c"]) < 1:  # the mean converges: so does the interval's test
             continue
-        q = float(stats.t.ppf(1 - FALSE_ALARM / len(estimates), e["df"])) if e["df"] >= 1 else math.inf
+        q = float(stdtrit(e["df"], 1 - FALSE_ALARM / len(estimates))) if e["df"] >= 1 else math.inf
         low, high = e["c"] - q * e["se"], e["c"] + q * e["se"]
         if not math.isfinite(high - low):
             continue

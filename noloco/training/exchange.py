@@ -302,14 +302,23 @@ class DistExchange(Exchange):
         elif meanwhile is not None:
             meanwhile()
         source[self.rank] = wire
-        # summed in the group's order, as the one-process sum is: every member gets the same bits
-        first = group[0]
-        total = x if (wire is not x or self.rank == first) else source[first]
-        if total is not source[first]:
-            total.copy_(source[first])
-        for r in group[1:]:
-            total.add_(source[r])
-        return x if total is x else x.copy_(total)
+        # summed in the group's order, as the one-process sum is: every member gets the same bits. The members
+        # before this one are summed into the first's receive buffer, then added to x in place (a + b is b + a
+        # bit for bit), so x is written once and never copied back
+        if wire is not x:
+            x.copy_(source[group[0]])
+            for r in group[1:]:
+                x.add_(source[r])
+            return x
+        mine = group.index(self.rank)
+        if mine:
+            prefix = source[group[0]]
+            for r in group[1:mine]:
+                prefix.add_(source[r])
+            torch.add(prefix, x, out=x)
+        for r in group[mine + 1:]:
+            x.add_(source[r])
+        return x
 
     def group_means(self, phis, progs, seed: int, step: int, group_size: int, stage: int = 0):
         """The group means of phi and of the progress (the two-vector form; the outer optimizer sends one

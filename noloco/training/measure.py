@@ -130,8 +130,12 @@ class SpreadMeter:
         self.steps = 0
 
     @torch.no_grad()
-    def update(self, phi: Mapping[str, torch.Tensor], progress: Mapping[str, torch.Tensor]) -> dict:
+    def update(self, phi: Mapping[str, torch.Tensor], progress: Mapping[str, torch.Tensor],
+               keep: bool = False) -> dict:
+        """``keep``: leave the centred float64 (N, numel) phi and progress of each tensor in ``self.centred``
+        (the observer's coordinate errors read them instead of converting and centring the tensors again)."""
         N = self.replicas
+        self.centred = {}
         members: dict[str, list[str]] = {}
         for name in phi:
             if phi[name].shape[0] != N or progress[name].shape != phi[name].shape:
@@ -148,6 +152,8 @@ class SpreadMeter:
                 y = progress[name].detach().to(torch.float64)
                 z[name] = x - x.mean(0, keepdim=True)
                 p[name] = y - y.mean(0, keepdim=True)
+                if keep:
+                    self.centred[name] = (z[name].reshape(N, -1), p[name].reshape(N, -1))
                 zz += float((z[name] * z[name]).sum())
                 pz += float((p[name] * z[name]).sum())
                 pp += float((p[name] * p[name]).sum())

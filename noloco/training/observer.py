@@ -34,7 +34,7 @@ from noloco.infra.rundir import RunLock
 from noloco.training import early_warning
 from noloco.training.exchange import LocalExchange
 from noloco.training.measure import SpreadMeter
-from noloco.training.sample import DEFAULT_SAMPLE, CoordinateSample, standard_errors, update_alignment
+from noloco.training.sample import DEFAULT_SAMPLE, CoordinateSample, c_error, standard_errors, update_alignment
 
 FORMAT = "noloco-run"
 #: the version of the run-folder format this observer writes (docs/run_folder.md)
@@ -170,6 +170,7 @@ class Observer:
         self._prev = None  # (phi, progress) samples of the last outer step
         self._pending = []  # across ranks: (outer step, its all-gather in flight), oldest first
         self._writer = self._written = None  # the folder's writing thread and its last write
+        self._input_lines = []  # (row, its text) of inputs.jsonl, made by the writing thread
         self.device = next(iter(outer.phi.values())).device
         self._unstable = []  # outer steps whose stability check found a decay factor >= 1
         self._started = time.perf_counter()
@@ -182,6 +183,8 @@ class Observer:
                                   f"overwrite=True")
             for name in ("metrics.jsonl", "inputs.jsonl"):
                 (self.folder / name).unlink(missing_ok=True)
+        if self.main and warn_steps:
+            early_warning.prepare(spread_budget is not None)
         self._handle = outer.add_progress_hook(self.observe)
 
     # ------------------------------------------------------------------ measuring
@@ -292,11 +295,12 @@ class Observer:
                 g["sampled"], g["numel"] = g["numel"], self.numel[k]
                 g["se"] = standard_errors(phi_s[k], prog_s[k], g["c"], self.sample.exact(k))
         else:
-            row = self.meter.update(phi, progress)
-            if step <= self.warn_steps:  # c's standard error over the coordinates: what the warnings test against
+            early = step <= self.warn_steps  # c's standard error over the coordinates: what the warnings test against
+            row = self.meter.update(phi, progress, keep=early)
+            if early:  # from the meter's centred float64 tensors, not converted and centred a second time
                 for k, g in row["groups"].items():
-                    g["c_se"] = standard_errors(phi[k].flatten(1).double(), progress[k].flatten(1).double(), g["c"],
-                                                 self.numel[k] < 2)["c"]
+                    g["c_se"] = 0.0 if self.numel[k] < 2 else c_error(*self.meter.centred[k], g["c"])
+                self.meter.centred = {}
         ws, se = self._spread(row["groups"])
         self._metric(step, ws, se)
         self.inputs.append({"outer_step": step + 1, **row})
@@ -437,21 +441,34 @@ class Observer:
                 "adam_second_moment": getattr(self, "second_moment", None)}
 
     def _write(self, finished: bool, wait: bool = False) -> None:
-        """The folder's three files: their texts made now, written (each atomically, fsynced) by one background
-        thread in order, so that the disk's time is not the training loop's; ``wait``: until they are written
-        (at :meth:`close`). A failed write raises at the next one."""
+        """The folder's three files, written (each atomically, fsynced) by one background thread in order, so that
+        neither the disk's time nor the JSON's is the training loop's: shallow copies of the rows are taken now, the
+        texts made in the thread, and each row of inputs.jsonl (never changed once measured) is made into text once,
+        so a write costs the same at outer step 10 and at 10,000. ``wait``: until they are written (at
+        :meth:`close`). A failed write raises at the next one."""
         if self.folder is None:  # measuring for a caller that writes its own files (the harness)
             return
-        files = [(self.folder / "metrics.jsonl", "".join(dumps(r) + "\n" for r in self._metric_rows())),
-                 (self.folder / "inputs.jsonl", "".join(dumps(r) + "\n" for r in self.inputs)),
-                 (self.folder / "result.json", dumps(self.result(finished), indent=2) + "\n")]
+        metrics = [dict(r) for r in self._metric_rows()]  # log() may add to a row while the thread writes
+        inputs = list(self.inputs)
+        result = {**self.result(finished), "flags": list(self.flags)}
         if self._written is not None and self._written.done():
             self._written.result()
         if self._writer is None:
             from concurrent.futures import ThreadPoolExecutor
 
             self._writer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="noloco-observer")
-        self._written = self._writer.submit(lambda: [atomic_write_text(path, text) for path, text in files])
+
+        def write():
+            lines = self._input_lines  # (row, its text) of the rows made into text so far; only this thread's
+            if len(lines) > len(inputs) or any(a is not b for (a, _), b in zip(lines, inputs)):
+                lines.clear()  # the caller replaced rows: made again
+            lines.extend((row, dumps(row) + "\n") for row in inputs[len(lines):])
+            for path, text in ((self.folder / "metrics.jsonl", "".join(dumps(r) + "\n" for r in metrics)),
+                               (self.folder / "inputs.jsonl", "".join(line for _, line in lines)),
+                               (self.folder / "result.json", dumps(result, indent=2) + "\n")):
+                atomic_write_text(path, text)
+
+        self._written = self._writer.submit(write)
         if wait:
             self._writer.shutdown(wait=True)
             self._writer, written, self._written = None, self._written, None

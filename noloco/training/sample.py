@@ -75,12 +75,21 @@ def standard_errors(phi: torch.Tensor, progress: torch.Tensor, c: float, exact: 
     N, K = phi.shape
     z = phi - phi.mean(0, keepdim=True)
     p = progress - progress.mean(0, keepdim=True)
-    b, a, e = (z * z).sum(0), (p * z).sum(0), ((p + c * z) ** 2).sum(0)
+    b = (z * z).sum(0)
+    e = ((p + c * z) ** 2).sum(0)
     root = math.sqrt(K)
+    return {"spread": float(b.std()) / (N * root), "c": _c_error(z, p, c, b), "s2": float(e.std()) / ((N - 1) * root)}
+
+
+def c_error(z: torch.Tensor, p: torch.Tensor, c: float) -> float:
+    """The standard error of c alone (:func:`standard_errors`'s ``"c"``) from centred (N, K) ``z`` and ``p``:
+    what the exact observer's early warnings read, without the other two errors' passes."""
+    return _c_error(z, p, c, (z * z).sum(0))
+
+
+def _c_error(z, p, c: float, b) -> float:
     mean_b = float(b.mean())
-    return {"spread": float(b.std()) / (N * root),
-            "c": float((a + c * b).std()) / (mean_b * root) if mean_b > 0 else 0.0,
-            "s2": float(e.std()) / ((N - 1) * root)}
+    return float(((p * z).sum(0) + c * b).std()) / (mean_b * math.sqrt(z.shape[1])) if mean_b > 0 else 0.0
 
 
 def update_alignment(prev_phi: dict, prev_progress: dict, phi: dict) -> float | None:
