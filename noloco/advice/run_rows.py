@@ -8,7 +8,7 @@ and ``to_json(from_json(d)) == d``. Nothing here imports torch."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Optional
 
 from noloco.infra.record import JsonRecord
@@ -31,8 +31,6 @@ class MetricsRow(JsonRecord):
     theta_std: Optional[float] = None
     tokens_per_s: Optional[float] = None
     lr: Optional[float] = None
-    extra: dict = field(default_factory=dict)
-    order: tuple = field(default=(), repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -50,8 +48,6 @@ class GroupInputs(JsonRecord):
     drift_var: Optional[float] = None
     s2_noise: Optional[float] = None
     rho_noise: Optional[float] = None
-    extra: dict = field(default_factory=dict)
-    order: tuple = field(default=(), repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -64,8 +60,6 @@ class InputsRow(JsonRecord):
     steps: Optional[int] = None
     replicas: Optional[int] = None
     groups: Optional[dict] = None
-    extra: dict = field(default_factory=dict)
-    order: tuple = field(default=(), repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -78,8 +72,6 @@ class RunPart(JsonRecord):
     tokens_per_s: Optional[float] = None
     resumed: Optional[bool] = None
     from_step: Optional[int] = None
-    extra: dict = field(default_factory=dict)
-    order: tuple = field(default=(), repr=False, compare=False)
 
 
 @dataclass(frozen=True)
@@ -103,8 +95,6 @@ class RunResult(JsonRecord):
     part: Optional[RunPart] = None
     run: Optional[RunPart] = None
     final: Optional[MetricsRow] = None
-    extra: dict = field(default_factory=dict)
-    order: tuple = field(default=(), repr=False, compare=False)
 
     def setting(self) -> dict:
         """The settings with the outer step's flattened in (``replicas``, ``alpha``, ... beside ``lr``)."""

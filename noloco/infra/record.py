@@ -5,7 +5,8 @@ A record class is a frozen dataclass whose field names are the JSON keys and tha
 are never lost) and the keys' order, so ``Record.from_json(obj).to_json() == obj``, in the same key order.
 Fields without a default are required (a missing one is a :class:`noloco.infra.errors.DataError`); a key that
 the object lacks stays absent on the way back, one that holds null stays null. ``NESTED`` names the fields
-that hold records themselves (a record class, or ``(dict, class)`` for a JSON object of records)."""
+that hold records themselves: a record class, or ``(dict, spec)`` / ``(list, spec)`` for a JSON object or array
+of them (``spec`` again a class or such a pair)."""
 
 from __future__ import annotations
 
@@ -18,17 +19,20 @@ from noloco.infra.errors import DataError
 _OWN = ("extra", "order")
 
 
+@dataclasses.dataclass(frozen=True)
 class JsonRecord:
-    """The mixin of a record dataclass: ``from_json`` / ``to_json`` (see the module's docstring).
+    """The base of a record dataclass (itself ``@dataclass(frozen=True)``): ``from_json`` / ``to_json``.
 
-    A subclass declares ``extra: dict = dataclasses.field(default_factory=dict)`` and
-    ``order: tuple = dataclasses.field(default=(), repr=False, compare=False)`` last."""
+    ``extra`` holds the keys the record does not name; ``order`` the keys as read (keyword-only, so a subclass's
+    required fields may follow them)."""
 
     NESTED: ClassVar[dict] = {}
+    extra: dict = dataclasses.field(default_factory=dict, kw_only=True)
+    order: tuple = dataclasses.field(default=(), repr=False, compare=False, kw_only=True)
 
     @classmethod
     def _names(cls) -> tuple:
-        return tuple(f.name for f in dataclasses.fields(cls) if f.name not in _OWN)  # type: ignore[arg-type]
+        return tuple(f.name for f in dataclasses.fields(cls) if f.name not in _OWN)
 
     @classmethod
     def from_json(cls, obj: Any):
@@ -36,32 +40,36 @@ class JsonRecord:
         if not isinstance(obj, dict):
             raise DataError(f"{cls.__name__}: expected a JSON object, got {type(obj).__name__}")
         names = cls._names()
-        required = [f.name for f in dataclasses.fields(cls)  # type: ignore[arg-type]
+        required = [f.name for f in dataclasses.fields(cls)
                     if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
         missing = [n for n in required if n not in obj]
         if missing:
             raise DataError(f"{cls.__name__}: the JSON object lacks {', '.join(missing)}")
         values = {n: _read(cls.NESTED.get(n), obj[n]) for n in names if n in obj}
         extra = {k: v for k, v in obj.items() if k not in values}
-        return cls(**values, extra=extra, order=tuple(obj))  # type: ignore[call-arg]
+        return cls(**values, extra=extra, order=tuple(obj))
 
     def to_json(self) -> dict:
         """The JSON object: the keys read, in their order (a field set since, then the extra keys, after them);
         a record made in code writes every field in its declared order, then ``extra``."""
         names = self._names()
-        order = getattr(self, "order") or names
+        order = self.order or names
         keys = list(order) + [n for n in names if n not in order and getattr(self, n) is not None]
-        keys += [k for k in getattr(self, "extra") if k not in keys]
-        return {k: _write(getattr(self, k)) if k in names else getattr(self, "extra")[k] for k in keys}
+        keys += [k for k in self.extra if k not in keys]
+        return {k: _write(getattr(self, k)) if k in names else self.extra[k] for k in keys}
 
 
 def _read(spec, value):
+    """``value`` read by ``spec``: None (kept as is), a record class, or ``(dict, spec)`` / ``(list, spec)``."""
     if spec is None or value is None:
         return value
-    if isinstance(spec, tuple):  # (dict, class): a JSON object whose values are records
-        if not isinstance(value, dict):
-            raise DataError(f"expected a JSON object of {spec[1].__name__}, got {type(value).__name__}")
-        return {k: spec[1].from_json(v) for k, v in value.items()}
+    if isinstance(spec, tuple):
+        kind, inner = spec
+        if not isinstance(value, kind):
+            raise DataError(f"expected a JSON {'object' if kind is dict else 'array'}, got {type(value).__name__}")
+        if kind is dict:
+            return {k: _read(inner, v) for k, v in value.items()}
+        return [_read(inner, v) for v in value]
     return spec.from_json(value)
 
 
@@ -70,4 +78,6 @@ def _write(value):
         return value.to_json()
     if isinstance(value, dict):
         return {k: _write(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_write(v) for v in value]
     return value

@@ -41,9 +41,10 @@ def params(quick: bool, runs: str = "runs") -> dict:
 
 
 def _rows(path: Path) -> list:
+    """The metrics rows of ``path`` (:class:`noloco.advice.run_rows.MetricsRow`); a cut or foreign line left out."""
+    from noloco.advice.run_rows import MetricsRow
     from noloco.infra.files import read_regular_text
 
-    rows = []
     try:
         text = read_regular_text(path)  # a regular file of a sane size: a pipe would block, a huge one fill memory
     except (OSError, ValueError) as err:
@@ -51,23 +52,25 @@ def _rows(path: Path) -> list:
 
         warn(f"{path} left out: {getattr(err, 'strerror', None) or err}")
         return []
+    rows = []
     for line in text.splitlines():
         try:
-            rows.append(json.loads(line))
+            obj = json.loads(line)
         except ValueError:
             continue  # a line cut by an interrupted run
-    return [r for r in rows if isinstance(r, dict) and isinstance(r.get("outer_step"), int)]  # skip foreign lines
+        if isinstance(obj, dict) and isinstance(obj.get("outer_step"), int):  # skip foreign lines
+            rows.append(MetricsRow.from_json(obj))
+    return rows
 
 
 def _config(run: Path) -> dict | None:
     """The run's configuration, the outer step's settings flattened in (None when unreadable)."""
+    from noloco.advice.run_rows import RunResult
     from noloco.infra.errors import DataError
     from noloco.infra.files import read_json
 
     try:
-        cfg = dict(read_json(run / "result.json", required=("config",))["config"])
-        outer = cfg.pop("outer", {})
-        return {**cfg, **outer}
+        return RunResult.from_json(read_json(run / "result.json", required=("config",))).setting()
     except (DataError, KeyError, TypeError, ValueError):
         return None
 
@@ -209,16 +212,16 @@ def compute(runs: str) -> dict:
     ordered = sorted(groups.values(), key=lambda g: ("validate" in g["runs"][0]["dir"], g["runs"][0]["dir"]))
     settings = []
     for g, label in zip(ordered[:MAX_SETTINGS], _labels([g["config"] for g in ordered[:MAX_SETTINGS]])):
-        steps = sorted(set.intersection(*({r["outer_step"] for r in run["rows"]} for run in g["runs"])))
-        at = [{r["outer_step"]: r for r in run["rows"]} for run in g["runs"]]
+        steps = sorted(set.intersection(*({r.outer_step for r in run["rows"]} for run in g["runs"])))
+        at = [{r.outer_step: r for r in run["rows"]} for run in g["runs"]]
         settings.append({
             "label": label, "method": g["config"].get("method"), "seeds": len(g["runs"]),
             "dirs": [run["dir"] for run in g["runs"]], "outer_step": steps,
             # an observer's rows count outer steps only: no tokens
-            "tokens": [at[0][s]["tokens"] for s in steps] if all("tokens" in a[s] for a in at for s in steps)
+            "tokens": [at[0][s].tokens for s in steps] if all(a[s].tokens is not None for a in at for s in steps)
             else None,
-            "val": _stats([[a[s].get("val_loss_avg_model") for s in steps] for a in at]),
-            "measured": _stats([[a[s].get("weight_std") for s in steps] for a in at]),
+            "val": _stats([[a[s].val_loss_avg_model for s in steps] for a in at]),
+            "measured": _stats([[a[s].weight_std for s in steps] for a in at]),
             "predicted": _stats([[run["predicted"].get(s) for s in steps] for run in g["runs"]]),
             "forecast": _forecast_line(g),
         })
