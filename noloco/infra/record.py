@@ -74,7 +74,7 @@ def _read(spec, value):
 
 
 def _write(value):
-    if isinstance(value, JsonRecord):
+    if hasattr(value, "to_json"):  # a record, or a result that writes itself
         return value.to_json()
     if isinstance(value, dict):
         return {k: _write(v) for k, v in value.items()}
