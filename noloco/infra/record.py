@@ -27,6 +27,9 @@ class JsonRecord:
     required fields may follow them)."""
 
     NESTED: ClassVar[dict] = {}
+    #: fields a record made in code leaves out of its JSON while they are None (keys its writer adds only
+    #: sometimes); a record read from JSON writes the keys it read
+    OPTIONAL_KEYS: ClassVar[tuple] = ()
     extra: dict = dataclasses.field(default_factory=dict, kw_only=True)
     order: tuple = dataclasses.field(default=(), repr=False, compare=False, kw_only=True)
 
@@ -53,7 +56,7 @@ class JsonRecord:
         """The JSON object: the keys read, in their order (a field set since, then the extra keys, after them);
         a record made in code writes every field in its declared order, then ``extra``."""
         names = self._names()
-        order = self.order or names
+        order = self.order or [n for n in names if not (n in self.OPTIONAL_KEYS and getattr(self, n) is None)]
         keys = list(order) + [n for n in names if n not in order and getattr(self, n) is not None]
         keys += [k for k in self.extra if k not in keys]
         return {k: _write(getattr(self, k)) if k in names else self.extra[k] for k in keys}
