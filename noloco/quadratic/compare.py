@@ -470,37 +470,40 @@ def _fmt(x):
 
 
 def format_text(result: dict, cfg: SimConfig, hit: bool = False) -> str:
-    """The table ``noloco simulate`` prints: simulated +- se next to the theory, with z."""
+    """The table ``noloco simulate`` prints: simulated +- se next to the theory, with z (``result``: the JSON of a
+    :class:`SimulateReport`, as :func:`compare` or the cache gives it)."""
+    r = SimulateReport.from_json(result)
     lines = []
-    o, i = result["effective"]["outer"], result["effective"]["inner"]
-    s = result["summary"]
+    o, i = r.effective.outer, r.effective.inner  # the OuterConfig's and InnerConfig's fields
+    s = r.summary
     lines.append(f"{cfg.method} on {cfg.objective}: N={o['replicas']} n={o['group_size']} alpha={o['alpha']:g} "
           f"beta={o['beta']:g} gamma={o['gamma']:g} {o['momentum']} | inner {cfg.optimizer} lr={i['lr']:g} "
           f"({cfg.schedule}) H={i['steps']} sigma={i['noise']:g} | {cfg.trials} trials x {cfg.outer_steps} "
           f"outer steps{' (cached)' if hit else ''}")
-    for note in result["scope"]:
+    for note in r.scope:
         lines.append(f"note: {note}")
-    if result["diverged"]:
-        d = result["diverged"]
-        lines.append(f"DIVERGED at outer step {d['step']}: {d['reason']}")
-        lines.append("violated theory conditions: " + (", ".join(d["violated_conditions"]) or
+    if r.diverged:
+        d = r.diverged
+        lines.append(f"DIVERGED at outer step {d.step}: {d.reason}")
+        lines.append("violated theory conditions: " + (", ".join(d.violated_conditions) or
                                                        "none (the theory predicted stability)"))
         return "\n".join(lines)
     lines.append(f"{'quantity':<42} {'simulated':>12} {'+- se':>10} {'theory':>12} {'z':>7}")
-    lines.append(f"{'stationary spread (sum over coordinates)':<42} {_fmt(s['stationary_variance_mc']):>12} "
-          f"{_fmt(s['stationary_variance_se']):>10} {_fmt(s['stationary_variance_window_theory']):>12} "
-          f"{_fmt(s['z_score']):>7}")
-    lines.append(f"{'  closed-form stationary value':<42} {'':>12} {'':>10} {_fmt(s['stationary_variance_theory']):>12}")
-    d = result.get("decay")
-    if d and "ratio_mc" in d:
-        lines.append(f"{'variance decay per outer step':<42} {_fmt(d['ratio_mc']):>12} {_fmt(d['ratio_se']):>10} "
-              f"{_fmt(d.get('ratio_theory')):>12} {_fmt(d.get('z_score')):>7}")
+    lines.append(f"{'stationary spread (sum over coordinates)':<42} {_fmt(s.stationary_variance_mc):>12} "
+          f"{_fmt(s.stationary_variance_se):>10} {_fmt(s.stationary_variance_window_theory):>12} "
+          f"{_fmt(s.z_score):>7}")
+    lines.append(f"{'  closed-form stationary value':<42} {'':>12} {'':>10} {_fmt(s.stationary_variance_theory):>12}")
+    d = r.decay
+    if d and d.diverged_at is None:  # measured, not diverged
+        lines.append(f"{'variance decay per outer step':<42} {_fmt(d.ratio_mc):>12} {_fmt(d.ratio_se):>10} "
+              f"{_fmt(d.ratio_theory):>12} {_fmt(d.z_score):>7}")
         lines.append(f"{'  asymptotic decay factor (theory)':<42} {'':>12} {'':>10} "
-              f"{_fmt(s['variance_decay_factor_theory']):>12}")
-    tr = result["trajectories"]
-    for step in sorted({1, min(10, len(tr["step"]) - 1), len(tr["step"]) - 1}):
-        mc, se, th = (tr["mean_distance"][k][step][0] for k in ("mc", "se", "theory"))
+              f"{_fmt(s.variance_decay_factor_theory):>12}")
+    tr = r.trajectories
+    for step in sorted({1, min(10, len(tr.step) - 1), len(tr.step) - 1}):
+        m = tr.mean_distance
+        mc, se, th = (series[step][0] for series in (m.mc, m.se, m.theory))
         lines.append(f"{f'mean distance, flattest direction, step {step}':<42} {mc:>12.6g} {se:>10.3g} {th:>12.6g}")
-    lines.append(f"{'final loss at the average weights':<42} {s['final_loss_at_mean']:>12.6g} "
-          f"{s['final_loss_at_mean_se']:>10.3g}")
+    lines.append(f"{'final loss at the average weights':<42} {s.final_loss_at_mean:>12.6g} "
+          f"{s.final_loss_at_mean_se:>10.3g}")
     return "\n".join(lines)
