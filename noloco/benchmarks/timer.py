@@ -14,9 +14,9 @@ import os
 import platform
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
 
@@ -105,17 +105,17 @@ def machine() -> dict:
 class BenchResult(JsonRecord):
     """The one result document of every benchmark (:func:`run` writes it; the formatters and the plot read it
     back with ``from_json``): the options, when and where it ran, the load around it, and the benchmark's own
-    ``results``."""
+    ``results`` (the only key a result given to the plot must have)."""
 
-    schema_version: int
-    benchmark: str
-    options: dict
-    started: str
-    wall_s: float
-    machine: dict
-    load_average_before: list
-    load_average_after: list
-    results: Any
+    schema_version: Optional[int] = None
+    benchmark: Optional[str] = None
+    options: Optional[dict] = None
+    started: Optional[str] = None
+    wall_s: Optional[float] = None
+    machine: Optional[dict] = None
+    load_average_before: Optional[list] = None
+    load_average_after: Optional[list] = None
+    results: Any = field(kw_only=True)
 
 
 def run(name: str, measure, **options) -> dict:
