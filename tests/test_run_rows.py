@@ -82,3 +82,13 @@ def test_a_row_without_its_required_key_or_not_an_object_is_a_data_error():
         InputsRow.from_json([1, 2])
     with pytest.raises(DataError, match="GroupInputs"):
         InputsRow.from_json({"outer_step": 1, "groups": {"wte": 3}})
+
+
+def test_strict_json_writes_a_record_by_its_keys():
+    """jsonable (every file and --json output) writes a record as to_json does, not its bookkeeping fields, and
+    marks a non-finite value the usual way."""
+    from noloco.infra.files import jsonable
+
+    row = MetricsRow.from_json({"outer_step": 2, "mine": 1})
+    assert jsonable(row) == {"outer_step": 2, "mine": 1}
+    assert jsonable(MetricsRow(outer_step=1, weight_std=float("inf")))["weight_std_nonfinite"] == "inf"
