@@ -183,22 +183,22 @@ def test_monte_carlo_of_the_moments_at_the_paper_preset():
     c, s2 = (float(x) for x in numeric.inner_sgd(0.01, 1.0, 50, 1.0))
     exact = M.exact_moments(PAPER.outer, c, s2)
     mc = MC.simulate_moments(PAPER.outer, c, s2, steps=230, trials=400, seed=11, record_from=30)
-    mean, se = np.mean(mc["phi2"]), np.std(mc["phi2"], ddof=1) / math.sqrt(400)
+    mean, se = np.mean(mc.phi2), np.std(mc.phi2, ddof=1) / math.sqrt(400)
     assert abs(mean - exact.var_phi) < Z * se
-    for key, value in (("group2", exact.var_phi_group), ("phi_step", exact.cov_phi_step)):
-        ratio, ratio_se = MC.ratio_se(mc[key], mc["phi2"])
-        assert abs(ratio - value / exact.var_phi) < Z * ratio_se, key
+    for name, measured, value in (("group2", mc.group2, exact.var_phi_group), ("phi_step", mc.phi_step, exact.cov_phi_step)):
+        ratio, ratio_se = MC.ratio_se(measured, mc.phi2)
+        assert abs(ratio - value / exact.var_phi) < Z * ratio_se, name
     # and the test can fail: a 5 % error in the exact ratio is refused
-    ratio, ratio_se = MC.ratio_se(mc["group2"], mc["phi2"])
+    ratio, ratio_se = MC.ratio_se(mc.group2, mc.phi2)
     assert abs(ratio - 1.05 * exact.var_phi_group / exact.var_phi) > Z * ratio_se
 
 
 def test_inner_phase_monte_carlo():
     c, s2 = numeric.inner_sgd(0.01, 1.0, 50, 1.0)
     mc = MC.inner_phase_mc(0.01, 1.0, 50, 1.0, samples=20000, seed=3)
-    assert abs(mc["coefficient"][0] - c * c) < Z * mc["coefficient"][1]
-    assert abs(mc["noise"][0] - s2) < Z * mc["noise"][1]
-    assert abs(mc["noise"][0] - P.inner_noise_term(0.01, 1.0, 50, 1.0)) > Z * mc["noise"][1]  # R' is refused
+    assert abs(mc.coefficient[0] - c * c) < Z * mc.coefficient[1]
+    assert abs(mc.noise[0] - s2) < Z * mc.noise[1]
+    assert abs(mc.noise[0] - P.inner_noise_term(0.01, 1.0, 50, 1.0)) > Z * mc.noise[1]  # R' is refused
 
 
 # ------------------------------------------------------------------ verdicts known by hand
