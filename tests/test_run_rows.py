@@ -92,3 +92,13 @@ def test_strict_json_writes_a_record_by_its_keys():
     row = MetricsRow.from_json({"outer_step": 2, "mine": 1})
     assert jsonable(row) == {"outer_step": 2, "mine": 1}
     assert jsonable(MetricsRow(outer_step=1, weight_std=float("inf")))["weight_std_nonfinite"] == "inf"
+
+
+def test_the_studies_the_figures_read_round_trip():
+    """The typed readers of docs/data's paper GPT, routing and ensemble studies keep every key, in order."""
+    from noloco.paper_figs.reports import HdeeReport, PaperGptReport, RoutingReport
+
+    for record_class, name in ((PaperGptReport, "paper_gpt"), (RoutingReport, "routing"), (HdeeReport, "hdee")):
+        _same(record_class, json.loads((DATA / f"{name}.json").read_text()))
+    with pytest.raises(DataError, match="lacks stages"):
+        RoutingReport.from_json({"settings": {"replicas": 4}, "ratios": {}, "skipping": {}})

@@ -61,7 +61,7 @@ def draw(data: dict):
     if "missing" in data:
         return _missing(fig, (a, b), data)
     report = HdeeReport.from_json(data)
-    configs = report.settings["configs"]
+    configs = report.settings.configs
     sent_by = {c: report.communication[c].bytes_per_replica for c in configs}
     sent = [b for b in sent_by.values() if b > 0]
     zero = min(sent) / 30 if sent else 1.0  # where "no communication" sits on the log axis
@@ -84,7 +84,7 @@ def draw(data: dict):
     a.set_xlim(zero / 3, (max(sent) if sent else 10) * 3)
     a.set(xlabel="bytes sent per replica during training (B)",
           ylabel="validation perplexity per byte\n(geometric mean over domains)",
-          title=f"equal training FLOPs ({_power(report.budget['flops'])}), {_seeds(len(report.settings['seeds']))}")
+          title=f"equal training FLOPs ({_power(report.budget.flops)}), {_seeds(len(report.settings.seeds))}")
     for (_, marker, text), fill in zip(PARTS, ("k", "white")):
         a.plot([], [], "k" + marker, mfc=fill, label=f"domains {text}")
     # the other configurations' colours are named by the right panel's legend

@@ -65,7 +65,7 @@ def _fig4(ax, d: Fig4) -> None:
     _band(ax, step, d.weight_std_ratio, style.BLUE, "weight std")
     _band(ax, step, d.perplexity_ratio, style.VERMILION, "perplexity")
     ax.axhline(1, color="grey", lw=0.8)
-    paper = (d.paper["weight_std_ratio"], d.paper["perplexity_ratio_max"])  # the paper's two values, as printed
+    paper = (d.paper.weight_std_ratio, d.paper.perplexity_ratio_max)
     ax.axhline(paper[0], color=style.BLUE, lw=1, ls=":")
     ax.axhline(paper[1], color=style.VERMILION, lw=1, ls=":")
     bands = [np.asarray(e.mean) + sign * 2 * np.asarray(e.se)

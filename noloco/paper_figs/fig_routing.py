@@ -86,7 +86,7 @@ def draw(data: dict):
         return fig
     report = RoutingReport.from_json(data)
     s = report.settings
-    stages = np.arange(s["stages"])
+    stages = np.arange(s.stages)
     width = 0.8 / len(report.ratios)
     for k, ((variant, row), colour) in enumerate(zip(report.ratios.items(), style.PALETTE)):
         ratio, loss = row.theta_std_random_over_fixed, row.val_loss_random_minus_fixed
@@ -101,7 +101,7 @@ def draw(data: dict):
     a.axhline(1, color="grey", lw=0.8, ls=":")
     a.set_xticks(stages, labels=[f"{t}" for t in stages[:-1]] + [f"{stages[-1]} (head)"])
     a.set(xlabel="pipeline stage", ylabel="replica spread, random ÷ fixed routing (ratio)", ylim=(0, 1.9),
-          title=f"random vs fixed routing, N = {s['replicas']}")
+          title=f"random vs fixed routing, N = {s.replicas}")
     a.legend(loc="upper left", title="val. loss change, random − fixed (± 2 SE)", title_fontsize=8)
     probs = np.array([float(p) for p in report.skipping])
     for pick, label, colour, marker, shift in ((lambda row: row.val_loss, "whole model", style.BLUE, "o", -0.005),

@@ -44,17 +44,25 @@ class Fig3b(JsonRecord):
 
 
 @dataclass(frozen=True)
+class PaperFig4(JsonRecord):
+    """The paper's own reading of its Fig 4."""
+
+    weight_std_ratio: float
+    perplexity_ratio_max: float
+
+
+@dataclass(frozen=True)
 class Fig4(JsonRecord):
     """The paper's Fig 4: random over fixed routing, the spread's and the perplexity's ratios."""
 
-    NESTED = {"weight_std_ratio": Estimate, "perplexity_ratio": Estimate}
+    NESTED = {"weight_std_ratio": Estimate, "perplexity_ratio": Estimate, "paper": PaperFig4}
 
     dp: int
     pp: int
     step: list
     weight_std_ratio: Estimate
     perplexity_ratio: Estimate
-    paper: dict
+    paper: PaperFig4
 
 
 @dataclass(frozen=True)
@@ -122,12 +130,18 @@ class Skipping(JsonRecord):
 
 
 @dataclass(frozen=True)
+class RoutingSettings(JsonRecord):
+    stages: int
+    replicas: int
+
+
+@dataclass(frozen=True)
 class RoutingReport(JsonRecord):
     """``routing.json``: random against fixed routing per variant, and stage skipping per probability."""
 
-    NESTED = {"ratios": (dict, RoutingRatio), "skipping": (dict, Skipping)}
+    NESTED = {"settings": RoutingSettings, "ratios": (dict, RoutingRatio), "skipping": (dict, Skipping)}
 
-    settings: dict
+    settings: RoutingSettings
     ratios: dict
     skipping: dict
 
@@ -149,16 +163,32 @@ class Domain(JsonRecord):
 
 
 @dataclass(frozen=True)
+class HdeeSettings(JsonRecord):
+    """The study's configurations (in the order drawn) and seeds."""
+
+    configs: list
+    seeds: list
+
+
+@dataclass(frozen=True)
+class Budget(JsonRecord):
+    """The training FLOPs every configuration gets."""
+
+    flops: float
+
+
+@dataclass(frozen=True)
 class HdeeReport(JsonRecord):
     """``hdee.json``: the domain-expert ensemble against the single-model methods at equal training FLOPs."""
 
     NESTED = {"per_domain": (dict, (dict, Estimate)), "averages": (dict, (dict, Estimate)),
-              "communication": (dict, Communication), "domains": (list, Domain)}
+              "communication": (dict, Communication), "domains": (list, Domain), "settings": HdeeSettings,
+              "budget": Budget}
 
     per_domain: dict
     averages: dict
     communication: dict
-    settings: dict
+    settings: HdeeSettings
     evaluated: list
     domains: list
-    budget: Optional[dict] = None
+    budget: Optional[Budget] = None
