@@ -129,10 +129,11 @@ def test_report_is_the_model():
     """`noloco comm`'s report is the model's numbers, not a copy of them."""
     r = comm_report.report(replicas=64, params=1e7, steps=20, trials=2, hardware="0.5:1,0.5:2")
     cost = comm.sync_cost(comm.INTERNET, 2e7, 64)
-    assert r["allreduce_seconds"] == cost.allreduce_seconds
-    assert r["speedup_vs_tree"] == cost.speedup_vs_tree and r["inputs"]["payload_bytes"] == 2e7
-    assert r["inputs"]["algorithm"] == min(cost.allreduce_seconds, key=cost.allreduce_seconds.get)
-    assert r["idle"]["noloco_first_step_closed_form"] is None       # no closed form for mixed hardware
+    assert r.allreduce_seconds == cost.allreduce_seconds
+    assert r.speedup_vs_tree == cost.speedup_vs_tree and r.inputs.payload_bytes == 2e7
+    assert r.inputs.algorithm == min(cost.allreduce_seconds, key=cost.allreduce_seconds.get)
+    assert r.idle.noloco_first_step_closed_form is None       # no closed form for mixed hardware
+    assert comm_report.CommReport.from_json(r.to_json()).to_json() == r.to_json()  # the JSON round-trips
     with pytest.raises(ConfigError, match="algorithm"):
         comm_report.report(algorithm="gossip")
 
@@ -158,7 +159,7 @@ def test_the_first_step_closed_form_counts_a_single_class_slowdown():
     issue 34 the first step's closed form left s out: 0.061 at s = 1e-6, where the simulation gave 1.0)."""
     r = comm_report.report(replicas=8, steps=20, trials=2, hardware="1:2")
     cost = comm.sync_cost(comm.INTERNET, 2e6, 8)
-    assert r["idle"]["noloco_first_step_closed_form"] == pytest.approx(
+    assert r.idle.noloco_first_step_closed_form == pytest.approx(
         group_first_step_idle_fraction(Jitter(), 2, cost.group_exchange_seconds, 60.0))
 
 

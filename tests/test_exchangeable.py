@@ -186,7 +186,7 @@ def test_carried_state_theory_matches_the_simulator_with_inner_momentum_and_adam
     """noloco.quadratic.simulator with real inner momentum SGD / Adam (state carried across outer steps)
     against the exact carried-state recursion: stationary spread within 4 SE (200 trials)."""
     r = carried.compare(*setting)
-    assert abs(stats.z_score(r["simulated"], r["se"], r["exact"])) < 4, r
+    assert abs(stats.z_score(r.simulated, r.se, r.exact)) < 4, r
 
 
 @pytest.mark.parametrize("setting", carried.HETEROGENEOUS)
@@ -194,9 +194,9 @@ def test_heterogeneous_optima_floor_and_mean_match_the_simulator(setting):
     """Offsets zeta of the replicas' optima (noloco.quadratic.simulator's --zeta): the drift theory's floor
     within 4 SE, the no-drift theory rejected, and the replica mean at the average optimum (4 SE)."""
     r = carried.compare_heterogeneous(*setting)
-    assert abs(stats.z_score(r["simulated"], r["se"], r["drift"])) < 4, r
-    assert abs(stats.z_score(r["simulated"], r["se"], r["no_drift"])) > 10, r
-    assert abs(r["mean"]) < 4 * r["mean_se"], r
+    assert abs(stats.z_score(r.simulated, r.se, r.drift)) < 4, r
+    assert abs(stats.z_score(r.simulated, r.se, r.no_drift)) > 10, r
+    assert abs(r.mean) < 4 * r.mean_se, r
 
 
 @pytest.mark.parametrize("momentum", ["heavy-ball", "nesterov"])

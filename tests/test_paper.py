@@ -134,8 +134,8 @@ def test_eq7_against_quadrature(mu, sigma):
 def test_eq5_and_the_hockney_tree_agree_without_jitter():
     data = L.fig5a(world_sizes=(4, 64), cvs=(0.0,), trials=8, pair_samples=100)
     for n in (4, 64):
-        assert data["tree"][n][0] == pytest.approx(math.log2(n)) == data["eq5"][n] == data["hockney_speedup"][n]
-        assert data["levels"][n][0] == pytest.approx(math.log2(n))
+        assert data.tree[n][0] == pytest.approx(math.log2(n)) == data.eq5[n] == data.hockney_speedup[n]
+        assert data.levels[n][0] == pytest.approx(math.log2(n))
 
 
 # ------------------------------------------------------------------ the exact moments
@@ -183,22 +183,22 @@ def test_monte_carlo_of_the_moments_at_the_paper_preset():
     c, s2 = (float(x) for x in numeric.inner_sgd(0.01, 1.0, 50, 1.0))
     exact = M.exact_moments(PAPER.outer, c, s2)
     mc = MC.simulate_moments(PAPER.outer, c, s2, steps=230, trials=400, seed=11, record_from=30)
-    mean, se = np.mean(mc["phi2"]), np.std(mc["phi2"], ddof=1) / math.sqrt(400)
+    mean, se = np.mean(mc.phi2), np.std(mc.phi2, ddof=1) / math.sqrt(400)
     assert abs(mean - exact.var_phi) < Z * se
-    for key, value in (("group2", exact.var_phi_group), ("phi_step", exact.cov_phi_step)):
-        ratio, ratio_se = MC.ratio_se(mc[key], mc["phi2"])
-        assert abs(ratio - value / exact.var_phi) < Z * ratio_se, key
+    for name, measured, value in (("group2", mc.group2, exact.var_phi_group), ("phi_step", mc.phi_step, exact.cov_phi_step)):
+        ratio, ratio_se = MC.ratio_se(measured, mc.phi2)
+        assert abs(ratio - value / exact.var_phi) < Z * ratio_se, name
     # and the test can fail: a 5 % error in the exact ratio is refused
-    ratio, ratio_se = MC.ratio_se(mc["group2"], mc["phi2"])
+    ratio, ratio_se = MC.ratio_se(mc.group2, mc.phi2)
     assert abs(ratio - 1.05 * exact.var_phi_group / exact.var_phi) > Z * ratio_se
 
 
 def test_inner_phase_monte_carlo():
     c, s2 = numeric.inner_sgd(0.01, 1.0, 50, 1.0)
     mc = MC.inner_phase_mc(0.01, 1.0, 50, 1.0, samples=20000, seed=3)
-    assert abs(mc["coefficient"][0] - c * c) < Z * mc["coefficient"][1]
-    assert abs(mc["noise"][0] - s2) < Z * mc["noise"][1]
-    assert abs(mc["noise"][0] - P.inner_noise_term(0.01, 1.0, 50, 1.0)) > Z * mc["noise"][1]  # R' is refused
+    assert abs(mc.coefficient[0] - c * c) < Z * mc.coefficient[1]
+    assert abs(mc.noise[0] - s2) < Z * mc.noise[1]
+    assert abs(mc.noise[0] - P.inner_noise_term(0.01, 1.0, 50, 1.0)) > Z * mc.noise[1]  # R' is refused
 
 
 # ------------------------------------------------------------------ verdicts known by hand
@@ -355,12 +355,12 @@ def test_map_counterexamples_are_what_they_claim():
 
 def test_one_inner_step_matches_the_toolkits_idle_model():
     check = L.check_one_inner_step(16, 400, trials=4, seed=5)
-    assert abs(check["barrier_z"]) <= Z and abs(check["noloco_z"]) <= Z
+    assert abs(check.barrier_z) <= Z and abs(check.noloco_z) <= Z
 
 
 def test_total_time_ratio_at_the_papers_point_quick():
     """N = 64 instead of 1024 (fast): DiLoCo's barrier costs more than NoLoCo's pairs, less as H grows."""
-    short, long = (L.total_time_mc(64, H, outer_steps=100, trials=2, seed=1)["ratio"] for H in (5, 50))
+    short, long = (L.total_time_mc(64, H, outer_steps=100, trials=2, seed=1).ratio for H in (5, 50))
     assert short > long > 1
 
 
@@ -377,7 +377,7 @@ def test_audits_agree_with_monte_carlo_across_settings():
 @pytest.mark.slow
 def test_fig5b_at_the_papers_point():
     run_ = L.total_time_mc(1024, 100, outer_steps=500, trials=2, seed=0)
-    assert 1.1 < run_["ratio"] < 1.3  # the paper reads about 1.2
+    assert 1.1 < run_.ratio < 1.3  # the paper reads about 1.2
 
 
 # ------------------------------------------------------------------ the issue's settings (edges, directions, counts)

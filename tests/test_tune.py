@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from noloco.cli import main
-from noloco.quadratic.tune_check import _fit, _radius, frontier_rows
+from noloco.quadratic.tune_check import FrontierPoint, TuneReport, _fit, _radius, frontier_rows
 from noloco.infra.errors import ConfigError
 from noloco.theory.conditions import analyse
 from noloco.infra.files import SCHEMA_VERSION
@@ -41,6 +41,7 @@ def test_json_keys(paper_json):
                 "simulated_rate_se", "simulated_spread_se", "paper", "frontier"):
         assert key in r, key
     assert set(r["recommended"]) >= {"alpha", "beta", "gamma", "group_size", "inner_steps"}
+    assert json.dumps(TuneReport.from_json(r).to_json()) == json.dumps(r)  # the typed report round-trips
 
 
 def test_recommendation_verified_within_4_se(paper_json):
@@ -169,9 +170,10 @@ def test_fit_recovers_the_characteristic_polynomial():
 
 
 def test_frontier_rows_pick_the_fastest_within_each_budget():
-    front = [{"spread": s, "rate": r} for s, r in ((1e-4, 0.9), (1e-3, 0.7), (1e-2, 0.5), (1e-1, 0.3))]
+    front = [FrontierPoint(rate=r, spread=s, alpha=0.5, beta=0.7, gamma=0.7, group_size=2, inner_steps=50)
+             for s, r in ((1e-4, 0.9), (1e-3, 0.7), (1e-2, 0.5), (1e-1, 0.3))]
     rows = frontier_rows(front, budget=1e-2, rows=4)
-    assert [q["rate"] for q in rows] == [0.9, 0.7, 0.5, 0.3]
+    assert [q.rate for q in rows] == [0.9, 0.7, 0.5, 0.3]
     assert frontier_rows(front, budget=1e-2, rows=2) == [front[0], front[3]]
 
 

@@ -6,7 +6,10 @@ process (the spectrum is summed chunk by chunk).
 
 from __future__ import annotations
 
-from noloco.benchmarks.timer import command_seconds
+from dataclasses import dataclass
+
+from noloco.benchmarks.timer import BenchResult, command_seconds
+from noloco.infra.record import JsonRecord
 
 NAME = "check"
 
@@ -28,9 +31,18 @@ def add_arguments(parser) -> None:
 def measure(spectrum="powerlaw:1:1:100000000") -> dict:
     argv = ["check", "--spectrum", spectrum, "--json"]
     seconds, peak = command_seconds(argv, peak_memory=True)
-    return {"command": "noloco " + " ".join(argv), "seconds": seconds, "peak_rss_bytes": peak}
+    return CommandTiming(command="noloco " + " ".join(argv), seconds=seconds, peak_rss_bytes=peak).to_json()
+
+
+@dataclass(frozen=True)
+class CommandTiming(JsonRecord):
+    """One command timed in a fresh process, with its peak resident memory."""
+
+    command: str
+    seconds: float
+    peak_rss_bytes: int
 
 
 def format_result(result: dict) -> str:
-    r = result["results"]
-    return f"`{r['command']}`: {r['seconds']:.1f} s, peak memory {r['peak_rss_bytes'] / 2 ** 20:.0f} MiB"
+    r = CommandTiming.from_json(BenchResult.from_json(result).results)
+    return f"`{r.command}`: {r.seconds:.1f} s, peak memory {r.peak_rss_bytes / 2 ** 20:.0f} MiB"

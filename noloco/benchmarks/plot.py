@@ -12,32 +12,37 @@ from noloco.infra.files import NUMBER, output_file, read_json, shape_error
 ROOT = Path(__file__).resolve().parents[2]
 
 
+#: the right panel's series and their labels (a colour and marker each, by position)
+PANEL = (("comm_idle_vs_replicas", "comm idle simulation vs N"), ("comm_idle_compiled_vs_replicas", "the same, compiled"),
+         ("check_vs_directions", "check vs directions"))
+
+
 def figure(result: dict):
     """The figure of a ``scaling`` result, in the house style (:mod:`noloco.paper_figs.style`): two log-log
     panels, each with its legend below it (:func:`~noloco.paper_figs.style.keyed_figure`)."""
     from noloco.benchmarks.scaling import slope
     from noloco.paper_figs import style
 
-    r = result["results"]
-    r = r.get("scaling", r)
-    load = result.get("load_average_before", [float("nan")])[0]
+    from noloco.benchmarks.scaling import scaling_of
+    from noloco.benchmarks.timer import BenchResult
+
+    r = scaling_of(result)
+    load = (BenchResult.from_json(result).load_average_before or [float("nan")])[0]
     fig, (left, right), keys = style.keyed_figure(2)
     labels = {"dim": "directions D", "trials": "trials", "replicas": "replicas N", "steps": "outer steps"}
-    for (name, points), colour, marker in zip(r["simulate"].items(), style.PALETTE, style.MARKERS):
+    for (name, points), colour, marker in zip(r.simulate.items(), style.PALETTE, style.MARKERS):
         mode, _, factor = name.partition("_vs_")
         x, y = zip(*points)
         left.loglog([v / x[0] for v in x], y, marker=marker, ls="-" if mode == "exact" else "--", color=colour,
                     label=f"{mode}, vs {labels[factor]} (slope {slope(points):.2f})")
-    b = r["base"]
+    b = r.base  # BASE's sizes
     left.set(xlabel="size / smallest size (ratio)", ylabel="wall time, best of repeats (s)",
              title=f"simulate, from D {b['dim']}, {b['trials']} trials, N {b['replicas']}, {b['steps']} steps")
-    for (name, label), colour, marker in zip((("comm_idle_vs_replicas", "comm idle simulation vs N"),
-                                              ("comm_idle_compiled_vs_replicas", "the same, compiled"),
-                                              ("check_vs_directions", "check vs directions")),
-                                             style.PALETTE, style.MARKERS):
-        if name in r:  # no numba: no compiled curve
-            x, y = zip(*r[name])
-            right.loglog(x, y, marker=marker, color=colour, label=f"{label} (slope {slope(r[name]):.2f})")
+    for (label, points), colour, marker in zip(((label, getattr(r, name)) for name, label in PANEL),
+                                               style.PALETTE, style.MARKERS):
+        if points is not None:  # no numba: no compiled curve
+            x, y = zip(*points)
+            right.loglog(x, y, marker=marker, color=colour, label=f"{label} (slope {slope(points):.2f})")
     right.set(xlabel="replicas N or directions (count)", ylabel="wall time (s)",
               title="comm (50 steps, 2 trials) and check")
     for ax, place in zip((left, right), keys):  # a result without comm or check timings: an empty panel, no key

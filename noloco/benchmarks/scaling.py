@@ -10,9 +10,13 @@ draws them on log-log axes (docs/img/performance.png).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Optional
+
 import numpy as np
 
-from noloco.benchmarks.timer import best_of, integer, jit, jit_paths
+from noloco.benchmarks.timer import BenchResult, best_of, integer, jit, jit_paths
+from noloco.infra.record import JsonRecord
 from noloco.quadratic.sim_config import SimConfig
 from noloco.quadratic.simulator import simulate
 from noloco.quadratic import idle
@@ -25,6 +29,36 @@ NAME = "scaling"
 #: the point every simulate sweep varies one factor of
 BASE = {"dim": 1000, "trials": 50, "replicas": 8, "steps": 20}
 SWEEPS = {"dim": (100, 1000, 10000), "trials": (50, 200, 800), "replicas": (8, 64, 512), "steps": (10, 20, 40)}
+
+
+@dataclass(frozen=True)
+class Scaling(JsonRecord):
+    """The scaling benchmark's series, each ``[[size, seconds], ...]``: ``simulate`` by ``"<mode>_vs_<factor>"``
+    from ``base``; the idle simulation against N (numpy, and compiled where numba is), ``check`` against the
+    number of directions (None: not measured)."""
+
+    OPTIONAL_KEYS = ("comm_idle_vs_replicas", "comm_idle_compiled_vs_replicas", "check_vs_directions")
+
+    base: dict
+    simulate: dict
+    comm_idle_vs_replicas: Optional[list] = None
+    comm_idle_compiled_vs_replicas: Optional[list] = None
+    check_vs_directions: Optional[list] = None
+
+    def others(self) -> list:
+        """``(name, label, points)`` of the series beside ``simulate`` that were measured."""
+        return [(name, label, getattr(self, name)) for name, label in OTHERS if getattr(self, name) is not None]
+
+
+#: the series beside simulate's and their labels in the table
+OTHERS = (("comm_idle_vs_replicas", "comm idle vs replicas"), ("comm_idle_compiled_vs_replicas", "comm idle compiled vs N"),
+          ("check_vs_directions", "check vs directions"))
+
+
+def scaling_of(result: dict) -> Scaling:
+    """The scaling series of a scaling result, or of the ``all`` result holding one."""
+    results = BenchResult.from_json(result).results
+    return Scaling.from_json(results.get("scaling", results))  # "all" nests each benchmark's results
 
 
 def add_arguments(parser) -> None:
@@ -40,7 +74,7 @@ def _simulate_seconds(dim, trials, replicas, steps, mode, repeat) -> float:
 
 def measure(repeat: int = 2) -> dict:
     retain_freed_memory()
-    out = {"base": BASE, "simulate": {}}
+    simulated, others = {}, {}
     for factor, values in SWEEPS.items():
         for mode in ("exact", "explicit"):
             if mode == "explicit" and factor != "dim":
@@ -51,18 +85,18 @@ def measure(repeat: int = 2) -> dict:
                 if mode == "explicit":
                     size["steps"] = 2
                 points.append([value, _simulate_seconds(**size, mode=mode, repeat=repeat)])
-            out["simulate"][f"{mode}_vs_{factor}"] = points
+            simulated[f"{mode}_vs_{factor}"] = points
     for path, setting in jit_paths():
         key = "comm_idle_vs_replicas" if path == "numpy" else "comm_idle_compiled_vs_replicas"
         with jit(setting):
             idle.simulate_idle(1 << 12, steps=2, trials=2)  # loads numba and the compiled step: not timed
-            out[key] = [[N, best_of(lambda N=N: idle.simulate_idle(N, steps=50, trials=2), 1)]
+            others[key] = [[N, best_of(lambda N=N: idle.simulate_idle(N, steps=50, trials=2), 1)]
                         for N in (10 ** 3, 10 ** 4, 10 ** 5, 10 ** 6)]
     outer, inner = OuterConfig(), InnerConfig()
-    out["check_vs_directions"] = [
+    others["check_vs_directions"] = [
         [n, best_of(lambda n=n: analyse(outer, inner, Spectrum.power_law(1.0, 1.0, n)), 1)]
         for n in (10 ** 5, 10 ** 6, 10 ** 7)]
-    return out
+    return Scaling(base=BASE, simulate=simulated, **others).to_json()
 
 
 def slope(points) -> float:
@@ -72,10 +106,7 @@ def slope(points) -> float:
 
 
 def format_result(result: dict) -> str:
-    r = result["results"]
-    rows = [(name, pts) for name, pts in r["simulate"].items()]
-    rows += [(label, r[key]) for key, label in (("comm_idle_vs_replicas", "comm idle vs replicas"),
-                                                ("comm_idle_compiled_vs_replicas", "comm idle compiled vs N"),
-                                                ("check_vs_directions", "check vs directions")) if key in r]
+    r = scaling_of(result)
+    rows = [(name, pts) for name, pts in r.simulate.items()] + [(label, pts) for _, label, pts in r.others()]
     return "\n".join(f"{name:<28} slope {slope(pts):5.2f}  " + "  ".join(f"{x:g}: {y:.3g} s" for x, y in pts)
                      for name, pts in rows)

@@ -23,11 +23,14 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
-from noloco.benchmarks.timer import best_of, command_seconds, integer, jit
+from noloco.benchmarks.timer import BenchResult, best_of, command_seconds, integer, jit
+from noloco.infra.record import JsonRecord
 from noloco.quadratic.sim_config import SimConfig
 from noloco.quadratic.simulator import simulate
 from noloco.infra.budget import retain_freed_memory
@@ -137,6 +140,57 @@ def add_arguments(parser) -> None:
                         help="a checkout of an older commit: time the same simulate command there")
 
 
+@dataclass(frozen=True)
+class UpdateRates(JsonRecord):
+    """Replica-coordinate updates per second of each path (numpy unless compiled; the compiled ones only where
+    numba is) and of the floors a step cannot beat."""
+
+    OPTIONAL_KEYS = ("exact_compiled", "exact_compiled_float32")
+
+    explicit: float
+    explicit_float32: float
+    exact: float
+    exact_float32: float
+    exact_compiled: Optional[float] = None
+    exact_compiled_float32: Optional[float] = None
+    python_loop: Optional[float] = None
+    bandwidth_floor: Optional[float] = None
+    memory_floor: Optional[float] = None
+    bits_floor: Optional[float] = None
+    noise_floor: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class AgainstBaseline(JsonRecord):
+    """`noloco simulate`'s command timed on a baseline checkout and on this one (default and explicit inner)."""
+
+    command: str
+    baseline_s: float
+    this_default_s: float
+    this_explicit_s: float
+    speedup_default: float
+    speedup_explicit: float
+
+
+@dataclass(frozen=True)
+class SimulatorBench(JsonRecord):
+    """The simulator benchmark's result: the rates, their ratios, the state's bytes, the command's timings."""
+
+    NESTED = {"updates_per_second": UpdateRates, "commands": AgainstBaseline}
+    OPTIONAL_KEYS = ("commands",)
+
+    updates_per_second: UpdateRates
+    exact_over_explicit: float
+    explicit_over_loop: float
+    bandwidth_floor_over_explicit: float
+    memory_floor_over_explicit: float
+    noise_floor_over_explicit: float
+    bandwidth_floor_over_bits_floor: float
+    exact_compiled_over_explicit: Optional[float]
+    state_bytes: int
+    commands: Optional[AgainstBaseline] = None
+
+
 def measure(trials=200, replicas=8, dim=1000, inner_steps=50, outer_steps=10, noise=1.0, repeat=3,
             loop_trials=2, baseline=None) -> dict:
     if loop_trials < 2:
@@ -157,60 +211,51 @@ def measure(trials=200, replicas=8, dim=1000, inner_steps=50, outer_steps=10, no
                       inner_mode="exact")
     small = SimConfig(outer=outer, inner=inner, curvatures=lam, trials=loop_trials, outer_steps=1)
     with jit("0"):  # numpy throughout
-        rates = {
-            "explicit": rate(explicit),
-            "explicit_float32": rate(dataclasses.replace(explicit, dtype="float32")),
-            "exact": rate(exact),
-            "exact_float32": rate(dataclasses.replace(exact, dtype="float32")),
-        }
+        numpy_rates = (rate(explicit), rate(dataclasses.replace(explicit, dtype="float32")), rate(exact),
+                       rate(dataclasses.replace(exact, dtype="float32")))
+    compiled = (None, None)
     if importlib.util.find_spec("numba"):  # the compiled outer step; the best of the repeats leaves compiling out
         with jit("1"):
-            rates["exact_compiled"] = rate(exact)
-            rates["exact_compiled_float32"] = rate(dataclasses.replace(exact, dtype="float32"))
-    rates.update({
-        "python_loop": per_step * loop_trials / trials / best_of(lambda: loop(small, np.asarray(lam)), 1),
-        "bandwidth_floor": per_step * outer_steps / best_of(lambda: bandwidth_floor(explicit, dim), repeat),
-        "memory_floor": MEMORY_FLOOR_NUMBERS * MEMORY_FLOOR_PASSES / best_of(memory_floor, repeat),
-        "bits_floor": per_step * outer_steps / best_of(lambda: bits_floor(explicit, dim), repeat),
-        "noise_floor": per_step * outer_steps / best_of(lambda: noise_floor(explicit, dim), repeat),
-    })
-    out = {"updates_per_second": rates,
-           "exact_over_explicit": rates["exact"] / rates["explicit"],
-           "explicit_over_loop": rates["explicit"] / rates["python_loop"],
-           "bandwidth_floor_over_explicit": rates["bandwidth_floor"] / rates["explicit"],
-           "memory_floor_over_explicit": rates["memory_floor"] / rates["explicit"],
-           "noise_floor_over_explicit": rates["noise_floor"] / rates["explicit"],
-           "bandwidth_floor_over_bits_floor": rates["bandwidth_floor"] / rates["bits_floor"],
-           "exact_compiled_over_explicit": rates["exact_compiled"] / rates["explicit"] if "exact_compiled" in rates
-           else None,
-           "state_bytes": trials * replicas * dim * 8}
+            compiled = (rate(exact), rate(dataclasses.replace(exact, dtype="float32")))
+    r = UpdateRates(
+        *numpy_rates, *compiled,
+        python_loop=per_step * loop_trials / trials / best_of(lambda: loop(small, np.asarray(lam)), 1),
+        bandwidth_floor=per_step * outer_steps / best_of(lambda: bandwidth_floor(explicit, dim), repeat),
+        memory_floor=MEMORY_FLOOR_NUMBERS * MEMORY_FLOOR_PASSES / best_of(memory_floor, repeat),
+        bits_floor=per_step * outer_steps / best_of(lambda: bits_floor(explicit, dim), repeat),
+        noise_floor=per_step * outer_steps / best_of(lambda: noise_floor(explicit, dim), repeat))
+    commands = None
     if baseline:
-        commands = {"command": "noloco " + " ".join(COMMAND),
-                    "baseline_s": command_seconds(COMMAND, Path(baseline)),
-                    "this_default_s": command_seconds(COMMAND),
-                    "this_explicit_s": command_seconds(COMMAND + ["--inner", "explicit"])}
-        commands["speedup_default"] = commands["baseline_s"] / commands["this_default_s"]
-        commands["speedup_explicit"] = commands["baseline_s"] / commands["this_explicit_s"]
-        out["commands"] = commands
-    return out
+        base, default, explicit_s = (command_seconds(COMMAND, Path(baseline)), command_seconds(COMMAND),
+                                     command_seconds(COMMAND + ["--inner", "explicit"]))
+        commands = AgainstBaseline(command="noloco " + " ".join(COMMAND), baseline_s=base, this_default_s=default,
+                                   this_explicit_s=explicit_s, speedup_default=base / default,
+                                   speedup_explicit=base / explicit_s)
+    return SimulatorBench(
+        updates_per_second=r, exact_over_explicit=r.exact / r.explicit, explicit_over_loop=r.explicit / r.python_loop,
+        bandwidth_floor_over_explicit=r.bandwidth_floor / r.explicit, memory_floor_over_explicit=r.memory_floor / r.explicit,
+        noise_floor_over_explicit=r.noise_floor / r.explicit,
+        bandwidth_floor_over_bits_floor=r.bandwidth_floor / r.bits_floor,
+        exact_compiled_over_explicit=r.exact_compiled / r.explicit if r.exact_compiled is not None else None,
+        state_bytes=trials * replicas * dim * 8, commands=commands).to_json()
 
 
 def format_result(result: dict) -> str:
-    r = result["results"]
+    r = SimulatorBench.from_json(BenchResult.from_json(result).results)
     lines = [f"{name:<22} {rate:12.4g} replica-coordinate updates / s"
-             for name, rate in r["updates_per_second"].items()]
-    lines += [f"exact / explicit            = {r['exact_over_explicit']:.1f}x",
-              f"explicit / loop             = {r['explicit_over_loop']:.1f}x",
-              f"bandwidth floor / explicit  = {r['bandwidth_floor_over_explicit']:.1f}x",
-              f"memory floor / explicit     = {r['memory_floor_over_explicit']:.1f}x",
-              f"noise floor / explicit      = {r['noise_floor_over_explicit']:.2f}x",
-              f"bandwidth floor / bits floor = {r['bandwidth_floor_over_bits_floor']:.1f}x"]
-    if r.get("exact_compiled_over_explicit"):
-        lines.append(f"exact compiled / explicit   = {r['exact_compiled_over_explicit']:.1f}x")
-    c = r.get("commands")
+             for name, rate in r.updates_per_second.to_json().items()]  # every path measured, by name
+    lines += [f"exact / explicit            = {r.exact_over_explicit:.1f}x",
+              f"explicit / loop             = {r.explicit_over_loop:.1f}x",
+              f"bandwidth floor / explicit  = {r.bandwidth_floor_over_explicit:.1f}x",
+              f"memory floor / explicit     = {r.memory_floor_over_explicit:.1f}x",
+              f"noise floor / explicit      = {r.noise_floor_over_explicit:.2f}x",
+              f"bandwidth floor / bits floor = {r.bandwidth_floor_over_bits_floor:.1f}x"]
+    if r.exact_compiled_over_explicit:
+        lines.append(f"exact compiled / explicit   = {r.exact_compiled_over_explicit:.1f}x")
+    c = r.commands
     if c:
-        lines += [f"{c['command']}:",
-                  f"  baseline {c['baseline_s']:.1f} s, now {c['this_default_s']:.1f} s (exact, "
-                  f"{c['speedup_default']:.1f}x), {c['this_explicit_s']:.1f} s with --inner explicit "
-                  f"({c['speedup_explicit']:.1f}x)"]
+        lines += [f"{c.command}:",
+                  f"  baseline {c.baseline_s:.1f} s, now {c.this_default_s:.1f} s (exact, "
+                  f"{c.speedup_default:.1f}x), {c.this_explicit_s:.1f} s with --inner explicit "
+                  f"({c.speedup_explicit:.1f}x)"]
     return "\n".join(lines)

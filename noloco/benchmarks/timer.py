@@ -14,9 +14,13 @@ import os
 import platform
 import sys
 import time
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Optional
 
 import numpy as np
+
+from noloco.infra.record import JsonRecord
 
 
 def best_of(fn, repeat: int = 3) -> float:
@@ -97,18 +101,34 @@ def machine() -> dict:
             "platform": platform.platform(), **versions}
 
 
+@dataclass(frozen=True)
+class BenchResult(JsonRecord):
+    """The one result document of every benchmark (:func:`run` writes it; the formatters and the plot read it
+    back with ``from_json``): the options, when and where it ran, the load around it, and the benchmark's own
+    ``results`` (the only key a result given to the plot must have)."""
+
+    schema_version: Optional[int] = None
+    benchmark: Optional[str] = None
+    options: Optional[dict] = None
+    started: Optional[str] = None
+    wall_s: Optional[float] = None
+    machine: Optional[dict] = None
+    load_average_before: Optional[list] = None
+    load_average_after: Optional[list] = None
+    results: Any = field(kw_only=True)
+
+
 def run(name: str, measure, **options) -> dict:
-    """``measure(**options)`` wrapped into the one result document."""
+    """``measure(**options)`` wrapped into the one result document (a :class:`BenchResult`'s JSON)."""
     from noloco.infra.files import SCHEMA_VERSION
 
     load_before = os.getloadavg()
     started = time.time()
     results = measure(**options)
-    return {"schema_version": SCHEMA_VERSION, "benchmark": name, "options": options,
-            "started": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
-            "wall_s": time.time() - started, "machine": machine(),
-            "load_average_before": list(load_before), "load_average_after": list(os.getloadavg()),
-            "results": results}
+    return BenchResult(schema_version=SCHEMA_VERSION, benchmark=name, options=options,
+                       started=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started)),
+                       wall_s=time.time() - started, machine=machine(), load_average_before=list(load_before),
+                       load_average_after=list(os.getloadavg()), results=results).to_json()
 
 
 def integer(name: str, low: int, high: int):

@@ -273,7 +273,7 @@ def lemma_1(outer, d: Direction, budget, seed) -> Statement:
     steps = 21
     mc = simulate_moments(outer, d.c, d.s2, steps=steps, trials=trial_count(outer.replicas, steps, budget), seed=seed,
                           start=1.0, record_from=1)
-    measured, se = stats.mean_se(mc["lemma"])
+    measured, se = stats.mean_se(mc.lemma)
     part = graded("E(phi_0 - mean_G phi), steps 1..20 from phi = 1", 0.0, 0.0, measured=measured, se=se,
                   note="exact: 0 in every direction by exchangeability (identical start, uniform groups)",
                   direction=d.name)
@@ -332,7 +332,7 @@ def conjecture_1(outer, moments: _Moments, flat) -> Statement:
     def build(k):
         def part(d, mc, why):
             m = moments.exact[d]
-            measured, se = ratio_se(mc["group2"], mc["phi2"]) if mc else (None, None)
+            measured, se = ratio_se(mc.group2, mc.phi2) if mc else (None, None)
             shared = f"the replicas are correlated (corr {m.correlation:.3g}): they share the mean" \
                 if math.isfinite(m.correlation) else ""
             note = join_notes(shared, "exact ratio at N = "
@@ -357,14 +357,14 @@ def eq_22(outer, inner, dirs, samples, seed) -> Statement:
 
     def coefficient(d, mc):
         return graded("", float(P.inner_coefficient(inner.lr, d.curvature, inner.steps)), d.c * d.c,
-                      measured=mc["coefficient"][0] if mc else None, se=mc["coefficient"][1] if mc else None,
+                      measured=mc.coefficient[0] if mc else None, se=mc.coefficient[1] if mc else None,
                       note="the paper sums squares, eta^2 lambda^2 sum_k b^2k; the exact coefficient is the square "
                            "of the sum, (1 - b^H)^2 (equal only at H = 1; B_V / c^2 -> 1/H as lambda -> 0)",
                       direction=_flat_name(d, flat))
 
     def noise(d, mc):
         return graded("", float(P.inner_noise_term(inner.lr, d.curvature, inner.steps, inner.noise)), d.s2,
-                      measured=mc["noise"][0] if mc else None, se=mc["noise"][1] if mc else None,
+                      measured=mc.noise[0] if mc else None, se=mc.noise[1] if mc else None,
                       note="R' grows like H eta^2 sigma^2; the exact s2 saturates at eta sigma^2 / (lambda (2 - eta "
                            "lambda)) (SGD's steps are anticorrelated)", direction=_flat_name(d, flat))
 
@@ -399,7 +399,7 @@ def eq_55(outer, moments: _Moments, flat) -> Statement:
     def build(power):
         def part(d, mc, why):
             m = moments.exact[d]
-            measured, se = ratio_se(mc["phi_step"], mc["phi2"]) if mc else (None, None)
+            measured, se = ratio_se(mc.phi_step, mc.phi2) if mc else (None, None)
             note = join_notes("exact: the momentum and the progress terms correlate with phi too (Eq 55 omits them); "
                          "exact at N = " + _by_N({N: _ratio(x.cov_phi_step, x) for N, x in moments.by_N[d].items()}),
                          why)
@@ -451,7 +451,7 @@ def independence(outer, inner, moments: _Moments, flat) -> Statement:
             B = float(P.inner_coefficient(inner.lr, d.curvature, inner.steps))
             R = float(P.inner_noise_term(inner.lr, d.curvature, inner.steps, inner.noise))
             m = moments.exact[d]
-            measured, se = stats.mean_se(mc["phi2"]) if mc else (None, None)
+            measured, se = stats.mean_se(mc.phi2) if mc else (None, None)
             d_v, E, Rpp = P.variance_recursion(outer.alpha, outer.beta, outer.gamma, outer.group_size, B, R, power,
                                                factor)
             U = float(P.recursion_stationary(d_v, E, Rpp))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -10,22 +11,43 @@ from noloco.theory import stats
 from noloco.theory.config import OuterConfig
 from noloco.quadratic.scalar import scalar_path
 
+@dataclass(frozen=True)
+class Moments:
+    """Per trial, the mean over the recorded steps of phi_i^2, phi_i (phi_i' - phi_i), (phi_i - mean_G phi)^2
+    (each over the replicas) and replica 0's phi_0 - mean_G(0) phi (arrays of one value per trial)."""
+
+    phi2: np.ndarray
+    phi_step: np.ndarray
+    group2: np.ndarray
+    lemma: np.ndarray
+
+
+@dataclass(frozen=True)
+class InnerPhase:
+    """The inner phase's coefficient of Var(phi) in Var(Delta) and its noise term, each ``(mean, se)``."""
+
+    coefficient: tuple
+    noise: tuple
+
+
 def simulate_moments(outer: OuterConfig, c: float, s2: float, *, steps: int, trials: int, seed, start: float = 0.0,
-                     record_from: int = 0) -> dict:
+                     record_from: int = 0) -> Moments:
     """Monte Carlo of the scalar model (:func:`noloco.quadratic.scalar.scalar_path`, identical replicas at
     ``start``): per trial, the mean over steps t >= ``record_from`` of phi_i^2, phi_i (phi_i' - phi_i),
     (phi_i - mean_G phi)^2 (each averaged over the replicas; G is step t's fresh group) and of
     replica 0's own phi_0 - mean_G(0) phi (the replica average of that is 0 by construction)."""
     rng = np.random.default_rng(seed)
-    sums = {key: np.zeros(trials) for key in ("phi2", "phi_step", "group2", "lemma")}
+    phi2, phi_step, group2, lemma = (np.zeros(trials) for _ in range(4))
     y0 = np.full((trials, outer.replicas), float(start))
     for t, (y, mean_phi, new) in enumerate(scalar_path(outer, c, s2, steps, trials, rng, y0)):
         if t >= record_from:
-            sums["phi2"] += (y * y).mean(1)
-            sums["phi_step"] += (y * (new - y)).mean(1)
-            sums["group2"] += ((y - mean_phi) ** 2).mean(1)
-            sums["lemma"] += y[:, 0] - mean_phi[:, 0]
-    return {key: value / (steps - record_from) for key, value in sums.items()}
+            phi2 += (y * y).mean(1)
+            phi_step += (y * (new - y)).mean(1)
+            group2 += ((y - mean_phi) ** 2).mean(1)
+            lemma += y[:, 0] - mean_phi[:, 0]
+    recorded = steps - record_from
+    return Moments(phi2=phi2 / recorded, phi_step=phi_step / recorded, group2=group2 / recorded,
+                   lemma=lemma / recorded)
 
 
 def ratio_se(numerator, denominator, batches: int = 40) -> tuple[float, float]:
@@ -36,10 +58,10 @@ def ratio_se(numerator, denominator, batches: int = 40) -> tuple[float, float]:
     return stats.jackknife(lambda b: b[:, 0].sum() / b[:, 1].sum(), blocks)
 
 
-def inner_phase_mc(lr: float, curvature: float, steps: int, noise: float, *, samples: int, seed) -> dict:
+def inner_phase_mc(lr: float, curvature: float, steps: int, noise: float, *, samples: int, seed) -> InnerPhase:
     """H real SGD steps theta <- theta - lr (lambda theta + sigma xi) from phi ~ N(0, 1) and from
     phi = 0: E Delta^2 = c^2 + s2 and s2, so the coefficient of Var(phi) in Var(Delta) is their
-    difference. Returns ``{"coefficient": (mean, se), "noise": (mean, se)}``."""
+    difference."""
     rng = np.random.default_rng(seed)
     out = []
     for phi in (rng.standard_normal(samples), np.zeros(samples)):
@@ -48,7 +70,7 @@ def inner_phase_mc(lr: float, curvature: float, steps: int, noise: float, *, sam
             theta -= lr * (curvature * theta + noise * rng.standard_normal(samples))
         out.append(stats.mean_se((theta - phi) ** 2))
     (with_phi, se1), (alone, se0) = out
-    return {"coefficient": (with_phi - alone, math.hypot(se1, se0)), "noise": (alone, se0)}
+    return InnerPhase(coefficient=(with_phi - alone, math.hypot(se1, se0)), noise=(alone, se0))
 
 
 def seed_stream(seed, *more) -> list:

@@ -76,5 +76,5 @@ def run(args) -> int:
                jitter=args.jitter, jitter_cv=args.jitter_cv, hardware=args.hardware,
                compute_seconds=args.compute_seconds, steps=args.steps, trials=args.trials, seed=args.seed,
                progress=sys.stderr.isatty(), max_memory=args.max_memory, max_time=args.max_time)
-    print_json(r) if args.json else print(format_report(r))
+    print_json(r.to_json()) if args.json else print(format_report(r))
     return 0

@@ -100,5 +100,5 @@ def run(args) -> int:
     result, report = tune_and_verify(problem, verify=not args.no_verify, trials=args.trials, seed=args.seed,
                                      progress=sys.stderr.isatty(), max_memory=args.max_memory, max_time=args.max_time)
     figure = None if out is None else draw_result(result, out)  # the tuner's figure (paper_figs/fig_tune.py)
-    print_json(report) if args.json else print(format_report(report, figure))
+    print_json(report.to_json()) if args.json else print(format_report(report, figure))
     return 0

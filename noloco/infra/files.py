@@ -32,6 +32,7 @@ import numpy as np
 
 from noloco.infra.entry import interrupts_held, report_printed
 from noloco.infra.errors import ConfigError, DataError
+from noloco.infra.record import JsonRecord
 
 #: version of every JSON document the toolkit writes (2: non-finite values as null + reason)
 SCHEMA_VERSION = 2
@@ -47,6 +48,8 @@ def _convert(x, kinds: set):
     """Plain JSON value of ``x``; every non-finite float found is recorded in ``kinds``."""
     if isinstance(x, dict):
         return _convert_dict(x)
+    if isinstance(x, JsonRecord):  # its keys, not its bookkeeping fields
+        return _convert(x.to_json(), kinds)
     if dataclasses.is_dataclass(x) and not isinstance(x, type):
         return _convert_dict(dataclasses.asdict(x))
     if isinstance(x, np.ndarray):

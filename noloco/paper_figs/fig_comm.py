@@ -12,8 +12,12 @@ standard errors, next to the closed form for the barrier."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import numpy as np
 
+from noloco.infra.record import JsonRecord
 from noloco.paper_figs import style
 
 NAME = "comm"
@@ -25,6 +29,36 @@ def params(quick: bool) -> dict:
             "trials": 4 if quick else 16}
 
 
+@dataclass(frozen=True)
+class Speedup(JsonRecord):
+    """One payload's speed-up of the pair exchange over the tree, ring and fastest all-reduce, per N."""
+
+    tree: list
+    ring: list
+    best: list
+
+
+@dataclass(frozen=True)
+class IdleSeries(JsonRecord):
+    """Idle fractions per N: the barrier's and NoLoCo's simulated (with SE), the barrier's closed form."""
+
+    N: Any
+    barrier: list
+    barrier_se: list
+    noloco: list
+    noloco_se: list
+    closed: list
+
+
+@dataclass(frozen=True)
+class CommFigure(JsonRecord):
+    NESTED = {"speedup": (dict, Speedup), "idle": IdleSeries}
+
+    N: Any
+    speedup: dict
+    idle: IdleSeries
+
+
 def compute(max_log2: int, idle_max_log2: int, steps: int, trials: int) -> dict:
     from noloco.quadratic.idle import simulate_idle
     from noloco.theory import comm
@@ -32,24 +66,18 @@ def compute(max_log2: int, idle_max_log2: int, steps: int, trials: int) -> dict:
 
     net = comm.Network.from_bandwidth(0.05, 1e9)
     Ns = 2 ** np.arange(2, max_log2 + 1)
-    speed = {label: {"tree": [], "ring": [], "best": []} for label in PAYLOADS}
+    speed = {}
     for label, payload in PAYLOADS.items():
-        for N in Ns:
-            cost = comm.sync_cost(net, payload, int(N), 2)
-            speed[label]["tree"].append(cost.speedup_vs_tree)
-            speed[label]["ring"].append(cost.speedup_vs_ring)
-            speed[label]["best"].append(cost.speedup_vs_best)
+        costs = [comm.sync_cost(net, payload, int(N), 2) for N in Ns]
+        speed[label] = Speedup(tree=[c.speedup_vs_tree for c in costs], ring=[c.speedup_vs_ring for c in costs],
+                               best=[c.speedup_vs_best for c in costs])
     jitter = Jitter("lognormal", 0.1)
     Ni = 2 ** np.arange(1, idle_max_log2 + 1)
-    idle = {"N": Ni, "barrier": [], "barrier_se": [], "noloco": [], "noloco_se": [], "closed": []}
-    for N in Ni:
-        r = simulate_idle(int(N), 2, jitter, steps=steps, trials=trials, seed=int(N))
-        idle["barrier"].append(r.barrier_idle_fraction)
-        idle["barrier_se"].append(r.barrier_idle_se)
-        idle["noloco"].append(r.noloco_idle_fraction)
-        idle["noloco_se"].append(r.noloco_idle_se)
-        idle["closed"].append(barrier_idle_fraction(jitter, int(N)))
-    return {"N": Ns, "speedup": speed, "idle": idle}
+    runs = [simulate_idle(int(N), 2, jitter, steps=steps, trials=trials, seed=int(N)) for N in Ni]
+    idle = IdleSeries(N=Ni, barrier=[r.barrier_idle_fraction for r in runs], barrier_se=[r.barrier_idle_se for r in runs],
+                      noloco=[r.noloco_idle_fraction for r in runs], noloco_se=[r.noloco_idle_se for r in runs],
+                      closed=[barrier_idle_fraction(jitter, int(N)) for N in Ni])
+    return CommFigure(N=Ns, speedup=speed, idle=idle).to_json()
 
 
 def draw(data: dict):
@@ -57,24 +85,25 @@ def draw(data: dict):
 
     fig, axs = style.figure(2)
     a, b = axs[0]
-    N = np.array(data["N"], dtype=float)
-    for (label, s), colour in zip(data["speedup"].items(), style.PALETTE):  # colour: payload; dash: baseline
-        a.plot(N, s["tree"], color=colour, label=label)
-        a.plot(N, s["best"], "--", color=colour)
+    f = CommFigure.from_json(data)
+    N = np.array(f.N, dtype=float)
+    for (label, s), colour in zip(f.speedup.items(), style.PALETTE):  # colour: payload; dash: baseline
+        a.plot(N, s.tree, color=colour, label=label)
+        a.plot(N, s.best, "--", color=colour)
     a.axhline(1, color="grey", lw=0.8, ls=":")
     a.set(xscale="log", yscale="log", xlabel="replicas N (count)", ylabel="speed-up of one synchronisation (x)",
           title="all-reduce time / NoLoCo pair exchange")
-    a.set_ylim(top=4 * max(max(s["tree"]) for s in data["speedup"].values()))  # room for the legend
+    a.set_ylim(top=4 * max(max(s.tree) for s in f.speedup.values()))  # room for the legend
     a.set_xticks([4, 16, 64, 256, 1024, 4096], labels=["4", "16", "64", "256", "1024", "4096"])
     a.legend(handles=a.get_legend_handles_labels()[0] + [
         Line2D([], [], color="grey", label="vs tree all-reduce"),
         Line2D([], [], color="grey", ls="--", label="vs fastest all-reduce")], loc="upper left")
-    d = data["idle"]
-    Ni = np.array(d["N"], dtype=float)
-    b.errorbar(Ni, d["barrier"], yerr=2 * np.array(d["barrier_se"]), fmt="o", color=style.VERMILION, mfc="white",
+    d = f.idle
+    Ni = np.array(d.N, dtype=float)
+    b.errorbar(Ni, d.barrier, yerr=2 * np.array(d.barrier_se), fmt="o", color=style.VERMILION, mfc="white",
                label="global barrier (DiLoCo), simulated")
-    b.plot(Ni, d["closed"], color=style.VERMILION, lw=1, label="global barrier, closed form")
-    b.errorbar(Ni, d["noloco"], yerr=2 * np.array(d["noloco_se"]), fmt="s-", color=style.BLUE, mfc="white",
+    b.plot(Ni, d.closed, color=style.VERMILION, lw=1, label="global barrier, closed form")
+    b.errorbar(Ni, d.noloco, yerr=2 * np.array(d.noloco_se), fmt="s-", color=style.BLUE, mfc="white",
                label="random pairs (NoLoCo), simulated")
     b.set(xscale="log", xlabel="replicas N (count)", ylabel="idle fraction of wall time (fraction)",
           title="waiting for stragglers (lognormal cv 0.1)", ylim=(0, None))

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from noloco.paper_figs import style
+from noloco.paper_figs.reports import HdeeReport
 
 NAME = "hdee"
 CACHED = False  # the study's JSON is the cache
@@ -40,8 +41,8 @@ def compute(data: str) -> dict:
     from noloco.infra.files import read_json
 
     try:
-        return {"path": data, **read_json(data, required=("per_domain", "averages", "communication", "settings",
-                                                          "evaluated", "domains"))}
+        doc = read_json(data, required=("per_domain", "averages", "communication", "settings", "evaluated", "domains"))
+        return {"path": data, **HdeeReport.from_json(doc).to_json()}
     except DataError as err:
         return {"path": data, "missing": str(err)}
 
@@ -59,19 +60,20 @@ def draw(data: dict):
     a, b = axs[0]
     if "missing" in data:
         return _missing(fig, (a, b), data)
-    configs = data["settings"]["configs"]
-    comm = data["communication"]
-    sent = [comm[c]["bytes_per_replica"] for c in configs if comm[c]["bytes_per_replica"] > 0]
+    report = HdeeReport.from_json(data)
+    configs = report.settings.configs
+    sent_by = {c: report.communication[c].bytes_per_replica for c in configs}
+    sent = [b for b in sent_by.values() if b > 0]
     zero = min(sent) / 30 if sent else 1.0  # where "no communication" sits on the log axis
-    ensembles = [c for c in configs if comm[c]["bytes_per_replica"] == 0]
+    ensembles = [c for c in configs if sent_by[c] == 0]
     for c in configs:
-        x = comm[c]["bytes_per_replica"] or zero * (1.35 ** (ensembles.index(c) - (len(ensembles) - 1) / 2))
+        x = sent_by[c] or zero * (1.35 ** (ensembles.index(c) - (len(ensembles) - 1) / 2))
         for (part, marker, _), fill in zip(PARTS, (COLOURS[c], "white")):
-            row = data["averages"][c][part]
-            if row["mean"] is None:
+            row = report.averages[c][part]
+            if row.mean is None:
                 continue
-            se = row["se"] or 0.0
-            y, low, high = (math.exp(row["mean"] + k * 2 * se) for k in (0, -1, 1))
+            se = row.se or 0.0
+            y, low, high = (math.exp(row.mean + k * 2 * se) for k in (0, -1, 1))
             a.errorbar([x], [y], yerr=[[y - low], [high - y]], color=COLOURS[c], marker=marker, mfc=fill, ms=6,
                        capsize=3, lw=1.2, label=LABELS[c] if part == PARTS[0][0] and c == "ddp" else None)
     a.set_xscale("log")
@@ -82,22 +84,22 @@ def draw(data: dict):
     a.set_xlim(zero / 3, (max(sent) if sent else 10) * 3)
     a.set(xlabel="bytes sent per replica during training (B)",
           ylabel="validation perplexity per byte\n(geometric mean over domains)",
-          title=f"equal training FLOPs ({_power(data['budget']['flops'])}), {_seeds(len(data['settings']['seeds']))}")
+          title=f"equal training FLOPs ({_power(report.budget.flops)}), {_seeds(len(report.settings.seeds))}")
     for (_, marker, text), fill in zip(PARTS, ("k", "white")):
         a.plot([], [], "k" + marker, mfc=fill, label=f"domains {text}")
     # the other configurations' colours are named by the right panel's legend
     a.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2, fontsize=7.5)
 
-    names = data["evaluated"]
-    held = {r["name"] for r in data["domains"] if r["held_out"]}
+    names = report.evaluated
+    held = {r.name for r in report.domains if r.held_out}
     x = np.arange(len(names))
     others = [c for c in configs if c != "ddp"]
     width = 0.7 / max(len(others), 1)
     if "ddp" in configs:
-        ddp = np.array([data["per_domain"]["ddp"][d]["perplexity"] for d in names])
+        ddp = np.array([report.per_domain["ddp"][d].perplexity for d in names])
         top = 1.0
         for k, c in enumerate(others):
-            ratio = np.array([data["per_domain"][c][d]["perplexity"] for d in names]) / ddp
+            ratio = np.array([report.per_domain[c][d].perplexity for d in names]) / ddp
             top = max(top, float(np.nanmax(ratio)))
             b.plot(x + (k - (len(others) - 1) / 2) * width, ratio, ls="none", marker=style.MARKERS[k],
                    color=COLOURS[c], label=LABELS[c])

@@ -21,10 +21,13 @@ spread leaves its interval), so a forecast that runs away is not read as one."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Optional
 
 import numpy as np
 
+from noloco.infra.record import JsonRecord
 from noloco.paper_figs import style
 
 NAME = "llm"
@@ -36,14 +39,85 @@ BOOKKEEPING = {"eval_every", "ckpt_every", "val_windows", "device", "replica_mod
 IDENTICAL = 1e-7   # weight_std below this: identical replicas up to float round-off
 
 
+@dataclass(frozen=True)
+class Band(JsonRecord):
+    """Mean and range over seeds, per outer step (NaN where no seed has the step)."""
+
+    mean: Any
+    low: Any
+    high: Any
+
+
+@dataclass(frozen=True)
+class ForecastLine(JsonRecord):
+    """A setting's forecast line (:func:`_forecast_line`): per shared outer step, the mean over seeds."""
+
+    outer_step: list
+    weight_std: list
+    low: list
+    high: list
+    flags: list
+    outside: list
+    flagged: bool
+
+
+@dataclass(frozen=True)
+class Setting(JsonRecord):
+    """One setting's lines: its seeds' validation loss, measured and predicted spread, and forecast."""
+
+    NESTED = {"val": Band, "measured": Band, "predicted": Band, "forecast": ForecastLine}
+
+    label: str
+    method: Any
+    seeds: int
+    dirs: list
+    outer_step: list
+    tokens: Optional[list]  # None: an observer's rows count outer steps only
+    val: Band
+    measured: Band
+    predicted: Band
+    forecast: Optional[ForecastLine]
+
+
+@dataclass(frozen=True)
+class LlmFigure(JsonRecord):
+    """The figure's data: the first :data:`MAX_SETTINGS` settings under ``root`` of ``total``."""
+
+    NESTED = {"settings": (list, Setting)}
+
+    root: str
+    settings: list
+    total: int
+
+
+@dataclass(frozen=True)
+class RunForecast:
+    """One run's forecast: {outer step: (forecast, low, high)}, the advice's flags, the steps outside it."""
+
+    rows: dict
+    flags: list
+    outside: list
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run folder as the figure reads it."""
+
+    dir: str
+    rows: list  # MetricsRow
+    predicted: dict  # {outer step: predicted weight_std}
+    forecast: Optional[RunForecast]
+
+
 def params(quick: bool, runs: str = "runs") -> dict:
     return {"runs": runs}
 
 
 def _rows(path: Path) -> list:
+    """The metrics rows of ``path`` (:class:`noloco.advice.run_rows.MetricsRow`); a cut or foreign line left out."""
+    from noloco.advice.run_rows import MetricsRow
     from noloco.infra.files import read_regular_text
 
-    rows = []
     try:
         text = read_regular_text(path)  # a regular file of a sane size: a pipe would block, a huge one fill memory
     except (OSError, ValueError) as err:
@@ -51,23 +125,25 @@ def _rows(path: Path) -> list:
 
         warn(f"{path} left out: {getattr(err, 'strerror', None) or err}")
         return []
+    rows = []
     for line in text.splitlines():
         try:
-            rows.append(json.loads(line))
+            obj = json.loads(line)
         except ValueError:
             continue  # a line cut by an interrupted run
-    return [r for r in rows if isinstance(r, dict) and isinstance(r.get("outer_step"), int)]  # skip foreign lines
+        if isinstance(obj, dict) and isinstance(obj.get("outer_step"), int):  # skip foreign lines
+            rows.append(MetricsRow.from_json(obj))
+    return rows
 
 
 def _config(run: Path) -> dict | None:
     """The run's configuration, the outer step's settings flattened in (None when unreadable)."""
+    from noloco.advice.run_rows import RunResult
     from noloco.infra.errors import DataError
     from noloco.infra.files import read_json
 
     try:
-        cfg = dict(read_json(run / "result.json", required=("config",))["config"])
-        outer = cfg.pop("outer", {})
-        return {**cfg, **outer}
+        return RunResult.from_json(read_json(run / "result.json", required=("config",))).setting()
     except (DataError, KeyError, TypeError, ValueError):
         return None
 
@@ -84,10 +160,10 @@ def _predicted(run: Path) -> dict:
     return {r["outer_step"]: r["predicted"] for r in rows if r["predicted"] is not None}
 
 
-def _forecast(run: Path, cfg: dict | None) -> dict | None:
-    """The run's forecast from its first quarter (``cfg``: its configuration, as :func:`_config` reads it):
-    ``{"rows": {outer step: (forecast, low, high)}, "flags": [...], "outside": [steps]}``, ``outside`` the steps
-    whose measured spread leaves the interval; None when none can be made or none of it is finite."""
+def _forecast(run: Path, cfg: dict | None) -> RunForecast | None:
+    """The run's forecast from its first quarter (``cfg``: its configuration, as :func:`_config` reads it),
+    ``outside`` the steps whose measured spread leaves the interval; None when none can be made or none of it is
+    finite."""
     try:
         from noloco.infra.errors import ConfigError, DataError
         from noloco.advice.forecast import forecast
@@ -98,31 +174,31 @@ def _forecast(run: Path, cfg: dict | None) -> dict | None:
     finite = [r for r in rep["rows"] if all(np.isfinite(r[k]) for k in ("forecast", "low", "high"))]
     if not finite:
         return None
-    return {"rows": {r["outer_step"]: (r["forecast"], r["low"], r["high"]) for r in finite}, "flags": rep["flags"],
-            "outside": [r["outer_step"] for r in finite
-                        if r["measured"] is not None and not r["low"] <= r["measured"] <= r["high"]]}
+    return RunForecast(rows={r["outer_step"]: (r["forecast"], r["low"], r["high"]) for r in finite},
+                       flags=rep["flags"], outside=[r["outer_step"] for r in finite if r["measured"] is not None
+                                                    and not r["low"] <= r["measured"] <= r["high"]])
 
 
-def _forecast_line(g: dict) -> dict | None:
+def _forecast_line(runs: list) -> ForecastLine | None:
     """The seeds' forecasts averaged over the outer steps they share; ``flagged`` when any seed's is."""
-    per_seed = [run["forecast"] for run in g["runs"] if run["forecast"]]
+    per_seed = [run.forecast for run in runs if run.forecast]
     if not per_seed:
         return None
-    steps = sorted(set.intersection(*(set(f["rows"]) for f in per_seed)))
-    mean = lambda k: [float(np.mean([f["rows"][s][k] for f in per_seed])) for s in steps]  # noqa: E731
-    flags = sorted({flag.split(":")[0] for f in per_seed for flag in f["flags"]})  # the kinds: "not settled", ...
-    outside = sorted({s for f in per_seed for s in f["outside"]})
-    return {"outer_step": steps, "weight_std": mean(0), "low": mean(1), "high": mean(2), "flags": flags,
-            "outside": outside, "flagged": bool(flags or outside)}
+    steps = sorted(set.intersection(*(set(f.rows) for f in per_seed)))
+    mean = lambda k: [float(np.mean([f.rows[s][k] for f in per_seed])) for s in steps]  # noqa: E731
+    flags = sorted({flag.split(":")[0] for f in per_seed for flag in f.flags})  # the kinds: "not settled", ...
+    outside = sorted({s for f in per_seed for s in f.outside})
+    return ForecastLine(outer_step=steps, weight_std=mean(0), low=mean(1), high=mean(2), flags=flags,
+                        outside=outside, flagged=bool(flags or outside))
 
 
-def _stats(values) -> dict:
+def _stats(values) -> Band:
     """Mean and range over seeds (rows) of a (seeds, steps) table with None for missing."""
     a = np.array([[np.nan if v is None else v for v in row] for row in values], dtype=float)
     missing = np.isnan(a).all(0)
     a = np.where(missing, 0.0, a)  # a step no seed has: NaN below, without numpy's warning
     mean, low, high = (np.where(missing, np.nan, f(a, axis=0)) for f in (np.nanmean, np.nanmin, np.nanmax))
-    return {"mean": mean, "low": low, "high": high}
+    return Band(mean=mean, low=low, high=high)
 
 
 #: the model's shape: one item of a label ("model L2 d64") where it differs, not one item per dimension
@@ -202,38 +278,37 @@ def compute(runs: str) -> dict:
         cfg = _config(path.parent)
         where = str(path.parent.relative_to(root))
         key = json.dumps({k: v for k, v in cfg.items() if k != "seed"}, sort_keys=True) if cfg else where
-        g = groups.setdefault(key, {"config": cfg or {"method": where}, "runs": []})
-        g["runs"].append({"dir": where, "rows": rows, "predicted": _predicted(path.parent),
-                          "forecast": _forecast(path.parent, cfg)})
+        config, runs_of = groups.setdefault(key, (cfg or {"method": where}, []))
+        runs_of.append(Run(dir=where, rows=rows, predicted=_predicted(path.parent),
+                           forecast=_forecast(path.parent, cfg)))
     # method comparisons (`noloco llm train`) first, then sweep runs
-    ordered = sorted(groups.values(), key=lambda g: ("validate" in g["runs"][0]["dir"], g["runs"][0]["dir"]))
+    ordered = sorted(groups.values(), key=lambda g: ("validate" in g[1][0].dir, g[1][0].dir))
     settings = []
-    for g, label in zip(ordered[:MAX_SETTINGS], _labels([g["config"] for g in ordered[:MAX_SETTINGS]])):
-        steps = sorted(set.intersection(*({r["outer_step"] for r in run["rows"]} for run in g["runs"])))
-        at = [{r["outer_step"]: r for r in run["rows"]} for run in g["runs"]]
-        settings.append({
-            "label": label, "method": g["config"].get("method"), "seeds": len(g["runs"]),
-            "dirs": [run["dir"] for run in g["runs"]], "outer_step": steps,
-            # an observer's rows count outer steps only: no tokens
-            "tokens": [at[0][s]["tokens"] for s in steps] if all("tokens" in a[s] for a in at for s in steps)
+    for (config, group), label in zip(ordered[:MAX_SETTINGS], _labels([g[0] for g in ordered[:MAX_SETTINGS]])):
+        steps = sorted(set.intersection(*({r.outer_step for r in run.rows} for run in group)))
+        at = [{r.outer_step: r for r in run.rows} for run in group]
+        settings.append(Setting(
+            label=label, method=config.get("method"), seeds=len(group), dirs=[run.dir for run in group],
+            outer_step=steps,
+            tokens=[at[0][s].tokens for s in steps] if all(a[s].tokens is not None for a in at for s in steps)
             else None,
-            "val": _stats([[a[s].get("val_loss_avg_model") for s in steps] for a in at]),
-            "measured": _stats([[a[s].get("weight_std") for s in steps] for a in at]),
-            "predicted": _stats([[run["predicted"].get(s) for s in steps] for run in g["runs"]]),
-            "forecast": _forecast_line(g),
-        })
-    return {"root": str(runs), "settings": settings, "total": len(groups)}
+            val=_stats([[a[s].val_loss_avg_model for s in steps] for a in at]),
+            measured=_stats([[a[s].weight_std for s in steps] for a in at]),
+            predicted=_stats([[run.predicted.get(s) for s in steps] for run in group]),
+            forecast=_forecast_line(group)))
+    return LlmFigure(root=str(runs), settings=settings, total=len(groups)).to_json()
 
 
-def _line(ax, x, stats, colour, **kw):
+def _line(ax, x, band: Band, colour, **kw):
     """The mean over seeds, and the seeds' range as a band."""
-    ax.plot(x, stats["mean"], color=colour, **kw)
-    ax.fill_between(x, stats["low"], stats["high"], color=colour, alpha=0.2, lw=0)
+    ax.plot(x, band.mean, color=colour, **kw)
+    ax.fill_between(x, band.low, band.high, color=colour, alpha=0.2, lw=0)
 
 
-def _positive(stats: dict) -> dict:
-    """``stats`` with the values a log axis cannot show (a spread of 0: replicas that start equal) left out."""
-    return {k: np.where(np.array(v, dtype=float) > 0, np.array(v, dtype=float), np.nan) for k, v in stats.items()}
+def _positive(band: Band) -> Band:
+    """``band`` with the values a log axis cannot show (a spread of 0: replicas that start equal) left out."""
+    keep = lambda v: np.where(np.array(v, dtype=float) > 0, np.array(v, dtype=float), np.nan)  # noqa: E731
+    return Band(mean=keep(band.mean), low=keep(band.low), high=keep(band.high))
 
 
 #: how a forecast is drawn: dotted with its interval where the advice stands behind it; dash-dotted with hollow
@@ -256,42 +331,43 @@ def draw(data: dict):
     from matplotlib.lines import Line2D
     from matplotlib.ticker import EngFormatter
 
-    if not data["settings"]:
+    figure = LlmFigure.from_json(data)
+    if not figure.settings:
         fig, axs = style.figure(2)
-        _placeholder(fig, axs[0], data["root"])
+        _placeholder(fig, axs[0], figure.root)
         return fig
     fig, (a, b), keys = style.keyed_figure(2)
     # tokens where every run counts them; outer steps otherwise (an observer's run)
-    by_tokens = all(s.get("tokens") for s in data["settings"])
+    by_tokens = all(s.tokens for s in figure.settings)
     kinds = [Line2D([], [], color="grey", marker="o", ms=3, label="measured"),
              Line2D([], [], color="grey", ls="--", label="predicted from the run's inputs")]
     positive = False
-    for s, colour, marker in zip(data["settings"], style.PALETTE, style.MARKERS):
-        x = np.array(s["tokens"] if by_tokens else s["outer_step"], dtype=float)
-        seeds = f" ({s['seeds']} seeds)" if s["seeds"] > 1 else ""
-        _line(a, x, s["val"], colour, marker=marker, ms=3, label=s["label"] + seeds)
-        measured = np.array(s["measured"]["mean"], dtype=float)
+    for s, colour, marker in zip(figure.settings, style.PALETTE, style.MARKERS):
+        x = np.array(s.tokens if by_tokens else s.outer_step, dtype=float)
+        seeds = f" ({s.seeds} seeds)" if s.seeds > 1 else ""
+        _line(a, x, s.val, colour, marker=marker, ms=3, label=s.label + seeds)
+        measured = np.array(s.measured.mean, dtype=float)
         if np.nanmax(measured, initial=0.0) <= IDENTICAL:  # nothing to draw on a log axis
-            if f"{s['method']}: 0, identical replicas" not in [k.get_label() for k in kinds]:
-                kinds.append(Line2D([], [], ls="", label=f"{s['method']}: 0, identical replicas"))
+            if f"{s.method}: 0, identical replicas" not in [k.get_label() for k in kinds]:
+                kinds.append(Line2D([], [], ls="", label=f"{s.method}: 0, identical replicas"))
             continue
         positive = True
-        _line(b, x, _positive(s["measured"]), colour, marker=marker, ms=3)
-        _line(b, x, _positive(s["predicted"]), colour, ls="--")
-        f = s.get("forecast")
+        _line(b, x, _positive(s.measured), colour, marker=marker, ms=3)
+        _line(b, x, _positive(s.predicted), colour, ls="--")
+        f = s.forecast
         if f:
             # tokens grow by the same count every outer step
-            fx = np.array(f["outer_step"], dtype=float) * (x[-1] / s["outer_step"][-1] if by_tokens else 1.0)
-            b.plot(fx, f["weight_std"], color=colour, **(FLAGGED if f["flagged"] else FORECAST))
-            if not f["flagged"]:
-                b.fill_between(fx, f["low"], f["high"], color=colour, alpha=0.1, lw=0)
-    forecasts = [s["forecast"] for s in data["settings"] if s.get("forecast")]
-    if any(not f["flagged"] for f in forecasts):
+            fx = np.array(f.outer_step, dtype=float) * (x[-1] / s.outer_step[-1] if by_tokens else 1.0)
+            b.plot(fx, f.weight_std, color=colour, **(FLAGGED if f.flagged else FORECAST))
+            if not f.flagged:
+                b.fill_between(fx, f.low, f.high, color=colour, alpha=0.1, lw=0)
+    forecasts = [s.forecast for s in figure.settings if s.forecast]
+    if any(not f.flagged for f in forecasts):
         kinds.append(Line2D([], [], color="grey", label="forecast from the first quarter", **FORECAST))
-    if any(f["flagged"] for f in forecasts):
+    if any(f.flagged for f in forecasts):
         kinds.append(Line2D([], [], color="grey", label="forecast, flagged or outside its interval", **FLAGGED))
     xlabel = "training tokens (count)" if by_tokens else "outer step (count)"
-    if not any(np.isfinite(np.array(s["val"]["mean"], dtype=float)).any() for s in data["settings"]):
+    if not any(np.isfinite(np.array(s.val.mean, dtype=float)).any() for s in figure.settings):
         a.text(0.5, 0.5, "no validation loss in these runs\n(Observer.log(step, val_loss_avg_model=...))",
                transform=a.transAxes, ha="center", va="center", fontsize=8.5)
     a.set(xlabel=xlabel, ylabel="val. loss, averaged model (nats/byte)",
@@ -305,7 +381,7 @@ def draw(data: dict):
         b.set_yscale("log")
     style.key(keys[0], *a.get_legend_handles_labels())
     style.key(keys[1], kinds)
-    if data["total"] > len(data["settings"]):
-        root = data["root"] if len(data["root"]) <= 40 else "..." + data["root"][-37:]  # stays on the canvas
-        fig.suptitle(f"first {len(data['settings'])} of {data['total']} settings under {root}/")
+    if figure.total > len(figure.settings):
+        root = figure.root if len(figure.root) <= 40 else "..." + figure.root[-37:]  # stays on the canvas
+        fig.suptitle(f"first {len(figure.settings)} of {figure.total} settings under {root}/")
     return fig

@@ -15,8 +15,12 @@ the project's n is the group size)
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
+from noloco.claims.paper_comm import Fig5A, Fig5B
+from noloco.infra.record import JsonRecord
 from noloco.paper_figs import style
 
 NAME = "paper_comm"
@@ -36,35 +40,44 @@ def params(quick: bool, **options) -> dict:
             "outer_steps": 500, "trials_b": 3, "check_trials": 8}
 
 
+@dataclass(frozen=True)
+class PaperCommFigure(JsonRecord):
+    NESTED = {"fig5a": Fig5A, "fig5b": Fig5B}
+
+    fig5a: Fig5A
+    fig5b: Fig5B
+
+
 def compute(cvs, trials, pair_samples, world_sizes_b, inner_steps, outer_steps, trials_b, check_trials) -> dict:
     from noloco.claims import paper_comm as paper
 
-    return {"fig5a": paper.fig5a(cvs=cvs, trials=trials, pair_samples=pair_samples),
-            "fig5b": paper.fig5b(world_sizes_b, inner_steps, outer_steps=outer_steps, trials=trials_b,
-                                 check_trials=check_trials)}
+    return PaperCommFigure(fig5a=paper.fig5a(cvs=cvs, trials=trials, pair_samples=pair_samples),
+                           fig5b=paper.fig5b(world_sizes_b, inner_steps, outer_steps=outer_steps, trials=trials_b,
+                                             check_trials=check_trials)).to_json()
 
 
 def draw(data: dict):
     fig, axs = style.figure(3)
     a, b, c = axs[0]
-    A = data["fig5a"]
-    cv = np.array(A["cv"])
+    f = PaperCommFigure.from_json(data)
+    A = f.fig5a
+    cv = np.array(A.cv)
     from noloco.theory import paper
 
     fine = np.linspace(cv[0], cv[-1], 101)
     sigma = paper.lognormal_sigma(fine)
     a.plot(fine, paper.pair_max_mean(-sigma ** 2 / 2, sigma), color=style.BLACK, label="Eq 7 (closed form)")
-    a.errorbar(cv, A["pair_mc"], yerr=2 * np.array(A["pair_mc_se"]), fmt="o", color=style.VERMILION, mfc="white",
+    a.errorbar(cv, A.pair_mc, yerr=2 * np.array(A.pair_mc_se), fmt="o", color=style.VERMILION, mfc="white",
                label="Monte Carlo")
-    a.plot(cv, A["pair_comm"], "x", color=style.BLUE, ms=7, label="toolkit expected_max")
+    a.plot(cv, A.pair_comm, "x", color=style.BLUE, ms=7, label="toolkit expected_max")
     a.set(xlabel="std(t) / E(t) of a message time", ylabel="E max(t1, t2) / E(t)", title="(a) Eq 7, one pair")
     a.legend(loc="lower right")
-    for N in A["world_sizes"]:
-        key, colour = str(N) if str(N) in A["tree"] else N, SIZE_COLOURS[N]
-        b.errorbar(cv, A["tree"][key], yerr=2 * np.array(A["tree_se"][key]), fmt="o-", ms=3, color=colour)
-        b.plot(cv, A["levels"][key], "--", lw=1, color=colour)
-        b.axhline(A["eq5"][key], ls=":", lw=0.9, color=colour)
-        b.annotate(f"N = {N}", (cv[-1], A["tree"][key][-1]), xytext=(3, 0), textcoords="offset points",
+    for N in A.world_sizes:
+        key, colour = str(N) if str(N) in A.tree else N, SIZE_COLOURS[N]  # str from JSON, N as computed
+        b.errorbar(cv, A.tree[key], yerr=2 * np.array(A.tree_se[key]), fmt="o-", ms=3, color=colour)
+        b.plot(cv, A.levels[key], "--", lw=1, color=colour)
+        b.axhline(A.eq5[key], ls=":", lw=0.9, color=colour)
+        b.annotate(f"N = {N}", (cv[-1], A.tree[key][-1]), xytext=(3, 0), textcoords="offset points",
                    fontsize=7.5, color=colour, va="center")
     b.plot([], [], "k-", label="critical path (simulated)")
     b.plot([], [], "k--", lw=1, label="slowest message per level")
@@ -73,15 +86,15 @@ def draw(data: dict):
           title="(b) Fig 5A", yscale="log", ylim=(1.6, 400), xlim=(-0.1, cv[-1] + 0.75))
     b.set_yticks([2, 5, 10, 20, 50, 100], labels=["2", "5", "10", "20", "50", "100"])
     b.legend(fontsize=7.5, loc="upper left")
-    B = data["fig5b"]
-    H = np.array(B["inner_steps"], dtype=float)
-    for N in B["world_sizes"]:
-        key, colour = str(N) if str(N) in B["ratio"] else N, SIZE_COLOURS[N]
-        c.errorbar(H, B["ratio"][key], yerr=2 * np.array(B["ratio_se"][key]), fmt="o-", ms=3, color=colour,
+    B = f.fig5b
+    H = np.array(B.inner_steps, dtype=float)
+    for N in B.world_sizes:
+        key, colour = str(N) if str(N) in B.ratio else N, SIZE_COLOURS[N]
+        c.errorbar(H, B.ratio[key], yerr=2 * np.array(B.ratio_se[key]), fmt="o-", ms=3, color=colour,
                    label=f"N = {N}")
     h, N, value = PAPER_5B
     c.plot([h], [value], "*", ms=11, color=style.BLACK, label=f"paper, N = {N}: ~{value:g}")
     c.set(xlabel="inner steps H per outer step", ylabel="total time DiLoCo / NoLoCo (x)",
-          title=f"(c) Fig 5B, {B['outer_steps']} outer steps")
+          title=f"(c) Fig 5B, {B.outer_steps} outer steps")
     c.legend(fontsize=7.5, loc="center right")
     return fig

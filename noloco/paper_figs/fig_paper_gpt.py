@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from noloco.paper_figs import style
+from noloco.paper_figs.reports import Estimate, Fig3b, Fig4, PaperGptReport, Table2
 
 NAME = "paper_gpt"
 CACHED = False  # the study's JSON is the cache
@@ -34,60 +35,61 @@ def compute(data: str) -> dict:
     from noloco.infra.files import read_json
 
     try:
-        return {"path": data, **read_json(data, required=("fig3b", "fig4", "table2", "settings"))}
+        doc = read_json(data, required=("fig3b", "fig4", "table2", "settings"))
+        return {"path": data, **PaperGptReport.from_json(doc).to_json()}
     except DataError as err:
         return {"path": data, "missing": str(err)}
 
 
-def _band(ax, x, band: dict, colour, label, scale=1.0):
-    mean, se = np.asarray(band["mean"], dtype=float) * scale, 2 * np.asarray(band["se"], dtype=float) * scale
+def _band(ax, x, band: Estimate, colour, label, scale=1.0):
+    mean, se = np.asarray(band.mean, dtype=float) * scale, 2 * np.asarray(band.se, dtype=float) * scale
     ax.plot(x, mean, color=colour, marker="o", ms=3, label=label)
     ax.fill_between(x, mean - se, mean + se, color=colour, alpha=0.2, lw=0)
 
 
-def _fig3b(ax, d: dict) -> None:
-    step = np.asarray(d["step"])
-    r = d["pearson"]["weight_std"]
-    _band(ax, step, d["weight_std_normalised"], style.BLUE,
-          f"weight std ÷ max\n(r = {r['mean']:.2f} ± {2 * r['se']:.2f})")
-    lr = np.asarray(d["lr"], dtype=float)
+def _fig3b(ax, d: Fig3b) -> None:
+    step = np.asarray(d.step)
+    r = d.pearson["weight_std"]
+    _band(ax, step, d.weight_std_normalised, style.BLUE, f"weight std ÷ max\n(r = {r.mean:.2f} ± {2 * r.se:.2f})")
+    lr = np.asarray(d.lr, dtype=float)
     ax.plot(step, lr / lr.max(), color=style.ORANGE, ls="--", label="learning rate ÷ max")
-    ax.axvline(d["warmup"], color="grey", lw=0.8, ls=":")
-    lo, hi = d["paper_pearson"]
+    ax.axvline(d.warmup, color="grey", lw=0.8, ls=":")
+    lo, hi = d.paper_pearson
     ax.set(xlabel="inner step", ylabel="value ÷ its maximum (ratio)", ylim=(0, 1.32),
-           title=f"(a) Fig 3B: NoLoCo, DP {d['dp']}")
+           title=f"(a) Fig 3B: NoLoCo, DP {d.dp}")
     ax.legend(loc="upper right", title=f"paper: r = {lo:g} to {hi:g}", title_fontsize=7.5, fontsize=7.5)
 
 
-def _fig4(ax, d: dict) -> None:
-    step = np.asarray(d["step"])
-    _band(ax, step, d["weight_std_ratio"], style.BLUE, "weight std")
-    _band(ax, step, d["perplexity_ratio"], style.VERMILION, "perplexity")
+def _fig4(ax, d: Fig4) -> None:
+    step = np.asarray(d.step)
+    _band(ax, step, d.weight_std_ratio, style.BLUE, "weight std")
+    _band(ax, step, d.perplexity_ratio, style.VERMILION, "perplexity")
     ax.axhline(1, color="grey", lw=0.8)
-    ax.axhline(d["paper"]["weight_std_ratio"], color=style.BLUE, lw=1, ls=":")
-    ax.axhline(d["paper"]["perplexity_ratio_max"], color=style.VERMILION, lw=1, ls=":")
-    bands = [np.asarray(d[k]["mean"]) + sign * 2 * np.asarray(d[k]["se"])
-             for k in ("weight_std_ratio", "perplexity_ratio") for sign in (-1, 1)]
-    values = np.concatenate(bands + [[d["paper"]["weight_std_ratio"], d["paper"]["perplexity_ratio_max"]]])
+    paper = (d.paper.weight_std_ratio, d.paper.perplexity_ratio_max)
+    ax.axhline(paper[0], color=style.BLUE, lw=1, ls=":")
+    ax.axhline(paper[1], color=style.VERMILION, lw=1, ls=":")
+    bands = [np.asarray(e.mean) + sign * 2 * np.asarray(e.se)
+             for e in (d.weight_std_ratio, d.perplexity_ratio) for sign in (-1, 1)]
+    values = np.concatenate(bands + [list(paper)])
     span = values.max() - values.min()
     ax.set(xlabel="inner step", ylabel="random ÷ fixed routing (ratio)",
            ylim=(values.min() - 0.1 * span, values.max() + 0.45 * span),
-           title=f"(b) Fig 4: no sync, DP {d['dp']}, PP {d['pp']}")
+           title=f"(b) Fig 4: no sync, DP {d.dp}, PP {d.pp}")
     ax.legend(loc="upper right", title="dotted: the paper's", title_fontsize=7.5, fontsize=7.5)
 
 
-def _table2(ax, d: dict) -> None:
+def _table2(ax, d: Table2) -> None:
     from matplotlib.lines import Line2D
 
-    cells = d["cells"]
-    dps = sorted({c["dp"] for c in cells})
-    pps = sorted({c["pp"] for c in cells})
+    cells = d.cells
+    dps = sorted({c.dp for c in cells})
+    pps = sorted({c.pp for c in cells})
     for method, (name, colour) in METHOD_STYLE.items():
         for k, pp in enumerate(pps):
-            rows = sorted((c for c in cells if c["pp"] == pp), key=lambda c: c["dp"])
-            x = np.array([c["dp"] for c in rows], dtype=float) * (1 + 0.04 * (k - 0.5))
-            mean = np.array([c[method]["perplexity"]["mean"] for c in rows])
-            se = np.array([c[method]["perplexity"]["se"] for c in rows])
+            rows = sorted((c for c in cells if c.pp == pp), key=lambda c: c.dp)
+            x = np.array([c.dp for c in rows], dtype=float) * (1 + 0.04 * (k - 0.5))
+            mean = np.array([getattr(c, method).perplexity.mean for c in rows])
+            se = np.array([getattr(c, method).perplexity.se for c in rows])
             ls, marker = PP_STYLE.get(pp, ("-.", "^"))
             ax.errorbar(x, mean, yerr=2 * se, color=colour, ls=ls, marker=marker, ms=4, capsize=2)
     ax.set_xscale("log", base=2)
@@ -115,7 +117,8 @@ def draw(data: dict):
                  bbox={"facecolor": "white", "edgecolor": style.VERMILION})
         return fig
     a, b, c = axs[0]
-    _fig3b(a, data["fig3b"])
-    _fig4(b, data["fig4"])
-    _table2(c, data["table2"])
+    report = PaperGptReport.from_json(data)
+    _fig3b(a, report.fig3b)
+    _fig4(b, report.fig4)
+    _table2(c, report.table2)
     return fig

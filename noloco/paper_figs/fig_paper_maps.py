@@ -19,14 +19,55 @@ gives the share of the grid where the paper and the exact theory agree."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any, Optional
+
 import numpy as np
 
+from noloco.infra.record import JsonRecord
 from noloco.paper_figs import common, style
 
 NAME = "paper_maps"
 REPLICAS = (4, 8, 64)
 GROUP = 2
 PAD = 0.04
+
+
+@dataclass(frozen=True)
+class Comparison(JsonRecord):
+    """The paper's region against the exact one (:func:`noloco.claims.paper_maps.compare_regions`): the share of
+    the grid where they agree, and a counterexample each way (its coordinates and spectral radius; None: none)."""
+
+    agreement: float
+    paper_stable_exact_unstable: Optional[dict]
+    paper_unstable_exact_stable: Optional[dict]
+
+
+@dataclass(frozen=True)
+class RegionMap(JsonRecord):
+    """One map of :mod:`noloco.claims.paper_maps`: the exact stable region (1: stable) and the paper's
+    condition compared with it (``power2``: the spread's window; ``sufficient``: the mean's condition)."""
+
+    NESTED = {"power2": Comparison, "sufficient": Comparison}
+
+    exact: Any
+    power2: Optional[Comparison] = None
+    sufficient: Optional[Comparison] = None
+
+
+@dataclass(frozen=True)
+class PaperMapsFigure(JsonRecord):
+    """The grids and the maps: ``windows`` keyed ``"flat|N"`` / ``"curved|N"``, ``means`` keyed by c."""
+
+    NESTED = {"windows": (dict, RegionMap), "means": (dict, RegionMap)}
+
+    alpha: Any
+    gamma: Any
+    beta_grid: Any
+    beta: float
+    c: float
+    windows: dict
+    means: dict
 
 
 def params(quick: bool, **options) -> dict:
@@ -44,8 +85,8 @@ def compute(resolution: int) -> dict:
     windows = {f"{name}|{N}": window_map(c_value, N, GROUP, alpha, gamma, beta)
                for name, c_value in (("flat", 0.0), ("curved", c)) for N in REPLICAS}
     means = {f"{c_value:.3f}": mean_map(c_value, alpha, betas) for c_value in (c, 1.0)}
-    return {"alpha": alpha, "gamma": gamma, "beta_grid": betas, "beta": beta, "c": c, "windows": windows,
-            "means": means}
+    return PaperMapsFigure(alpha=alpha, gamma=gamma, beta_grid=betas, beta=beta, c=c, windows=windows,
+                           means=means).to_json()
 
 
 def _padded(values) -> tuple:
@@ -55,10 +96,9 @@ def _padded(values) -> tuple:
     return lo - PAD * (hi - lo), hi + PAD * (hi - lo)
 
 
-def _mark(ax, comparison: dict, y: str) -> None:
-    for key, marker in (("paper_stable_exact_unstable", "x"), ("paper_unstable_exact_stable", "+")):
-        point = comparison[key]
-        if point is not None:
+def _mark(ax, comparison: Comparison, y: str) -> None:
+    for point, marker in ((comparison.paper_stable_exact_unstable, "x"), (comparison.paper_unstable_exact_stable, "+")):
+        if point is not None:  # a counterexample's coordinates, by the grid's axis names
             ax.plot(point["alpha"], point[y], marker, color=style.BLACK, ms=8, mew=1.8, zorder=5)
 
 
@@ -78,20 +118,21 @@ def draw(data: dict):
     from noloco.theory import paper
 
     fig, axs = style.figure(3)
-    A = np.array(data["alpha"])
-    G, Bg = np.array(data["gamma"]), np.array(data["beta_grid"])
+    f = PaperMapsFigure.from_json(data)
+    A = np.array(f.alpha)
+    G, Bg = np.array(f.gamma), np.array(f.beta_grid)
     colours = dict(zip(REPLICAS, (style.BLUE, style.BLACK, style.GREEN)))
     for ax, name, title in zip(axs[0], ("flat", "curved"), ("(a) spread, flat direction, c = 0",
-                                                            f"(b) spread, c = {data['c']:.3f}")):
+                                                            f"(b) spread, c = {f.c:.3f}")):
         shares = []
         for N in REPLICAS:
-            w = data["windows"][f"{name}|{N}"]
-            exact = np.array(w["exact"], dtype=float).T
+            w = f.windows[f"{name}|{N}"]
+            exact = np.array(w.exact, dtype=float).T
             if N == 8:
                 ax.contourf(A, G, exact, levels=[0.5, 1.5], colors=[style.SKY], alpha=0.45)
-                _mark(ax, w["power2"], "gamma")
+                _mark(ax, w.power2, "gamma")
             ax.contour(A, G, exact, levels=[0.5], colors=[colours[N]], linewidths=1.3)
-            shares.append(_line(colours[N], label=f"exact edge, N = {N}: agree {w['power2']['agreement']:.0%}"))
+            shares.append(_line(colours[N], label=f"exact edge, N = {N}: agree {w.power2.agreement:.0%}"))
         for power, ls in ((2, "-"), (1, "--")):
             for edge in paper.spread_window(A, GROUP, power):
                 ax.plot(A, edge, ls, color=style.VERMILION, lw=1.4)
@@ -100,21 +141,20 @@ def draw(data: dict):
         ax.set_yticks(np.arange(0, G[-1] + 0.01, 0.5))
         ax.legend(handles=shares, loc="upper left", fontsize=7.5, handlelength=1.2)
     ax = axs[0][2]
-    low, high = sorted(data["means"], key=float)
-    m = data["means"][low]
-    ax.contourf(A, Bg, np.array(m["exact"], dtype=float).T, levels=[0.5, 1.5], colors=[style.SKY], alpha=0.45)
-    ax.contour(A, Bg, np.array(data["means"][high]["exact"], dtype=float).T, levels=[0.5], colors=[style.GREEN],
-               linewidths=1.3)
+    low, high = sorted(f.means, key=float)
+    m, m_high = f.means[low], f.means[high]
+    ax.contourf(A, Bg, np.array(m.exact, dtype=float).T, levels=[0.5, 1.5], colors=[style.SKY], alpha=0.45)
+    ax.contour(A, Bg, np.array(m_high.exact, dtype=float).T, levels=[0.5], colors=[style.GREEN], linewidths=1.3)
     ax.plot(A, A, "-", color=style.VERMILION, lw=1.4)
-    _mark(ax, m["sufficient"], "beta")
+    _mark(ax, m.sufficient, "beta")
     ax.set(title="(c) mean, Theorem 2", xlabel="momentum alpha", ylabel="outer learning rate beta", xlim=_padded(A),
            ylim=_padded(Bg))
-    share = m["sufficient"]["agreement"]
+    share = m.sufficient.agreement
     # (c)'s entries in the figure's legend: in a panel a third of the figure wide they would cover its top
     fig.legend(handles=[_patch(style.SKY, 0.45, "(a), (b): exact stable (N = 8)"),
                         _patch(style.SKY, 0.45, f"(c): exact, c = {float(low):.3f}: agree {share:.0%}"),
                         _line(style.GREEN, label=f"(c): exact edge, c = 1: agree "
-                                                 f"{data['means'][high]['sufficient']['agreement']:.0%}"),
+                                                 f"{m_high.sufficient.agreement:.0%}"),
                         _line(style.VERMILION, label="paper: Eq 74 window / beta > alpha"),
                         _line(style.VERMILION, "--", label="Eq 74, gamma^1 in Eq 55"),
                         _line(style.BLACK, marker="x", label="paper stable, exact not"),

@@ -20,6 +20,7 @@ import numpy as np
 
 from noloco.infra.files import NUMBER
 from noloco.paper_figs import style
+from noloco.paper_figs.reports import RoutingReport
 
 NAME = "routing"
 #: a bar at least this tall (ratio) holds its value inside; 0.35 of the axis' 1.9 is ~70 px at gallery size
@@ -57,7 +58,7 @@ def compute(data: str) -> dict:
         bad = [p for p in doc["skipping"] if not _is_number(p)]
         if bad:
             raise DataError(f"{data} has skipping.{bad[0]!r}; expected a skip probability")
-        return {"path": data, **doc}
+        return {"path": data, **RoutingReport.from_json(doc).to_json()}
     except DataError as err:
         return {"path": data, "missing": str(err)}
 
@@ -83,14 +84,15 @@ def draw(data: dict):
                  ha="center", va="center", fontsize=10, wrap=True,
                  bbox={"facecolor": "white", "edgecolor": style.VERMILION})
         return fig
-    s = data["settings"]
-    stages = np.arange(s["stages"])
-    width = 0.8 / len(data["ratios"])
-    for k, ((variant, row), colour) in enumerate(zip(data["ratios"].items(), style.PALETTE)):
-        ratio, loss = row["theta_std_random_over_fixed"], row["val_loss_random_minus_fixed"]
-        x, mean, err = stages + (k - (len(data["ratios"]) - 1) / 2) * width, ratio["mean"], 2 * np.array(ratio["se"])
+    report = RoutingReport.from_json(data)
+    s = report.settings
+    stages = np.arange(s.stages)
+    width = 0.8 / len(report.ratios)
+    for k, ((variant, row), colour) in enumerate(zip(report.ratios.items(), style.PALETTE)):
+        ratio, loss = row.theta_std_random_over_fixed, row.val_loss_random_minus_fixed
+        x, mean, err = stages + (k - (len(report.ratios) - 1) / 2) * width, ratio.mean, 2 * np.array(ratio.se)
         a.bar(x, mean, width, yerr=err, color=colour, capsize=2,
-              label=f"{NAMES.get(variant, variant)}: loss {loss['mean'][0]:+.3f} ± {2 * loss['se'][0]:.3f}")
+              label=f"{NAMES.get(variant, variant)}: loss {loss.mean[0]:+.3f} ± {2 * loss.se[0]:.3f}")
         for xi, m, e in zip(x, mean, err):
             # the value inside its bar, from the foot: clear of the error caps; above the cap where the bar is short
             inside = m > INSIDE
@@ -99,14 +101,14 @@ def draw(data: dict):
     a.axhline(1, color="grey", lw=0.8, ls=":")
     a.set_xticks(stages, labels=[f"{t}" for t in stages[:-1]] + [f"{stages[-1]} (head)"])
     a.set(xlabel="pipeline stage", ylabel="replica spread, random ÷ fixed routing (ratio)", ylim=(0, 1.9),
-          title=f"random vs fixed routing, N = {s['replicas']}")
+          title=f"random vs fixed routing, N = {s.replicas}")
     a.legend(loc="upper left", title="val. loss change, random − fixed (± 2 SE)", title_fontsize=8)
-    probs = np.array([float(p) for p in data["skipping"]])
-    for key, label, colour, marker, shift in (("val_loss", "whole model", style.BLUE, "o", -0.005),
-                                              ("val_loss_half_removed", "half of the middle stages removed",
-                                               style.VERMILION, "s", 0.005)):
-        mean = np.array([row[key]["mean"][0] for row in data["skipping"].values()])
-        se = np.array([row[key]["se"][0] for row in data["skipping"].values()])
+    probs = np.array([float(p) for p in report.skipping])
+    for pick, label, colour, marker, shift in ((lambda row: row.val_loss, "whole model", style.BLUE, "o", -0.005),
+                                               (lambda row: row.val_loss_half_removed,
+                                                "half of the middle stages removed", style.VERMILION, "s", 0.005)):
+        mean = np.array([pick(row).mean[0] for row in report.skipping.values()])
+        se = np.array([pick(row).se[0] for row in report.skipping.values()])
         b.errorbar(probs + shift, mean, yerr=2 * se, color=colour, marker=marker, capsize=3, label=label)
     b.set(xlabel="skip probability per middle stage in training", ylabel="validation loss (nats/byte)",
           title="stage skipping (NoLoCo, random routing)", xticks=probs)

@@ -10,8 +10,12 @@ pairs, alpha 0.5, beta = gamma = 0.7, c = 0.395)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Optional
+
 import numpy as np
 
+from noloco.infra.record import JsonRecord
 from noloco.paper_figs import common, style
 
 NAME = "transient"
@@ -27,17 +31,36 @@ def params(quick: bool) -> dict:
     return {"trials": 300 if quick else 3000, "steps": 30 if quick else 40}
 
 
+@dataclass(frozen=True)
+class Case(JsonRecord):
+    """One start: the exact recursion's spread per outer step, the Monte Carlo's (mean, se), the worst z."""
+
+    label: str
+    theory: list
+    mc: list
+    se: list
+    worst_z: Optional[float]
+
+
+@dataclass(frozen=True)
+class TransientFigure(JsonRecord):
+    NESTED = {"cases": (list, Case)}
+
+    steps: int
+    cases: list
+
+
 def compute(trials: int, steps: int) -> dict:
     from noloco.claims import transient_spread
 
-    out = {"steps": steps, "cases": []}
+    cases = []
     for i, (label, changes, scatter) in enumerate(CASES):
         claim = transient_spread(outer=common.outer(**changes), curvature=common.CURVATURE, scatter=scatter, steps=steps, trials=trials,
                                  seed=100 + i)
         d = claim.details
-        out["cases"].append({"label": label, "theory": d["predicted_path"], "mc": d["measured_path"],
-                             "se": d["se_path"], "worst_z": claim.z})
-    return out
+        cases.append(Case(label=label, theory=d["predicted_path"], mc=d["measured_path"], se=d["se_path"],
+                          worst_z=claim.z))  # the claim's details: its own JSON-ready data
+    return TransientFigure(steps=steps, cases=cases).to_json()
 
 
 def draw(data: dict):
@@ -45,14 +68,15 @@ def draw(data: dict):
 
     fig, axs = style.figure(1)
     ax = axs[0][0]
-    t = np.arange(data["steps"] + 1)
+    f = TransientFigure.from_json(data)
+    t = np.arange(f.steps + 1)
     handles = []
-    for case, colour, marker in zip(data["cases"], style.PALETTE, style.MARKERS):
-        theory = np.array(case["theory"], dtype=float)
+    for case, colour, marker in zip(f.cases, style.PALETTE, style.MARKERS):
+        theory = np.array(case.theory, dtype=float)
         ax.plot(t, np.where(theory > 0, theory, np.nan), color=colour)  # an identical start is 0: off a log axis
-        mc, se = np.array(case["mc"], dtype=float), np.array(case["se"], dtype=float)
+        mc, se = np.array(case.mc, dtype=float), np.array(case.se, dtype=float)
         ax.errorbar(t[1::2], mc[1::2], yerr=2 * se[1::2], fmt=marker, color=colour, mfc="white", ms=4)
-        label = case["label"].replace("gamma", "γ") + (" (0 at t = 0)" if theory[0] <= 0 else "")
+        label = case.label.replace("gamma", "γ") + (" (0 at t = 0)" if theory[0] <= 0 else "")
         handles.append(Line2D([], [], color=colour, marker=marker, mfc="white", label=label))
     handles += [Line2D([], [], color="grey", label="line: exact recursion"),
                 Line2D([], [], color="grey", marker="o", ls="", mfc="white", label="points: Monte Carlo ± 2 SE")]

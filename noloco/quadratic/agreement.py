@@ -56,7 +56,7 @@ def config(index: int, trials: int = 300):
 
 
 def table(trials: int = 300) -> str:
-    from noloco.quadratic.compare import compare
+    from noloco.quadratic.compare import DecayCheck, SimulateReport, compare
 
     rows = ["| # | N | n | alpha | beta | gamma | momentum | eta | H | lambda | spread MC +- se | theory | z "
             "| decay MC +- se | theory | z | mean y_10 MC +- se | theory |",
@@ -64,16 +64,16 @@ def table(trials: int = 300) -> str:
     fmt = lambda x: "-" if x is None else f"{x:.4g}"
     for i in range(len(draw_settings())):
         cfg = config(i, trials)
-        r = compare(cfg)
-        o, inn, s, d = cfg.outer, cfg.inner, r["summary"], r.get("decay", {})
-        m = r["trajectories"]["mean_distance"]
+        r = SimulateReport.from_json(compare(cfg))
+        o, inn, s, d = cfg.outer, cfg.inner, r.summary, r.decay or DecayCheck()
+        m = r.trajectories.mean_distance
         rows.append(
             f"| {i} | {o.replicas} | {o.group_size} | {o.alpha:.3f} | {o.beta:.3f} | {o.gamma:.3f} | {o.momentum} "
             f"| {inn.lr:.4f} | {inn.steps} | {cfg.curvatures[0]:.3f} "
-            f"| {fmt(s['stationary_variance_mc'])} +- {fmt(s['stationary_variance_se'])} "
-            f"| {fmt(s['stationary_variance_theory'])} | {fmt(s['z_score'])} "
-            f"| {fmt(d.get('ratio_mc'))} +- {fmt(d.get('ratio_se'))} | {fmt(d.get('ratio_theory'))} "
-            f"| {fmt(d.get('z_score'))} | {m['mc'][10][0]:.4g} +- {m['se'][10][0]:.2g} | {m['theory'][10][0]:.4g} |")
+            f"| {fmt(s.stationary_variance_mc)} +- {fmt(s.stationary_variance_se)} "
+            f"| {fmt(s.stationary_variance_theory)} | {fmt(s.z_score)} "
+            f"| {fmt(d.ratio_mc)} +- {fmt(d.ratio_se)} | {fmt(d.ratio_theory)} "
+            f"| {fmt(d.z_score)} | {m.mc[10][0]:.4g} +- {m.se[10][0]:.2g} | {m.theory[10][0]:.4g} |")
     return "\n".join(rows)
 
 

@@ -8,6 +8,8 @@ docs/theory.md).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 #: optimizer, lr, H, sigma, curvature, gamma, momentum convention (N = 8, pairs, alpha 0.5, beta 0.7)
 SETTINGS = [
     ("momentum", 0.01, 10, 1.0, 1.0, 0.7, "heavy-ball"),
@@ -22,7 +24,35 @@ SETTINGS = [
 MOMENTUM = 0.9   # inner momentum of the momentum rows; Adam uses betas (0.9, 0.999)
 
 
-def compare(optimizer, lr, H, sigma, curvature, gamma, convention, trials: int = 200, seed: int = 11) -> dict:
+@dataclass(frozen=True)
+class CarriedCheck:
+    """The simulated stationary spread (``simulated`` +- ``se``) and four models' predictions: the exact
+    carried-state recursion, its AR(1) reduction (from ``ar1_inputs`` c, s2, rho), i.i.d. with the same c and s2,
+    and SGD at the same learning rate."""
+
+    simulated: float
+    se: float
+    exact: float
+    ar1_inputs: tuple
+    ar1: float
+    iid: float
+    sgd: float
+
+
+@dataclass(frozen=True)
+class HeterogeneousCheck:
+    """The simulated stationary spread with offset optima against the drift theory and the theory without
+    drift, and the replica mean's final distance (+- se)."""
+
+    simulated: float
+    se: float
+    drift: float
+    no_drift: float
+    mean: float
+    mean_se: float
+
+
+def compare(optimizer, lr, H, sigma, curvature, gamma, convention, trials: int = 200, seed: int = 11) -> CarriedCheck:
     """Simulated stationary spread (mean +- se over trials) and the predictions of four models."""
     from noloco.quadratic.sim_config import SimConfig
     from noloco.quadratic.simulator import simulate
@@ -40,9 +70,9 @@ def compare(optimizer, lr, H, sigma, curvature, gamma, convention, trials: int =
     mc, se = stats.mean_se(simulate(cfg).window_spread)
     c, s2, rho = phase.ar1_inputs()
     c_sgd, s2_sgd = numeric.inner_sgd(lr, curvature, H, sigma)
-    return {"simulated": mc, "se": se, "exact": X.stationary_spread(outer, phase=phase),
-            "ar1_inputs": (c, s2, rho), "ar1": X.stationary_spread(outer, c, s2, rho),
-            "iid": X.stationary_spread(outer, c, s2), "sgd": X.stationary_spread(outer, float(c_sgd), float(s2_sgd))}
+    return CarriedCheck(simulated=mc, se=se, exact=X.stationary_spread(outer, phase=phase), ar1_inputs=(c, s2, rho),
+                        ar1=X.stationary_spread(outer, c, s2, rho), iid=X.stationary_spread(outer, c, s2),
+                        sgd=X.stationary_spread(outer, float(c_sgd), float(s2_sgd)))
 
 
 def table() -> str:
@@ -53,13 +83,13 @@ def table() -> str:
             "|" + "---|" * 12]
     for setting in SETTINGS:
         r = compare(*setting)
-        z = lambda key: z_score(r["simulated"], r["se"], r[key])
-        c, s2, rho = r["ar1_inputs"]
+        z = lambda theory: z_score(r.simulated, r.se, theory)  # noqa: E731
+        c, s2, rho = r.ar1_inputs
         opt, lr, H, sigma, lam, gamma, conv = setting
-        rows.append(f"| {opt} | {lr:g} | {H} | {sigma:g} | {lam:g} | {gamma:g} | {conv} | {r['simulated']:.4g} ± "
-                    f"{r['se']:.2g} | {r['exact']:.4g} ({z('exact'):+.2f}) | {c:.3g}, {s2:.3g}, {rho:.3g}: "
-                    f"{r['ar1']:.4g} ({z('ar1'):+.1f}) | {r['iid']:.4g} ({z('iid'):+.0f}) | {r['sgd']:.4g} "
-                    f"({r['simulated'] / r['sgd']:.2g}x) |")
+        rows.append(f"| {opt} | {lr:g} | {H} | {sigma:g} | {lam:g} | {gamma:g} | {conv} | {r.simulated:.4g} ± "
+                    f"{r.se:.2g} | {r.exact:.4g} ({z(r.exact):+.2f}) | {c:.3g}, {s2:.3g}, {rho:.3g}: "
+                    f"{r.ar1:.4g} ({z(r.ar1):+.1f}) | {r.iid:.4g} ({z(r.iid):+.0f}) | {r.sgd:.4g} "
+                    f"({r.simulated / r.sgd:.2g}x) |")
     return "\n".join(rows)
 
 
@@ -72,7 +102,7 @@ HETEROGENEOUS = [(0.7, 0.3, 1.0, 0.5, 2, "heavy-ball"), (0.0, 0.3, 1.0, 0.5, 2, 
 
 
 def compare_heterogeneous(gamma, zeta, curvature, alpha, group_size, convention, trials: int = 200,
-                          seed: int = 5) -> dict:
+                          seed: int = 5) -> HeterogeneousCheck:
     """Replica optima offset by zeta (fixed per trial, zero mean over replicas): for inner SGD the
     progress gains the drift d_i = c b_i, so the drift variance is c^2 zeta^2. Simulated stationary
     spread and final mean distance next to the drift theory and the theory without drift."""
@@ -90,9 +120,10 @@ def compare_heterogeneous(gamma, zeta, curvature, alpha, group_size, convention,
                     zeta=zeta, trials=trials, outer_steps=burn + 200, burn_in=burn, start=0.0, seed=seed)
     run = simulate(cfg)
     mc, se = stats.mean_se(run.window_spread)
-    return {"simulated": mc, "se": se, "drift": X.stationary_spread(outer, c, s2, drift_var=c * c * zeta * zeta),
-            "no_drift": X.stationary_spread(outer, c, s2),
-            "mean": float(run.mean_distance.mean[-1][0]), "mean_se": float(run.mean_distance.se[-1][0])}
+    return HeterogeneousCheck(simulated=mc, se=se,
+                              drift=X.stationary_spread(outer, c, s2, drift_var=c * c * zeta * zeta),
+                              no_drift=X.stationary_spread(outer, c, s2), mean=float(run.mean_distance.mean[-1][0]),
+                              mean_se=float(run.mean_distance.se[-1][0]))
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 
@@ -22,6 +23,7 @@ from noloco.quadratic.sim_config import SimConfig
 from noloco.quadratic import simulator
 from noloco.infra.cache import cached
 from noloco.infra.files import SCHEMA_VERSION, jsonable
+from noloco.infra.record import JsonRecord
 from noloco.theory import numeric, stats
 from noloco.theory.conditions import analyse
 from noloco.theory.spectrum import Spectrum
@@ -141,7 +143,106 @@ def extended(cfg: SimConfig, model, analysis, eigvals, noise_var, start, directi
     return {"spread": spread, "mean_distance": means}, closed
 
 
-def measure_decay(cfg: SimConfig, *, progress: bool = False) -> dict:
+@dataclass(frozen=True)
+class Series(JsonRecord):
+    """A simulated trajectory: the Monte Carlo mean and its standard error per step, and (for the mean distance
+    and the spread) the theory's expectation; ``mean_distance`` also names its ``directions``."""
+
+    OPTIONAL_KEYS = ("theory", "directions")
+
+    mc: list
+    se: list
+    theory: Optional[list] = None
+    directions: Optional[list] = None
+
+
+@dataclass(frozen=True)
+class Trajectories(JsonRecord):
+    NESTED = {"mean_distance": Series, "spread": Series, "loss_at_mean": Series, "loss_replicas": Series}
+
+    step: list
+    mean_distance: Series
+    spread: Series
+    loss_at_mean: Series
+    loss_replicas: Series
+
+
+@dataclass(frozen=True)
+class Effective(JsonRecord):
+    """The setting after the method's constraints: the outer step and the inner phase as their fields."""
+
+    outer: dict
+    inner: dict
+    inner_mode: str
+    dtype: str
+
+
+@dataclass(frozen=True)
+class Divergence(JsonRecord):
+    step: int
+    reason: str
+    violated_conditions: list
+
+
+@dataclass(frozen=True)
+class DecayCheck(JsonRecord):
+    """The variance decay per outer step: simulated (``ratio_mc`` +- ``ratio_se``) over ``steps`` and the exact
+    ratio; only ``diverged_at`` when the noise-free run diverged; ``note`` says what is compared."""
+
+    OPTIONAL_KEYS = ("diverged_at", "ratio_mc", "ratio_se", "steps", "ratio_theory", "z_score", "note")
+
+    diverged_at: Optional[int] = None
+    ratio_mc: Optional[float] = None
+    ratio_se: Optional[float] = None
+    steps: Optional[list] = None
+    ratio_theory: Optional[float] = None
+    z_score: Optional[float] = None
+    note: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Summary(JsonRecord):
+    """The comparison's numbers: the stationary spread simulated (+- se, over ``window``) and its theory (the
+    window's exact expectation and the closed form), the decay factor and mean rate of theory, the final loss.
+    A diverged run has no window and None for the simulated spread."""
+
+    OPTIONAL_KEYS = ("window", "stationary_variance_window_theory")
+
+    stationary_variance_theory: Optional[float]
+    variance_decay_factor_theory: Optional[float]
+    mean_spectral_radius_theory: Optional[float]
+    final_loss_at_mean: float
+    final_loss_at_mean_se: float
+    final_loss_replicas: float
+    inner_steps_total: int
+    stationary_variance_mc: Optional[float] = None
+    stationary_variance_se: Optional[float] = None
+    window: Optional[list] = None
+    stationary_variance_window_theory: Optional[float] = None
+    z_score: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class SimulateReport(JsonRecord):
+    """What ``noloco simulate --json`` prints: :func:`compare`'s result (``Simulation.result`` holds its JSON)."""
+
+    NESTED = {"effective": Effective, "diverged": Divergence, "trajectories": Trajectories, "decay": DecayCheck,
+              "summary": Summary}
+    OPTIONAL_KEYS = ("decay",)
+
+    schema_version: int
+    config: dict
+    effective: Effective
+    hessian_eigenvalues: list
+    scope: list
+    conditions: list
+    diverged: Optional[Divergence]
+    trajectories: Trajectories
+    decay: Optional[DecayCheck] = field(default=None, kw_only=True)  # before the summary in the JSON
+    summary: Summary
+
+
+def measure_decay(cfg: SimConfig, *, progress: bool = False) -> DecayCheck:
     """Variance decay per outer step: a noise-free run from independent initial offsets,
     per-step ratio of mean spreads between two steps (:func:`noloco.theory.stats.decay_ratio`),
     next to the exact ratio and the asymptotic decay factor of theory."""
@@ -151,15 +252,15 @@ def measure_decay(cfg: SimConfig, *, progress: bool = False) -> dict:
                                 init_spread=1.0, start=0.0, outer_steps=t2, burn_in=None)
     run = simulator.simulate(quiet, progress=progress, keep_spread=(t1, t2))
     if run.diverged_at is not None:
-        return {"diverged_at": run.diverged_at}
+        return DecayCheck(diverged_at=run.diverged_at)
     early, late = run.spread_trials[t1], run.spread_trials[t2]
     if not (early.mean() > 0 and late.mean() > 0):
-        return {"ratio_mc": 0.0, "ratio_se": 0.0, "steps": [t1, t2], "note": "spread is exactly zero"}
+        return DecayCheck(ratio_mc=0.0, ratio_se=0.0, steps=[t1, t2], note="spread is exactly zero")
     theory = exact(quiet, run.eigvals, 0.0, np.zeros(run.eigvals.size), np.arange(0))["spread"]
     ratio, se = stats.decay_ratio(early, late, t2 - t1)
     expected = float((theory[t2] / theory[t1]) ** (1 / (t2 - t1)))
-    return {"ratio_mc": ratio, "ratio_se": se, "steps": [t1, t2], "ratio_theory": expected,
-            "z_score": stats.z_score(ratio, se, expected), "note": DECAY_NOTE}
+    return DecayCheck(ratio_mc=ratio, ratio_se=se, steps=[t1, t2], ratio_theory=expected,
+                      z_score=stats.z_score(ratio, se, expected), note=DECAY_NOTE)
 
 
 def compare(cfg: SimConfig, *, progress: bool = False, decay: bool = True) -> dict:
@@ -180,55 +281,42 @@ def compare(cfg: SimConfig, *, progress: bool = False, decay: bool = True) -> di
         closed = stationary(cfg, run.eigvals, noise_var) if cfg.schedule == "constant" else {}
     steps = run.steps_done if run.diverged_at is None else run.diverged_at - 1
 
-    result = {
-        "schema_version": SCHEMA_VERSION,
-        "config": cfg.as_dict(),
-        "effective": {"outer": dataclasses.asdict(outer), "inner": dataclasses.asdict(inner),
-                      "inner_mode": cfg.inner_law, "dtype": cfg.dtype},
-        "hessian_eigenvalues": run.eigvals.tolist(),
-        "scope": scope(cfg),
-        "conditions": analysis.conditions,
-        "diverged": None,
-        "trajectories": {
-            "step": list(range(steps + 1)),
-            "mean_distance": dict(run.mean_distance.as_dict(), theory=theory["mean_distance"][: steps + 1].tolist(),
-                                  directions=run.directions.tolist()),
-            "spread": dict(run.spread.as_dict(), theory=theory["spread"][: steps + 1].tolist()),
-            "loss_at_mean": run.loss_at_mean.as_dict(),
-            "loss_replicas": run.loss_replicas.as_dict(),
-        },
-    }
-    summary = {
-        "stationary_variance_theory": closed.get("stationary_variance"),
-        "variance_decay_factor_theory": closed.get("decay_factor"),
-        "mean_spectral_radius_theory": closed.get("mean_spectral_radius"),
-        "final_loss_at_mean": float(run.loss_at_mean.mean[-1]),
-        "final_loss_at_mean_se": float(run.loss_at_mean.se[-1]),
-        "final_loss_replicas": float(run.loss_replicas.mean[-1]),
-        "inner_steps_total": steps * inner.steps,
-    }
+    series = lambda stat, **more: Series(mc=stat.mean.tolist(), se=stat.se.tolist(), **more)  # noqa: E731
+    trajectories = Trajectories(
+        step=list(range(steps + 1)),
+        mean_distance=series(run.mean_distance, theory=theory["mean_distance"][: steps + 1].tolist(),
+                             directions=run.directions.tolist()),
+        spread=series(run.spread, theory=theory["spread"][: steps + 1].tolist()),
+        loss_at_mean=series(run.loss_at_mean), loss_replicas=series(run.loss_replicas))
+    summary = Summary(
+        stationary_variance_theory=closed.get("stationary_variance"),
+        variance_decay_factor_theory=closed.get("decay_factor"),
+        mean_spectral_radius_theory=closed.get("mean_spectral_radius"),
+        final_loss_at_mean=float(run.loss_at_mean.mean[-1]), final_loss_at_mean_se=float(run.loss_at_mean.se[-1]),
+        final_loss_replicas=float(run.loss_replicas.mean[-1]), inner_steps_total=steps * inner.steps)
+    diverged = check = None
     if run.diverged_at is not None:
-        failing = [c.name for c in analysis.conditions if not c.holds]
-        result["diverged"] = {"step": run.diverged_at, "reason": run.divergence_reason,
-                              "violated_conditions": failing}
-        summary.update(stationary_variance_mc=None, stationary_variance_se=None, z_score=None)
+        diverged = Divergence(step=run.diverged_at, reason=run.divergence_reason,
+                              violated_conditions=[c.name for c in analysis.conditions if not c.holds])
     else:
-        window = run.window_spread
-        mc, se = stats.mean_se(window)
+        mc, se = stats.mean_se(run.window_spread)
         expected = float(theory["spread"][cfg.window_start:].mean())
-        summary.update(
-            stationary_variance_mc=mc, stationary_variance_se=se,
-            window=[cfg.window_start, cfg.outer_steps],
-            # exact expectation of the windowed average: equals the stationary value once the
-            # transient has died out, and stays exact for decaying schedules
-            stationary_variance_window_theory=expected,
-            z_score=stats.z_score(mc, se, expected),
-        )
+        # the window's exact expectation: the stationary value once the transient has died out, and exact for
+        # decaying schedules
+        summary = dataclasses.replace(summary, stationary_variance_mc=mc, stationary_variance_se=se,
+                                      window=[cfg.window_start, cfg.outer_steps],
+                                      stationary_variance_window_theory=expected,
+                                      z_score=stats.z_score(mc, se, expected))
         # with differing optima a noise-free spread settles at a floor instead of decaying
         if decay and cfg.optimizer == "sgd" and not cfg.zeta and cfg.split == "shared":
-            result["decay"] = measure_decay(cfg)
-    result["summary"] = summary
-    return jsonable(result)  # non-finite values as null with the reason beside them
+            check = measure_decay(cfg)
+    report = SimulateReport(
+        schema_version=SCHEMA_VERSION, config=cfg.as_dict(),
+        effective=Effective(outer=dataclasses.asdict(outer), inner=dataclasses.asdict(inner),
+                            inner_mode=cfg.inner_law, dtype=cfg.dtype),
+        hessian_eigenvalues=run.eigvals.tolist(), scope=scope(cfg), conditions=analysis.conditions,
+        diverged=diverged, trajectories=trajectories, decay=check, summary=summary)
+    return jsonable(report.to_json())  # non-finite values as null with the reason beside them
 
 
 def _is_result(data) -> bool:
@@ -382,37 +470,40 @@ def _fmt(x):
 
 
 def format_text(result: dict, cfg: SimConfig, hit: bool = False) -> str:
-    """The table ``noloco simulate`` prints: simulated +- se next to the theory, with z."""
+    """The table ``noloco simulate`` prints: simulated +- se next to the theory, with z (``result``: the JSON of a
+    :class:`SimulateReport`, as :func:`compare` or the cache gives it)."""
+    r = SimulateReport.from_json(result)
     lines = []
-    o, i = result["effective"]["outer"], result["effective"]["inner"]
-    s = result["summary"]
+    o, i = r.effective.outer, r.effective.inner  # the OuterConfig's and InnerConfig's fields
+    s = r.summary
     lines.append(f"{cfg.method} on {cfg.objective}: N={o['replicas']} n={o['group_size']} alpha={o['alpha']:g} "
           f"beta={o['beta']:g} gamma={o['gamma']:g} {o['momentum']} | inner {cfg.optimizer} lr={i['lr']:g} "
           f"({cfg.schedule}) H={i['steps']} sigma={i['noise']:g} | {cfg.trials} trials x {cfg.outer_steps} "
           f"outer steps{' (cached)' if hit else ''}")
-    for note in result["scope"]:
+    for note in r.scope:
         lines.append(f"note: {note}")
-    if result["diverged"]:
-        d = result["diverged"]
-        lines.append(f"DIVERGED at outer step {d['step']}: {d['reason']}")
-        lines.append("violated theory conditions: " + (", ".join(d["violated_conditions"]) or
+    if r.diverged:
+        d = r.diverged
+        lines.append(f"DIVERGED at outer step {d.step}: {d.reason}")
+        lines.append("violated theory conditions: " + (", ".join(d.violated_conditions) or
                                                        "none (the theory predicted stability)"))
         return "\n".join(lines)
     lines.append(f"{'quantity':<42} {'simulated':>12} {'+- se':>10} {'theory':>12} {'z':>7}")
-    lines.append(f"{'stationary spread (sum over coordinates)':<42} {_fmt(s['stationary_variance_mc']):>12} "
-          f"{_fmt(s['stationary_variance_se']):>10} {_fmt(s['stationary_variance_window_theory']):>12} "
-          f"{_fmt(s['z_score']):>7}")
-    lines.append(f"{'  closed-form stationary value':<42} {'':>12} {'':>10} {_fmt(s['stationary_variance_theory']):>12}")
-    d = result.get("decay")
-    if d and "ratio_mc" in d:
-        lines.append(f"{'variance decay per outer step':<42} {_fmt(d['ratio_mc']):>12} {_fmt(d['ratio_se']):>10} "
-              f"{_fmt(d.get('ratio_theory')):>12} {_fmt(d.get('z_score')):>7}")
+    lines.append(f"{'stationary spread (sum over coordinates)':<42} {_fmt(s.stationary_variance_mc):>12} "
+          f"{_fmt(s.stationary_variance_se):>10} {_fmt(s.stationary_variance_window_theory):>12} "
+          f"{_fmt(s.z_score):>7}")
+    lines.append(f"{'  closed-form stationary value':<42} {'':>12} {'':>10} {_fmt(s.stationary_variance_theory):>12}")
+    d = r.decay
+    if d and d.diverged_at is None:  # measured, not diverged
+        lines.append(f"{'variance decay per outer step':<42} {_fmt(d.ratio_mc):>12} {_fmt(d.ratio_se):>10} "
+              f"{_fmt(d.ratio_theory):>12} {_fmt(d.z_score):>7}")
         lines.append(f"{'  asymptotic decay factor (theory)':<42} {'':>12} {'':>10} "
-              f"{_fmt(s['variance_decay_factor_theory']):>12}")
-    tr = result["trajectories"]
-    for step in sorted({1, min(10, len(tr["step"]) - 1), len(tr["step"]) - 1}):
-        mc, se, th = (tr["mean_distance"][k][step][0] for k in ("mc", "se", "theory"))
+              f"{_fmt(s.variance_decay_factor_theory):>12}")
+    tr = r.trajectories
+    for step in sorted({1, min(10, len(tr.step) - 1), len(tr.step) - 1}):
+        m = tr.mean_distance
+        mc, se, th = (series[step][0] for series in (m.mc, m.se, m.theory))
         lines.append(f"{f'mean distance, flattest direction, step {step}':<42} {mc:>12.6g} {se:>10.3g} {th:>12.6g}")
-    lines.append(f"{'final loss at the average weights':<42} {s['final_loss_at_mean']:>12.6g} "
-          f"{s['final_loss_at_mean_se']:>10.3g}")
+    lines.append(f"{'final loss at the average weights':<42} {s.final_loss_at_mean:>12.6g} "
+          f"{s.final_loss_at_mean_se:>10.3g}")
     return "\n".join(lines)

@@ -65,6 +65,8 @@ class IdleResult:
                    noloco_idle_fraction=self.noloco_idle_fraction, noloco_idle_se=self.noloco_idle_se)
         return out
 
+    to_json = as_dict  # a report holding this result writes it so (noloco.infra.record)
+
 
 #: below this many replicas the trials run one after the other (threads cost more than they save)
 THREADED_REPLICAS = 1 << 16

@@ -18,14 +18,17 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
 from noloco.theory import numeric
 from noloco.infra.checks import check_integer
 from noloco.infra.files import SCHEMA_VERSION
+from noloco.infra.record import JsonRecord
 from noloco.theory.stats import burn_in, jackknife, mean_se, z_score
-from noloco.theory.tune import TuneProblem, TuneResult, tune
+from noloco.theory.tune import Point, TuneProblem, TuneResult, tune
 
 SIM_BATCHES = 10   # independent seeds for the rate's jackknife standard error
 RATE_START = 1e3   # initial distance to the optimum (per coordinate) of the rate runs
@@ -56,7 +59,96 @@ def _sorted_index(curvatures, i) -> int:
     return int(np.argsort(np.asarray(curvatures), kind="stable").tolist().index(i))
 
 
-def simulate_point(problem: TuneProblem, point, *, trials: int, seed: int, progress: bool = False) -> dict:
+@dataclass(frozen=True)
+class PointCheck(JsonRecord):
+    """One setting's verifying simulation (:func:`simulate_point`) and, from :func:`verify_point`, its z-scores
+    against the prediction. ``rate`` / ``charpoly`` are None when the slowest direction fell into its noise
+    within 5 steps; ``spread`` None and ``diverged_at`` set when the spread run diverged."""
+
+    OPTIONAL_KEYS = ("diverged_at",)
+
+    rate: Optional[float]
+    rate_se: Optional[float]
+    rate_window: int
+    charpoly: Optional[list]
+    charpoly_se: Optional[list]
+    spread: Optional[float] = None
+    spread_se: Optional[float] = None
+    diverged_at: Optional[int] = None
+    rate_z: Optional[float] = None
+    spread_z: Optional[float] = None
+    charpoly_predicted: Optional[list] = None
+    charpoly_z: Optional[list] = None
+
+
+@dataclass(frozen=True)
+class ProblemSummary(JsonRecord):
+    """The tuning problem as the report states it (``inner``: the inner phase's lr, steps and noise)."""
+
+    replicas: int
+    group_size: int
+    momentum: str
+    inner: dict
+    curvatures: list
+    spread_budget: float
+    objective: str
+    target: float
+    tune_n: bool
+    tune_h: list
+
+
+@dataclass(frozen=True)
+class Recommended(JsonRecord):
+    alpha: float
+    beta: float
+    gamma: float
+    group_size: int
+    inner_steps: int
+
+
+@dataclass(frozen=True)
+class FrontierPoint(JsonRecord):
+    """The fastest setting at one spread on the dense grid (the Pareto frontier)."""
+
+    rate: float
+    spread: float
+    alpha: float
+    beta: float
+    gamma: float
+    group_size: int
+    inner_steps: int
+
+
+@dataclass(frozen=True)
+class TuneReport(JsonRecord):
+    """Everything `noloco tune` prints (its JSON: ``to_json``; its text: :func:`format_report`). The
+    ``simulated_*`` and ``*_z`` fields are the recommended setting's check, None without verification."""
+
+    NESTED = {"problem": ProblemSummary, "recommended": Recommended, "given": Point, "paper": Point,
+              "paper_simulated": PointCheck, "recommended_check": PointCheck, "frontier": (list, FrontierPoint)}
+
+    schema_version: int
+    problem: ProblemSummary
+    recommended: Recommended
+    predicted_rate: float
+    predicted_spread: float
+    predicted_decay: float
+    predicted_outer_steps: float
+    simulated_rate: Optional[float]
+    simulated_rate_se: Optional[float]
+    simulated_spread: Optional[float]
+    simulated_spread_se: Optional[float]
+    rate_z: Optional[float]
+    spread_z: Optional[float]
+    given: Point
+    paper: Point
+    paper_simulated: Optional[PointCheck]
+    recommended_check: Optional[PointCheck]
+    frontier: list
+    evaluations: int
+
+
+def simulate_point(problem: TuneProblem, point, *, trials: int, seed: int, progress: bool = False) -> PointCheck:
     """Simulated rate (jackknife SE over independent seeds) and stationary spread (SE over
     trials) of one setting, with the simulator's inner SGD phase (exact in distribution by default) on the quadratic."""
     from noloco.quadratic.sim_config import SimConfig
@@ -80,21 +172,21 @@ def simulate_point(problem: TuneProblem, point, *, trials: int, seed: int, progr
     pooled, se_t = mean_se(batches)
     strong = np.abs(pooled) > 20 * se_t
     usable = int(np.argmin(strong)) if not strong.all() else len(pooled)
-    out = {"rate": None, "rate_se": None, "rate_window": usable, "charpoly": None, "charpoly_se": None}
+    out = PointCheck(rate=None, rate_se=None, rate_window=usable, charpoly=None, charpoly_se=None)
     if usable >= 5:
         fit = lambda b: _fit(b.mean(0)[:usable])
-        out["rate"], out["rate_se"] = jackknife(lambda b: _radius(fit(b)), batches)
+        rate, rate_se = jackknife(lambda b: _radius(fit(b)), batches)
         (a1, a1_se), (a0, a0_se) = (jackknife(lambda b, k=k: fit(b)[k], batches) for k in (0, 1))
-        out["charpoly"], out["charpoly_se"] = [a1, a0], [a1_se, a0_se]
+        out = dataclasses.replace(out, rate=rate, rate_se=rate_se, charpoly=[a1, a0], charpoly_se=[a1_se, a0_se])
     # spread: burn in until the transient is 1e-3 of itself, then average a window per trial
     burn = burn_in(point.decay, tolerance=1e-3, minimum=20, cap=400)
     cfg = SimConfig(outer=outer, inner=inner, curvatures=curv, trials=trials, outer_steps=burn + 200,
                     burn_in=burn, seed=seed * 1000 + SIM_BATCHES, start=0.0)
     run = simulate(cfg, progress=progress)
     if run.window_spread is None:
-        return {**out, "spread": None, "spread_se": None, "diverged_at": run.diverged_at}
-    out["spread"], out["spread_se"] = mean_se(run.window_spread)
-    return out
+        return dataclasses.replace(out, diverged_at=run.diverged_at)
+    spread, spread_se = mean_se(run.window_spread)
+    return dataclasses.replace(out, spread=spread, spread_se=spread_se)
 
 
 def predicted_charpoly(problem: TuneProblem, point) -> list:
@@ -105,7 +197,7 @@ def predicted_charpoly(problem: TuneProblem, point) -> list:
     return [float(np.trace(M)), float(-np.linalg.det(M))]
 
 
-def verify_point(problem: TuneProblem, point, **kw) -> dict:
+def verify_point(problem: TuneProblem, point, **kw) -> PointCheck:
     """Simulated next to predicted, with z-scores. The rate is a root of a fitted polynomial:
     at critical damping (a double root, where the tuner tends to land) a root moves like the
     square root of the noise in the coefficients, so its z-score leans positive; the
@@ -113,11 +205,11 @@ def verify_point(problem: TuneProblem, point, **kw) -> dict:
     sim = simulate_point(problem, point, **kw)
     predicted = predicted_charpoly(problem, point)
     z_coefficients = None
-    if sim["charpoly"] is not None:
-        z_coefficients = [z_score(x, se, p) for x, se, p in zip(sim["charpoly"], sim["charpoly_se"], predicted)]
-    return {**sim, "rate_z": z_score(sim["rate"], sim["rate_se"], point.rate),
-            "spread_z": z_score(sim["spread"], sim["spread_se"], point.spread),
-            "charpoly_predicted": predicted, "charpoly_z": z_coefficients}
+    if sim.charpoly is not None:
+        z_coefficients = [z_score(x, se, p) for x, se, p in zip(sim.charpoly, sim.charpoly_se, predicted)]
+    return dataclasses.replace(sim, rate_z=z_score(sim.rate, sim.rate_se, point.rate),
+                               spread_z=z_score(sim.spread, sim.spread_se, point.spread),
+                               charpoly_predicted=predicted, charpoly_z=z_coefficients)
 
 
 def check_trials(trials) -> int:
@@ -152,7 +244,7 @@ def estimate(problem: TuneProblem, verify: bool, trials: int) -> tuple[float, in
 
 
 def tune_and_verify(problem: TuneProblem, *, verify: bool = True, trials: int = 400, seed: int = 0,
-                    progress: bool = False, max_memory=None, max_time=None) -> tuple[TuneResult, dict]:
+                    progress: bool = False, max_memory=None, max_time=None) -> tuple[TuneResult, TuneReport]:
     """Tune, then (``verify``) check the recommendation and the paper setting with ``trials``
     trials each. Returns the result (for figures) and the report (:func:`report`). The search's memory and
     time are estimated first (:func:`estimate`) and refused above ``max_memory`` / ``max_time``
@@ -176,36 +268,33 @@ def tune_and_verify(problem: TuneProblem, *, verify: bool = True, trials: int = 
     return result, report(result, checks)
 
 
-def report(result: TuneResult, checks: dict) -> dict:
-    """Everything `noloco tune` prints, as data (strict JSON through :func:`noloco.infra.files.print_json`)."""
+def report(result: TuneResult, checks: dict) -> TuneReport:
+    """Everything `noloco tune` prints, as a record (strict JSON through ``to_json`` and
+    :func:`noloco.infra.files.print_json`); ``checks``: :func:`verify_point` by ``"recommended"`` / ``"paper"``."""
     b, pr = result.best, result.problem
-    rec = checks.get("recommended", {})
-    return {
-        "schema_version": SCHEMA_VERSION,
-        "problem": {"replicas": pr.outer.replicas, "group_size": pr.outer.group_size,
-                    "momentum": pr.outer.momentum, "inner": dataclasses.asdict(pr.inner),
-                    "curvatures": list(pr.spectrum.curvatures), "spread_budget": pr.budget,
-                    "objective": pr.objective, "target": pr.target, "tune_n": pr.tune_n,
-                    "tune_h": list(pr.tune_h)},
-        "recommended": {"alpha": b.alpha, "beta": b.beta, "gamma": b.gamma, "group_size": b.group_size,
-                        "inner_steps": b.inner_steps},
-        "predicted_rate": b.rate, "predicted_spread": b.spread, "predicted_decay": b.decay,
-        "predicted_outer_steps": b.outer_steps,
-        "simulated_rate": rec.get("rate"), "simulated_rate_se": rec.get("rate_se"),
-        "simulated_spread": rec.get("spread"), "simulated_spread_se": rec.get("spread_se"),
-        "rate_z": rec.get("rate_z"), "spread_z": rec.get("spread_z"),
-        "given": result.start.as_dict(), "paper": result.paper.as_dict(),
-        "paper_simulated": checks.get("paper"), "recommended_check": checks.get("recommended"),
-        "frontier": [{"rate": p.rate, "spread": p.spread, "alpha": p.alpha, "beta": p.beta, "gamma": p.gamma,
-                      "group_size": p.group_size, "inner_steps": p.inner_steps} for p in result.frontier],
-        "evaluations": result.evaluations,
-    }
+    rec = checks.get("recommended")
+    pick = lambda name: None if rec is None else getattr(rec, name)  # noqa: E731
+    return TuneReport(
+        schema_version=SCHEMA_VERSION,
+        problem=ProblemSummary(replicas=pr.outer.replicas, group_size=pr.outer.group_size,
+                               momentum=pr.outer.momentum, inner=dataclasses.asdict(pr.inner),
+                               curvatures=list(pr.spectrum.curvatures), spread_budget=pr.budget,
+                               objective=pr.objective, target=pr.target, tune_n=pr.tune_n, tune_h=list(pr.tune_h)),
+        recommended=Recommended(alpha=b.alpha, beta=b.beta, gamma=b.gamma, group_size=b.group_size,
+                                inner_steps=b.inner_steps),
+        predicted_rate=b.rate, predicted_spread=b.spread, predicted_decay=b.decay, predicted_outer_steps=b.outer_steps,
+        simulated_rate=pick("rate"), simulated_rate_se=pick("rate_se"), simulated_spread=pick("spread"),
+        simulated_spread_se=pick("spread_se"), rate_z=pick("rate_z"), spread_z=pick("spread_z"),
+        given=result.start, paper=result.paper, paper_simulated=checks.get("paper"), recommended_check=rec,
+        frontier=[FrontierPoint(rate=p.rate, spread=p.spread, alpha=p.alpha, beta=p.beta, gamma=p.gamma,
+                                group_size=p.group_size, inner_steps=p.inner_steps) for p in result.frontier],
+        evaluations=result.evaluations)
 
 
 def frontier_rows(front: list, budget: float, rows: int = 10) -> list:
     """The frontier at budgets log-spaced from budget/100 to its widest spread: at each, the
     fastest setting within that budget."""
-    spreads = np.array([q["spread"] for q in front])
+    spreads = np.array([q.spread for q in front])
     picked = []
     for target in np.geomspace(budget / 100, max(spreads.max(), budget), rows):
         within = np.flatnonzero(spreads <= target)
@@ -222,57 +311,57 @@ def _sim(value, se, z) -> str:
     return f"{value:.4g} +- {se:.2g} (z = {z:+.2f})" if se is not None and z is not None else f"{value:.4g}"
 
 
-def _charpoly(name: str, check: dict) -> list[str]:
-    if check.get("charpoly") is None:
+def _charpoly(name: str, check: PointCheck | None) -> list[str]:
+    if check is None or check.charpoly is None:
         return []
-    (t, d), (t_se, d_se), (pt, pd), (zt, zd) = (check["charpoly"], check["charpoly_se"],
-                                                check["charpoly_predicted"], check["charpoly_z"])
+    (t, d), (t_se, d_se), (pt, pd), (zt, zd) = (check.charpoly, check.charpoly_se, check.charpoly_predicted,
+                                                check.charpoly_z)
     return [f"  {name:<12} trace M predicted {pt:.4f} simulated {t:.4f} +- {t_se:.2g} (z = {zt:+.2f}); "
             f"-det M predicted {pd:.4f} simulated {d:.4f} +- {d_se:.2g} (z = {zd:+.2f})"]
 
 
-def format_report(r: dict, figure: str | None = None) -> str:
+def format_report(r: TuneReport, figure: str | None = None) -> str:
     """The report of :func:`report` as the text `noloco tune` prints."""
-    p, rec = r["problem"], r["recommended"]
+    p, rec = r.problem, r.recommended
     lines = [
-        f"problem: N={p['replicas']} {p['momentum']}, inner SGD eta={p['inner']['lr']:g} H={p['inner']['steps']} "
-        f"sigma={p['inner']['noise']:g}, {len(p['curvatures'])} direction(s) {min(p['curvatures']):g}.."
-        f"{max(p['curvatures']):g}; spread budget {p['spread_budget']:.4g}; objective {p['objective']}",
-        f"recommended: n={rec['group_size']} H={rec['inner_steps']} alpha={rec['alpha']:.4f} "
-        f"beta={rec['beta']:.4f} gamma={rec['gamma']:.4f}",
+        f"problem: N={p.replicas} {p.momentum}, inner SGD eta={p.inner['lr']:g} H={p.inner['steps']} "
+        f"sigma={p.inner['noise']:g}, {len(p.curvatures)} direction(s) {min(p.curvatures):g}.."
+        f"{max(p.curvatures):g}; spread budget {p.spread_budget:.4g}; objective {p.objective}",
+        f"recommended: n={rec.group_size} H={rec.inner_steps} alpha={rec.alpha:.4f} "
+        f"beta={rec.beta:.4f} gamma={rec.gamma:.4f}",
         f"{'':<14}{'rate/outer step':>16}{'spread':>12}{'decay':>8}"
-        f"{'outer steps':>13}{'inner steps':>13}  to shrink the mean's distance by {p['target']:g}",
+        f"{'outer steps':>13}{'inner steps':>13}  to shrink the mean's distance by {p.target:g}",
     ]
-    for name, q in (("recommended", {"rate": r["predicted_rate"], "spread": r["predicted_spread"],
-                                     "decay": r["predicted_decay"], "outer_steps": r["predicted_outer_steps"],
-                                     "inner_steps": rec["inner_steps"]}),
-                    ("given", r["given"]), ("paper", r["paper"])):
-        inner = q["outer_steps"] * q["inner_steps"]
-        lines.append(f"{name:<14}{q['rate']:>16.4f}{q['spread']:>12.4g}{q['decay']:>8.4f}"
-                     f"{q['outer_steps']:>13.1f}{inner:>13.0f}")
-    if r["simulated_spread"] is not None or r["simulated_rate"] is not None:
+    for name, (rate, spread, decay, outer_steps, inner_steps) in (
+            ("recommended", (r.predicted_rate, r.predicted_spread, r.predicted_decay, r.predicted_outer_steps,
+                             rec.inner_steps)),
+            ("given", (r.given.rate, r.given.spread, r.given.decay, r.given.outer_steps, r.given.inner_steps)),
+            ("paper", (r.paper.rate, r.paper.spread, r.paper.decay, r.paper.outer_steps, r.paper.inner_steps))):
+        lines.append(f"{name:<14}{rate:>16.4f}{spread:>12.4g}{decay:>8.4f}"
+                     f"{outer_steps:>13.1f}{outer_steps * inner_steps:>13.0f}")
+    if r.simulated_spread is not None or r.simulated_rate is not None:
         lines += ["verifying simulation (the simulator's inner SGD phase (exact in distribution by default); simulated +- standard error, z vs predicted):",
-                  f"  recommended  rate   predicted {r['predicted_rate']:.4f}  simulated "
-                  f"{_sim(r['simulated_rate'], r['simulated_rate_se'], r['rate_z'])}",
-                  f"  recommended  spread predicted {r['predicted_spread']:.4g}  simulated "
-                  f"{_sim(r['simulated_spread'], r['simulated_spread_se'], r['spread_z'])}",
-                  *_charpoly("recommended", r.get("recommended_check") or {})]
-        ps = r.get("paper_simulated")
+                  f"  recommended  rate   predicted {r.predicted_rate:.4f}  simulated "
+                  f"{_sim(r.simulated_rate, r.simulated_rate_se, r.rate_z)}",
+                  f"  recommended  spread predicted {r.predicted_spread:.4g}  simulated "
+                  f"{_sim(r.simulated_spread, r.simulated_spread_se, r.spread_z)}",
+                  *_charpoly("recommended", r.recommended_check)]
+        ps = r.paper_simulated
         if ps:
-            lines += [f"  paper        rate   predicted {r['paper']['rate']:.4f}  simulated "
-                      f"{_sim(ps['rate'], ps['rate_se'], ps['rate_z'])}",
-                      f"  paper        spread predicted {r['paper']['spread']:.4g}  simulated "
-                      f"{_sim(ps['spread'], ps['spread_se'], ps['spread_z'])}",
+            lines += [f"  paper        rate   predicted {r.paper.rate:.4f}  simulated "
+                      f"{_sim(ps.rate, ps.rate_se, ps.rate_z)}",
+                      f"  paper        spread predicted {r.paper.spread:.4g}  simulated "
+                      f"{_sim(ps.spread, ps.spread_se, ps.spread_z)}",
                       *_charpoly("paper", ps)]
-    paper_rate, best_rate = r["paper"]["rate"], r["predicted_rate"]
+    paper_rate, best_rate = r.paper.rate, r.predicted_rate
     if 0 < paper_rate < 1 and 0 < best_rate < 1:
         lines.append(f"vs paper setting: {math.log(best_rate) / math.log(paper_rate):.2f}x fewer outer steps to a "
-                     f"target at spread {r['predicted_spread']:.3g} (paper: {r['paper']['spread']:.3g})")
+                     f"target at spread {r.predicted_spread:.3g} (paper: {r.paper.spread:.3g})")
     lines += ["frontier: best rate within each spread budget (dense alpha-beta grid, gamma minimising the spread):",
               f"  {'spread':>11} {'rate':>8} {'n':>3} {'H':>5} {'alpha':>7} {'beta':>7} {'gamma':>7}"]
-    for q in frontier_rows(r["frontier"], p["spread_budget"]):
-        lines.append(f"  {q['spread']:>11.4g} {q['rate']:>8.4f} {q['group_size']:>3} {q['inner_steps']:>5} "
-                     f"{q['alpha']:>7.3f} {q['beta']:>7.3f} {q['gamma']:>7.3f}")
+    for q in frontier_rows(r.frontier, p.spread_budget):
+        lines.append(f"  {q.spread:>11.4g} {q.rate:>8.4f} {q.group_size:>3} {q.inner_steps:>5} "
+                     f"{q.alpha:>7.3f} {q.beta:>7.3f} {q.gamma:>7.3f}")
     if figure:
         lines.append(f"figure: {figure} (and .pdf)")
     return "\n".join(lines)

@@ -22,13 +22,14 @@ For fixed n and H the three give the same setting; they differ when H is tuned.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from noloco.theory import numeric
 from noloco.theory.stability import is_stable
 from noloco.infra.errors import ConfigError
+from noloco.infra.record import JsonRecord
 from noloco.theory.config import InnerConfig, OuterConfig, group_kappa
 from noloco.infra.checks import check_choice, check_integer, check_real
 from noloco.theory.spectrum import Spectrum
@@ -114,8 +115,8 @@ def make_problem(method: str, outer: OuterConfig, inner: InnerConfig, spectrum: 
 
 
 @dataclass(frozen=True)
-class Point:
-    """One setting and what the theory predicts for it."""
+class Point(JsonRecord):
+    """One setting and what the theory predicts for it (its JSON: ``to_json``)."""
 
     alpha: float
     beta: float
@@ -127,9 +128,6 @@ class Point:
     decay: float         # worst spectral radius of T (spread's decay factor)
     outer_steps: float   # to shrink the mean's distance by the target
     score: float
-
-    def as_dict(self) -> dict:
-        return asdict(self)
 
 
 @dataclass
