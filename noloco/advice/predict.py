@@ -43,7 +43,7 @@ import math
 import numpy as np
 
 from noloco.advice.record import read_run
-from noloco.theory import exchangeable
+from noloco.theory import conditional, exchangeable
 from noloco.infra.errors import ConfigError
 from noloco.infra.files import SCHEMA_VERSION
 from noloco.infra.errors import DataError
@@ -115,22 +115,30 @@ def groups_inputs(rows: list[dict], names: list[str]) -> dict:
     return parts
 
 
-def replay(outer, c_reg, s2_reg, rho, drift_var: float = 0.0, S=None):
+def replay(outer, c_reg, s2_reg, rho, drift_var: float = 0.0, S=None, groups=None):
     """The exchangeable recursion stepped with the per-step regression inputs ``c_reg``, ``s2_reg`` read
     through the theory (module docstring): before step t, with S the recursion's state,
     ``b = (S_yd + rho_t S_y,eps) / S_yy``, c_t = c_reg_t + b and s2_t = s2_reg_t + b^2 S_yy. From ``S``
     (default: identical replicas) it returns ``(S after the last step, E z_t^2 for t = 0..T, c_t, s2_t)``
-    with the inputs as the theory reads them."""
+    with the inputs as the theory reads them. With ``groups`` (each step's averaging matrix,
+    :mod:`noloco.theory.conditional`) it steps along those groups instead: the state is the replicas' full
+    deviation covariance, read through its moments pooled over replicas as the meter pools them."""
     S = exchangeable.initial(float(s2_reg[0]), float(rho[0]), drift_var) if S is None else S
+    N = outer.replicas
+    if groups is not None and len(S) == len(exchangeable.initial()):  # one replica's state: lifted to all N
+        S = conditional.lift(S, N)
     step = exchangeable.stepper(outer)
-    scale = 1 - 1 / outer.replicas
-    spread, c_true, s2_true = [scale * S[0, 0]], [], []
-    for c_t, s2_t, rho_t in zip(c_reg, s2_reg, rho):
-        if S[0, 0] > 0:
-            zw = S[0, -1] + rho_t * S[0, 2]  # state (y, delta, eps_prev, drift)
-            c_t, s2_t = c_t + zw / S[0, 0], s2_t + zw * zw / S[0, 0]
-        S = step(S, float(c_t), float(s2_t), float(rho_t))
-        spread.append(scale * S[0, 0])
+    scale = 1 - 1 / N
+    own = (lambda X: X) if groups is None else (lambda X: conditional.pooled(X, N))
+    spread, c_true, s2_true = [scale * own(S)[0, 0]], [], []
+    for t, (c_t, s2_t, rho_t) in enumerate(zip(c_reg, s2_reg, rho)):
+        P = own(S)
+        if P[0, 0] > 0:
+            zw = P[0, -1] + rho_t * P[0, 2]  # state (y, delta, eps_prev, drift)
+            c_t, s2_t = c_t + zw / P[0, 0], s2_t + zw * zw / P[0, 0]
+        S = step(S, float(c_t), float(s2_t), float(rho_t)) if groups is None else \
+            conditional.step(outer, S, groups[t], float(c_t), float(s2_t), float(rho_t))
+        spread.append(scale * own(S)[0, 0])
         c_true.append(float(c_t))
         s2_true.append(float(s2_t))
     return S, np.array(spread), np.array(c_true), np.array(s2_true)

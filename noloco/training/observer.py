@@ -138,7 +138,9 @@ class Observer:
         self.config = {"method": outer.method, "outer": dataclasses.asdict(outer.config),
                        "inner_steps": outer.inner_steps, "outer_steps": outer_steps, "lr": lr, "schedule": schedule,
                        "warmup": warmup, "min_lr_frac": min_lr_frac, "inner_optimizer": inner_optimizer,
-                       "adam_beta2": adam_beta2, **fields}
+                       "adam_beta2": adam_beta2,
+                       # what fixes every outer step's groups (with N and n above): the forecast steps along them
+                       "groups_seed": outer.seed, "stages": len(outer.stages), **fields}
         self.setting = RunSetting.from_config(self.config)  # a bad value: ConfigError naming the field, before any work
         if spread_budget is not None and not (isinstance(spread_budget, (int, float)) and 0 < spread_budget < math.inf):
             raise ConfigError(f"spread_budget={spread_budget!r} is out of range; allowed: a number > 0 (a weight_std)")
