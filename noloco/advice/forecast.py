@@ -49,6 +49,7 @@ import numpy as np
 
 from noloco.infra.checks import did_you_mean
 from noloco.infra.errors import ConfigError, DataError
+from noloco.advice.predict import groups_seed, own_groups
 from noloco.theory import conditional, exchangeable
 from noloco.theory.exchangeable import ADAM_BETA1
 from noloco.theory.config import OUTER_FIELDS, OuterConfig
@@ -83,9 +84,6 @@ TRANSFER_ERROR = (0.94, 1.09)
 
 #: the groups a forecast steps along: the run's own (drawn from its groups seed) or averaged over random groups
 ALONG = ("own", "average")
-_NO_SEED = ("the run folder records no groups seed (a folder written before it was recorded, or pipeline stages): "
-            "the forecast is the spread averaged over random groups, not the one this run's groups give")
-
 
 #: bytes a forecast or transfer holds per outer step and tensor (its inputs and trajectories, float64) and per
 #: inner step (the learning-rate schedule and its functionals), and per reported row (a small dict)
@@ -183,16 +181,6 @@ def _step_forward(outer, S, c, s2, rho, along=None) -> np.ndarray:
     return out
 
 
-def groups_seed(setting) -> int | None:
-    """The seed of the run's groups as its folder records it (``groups_seed``, written by noloco.Observer; the
-    harness's ``seed``), or None: not recorded, or several pipeline stages (each draws its own groups)."""
-    other = dict(setting.other)
-    seed = other.get("groups_seed", other.get("seed"))
-    if other.get("stages", 1) != 1 or isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-        return None
-    return seed
-
-
 def _weight_std(per_tensor: list[tuple[int, np.ndarray]]) -> np.ndarray:
     total = sum(n for n, _ in per_tensor)
     return np.sqrt(np.maximum(sum(n * v for n, v in per_tensor), 0.0) / total)
@@ -239,9 +227,8 @@ def forecast(run_dir, from_step: int | None = None, along: str = "own", seed: in
     if t0 < 3:
         raise DataError(f"{run.folder}: {t0} measured outer step(s); a forecast needs at least 3 (the first step's c "
                         "is 0 by definition)")
-    known = groups_seed(cfg) if seed is None else seed
-    own = along == "own" and known is not None
-    mats = conditional.partitions(known, 0, T, outer.replicas, outer.group_size) if own else None
+    mats, why = own_groups(run, T, seed) if along == "own" else (None, "asked")
+    own = mats is not None
     tensors = _replayed(outer, groups, mats[:t0] if own else None)
     ph = schedule_functionals(cfg)
     window = np.arange(max(t0 - WINDOW, 1), t0)  # 0-based steps, never the first
@@ -275,8 +262,8 @@ def forecast(run_dir, from_step: int | None = None, along: str = "own", seed: in
              "measured": measured.get(int(s + 1))} for s, v, lo, hi in zip(future, ws, band["low"], band["high"])]
     return {"run": str(run.folder), "method": run.method, "from_step": t0, "outer_steps": T,
             "window": [int(window[0] + 1), t0], "c_rise": float(rise), "flags": flags,
-            "groups": {"along": "own" if own else "average", "seed": known if own else None,
-                       "why": None if own else ("asked" if along == "average" else _NO_SEED)},
+            "groups": {"along": "own" if own else "average",
+                       "seed": (groups_seed(cfg) if seed is None else seed) if own else None, "why": why},
             "rows": rows,
             "interval": {"quantiles": list(FORECAST_ERROR), "from": "docs/data/advice_development.json"},
             "recipe": {"window": WINDOW, "c_scaling": "held", "s2_scaling": "L2"}}

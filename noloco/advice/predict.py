@@ -115,6 +115,32 @@ def groups_inputs(rows: list[dict], names: list[str]) -> dict:
     return parts
 
 
+def groups_seed(setting) -> int | None:
+    """The seed of the run's groups as its folder records it (``groups_seed``, written by noloco.Observer; the
+    harness's ``seed``), or None: not recorded, or several pipeline stages (each draws its own groups)."""
+    other = dict(setting.other)
+    seed = other.get("groups_seed", other.get("seed"))
+    if other.get("stages", 1) != 1 or isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        return None
+    return seed
+
+
+def own_groups(run, steps: int, seed: int | None = None) -> tuple[list | None, str | None]:
+    """The averaging matrices of the run's outer steps 1..``steps`` drawn from its groups seed (``seed`` where its
+    folder records none), or ``(None, why)``: the recursion then averages over random groups."""
+    from noloco.theory.conditional import MAX_REPLICAS
+
+    seed = groups_seed(run.setting) if seed is None else seed
+    outer = run.outer
+    if seed is None:
+        return None, ("the run folder records no groups seed (a folder written before it was recorded, or pipeline "
+                      "stages): averaged over random groups, not the spread this run's groups give")
+    if outer.replicas > MAX_REPLICAS:
+        return None, (f"N = {outer.replicas} > {MAX_REPLICAS}: averaged over random groups (at this N a step's many "
+                      "groups average out)")
+    return conditional.partitions(seed, 0, steps, outer.replicas, outer.group_size), None
+
+
 def replay(outer, c_reg, s2_reg, rho, drift_var: float = 0.0, S=None, groups=None):
     """The exchangeable recursion stepped with the per-step regression inputs ``c_reg``, ``s2_reg`` read
     through the theory (module docstring): before step t, with S the recursion's state,
@@ -144,9 +170,9 @@ def replay(outer, c_reg, s2_reg, rho, drift_var: float = 0.0, S=None, groups=Non
     return S, np.array(spread), np.array(c_true), np.array(s2_true)
 
 
-def trajectory(outer, c_reg, s2_reg, rho, drift_var: float = 0.0):
+def trajectory(outer, c_reg, s2_reg, rho, drift_var: float = 0.0, groups=None):
     """``(E z_t^2 for t = 0..T, c_t)`` of :func:`replay` from identical replicas."""
-    _, spread, c_true, _ = replay(outer, c_reg, s2_reg, rho, drift_var)
+    _, spread, c_true, _ = replay(outer, c_reg, s2_reg, rho, drift_var, groups=groups)
     return spread, c_true
 
 
@@ -160,10 +186,15 @@ def _growth(steps, values):
     return float(math.exp(np.polyfit(x, y, 1)[0]))
 
 
-def predict(run_dir, noise_model: str = "long-run") -> dict:
-    """The report of one run (see the module docstring); ``noise_model`` chooses ``predicted``."""
+def predict(run_dir, noise_model: str = "long-run", along: str = "average", seed: int | None = None) -> dict:
+    """The report of one run (see the module docstring); ``noise_model`` chooses ``predicted``; ``along``:
+    ``"average"`` the exchangeable recursion (averaged over groups), ``"own"`` the run's own groups
+    (:mod:`noloco.theory.conditional`, from the groups seed its folder records, or ``seed`` where it records none;
+    averaged, with a note, without either)."""
     if noise_model not in NOISE_MODELS:
         raise ConfigError(f"noise_model={noise_model!r} is not allowed; allowed: {', '.join(NOISE_MODELS)}")
+    if along not in ("own", "average"):
+        raise ConfigError(f"along={along!r} is not allowed; allowed: own, average")
     run = read_run(run_dir)
     outer, method, metrics, inputs = run.outer, run.method, run.metrics, run.inputs
     steps = [int(r["outer_step"]) for r in metrics]
@@ -193,6 +224,10 @@ def predict(run_dir, noise_model: str = "long-run") -> dict:
         if known != list(range(1, len(known) + 1)):
             raise DataError(f"{run.folder / 'inputs.jsonl'}: outer steps are not 1, 2, ..., {len(known)}")
         names = list(inputs[0]["groups"])
+        mats, why = own_groups(run, len(inputs), seed) if along == "own" else (None, None)
+        if why:
+            notes.append(why)
+        report["groups_along"] = "own" if mats is not None else "average"
         total = 0
         level = {m: np.zeros(len(inputs) + 1) for m in NOISE_MODELS}
         flattest = (math.inf, None)
@@ -206,7 +241,7 @@ def predict(run_dir, noise_model: str = "long-run") -> dict:
             c_model = {}
             for m in NOISE_MODELS:
                 s2, rho, D = g[m]
-                spread, c_model[m] = trajectory(outer, g["c"], s2, rho, D)
+                spread, c_model[m] = trajectory(outer, g["c"], s2, rho, D, mats)
                 level[m] += g["numel"] * spread
             late = slice(len(inputs) // 2, None)  # the second half of the run
             c_late = float(c_model[noise_model][late].mean())

@@ -179,7 +179,10 @@ def evaluate(out: Path, held_out: bool = True) -> dict:
         by_seed["held_out"] = later
         by_seed["fresh_seed"] = fresh
         by_seed["fresh_seed_groups"] = fresh_groups
-    return {"schema": "forecasts", "tolerance": TOLERANCE, "from_steps": list(FROM_STEPS),
+    own_input = [{**F._own(F._folder(out, family, run, seed), family, seed, along), "run": run}
+                 for family, run, seed, _, _ in runs(extra=False) + runs(HELD_OUT, extra=False) + _fresh()
+                 + _fresh(FRESH_GROUPS) for along in ("own", "average")] if held_out else []
+    return {"schema": "forecasts", "tolerance": TOLERANCE, "from_steps": list(FROM_STEPS), "own_input": own_input,
             "limits": {"settled_rise": rise, "settled_fall": fall, "chosen_on_seed": SEEDS[0]},
             "held_out_families": list(HELD_OUT) if later else [], "fresh_seeds": list(FRESH_SEEDS) if fresh else [],
             "fresh_seeds_groups": list(FRESH_GROUPS) if fresh_groups else [],
@@ -211,4 +214,12 @@ def format_report(rep: dict) -> str:
                      f"{s['claimed_within']}, inside the 80 % interval: {s['claimed_inside_interval']}; would hold: "
                      f"{s['would_hold']}, flagged that would have held: {s['flagged_would_have_held']}; naive within: "
                      f"{s['naive_within']}; the forecast nearer than naive: {s['forecast_beats_naive']}")
+    for seed in sorted({r["seed"] for r in rep.get("own_input", [])}):
+        for along in ("own", "average"):
+            mine = [r for r in rep["own_input"] if r["seed"] == seed and r["along"] == along]
+            if mine:
+                ratios = [r["ratio"] for r in mine]
+                within = sum(abs(x - 1) <= TOLERANCE for x in ratios)
+                lines.append(f"own-input prediction, seed {seed}, {along} groups: {within} of {len(mine)} within "
+                             f"{TOLERANCE:.0%} (ratios {min(ratios):.3f} to {max(ratios):.3f})")
     return "\n".join(lines)

@@ -25,6 +25,11 @@ from noloco.theory import exchangeable
 from noloco.theory.partitions import partition
 
 
+#: the most replicas the recursion along the groups is stepped for: its state is (N k) x (N k), a step costs
+#: (N k)^3 per tensor; beyond it a run's many groups per step average out and the exchangeable recursion is used
+MAX_REPLICAS = 16
+
+
 def averaging(groups: np.ndarray, replicas: int) -> np.ndarray:
     """The N x N matrix that replaces each replica's value by its group's mean (rows of ``groups`` the groups)."""
     A = np.zeros((replicas, replicas))
