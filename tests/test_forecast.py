@@ -128,6 +128,27 @@ def test_a_folder_without_its_groups_seed_is_forecast_averaged_over_groups_and_s
         F.forecast(tmp_path, along="mine")
 
 
+def test_the_own_input_prediction_along_the_runs_own_groups(tmp_path):
+    """noloco.advice.predict along="own": the replay of the whole run along the groups of its recorded seed; the
+    default stays averaged over groups; above MAX_REPLICAS the average, with a note."""
+    from noloco.advice.predict import predict
+
+    cfg = config(seed=5)
+    ph = write_run(tmp_path, cfg)
+    own, average = predict(tmp_path, along="own"), predict(tmp_path)
+    assert (own["groups_along"], average["groups_along"]) == ("own", "average")
+    steps = [r["outer_step"] for r in own["rows"]]
+    for report, exact in ((own, replayed_weight_std(cfg, ph, own=True)), (average, replayed_weight_std(cfg, ph))):
+        np.testing.assert_allclose([r["predicted"] for r in report["rows"][1:]], exact[np.array(steps[1:]) - 1],
+                                   rtol=1e-9)
+    assert own["rows"][-1]["predicted"] != pytest.approx(average["rows"][-1]["predicted"], rel=1e-3)
+    wide = tmp_path / "wide"
+    write_run(wide, config(outer=OuterConfig(replicas=32, group_size=2, alpha=0.5, beta=0.7, gamma=0.7),
+                           outer_steps=12), measured_to=12)
+    rep = predict(wide, along="own")
+    assert rep["groups_along"] == "average" and any("N = 32 > 16" in n for n in rep["notes"])
+
+
 def test_a_window_whose_c_falls_is_flagged(tmp_path):
     """Past c's peak (c falling across the window) the held c is not the future's: flagged beyond the fall limit."""
     cfg = config()
