@@ -14,7 +14,9 @@ by the schedule's functionals of that step's phase (lr_k the inner learning rate
     c_t  = c_hat            (the restoring coefficient of a phase: held, whatever the rate)
     s2_t = s_hat L2_t       (the noise of a phase: per unit of the rate's square summed over it)
 
-with rho held at its last long-run value. Why c is held: on the model families' cosine runs (seed 0,
+with rho held at its last long-run value. Both the replay and the future steps go along the run's own groups
+(:mod:`noloco.theory.conditional`, drawn from the groups seed the folder records) where it is known and N <= 16;
+elsewhere averaged over groups, and the report says which (``groups``). Why c is held: on the model families' cosine runs (seed 0,
 docs/advice.md) the pooled c barely moves with the rate after the early transient (log c on log rate:
 slope 0.23, per-run intercepts) where the earlier model scaled it like L1^(1/2) (slope 0.5), and the earlier
 model's saturation (the noise's share of Adam's update growing as the rate decays) grew the modelled noise
