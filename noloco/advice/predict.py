@@ -130,7 +130,8 @@ def own_groups(run, steps: int, seed: int | None = None) -> tuple[list | None, s
     folder records none), or ``(None, why)``: the recursion then averages over random groups."""
     from noloco.theory.conditional import MAX_REPLICAS
 
-    seed = groups_seed(run.setting) if seed is None else seed
+    recorded = groups_seed(run.setting)
+    seed = seed if recorded is None else recorded  # what the folder records wins over the caller's guess
     outer = run.outer
     if seed is None:
         return None, ("the run folder records no groups seed (a folder written before it was recorded, or pipeline "
