@@ -137,8 +137,8 @@ def own_groups(run, steps: int, seed: int | None = None) -> tuple[list | None, s
         return None, ("the run folder records no groups seed (a folder written before it was recorded, or pipeline "
                       "stages): averaged over random groups, not the spread this run's groups give")
     if outer.replicas > MAX_REPLICAS:
-        return None, (f"N = {outer.replicas} > {MAX_REPLICAS}: averaged over random groups (at this N a step's many "
-                      "groups average out)")
+        return None, (f"N = {outer.replicas} > {MAX_REPLICAS}: averaged over random groups (the recursion along the "
+                      "run's own groups costs (4 N)^3 per step and tensor)")
     return conditional.partitions(seed, 0, steps, outer.replicas, outer.group_size), None
 
 

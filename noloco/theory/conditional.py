@@ -25,8 +25,8 @@ from noloco.theory import exchangeable
 from noloco.theory.partitions import partition
 
 
-#: the most replicas the recursion along the groups is stepped for: its state is (N k) x (N k), a step costs
-#: (N k)^3 per tensor; beyond it a run's many groups per step average out and the exchangeable recursion is used
+#: the most replicas the advice steps this recursion for: its state is (N k) x (N k), a step costs (N k)^3 per
+#: tensor; beyond it the advice uses the exchangeable recursion (how far a run's own groups then move it: not measured)
 MAX_REPLICAS = 16
 
 
