@@ -95,7 +95,7 @@ def test_the_run_folder_format(run_folder):
     assert [r["outer_step"] for r in run.inputs] == list(range(1, T + 1))
     assert set(run.inputs[-1]["groups"]) == {"0.weight", "0.bias", "2.weight", "2.bias"}
     # what fixes every outer step's groups, with N and n: the forecast steps along them
-    assert dict(run.setting.other) == {"model": "mlp-6-16-1", "groups_seed": 3, "stages": 1}
+    assert dict(run.setting.other) == {"model": "mlp-6-16-1", "seed": 3}  # one stage: none written
     assert cfg["outer"]["replicas"] == N
     from noloco.advice.forecast import groups_seed
     assert groups_seed(run.setting) == 3

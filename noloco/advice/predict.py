@@ -116,10 +116,10 @@ def groups_inputs(rows: list[dict], names: list[str]) -> dict:
 
 
 def groups_seed(setting) -> int | None:
-    """The seed of the run's groups as its folder records it (``groups_seed``, written by noloco.Observer; the
-    harness's ``seed``), or None: not recorded, or several pipeline stages (each draws its own groups)."""
+    """The seed of the run's groups as its folder's config records it (``seed``, written by noloco.Observer and the
+    harness), or None: not recorded, or several pipeline stages (each draws its own groups)."""
     other = dict(setting.other)
-    seed = other.get("groups_seed", other.get("seed"))
+    seed = other.get("seed")
     if other.get("stages", 1) != 1 or isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         return None
     return seed
