@@ -69,3 +69,28 @@ def test_the_gap_split_by_tensor_adds_up(tmp_path, monkeypatch):
     assert sum(r["predicted"] for r in rep["rows"]) == pytest.approx(rep["predicted"], rel=1e-9)
     assert len(rep["rows"]) == len({r["tensor"] for r in rep["rows"]}) > 10
     assert 0 <= rep["signal_share"] <= 1 and rep["measured"] is not None
+
+
+def test_a_forecast_row_is_made_along_the_runs_own_groups_and_averaged(tmp_path):
+    """noloco.studies.forecasts.forecast_row: the forecast along the run's own groups (the layout's seed where the
+    folder records none) with the same forecast averaged over groups beside it, each judged by the 15 % rule."""
+    import json
+
+    from test_forecast import config, write_run
+
+    from noloco.advice import forecast as FC
+    from noloco.studies import forecasts as S
+
+    write_run(tmp_path, config(seed=2))
+    result = json.loads((tmp_path / "result.json").read_text())
+    del result["config"]["seed"]
+    (tmp_path / "result.json").write_text(json.dumps(result))
+    row = S.forecast_row(tmp_path, 12, seed=2)
+    own, average = FC.forecast(tmp_path, 12, seed=2), FC.forecast(tmp_path, 12, along="average")
+    assert (row["groups"], row["average"]["groups"]) == ("own", "average")
+    for got, fc in ((row, own), (row["average"], average)):
+        rows = [r for r in fc["rows"] if r["outer_step"] > 20 and r["measured"] is not None]
+        ratio = S._rms([r["forecast"] for r in rows]) / S._rms([r["measured"] for r in rows])
+        assert got["ratio"] == pytest.approx(ratio) and got["holds"] == (abs(ratio - 1) <= S.TOLERANCE)
+    assert row["own_over_average"] == pytest.approx(row["ratio"] / row["average"]["ratio"])
+    assert row["ratio"] != pytest.approx(row["average"]["ratio"], rel=1e-3)

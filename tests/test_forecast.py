@@ -14,6 +14,7 @@ from noloco.infra.files import dumps, write_json
 from noloco.advice import forecast as F
 from noloco.llm_check.config import TrainConfig
 from noloco.advice.predict import replay
+from noloco.theory import conditional
 from noloco.theory.config import OuterConfig
 
 OUTER = OuterConfig(replicas=8, group_size=2, alpha=0.5, beta=0.7, gamma=0.7)
@@ -52,24 +53,32 @@ def write_run(path, cfg: TrainConfig, groups=GROUPS, c_scale=1.0, measured_to=No
     return ph
 
 
-def replayed_weight_std(cfg, ph, groups=GROUPS, outer=None) -> np.ndarray:
-    """weight_std after every outer step of predict's replay of the model's inputs over the whole run."""
+def replayed_weight_std(cfg, ph, groups=GROUPS, outer=None, own: bool = False) -> np.ndarray:
+    """weight_std after every outer step of predict's replay of the model's inputs over the whole run (``own``:
+    along the run's own groups, drawn from its seed)."""
     outer = outer or cfg.outer
+    along = conditional.partitions(cfg.seed, 0, cfg.outer_steps, outer.replicas, outer.group_size) if own else None
     level = 0.0
     for c0, s0, numel in groups.values():
         c = np.full(cfg.outer_steps, c0)
         c[0] = 0.0
-        _, spread, _, _ = replay(outer, c, s0 * ph["L2"], np.zeros(cfg.outer_steps))
+        _, spread, _, _ = replay(outer, c, s0 * ph["L2"], np.zeros(cfg.outer_steps), groups=along)
         level = level + numel * spread[1:]
     return np.sqrt(level / sum(g[2] for g in groups.values()))
 
 
 @pytest.mark.parametrize("from_step", [10, 20, 33])
 def test_a_forecast_of_inputs_that_follow_its_model_is_the_replay_of_the_whole_run(tmp_path, from_step):
+    """Along the run's own groups (its folder records the seed) and averaged over groups, each against the replay
+    of the whole run the same way."""
     cfg = config()
     ph = write_run(tmp_path, cfg)
+    average = F.forecast(tmp_path, from_step=from_step, along="average")
+    np.testing.assert_allclose([r["forecast"] for r in average["rows"]], replayed_weight_std(cfg, ph)[from_step:],
+                               rtol=1e-9)
     rep = F.forecast(tmp_path, from_step=from_step)
-    exact = replayed_weight_std(cfg, ph)
+    assert rep["groups"] == {"along": "own", "seed": cfg.seed, "why": None}
+    exact = replayed_weight_std(cfg, ph, own=True)
     got = np.array([r["forecast"] for r in rep["rows"]])
     assert [r["outer_step"] for r in rep["rows"]] == list(range(from_step + 1, cfg.outer_steps + 1))
     np.testing.assert_allclose(got, exact[from_step:], rtol=1e-9)
@@ -98,6 +107,46 @@ def test_the_forecast_would_see_c_that_follows_the_rate(tmp_path):
     half = slice(cfg.outer_steps // 2 - 10, None)  # the steps of the rule: the second half
     ratio = math.sqrt(np.mean(got[half] ** 2) / np.mean(truth[10:][half] ** 2))
     assert ratio < 0.9
+
+
+def test_a_folder_without_its_groups_seed_is_forecast_averaged_over_groups_and_says_so(tmp_path, capsys):
+    """A folder written before the seed was recorded: the exchangeable recursion, a note that says why; a seed
+    given by the caller (the studies: the layout's) steps along those groups."""
+    cfg = config(seed=3)
+    ph = write_run(tmp_path, cfg)
+    result = json.loads((tmp_path / "result.json").read_text())
+    del result["config"]["seed"]
+    (tmp_path / "result.json").write_text(json.dumps(result))
+    rep = F.forecast(tmp_path, from_step=10)
+    assert rep["groups"]["along"] == "average" and "records no groups seed" in rep["groups"]["why"]
+    np.testing.assert_allclose([r["forecast"] for r in rep["rows"]], replayed_weight_std(cfg, ph)[10:], rtol=1e-9)
+    assert "records no groups seed" in F.format_forecast(rep)
+    given = F.forecast(tmp_path, from_step=10, seed=3)
+    np.testing.assert_allclose([r["forecast"] for r in given["rows"]],
+                               replayed_weight_std(cfg, ph, own=True)[10:], rtol=1e-9)
+    with pytest.raises(Exception, match="along='mine' is not allowed"):
+        F.forecast(tmp_path, along="mine")
+
+
+def test_the_own_input_prediction_along_the_runs_own_groups(tmp_path):
+    """noloco.advice.predict along="own": the replay of the whole run along the groups of its recorded seed; the
+    default stays averaged over groups; above MAX_REPLICAS the average, with a note."""
+    from noloco.advice.predict import predict
+
+    cfg = config(seed=5)
+    ph = write_run(tmp_path, cfg)
+    own, average = predict(tmp_path, along="own"), predict(tmp_path)
+    assert (own["groups_along"], average["groups_along"]) == ("own", "average")
+    steps = [r["outer_step"] for r in own["rows"]]
+    for report, exact in ((own, replayed_weight_std(cfg, ph, own=True)), (average, replayed_weight_std(cfg, ph))):
+        np.testing.assert_allclose([r["predicted"] for r in report["rows"][1:]], exact[np.array(steps[1:]) - 1],
+                                   rtol=1e-9)
+    assert own["rows"][-1]["predicted"] != pytest.approx(average["rows"][-1]["predicted"], rel=1e-3)
+    wide = tmp_path / "wide"
+    write_run(wide, config(outer=OuterConfig(replicas=32, group_size=2, alpha=0.5, beta=0.7, gamma=0.7),
+                           outer_steps=12), measured_to=12)
+    rep = predict(wide, along="own")
+    assert rep["groups_along"] == "average" and any("N = 32 > 16" in n for n in rep["notes"])
 
 
 def test_a_window_whose_c_falls_is_flagged(tmp_path):
@@ -130,7 +179,8 @@ def test_a_finished_run_is_forecast_from_its_first_quarter(tmp_path):
     rep = F.forecast(tmp_path)
     assert rep["from_step"] == cfg.outer_steps // 4 == 10
     assert [r["outer_step"] for r in rep["rows"]] == list(range(11, cfg.outer_steps + 1))
-    np.testing.assert_allclose([r["forecast"] for r in rep["rows"]], replayed_weight_std(cfg, ph)[10:], rtol=1e-9)
+    np.testing.assert_allclose([r["forecast"] for r in rep["rows"]], replayed_weight_std(cfg, ph, own=True)[10:],
+                               rtol=1e-9)
     assert rep["rows"][1]["measured"] == 1.0  # outer step 12, an evaluation
 
 

@@ -94,7 +94,11 @@ def test_the_run_folder_format(run_folder):
     assert all("val_loss_avg_model" in r for r in run.metrics[1:])
     assert [r["outer_step"] for r in run.inputs] == list(range(1, T + 1))
     assert set(run.inputs[-1]["groups"]) == {"0.weight", "0.bias", "2.weight", "2.bias"}
-    assert dict(run.setting.other) == {"model": "mlp-6-16-1"}
+    # what fixes every outer step's groups, with N and n: the forecast steps along them
+    assert dict(run.setting.other) == {"model": "mlp-6-16-1", "seed": 3}  # one stage: none written
+    assert cfg["outer"]["replicas"] == N
+    from noloco.advice.forecast import groups_seed
+    assert groups_seed(run.setting) == 3
 
 
 def test_the_advice_reads_it(run_folder, capsys):

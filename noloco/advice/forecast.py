@@ -14,7 +14,9 @@ by the schedule's functionals of that step's phase (lr_k the inner learning rate
     c_t  = c_hat            (the restoring coefficient of a phase: held, whatever the rate)
     s2_t = s_hat L2_t       (the noise of a phase: per unit of the rate's square summed over it)
 
-with rho held at its last long-run value. Why c is held: on the model families' cosine runs (seed 0,
+with rho held at its last long-run value. Both the replay and the future steps go along the run's own groups
+(:mod:`noloco.theory.conditional`, drawn from the groups seed the folder records) where it is known and N <= 16;
+elsewhere averaged over groups, and the report says which (``groups``). Why c is held: on the model families' cosine runs (seed 0,
 docs/advice.md) the pooled c barely moves with the rate after the early transient (log c on log rate:
 slope 0.23, per-run intercepts) where the earlier model scaled it like L1^(1/2) (slope 0.5), and the earlier
 model's saturation (the noise's share of Adam's update growing as the rate decays) grew the modelled noise
@@ -49,7 +51,8 @@ import numpy as np
 
 from noloco.infra.checks import did_you_mean
 from noloco.infra.errors import ConfigError, DataError
-from noloco.theory import exchangeable
+from noloco.advice.predict import groups_seed, own_groups
+from noloco.theory import conditional, exchangeable
 from noloco.theory.exchangeable import ADAM_BETA1
 from noloco.theory.config import OUTER_FIELDS, OuterConfig
 
@@ -80,6 +83,9 @@ FORECAST_ERROR = (0.88, 1.07)
 #: the same for the unflagged transfers of the development sweep (docs/data/advice_development.json)
 TRANSFER_ERROR = (0.94, 1.09)
 
+
+#: the groups a forecast steps along: the run's own (drawn from its groups seed) or averaged over random groups
+ALONG = ("own", "average")
 
 #: bytes a forecast or transfer holds per outer step and tensor (its inputs and trajectories, float64) and per
 #: inner step (the learning-rate schedule and its functionals), and per reported row (a small dict)
@@ -149,25 +155,31 @@ def _measured(run_dir, from_step: int | None, finished_from_quarter: bool = Fals
     return run, groups, t0
 
 
-def _replayed(outer, groups: dict) -> dict:
-    """Per tensor: the recursion's state after the measured steps and the inputs as the theory reads them."""
+def _replayed(outer, groups: dict, along=None) -> dict:
+    """Per tensor: the recursion's state after the measured steps and the inputs as the theory reads them;
+    ``along``: the measured steps' averaging matrices (the run's own groups), else averaged over groups."""
     from noloco.advice.predict import replay
 
     out = {}
     for name, g in groups.items():
         s2, rho, _ = g["long-run"]
-        S, _, c_true, s2_true = replay(outer, g["c"], s2, rho)
+        S, _, c_true, s2_true = replay(outer, g["c"], s2, rho, groups=along)
         out[name] = {"numel": g["numel"], "S": S, "c": c_true, "s2": s2_true, "rho": float(rho[-1])}
     return out
 
 
-def _step_forward(outer, S, c, s2, rho) -> np.ndarray:
-    """E z^2 after each of the given steps (inputs as the theory reads them: no correction)."""
-    step, scale = exchangeable.stepper(outer), 1 - 1 / outer.replicas
+def _step_forward(outer, S, c, s2, rho, along=None) -> np.ndarray:
+    """E z^2 after each of the given steps (inputs as the theory reads them: no correction); ``along``: the
+    steps' averaging matrices (S then the replicas' full deviation covariance), else averaged over groups."""
+    step, N = exchangeable.stepper(outer), outer.replicas
     out = np.empty(len(c))
     for i, (c_t, s2_t) in enumerate(zip(c, s2)):
-        S = step(S, float(c_t), float(s2_t), rho)
-        out[i] = scale * S[0, 0]
+        if along is None:
+            S = step(S, float(c_t), float(s2_t), rho)
+            out[i] = (1 - 1 / N) * S[0, 0]
+        else:
+            S = conditional.step(outer, S, along[i], float(c_t), float(s2_t), rho)
+            out[i] = conditional.spread(S, N)
     return out
 
 
@@ -200,11 +212,16 @@ def _measured_rows(run) -> dict:
     return {int(m["outer_step"]): m.get("weight_std") for m in run.metrics}
 
 
-def forecast(run_dir, from_step: int | None = None) -> dict:
+def forecast(run_dir, from_step: int | None = None, along: str = "own", seed: int | None = None) -> dict:
     """The spread of a run forecast from its measured outer steps 1..``from_step`` to its last outer step (module
     docstring). ``from_step`` defaults to every step measured in a run still going and, in a finished run, to its
     first quarter (at least 3 steps), the point the held-out evaluation validated. Rows for every future step,
-    with the measured weight_std where the run has it."""
+    with the measured weight_std where the run has it. ``along``: ``"own"`` steps the recursion along the run's
+    own groups (:mod:`noloco.theory.conditional`, drawn from the groups seed its folder records, or ``seed``
+    where it records none), ``"average"`` the exchangeable recursion averaged over groups (also where no seed is
+    known: the report says which)."""
+    if along not in ALONG:
+        raise ConfigError(f"along={along!r} is not allowed; allowed: {', '.join(ALONG)}")
     run, groups, t0 = _measured(run_dir, from_step, finished_from_quarter=True)
     cfg, outer = run.setting, run.outer
     require_memory(cfg, len(groups), "the forecast")
@@ -212,7 +229,9 @@ def forecast(run_dir, from_step: int | None = None) -> dict:
     if t0 < 3:
         raise DataError(f"{run.folder}: {t0} measured outer step(s); a forecast needs at least 3 (the first step's c "
                         "is 0 by definition)")
-    tensors = _replayed(outer, groups)
+    mats, why = own_groups(run, T, seed) if along == "own" else (None, "asked")
+    own = mats is not None
+    tensors = _replayed(outer, groups, mats[:t0] if own else None)
     ph = schedule_functionals(cfg)
     window = np.arange(max(t0 - WINDOW, 1), t0)  # 0-based steps, never the first
     future = np.arange(t0, T)
@@ -234,7 +253,8 @@ def forecast(run_dir, from_step: int | None = None) -> dict:
         c_hat = float(np.median(t["c"][window]))
         s_hat = float(np.median(t["s2"][window] / ph["L2"][window]))
         c = np.full(future.size, c_hat)
-        per.append((t["numel"], _step_forward(outer, t["S"], c, s_hat * ph["L2"][future], t["rho"])))
+        per.append((t["numel"], _step_forward(outer, t["S"], c, s_hat * ph["L2"][future], t["rho"],
+                                              mats[t0:] if own else None)))
     ws = _weight_std(per) if future.size else np.zeros(0)
     if future.size and not np.all(np.isfinite(ws)):
         flags.append("the forecast recursion diverges: the held inputs make this outer setting unstable")
@@ -244,6 +264,8 @@ def forecast(run_dir, from_step: int | None = None) -> dict:
              "measured": measured.get(int(s + 1))} for s, v, lo, hi in zip(future, ws, band["low"], band["high"])]
     return {"run": str(run.folder), "method": run.method, "from_step": t0, "outer_steps": T,
             "window": [int(window[0] + 1), t0], "c_rise": float(rise), "flags": flags,
+            "groups": {"along": "own" if own else "average",
+                       "seed": (groups_seed(cfg) if seed is None else seed) if own else None, "why": why},
             "rows": rows,
             "interval": {"quantiles": list(FORECAST_ERROR), "from": "docs/data/advice_development.json"},
             "recipe": {"window": WINDOW, "c_scaling": "held", "s2_scaling": "L2"}}
@@ -401,6 +423,11 @@ def format_forecast(report: dict) -> str:
              f"{'outer':>6} {'forecast':>11} {'low':>11} {'high':>11} {'measured':>11}"]
     lines += [f"{r['outer_step']:>6} {_fmt(r['forecast'], '11.4e')} {_fmt(r['low'], '11.4e')} "
               f"{_fmt(r['high'], '11.4e')} {_fmt(r['measured'], '11.4e')}" for r in report["rows"]]
+    groups = report.get("groups") or {}
+    if groups.get("along") == "own":
+        lines.append(f"along the run's own groups (groups seed {groups['seed']})")
+    elif groups.get("why"):
+        lines.append(f"note: {groups['why'] if groups['why'] != 'asked' else 'averaged over random groups'}")
     lines += [f"flag: {f}" for f in report["flags"]]
     return "\n".join(lines)
 

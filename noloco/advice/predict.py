@@ -43,7 +43,7 @@ import math
 import numpy as np
 
 from noloco.advice.record import read_run
-from noloco.theory import exchangeable
+from noloco.theory import conditional, exchangeable
 from noloco.infra.errors import ConfigError
 from noloco.infra.files import SCHEMA_VERSION
 from noloco.infra.errors import DataError
@@ -115,30 +115,65 @@ def groups_inputs(rows: list[dict], names: list[str]) -> dict:
     return parts
 
 
-def replay(outer, c_reg, s2_reg, rho, drift_var: float = 0.0, S=None):
+def groups_seed(setting) -> int | None:
+    """The seed of the run's groups as its folder's config records it (``seed``, written by noloco.Observer and the
+    harness), or None: not recorded, or several pipeline stages (each draws its own groups)."""
+    other = dict(setting.other)
+    seed = other.get("seed")
+    if other.get("stages", 1) != 1 or isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        return None
+    return seed
+
+
+def own_groups(run, steps: int, seed: int | None = None) -> tuple[list | None, str | None]:
+    """The averaging matrices of the run's outer steps 1..``steps`` drawn from its groups seed (``seed`` where its
+    folder records none), or ``(None, why)``: the recursion then averages over random groups."""
+    from noloco.theory.conditional import MAX_REPLICAS
+
+    recorded = groups_seed(run.setting)
+    seed = seed if recorded is None else recorded  # what the folder records wins over the caller's guess
+    outer = run.outer
+    if seed is None:
+        return None, ("the run folder records no groups seed (a folder written before it was recorded, or pipeline "
+                      "stages): averaged over random groups, not the spread this run's groups give")
+    if outer.replicas > MAX_REPLICAS:
+        return None, (f"N = {outer.replicas} > {MAX_REPLICAS}: averaged over random groups (the recursion along the "
+                      "run's own groups costs (4 N)^3 per step and tensor)")
+    return conditional.partitions(seed, 0, steps, outer.replicas, outer.group_size), None
+
+
+def replay(outer, c_reg, s2_reg, rho, drift_var: float = 0.0, S=None, groups=None):
     """The exchangeable recursion stepped with the per-step regression inputs ``c_reg``, ``s2_reg`` read
     through the theory (module docstring): before step t, with S the recursion's state,
     ``b = (S_yd + rho_t S_y,eps) / S_yy``, c_t = c_reg_t + b and s2_t = s2_reg_t + b^2 S_yy. From ``S``
     (default: identical replicas) it returns ``(S after the last step, E z_t^2 for t = 0..T, c_t, s2_t)``
-    with the inputs as the theory reads them."""
+    with the inputs as the theory reads them. With ``groups`` (each step's averaging matrix,
+    :mod:`noloco.theory.conditional`) it steps along those groups instead: the state is the replicas' full
+    deviation covariance, read through its moments pooled over replicas as the meter pools them."""
     S = exchangeable.initial(float(s2_reg[0]), float(rho[0]), drift_var) if S is None else S
+    N = outer.replicas
+    if groups is not None and len(S) == len(exchangeable.initial()):  # one replica's state: lifted to all N
+        S = conditional.lift(S, N)
     step = exchangeable.stepper(outer)
-    scale = 1 - 1 / outer.replicas
-    spread, c_true, s2_true = [scale * S[0, 0]], [], []
-    for c_t, s2_t, rho_t in zip(c_reg, s2_reg, rho):
-        if S[0, 0] > 0:
-            zw = S[0, -1] + rho_t * S[0, 2]  # state (y, delta, eps_prev, drift)
-            c_t, s2_t = c_t + zw / S[0, 0], s2_t + zw * zw / S[0, 0]
-        S = step(S, float(c_t), float(s2_t), float(rho_t))
-        spread.append(scale * S[0, 0])
+    scale = 1 - 1 / N
+    own = (lambda X: X) if groups is None else (lambda X: conditional.pooled(X, N))
+    spread, c_true, s2_true = [scale * own(S)[0, 0]], [], []
+    for t, (c_t, s2_t, rho_t) in enumerate(zip(c_reg, s2_reg, rho)):
+        P = own(S)
+        if P[0, 0] > 0:
+            zw = P[0, -1] + rho_t * P[0, 2]  # state (y, delta, eps_prev, drift)
+            c_t, s2_t = c_t + zw / P[0, 0], s2_t + zw * zw / P[0, 0]
+        S = step(S, float(c_t), float(s2_t), float(rho_t)) if groups is None else \
+            conditional.step(outer, S, groups[t], float(c_t), float(s2_t), float(rho_t))
+        spread.append(scale * own(S)[0, 0])
         c_true.append(float(c_t))
         s2_true.append(float(s2_t))
     return S, np.array(spread), np.array(c_true), np.array(s2_true)
 
 
-def trajectory(outer, c_reg, s2_reg, rho, drift_var: float = 0.0):
+def trajectory(outer, c_reg, s2_reg, rho, drift_var: float = 0.0, groups=None):
     """``(E z_t^2 for t = 0..T, c_t)`` of :func:`replay` from identical replicas."""
-    _, spread, c_true, _ = replay(outer, c_reg, s2_reg, rho, drift_var)
+    _, spread, c_true, _ = replay(outer, c_reg, s2_reg, rho, drift_var, groups=groups)
     return spread, c_true
 
 
@@ -152,10 +187,15 @@ def _growth(steps, values):
     return float(math.exp(np.polyfit(x, y, 1)[0]))
 
 
-def predict(run_dir, noise_model: str = "long-run") -> dict:
-    """The report of one run (see the module docstring); ``noise_model`` chooses ``predicted``."""
+def predict(run_dir, noise_model: str = "long-run", along: str = "average", seed: int | None = None) -> dict:
+    """The report of one run (see the module docstring); ``noise_model`` chooses ``predicted``; ``along``:
+    ``"average"`` the exchangeable recursion (averaged over groups), ``"own"`` the run's own groups
+    (:mod:`noloco.theory.conditional`, from the groups seed its folder records, or ``seed`` where it records none;
+    averaged, with a note, without either)."""
     if noise_model not in NOISE_MODELS:
         raise ConfigError(f"noise_model={noise_model!r} is not allowed; allowed: {', '.join(NOISE_MODELS)}")
+    if along not in ("own", "average"):
+        raise ConfigError(f"along={along!r} is not allowed; allowed: own, average")
     run = read_run(run_dir)
     outer, method, metrics, inputs = run.outer, run.method, run.metrics, run.inputs
     steps = [int(r["outer_step"]) for r in metrics]
@@ -185,6 +225,10 @@ def predict(run_dir, noise_model: str = "long-run") -> dict:
         if known != list(range(1, len(known) + 1)):
             raise DataError(f"{run.folder / 'inputs.jsonl'}: outer steps are not 1, 2, ..., {len(known)}")
         names = list(inputs[0]["groups"])
+        mats, why = own_groups(run, len(inputs), seed) if along == "own" else (None, None)
+        if why:
+            notes.append(why)
+        report["groups_along"] = "own" if mats is not None else "average"
         total = 0
         level = {m: np.zeros(len(inputs) + 1) for m in NOISE_MODELS}
         flattest = (math.inf, None)
@@ -198,7 +242,7 @@ def predict(run_dir, noise_model: str = "long-run") -> dict:
             c_model = {}
             for m in NOISE_MODELS:
                 s2, rho, D = g[m]
-                spread, c_model[m] = trajectory(outer, g["c"], s2, rho, D)
+                spread, c_model[m] = trajectory(outer, g["c"], s2, rho, D, mats)
                 level[m] += g["numel"] * spread
             late = slice(len(inputs) // 2, None)  # the second half of the run
             c_late = float(c_model[noise_model][late].mean())

@@ -356,21 +356,22 @@ def train_missing(out: Path, families=tuple(FAMILIES), seeds=SEEDS, progress: bo
             bar.update()
 
 
-def _own(folder: Path, family: str, seed: int) -> dict:
-    """The zero-constant prediction of a run from its own inputs against its measured second half."""
+def _own(folder: Path, family: str, seed: int, along: str = "average") -> dict:
+    """The zero-constant prediction of a run from its own inputs against its measured second half (``along``: the
+    run's own groups, drawn from ``seed`` where the folder records no groups seed, or averaged over groups)."""
     from noloco.advice.predict import predict
     from noloco.advice.tune import rms_second_half
 
     from noloco.advice.record import read_run
 
-    rep = predict(folder)
+    rep = predict(folder, along=along, seed=seed)
     rows = [r for r in rep["rows"] if r.get("predicted") is not None and r.get("measured") is not None]
     T = read_run(folder).setting.outer_steps
     ratio = (rms_second_half(rows, "predicted", T) / rms_second_half(rows, "measured", T)) if rows else None
     decay = rep.get("decay_factor")
     flags = [f"unstable: decay factor {decay:.4g} >= 1"] if decay is not None and decay >= 1 else []
     ok = within(ratio, OWN_RULE, relative=False)
-    return {"family": family, "seed": seed, "ratio": ratio, "flags": flags,
+    return {"family": family, "seed": seed, "ratio": ratio, "flags": flags, "along": rep.get("groups_along"),
             "verdict": "flagged" if flags else ("agrees" if ok else "misses")}
 
 

@@ -21,6 +21,15 @@ The rule, fixed here and in docs/advice.md before the comparison:
   often the measured RMS lies in the claimed forecast's 80 % interval, and the naive baseline (the last measured
   weight_std carried forward) on the same forecasts.
 
+The forecast along the run's own groups (:mod:`noloco.theory.conditional`; the rule fixed here before the
+comparison it judges): every forecast above is made twice, along the run's own groups (its groups seed, the
+layout's seed for folders written before the seed was recorded: the families' runs draw their groups from it)
+and averaged over groups as before, with the limits of ``not settled`` unchanged (chosen on seed 0 with the
+average). The seen seeds (0, 1, 2 and GPT-NeoX: their forecasts, averaged, have been compared) are reported
+as seen; then, once, a fresh seed (:data:`FRESH_GROUPS`: the four families' pilot and target, trained after
+this rule was committed) is judged: claimed, claimed within 15 %, the naive baseline, for both. The goal: no
+claimed forecast along the run's own groups outside 15 % on the fresh seed. No new flag is chosen.
+
 ``noloco llm study forecasts --runs DIR`` trains what is missing (in the families study's layout, finished runs
 reused) and writes ``DIR/forecasts.json``.
 """
@@ -46,6 +55,8 @@ RISE_GRID = FALL_GRID = (0.1, 0.2, 0.25, 0.3, 0.4, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0
 HELD_OUT = ("neox",)
 #: the seed trained after the limits were chosen and the results above committed, judged once with them
 FRESH_SEEDS = (2,)
+#: the seed trained after the forecast along the run's own groups and its rule were committed, judged once
+FRESH_GROUPS = (3,)
 #: the flags that withdraw a forecast whatever the limits (the recursion diverges, too few steps)
 ALWAYS = ("too few steps", "the forecast recursion diverges")
 
@@ -70,7 +81,7 @@ def train_missing(out: Path) -> None:
     import torch
 
     torch.set_num_threads(1)  # the runs of docs/data/forecasts.json: one thread (another rounds otherwise)
-    for family, run, seed, setting, windows in runs() + runs(HELD_OUT, extra=False) + _fresh():
+    for family, run, seed, setting, windows in runs() + runs(HELD_OUT, extra=False) + _fresh() + _fresh(FRESH_GROUPS):
         folder = F._folder(out, family, run, seed)
         if (folder / "result.json").exists() and read_json(folder / "result.json").get("finished") is True:
             continue
@@ -84,23 +95,30 @@ def _rms(values) -> float:
     return math.sqrt(float(np.mean(np.square(values))))
 
 
-def forecast_row(folder: Path, K: int) -> dict:
-    """One forecast from outer step ``K`` against what the run measured, with what its flags are decided on."""
+def forecast_row(folder: Path, K: int, seed: int | None = None) -> dict:
+    """One forecast from outer step ``K`` along the run's own groups (``seed``: the groups seed where the folder
+    records none) against what the run measured, with what its flags are decided on; the same forecast averaged
+    over groups under ``average``."""
     from noloco.advice.forecast import forecast
 
     from noloco.advice.record import read_run
 
-    fc = forecast(folder, from_step=K)
-    T = fc["outer_steps"]
-    rows = [r for r in fc["rows"] if r["outer_step"] > T / 2 and r["measured"] is not None]
+    metrics = read_run(folder).metrics
+    out = {}
+    for along in ("own", "average"):
+        fc = forecast(folder, from_step=K, along=along, seed=seed)
+        T = fc["outer_steps"]
+        rows = [r for r in fc["rows"] if r["outer_step"] > T / 2 and r["measured"] is not None]
+        seen = _rms([r["measured"] for r in rows])
+        ratio = _rms([r["forecast"] for r in rows]) / seen
+        low, high = _rms([r["low"] for r in rows]), _rms([r["high"] for r in rows])
+        out[along] = {"ratio": ratio, "c_rise": fc["c_rise"], "groups": fc["groups"]["along"],
+                      "always": [f for f in fc["flags"] if f.startswith(ALWAYS)], "inside": low <= seen <= high,
+                      "holds": abs(ratio - 1) <= TOLERANCE}
     # the naive baseline: the last measured weight_std (at outer step K) carried forward
-    last = {int(m["outer_step"]): m.get("weight_std") for m in read_run(folder).metrics}.get(K)
-    seen = _rms([r["measured"] for r in rows])
-    ratio = _rms([r["forecast"] for r in rows]) / seen
-    low, high = _rms([r["low"] for r in rows]), _rms([r["high"] for r in rows])
-    return {"from_step": K, "outer_steps": T, "ratio": ratio, "c_rise": fc["c_rise"], "always": [f for f in fc["flags"] if f.startswith(ALWAYS)],
-            "inside": low <= seen <= high, "naive": (last / seen) if last else None,
-            "holds": abs(ratio - 1) <= TOLERANCE}
+    last = {int(m["outer_step"]): m.get("weight_std") for m in metrics}.get(K)
+    return {"from_step": K, "outer_steps": T, **out["own"], "naive": (last / seen) if last else None,
+            "average": out["average"], "own_over_average": out["own"]["ratio"] / out["average"]["ratio"]}
 
 
 def claimed(row: dict, rise: float, fall: float) -> bool:
@@ -131,32 +149,46 @@ def summary(rows: list[dict], rise: float, fall: float) -> dict:
             "forecast_beats_naive": sum(abs(r["ratio"] - 1) < abs(r["naive"] - 1) for r in naive)}
 
 
-def _fresh() -> list:
-    return runs((*CALIBRATION, *HELD_OUT), extra=False, seeds=FRESH_SEEDS)
+def _fresh(seeds=FRESH_SEEDS) -> list:
+    return runs((*CALIBRATION, *HELD_OUT), extra=False, seeds=seeds)
 
 
 def _rows(out: Path, runs_: list) -> list[dict]:
-    return [{"family": family, "run": run, "seed": seed, **forecast_row(F._folder(out, family, run, seed), K)}
+    return [{"family": family, "run": run, "seed": seed, **forecast_row(F._folder(out, family, run, seed), K, seed)}
             for family, run, seed, _, _ in runs_ for K in FROM_STEPS]
 
 
+def _average(rows: list[dict]) -> list[dict]:
+    """The rows as the forecast averaged over groups gives them."""
+    return [{**r, **r["average"]} for r in rows]
+
+
 def evaluate(out: Path, held_out: bool = True) -> dict:
-    """The limits chosen on seed 0, seed 1 judged with them, then (``held_out``) the family added later."""
+    """The limits chosen on seed 0 (the forecast averaged over groups), seed 1 judged with them, then
+    (``held_out``) the family added later, the fresh seed, and the seed fresh for the own groups."""
     rows = _rows(out, runs())
-    rise, fall = choose_limits([r for r in rows if r["seed"] == SEEDS[0]])
+    rise, fall = choose_limits([r for r in _average(rows) if r["seed"] == SEEDS[0]])
     later = _rows(out, runs(HELD_OUT, extra=False)) if held_out else []
     fresh = _rows(out, _fresh()) if held_out else []
-    for r in rows + later + fresh:
+    fresh_groups = _rows(out, _fresh(FRESH_GROUPS)) if held_out else []
+    for r in rows + later + fresh + fresh_groups:
         r["claimed"] = claimed(r, rise, fall)
+        r["average"]["claimed"] = claimed(r["average"], rise, fall)
     by_seed = {f"seed{s}": [r for r in rows if r["seed"] == s] for s in SEEDS}
     if later:
         by_seed["held_out"] = later
         by_seed["fresh_seed"] = fresh
-    return {"schema": "forecasts", "tolerance": TOLERANCE, "from_steps": list(FROM_STEPS),
+        by_seed["fresh_seed_groups"] = fresh_groups
+    own_input = [{**F._own(F._folder(out, family, run, seed), family, seed, along), "run": run}
+                 for family, run, seed, _, _ in runs(extra=False) + runs(HELD_OUT, extra=False) + _fresh()
+                 + _fresh(FRESH_GROUPS) for along in ("own", "average")] if held_out else []
+    return {"schema": "forecasts", "tolerance": TOLERANCE, "from_steps": list(FROM_STEPS), "own_input": own_input,
             "limits": {"settled_rise": rise, "settled_fall": fall, "chosen_on_seed": SEEDS[0]},
             "held_out_families": list(HELD_OUT) if later else [], "fresh_seeds": list(FRESH_SEEDS) if fresh else [],
-            "rows": rows + later + fresh,
-            "summary": {k: summary(r, rise, fall) for k, r in by_seed.items()}}
+            "fresh_seeds_groups": list(FRESH_GROUPS) if fresh_groups else [],
+            "rows": rows + later + fresh + fresh_groups,
+            "summary": {k: summary(r, rise, fall) for k, r in by_seed.items()},
+            "summary_average": {k: summary(_average(r), rise, fall) for k, r in by_seed.items()}}
 
 
 def run_study(out, train: bool = True) -> dict:
@@ -167,14 +199,27 @@ def format_report(rep: dict) -> str:
     lim = rep["limits"]
     lines = [f"limits chosen on seed {lim['chosen_on_seed']}: not settled above a rise of {lim['settled_rise']:g} "
              f"or a fall of {lim['settled_fall']:g} of the pooled c across the window",
-             f"{'family':<9} {'run':<10} {'seed':>4} {'K':>3} {'ratio':>6} {'naive':>6} {'rise':>6}  claimed"]
+             "ratio: along the run's own groups; average: averaged over groups",
+             f"{'family':<9} {'run':<10} {'seed':>4} {'K':>3} {'ratio':>6} {'average':>7} {'naive':>6} {'rise':>6}  "
+             "claimed"]
     for r in rep["rows"]:
         naive = "-" if r["naive"] is None else f"{r['naive']:.3f}"
+        average = r.get("average", {}).get("ratio")
         lines.append(f"{r['family']:<9} {r['run']:<10} {r['seed']:>4} {r['from_step']:>3} {r['ratio']:>6.3f} "
-                     f"{naive:>6} {r['c_rise']:>6.2f}  {'yes' if r['claimed'] else 'no'}")
-    for name, s in rep["summary"].items():
+                     f"{'-' if average is None else format(average, '7.3f'):>7} {naive:>6} {r['c_rise']:>6.2f}  "
+                     f"{'yes' if r['claimed'] else 'no'}")
+    for name, s in [(f"{k} (own groups)", v) for k, v in rep["summary"].items()] + \
+            [(f"{k} (averaged over groups)", v) for k, v in rep.get("summary_average", {}).items()]:
         lines.append(f"{name}: claimed {s['claimed']} of {s['forecasts']}, of them within {rep['tolerance']:.0%}: "
                      f"{s['claimed_within']}, inside the 80 % interval: {s['claimed_inside_interval']}; would hold: "
                      f"{s['would_hold']}, flagged that would have held: {s['flagged_would_have_held']}; naive within: "
                      f"{s['naive_within']}; the forecast nearer than naive: {s['forecast_beats_naive']}")
+    for seed in sorted({r["seed"] for r in rep.get("own_input", [])}):
+        for along in ("own", "average"):
+            mine = [r for r in rep["own_input"] if r["seed"] == seed and r["along"] == along]
+            if mine:
+                ratios = [r["ratio"] for r in mine]
+                within = sum(abs(x - 1) <= TOLERANCE for x in ratios)
+                lines.append(f"own-input prediction, seed {seed}, {along} groups: {within} of {len(mine)} within "
+                             f"{TOLERANCE:.0%} (ratios {min(ratios):.3f} to {max(ratios):.3f})")
     return "\n".join(lines)

@@ -87,7 +87,7 @@ class Observer:
         inner_optimizer: ``"adamw"`` or ``"sgd"``; adam_beta2: AdamW's second-moment decay.
         sample: coordinates per tensor sampled (default across ranks:
             :data:`~noloco.training.sample.DEFAULT_SAMPLE`; None in one process: every coordinate).
-        seed: of the sample.
+        seed: of the sample (the config's ``seed`` is the outer optimizer's, of the groups).
         spread_budget: a weight_std the run should stay below (a flag when it is crossed or forecast to be).
         write_every: outer steps between writes of the folder (also at a warning and at :meth:`close`).
         warn_steps: the first outer steps at which the warnings that replay the run run (0: never).
@@ -138,7 +138,11 @@ class Observer:
         self.config = {"method": outer.method, "outer": dataclasses.asdict(outer.config),
                        "inner_steps": outer.inner_steps, "outer_steps": outer_steps, "lr": lr, "schedule": schedule,
                        "warmup": warmup, "min_lr_frac": min_lr_frac, "inner_optimizer": inner_optimizer,
-                       "adam_beta2": adam_beta2, **fields}
+                       "adam_beta2": adam_beta2,
+                       # what fixes every outer step's groups (with N and n above), the forecast steps along them: the
+                       # seed of the groups under the harness's name (not a training setting: seeds pool in the tuner)
+                       "seed": outer.seed, **({"stages": len(outer.stages)} if len(outer.stages) > 1 else {}),
+                       **fields}
         self.setting = RunSetting.from_config(self.config)  # a bad value: ConfigError naming the field, before any work
         if spread_budget is not None and not (isinstance(spread_budget, (int, float)) and 0 < spread_budget < math.inf):
             raise ConfigError(f"spread_budget={spread_budget!r} is out of range; allowed: a number > 0 (a weight_std)")
