@@ -26,6 +26,15 @@ FORECASTS_ROWS = {
     "claimed within 15 % / inside the 80 % interval": ("claimed_within", "claimed_inside_interval"),
     "the naive baseline (weight_std at K carried forward) within 15 %": ("naive_within", "forecasts"),
 }
+#: the families study's totals as the advice page words them: (pattern, what of families.json's summary)
+FAMILIES_TOTALS = (
+    (r"\*\*Own inputs: (\d+) of (\d+) within the rule\*\*", lambda s: (s["own"]["agree"], s["own"]["runs"])),
+    (r"\*\*Transfers: (\d+) of (\d+) claimed agree\*\*",
+     lambda s: (s["transfer"]["agree"], s["transfer"]["runs"] - s["transfer"]["flagged"])),
+    (r"\*\*Gap: (\d+) of (\d+) claimed at N = 8 within a factor 2, (\w+) unflagged miss",
+     lambda s: (s["gap"]["agree"], s["gap"]["runs"] - s["gap"]["flagged"], s["gap"]["misses_unflagged"])),
+)
+WORDS = {"no": 0, "none": 0, "one": 1, "two": 2, "three": 3}
 
 
 def _data(name: str) -> dict:
@@ -90,12 +99,29 @@ def forecasts_mismatches(text: str) -> list[str]:
     return wrong
 
 
+def families_mismatches(text: str) -> list[str]:
+    """Every total of the families study quoted on the advice page that is not families.json's."""
+    summary = _data("families.json")["summary"]
+    wrong = []
+    for pattern, stored in FAMILIES_TOTALS:
+        quoted = re.search(pattern, text)
+        if quoted is None:
+            wrong.append(f"{pattern}: no longer on any page in this wording")
+        elif tuple(int(WORDS.get(n, n)) for n in quoted.groups()) != stored(summary):
+            wrong.append(f"{quoted.group()}: families.json says {stored(summary)}")
+    return wrong
+
+
 def test_the_across_ranks_table_is_its_benchmark_files():
     assert ranks_mismatches(_pages()) == []
 
 
 def test_the_forecasts_table_is_forecasts_json():
     assert forecasts_mismatches(_pages()) == []
+
+
+def test_the_families_totals_are_families_json():
+    assert families_mismatches(_pages()) == []
 
 
 def test_the_forecast_limits_quoted_are_the_chosen_ones():
@@ -109,6 +135,8 @@ def test_the_forecast_limits_quoted_are_the_chosen_ones():
     (ranks_mismatches, "| pairs: toolkit | 69.5 |", "| pairs: toolkit | 71.5 |"),
     (ranks_mismatches, "| 15.13 |\n", "| 15.2 |\n"),
     (forecasts_mismatches, "| claimed | 10 of 40 |", "| claimed | 11 of 40 |"),
+    (families_mismatches, "**Transfers: 7 of 7 claimed agree**", "**Transfers: 8 of 8 claimed agree**"),
+    (families_mismatches, "factor 2, one unflagged miss", "factor 2, no unflagged miss"),
 ])
 def test_a_page_that_drifts_from_its_data_fails(check, old, new):
     text = _pages()
