@@ -83,7 +83,9 @@ def cache_dir() -> Path:
 def source_folders() -> dict[str, Path]:
     """``{name: folder}`` of every source package of the toolkit, wherever it is installed (a source
     tree or site-packages); ``"noloco"`` is the top-level package's own modules."""
-    root = Path(importlib.util.find_spec("noloco").origin).parent
+    spec = importlib.util.find_spec("noloco")
+    assert spec is not None and spec.origin is not None  # the package this code runs from
+    root = Path(spec.origin).parent
     folders = {"noloco": root}
     for name in PACKAGES:
         spec = importlib.util.find_spec(f"noloco.{name}")
@@ -95,7 +97,7 @@ def source_folders() -> dict[str, Path]:
 def source_files() -> list[tuple[str, Path]]:
     """``(name, path)`` of every Python source of the toolkit, in a fixed order; ``name`` is the
     path inside the package (``theory/outer.py``), the same in a source tree and installed."""
-    files = []
+    files: list[tuple[str, Path]] = []
     for package, folder in source_folders().items():
         paths = sorted(folder.glob("*.py")) if package == "noloco" else sorted(folder.rglob("*.py"))
         files.extend((f"{package}/{path.relative_to(folder).as_posix()}", path) for path in paths)

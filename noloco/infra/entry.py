@@ -201,7 +201,8 @@ def _interrupt_behind(err: BaseException) -> KeyboardInterrupt | None:
     """The interrupt an error stands for: a KeyboardInterrupt among its causes and contexts (a library that
     caught Ctrl-C or SIGTERM and raised its own error), or, for an error outside the contract (not a bad
     input or a fault, which keep their meaning), a signal received while the work ran."""
-    seen, cause = set(), err
+    seen: set[int] = set()
+    cause: BaseException | None = err
     while cause is not None and id(cause) not in seen:
         if isinstance(cause, KeyboardInterrupt):
             return cause

@@ -123,7 +123,7 @@ def print_json(x, file=None) -> None:
 
 # ------------------------------------------------------------------ atomic files
 
-def atomic_write(path, write: Callable[[str], None], previous=None) -> Path:
+def atomic_write(path, write: Callable[[str], object], previous=None) -> Path:
     """Call ``write(tmp_path)`` to produce the file, then rename it onto ``path``: a reader (or a run
     after a crash, a full disk or an interrupt) sees the old file or the new one, never half of one, and
     no temporary is left behind by an interrupt (Ctrl-C, SIGTERM) wherever it lands. A write that fails

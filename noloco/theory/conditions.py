@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING, cast
 
 import numpy as np
 
@@ -19,6 +20,9 @@ from noloco.infra.checks import check_instance
 from noloco.infra.files import SCHEMA_VERSION
 from noloco.theory.spectrum import Spectrum
 from noloco.theory.stability import MARGINAL, STABLE, TOLERANCE, UNSTABLE, describe, format_radius
+
+if TYPE_CHECKING:
+    from noloco.theory.exchangeable import InnerModel
 
 
 @dataclass(frozen=True)
@@ -63,7 +67,7 @@ class Analysis:
     variance_decay_factor: float = 0.0
     stationary_variance: float = 0.0
     directions: int = 0
-    model: object = None          # noloco.theory.exchangeable.InnerModel beyond i.i.d. SGD noise, if any
+    model: InnerModel | None = None  # beyond i.i.d. SGD noise, if any
 
     @property
     def stable(self) -> bool:
@@ -115,8 +119,8 @@ class Analysis:
             out["directions"] = [
                 {"curvature": lam, "c": c, "s2": s2, "mean_spectral_radius": r,
                  "variance_decay_factor": d, "stationary_variance": v}
-                for lam, c, s2, r, d, v in zip(self.curvatures, self.c, self.s2, self.mean_radius,
-                                               self.decay_factor, self.variance)
+                for lam, c, s2, r, d, v in zip(self.curvatures, *cast("tuple[list, ...]", (  # listed together
+                    self.c, self.s2, self.mean_radius, self.decay_factor, self.variance)))
             ]
         return out
 
@@ -306,7 +310,7 @@ def _analyse_extended(outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum
 def _analyse(outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum) -> Analysis:
     rule = (outer.alpha, outer.beta, outer.gamma)
     listed = spectrum.count <= LISTED
-    lists = {key: [] for key in ("lam", "c", "s2", "mean_r", "decay", "variance")}
+    lists: dict[str, list[float]] = {key: [] for key in ("lam", "c", "s2", "mean_r", "decay", "variance")}
     sums, noise_sums = [], []
     mean_max = decay_max = inner_max = -np.inf
     mean_at = decay_at = (0.0, 0.0)  # (c, s2) of the worst direction: how a marginal recursion grows
@@ -335,9 +339,8 @@ def _analyse(outer: OuterConfig, inner: InnerConfig, spectrum: Spectrum) -> Anal
     finite = finite_condition(max(noise_sums), total, all(c.holds for c in conditions))
     if not finite.holds:  # listed only when it fails: a finite setting has the three conditions above
         conditions.append(finite)
-    per = (lists["lam"], lists["c"], lists["s2"], lists["mean_r"], lists["decay"], lists["variance"]) if listed \
-        else (None,) * 6
-    return Analysis(outer, inner, *per, conditions=conditions, mean_spectral_radius=mean_max,
+    per = [lists[key] if listed else None for key in ("lam", "c", "s2", "mean_r", "decay", "variance")]
+    return Analysis(outer, inner, per[0], per[1], per[2], per[3], per[4], per[5], conditions=conditions, mean_spectral_radius=mean_max,
                     variance_decay_factor=decay_max, stationary_variance=total, directions=spectrum.count)
 
 

@@ -54,7 +54,7 @@ def fast_normal(rng: np.random.Generator, out: np.ndarray, scale: float = 1.0, s
     np.log(radius, out=radius)
     np.multiply(radius, np.float32(-2.0 * scale * scale), out=radius)
     np.sqrt(radius, out=radius)                              # scale * sqrt(-2 ln u)
-    if fine_tail and tail.size:
+    if tail is not None and tail_words is not None and tail.size:  # fine_tail
         radius[tail] = scale * np.sqrt(-2.0 * np.log((2.0 ** 32 - tail_words - 0.5) * 2.0 ** -32))
     np.multiply(angle, np.float32(2 * np.pi), out=angle)     # 2 pi (1 + k' 2^-23): the same cos and sin
     tmp = np.empty(m, np.float32) if scratch is None else scratch[:m]

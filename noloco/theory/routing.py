@@ -35,6 +35,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -357,7 +358,7 @@ def chain_closed_form(model: TwoStageModel, outer: OuterConfig, inner: InnerConf
                           f"(got {model.routing!r}, {model.groups!r}, {model.stage_lr!r})")
     a, b, r2 = model.a_star, model.b_star, model.radius ** 2
     lr, B, sigma2 = inner.lr * model.stage_lr[0], model.microbatches, inner.noise ** 2
-    out = {"stiff": 0.0, "flat": 0.0, "outer": np.zeros(2)}
+    out: dict[str, Any] = {"stiff": 0.0, "flat": 0.0, "outer": np.zeros(2)}
     D = len(model.curvatures)
     for h in model.curvatures:
         stiff = scalar_spread(outer, lr, h * r2, inner.steps, (sigma2 + model.output_noise ** 2 * r2) / B)

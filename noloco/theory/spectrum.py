@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import cast
 
 import numpy as np
 
@@ -99,12 +100,12 @@ class Spectrum:
             return self.params[0]
         if self.kind == "powerlaw":
             return self._powerlaw(np.array([self.size], dtype=float))[0]
-        return min(self.curvatures)
+        return min(cast(tuple, self.curvatures))  # a list spectrum's are always set
 
     @property
     def high(self) -> float:
         if self.kind == "list":
-            return max(self.curvatures)
+            return max(cast(tuple, self.curvatures))
         return self.params[1] if self.kind == "uniform" else self.params[0]
 
     def _uniform(self, k: np.ndarray) -> np.ndarray:
@@ -126,7 +127,7 @@ class Spectrum:
         for start in range(0, self.size, size):
             stop = min(self.size, start + size)
             if self.kind == "list":
-                yield np.asarray(self.curvatures[start:stop], dtype=float)
+                yield np.asarray(cast(tuple, self.curvatures)[start:stop], dtype=float)
             elif self.kind == "uniform":
                 yield self._uniform(np.arange(start, stop, dtype=float))
             else:

@@ -253,11 +253,13 @@ def tune(problem: TuneProblem, *, starts: int = 3, progress: bool = False) -> Tu
                            options={"xatol": 1e-7, "fatol": 1e-10, "maxiter": 2000, "initial_simplex": simplex})
             evaluations += res.nfev
             x = np.clip(res.x, lo, hi) if res.fun <= score.flat[index] else x0
-            p = _point(problem, *x, n, h)
+            p = _point(problem, x[0], x[1], x[2], n, h)
             if local is None or p.score < local.score:
                 local = p
+        assert local is not None  # flat holds at least one start
         if best is None or local.score < best.score:
             best = local
+    assert best is not None  # at least one (n, H) is searched
     if best.score >= 1e6:
         raise ConfigError(f"spread_budget={problem.budget:g}: no stable setting in the search range meets it "
                           f"(the given setting's spread is {start.spread:.3g}); raise the budget")

@@ -1,0 +1,152 @@
+"""Numbers the docs quote from docs/data/*.json, read back from the files, so that a page that drifts from its
+data fails. The agreement rule, fixed before the comparison: a quoted number with d decimals agrees when the
+stored value is within half a unit of its last digit (the value rounded as the page rounds it); a count agrees
+when it is equal. A table is found by its header row in any page under docs/, so it may move between pages."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+DOCS = Path(__file__).resolve().parent.parent / "docs"
+NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
+
+#: the outer step across ranks (benchmark ``outer``): the header's first cells, the 4- and 2-rank files
+RANKS_HEADER = "| mode | 4 ranks: median ms | x the floor P | 2 ranks: median ms |"
+RANKS_FILES = ("outer_ranks4.json", "outer_ranks2.json")
+#: the forecasts study's summary: the header's first cells, its columns' keys and each row's quantities
+FORECASTS_HEADER = "| | seed 0 (limits chosen) | seed 1 |"
+FORECASTS_COLUMNS = ("seed0", "seed1", "held_out", "fresh_seed")
+FORECASTS_ROWS = {
+    "forecasts within 15 %, claimed or not": ("would_hold", "forecasts"),
+    "claimed": ("claimed", "forecasts"),
+    "claimed within 15 % / inside the 80 % interval": ("claimed_within", "claimed_inside_interval"),
+    "the naive baseline (weight_std at K carried forward) within 15 %": ("naive_within", "forecasts"),
+}
+#: the families study's totals as the advice page words them: (pattern, what of families.json's summary)
+FAMILIES_TOTALS = (
+    (r"\*\*Own inputs: (\d+) of (\d+) within the rule\*\*", lambda s: (s["own"]["agree"], s["own"]["runs"])),
+    (r"\*\*Transfers: (\d+) of (\d+) claimed agree\*\*",
+     lambda s: (s["transfer"]["agree"], s["transfer"]["runs"] - s["transfer"]["flagged"])),
+    (r"\*\*Gap: (\d+) of (\d+) claimed at N = 8 within a factor 2, (\w+) unflagged miss",
+     lambda s: (s["gap"]["agree"], s["gap"]["runs"] - s["gap"]["flagged"], s["gap"]["misses_unflagged"])),
+)
+WORDS = {"no": 0, "none": 0, "one": 1, "two": 2, "three": 3}
+
+
+def _data(name: str) -> dict:
+    return json.loads((DOCS / "data" / name).read_text())
+
+
+def _pages() -> str:
+    return "\n".join(p.read_text() for p in sorted(DOCS.rglob("*.md")))
+
+
+def table(text: str, header: str) -> list[list[str]]:
+    """The body rows of the markdown table whose header row starts with ``header``, cells without bold."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith(header)]
+    assert len(starts) == 1, f"{len(starts)} tables start with {header!r} in docs/ (expected one)"
+    rows = []
+    for line in lines[starts[0] + 2:]:
+        if not line.startswith("|"):
+            break
+        rows.append([cell.strip().replace("**", "") for cell in line.strip().strip("|").split("|")])
+    return rows
+
+
+def agrees(quoted: str, value: float) -> bool:
+    """``quoted``'s leading number is ``value`` to the digits it shows."""
+    match = NUMBER.search(quoted)
+    if match is None:
+        return False
+    digits = match.group().partition(".")[2]
+    return abs(float(match.group()) - value) <= 0.5 * 10 ** -len(digits) + 1e-12
+
+
+def ranks_mismatches(text: str) -> list[str]:
+    """Every cell of the across-ranks table that is not its benchmark files' number."""
+    modes = [_data(name)["results"]["modes"] for name in RANKS_FILES]
+    wrong = []
+    for mode, ms4, x4, ms2, x2, mb in table(text, RANKS_HEADER):
+        if not all(mode in m for m in modes):
+            wrong.append(f"{mode}: not in {', '.join(RANKS_FILES)}")
+            continue
+        four, two = modes[0][mode], modes[1][mode]
+        for what, quoted, value in (("4-rank ms", ms4, 1e3 * four["median_s"]), ("4-rank x", x4, four["x_floor_P"]),
+                                    ("2-rank ms", ms2, 1e3 * two["median_s"]), ("2-rank x", x2, two["x_floor_P"]),
+                                    ("MB", mb, four["bytes_sent_per_rank"] / 1e6)):
+            if not agrees(quoted, value):
+                wrong.append(f"{mode}, {what}: the page says {quoted}, the data {value:.4g}")
+    return wrong
+
+
+def forecasts_mismatches(text: str) -> list[str]:
+    """Every count of the forecasts study's summary table that is not forecasts.json's."""
+    summary = _data("forecasts.json")["summary"]
+    wrong = []
+    for label, *cells in table(text, FORECASTS_HEADER):
+        if label not in FORECASTS_ROWS:
+            wrong.append(f"{label}: no quantity of forecasts.json is mapped to this row")
+            continue
+        for column, cell in zip(FORECASTS_COLUMNS, cells, strict=True):
+            stored = [summary[column][key] for key in FORECASTS_ROWS[label]]
+            if [int(n) for n in NUMBER.findall(cell)] != stored:
+                wrong.append(f"{label}, {column}: the page says {cell}, the data {stored}")
+    return wrong
+
+
+def families_mismatches(text: str) -> list[str]:
+    """Every total of the families study quoted on the advice page that is not families.json's."""
+    summary = _data("families.json")["summary"]
+    wrong = []
+    for pattern, stored in FAMILIES_TOTALS:
+        quoted = re.search(pattern, text)
+        if quoted is None:
+            wrong.append(f"{pattern}: no longer on any page in this wording")
+        elif tuple(int(WORDS.get(n, n)) for n in quoted.groups()) != stored(summary):
+            wrong.append(f"{quoted.group()}: families.json says {stored(summary)}")
+    return wrong
+
+
+def test_the_across_ranks_table_is_its_benchmark_files():
+    assert ranks_mismatches(_pages()) == []
+
+
+def test_the_forecasts_table_is_forecasts_json():
+    assert forecasts_mismatches(_pages()) == []
+
+
+def test_the_families_totals_are_families_json():
+    assert families_mismatches(_pages()) == []
+
+
+def test_the_forecast_limits_quoted_are_the_chosen_ones():
+    limits = _data("forecasts.json")["limits"]
+    quoted = re.search(r"`not settled` above a \*\*rise of (\d+) %\*\* or a \*\*fall of (\d+) %\*\*", _pages())
+    assert quoted, "the page no longer quotes the forecast's limits in the form this test reads"
+    assert (int(quoted[1]), int(quoted[2])) == (round(100 * limits["settled_rise"]), round(100 * limits["settled_fall"]))
+
+
+@pytest.mark.parametrize("check, old, new", [
+    (ranks_mismatches, "| pairs: toolkit | 69.5 |", "| pairs: toolkit | 71.5 |"),
+    (ranks_mismatches, "| 15.13 |\n", "| 15.2 |\n"),
+    (forecasts_mismatches, "| claimed | 10 of 40 |", "| claimed | 11 of 40 |"),
+    (families_mismatches, "**Transfers: 7 of 7 claimed agree**", "**Transfers: 8 of 8 claimed agree**"),
+    (families_mismatches, "factor 2, one unflagged miss", "factor 2, no unflagged miss"),
+])
+def test_a_page_that_drifts_from_its_data_fails(check, old, new):
+    text = _pages()
+    assert old in text, f"{old!r} is no longer on the page: choose another cell to alter"
+    assert check(text) == [] and check(text.replace(old, new, 1))
+
+
+@pytest.mark.parametrize("quoted, value, ok", [
+    ("69.5", 69.54, True), ("69.5", 69.56, False), ("417", 416.52, True), ("2.7 (of the all-reduce)", 2.695, True),
+    ("0.21", 0.2086, True), ("0.21", 0.2149, True), ("0.21", 0.2151, False), ("-", 1.0, False),
+])
+def test_agreement_is_to_the_digits_shown(quoted, value, ok):
+    assert agrees(quoted, value) is ok
