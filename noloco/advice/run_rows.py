@@ -95,6 +95,11 @@ class RunResult(JsonRecord):
     part: Optional[RunPart] = None
     run: Optional[RunPart] = None
     final: Optional[MetricsRow] = None
+    corpus_sha256: Optional[str] = None
+    python: Optional[str] = None
+    unigram_entropy: Optional[float] = None
+    checkpoint_outer_step: Optional[int] = None
+    diverged: Optional[dict] = None
 
     def setting(self) -> dict:
         """The settings with the outer step's flattened in (``replicas``, ``alpha``, ... beside ``lr``)."""

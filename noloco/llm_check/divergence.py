@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import torch
 
+from noloco.advice.run_rows import MetricsRow
+
 #: what a divergence can be found in, in the order it is checked
 QUANTITIES = ("training loss", "weights", "outer momentum", "optimizer state", "validation loss")
 
@@ -63,11 +65,11 @@ class Divergence:
                     bad = x[r][~torch.isfinite(x[r])].flatten()[0].item()
                     return self.record(outer_step, None, r, quantity, name, bad)
 
-    def check_evaluation(self, outer_step: int, row: dict) -> None:
+    def check_evaluation(self, outer_step: int, row: MetricsRow) -> None:
         """A non-finite validation loss of a replica (its index in ``row`` is global) or of the averaged model."""
-        bad = [i for i, v in enumerate(row["val_loss_per_replica"]) if not v == v or abs(v) == float("inf")]
-        if bad or not abs(row["val_loss_avg_model"]) < float("inf"):
-            value = row["val_loss_per_replica"][bad[0]] if bad else row["val_loss_avg_model"]
+        bad = [i for i, v in enumerate(row.val_loss_per_replica) if not v == v or abs(v) == float("inf")]
+        if bad or not abs(row.val_loss_avg_model) < float("inf"):
+            value = row.val_loss_per_replica[bad[0]] if bad else row.val_loss_avg_model
             if self.first is None:
                 self.first = {"outer_step": outer_step, "inner_step": None, "replica": bad[0] if bad else None,
                               "quantity": "validation loss", "tensor": None, "value": str(value)}

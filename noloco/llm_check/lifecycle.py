@@ -32,6 +32,7 @@ from pathlib import Path
 
 import torch
 
+from noloco.advice.run_rows import MetricsRow, RunResult
 from noloco.infra.entry import Interrupted, deferred_stop
 from noloco.infra.errors import ConfigError, DataError, warn
 from noloco.infra.files import (SCHEMA_VERSION, atomic_write, atomic_write_text, dumps, open_run_file, read_json,
@@ -85,10 +86,11 @@ def finished_run(out, cfg: TrainConfig) -> dict | None:
     :meth:`TrainConfig.from_dict`, so a field added since the run was made takes its default."""
     try:
         result = read_json(Path(out) / "result.json", required=("config", "finished"))
-        same = TrainConfig.from_dict(result["config"]) == cfg
+        run = RunResult.from_json(result)
+        same = TrainConfig.from_dict(run.config) == cfg
     except (DataError, ConfigError, TypeError, KeyError, ValueError, AttributeError):
         return None
-    return result if same and result["finished"] and not result.get("diverged") else None
+    return result if same and run.finished and not run.diverged else None
 
 
 def _flat(config: dict, prefix: str = "") -> dict:
@@ -127,7 +129,7 @@ class Lifecycle:
         self.ex = trainer.ex
         self.divergence = divergence.Divergence(self.ex.replicas)
         self.saved_at = None  # outer step of the checkpoint on disk (None: none yet)
-        self.rows: list[dict] = []
+        self.rows: list[MetricsRow] = []
         self.open_folder = False
 
     # ------------------------------------------------------------- checkpoints
@@ -258,7 +260,7 @@ class Lifecycle:
 
     def _write_rows(self) -> None:
         if self.ex.is_main:  # the whole file, atomically: a crash never leaves half a line
-            atomic_write_text(self.out / "metrics.jsonl", "".join(dumps(r) + "\n" for r in self.rows))
+            atomic_write_text(self.out / "metrics.jsonl", "".join(dumps(r.to_json()) + "\n" for r in self.rows))
         self._write_inputs()
 
     def _write_inputs(self) -> None:
@@ -296,7 +298,7 @@ class Lifecycle:
                   "finished": t.outer_done == t.cfg.outer_steps and self.divergence.first is None,
                   "checkpoint_outer_step": self.saved_at, "wall_s": time.perf_counter() - started,
                   "world_size": self.ex.world_size, "rank": getattr(self.ex, "rank", 0), **self._counts(),
-                  "final": self.rows[-1] if self.rows else None}
+                  "final": self.rows[-1].to_json() if self.rows else None}
         if self.divergence.first is not None:
             result["diverged"] = {**self.divergence.first, "message": divergence.message(self._divergence_report())}
         return result
@@ -345,7 +347,8 @@ class Lifecycle:
                 if resume and metrics.exists():
                     fix = (f"delete that line (rows after the checkpoint's outer step {self.trainer.outer_done} are "
                            f"recomputed), or start again with --overwrite")
-                    self.rows = [r for r in read_metrics(metrics, fix) if r["outer_step"] <= self.trainer.outer_done]
+                    rows = map(MetricsRow.from_json, read_metrics(metrics, fix))
+                    self.rows = [r for r in rows if r.outer_step <= self.trainer.outer_done]
                 if resume:
                     self._resume_inputs()
         except (ConfigError, DataError, OSError, MemoryError) as err:
@@ -463,7 +466,7 @@ class Lifecycle:
                             self.rows.append(row)
                             self._write_rows()
                             live.evaluation(row)
-                        bar.note(f"val {row['val_loss_avg_model']:.3f}, weight_std {row['weight_std']:.2e}")
+                        bar.note(f"val {row.val_loss_avg_model:.3f}, weight_std {row.weight_std:.2e}")
                         clock = time.perf_counter()
                     if save:
                         with live.paused():

@@ -16,6 +16,7 @@ import math
 import time
 from pathlib import Path
 
+from noloco.advice.run_rows import MetricsRow
 from noloco.infra.progress import Progress
 from noloco.llm_check.config import TrainConfig
 from noloco.llm_check.resources import peak_flops
@@ -62,9 +63,9 @@ class TensorBoardSink:
             if isinstance(value, (int, float)) and math.isfinite(value):
                 self.writer.add_scalar(tag, value, step)
 
-    def evaluation(self, row: dict) -> None:
+    def evaluation(self, row: MetricsRow) -> None:
         """A metrics row's values, then everything written so far to disk (a crash loses nothing before it)."""
-        self.scalars(row["step"], {tag: row.get(key) for key, tag in EVALUATION_TAGS.items()})
+        self.scalars(row.step, {tag: getattr(row, key) for key, tag in EVALUATION_TAGS.items()})
         self.writer.flush()
 
     def close(self) -> None:
@@ -127,7 +128,7 @@ class LiveLog:
             self.sink.scalars(step, v)
         self._restart()
 
-    def evaluation(self, row: dict) -> None:
+    def evaluation(self, row: MetricsRow) -> None:
         if self.sink is not None:
             self.sink.evaluation(row)
 

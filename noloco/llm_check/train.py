@@ -15,6 +15,7 @@ import os
 from pathlib import Path
 from types import SimpleNamespace
 
+from noloco.advice.run_rows import MetricsRow, RunResult
 from noloco.infra.errors import ConfigError, DataError
 from noloco.infra.files import output_dir
 from noloco.llm_check.config import DEFAULT_TIMEOUT, TrainConfig, check_run_flags
@@ -65,7 +66,7 @@ def _check_resume_layout(out: Path, methods: list[str]) -> None:
     here = out / "result.json"
     if len(methods) > 1 and here.exists():
         try:
-            method = read_json(here, required=("config",), types={"config": dict})["config"].get("method")
+            method = RunResult.from_json(read_json(here, required=("config",), types={"config": dict})).config.get("method")
         except DataError:
             method = None
         raise ConfigError(f"--resume: {out} holds one run{f' (method {method})' if method else ''}, not one per "
@@ -89,37 +90,42 @@ def _number(value, spec: str) -> str:
     return "-" if value is None else format(value, spec)
 
 
+def _nan(value):
+    """A final row's value as the table prints it: NaN where it is null (strict JSON: null for non-finite)."""
+    return float("nan") if value is None else value
+
+
 def format_results(results: dict[str, dict]) -> str:
     """The closing table of :func:`train_methods`' (or a torchrun run's) results, with the corpus it was measured
     on. Every column is the whole run's (steps, tokens/s and wall time over all its parts; ``-`` where a part
     before a resume did not record its time); a resumed run gets a line saying what this part did."""
-    first = next(iter(results.values()))
-    ranks = f", {first['world_size']} torchrun ranks" if first.get("world_size", 1) > 1 else ""
-    lines = [f"corpus sha256 {first['corpus_sha256'][:16]}, Python {first['python']}, {first['n_params']} "
-             f"parameters, unigram entropy {first['unigram_entropy']:.3f} nats/byte{ranks}",
+    runs = {method: RunResult.from_json(r) for method, r in results.items()}
+    first = next(iter(runs.values()))
+    ranks = f", {first.world_size} torchrun ranks" if (first.world_size or 1) > 1 else ""
+    lines = [f"corpus sha256 {first.corpus_sha256[:16]}, Python {first.python}, {first.n_params} "
+             f"parameters, unigram entropy {first.unigram_entropy:.3f} nats/byte{ranks}",
              f"{'method':<8} {'steps':>6} {'train':>7} {'val(avg model)':>15} {'weight_std':>11} {'tok/s':>8} "
              f"{'wall s':>7}"]
-    nan = float("nan")
-    for method, r in results.items():
-        f = {k: nan if v is None else v for k, v in (r["final"] or {}).items()}  # strict JSON: null for non-finite
-        whole = r["run"]
-        lines.append(f"{method:<8} {whole['inner_steps']:>6} {f.get('train_loss', nan):>7.3f} "
-                     f"{f.get('val_loss_avg_model', nan):>15.3f} {f.get('weight_std', nan):>11.3e} "
-                     f"{_number(whole['tokens_per_s'], '>8.0f'):>8} {_number(whole['wall_s'], '>7.1f'):>7}"
-                     + ("  DIVERGED" if r.get("diverged") else ""))
-    for method, r in results.items():
-        part = r["part"]
-        if part["resumed"]:
-            rate = f", {part['tokens_per_s']:,.0f} tokens/s" if part["tokens_per_s"] else ""
-            earlier = ("" if r["run"]["wall_s"] is not None else
+    for method, r in runs.items():
+        f = r.final or MetricsRow(outer_step=0)
+        whole = r.run
+        lines.append(f"{method:<8} {whole.inner_steps:>6} {_nan(f.train_loss):>7.3f} "
+                     f"{_nan(f.val_loss_avg_model):>15.3f} {_nan(f.weight_std):>11.3e} "
+                     f"{_number(whole.tokens_per_s, '>8.0f'):>8} {_number(whole.wall_s, '>7.1f'):>7}"
+                     + ("  DIVERGED" if r.diverged else ""))
+    for method, r in runs.items():
+        part = r.part
+        if part.resumed:
+            rate = f", {part.tokens_per_s:,.0f} tokens/s" if part.tokens_per_s else ""
+            earlier = ("" if r.run.wall_s is not None else
                        "; the whole run's time is not known (its checkpoint predates that record)")
-            lines.append(f"{method}: resumed at inner step {part['from_step']}: this part trained "
-                         f"{part['inner_steps']} inner steps ({part['tokens']:,} tokens) in {part['wall_s']:.1f} s"
+            lines.append(f"{method}: resumed at inner step {part.from_step}: this part trained "
+                         f"{part.inner_steps} inner steps ({part.tokens:,} tokens) in {part.wall_s:.1f} s"
                          f"{rate}; the table counts the whole run{earlier}")
-        if r.get("diverged"):
-            lines.append(f"{method}: {r['diverged']['message']}")
-        elif not r["finished"]:
-            lines.append(f"{method}: stopped at outer step {r['outer_steps_done']} of {r['config']['outer_steps']}; "
+        if r.diverged:
+            lines.append(f"{method}: {r.diverged['message']}")
+        elif not r.finished:
+            lines.append(f"{method}: stopped at outer step {r.outer_steps_done} of {r.config['outer_steps']}; "
                          f"the same command with --resume continues it")
     return "\n".join(lines)
 

@@ -34,6 +34,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from noloco.advice.run_rows import MetricsRow
 from noloco.infra.errors import ConfigError, DataError
 from noloco.infra.rundir import RunFolder
 from noloco.llm_check import data, domains
@@ -291,7 +292,7 @@ class Trainer:
         """Every replica's value, in replica order: under torchrun with stages, those of the last stage's ranks."""
         return self.ex.gather_floats(values)[-self.cfg.replicas:]
 
-    def metrics_row(self, since: float) -> dict:
+    def metrics_row(self, since: float) -> MetricsRow:
         """The metrics row after an outer step (evaluation included; tokens/s over the work since ``since``,
         a perf_counter time); the training-loss sums restart."""
         cfg = self.cfg
@@ -303,7 +304,7 @@ class Trainer:
                "lr": cfg.inner_lr(step - 1)}
         self.train_sum.zero_()
         self.train_count = 0
-        return row
+        return MetricsRow.from_json(row)  # from the dict: the file's key order, and evaluate's extra keys kept
 
     # ------------------------------------------------------------- state
 
