@@ -67,9 +67,10 @@ class Divergence:
 
     def check_evaluation(self, outer_step: int, row: MetricsRow) -> None:
         """A non-finite validation loss of a replica (its index in ``row`` is global) or of the averaged model."""
-        bad = [i for i, v in enumerate(row.val_loss_per_replica) if not v == v or abs(v) == float("inf")]
-        if bad or not abs(row.val_loss_avg_model) < float("inf"):
-            value = row.val_loss_per_replica[bad[0]] if bad else row.val_loss_avg_model
+        per, avg = row.val_loss_per_replica or [], row.val_loss_avg_model
+        bad = [i for i, v in enumerate(per) if not v == v or abs(v) == float("inf")]
+        if bad or avg is None or not abs(avg) < float("inf"):  # None: how strict JSON writes a non-finite value
+            value = per[bad[0]] if bad else avg
             if self.first is None:
                 self.first = {"outer_step": outer_step, "inner_step": None, "replica": bad[0] if bad else None,
                               "quantity": "validation loss", "tensor": None, "value": str(value)}

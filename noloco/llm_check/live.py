@@ -65,6 +65,7 @@ class TensorBoardSink:
 
     def evaluation(self, row: MetricsRow) -> None:
         """A metrics row's values, then everything written so far to disk (a crash loses nothing before it)."""
+        assert row.step is not None  # a harness row always has its inner step
         self.scalars(row.step, {tag: getattr(row, key) for key, tag in EVALUATION_TAGS.items()})
         self.writer.flush()
 
