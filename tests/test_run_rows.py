@@ -45,6 +45,9 @@ def test_every_row_of_a_run_folder_round_trips(run_folder):
     assert typed.final == MetricsRow.from_json(metrics[-1])  # the last evaluation, typed the same way
     assert typed.final.weight_std > 0 and typed.part.tokens == typed.run.tokens > 0
     assert typed.setting()["replicas"] == result["config"]["outer"]["replicas"] and "outer" not in typed.setting()
+    # what the closing table reads is named by the record, not left in extra
+    assert {"corpus_sha256", "python", "unigram_entropy", "checkpoint_outer_step"}.isdisjoint(typed.extra)
+    assert typed.corpus_sha256 == result["corpus_sha256"] and typed.diverged is None
 
 
 def _rows_in(obj):
