@@ -171,15 +171,10 @@ def _replayed(outer, groups: dict, along=None) -> dict:
 def _step_forward(outer, S, c, s2, rho, along=None) -> np.ndarray:
     """E z^2 after each of the given steps (inputs as the theory reads them: no correction); ``along``: the
     steps' averaging matrices (S then the replicas' full deviation covariance), else averaged over groups."""
-    step, N = exchangeable.stepper(outer), outer.replicas
     out = np.empty(len(c))
     for i, (c_t, s2_t) in enumerate(zip(c, s2)):
-        if along is None:
-            S = step(S, float(c_t), float(s2_t), rho)
-            out[i] = (1 - 1 / N) * S[0, 0]
-        else:
-            S = conditional.step(outer, S, along[i], float(c_t), float(s2_t), rho)
-            out[i] = conditional.spread(S, N)
+        S = conditional.advance(outer, S, None if along is None else along[i], float(c_t), float(s2_t), rho)
+        out[i] = conditional.spread(S, outer.replicas)
     return out
 
 

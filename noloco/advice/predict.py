@@ -128,16 +128,14 @@ def groups_seed(setting) -> int | None:
 def own_groups(run, steps: int, seed: int | None = None) -> tuple[list | None, str | None]:
     """The averaging matrices of the run's outer steps 1..``steps`` drawn from its groups seed (``seed`` where its
     folder records none), or ``(None, why)``: the recursion then averages over random groups."""
-    from noloco.theory.conditional import MAX_REPLICAS
-
     recorded = groups_seed(run.setting)
     seed = seed if recorded is None else recorded  # what the folder records wins over the caller's guess
     outer = run.outer
     if seed is None:
         return None, ("the run folder records no groups seed (a folder written before it was recorded, or pipeline "
                       "stages): averaged over random groups, not the spread this run's groups give")
-    if outer.replicas > MAX_REPLICAS:
-        return None, (f"N = {outer.replicas} > {MAX_REPLICAS}: averaged over random groups (the recursion along the "
+    if outer.replicas > conditional.MAX_REPLICAS:
+        return None, (f"N = {outer.replicas} > {conditional.MAX_REPLICAS}: averaged over random groups (the recursion along the "
                       "run's own groups costs (4 N)^3 per step and tensor)")
     return conditional.partitions(seed, 0, steps, outer.replicas, outer.group_size), None
 
@@ -152,20 +150,17 @@ def replay(outer, c_reg, s2_reg, rho, drift_var: float = 0.0, S=None, groups=Non
     deviation covariance, read through its moments pooled over replicas as the meter pools them."""
     S = exchangeable.initial(float(s2_reg[0]), float(rho[0]), drift_var) if S is None else S
     N = outer.replicas
-    if groups is not None and len(S) == len(exchangeable.initial()):  # one replica's state: lifted to all N
+    if groups is not None and len(S) == conditional.K:  # one replica's state: lifted to all N
         S = conditional.lift(S, N)
-    step = exchangeable.stepper(outer)
-    scale = 1 - 1 / N
-    own = (lambda X: X) if groups is None else (lambda X: conditional.pooled(X, N))
-    spread, c_true, s2_true = [scale * own(S)[0, 0]], [], []
+    spread, c_true, s2_true = [conditional.spread(S, N)], [], []
     for t, (c_t, s2_t, rho_t) in enumerate(zip(c_reg, s2_reg, rho)):
-        P = own(S)
+        P = conditional.as_pooled(S, N)
         if P[0, 0] > 0:
             zw = P[0, -1] + rho_t * P[0, 2]  # state (y, delta, eps_prev, drift)
             c_t, s2_t = c_t + zw / P[0, 0], s2_t + zw * zw / P[0, 0]
-        S = step(S, float(c_t), float(s2_t), float(rho_t)) if groups is None else \
-            conditional.step(outer, S, groups[t], float(c_t), float(s2_t), float(rho_t))
-        spread.append(scale * own(S)[0, 0])
+        S = conditional.advance(outer, S, None if groups is None else groups[t], float(c_t), float(s2_t),
+                                float(rho_t))
+        spread.append(conditional.spread(S, N))
         c_true.append(float(c_t))
         s2_true.append(float(s2_t))
     return S, np.array(spread), np.array(c_true), np.array(s2_true)

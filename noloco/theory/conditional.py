@@ -25,6 +25,9 @@ from noloco.theory import exchangeable
 from noloco.theory.partitions import partition
 
 
+#: k, the size of one replica's state (y, delta, eps_prev, drift)
+K = len(exchangeable.initial())
+
 #: the most replicas the advice steps this recursion for: its state is (N k) x (N k), a step costs (N k)^3 per
 #: tensor; beyond it the advice uses the exchangeable recursion (how far a run's own groups then move it: not measured)
 MAX_REPLICAS = 16
@@ -70,6 +73,22 @@ def step(outer, sigma: np.ndarray, A: np.ndarray, c: float, s2: float, rho: floa
     return B @ sigma @ B.T + (1 - rho * rho) * s2 * (C @ C.T)
 
 
-def spread(sigma: np.ndarray, replicas: int) -> float:
-    """E z^2 per coordinate (z a replica's distance from the replicas' mean), averaged over replicas."""
-    return (1 - 1 / replicas) * float(pooled(sigma, replicas)[0, 0])
+def as_pooled(S: np.ndarray, replicas: int) -> np.ndarray:
+    """The k x k state either recursion reads: ``S`` itself where it is one replica's (the exchangeable
+    recursion's), else :func:`pooled` of the replicas' full covariance."""
+    return S if len(S) != replicas * K else pooled(S, replicas)
+
+
+def advance(outer, S: np.ndarray, A: np.ndarray | None, c: float, s2: float, rho: float = 0.0) -> np.ndarray:
+    """One outer step of either recursion: along the averaging matrix ``A`` (:func:`step`, ``S`` the full
+    covariance), or, where ``A`` is None, averaged over groups (:mod:`noloco.theory.exchangeable`, ``S`` one
+    replica's k x k covariance)."""
+    if A is None:
+        return exchangeable.stepper(outer)(S, c, s2, rho)
+    return step(outer, S, A, c, s2, rho)
+
+
+def spread(S: np.ndarray, replicas: int) -> float:
+    """E z^2 per coordinate (z a replica's distance from the replicas' mean), averaged over replicas, from
+    either recursion's state (:func:`as_pooled`)."""
+    return (1 - 1 / replicas) * float(as_pooled(S, replicas)[0, 0])
