@@ -17,6 +17,8 @@ import noloco  # noqa: E402
 from noloco.cli import main  # noqa: E402
 
 H, T, N, LR = 4, 8, 4, 1e-2
+#: the DiLoCo setting of the loops watched here: outer Nesterov SGD, lr beta, momentum alpha
+DILOCO = dict(inner_steps=H, method="diloco", alpha=0.9, beta=0.7, momentum="nesterov")
 
 
 @pytest.fixture(autouse=True)
@@ -71,10 +73,10 @@ class HandDiLoCo:
                 p.copy_(phi)
 
 
-def _run(folder, watched: bool):
-    models = _models()
+def _run(folder, watched: bool, replicas: int = N):
+    models = _models(replicas)
     inner = torch.optim.AdamW([p for m in models for p in m.parameters()], lr=LR)
-    kw = dict(inner_steps=H, method="diloco", alpha=0.9, beta=0.7, momentum="nesterov")
+    kw = DILOCO
     if watched:
         outer, framework = noloco.Watch(models, inner, **kw), HandDiLoCo(models)
     else:
@@ -86,7 +88,7 @@ def _run(folder, watched: bool):
             if framework is not None:
                 framework.sync()
             with torch.no_grad():  # the losses noloco llm tune compares (DiLoCo: the replicas are their average)
-                loss = float(sum(_loss(m, 999, 0) for m in models)) / N
+                loss = float(sum(_loss(m, 999, 0) for m in models)) / replicas
             observer.log((step + 1) // H, val_loss_avg_model=loss, val_loss_replicas_mean=loss)
     observer.close()
     return models, observer
