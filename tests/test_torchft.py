@@ -3,12 +3,11 @@
 observer's all-gather needs a group across the replicas, which torchft does not give (its groups are rebuilt at
 every quorum), so the two processes also start a plain gloo group for it. The watched run measures what the
 toolkit's own DiLoCo step measures on the same replicas and data (tests/test_watch.py's loop, float64), and its
-folder is complete. Skipped without the [torchft] extra; slow: torchft's import and quorum take tens of seconds."""
+folder is complete. Skipped without the [torchft] extra; slow: 175 s at load 12 on the 2 shared cores."""
 
 from __future__ import annotations
 
 import importlib.util
-import json
 import os
 from datetime import timedelta
 
@@ -19,7 +18,7 @@ if importlib.util.find_spec("torchft") is None:  # not imported here: collecting
     pytest.skip("torchft is not installed (the [torchft] extra)", allow_module_level=True)
 
 from peers import as_torchrun, spawn_ranks  # noqa: E402 (tests/peers.py)
-from test_watch import DILOCO, H, LR, T, _loss, _models, _run  # noqa: E402 (the loop and the toolkit's run)
+from test_watch import DILOCO, H, LR, T, _loss, _models, _run, measured_as_own  # noqa: E402
 
 pytestmark = [pytest.mark.torch, pytest.mark.slow]
 
@@ -63,9 +62,6 @@ def _replica_group(rank, world, port, lighthouse, folder):
 def test_torchft_diloco_is_watched_as_the_toolkits_own_step(tmp_path):
     from torchft._torchft import LighthouseServer
 
-    import noloco
-    from noloco.cli import main
-
     lighthouse = LighthouseServer(bind="[::]:0", min_replicas=2)
     try:
         spawn_ranks(_replica_group, lighthouse.address(), str(tmp_path / "run"), deadline=300.0)
@@ -77,14 +73,5 @@ def test_torchft_diloco_is_watched_as_the_toolkits_own_step(tmp_path):
         assert saved["outer_done"] == saved["manager_step"] == T  # every sync committed, every one seen
         for a, b in zip(saved["weights"], own_models[rank].parameters(), strict=True):
             torch.testing.assert_close(a, b.detach(), rtol=0, atol=1e-12)  # torchft's DiLoCo is the toolkit's
-    run, ref = noloco.read_run(tmp_path / "run"), noloco.read_run(tmp_path / "own")
-    assert run.world_size == 2 and [r["outer_step"] for r in run.inputs] == list(range(1, T + 1))
-    for a, b in zip(run.inputs, ref.inputs, strict=True):
-        for name, g in a["groups"].items():
-            assert g["progress_var"] == pytest.approx(b["groups"][name]["progress_var"], rel=1e-9)
-            assert g["progress_var"] > 0
-    result = json.loads((tmp_path / "run" / "result.json").read_text())
-    assert result["outer_steps_done"] == T and result["finished"] and result["flags"] == []
-    assert result["adam_second_moment"]["sum_sqrt_v"] > 0
-    for argv in (["llm", "predict", str(tmp_path / "run")], ["llm", "tune", str(tmp_path / "run")]):
-        assert main(argv) == 0, argv
+    run, result = measured_as_own(tmp_path / "run", tmp_path / "own")
+    assert run.world_size == 2 and result["adam_second_moment"]["sum_sqrt_v"] > 0
