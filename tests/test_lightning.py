@@ -3,12 +3,15 @@ torchrun starts them: every rank stays a replica (its weights differ from the ot
 each outer step ends both on the mean of their inner weights), gradient accumulation counts one step per optimizer
 step, and the observer's run folder is complete and read by `noloco llm predict`. Importing pytorch_lightning
 alone takes 9 s of CPU here (user time of `python3 -c 'import pytorch_lightning'`, load 4.7 on the 2 shared
-cores), so both tests are marked slow (123 s together at load 9); skipped without the [lightning] extra."""
+cores), so the two tests that run it are marked slow (123 s together at load 9); skipped without the [lightning] extra."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -18,7 +21,8 @@ if importlib.util.find_spec("pytorch_lightning") is None:  # not imported here: 
 
 from peers import as_torchrun, spawn_ranks  # noqa: E402 (tests/peers.py)
 
-pytestmark = [pytest.mark.torch, pytest.mark.slow]
+pytestmark = pytest.mark.torch
+ROOT = Path(__file__).resolve().parents[1]
 H, STEPS, LR = 3, 9, 1e-2
 
 
@@ -91,6 +95,7 @@ def _rank(rank, world, port, out):
     os._exit(0)  # skip interpreter teardown: gloo can abort in C++ static destructors (docs/reliability.md)
 
 
+@pytest.mark.slow
 def test_each_rank_stays_a_replica_and_the_run_is_observed(tmp_path):
     import noloco
     from noloco.cli import main
@@ -121,6 +126,7 @@ def test_each_rank_stays_a_replica_and_the_run_is_observed(tmp_path):
     assert main(["llm", "predict", str(tmp_path / "run")]) == 0
 
 
+@pytest.mark.slow
 def test_the_callback_refuses_what_it_cannot_do(tmp_path):
     import pytorch_lightning as pl
 
@@ -141,3 +147,11 @@ def test_the_callback_refuses_what_it_cannot_do(tmp_path):
                          callbacks=[NoLoCoLightningCallback(inner_steps=2)])
     with pytest.raises(ConfigError, match="runs in one process: give the Trainer strategy='ddp'"):
         trainer.fit(_module(0), _data())
+
+
+def test_a_missing_extra_is_named():
+    code = "import sys\nsys.modules['pytorch_lightning'] = None  # as if not installed\nimport noloco.training.lightning"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
+                         env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert out.returncode != 0
+    assert "needs pytorch-lightning, which is not installed: pip install -e '.[lightning]'" in out.stderr
