@@ -37,11 +37,14 @@ def _module(seed: int):
         def __init__(self):
             super().__init__()
             torch.manual_seed(seed)
+            self.losses = []  # every batch's, as training_step computed it
             self.net = torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
 
         def training_step(self, batch, batch_idx):
             x, y = batch
-            return ((self.net(x) - y) ** 2).mean()
+            loss = ((self.net(x) - y) ** 2).mean()
+            self.losses.append(loss.item())
+            return loss
 
         def configure_optimizers(self):
             return torch.optim.AdamW(self.parameters(), lr=LR)
@@ -90,7 +93,7 @@ def _rank(rank, world, port, out):
     built = _flat(module)
     trainer.fit(module, _data())
     torch.save({"built": built, "start": record.start, "theta": torch.stack(record.theta),
-                "w": torch.stack(record.w), "outer_done": callback.outer.outer_done,
+                "w": torch.stack(record.w), "losses": module.losses, "outer_done": callback.outer.outer_done,
                 "closed": callback.observer._handle is None}, f"{out}/rank{rank}.pt")
     os._exit(0)  # skip interpreter teardown: gloo can abort in C++ static destructors (docs/reliability.md)
 
@@ -119,7 +122,9 @@ def test_each_rank_stays_a_replica_and_the_run_is_observed(tmp_path):
     assert [r["outer_step"] for r in run.inputs] == [1, 2, 3]
     assert all(g["progress_var"] > 0 for r in run.inputs for g in r["groups"].values())
     assert run.result["adam_second_moment"]["sum_sqrt_v"] > 0  # the inner optimizer, wired for --gap
-    assert [r["outer_step"] for r in run.metrics if "train_loss" in r] == [1, 2, 3]
+    phases = [r0["losses"][i:i + 2 * H] for i in range(0, 2 * STEPS, 2 * H)]  # rank 0's, which it writes
+    assert [r["train_loss"] for r in run.metrics if "train_loss" in r] == pytest.approx(
+        [sum(p) / len(p) for p in phases], rel=1e-6)  # each phase's mean, not scaled by the accumulation
     config = run.result["config"]
     assert (config["lr"], config["schedule"], config["inner_optimizer"], config["outer_steps"]) == \
         (LR, "constant", "adamw", STEPS // H)

@@ -116,7 +116,9 @@ class NoLoCoLightningCallback(pl.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
         loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
         if self.observer is not None and loss is not None:
-            self._losses.append(float(loss))
+            # automatic optimization hands back the loss divided by the accumulation, as it was backpropagated
+            scale = trainer.accumulate_grad_batches if pl_module.automatic_optimization else 1
+            self._losses.append(float(loss) * scale)
         while self._steps < trainer.global_step:  # one per optimizer step (gradient accumulation counts once)
             self._steps += 1
             if self.outer.step() and self._losses:
