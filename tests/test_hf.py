@@ -9,7 +9,6 @@ import os
 import re
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -18,6 +17,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before huggingface_hub reads it:
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("accelerate")  # the Trainer needs it
+
+from peers import as_torchrun, spawn_ranks  # noqa: E402 (tests/peers.py)
 
 ROOT = Path(__file__).resolve().parents[1]
 pytestmark = pytest.mark.torch
@@ -40,27 +41,6 @@ def test_import_noloco_loads_neither_transformers_nor_torch_and_a_missing_extra_
 
 
 # ----------------------------------------------------------------- ranks as torchrun starts them
-
-def _as_torchrun(rank: int, world: int, port: int) -> None:
-    os.environ.update(RANK=str(rank), WORLD_SIZE=str(world), LOCAL_RANK=str(rank), LOCAL_WORLD_SIZE=str(world),
-                      MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))  # what torchrun sets
-    torch.set_num_threads(1)
-
-
-def _spawn(fn, *args, deadline: float = 120.0) -> None:
-    """Two ranks of ``fn(rank, 2, port, *args)``; a hang fails the test after ``deadline`` seconds."""
-    import torch.multiprocessing as mp
-
-    from noloco.training.exchange import free_port
-
-    ranks = mp.start_processes(fn, args=(2, free_port(), *args), nprocs=2, join=False, start_method="spawn")
-    end = time.monotonic() + deadline
-    while not ranks.join(timeout=max(0.0, end - time.monotonic())):  # False while a rank is still running
-        if time.monotonic() >= end:
-            for process in ranks.processes:
-                process.kill()
-            pytest.fail(f"the ranks did not finish in {deadline:.0f} s")
-
 
 class _Counting(torch.utils.data.Dataset):
     """Sequences counting up in steps of b from a, mod 256: learnable. The Trainer's distributed sampler
@@ -99,7 +79,7 @@ def _replica_rank(rank, world, port, out):
     """9 optimizer steps, H = 3, n = N = 2, beta 1, alpha = gamma = 0: each outer step ends both ranks on the mean of
     their inner weights. Then the same with DDP's gradient sync switched back on after the callback (the
     failure mode). The model is built from a different seed per rank: DDP starts both from rank 0's."""
-    _as_torchrun(rank, world, port)
+    as_torchrun(rank, world, port)
     from torch.profiler import ProfilerActivity, profile
     from transformers import TrainerCallback
 
@@ -146,7 +126,7 @@ def _replica_rank(rank, world, port, out):
 
 
 def test_each_rank_stays_a_replica_under_the_trainer(tmp_path):
-    _spawn(_replica_rank, str(tmp_path))
+    spawn_ranks(_replica_rank, str(tmp_path))
     r0, r1 = (torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2))
     for mode in ("noloco", "without"):
         assert (r0[mode]["built"] - r1[mode]["built"]).abs().max() > 0.01  # built apart,
@@ -174,7 +154,7 @@ def _resume_rank(rank, world, port, out):
     """A bad setting is refused when training begins. The paper preset, H = 3: 8 steps with checkpoints at 4
     (mid-phase) and 8; then a new Trainer resumed from checkpoint-4 into another folder, first without
     telling the callback where (refused), then with it."""
-    _as_torchrun(rank, world, port)
+    as_torchrun(rank, world, port)
     from noloco.infra.errors import ConfigError, DataError
     from noloco.training.hf import NoLoCoCallback
 
@@ -212,7 +192,7 @@ def _resume_rank(rank, world, port, out):
 
 
 def test_a_resumed_trainer_run_is_bit_identical(tmp_path):
-    _spawn(_resume_rank, str(tmp_path))
+    spawn_ranks(_resume_rank, str(tmp_path))
     got = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
     # mid-phase the replicas differ: rank 0's model (all the Trainer saves) would be wrong for rank 1
     gaps = [(got[0]["saved"][k] - got[1]["saved"][k]).abs().max().item() for k in got[0]["saved"]]
@@ -230,7 +210,7 @@ def test_a_resumed_trainer_run_is_bit_identical(tmp_path):
 
 def _observe_rank(rank, world, port, out):
     """9 optimizer steps, H = 3, the paper preset, observe=FOLDER: one callback, nothing set by hand."""
-    _as_torchrun(rank, world, port)
+    as_torchrun(rank, world, port)
     from noloco.training.hf import NoLoCoCallback
 
     trainer = _trainer(Path(out) / "t", seed=0, max_steps=9, save_strategy="no", lr_scheduler_type="constant",
@@ -248,7 +228,7 @@ def test_the_callback_observes_the_run(tmp_path):
     import noloco
     from noloco.cli import main
 
-    _spawn(_observe_rank, str(tmp_path))
+    spawn_ranks(_observe_rank, str(tmp_path))
     assert all(torch.load(tmp_path / f"rank{r}.pt", weights_only=True) == {"outer_done": 3, "closed": True}
                for r in range(2))
     run = noloco.read_run(tmp_path / "run")
@@ -302,7 +282,7 @@ def _doc_rank(rank, world, port, blocks, ports, out):
     for i, code in enumerate(blocks):
         if dist.is_initialized():  # each block is its own torchrun script: its own group, on its own port
             dist.destroy_process_group()
-        _as_torchrun(rank, world, ports[i])
+        as_torchrun(rank, world, ports[i])
         namespace = {"__name__": "__main__"}
         exec(compile(code, f"docs/hf.md (block {i + 1})", "exec"), namespace)
         outer = namespace["outer"] if "outer" in namespace else namespace["callback"].outer
@@ -317,7 +297,7 @@ def test_the_hugging_face_section_runs(tmp_path):
     assert len(blocks) == 2
     from noloco.training.exchange import free_port
 
-    _spawn(_doc_rank, blocks, [free_port(), free_port()], str(tmp_path))
+    spawn_ranks(_doc_rank, blocks, [free_port(), free_port()], str(tmp_path))
     for rank in range(2):
         got = torch.load(tmp_path / f"doc{rank}.pt", weights_only=True)
         assert got[0]["outer_done"] == 4

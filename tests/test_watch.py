@@ -17,6 +17,8 @@ import noloco  # noqa: E402
 from noloco.cli import main  # noqa: E402
 
 H, T, N, LR = 4, 8, 4, 1e-2
+#: the DiLoCo setting of the loops watched here: outer Nesterov SGD, lr beta, momentum alpha
+DILOCO = dict(inner_steps=H, method="diloco", alpha=0.9, beta=0.7, momentum="nesterov")
 
 
 @pytest.fixture(autouse=True)
@@ -71,10 +73,10 @@ class HandDiLoCo:
                 p.copy_(phi)
 
 
-def _run(folder, watched: bool):
-    models = _models()
+def _run(folder, watched: bool, replicas: int = N):
+    models = _models(replicas)
     inner = torch.optim.AdamW([p for m in models for p in m.parameters()], lr=LR)
-    kw = dict(inner_steps=H, method="diloco", alpha=0.9, beta=0.7, momentum="nesterov")
+    kw = DILOCO
     if watched:
         outer, framework = noloco.Watch(models, inner, **kw), HandDiLoCo(models)
     else:
@@ -86,10 +88,27 @@ def _run(folder, watched: bool):
             if framework is not None:
                 framework.sync()
             with torch.no_grad():  # the losses noloco llm tune compares (DiLoCo: the replicas are their average)
-                loss = float(sum(_loss(m, 999, 0) for m in models)) / N
+                loss = float(sum(_loss(m, 999, 0) for m in models)) / replicas
             observer.log((step + 1) // H, val_loss_avg_model=loss, val_loss_replicas_mean=loss)
     observer.close()
     return models, observer
+
+
+def measured_as_own(watched, own):
+    """The watched run's folder against the toolkit's own step's on the same run: every tensor's progress variance
+    at every outer step equal to 1e-9, and the folder complete (every outer step, finished, no flag) and read by
+    `noloco llm predict` and `noloco llm tune`. The record and result.json."""
+    run, ref = noloco.read_run(watched), noloco.read_run(own)
+    assert [r["outer_step"] for r in run.inputs] == list(range(1, T + 1))
+    for a, b in zip(run.inputs, ref.inputs, strict=True):
+        for name, g in a["groups"].items():
+            assert g["progress_var"] == pytest.approx(b["groups"][name]["progress_var"], rel=1e-9)
+            assert g["progress_var"] > 0
+    result = json.loads((watched / "result.json").read_text())
+    assert result["outer_steps_done"] == T and result["finished"] and result["flags"] == []
+    for argv in (["llm", "predict", str(watched)], ["llm", "tune", str(watched)]):
+        assert main(argv) == 0, argv
+    return run, result
 
 
 def test_a_diloco_loop_of_ones_own_is_measured_as_the_toolkits(tmp_path):
@@ -97,19 +116,10 @@ def test_a_diloco_loop_of_ones_own_is_measured_as_the_toolkits(tmp_path):
     own_models, own = _run(tmp_path / "own", watched=False)
     for a, b in zip(watched_models[0].parameters(), own_models[0].parameters()):
         torch.testing.assert_close(a, b, rtol=0, atol=1e-12)  # the hand loop is DiLoCo: the same run
-    run, ref = noloco.read_run(tmp_path / "watched"), noloco.read_run(tmp_path / "own")
-    assert [r["outer_step"] for r in run.inputs] == list(range(1, T + 1))
+    run, result = measured_as_own(tmp_path / "watched", tmp_path / "own")
     assert [r["outer_step"] for r in run.metrics] == list(range(T + 1))
-    for a, b in zip(run.inputs, ref.inputs, strict=True):
-        for name, g in a["groups"].items():
-            assert g["progress_var"] == pytest.approx(b["groups"][name]["progress_var"], rel=1e-9)
-            assert g["progress_var"] > 0
-    result = json.loads((tmp_path / "watched" / "result.json").read_text())
-    assert result["outer_steps_done"] == T and result["finished"] and result["flags"] == []
     assert result["adam_second_moment"]["sum_sqrt_v"] == pytest.approx(own.second_moment["sum_sqrt_v"], rel=1e-12)
     assert result["config"]["outer"]["momentum"] == "nesterov" and result["config"]["outer"]["alpha"] == 0.9
-    for argv in (["llm", "predict", str(tmp_path / "watched")], ["llm", "tune", str(tmp_path / "watched")]):
-        assert main(argv) == 0, argv
 
 
 def test_the_two_calls_by_hand_and_their_misuse(tmp_path):

@@ -32,41 +32,11 @@ require_extra("transformers", "transformers", "hf", "noloco.training.hf (the Hug
 from transformers import TrainerCallback  # noqa: E402  (after the check that names the extra)
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR  # noqa: E402
 
+from noloco.training.callbacks import check_observe, check_settings, keep_gradients_local  # noqa: E402
 from noloco.training.outer_optimizer import OuterOptimizer, torch_optimizer  # noqa: E402
 
 #: the file each rank writes into a Trainer checkpoint folder
 STATE_FILE = "noloco-rank{rank}.pt"
-#: OuterOptimizer's settings the callback passes on
-SETTINGS = ("inner_steps", "method", "preset", "group_size", "alpha", "beta", "gamma", "momentum", "seed",
-            "outer_dtype", "wire_dtype", "timeout")
-
-
-def _check_settings(settings: dict) -> None:
-    """The settings' values, checked at construction (a ConfigError now, not when training begins); the group
-    size against the world size waits for it."""
-    from noloco.infra.checks import check_integer, check_seed, check_timeout
-    from noloco.theory.methods import resolve
-
-    values = {k: settings.get(k) for k in ("alpha", "beta", "gamma", "momentum")}
-    resolve(settings.get("preset"), settings.get("method"), steps=settings.get("inner_steps"), **values)
-    if settings.get("group_size") is not None:
-        check_integer("group_size", settings["group_size"], "an integer >= 1", lambda v: v >= 1)
-    check_seed("seed", settings.get("seed", 0))
-    check_timeout("timeout", settings.get("timeout", 600.0))
-
-
-def keep_gradients_local(wrapped) -> bool:
-    """Stop ``DistributedDataParallel``'s gradient all-reduce (and its buffer broadcast) on ``wrapped``,
-    the Trainer's ``model_wrapped`` (through a ``torch.compile`` wrapper); False when it is no DDP
-    (nothing to stop)."""
-    while hasattr(wrapped, "_orig_mod"):  # torch.compile's OptimizedModule
-        wrapped = wrapped._orig_mod
-    if not isinstance(wrapped, torch.nn.parallel.DistributedDataParallel):
-        return False
-    wrapped.require_backward_grad_sync = False  # the reducer is not armed: no all-reduce in backward
-    wrapped.require_forward_param_sync = False  # and no buffer broadcast before the next forward
-    return True
-
 
 #: the Trainer's learning-rate schedules the advice models (the others need observer_options={"schedule": ...})
 SCHEDULES = {"constant": "constant", "constant_with_warmup": "constant", "cosine": "cosine"}
@@ -130,20 +100,12 @@ class NoLoCoCallback(TrainerCallback):
 
     def __init__(self, trainer, *, resume_from: str | os.PathLike | None = None,
                  observe: str | os.PathLike | None = None, observer_options: dict | None = None, **settings):
-        for name in settings:
-            if name in ("replicas", "inner_optimizer", "exchange", "stages"):
-                raise ConfigError(f"{name}= is not a setting of NoLoCoCallback: under the Trainer every "
-                                  f"torch.distributed rank is one replica, and the Trainer's optimizer steps "
-                                  f"are the inner steps")
-            if name not in SETTINGS:  # a misspelt name now, not when training begins
-                raise ConfigError(f"{name}= is not a setting of NoLoCoCallback; allowed: {', '.join(SETTINGS)}")
-        _check_settings(settings)
+        check_settings("NoLoCoCallback", settings, "Trainer")
         if not hasattr(trainer, "model_wrapped"):
             raise ConfigError(f"trainer={type(trainer).__name__} is not a transformers.Trainer: "
                               f"NoLoCoCallback(trainer, inner_steps=...) takes the Trainer it is added to")
         self.trainer, self.settings, self.resume_from = trainer, settings, resume_from
-        if observe is None and observer_options:
-            raise ConfigError("observer_options= without observe=FOLDER: give the run folder the observer writes")
+        check_observe(observe, observer_options)
         self.observe, self.observer_options = observe, dict(observer_options or {})
         kind = str(getattr(trainer.args.lr_scheduler_type, "value", trainer.args.lr_scheduler_type))
         if observe is not None and kind not in SCHEDULES and "schedule" not in self.observer_options:
