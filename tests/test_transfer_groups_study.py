@@ -40,3 +40,18 @@ def test_the_study_judges_the_n_axes_and_counts_the_seen_seeds_apart(tmp_path):
     assert rep["by_family"]["fx"]["predictions"] == 4 and rep["seen"]["rows"] == []  # seed 7 is not a seen seed
     assert set(rep["by_axis"]["fx"]) == {"N up", "N down", "n up", "n down"}
     assert "| fx | n down |" in G.markdown(rep)
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_the_transfer_groups_study_reproduces_its_committed_fresh_verdicts(tmp_path):
+    """`noloco llm study transfer-groups` from nothing (12 runs, about 15 to 30 minutes on two busy cores): every
+    verdict of docs/data/transfer_groups.json's fresh seeds comes out again."""
+    import json
+    from pathlib import Path
+
+    committed = json.loads((Path(__file__).parents[1] / "docs" / "data" / "transfer_groups.json").read_text())
+    report = G.run_study(tmp_path)
+    key = lambda r: (r["family"], r["seed"], r["axis"])  # noqa: E731
+    again = {key(r): r["as_verdict"] for r in report["rows"]}
+    assert {key(r): r["as_verdict"] for r in committed["rows"]} == again

@@ -359,7 +359,7 @@ def transfer(run_dir, seed: int | None = None, **changes) -> dict:
                      f"{outer_b.replicas} and {outer_b.group_size}, and {why}; the calibration by the pilot's "
                      f"replayed / measured {_fmt(replay, '.3f')} then holds how the pilot's own groups moved its "
                      f"spread, which the target's groups do not share ({GROUP_LUCK[0]:g} to {GROUP_LUCK[1]:g} at N 4 "
-                     "and 8); record the groups seed (noloco.Observer does)")
+                     "and 8); give the seed (--groups-seed) or record it (noloco.Observer does)")
     if replay is not None and math.isfinite(replay) and replay > 0:
         # the theory's error on this model, which the transfer shares (REPLAY_LIMIT)
         ws, ws_average = ws / replay, ws_average / replay
