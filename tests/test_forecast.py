@@ -418,3 +418,18 @@ def test_a_transfer_or_forecast_above_the_memory_budget_is_refused_before_work(t
     (tmp_path / "result.json").write_text(json.dumps(result))
     assert main(["llm", "predict", str(tmp_path), "--forecast", "--from-step", "10"]) == 3
     assert "memory" in capsys.readouterr().err
+
+
+def test_groups_seed_on_the_command_line_steps_a_folder_without_one_along_its_groups(tmp_path, capsys):
+    cfg = config(schedule="constant", warmup=20)
+    write_run(tmp_path, cfg)
+    result = json.loads((tmp_path / "result.json").read_text())
+    del result["config"]["seed"]
+    write_json(tmp_path / "result.json", result)
+    assert main(["llm", "predict", str(tmp_path), "--as", "group-size=4", "--groups-seed", str(cfg.seed),
+                 "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["groups"] == {"along": "own", "seed": cfg.seed, "why": None}
+    assert not any(f.startswith("group change") for f in rep["flags"])
+    assert main(["llm", "predict", str(tmp_path), "--groups-seed", "3"]) == 2  # --as only
+    assert "--groups-seed applies to --as only" in capsys.readouterr().err

@@ -29,9 +29,9 @@ ratio of ``L2`` (the rate's square summed over a phase: what correlated Adam noi
 its length, docs/advice.md), rho unchanged; the result times tilt ** :data:`TILT_EXPONENT` and divided by the pilot's
 own replayed / measured spread (the theory's error on this model, which the transfer shares). Where the groups seed
 is known both go along groups: the pilot replayed along its own, the target along those its N and n draw from the
-same seed. A run's own groups move its spread by up to a quarter at N 4 and 8, and a change of N or n does not
-carry that over (:data:`GROUP_LUCK`): without the seed such a change is flagged (``group change``). Measured on the cpu-small GPT, this holds for
-changes that scale the amplification of flat and stiff directions alike; the report flags a change that
+same seed. A run's own groups move its spread at N 4 and 8 (:data:`GROUP_LUCK`) and a change of N or n does not
+carry that over: without the seed such a change is flagged (``group change``). Measured on the cpu-small GPT, this
+holds for changes that scale the amplification of flat and stiff directions alike; the report flags a change that
 amplifies flat directions more (:func:`amplification_tilt` above :data:`TILT_LIMIT`: gamma 0), a pilot or
 target near the stability edge (decay factor above :data:`EDGE_LIMIT`), a change of H to or from a phase shorter
 than Adam's first-moment memory (:func:`short_phase`), a pilot the theory does not reproduce
@@ -54,7 +54,7 @@ import numpy as np
 
 from noloco.infra.checks import did_you_mean
 from noloco.infra.errors import ConfigError, DataError
-from noloco.advice.predict import groups_seed, own_groups
+from noloco.advice.predict import groups_seed, groups_seed_of, own_groups
 from noloco.theory import conditional, exchangeable
 from noloco.theory.exchangeable import ADAM_BETA1
 from noloco.theory.config import OUTER_FIELDS, OuterConfig
@@ -377,7 +377,7 @@ def transfer(run_dir, seed: int | None = None, **changes) -> dict:
             "pilot_decay_factor": radius_pilot, "flattest_c": flattest, "tilt": tilt, "second_half_rms": level,
             "second_half_rms_average": average,
             "groups": {"along": "average" if target_mats is None else "own",
-                       "seed": None if target_mats is None else _seed_used(run, seed), "why": why},
+                       "seed": None if target_mats is None else groups_seed_of(run, seed), "why": why},
             "pilot_replayed_rms": float(math.sqrt(np.mean(ws_pilot[len(ws_pilot) // 2:] ** 2))),
             "pilot_replay_ratio": replay,
             "interval": {"quantiles": list(TRANSFER_ERROR), "from": "docs/data/advice_development.json"},
@@ -396,13 +396,8 @@ def target_groups(run, target_cfg, t0: int, seed: int | None = None):
     if outer_b.replicas > conditional.MAX_REPLICAS:
         return None, None, (f"the target's N = {outer_b.replicas} > {conditional.MAX_REPLICAS}: averaged over random "
                             "groups")
-    return pilot_mats, conditional.partitions(_seed_used(run, seed), 0, target_cfg.outer_steps, outer_b.replicas,
+    return pilot_mats, conditional.partitions(groups_seed_of(run, seed), 0, target_cfg.outer_steps, outer_b.replicas,
                                               outer_b.group_size), None
-
-
-def _seed_used(run, seed: int | None) -> int | None:
-    recorded = groups_seed(run.setting)  # what the folder records wins over the caller's, as in own_groups
-    return recorded if recorded is not None else seed
 
 
 def first_moment_memory(setting) -> float | None:
