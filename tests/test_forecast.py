@@ -208,7 +208,7 @@ def _measured_as(path, cfg, values):
 def test_a_transfer_with_no_change_is_the_pilots_replay_and_the_rate_scales_it_exactly(tmp_path):
     cfg = config(schedule="constant", warmup=20)
     ph = write_run(tmp_path, cfg)
-    _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph))  # a pilot the model reproduces
+    _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph, own=True))  # a pilot the model reproduces
     same = F.transfer(tmp_path, alpha=OUTER.alpha)
     assert same["second_half_rms"] == pytest.approx(same["pilot_replayed_rms"], rel=1e-12)
     assert same["tilt"] == pytest.approx(1.0) and same["flags"] == []
@@ -223,7 +223,7 @@ def test_a_pilot_its_own_inputs_do_not_reproduce_flags_the_transfer(tmp_path):
     cfg = config(schedule="constant", warmup=20)
     ph = write_run(tmp_path, cfg)
     for factor, flagged in ((1.5, True), (1.1, False)):
-        _measured_as(tmp_path, cfg, factor * replayed_weight_std(cfg, ph))
+        _measured_as(tmp_path, cfg, factor * replayed_weight_std(cfg, ph, own=True))
         flags = F.transfer(tmp_path, alpha=0.4)["flags"]
         assert any(f.startswith("not reproduced") for f in flags) == flagged, flags
 
@@ -233,9 +233,9 @@ def test_a_transfer_is_divided_by_its_pilots_own_replay_ratio(tmp_path):
     prediction is divided by it, unflagged inside the factor REPLAY_LIMIT."""
     cfg = config(schedule="constant", warmup=20)
     ph = write_run(tmp_path, cfg)
-    _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph))
+    _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph, own=True))
     exact = F.transfer(tmp_path, alpha=0.4)
-    _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph) / 1.2)
+    _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph, own=True) / 1.2)
     rep = F.transfer(tmp_path, alpha=0.4)
     assert rep["pilot_replay_ratio"] == pytest.approx(1.2, rel=1e-9) and rep["flags"] == []
     assert rep["second_half_rms"] == pytest.approx(exact["second_half_rms"] / 1.2, rel=1e-9)
@@ -244,7 +244,7 @@ def test_a_transfer_is_divided_by_its_pilots_own_replay_ratio(tmp_path):
 def test_a_transfer_near_the_stability_edge_is_flagged_with_the_decay_factor_it_prints(tmp_path):
     cfg = config(schedule="constant", warmup=20)
     ph = write_run(tmp_path, cfg)
-    _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph))
+    _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph, own=True))
     near = F.transfer(tmp_path, alpha=0.65)
     edge = [f for f in near["flags"] if f.startswith("near the edge")]
     assert len(edge) == 1 and near["decay_factor"] > F.EDGE_LIMIT > near["pilot_decay_factor"]
@@ -261,7 +261,7 @@ def test_a_change_of_h_to_or_from_a_phase_shorter_than_adams_memory_is_flagged(t
 
     cfg = config(schedule="constant", warmup=20)
     ph = write_run(tmp_path, cfg)
-    _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph))
+    _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph, own=True))
     short = [f for f in F.transfer(tmp_path, inner_steps=5, outer_steps=80)["flags"] if f.startswith("short phase")]
     assert len(short) == 1 and "H 5 is below" in short[0] and "from 10 to 5" in short[0]
     assert F.transfer(tmp_path, inner_steps=20, outer_steps=20)["flags"] == []  # both phases at or past the memory
@@ -276,11 +276,52 @@ def test_a_change_of_h_to_or_from_a_phase_shorter_than_adams_memory_is_flagged(t
 def test_a_transfer_to_another_outer_step_is_that_steps_recursion_with_the_pilots_inputs(tmp_path):
     cfg = config(schedule="constant", warmup=20)
     ph = write_run(tmp_path, cfg)
-    _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph))  # a pilot the model reproduces: no calibration
+    _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph, own=True))  # a pilot the model reproduces: no calibration
     target = OuterConfig(replicas=16, group_size=4, alpha=0.3, beta=0.9, gamma=0.5)
     rep = F.transfer(tmp_path, replicas=16, group_size=4, alpha=0.3, beta=0.9, gamma=0.5)
-    np.testing.assert_allclose([r["predicted"] for r in rep["rows"]], replayed_weight_std(cfg, ph, outer=target),
+    # along the groups the target's N and n draw from the pilot's seed, times the tilt's correction
+    assert rep["groups"] == {"along": "own", "seed": cfg.seed, "why": None} and rep["tilt"] != pytest.approx(1.0)
+    np.testing.assert_allclose([r["predicted"] for r in rep["rows"]],
+                               replayed_weight_std(cfg, ph, outer=target, own=True) * rep["tilt"] ** F.TILT_EXPONENT,
                                rtol=1e-9)
+
+
+def test_a_transfer_is_corrected_by_the_tilt_to_the_power_and_unchanged_without_one(tmp_path):
+    """tilt ** TILT_EXPONENT on the prediction (the target's pooled c leans toward the directions it amplifies more):
+    the averaged-over-groups figure beside it is that recursion's, corrected alike; no change, no tilt, factor 1."""
+    cfg = config(schedule="constant", warmup=20)
+    ph = write_run(tmp_path, cfg)
+    _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph, own=True))
+    n4 = F.transfer(tmp_path, group_size=4)
+    assert n4["tilt"] < 0.8 and n4["flags"] == []
+    target = OuterConfig(replicas=8, group_size=4, alpha=0.5, beta=0.7, gamma=0.7)
+    uncorrected = replayed_weight_std(cfg, ph, outer=target)[cfg.outer_steps // 2:]
+    assert n4["second_half_rms_average"] == pytest.approx(
+        np.sqrt(np.mean(uncorrected ** 2)) * n4["tilt"] ** F.TILT_EXPONENT, rel=1e-9)
+    same = F.transfer(tmp_path, alpha=OUTER.alpha)
+    assert same["second_half_rms"] == pytest.approx(same["pilot_replayed_rms"], rel=1e-12)
+
+
+def test_a_change_of_n_or_n_without_the_groups_seed_is_flagged_with_the_calibration_it_prints(tmp_path):
+    """A pilot folder without its groups seed: a change of N or n is flagged ``group change`` (the calibration then
+    carries the pilot's own groups' luck), printing the replay ratio the report holds; a change of alpha is not (the
+    target draws the pilot's groups), nor the same change given the seed."""
+    cfg = config(schedule="constant", warmup=20)
+    ph = write_run(tmp_path, cfg)
+    _measured_as(tmp_path, cfg, 1.1 * replayed_weight_std(cfg, ph))
+    result = json.loads((tmp_path / "result.json").read_text())
+    del result["config"]["seed"]
+    write_json(tmp_path / "result.json", result)
+    for changes, flagged in ((dict(group_size=4), True), (dict(replicas=4), True), (dict(alpha=0.4), False)):
+        rep = F.transfer(tmp_path, **changes)
+        group = [f for f in rep["flags"] if f.startswith("group change")]
+        assert len(group) == int(flagged) and rep["groups"]["along"] == "average", rep["flags"]
+        if flagged:
+            assert f"replayed / measured {rep['pilot_replay_ratio']:.3f}" in group[0]
+            assert rep["pilot_replay_ratio"] == pytest.approx(1 / 1.1, rel=1e-9)
+    given = F.transfer(tmp_path, seed=cfg.seed, group_size=4)
+    assert given["groups"] == {"along": "own", "seed": cfg.seed, "why": None} and given["flags"] == []
+    assert "along the groups of groups seed" in F.format_transfer(given)
 
 
 def test_a_transfer_that_amplifies_flat_directions_is_flagged(tmp_path):
@@ -377,3 +418,18 @@ def test_a_transfer_or_forecast_above_the_memory_budget_is_refused_before_work(t
     (tmp_path / "result.json").write_text(json.dumps(result))
     assert main(["llm", "predict", str(tmp_path), "--forecast", "--from-step", "10"]) == 3
     assert "memory" in capsys.readouterr().err
+
+
+def test_groups_seed_on_the_command_line_steps_a_folder_without_one_along_its_groups(tmp_path, capsys):
+    cfg = config(schedule="constant", warmup=20)
+    write_run(tmp_path, cfg)
+    result = json.loads((tmp_path / "result.json").read_text())
+    del result["config"]["seed"]
+    write_json(tmp_path / "result.json", result)
+    assert main(["llm", "predict", str(tmp_path), "--as", "group-size=4", "--groups-seed", str(cfg.seed),
+                 "--json"]) == 0
+    rep = json.loads(capsys.readouterr().out)
+    assert rep["groups"] == {"along": "own", "seed": cfg.seed, "why": None}
+    assert not any(f.startswith("group change") for f in rep["flags"])
+    assert main(["llm", "predict", str(tmp_path), "--groups-seed", "3"]) == 2  # --as only
+    assert "--groups-seed applies to --as only" in capsys.readouterr().err

@@ -125,11 +125,16 @@ def groups_seed(setting) -> int | None:
     return seed
 
 
+def groups_seed_of(run, seed: int | None = None) -> int | None:
+    """The run's groups seed: what its folder records (:func:`groups_seed`), else ``seed``, the caller's guess."""
+    recorded = groups_seed(run.setting)
+    return seed if recorded is None else recorded
+
+
 def own_groups(run, steps: int, seed: int | None = None) -> tuple[list | None, str | None]:
     """The averaging matrices of the run's outer steps 1..``steps`` drawn from its groups seed (``seed`` where its
     folder records none), or ``(None, why)``: the recursion then averages over random groups."""
-    recorded = groups_seed(run.setting)
-    seed = seed if recorded is None else recorded  # what the folder records wins over the caller's guess
+    seed = groups_seed_of(run, seed)
     outer = run.outer
     if seed is None:
         return None, ("the run folder records no groups seed (a folder written before it was recorded, or pipeline "

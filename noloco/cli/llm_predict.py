@@ -38,6 +38,9 @@ def add_parser(sub) -> None:
     pred.add_argument("--from-step", type=int, metavar="K",
                       help="with --forecast: use the first K measured outer steps only (default: every step measured "
                            "so far in a run still going; the first quarter of a finished run)")
+    pred.add_argument("--groups-seed", type=int, metavar="S",
+                      help="with --as: the seed the run's groups were drawn from, where its folder records none (the "
+                           "pilot and the target are then stepped along their groups)")
     pred.add_argument("--json", action="store_true", help="print the JSON report instead of the table")
     pred.set_defaults(run=run)
 
@@ -48,6 +51,8 @@ def run(args) -> int:
 
     if args.from_step is not None and not args.forecast:
         raise ConfigError("--from-step applies to --forecast only; add --forecast")
+    if args.groups_seed is not None and args.changes is None:
+        raise ConfigError("--groups-seed applies to --as only; add --as CHANGES")
     if (args.gap or args.forecast or args.fork or args.changes is not None) and args.noise_model != "long-run":
         raise ConfigError("--noise-model applies to the prediction of a run from its own inputs; drop it with "
                           "--forecast, --as or --gap")
@@ -71,7 +76,7 @@ def run(args) -> int:
     elif args.changes is not None:
         from noloco.advice.forecast import format_transfer, parse_changes, transfer
 
-        report, text = transfer(args.out, **parse_changes(args.changes)), format_transfer
+        report, text = transfer(args.out, seed=args.groups_seed, **parse_changes(args.changes)), format_transfer
     else:
         from noloco.advice.predict import format_predict, predict
 

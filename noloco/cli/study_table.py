@@ -182,6 +182,12 @@ def table() -> tuple[Study, ...]:
               "Llama-style config (its layout, finished runs reused) and judges --as under the rules of "
               "noloco/studies/transfers.py." + _NEEDS_HF,
               _folder("--out", "runs/one-pilot"), _evaluate),
+        Study("transfer-groups", "noloco.studies.transfer_groups",
+              "--as along N and n on fresh seeds, stepped along the runs' groups (docs/advice.md, 'One pilot')",
+              "Trains the pilot, N 8 and N 8 with groups of 4 for seeds 7 and 8 of cpu-tiny and the Llama-style config "
+              "(the one-pilot study's layout, finished runs reused) and judges --as along N and n under the rules of "
+              "noloco/studies/transfer_groups.py." + _NEEDS_HF,
+              _folder("--out", "runs/one-pilot"), _evaluate),
         Study("comm", "noloco.llm_check.comm_measure", "gloo all-reduce and point-to-point times on this machine",
               "Times gloo's collectives and group exchanges between processes on this machine and fits the comm "
               "model's latency and bandwidth.",

@@ -72,6 +72,24 @@ def counts(rows: list[dict]) -> dict:
             "missed_unflagged": verdicts.count("misses")}
 
 
+def as_row(out, family: str, seed: int, pilot: str, target: str, axis: str) -> dict | None:
+    """:func:`noloco.studies.one_pilot.as_row` along the runs' groups: these folders were trained with the groups
+    seed ``seed`` but written before the observer recorded it, so it is passed to the transfer."""
+    from noloco.advice.forecast import transfer
+
+    if not (one_pilot.finished(one_pilot.folder(out, family, pilot, seed))
+            and one_pilot.finished(one_pilot.folder(out, family, target, seed))):
+        return None
+    _, measured = one_pilot._measured(one_pilot.folder(out, family, target, seed))
+    rep = transfer(one_pilot.folder(out, family, pilot, seed), seed=seed, **one_pilot._changes(pilot, target))
+    ratio = rep["second_half_rms"] / measured
+    return {"family": family, "seed": seed, "axis": axis, "pilot": pilot, "target": target, "measured": measured,
+            "as_ratio": ratio, "as_flags": rep["flags"], "as_verdict": one_pilot._verdict(ratio, rep["flags"]),
+            "pilot_replay_ratio": rep["pilot_replay_ratio"], "decay_factor": rep["decay_factor"],
+            "pilot_decay_factor": rep["pilot_decay_factor"], "tilt": rep["tilt"],
+            "average_ratio": rep["second_half_rms_average"] / measured}
+
+
 def seen_rows(out, families=FAMILIES, report=SEEN_REPORT) -> list[dict]:
     """``--as`` of the seen seeds: from their pilots trained again in ``out``, against the targets' measured spreads
     in ``report`` (the one-pilot study's), each with the verdict it had there (``old_as_ratio``, ``old_as_verdict``)."""
@@ -85,7 +103,7 @@ def seen_rows(out, families=FAMILIES, report=SEEN_REPORT) -> list[dict]:
         pilot = one_pilot.folder(out, r["family"], r["pilot"], r["seed"])
         if r["family"] not in families or not one_pilot.finished(pilot):
             continue
-        rep = transfer(pilot, **one_pilot._changes(r["pilot"], r["target"]))
+        rep = transfer(pilot, seed=r["seed"], **one_pilot._changes(r["pilot"], r["target"]))
         ratio = rep["second_half_rms"] / r["measured"]
         rows.append({**{k: r[k] for k in ("family", "seed", "axis", "pilot", "target", "measured")},
                      "as_ratio": ratio, "as_flags": rep["flags"], "as_verdict": one_pilot._verdict(ratio, rep["flags"]),
@@ -96,7 +114,7 @@ def seen_rows(out, families=FAMILIES, report=SEEN_REPORT) -> list[dict]:
 
 def evaluate(out, families=FAMILIES, seeds=SEEDS) -> dict:
     rows = [r for f in families for s in seeds for p, t, axis in one_pilot.TRANSFERS
-            if (r := one_pilot.as_row(out, f, s, p, t, axis)) is not None]
+            if (r := as_row(out, f, s, p, t, axis)) is not None]
     seen = seen_rows(out, families)
     axes = list(dict.fromkeys(axis for _, _, axis in one_pilot.TRANSFERS))
     return {"schema": "transfers", "rules": {"spread_tolerance": SPREAD_RULE,
