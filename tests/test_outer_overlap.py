@@ -149,3 +149,17 @@ def test_four_ranks_equal_the_one_process_run(tmp_path):
             got = torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)[method]
             for part, want in (("phi", batched.phi["0"]), ("delta", batched.delta["0"]), ("w", w.detach())):
                 torch.testing.assert_close(got[part], want[rank], rtol=0, atol=1e-12)
+
+
+@pytest.mark.slow  # 2 spawned processes
+def test_the_benchmark_times_the_overlapped_step(tmp_path):
+    import json
+
+    from noloco.benchmarks.__main__ import main
+
+    out = tmp_path / "outer.json"
+    assert main(["outer", "--ranks", "2", "--width", "16", "--layers", "1", "--seconds", "0.1", "--steps", "3",
+                 "--inner-matmuls", "2", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())["results"]
+    row = res["modes"]["pairs: toolkit, overlapped"]
+    assert row["bytes_sent_per_rank"] == 4 * res["P"] and row["median_s"] > 0 and res["inner_stand_in_median_s"] > 0

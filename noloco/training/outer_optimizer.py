@@ -340,8 +340,7 @@ class OuterOptimizer(OuterStep):
             sent.wait()
             self._apply(b)
             self.replicas_here.progress_into(b.anchor_views, b.work_views)
-            b.work.add_(b.phi)
-            b.anchor.copy_(b.work)
+            torch.add(b.work, b.phi, out=b.anchor)
         self.replicas_here.load(self._anchor)
         self.outer_done += 1
 
