@@ -10,6 +10,8 @@ replica-mean model and the weight spread); both are documented costs.
 
 Where the group is every replica (n = N > 2, DiLoCo) the group mean is one all-reduce of (phi, progress)
 over the replicas instead of N - 1 messages from every rank (a pair exchanges its two messages).
+A group sum may be started and waited for later (:meth:`DistExchange.start_group_sum`, a :class:`PendingSum`):
+the outer optimizer's ``overlap=True`` keeps it in flight during the next inner phase.
 
 With S pipeline stages there are S x N ranks, rank ``s * N + k`` holding replica k of stage s
 (``stage``); groups, ``ddp`` gradients and replica means are among the N ranks of one stage, and
