@@ -11,7 +11,7 @@ from noloco.infra.errors import ConfigError
 from noloco.quadratic.sim_config import SimConfig
 from noloco.quadratic.simulator import simulate
 from noloco.theory import exchangeable as X
-from noloco.theory.late import delay_cost, late_phase
+from noloco.theory.late import delay_cost, late_phase, table
 from noloco.theory.outer import late_outer_step, outer_step
 
 #: agreement rule, fixed before the comparison: the simulated stationary spread within 4 standard errors of the
@@ -83,6 +83,7 @@ def test_the_delay_cost_at_the_paper_preset():
     assert round(cost["ratio"]["stationary_variance"], 3) == 1.144
     assert round(cost["prompt"]["mean_spectral_radius"], 3) == 0.707
     assert round(cost["late"]["mean_spectral_radius"], 3) == 0.793
+    assert "| 0.00152063 | 0.00174026 | 1.1444 |" in table()  # python -m noloco.theory.late
 
 
 def test_the_late_option_is_refused_where_it_is_not_simulated():

@@ -14,6 +14,8 @@ which is an inner phase itself: progress ``k~.s~`` with ``s~ = (P, s)``, no cont
 exchangeable recursion of :mod:`noloco.theory.exchangeable` (its fixed point, its rates) applies unchanged, and
 what the delay costs is the same machinery run twice (:func:`delay_cost`). The spread is phi's; the weights a
 replica trains from are phi + P. Heterogeneous optima (a drift entering P) are not modelled.
+
+    python -m noloco.theory.late      # what the delay costs at the paper preset, as noloco check reads it
 """
 
 from __future__ import annotations
@@ -60,3 +62,24 @@ def delay_cost(outer: OuterConfig, inner: InnerConfig, curvatures, model=None) -
                      "variance_decay_factor": max(r["variance_decay_factor"] for r in rows)}
     out["ratio"] = {key: out["late"][key] / out["prompt"][key] for key in out["prompt"]}
     return out
+
+
+def table() -> str:
+    """The paper preset at ``noloco check``'s default curvature: prompt against one phase late."""
+    from noloco.theory.methods import resolve
+    from noloco.theory.spectrum import DEFAULT_CURVATURE
+
+    _, outer, inner = resolve("paper")
+    cost = delay_cost(outer, inner, [DEFAULT_CURVATURE])
+    rows = ["| the paper preset, curvature 1 | prompt | one phase late | late / prompt |", "|---|---|---|---|"]
+    for key, name in (("stationary_variance", "stationary spread of phi per coordinate"),
+                      ("mean_spectral_radius", "the mean's spectral radius"),
+                      ("variance_decay_factor", "the spread's decay factor")):
+        rows.append(f"| {name} | {cost['prompt'][key]:.6g} | {cost['late'][key]:.6g} | {cost['ratio'][key]:.4f} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    from noloco.infra.entry import print_main
+
+    raise SystemExit(print_main("python -m noloco.theory.late", __doc__, table))
