@@ -466,6 +466,8 @@ class OuterOptimizer(OuterStep):
                 mine = getattr(views[k], part + "_views")[k]
                 if not isinstance(got, torch.Tensor) or got.shape != mine.shape:
                     raise DataError(f"the state's exchange in flight lacks {part}[{k!r}] of shape {tuple(mine.shape)}")
+        for sent in self._pending or ():  # this optimizer's own exchange in flight: received, then dropped
+            sent.wait()
         for part in ("phi", "delta"):
             for k, mine in getattr(self, part).items():
                 mine.copy_(state[part][k])
