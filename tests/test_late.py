@@ -29,10 +29,12 @@ def test_the_late_step_is_the_outer_step_with_the_progress_carried():
     assert np.allclose(new_weights - new_phi, weights - anchor, rtol=0, atol=1e-15)
 
 
-def test_the_late_phase_is_the_recursion_written_out():
-    """One step of the exchangeable maps of the late phase equals the late recursion written by hand."""
+@pytest.mark.parametrize("model", [X.InnerModel(), X.InnerModel(optimizer="momentum", momentum=0.8)])
+def test_the_late_phase_is_the_recursion_written_out(model):
+    """One step of the exchangeable maps of the late phase equals the late recursion written by hand (the inner
+    phase's own carried state, a momentum buffer, included)."""
     _, outer, inner = noloco.resolve("paper", alpha=0.6, beta=0.8, gamma=0.4, momentum="nesterov")
-    phase = X.InnerModel().phase(inner.lr, 0.7, inner.steps, inner.noise)
+    phase = model.phase(inner.lr, 0.7, 10, inner.noise)
     F0, F1, g0, g1 = X.step_maps(outer, phase=late_phase(phase))
     rng = np.random.default_rng(1)
     own, mean = rng.standard_normal((2, F0.shape[0]))
@@ -41,7 +43,8 @@ def test_the_late_phase_is_the_recursion_written_out():
     got = F0 @ own + F1 @ mean + g0 @ xi + g1 @ xi
     y, delta = outer_step(own[0], own[1], mean[0], mean[2], **outer.rule())
     pending = -phase.c * (own[0] + own[2]) + phase.k @ own[3:-1] + phase.L[0] @ xi
-    assert np.allclose(got[:3], [y, delta, pending], rtol=0, atol=1e-14)
+    state = phase.b * (own[0] + own[2]) + phase.Q @ own[3:-1] + phase.L[1:] @ xi
+    assert np.allclose(got[:-1], [y, delta, pending, *state], rtol=0, atol=1e-14)
     assert not np.any(g1)  # what is pending is a replica's own progress: no group-mean noise enters
 
 
