@@ -38,7 +38,8 @@ def late_phase(phase: X.InnerPhase) -> X.InnerPhase:
 
 
 def delay_cost(outer: OuterConfig, inner: InnerConfig, curvatures, model=None) -> dict:
-    """Prompt against one phase late, in the directions ``curvatures``: the stationary spread of phi per
+    """``prompt`` (each step applied at its own sync) against ``late`` (one phase late), in the directions
+    ``curvatures``: the stationary spread of phi per
     coordinate (summed), the mean's spectral radius and the spread's decay factor (the worst direction), and
     the ratios late / prompt.
 
