@@ -39,9 +39,8 @@ def late_phase(phase: X.InnerPhase) -> X.InnerPhase:
 
 def delay_cost(outer: OuterConfig, inner: InnerConfig, curvatures, model=None) -> dict:
     """``prompt`` (each step applied at its own sync) against ``late`` (one phase late), in the directions
-    ``curvatures``: the stationary spread of phi per
-    coordinate (summed), the mean's spectral radius and the spread's decay factor (the worst direction), and
-    the ratios late / prompt.
+    ``curvatures``: the stationary spread of phi per coordinate (summed), the mean's spectral radius and the
+    spread's decay factor (the worst direction), and the ratios late / prompt.
 
     Examples:
         >>> import noloco
