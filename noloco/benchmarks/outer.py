@@ -6,7 +6,11 @@ rank), pairs (n = 2) and DiLoCo (n = N), every mode on the same parameters in th
 
 * ``toolkit``: :meth:`noloco.OuterOptimizer.sync` (one vector ``beta * progress + gamma * phi`` on the wire, in
   place); ``toolkit, bf16 wire`` the same vector sent in bfloat16; ``toolkit + observer`` with a
-  :class:`noloco.Observer` attached (its own seconds are the observer's share);
+  :class:`noloco.Observer` attached (its own seconds are the observer's share); ``toolkit, overlapped`` (pairs)
+  the same with ``overlap=True``: what the training loop is blocked for at a sync (the wait for the exchange
+  started one sync earlier, the step, the next send), after an inner-phase stand-in of ``--inner-matmuls``
+  products of two 256 x 256 float32 matrices (not timed; its median seconds are reported) that gives the
+  exchange time to fly;
 * ``reference pattern``: what the published code is described to do (docs/performance.md), written here from
   that description: the first rank of each group receives phi and the progress of every other member, one
   blocking message per tensor, averages both and sends both means back, tensor by tensor, then the outer step;
@@ -71,11 +75,14 @@ def _move(params, gen, rank):
                                device=p.device), alpha=1e-3 * (1 + rank))
 
 
-def _round(modes, gen, rank, sync, times, observed, start=None) -> None:
+def _round(modes, gen, rank, sync, times, observed, start=None, inner=None) -> None:
     """One step of every mode, interleaved: a fake inner phase (not timed), then the step timed (and the
-    observer's own seconds in it); ``start()`` (a barrier across ranks) just before each, not timed."""
+    observer's own seconds in it); ``start()`` (a barrier across ranks) just before each, not timed;
+    ``inner[name]()`` before a mode's step, the inner-phase stand-in, not timed."""
     for name, (params, step, observer) in modes.items():
         _move(params, gen, rank)
+        if inner and name in inner:
+            inner[name]()
         seen = observer.seconds if observer else 0.0
         sync()
         if start is not None:
@@ -141,6 +148,23 @@ class _NoWire:
         return x if wire is x else x.copy_(wire)
 
 
+def _stand_in(matmuls: int, device, seconds: list):
+    """The inner phase's stand-in: ``matmuls`` products of 256 x 256 float32 matrices, its seconds kept."""
+    import torch
+
+    a = torch.full((256, 256), 1 / 256, device=device)
+    b = a.clone()
+
+    def run():
+        t = time.perf_counter()
+        for _ in range(matmuls):
+            torch.mm(a, b, out=b)
+        float(b[0, 0])  # waited for (a GPU runs it asynchronously)
+        seconds.append(time.perf_counter() - t)
+
+    return run
+
+
 def _floor(buffers, seed, step, rank, world, diloco):
     import torch.distributed as dist
 
@@ -176,7 +200,7 @@ def _rank(rank, world, port, opts, out):
     gen = {"cpu": torch.Generator().manual_seed(100 + rank)}
     if cuda:
         gen["cuda"] = torch.Generator(device=device).manual_seed(100 + rank)
-    modes, P = {}, None
+    modes, P, inner, inner_s, overlapped = {}, None, {}, [], []
     tmp = tempfile.mkdtemp()
     for method in ("noloco", "diloco"):
         tag = "pairs" if method == "noloco" else "DiLoCo"
@@ -190,6 +214,13 @@ def _rank(rank, world, port, opts, out):
         modes[f"{tag}: toolkit + observer"] = (params, outer.sync, observer)
         P = sum(p.numel() for p in params.values())
         if method == "noloco":
+            # the exchange in flight during the stand-in inner phase; its first sync (a send only) not timed
+            params = _params(opts["width"], opts["layers"], (), device)
+            outer = OuterOptimizer(params, method=method, inner_steps=1, overlap=True)
+            outer.sync()
+            overlapped.append(outer)
+            modes[f"{tag}: toolkit, overlapped"] = (params, outer.sync, None)
+            inner[f"{tag}: toolkit, overlapped"] = _stand_in(opts["inner_matmuls"], device, inner_s)
             # the step's own passes, the exchange taken out (each rank's sum is then its own vector)
             params = _params(opts["width"], opts["layers"], (), device)
             outer = OuterOptimizer(params, method=method, inner_steps=1)
@@ -226,7 +257,7 @@ def _rank(rank, world, port, opts, out):
     started, steps = time.perf_counter(), 0
     flag = torch.zeros(1, device=device)
     while True:
-        _round(modes, gen, rank, sync, times, observed, start=dist.barrier)
+        _round(modes, gen, rank, sync, times, observed, start=dist.barrier, inner=inner)
         steps += 1
         # every rank must agree to stop (rank 0 decides): a tiny broadcast, not timed
         flag.fill_(float(steps >= opts["steps"] or (steps >= 3 and time.perf_counter() - started > opts["seconds"])))
@@ -236,8 +267,10 @@ def _rank(rank, world, port, opts, out):
     for name, (_, _, observer) in modes.items():
         if observer:
             observer.close()
+    for outer in overlapped:
+        outer.close()  # the last exchange waited for
     with open(f"{out}/rank{rank}.json", "w") as f:
-        json.dump({"times": times, "observed": observed, "P": P}, f)
+        json.dump({"times": times, "observed": observed, "P": P, "inner_s": inner_s}, f)
     dist.destroy_process_group()
     os._exit(0)
 
@@ -282,7 +315,9 @@ def _across_ranks(ranks, opts) -> dict:
         m["x_floor_P"] = m["median_s"] / floor
         if "observer_median_s" in m:
             m["observer_share"] = m["observer_median_s"] / m["median_s"]
-    return {"P": P, "tensors": len(shapes(opts["width"], opts["layers"])), "ranks": ranks, "modes": modes}
+    inner = [max(r["inner_s"][i] for r in per) for i in range(len(per[0]["inner_s"]))]
+    return {"P": P, "tensors": len(shapes(opts["width"], opts["layers"])), "ranks": ranks, "modes": modes,
+            "inner_stand_in_median_s": statistics.median(inner) if inner else 0.0}
 
 
 # ------------------------------------------------------------------ in one process
@@ -376,10 +411,11 @@ def wire_spread(device: str = "cpu", replicas: int = 4, inner_steps: int = 5, ou
 
 
 def measure(ranks: int = 4, replicas: int = 8, device: str = "cpu", width: int = 160, layers: int = 6,
-            steps: int = 200, seconds: float = 5.0, spread_steps: int = 20) -> dict:
+            steps: int = 200, seconds: float = 5.0, spread_steps: int = 20, inner_matmuls: int = 40) -> dict:
     import torch
 
-    opts = {"width": width, "layers": layers, "steps": steps, "seconds": seconds, "device": device}
+    opts = {"width": width, "layers": layers, "steps": steps, "seconds": seconds, "device": device,
+            "inner_matmuls": inner_matmuls}
     if ranks > 1:
         if device == "cuda" and torch.cuda.device_count() < ranks:
             from noloco.infra.errors import ConfigError
@@ -404,6 +440,8 @@ def format_result(result: dict) -> str:
              f"one process, {res['replicas']} replicas on {res['device']}")
     lines = [f"{where}: P = {res['P']:,} parameters in {res['tensors']} tensors"]
     if o["ranks"] > 1:
+        lines.append(f"inner-phase stand-in before the overlapped step: {o.get('inner_matmuls')} products of "
+                     f"256 x 256, median {res.get('inner_stand_in_median_s', 0) * 1e3:.1f} ms (slowest rank)")
         lines.append(f"{'mode':<38}{'median ms':>10}{'x floor P':>10}{'MB sent':>9}{'observer':>10}")
         for name, m in res["modes"].items():
             share = f"{m['observer_share']:.1%}" if "observer_share" in m else ""
@@ -442,5 +480,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--seconds", type=argument_type(float, lambda v: check_real(
         "seconds", v, "0 < seconds <= 3600", lambda x: 0 < x <= 3600)), default=5.0,
         help="time box: steps stop after this many seconds (at least 3 steps; default 5)")
+    parser.add_argument("--inner-matmuls", type=integer("inner_matmuls", 0, 100_000), default=40,
+                        help="the inner-phase stand-in before the overlapped step across ranks: products of two "
+                             "256 x 256 float32 matrices (default 40)")
     parser.add_argument("--spread-steps", type=integer("spread_steps", 0, 10_000), default=20,
                         help="outer steps of the bfloat16 wire's spread check in one process (default 20; 0: none)")

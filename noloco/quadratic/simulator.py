@@ -23,6 +23,10 @@ over trials). Memory is then constant in directions and steps and 8 bytes per tr
 windowed spread of each trial); :func:`noloco.quadratic.sim_costs.memory_estimate` states it before any work. Groups are
 formed by moving every replica's state to its place in a fresh random permutation (the groups
 are then consecutive blocks), which is a uniformly random partition.
+
+``simulate(cfg, late=True)``: the one-phase-late outer step (:func:`noloco.theory.outer.late_outer_step`,
+the exchange overlapped with the next inner phase) with the exact inner phase, in numpy; each replica's
+own progress then matters (it is carried into its weights), so it is drawn per replica.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from noloco.quadratic.inner import InnerOptimizer, Noise, phase_coefficients
 from noloco.quadratic.objectives import build
 from noloco.infra.budget import retain_freed_memory
 from noloco.infra.progress import Progress
-from noloco.theory.outer import outer_step
+from noloco.theory.outer import late_outer_step, outer_step
 from noloco.theory.partitions import group_mean, random_permutations
 from noloco.quadratic.sim_config import SimConfig
 from noloco.quadratic.sim_costs import KEEP_SPREAD, mean_directions, plan
@@ -168,13 +172,13 @@ def _divergence(phi, optimum, bound: float) -> str:
 class _Driver:
     """What every block shares: the run, the steps still to simulate, divergence, progress."""
 
-    def __init__(self, cfg: SimConfig, run: Run, blocks: int, progress: bool):
-        self.cfg, self.run = cfg, run
+    def __init__(self, cfg: SimConfig, run: Run, blocks: int, progress: bool, late: bool = False):
+        self.cfg, self.run, self.late = cfg, run, late
         outer, inner = cfg.effective()
         self.outer, self.inner = outer, inner
         self.bound = GROWTH_BOUND * max(1.0, abs(cfg.start), cfg.init_spread, inner.noise)
         # one choice per run, by its whole size (noloco.quadratic.fused): every block takes the same path
-        self.compiled = cfg.inner_law == "exact" and fused.enabled(
+        self.compiled = cfg.inner_law == "exact" and not late and fused.enabled(
             float(cfg.trials) * outer.replicas * run.eigvals.size * cfg.outer_steps)
         # a bar on a terminal, a line a minute in a log (noloco.infra.progress)
         self.bar = Progress(blocks * cfg.outer_steps, f"simulate {cfg.method}", unit="step",
@@ -192,21 +196,27 @@ class _Driver:
             run.diverged_at, run.divergence_reason = t, reason
 
 
-def simulate(cfg: SimConfig, *, progress: bool = False, keep_spread=None) -> Run:
+def simulate(cfg: SimConfig, *, progress: bool = False, keep_spread=None, late: bool = False) -> Run:
     """Run ``cfg.trials`` independent trials of ``cfg.outer_steps`` outer steps; ``progress``
     shows a bar when stderr is a terminal and a line a minute when it is a log (:mod:`noloco.infra.progress`). ``keep_spread``: the steps whose per-trial
     spreads ``Run.spread_trials`` keeps (default: every step while that is at most
-    :data:`KEEP_SPREAD` numbers, else none)."""
+    :data:`KEEP_SPREAD` numbers, else none). ``late``: the one-phase-late outer step (the exact inner phase
+    on the quadratic only)."""
+    if late and not (cfg.inner_law == "exact" and cfg.eigenbasis):
+        from noloco.infra.errors import ConfigError
+
+        raise ConfigError("late=True is simulated with the exact inner phase of the quadratic only; give "
+                          "objective='quadratic' and inner SGD (inner_mode 'auto' or 'exact')")
     retain_freed_memory()
     try:  # the matrices are small: BLAS threads only spin, and on a busy machine badly
         from threadpoolctl import threadpool_limits
     except ImportError:
-        return _simulate(cfg, progress, keep_spread)
+        return _simulate(cfg, progress, keep_spread, late)
     with threadpool_limits(1):
-        return _simulate(cfg, progress, keep_spread)
+        return _simulate(cfg, progress, keep_spread, late)
 
 
-def _simulate(cfg: SimConfig, progress: bool, keep_spread) -> Run:
+def _simulate(cfg: SimConfig, progress: bool, keep_spread, late: bool = False) -> Run:
     outer, inner = cfg.effective()
     trials, steps = cfg.trials, cfg.outer_steps
     obj = build(cfg, np.random.default_rng([cfg.seed, 1]))
@@ -220,7 +230,7 @@ def _simulate(cfg: SimConfig, progress: bool, keep_spread) -> Run:
     keep = {t: np.full(trials, np.nan) for t in keep_spread if 0 <= t <= steps}
     tb, width = plan(D, trials, outer.replicas, steps, cfg.eigenbasis)
     blocks = math.ceil(trials / tb) * math.ceil(D / width)
-    driver = _Driver(cfg, run, blocks, progress)
+    driver = _Driver(cfg, run, blocks, progress, late)
     try:
         for index, first in enumerate(range(0, trials, tb)):
             count = min(tb, trials - first)
@@ -355,6 +365,43 @@ class _ExactStep:
         return None
 
 
+class _LateExactStep:
+    """The one-phase-late step with the exact inner phase (numpy): the state is (phi, delta, the weights x); the
+    phase from x ends at (1 - c) x + c shift + eps per replica, and the step applies the group means of phi and
+    of the progress pending (x - phi) with :func:`late_outer_step`. Before step 1 the first phase has run from
+    phi_0 (its progress pending), so step t gives phi_t as the optimizer's t-th applied outer step does."""
+
+    def __init__(self, driver: _Driver, block: _Block):
+        self.block, self.law, self.rule, self.n = block, _ExactLaw(driver, block), driver.outer.rule(), \
+            driver.outer.group_size
+        self.draws = np.empty(block.shape, block.dtype)
+        self.x = self._phase(block.phi, 1)
+
+    def _phase(self, x: np.ndarray, t: int) -> np.ndarray:
+        """Where an inner phase (the t-th) from ``x`` ends, every replica its own noise."""
+        b, law = self.block, self.law
+        k = min(law.phase(t), len(law.c) - 1)  # the phase after the run's last (its progress stays pending)
+        end = np.multiply(x if b.shift is None else x - b.shift, -law.c[k])
+        end += x
+        if law.noisy:
+            end += b.noise.fill(self.draws, 1.0) * (law.sd[k] * np.sqrt(self.n))
+        return end
+
+    def __call__(self, t: int, local_rows: np.ndarray):
+        b = self.block
+        rows = b.move(local_rows)
+        self.x = _rows(self.x, rows)
+        count, N, width = b.shape
+        shape = (count, N // self.n, self.n, width)
+        mean_phi = _group_mean(b.phi.reshape(shape))
+        mean_progress = _group_mean((self.x - b.phi).reshape(shape))
+        end = self._phase(self.x, t + 1)
+        phi, delta, x = late_outer_step(b.phi.reshape(shape), b.delta.reshape(shape), end.reshape(shape),
+                                        self.x.reshape(shape), mean_phi, mean_progress, **self.rule)
+        b.phi, b.delta, self.x = phi.reshape(b.shape), delta.reshape(b.shape), x.reshape(b.shape)
+        return None
+
+
 class _CompiledExactStep:
     """The same step in one compiled loop (noloco.quadratic.fused), writing into a second set of arrays (the
     two swap every step); it also returns the sums of the deviations and their squares that the
@@ -448,8 +495,8 @@ def _eigenbasis_block(driver: _Driver, totals: _Trials, index: int, part: int, c
     partition each step, then one step of the run's path (compiled exact, exact or explicit inner phase),
     then the recorder."""
     block = _Block(driver, totals, index, part, cols)
-    step = (_CompiledExactStep if driver.compiled else _ExactStep if driver.cfg.inner_law == "exact"
-            else _ExplicitStep)(driver, block)
+    step = (_LateExactStep if driver.late else _CompiledExactStep if driver.compiled
+            else _ExactStep if driver.cfg.inner_law == "exact" else _ExplicitStep)(driver, block)
     record = _Recorder(driver, totals, block, cols)
     record(0)
     for t in range(1, driver.last + 1):

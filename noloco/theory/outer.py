@@ -16,6 +16,13 @@ inner phase (the paper writes ``phi - theta`` with a minus in front)::
 
 The Nesterov form is torch's ``SGD(momentum=alpha, nesterov=True, lr=beta)``
 applied to the pseudo-gradient ``-u_i / beta`` with ``delta = -lr * buf``.
+
+**One phase late** (:func:`late_outer_step`: the exchange in flight during the next inner phase). At sync t
+a replica sends its vector (phi_t-1, Delta_t) and trains on from where it stands; at sync t + 1 it has the
+group's sums of sync t, takes the unchanged step to (phi_t, delta_t), moves its weights to phi_t plus the
+progress of the phase just ended, then sends (phi_t, Delta_t+1). Each progress is thus measured from the
+previous phase's end, one outer step behind the phi it is sent with; the first sync only sends, and the
+last exchange is waited for when the run ends. The exact theory of this delay is :mod:`noloco.theory.late`.
 """
 
 from __future__ import annotations
@@ -76,3 +83,20 @@ def outer_arithmetic(phi, delta, group_mean_phi, group_mean_progress, alpha, bet
     if nesterov:
         return phi + update + alpha * new_delta, new_delta
     return phi + new_delta, new_delta
+
+
+def late_outer_step(phi, delta, weights, anchor, group_mean_phi, group_mean_progress, alpha, beta, gamma,
+                    momentum="heavy-ball"):
+    """The one-phase-late outer step at sync t + 1: ``(new_phi, new_delta, new_weights)``.
+
+    The group means are those of sync t (of phi_t-1 and of the progress of phase t); :func:`outer_step`,
+    unchanged, gives (phi_t, delta_t); the weights keep the progress made since sync t
+    (``weights - anchor``, ``anchor`` the weights where the phase began) on top of phi_t. The progress
+    sent next is ``new_weights - new_phi``, and ``new_weights`` is the next phase's anchor.
+
+    Examples:
+        >>> late_outer_step(0.0, 0.0, 3.0, 2.0, 0.0, 2.0, alpha=0.0, beta=1.0, gamma=0.0)  # phi 2, then +1
+        (2.0, 2.0, 3.0)
+    """
+    new_phi, new_delta = outer_step(phi, delta, group_mean_phi, group_mean_progress, alpha, beta, gamma, momentum)
+    return new_phi, new_delta, new_phi + (weights - anchor)

@@ -10,6 +10,8 @@ replica-mean model and the weight spread); both are documented costs.
 
 Where the group is every replica (n = N > 2, DiLoCo) the group mean is one all-reduce of (phi, progress)
 over the replicas instead of N - 1 messages from every rank (a pair exchanges its two messages).
+A group sum may be started and waited for later (:meth:`DistExchange.start_group_sum`, a :class:`PendingSum`):
+the outer optimizer's ``overlap=True`` keeps it in flight during the next inner phase.
 
 With S pipeline stages there are S x N ranks, rank ``s * N + k`` holding replica k of stage s
 (``stage``); groups, ``ddp`` gradients and replica means are among the N ranks of one stage, and
@@ -80,6 +82,21 @@ class PeerError(DataError):
     """
 
 
+class PendingSum:
+    """A group sum started and not yet waited for (:meth:`Exchange.start_group_sum`): ``wait()`` completes it
+    into its ``x`` and returns ``x``; a second ``wait()`` does nothing. Until then neither the vector sent nor
+    ``x`` may be written."""
+
+    def __init__(self, finish, x):
+        self._finish, self.x, self.done = finish, x, False
+
+    def wait(self):
+        if not self.done:
+            self._finish()
+            self.done = True
+        return self.x
+
+
 class Exchange:
     """How the replicas held here talk to the others: ``replicas`` the indices held here (all N in one
     process, one under torchrun), ``N`` the number of replicas (of one pipeline stage)."""
@@ -120,6 +137,13 @@ class LocalExchange(Exchange):
         is called where the ranks' messages would be in flight."""
         if meanwhile is not None:
             meanwhile()
+        return self._group_sum(x, wire, seed, step, group_size, stage)
+
+    def start_group_sum(self, x, wire, seed: int, step: int, group_size: int, stage: int = 0) -> PendingSum:
+        """:meth:`group_sum_` to be waited for later (in one process it runs at the wait, on what was sent)."""
+        return PendingSum(lambda: self._group_sum(x, wire, seed, step, group_size, stage), x)
+
+    def _group_sum(self, x, wire, seed, step, group_size, stage):
         if wire is not x:
             x.copy_(wire)
         if group_size == 1:
@@ -149,13 +173,6 @@ class LocalExchange(Exchange):
 
     def gather_floats(self, values: list) -> list:
         return list(values)
-
-
-def _then(work) -> list:
-    """``work()`` run (while the operations just started are in flight); no work to wait for."""
-    if work is not None:
-        work()
-    return []
 
 
 def _flat(xs) -> torch.Tensor:
@@ -277,16 +294,29 @@ class DistExchange(Exchange):
         each other member and one from each, into buffers kept from step to step; where the group is every
         replica (n = N > 2, DiLoCo) one all-reduce of ``wire`` instead. ``meanwhile()`` runs while the
         messages are in flight."""
+        pending = self.start_group_sum(x, wire, seed, step, group_size, stage)
+        if meanwhile is not None:
+            meanwhile()
+        return pending.wait()
+
+    def start_group_sum(self, x, wire, seed: int, step: int, group_size: int, stage: int = 0) -> PendingSum:
+        """:meth:`group_sum_`'s messages started; its sum formed at ``wait()``. One sum in flight per shape and
+        dtype of ``wire`` (the receive buffers are kept per shape and dtype)."""
         import torch.distributed as dist
 
         if x.numel() == 0:
-            if meanwhile is not None:
-                meanwhile()
-            return x
+            return PendingSum(lambda: None, x)
         if group_size == self.N > 2:  # every replica: one all-reduce (the sum's order is the backend's)
-            self._run(lambda: [dist.all_reduce(wire, group=self.stage_group, async_op=True)] + _then(meanwhile),
-                      f"group exchange at outer step {step} (all-reduce: n = N)", "all")
-            return x if wire is x else x.copy_(wire)
+            what = f"group exchange at outer step {step} (all-reduce: n = N)"
+            with self._talking(what, "all"):
+                works = [dist.all_reduce(wire, group=self.stage_group, async_op=True)]
+
+            def reduced():
+                self._run(lambda: works, what, "all")
+                if wire is not x:
+                    x.copy_(wire)
+
+            return PendingSum(reduced, x)
         members = next(row for row in partition(seed, step, self.N, group_size, stage).tolist()
                        if self.replicas[0] in row)
         group = [self.rank_of(self.stage, r) for r in members]
@@ -296,12 +326,14 @@ class DistExchange(Exchange):
             self._buffers[key] = [torch.empty_like(wire) for _ in peers]
         source = dict(zip(peers, self._buffers[key]))
         ops = [dist.P2POp(dist.isend, wire, r) for r in peers] + [dist.P2POp(dist.irecv, source[r], r) for r in peers]
-        if ops:
-            self._run(lambda: dist.batch_isend_irecv(ops) + _then(meanwhile), f"group exchange at outer step {step}",
-                      peers)
-        elif meanwhile is not None:
-            meanwhile()
+        what = f"group exchange at outer step {step}"
+        with self._talking(what, peers):
+            works = dist.batch_isend_irecv(ops) if ops else []
         source[self.rank] = wire
+        return PendingSum(lambda: self._summed(works, what, peers, x, wire, group, source), x)
+
+    def _summed(self, works, what, peers, x, wire, group, source) -> None:
+        self._run(lambda: works, what, peers)
         # summed in the group's order, as the one-process sum is: every member gets the same bits. The members
         # before this one are summed into the first's receive buffer, then added to x in place (a + b is b + a
         # bit for bit), so x is written once and never copied back

@@ -29,7 +29,7 @@ from noloco.infra.checks import check_integer, check_seed, check_timeout
 from noloco.infra.errors import ConfigError, DataError
 from noloco.theory.config import OuterConfig
 from noloco.theory.methods import METHOD_TABLE, METHODS, check_outer, resolve
-from noloco.training.exchange import DistExchange, Exchange, LocalExchange
+from noloco.training.exchange import DistExchange, Exchange, LocalExchange, PendingSum
 from noloco.training.replicas import Modules, Tensors, is_module_list
 
 #: the version of :meth:`OuterOptimizer.state_dict`'s layout
@@ -203,6 +203,9 @@ class OuterOptimizer(OuterStep):
             (None: the outer state's; ``torch.bfloat16`` halves the bytes).
         stages: lists of parameter names whose replicas form their own groups (pipeline stages).
         timeout: seconds a rank waits for a peer under torch.distributed.
+        overlap: the exchange in flight during the next inner phase (:func:`noloco.theory.outer.late_outer_step`):
+            the step of sync t is applied at sync t + 1, the progress made since carried on top; the first sync
+            only sends, and :meth:`settle` or :meth:`close` applies the last. One more P-vector of memory.
 
     Returns:
         The optimizer; ``outer_done`` counts its outer steps, ``phi`` and ``delta`` are its state.
@@ -236,18 +239,21 @@ class OuterOptimizer(OuterStep):
                  preset: str | None = None, replicas: int | None = None, group_size: int | None = None,
                  alpha: float | None = None, beta: float | None = None, gamma: float | None = None,
                  momentum: str | None = None, seed: int = 0, outer_dtype: torch.dtype | None = None,
-                 wire_dtype: torch.dtype | None = None, stages=None, timeout: float = 600.0):
+                 wire_dtype: torch.dtype | None = None, stages=None, timeout: float = 600.0, overlap: bool = False):
         if outer_dtype is not None and not isinstance(outer_dtype, torch.dtype):
             raise ConfigError(f"outer_dtype={outer_dtype!r} is not a torch dtype; allowed: e.g. torch.float32, "
                               f"or None (each parameter's)")
         if wire_dtype is not None and not (isinstance(wire_dtype, torch.dtype) and wire_dtype.is_floating_point):
             raise ConfigError(f"wire_dtype={wire_dtype!r} is not a floating torch dtype; allowed: e.g. "
                               f"torch.bfloat16, or None (the outer state's dtype)")
+        if not isinstance(overlap, bool):
+            raise ConfigError(f"overlap={overlap!r} is not allowed; allowed: True or False")
         exchange = self.__dict__.pop("_given_exchange", None)  # set by _placed only
         self._setup(model, inner_optimizer, inner_steps=inner_steps, method=method, preset=preset, replicas=replicas,
                     group_size=group_size, alpha=alpha, beta=beta, gamma=gamma, momentum=momentum, seed=seed,
                     stages=stages, exchange=exchange, timeout=timeout, config=config)
-        self.wire_dtype = wire_dtype
+        self.wire_dtype, self.overlap = wire_dtype, overlap
+        self._pending = None  # overlap: the group sums started at the last sync, one per bucket
         theta = self.replicas_here.theta()
         # phi, delta and the outer step's work vector live in one flat buffer per stage and dtype; self.phi and
         # self.delta hold views of them (an entry replaced by the caller is copied back in at the next step)
@@ -257,10 +263,11 @@ class OuterOptimizer(OuterStep):
             dtypes = {k: outer_dtype or theta[k].dtype for k in keys}
             for dtype in dict.fromkeys(dtypes.values()):
                 same = [k for k in keys if dtypes[k] == dtype]
-                self.buckets.append(_Bucket(same, theta, dtype, wire_dtype, rows, stage))
+                self.buckets.append(_Bucket(same, theta, dtype, wire_dtype, rows, stage, overlap))
         views = {k: b for b in self.buckets for k in b.keys}
         self.phi = {k: views[k].phi_views[k] for k in theta}  # the model's order
         self.delta = {k: views[k].delta_views[k] for k in theta}
+        self._anchor = {k: views[k].anchor_views[k] for k in theta} if overlap else None
         if self.inner_optimizer is not None:
             self._optimizer_hooks.append(self.inner_optimizer.register_step_post_hook(lambda *_: self.step()))
 
@@ -291,12 +298,53 @@ class OuterOptimizer(OuterStep):
         ``gamma * phi_i`` is the update ``u_i`` of :func:`noloco.theory.outer.outer_step` (the same rule,
         rearranged; equal to float rounding, tests/test_outer_optimizer.py); every operation writes into
         buffers allocated once, and with heavy-ball momentum ``alpha * delta - gamma * phi`` is formed while
-        the messages are in flight."""
+        the messages are in flight. With ``overlap=True`` the exchange started at the last sync is waited for
+        and applied first (the weights to phi plus the progress since), then this one is started and not waited
+        for: the next phase starts from where the replica stands."""
         o = self.config
-        n = o.group_size
-        heavy_ball = o.momentum == "heavy-ball"
         for b in self.buckets:
             b.adopt(self.phi, self.delta)
+        finished = self._pending is not None
+        if finished:
+            self._finish()
+        self._call_hooks()
+        if self.overlap:
+            pending = []
+            for b in self.buckets:
+                # the weights at the send: where the next progress is measured from (after _finish they are the
+                # anchor already, bit for bit where the model has the outer state's dtype)
+                source = b.anchor if finished and b.exact else None
+                if source is None:
+                    self.replicas_here.scaled_into(1.0, b.anchor_views)
+                self._form(b, source)
+                pending.append(self.exchange.start_group_sum(b.work, b.wire, self.seed, self.outer_done,
+                                                             o.group_size, b.stage))
+            self._pending = pending
+            self.inner_done = 0
+            return
+        for b in self.buckets:
+            self._form(b)
+            self.exchange.group_sum_(b.work, b.wire, self.seed, self.outer_done, o.group_size, b.stage,
+                                     lambda b=b: self._meanwhile(b))
+            self._apply(b)
+        self.replicas_here.load(self.phi)
+        self.outer_done += 1
+        self.inner_done = 0
+
+    def _finish(self) -> None:
+        """overlap: the exchange of the last sync waited for and applied by the unchanged rule; the weights moved
+        to phi + (theta - anchor), the progress made since that sync, and kept as the anchor."""
+        pending, self._pending = self._pending, None
+        for b, sent in zip(self.buckets, pending):
+            self._meanwhile(b)
+            sent.wait()
+            self._apply(b)
+            self.replicas_here.progress_into(b.anchor_views, b.work_views)
+            torch.add(b.work, b.phi, out=b.anchor)
+        self.replicas_here.load(self._anchor)
+        self.outer_done += 1
+
+    def _call_hooks(self) -> None:
         if self._progress_hooks:  # the progress theta - phi (the theory's sign), only for the hooks
             progress = {}
             for b in self.buckets:
@@ -307,52 +355,81 @@ class OuterOptimizer(OuterStep):
                 progress.update(b.progress_views)
             for hook in self._progress_hooks:
                 hook(self.phi, progress, self.outer_done)
-        for b in self.buckets:
-            # v = beta progress + gamma phi = beta theta + (gamma - beta) phi: one pass where beta = gamma
+
+    def _form(self, b: "_Bucket", theta=None) -> None:
+        """v = beta progress + gamma phi = beta theta + (gamma - beta) phi into ``work`` (one pass where beta =
+        gamma), and onto the wire; theta is the model's, or the flat ``theta`` given."""
+        o = self.config
+        if theta is None:
             self.replicas_here.scaled_into(o.beta, b.work_views)
-            if o.gamma != o.beta:
-                b.work.add_(b.phi, alpha=o.gamma - o.beta)
-            if b.wire is not b.work:
-                b.wire.copy_(b.work)
+        else:
+            torch.mul(theta, o.beta, out=b.work)
+        if o.gamma != o.beta:
+            b.work.add_(b.phi, alpha=o.gamma - o.beta)
+        if b.wire is not b.work:
+            b.wire.copy_(b.work)
 
-            def meanwhile(b=b):  # heavy-ball: alpha delta - gamma phi while the messages are in flight
-                if heavy_ball:
-                    b.delta.mul_(o.alpha)
-                    if o.gamma:
-                        b.delta.sub_(b.phi, alpha=o.gamma)
+    def _meanwhile(self, b: "_Bucket") -> None:
+        """heavy-ball: alpha delta - gamma phi, formed while the messages are in flight."""
+        o = self.config
+        if o.momentum == "heavy-ball":
+            b.delta.mul_(o.alpha)
+            if o.gamma:
+                b.delta.sub_(b.phi, alpha=o.gamma)
 
-            self.exchange.group_sum_(b.work, b.wire, self.seed, self.outer_done, n, b.stage, meanwhile)
-            if heavy_ball:  # delta <- (alpha delta - gamma phi) + sum_G(v) / n;  phi <- phi + delta
-                b.delta.add_(b.work, alpha=1 / n)
-                b.phi.add_(b.delta)
-            else:  # u = sum_G(v) / n - gamma phi;  delta <- alpha delta + u;  phi <- phi + u + alpha delta
-                b.work.div_(n)
-                if o.gamma:
-                    b.work.sub_(b.phi, alpha=o.gamma)
-                torch.add(b.work, b.delta, alpha=o.alpha, out=b.delta)
-                b.phi.add_(b.work).add_(b.delta, alpha=o.alpha)
-        self.replicas_here.load(self.phi)
-        self.outer_done += 1
-        self.inner_done = 0
+    def _apply(self, b: "_Bucket") -> None:
+        """The rest of the outer step once ``work`` holds the group sum of v."""
+        o = self.config
+        n = o.group_size
+        if o.momentum == "heavy-ball":  # delta <- (alpha delta - gamma phi) + sum_G(v) / n;  phi <- phi + delta
+            b.delta.add_(b.work, alpha=1 / n)
+            b.phi.add_(b.delta)
+        else:  # u = sum_G(v) / n - gamma phi;  delta <- alpha delta + u;  phi <- phi + u + alpha delta
+            b.work.div_(n)
+            if o.gamma:
+                b.work.sub_(b.phi, alpha=o.gamma)
+            torch.add(b.work, b.delta, alpha=o.alpha, out=b.delta)
+            b.phi.add_(b.work).add_(b.delta, alpha=o.alpha)
+
+    def settle(self) -> None:
+        """``overlap=True``: the exchange in flight waited for and applied now (the weights to phi plus the
+        progress since the last sync); the next sync then only sends."""
+        if self._pending is not None:
+            with torch.no_grad():
+                self._finish()
+
+    def close(self) -> None:
+        """Apply an exchange still in flight (``overlap=True``), then detach from the inner optimizer."""
+        self.settle()
+        super().close()
 
     def __repr__(self) -> str:
         o = self.config
         return (f"OuterOptimizer(method={self.method!r}, replicas={o.replicas}, group_size={o.group_size}, "
                 f"alpha={o.alpha:g}, beta={o.beta:g}, gamma={o.gamma:g}, momentum={o.momentum!r}, "
-                f"inner_steps={self.inner_steps}, seed={self.seed}, outer_done={self.outer_done})")
+                f"inner_steps={self.inner_steps}, seed={self.seed}, outer_done={self.outer_done}"
+                f"{', overlap=True' if self.overlap else ''})")
 
     # ------------------------------------------------------------------ checkpoints
 
     def state_dict(self) -> dict:
         """phi, delta, the counters, the seed and the setting: plain data (``torch.load(...,
         weights_only=True)`` reads it). Save it with the model's and the inner optimizer's state; under
-        torch.distributed every rank saves its own."""
-        return {"version": STATE_VERSION, "method": self.method, "outer": dataclasses.asdict(self.config),
+        torch.distributed every rank saves its own. With ``overlap=True`` an exchange in flight is waited for
+        (not applied): its group sum and the anchor are saved, and applied at the next sync after a load."""
+        state = {"version": STATE_VERSION, "method": self.method, "outer": dataclasses.asdict(self.config),
                 "inner_steps": self.inner_steps, "seed": self.seed, "outer_step": self.outer_done,
                 "inner_step": self.inner_done, "replicas_here": list(self.exchange.replicas),
                 # copies: a view would carry its whole flat buffer into the file
                 "phi": {k: v.clone(memory_format=torch.contiguous_format) for k, v in self.phi.items()},
                 "delta": {k: v.clone(memory_format=torch.contiguous_format) for k, v in self.delta.items()}}
+        if self._pending is not None:
+            for sent in self._pending:
+                sent.wait()
+            views = {k: b for b in self.buckets for k in b.keys}
+            state["pending"] = {part: {k: getattr(views[k], part + "_views")[k].clone(
+                memory_format=torch.contiguous_format) for k in self.phi} for part in ("work", "anchor")}
+        return state
 
     def load_state_dict(self, state: dict, strict: bool = True) -> None:
         """Resume from :meth:`state_dict`: phi, delta, counters and seed. ``strict``: the method, the outer
@@ -378,14 +455,33 @@ class OuterOptimizer(OuterStep):
                 if not isinstance(got, torch.Tensor) or got.shape != mine.shape:
                     shape = tuple(got.shape) if isinstance(got, torch.Tensor) else type(got).__name__
                     raise DataError(f"the state holds {part}[{k!r}] of shape {shape}, expected {tuple(mine.shape)}")
+        pending = state.get("pending")
+        if pending is not None and not self.overlap:
+            raise ConfigError("the state holds an exchange in flight (saved with overlap=True); load it into an "
+                              "OuterOptimizer(..., overlap=True)")
+        views = {k: b for b in self.buckets for k in b.keys}
+        for part in ("work", "anchor") if pending is not None else ():
+            for k in self.phi:
+                got = (pending.get(part) or {}).get(k)
+                mine = getattr(views[k], part + "_views")[k]
+                if not isinstance(got, torch.Tensor) or got.shape != mine.shape:
+                    raise DataError(f"the state's exchange in flight lacks {part}[{k!r}] of shape {tuple(mine.shape)}")
+        for sent in self._pending or ():  # this optimizer's own exchange in flight: received, then dropped
+            sent.wait()
         for part in ("phi", "delta"):
             for k, mine in getattr(self, part).items():
                 mine.copy_(state[part][k])
+        self._pending = None
+        if pending is not None:
+            for k in self.phi:
+                views[k].work_views[k].copy_(pending["work"][k])
+                views[k].anchor_views[k].copy_(pending["anchor"][k])
+            self._pending = [PendingSum(lambda: None, b.work) for b in self.buckets]
         self.seed = check_seed("seed", state["seed"])
         self.outer_done, self.inner_done = int(state["outer_step"]), int(state["inner_step"])
         if self.inner_done == 0:
             with torch.no_grad():
-                self.replicas_here.load(self.phi)
+                self.replicas_here.load(self.phi if pending is None else self._anchor)
 
 
 def torch_optimizer(optimizer):
@@ -400,9 +496,11 @@ def torch_optimizer(optimizer):
 class _Bucket:
     """The outer state of one pipeline stage's parameters of one dtype, flat: ``phi``, ``delta`` and ``work``
     (the progress, then the vector sent, then its group mean, then the update) of shape (P,) or (N, P),
-    with views per parameter; ``wire`` is ``work`` or, for another wire dtype, its rounded copy."""
+    with views per parameter; ``wire`` is ``work`` or, for another wire dtype, its rounded copy; with overlap,
+    ``anchor``: the weights at the last sync (where the progress is measured from)."""
 
-    def __init__(self, keys: list, theta: dict, dtype: torch.dtype, wire_dtype, batched: int | None, stage: int):
+    def __init__(self, keys: list, theta: dict, dtype: torch.dtype, wire_dtype, batched: int | None, stage: int,
+                 overlap: bool = False):
         self.keys, self.stage = keys, stage
         first = theta[keys[0]]
         lead = (batched,) if batched else ()
@@ -419,6 +517,9 @@ class _Bucket:
         self.views = views
         self.phi_views, self.delta_views, self.work_views = views(self.phi), views(self.delta), views(self.work)
         self.progress = self.progress_views = None  # allocated when a progress hook is attached
+        self.anchor = torch.empty_like(self.phi) if overlap else None
+        self.anchor_views = views(self.anchor) if overlap else None
+        self.exact = all(theta[k].dtype == dtype for k in keys)  # the model holds the outer state's values
         for k in keys:
             self.phi_views[k].copy_(theta[k])
 
