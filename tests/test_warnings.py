@@ -77,10 +77,12 @@ def test_a_persistent_unstable_c_fires(tmp_path):
     (tmp_path / "run" / "inputs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     run = read_run(tmp_path / "run")
     first, second, third = _checks(run)
-    assert first is None and second is None and third["flag"] == "unstable" and third["outer_step"] == 8
-    low, high = third["c_interval"]
-    assert low < third["flattest_c"] < high and decay_factor(run.outer, high) >= 1
-    assert third["false_alarm"] == W.FALSE_ALARM and "mlp.c_fc.weight" in third["message"]
+    assert first is None and second is None and third.flag == "unstable" and third.outer_step == 8
+    low, high = third.c_interval
+    assert low < third.flattest_c < high and decay_factor(run.outer, high) >= 1
+    assert third.false_alarm == W.FALSE_ALARM and "mlp.c_fc.weight" in third.message
+    written = third.to_json()  # as result.json holds it: its kind's numbers only, the message last
+    assert list(written) == ["flag", "outer_step", "decay_factor", "flattest_c", "c_interval", "false_alarm", "message"]
 
 
 @pytest.mark.torch
