@@ -15,8 +15,14 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before huggingface_hub reads it: nothing is downloaded
 torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-pytest.importorskip("accelerate")  # the Trainer needs it
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _hf_extra():
+    """Skipped without the [hf] extra; imported when a test runs, not when the tests are collected (seconds)."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")  # the Trainer needs it
+
 
 from peers import as_torchrun, spawn_ranks  # noqa: E402 (tests/peers.py)
 

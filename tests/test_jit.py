@@ -9,7 +9,13 @@ import pytest
 from noloco.infra import jit
 from noloco.infra.cache import source_hash
 
-numba = pytest.importorskip("numba")
+numba = None  # the [fast] extra, imported when a test runs (not when the tests are collected)
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _numba():
+    global numba
+    numba = pytest.importorskip("numba")
 
 
 def _twice(x):

@@ -451,3 +451,14 @@ def test_the_folder_written_at_every_step_holds_the_rows_in_memory(tmp_path):
     observer.inputs[2] = {**observer.inputs[2], "replaced": 1.0}
     observer._write(finished=True, wait=True)
     assert [r.get("replaced") for r in lines("inputs.jsonl")] == [None, None, 1.0, None, None, None]
+
+
+def test_the_observer_benchmark_in_one_process():
+    """`python -m noloco.benchmarks observer` at its smallest: every mode's cost as a record, formatted."""
+    from noloco.benchmarks import observer as B
+
+    result = B.bench(replicas=2, width=8, depth=1, inner_steps=1, outer_steps=12, sample=4)
+    cost = B.ObserverCost.from_json(result["results"])
+    assert list(cost.modes) == ["one process, exact", "one process, sampled 4"] and cost.n_params == 81
+    assert all(m.outer_step_s > 0 and m.observer_s_early > 0 and m.ranks is None for m in cost.modes.values())
+    assert cost.to_json() == result["results"] and "one process, sampled 4" in B.format_result(result)

@@ -447,6 +447,7 @@ def _rank(rank, world, port, out):
     os._exit(0)  # skip interpreter teardown: gloo can abort in C++ static destructors (docs/reliability.md)
 
 
+@pytest.mark.slow  # 4 processes: 61 s in a loaded full run; fast: test_llm_train's torchrun run against the batched one
 @torch_only
 def test_process_group_mode_equals_the_batched_mode(tmp_path):
     """4 processes, gloo on localhost: noloco exchanges within its pairs point-to-point, diloco all-reduces;

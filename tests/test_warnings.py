@@ -77,10 +77,25 @@ def test_a_persistent_unstable_c_fires(tmp_path):
     (tmp_path / "run" / "inputs.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     run = read_run(tmp_path / "run")
     first, second, third = _checks(run)
-    assert first is None and second is None and third["flag"] == "unstable" and third["outer_step"] == 8
-    low, high = third["c_interval"]
-    assert low < third["flattest_c"] < high and decay_factor(run.outer, high) >= 1
-    assert third["false_alarm"] == W.FALSE_ALARM and "mlp.c_fc.weight" in third["message"]
+    assert first is None and second is None and third.flag == "unstable" and third.outer_step == 8
+    low, high = third.c_interval
+    assert low < third.flattest_c < high and decay_factor(run.outer, high) >= 1
+    assert third.false_alarm == W.FALSE_ALARM and "mlp.c_fc.weight" in third.message
+    written = third.to_json()  # as result.json holds it: its kind's numbers only, the message last
+    assert list(written) == ["flag", "outer_step", "decay_factor", "flattest_c", "c_interval", "false_alarm", "message"]
+
+
+def test_a_flag_writes_its_kinds_keys_only():
+    """result.json's flags as they were written when they were dicts: the kind's own numbers, message last; a
+    forecast that diverges before crossing the budget writes its step and value as null."""
+    assert list(W.unequal_start(1.0, 1.0, 0).to_json()) == ["flag", "outer_step", "message"]
+    assert W.wrong_sign([-0.5], 1).to_json()["outer_step"] == 1
+    assert list(W.spread_budget(None, None, 1.0, 2.0, 3, 10).to_json()) == ["flag", "outer_step", "measured", "message"]
+    diverged = W.Flag("spread_budget", 4, forecast_flags=[], message="m",
+                      order=("flag", "outer_step", "forecast_step", "forecast", "forecast_flags", "message"))
+    assert diverged.to_json() == {"flag": "spread_budget", "outer_step": 4, "forecast_step": None, "forecast": None,
+                                  "forecast_flags": [], "message": "m"}
+    assert W.Flag.from_json(diverged.to_json()).to_json() == diverged.to_json()
 
 
 @pytest.mark.torch

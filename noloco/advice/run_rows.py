@@ -35,7 +35,10 @@ class MetricsRow(JsonRecord):
 
 @dataclass(frozen=True)
 class GroupInputs(JsonRecord):
-    """One tensor group's measured inputs at an outer step (:data:`noloco.training.measure.ROW_KEYS`)."""
+    """One tensor group's measured inputs at an outer step (:data:`noloco.training.measure.ROW_KEYS`), and the
+    observer's additions: the coordinates sampled and their standard errors, or c's over every coordinate."""
+
+    OPTIONAL_KEYS = ("sampled", "se", "c_se")
 
     numel: Optional[int] = None
     spread: Optional[float] = None
@@ -48,6 +51,9 @@ class GroupInputs(JsonRecord):
     drift_var: Optional[float] = None
     s2_noise: Optional[float] = None
     rho_noise: Optional[float] = None
+    sampled: Optional[int] = None
+    se: Optional[dict] = None  # noloco.training.sample.standard_errors: {"spread", "c", ...}
+    c_se: Optional[float] = None
 
 
 @dataclass(frozen=True)

@@ -14,13 +14,43 @@ torch is imported inside the functions, so that building the command line stays 
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass, replace
+from typing import Optional
 
-from noloco.benchmarks.timer import best_of, run
+from noloco.benchmarks.timer import BenchResult, best_of, run
 from noloco.llm_check.config import PRESETS, build
 from noloco.llm_check.resources import peak_flops
 from noloco.infra.checks import check_integer
+from noloco.infra.record import JsonRecord
 
 SIZES = ("cpu-tiny", "cpu-small", "gpu", "gpu-large")
+
+
+@dataclass(frozen=True)
+class ModeRate(JsonRecord):
+    """One mode's step: tokens per second, seconds per step and of the warm-up, the MFU (on a GPU), the rate
+    against the loop and against one model; or the error that stopped it (its first line), alone."""
+
+    OPTIONAL_KEYS = ("tokens_per_s", "step_s", "warmup_s", "mfu", "vs_loop", "vs_one_model", "error")
+
+    tokens_per_s: Optional[float] = None
+    step_s: Optional[float] = None
+    warmup_s: Optional[float] = None
+    mfu: Optional[float] = None
+    vs_loop: Optional[float] = None
+    vs_one_model: Optional[float] = None
+    error: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class StepRates(JsonRecord):
+    """The benchmark's result: the threads, the model's parameters, each mode's :class:`ModeRate`."""
+
+    NESTED = {"modes": (dict, ModeRate)}
+
+    threads: int
+    n_params: int
+    modes: dict
 
 
 def _trainer(size: str, replicas: int, batch_scale: int, mode: str, device: str, compiled: bool = False,
@@ -111,23 +141,19 @@ def measure(replicas: int = 8, size: str = "cpu-small", device: str = "cpu", ste
         try:
             seconds, warmup = _seconds_per_step(fn, device, steps)
         except RuntimeError as err:  # vmap lacks batching rules on some devices
-            modes[name] = {"error": str(err).splitlines()[0]}
+            modes[name] = ModeRate(error=str(err).splitlines()[0])
             continue
         finally:
             if device.startswith("cuda"):  # the last mode's cached blocks would crowd the next one
                 torch.cuda.empty_cache()
         tokens = tr.cfg.tokens_per_inner_step()
-        modes[name] = {"tokens_per_s": tokens / seconds, "step_s": seconds, "warmup_s": warmup}
         peak = peak_flops(device)
-        if peak:
-            modes[name]["mfu"] = tr.model.flops_per_token() * tokens / seconds / peak
-    loop = modes["loop"]["tokens_per_s"]
-    limit = modes["one model, N x batch"]["tokens_per_s"]
-    for r in modes.values():
-        if "tokens_per_s" in r:
-            r["vs_loop"] = r["tokens_per_s"] / loop
-            r["vs_one_model"] = r["tokens_per_s"] / limit
-    return {"threads": torch.get_num_threads(), "n_params": tr.cfg.model().n_params(), "modes": modes}
+        modes[name] = ModeRate(tokens_per_s=tokens / seconds, step_s=seconds, warmup_s=warmup,
+                               mfu=tr.model.flops_per_token() * tokens / seconds / peak if peak else None)
+    loop, limit = modes["loop"].tokens_per_s, modes["one model, N x batch"].tokens_per_s
+    modes = {name: r if r.tokens_per_s is None else
+             replace(r, vs_loop=r.tokens_per_s / loop, vs_one_model=r.tokens_per_s / limit) for name, r in modes.items()}
+    return StepRates(threads=torch.get_num_threads(), n_params=tr.cfg.model().n_params(), modes=modes).to_json()
 
 
 def bench(replicas: int = 8, size: str = "cpu-small", device: str = "cpu", steps: int = 10,
@@ -138,16 +164,17 @@ def bench(replicas: int = 8, size: str = "cpu-small", device: str = "cpu", steps
 
 
 def format_result(result: dict) -> str:
-    options, res = result["options"], result["results"]
-    lines = [f"N={options['replicas']} replicas, {options['size']} model ({res['n_params']} parameters), "
-             f"{options['device']}, {res['threads']} thread(s), torch {result['machine'].get('torch')}",
+    doc = BenchResult.from_json(result)
+    options, res = doc.options, StepRates.from_json(doc.results)
+    lines = [f"N={options['replicas']} replicas, {options['size']} model ({res.n_params} parameters), "
+             f"{options['device']}, {res.threads} thread(s), torch {(doc.machine or {}).get('torch')}",
              f"{'mode':<22} {'tokens/s':>10} {'vs loop':>8} {'vs one model':>12}"]
-    for name, r in res["modes"].items():
-        if "error" in r:
-            lines.append(f"{name:<22} failed: {r['error']}")
+    for name, r in res.modes.items():
+        if r.error is not None:
+            lines.append(f"{name:<22} failed: {r.error}")
             continue
-        mfu = f"  MFU {r['mfu']:.1%}" if "mfu" in r else ""
-        lines.append(f"{name:<22} {r['tokens_per_s']:>10.0f} {r['vs_loop']:>8.2f} {r['vs_one_model']:>12.2f}{mfu}")
+        mfu = f"  MFU {r.mfu:.1%}" if r.mfu is not None else ""
+        lines.append(f"{name:<22} {r.tokens_per_s:>10.0f} {r.vs_loop:>8.2f} {r.vs_one_model:>12.2f}{mfu}")
     return "\n".join(lines)
 
 

@@ -14,10 +14,56 @@ import argparse
 import os
 import tempfile
 import time
+from dataclasses import dataclass, replace
+from typing import Optional
 
-from noloco.benchmarks.timer import run
+from noloco.benchmarks.timer import BenchResult, run
+from noloco.infra.record import JsonRecord
 
 WARN = 10  # the early warnings read the folder at outer steps 2..10 (noloco.training.early_warning.WARN_STEPS)
+
+
+@dataclass(frozen=True)
+class ModeCost(JsonRecord):
+    """One mode's cost: seconds of an outer step without the observer, the observer's seconds and share of it in
+    the early outer steps (1 to 11, the warnings) and later ones, the wall time added, the all-gather's part; across
+    ranks the costliest rank's, with every rank's in ``ranks``."""
+
+    OPTIONAL_KEYS = ("ranks",)
+
+    outer_step_s: float
+    observer_s_early: float
+    observer_s_later: float
+    share_early: float
+    share_later: float
+    wall_share_later: float  # the wall time added, observer and all (noisier: two runs of the loop compared)
+    gather_s_later: float  # the all-gather's share (across ranks: the wait for the slowest rank included)
+    ranks: Optional[list] = None
+
+
+ModeCost.NESTED = {"ranks": (list, ModeCost)}  # every rank's, read back as records (the class names itself)
+
+
+@dataclass(frozen=True)
+class ObserverCost(JsonRecord):
+    """The benchmark's result: the model's size, the threads, each mode's :class:`ModeCost`."""
+
+    NESTED = {"modes": (dict, ModeCost)}
+
+    n_params: int
+    threads: int
+    modes: dict
+
+
+@dataclass(frozen=True)
+class _Options:
+    """What each rank's process is given."""
+
+    outer_steps: int
+    inner_steps: int
+    width: int
+    depth: int
+    sample: int
 
 
 def _model(width: int, depth: int):
@@ -63,15 +109,12 @@ def _loop(models, outer_steps, inner_steps, width, ranks_offset=0, observer_kw=N
     return steps, seen, waited
 
 
-def _summary(steps, seen, waited, base):
+def _summary(steps, seen, waited, base) -> ModeCost:
     early, late = slice(0, WARN + 1), slice(WARN + 1, None)
     mean = lambda xs: sum(xs) / len(xs) if xs else float("nan")  # noqa: E731
-    return {"outer_step_s": mean(base), "observer_s_early": mean(seen[early]), "observer_s_later": mean(seen[late]),
-            "share_early": mean(seen[early]) / mean(base), "share_later": mean(seen[late]) / mean(base),
-            # the wall time added, observer and all (noisier: two runs of the loop compared)
-            "wall_share_later": mean(steps[late]) / mean(base[late]) - 1,
-            # the all-gather's share (across ranks: the wait for the slowest rank included)
-            "gather_s_later": mean(waited[late])}
+    return ModeCost(outer_step_s=mean(base), observer_s_early=mean(seen[early]), observer_s_later=mean(seen[late]),
+                    share_early=mean(seen[early]) / mean(base), share_later=mean(seen[late]) / mean(base),
+                    wall_share_later=mean(steps[late]) / mean(base[late]) - 1, gather_s_later=mean(waited[late]))
 
 
 def _rank(rank, world, port, opts, out):
@@ -84,11 +127,11 @@ def _rank(rank, world, port, opts, out):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world,
                             timeout=datetime.timedelta(seconds=120))
-    args = (opts["outer_steps"], opts["inner_steps"], opts["width"], rank)
-    base, _, _ = _loop([_model(opts["width"], opts["depth"])], *args)
-    steps, seen, waited = _loop([_model(opts["width"], opts["depth"])], *args, {"sample": opts["sample"]}, f"{out}/run")
+    args = (opts.outer_steps, opts.inner_steps, opts.width, rank)
+    base, _, _ = _loop([_model(opts.width, opts.depth)], *args)
+    steps, seen, waited = _loop([_model(opts.width, opts.depth)], *args, {"sample": opts.sample}, f"{out}/run")
     with open(f"{out}/rank{rank}.json", "w") as f:
-        json.dump(_summary(steps, seen, waited, base), f)
+        json.dump(_summary(steps, seen, waited, base).to_json(), f)
     dist.destroy_process_group()
     os._exit(0)
 
@@ -100,7 +143,7 @@ def measure(replicas: int = 4, width: int = 256, depth: int = 4, inner_steps: in
     if threads:
         torch.set_num_threads(threads)
     n_params = sum(p.numel() for p in _model(width, depth).parameters())
-    out = {"n_params": n_params, "threads": torch.get_num_threads(), "modes": {}}
+    cost = ObserverCost(n_params=n_params, threads=torch.get_num_threads(), modes={})
     if ranks:
         import json
 
@@ -109,21 +152,21 @@ def measure(replicas: int = 4, width: int = 256, depth: int = 4, inner_steps: in
         from noloco.training.exchange import free_port
 
         with tempfile.TemporaryDirectory() as tmp:
-            opts = dict(outer_steps=outer_steps, inner_steps=inner_steps, width=width, depth=depth, sample=sample)
+            opts = _Options(outer_steps=outer_steps, inner_steps=inner_steps, width=width, depth=depth, sample=sample)
             mp.start_processes(_rank, args=(replicas, free_port(), opts, tmp), nprocs=replicas, join=True,
                                start_method="spawn")
-            per = [json.load(open(f"{tmp}/rank{r}.json")) for r in range(replicas)]
+            per = [ModeCost.from_json(json.load(open(f"{tmp}/rank{r}.json"))) for r in range(replicas)]
         # the costliest rank: a rank that waits in the all-gather for a slower one counts the wait
-        worst = max(per, key=lambda r: r["share_later"])
-        out["modes"][f"{replicas} gloo ranks, sampled {sample}"] = {**worst, "ranks": per}
-        return out
+        worst = max(per, key=lambda r: r.share_later)
+        cost.modes[f"{replicas} gloo ranks, sampled {sample}"] = replace(worst, ranks=per)
+        return cost.to_json()
     base, _, _ = _loop([_model(width, depth) for _ in range(replicas)], outer_steps, inner_steps, width)
     with tempfile.TemporaryDirectory() as tmp:
         for name, kw in (("one process, exact", {}), (f"one process, sampled {sample}", {"sample": sample})):
             steps, seen, waited = _loop([_model(width, depth) for _ in range(replicas)], outer_steps, inner_steps, width,
-                                observer_kw=kw, folder=f"{tmp}/{len(out['modes'])}")
-            out["modes"][name] = _summary(steps, seen, waited, base)
-    return out
+                                        observer_kw=kw, folder=f"{tmp}/{len(cost.modes)}")
+            cost.modes[name] = _summary(steps, seen, waited, base)
+    return cost.to_json()
 
 
 def bench(**options) -> dict:
@@ -131,15 +174,16 @@ def bench(**options) -> dict:
 
 
 def format_result(result: dict) -> str:
-    o, res = result["options"], result["results"]
-    lines = [f"N={o['replicas']}, MLP {o['depth']}x{o['width']} ({res['n_params']} parameters per replica), "
-             f"H={o['inner_steps']}, {o['outer_steps']} outer steps, {res['threads']} thread(s)",
+    doc = BenchResult.from_json(result)
+    o, res = doc.options, ObserverCost.from_json(doc.results)
+    lines = [f"N={o['replicas']}, MLP {o['depth']}x{o['width']} ({res.n_params} parameters per replica), "
+             f"H={o['inner_steps']}, {o['outer_steps']} outer steps, {res.threads} thread(s)",
              f"{'mode':<32}{'outer step s':>13}{'observer s (1-11)':>19}{'share':>8}{'observer s (later)':>20}"
              f"{'share':>8}{'of it, gather':>14}{'wall +':>8}"]
-    for name, r in res["modes"].items():
-        lines.append(f"{name:<32}{r['outer_step_s']:>13.4f}{r['observer_s_early']:>19.5f}{r['share_early']:>8.2%}"
-                     f"{r['observer_s_later']:>20.5f}{r['share_later']:>8.2%}{r['gather_s_later']:>14.5f}"
-                     f"{r['wall_share_later']:>8.1%}")
+    for name, r in res.modes.items():
+        lines.append(f"{name:<32}{r.outer_step_s:>13.4f}{r.observer_s_early:>19.5f}{r.share_early:>8.2%}"
+                     f"{r.observer_s_later:>20.5f}{r.share_later:>8.2%}{r.gather_s_later:>14.5f}"
+                     f"{r.wall_share_later:>8.1%}")
     return "\n".join(lines)
 
 

@@ -1,6 +1,6 @@
 """The observer's early warnings: faults of an outer step that its first outer steps show.
 
-Each check returns a flag ``{"flag", "outer_step", "message"}`` or None; :class:`noloco.training.observer.
+Each check returns a :class:`Flag` (``{"flag", "outer_step", "message"}`` and its kind's numbers) or None; :class:`noloco.training.observer.
 Observer` runs them while it observes and keeps the first of each kind (docs/own_run.md says what each means
 and what to do):
 
@@ -24,6 +24,11 @@ and what to do):
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Optional
+
+from noloco.advice.run_rows import GroupInputs, InputsRow
+from noloco.infra.record import JsonRecord
 
 #: relative spread (weight_std over the RMS of the weights) that rounding of equal replicas stays below
 ROUNDING = 1e-6
@@ -42,6 +47,39 @@ C_WINDOW = 6
 FLAGS = ("unequal_start", "wrong_sign", "unstable", "spread_budget")
 
 
+@dataclass(frozen=True)
+class Flag(JsonRecord):
+    """A warning as result.json's ``flags`` hold it: the kind (one of :data:`FLAGS`), the outer step it was raised
+    at, the numbers its kind reports (only those: the others are left out) and the message, last."""
+
+    OPTIONAL_KEYS = ("measured", "forecast_step", "forecast", "forecast_flags", "decay_factor", "flattest_c",
+                     "c_interval", "false_alarm")
+
+    flag: str
+    outer_step: int
+    measured: Optional[float] = None
+    forecast_step: Optional[int] = None
+    forecast: Optional[float] = None
+    forecast_flags: Optional[list] = None
+    decay_factor: Optional[float] = None
+    flattest_c: Optional[float] = None
+    c_interval: Optional[list] = None
+    false_alarm: Optional[float] = None
+    message: str = ""
+
+
+@dataclass(frozen=True)
+class CEstimate:
+    """One tensor's (or the small tensors' pooled) c over the latest outer steps, for the unstable test."""
+
+    tensor: str
+    numel: int
+    c: float  # the mean of c_t
+    se: float  # its standard error
+    df: int  # degrees of freedom: steps - 1
+    steps: int
+
+
 def prepare(budget: bool) -> None:
     """Import what the checks that replay the run need (scipy's special functions, the advice, the theory's
     recursion: most of a second on a loaded machine) when the observer starts, not at its first check."""
@@ -54,34 +92,34 @@ def prepare(budget: bool) -> None:
         import noloco.advice.forecast  # noqa: F401
 
 
-def unequal_start(weight_std: float, rms: float, step: int, differ: list | None = None) -> dict | None:
+def unequal_start(weight_std: float, rms: float, step: int, differ: list | None = None) -> Flag | None:
     """``differ``: where the sample does not see every coordinate, the tensors whose whole-tensor checksums
     differ between replicas (:meth:`noloco.training.observer.Observer._checksums_differ`)."""
     if step != 0 or not (weight_std > ROUNDING * max(rms, 1e-30) or differ):
         return None
     where = f"; the tensors that differ: {', '.join(differ[:5])}" + (" ..." if len(differ) > 5 else "") if differ else ""
-    return {"flag": "unequal_start", "outer_step": 0,
-            "message": f"the replicas did not start equal: weight_std {weight_std:.3g} at the first outer step "
-                       f"({weight_std / max(rms, 1e-30):.2g} of the weights' RMS {rms:.3g}; rounding is below "
-                       f"{ROUNDING:g}){where}; seed torch alike on every rank (or copy one replica's weights to all) "
-                       f"before training"}
+    return Flag("unequal_start", 0,
+                message=f"the replicas did not start equal: weight_std {weight_std:.3g} at the first outer step "
+                        f"({weight_std / max(rms, 1e-30):.2g} of the weights' RMS {rms:.3g}; rounding is below "
+                        f"{ROUNDING:g}){where}; seed torch alike on every rank (or copy one replica's weights to all) "
+                        f"before training")
 
 
-def wrong_sign(alignments: list, step: int) -> dict | None:
+def wrong_sign(alignments: list, step: int) -> Flag | None:
     """``alignments``: the update alignment of outer steps 1, 2, ... so far (None where no progress)."""
     seen = [a for a in alignments if a is not None]
     first = len(alignments) >= 1 and alignments[0] is not None and alignments[0] < 0
     twice = len(seen) >= 2 and seen[-1] < 0 and seen[-2] < 0
     if not (first or twice):
         return None
-    return {"flag": "wrong_sign", "outer_step": step,
-            "message": f"the outer step moved the replicas against their own progress (alignment "
-                       f"{seen[-1]:+.3g}, positive for a correct outer step whatever the loss): a pseudo-gradient "
-                       f"with the wrong sign? the progress is theta - phi (inner weights after the phase minus outer "
-                       f"weights) and the outer step adds beta times it"}
+    return Flag("wrong_sign", step,
+                message=f"the outer step moved the replicas against their own progress (alignment "
+                        f"{seen[-1]:+.3g}, positive for a correct outer step whatever the loss): a pseudo-gradient "
+                        f"with the wrong sign? the progress is theta - phi (inner weights after the phase minus outer "
+                        f"weights) and the outer step adds beta times it")
 
 
-def c_estimates(run, outer) -> list[dict]:
+def c_estimates(run, outer) -> list[CEstimate]:
     """Per tensor (those under :data:`MIN_NUMEL` coordinates pooled into one): the mean of c as the theory reads it
     (:func:`noloco.advice.predict.trajectory`, the long-run noise model) over the latest :data:`C_WINDOW` measured
     outer steps after the first, its standard error (the larger of the steps' scatter and the meter's coordinate
@@ -92,12 +130,13 @@ def c_estimates(run, outer) -> list[dict]:
 
     inputs = run.inputs
     first = max(1, len(inputs) - C_WINDOW)  # index 0 is outer step 1, where c is 0 by definition
+    latest = [InputsRow.from_json(row).groups for row in inputs[first:]]
     series = []
-    for name, g in groups_inputs(inputs, list(inputs[0]["groups"])).items():
+    for name, g in groups_inputs(inputs, list(latest[0])).items():
         s2, rho, drift = g["long-run"]
         c = trajectory(outer, g["c"], s2, rho, drift)[1][first:]
-        se = np.array([_coordinate_se(row["groups"][name]) for row in inputs[first:]])
-        series.append((name, g["numel"], c, se))
+        se = np.array([_coordinate_se(groups[name]) for groups in latest])
+        series.append((name, latest[0][name].numel, c, se))
     small = [x for x in series if x[1] < MIN_NUMEL]
     series = [x for x in series if x[1] >= MIN_NUMEL]
     if small:  # one pooled tensor, numel-weighted
@@ -110,17 +149,16 @@ def c_estimates(run, outer) -> list[dict]:
         k = len(c)
         scatter = float(np.var(c, ddof=1) / k) if k > 1 else math.inf
         coordinates = float(np.mean(se ** 2) / k)
-        out.append({"tensor": name, "numel": numel, "c": float(np.mean(c)), "se": math.sqrt(max(scatter, coordinates)),
-                    "df": k - 1, "steps": k})
+        out.append(CEstimate(name, numel, float(np.mean(c)), math.sqrt(max(scatter, coordinates)), k - 1, k))
     return out
 
 
-def _coordinate_se(group: dict) -> float:
-    value = group.get("c_se", (group.get("se") or {}).get("c"))
+def _coordinate_se(group: GroupInputs) -> float:
+    value = group.c_se if group.c_se is not None else (group.se or {}).get("c")  # exact, or a sample's
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
 
 
-def unstable(run, outer, step: int, hits: list) -> dict | None:
+def unstable(run, outer, step: int, hits: list) -> Flag | None:
     """The stability test of the module docstring at the run so far (``run``, a record); ``hits`` the outer steps at
     which a tensor's whole interval was unstable so far (appended to here). A flag at the second check in a row."""
     from scipy.special import stdtrit  # Student's t quantile (scipy.stats.t.ppf's own; scipy.stats imports in seconds)
@@ -131,16 +169,16 @@ def unstable(run, outer, step: int, hits: list) -> dict | None:
         return None
     found = None
     estimates = c_estimates(run, outer)
-    for e in sorted(estimates, key=lambda e: e["c"]):
-        if decay_factor(outer, e["c"]) < 1:  # the mean converges: so does the interval's test
+    for e in sorted(estimates, key=lambda e: e.c):
+        if decay_factor(outer, e.c) < 1:  # the mean converges: so does the interval's test
             continue
-        q = float(stdtrit(e["df"], 1 - FALSE_ALARM / len(estimates))) if e["df"] >= 1 else math.inf
-        low, high = e["c"] - q * e["se"], e["c"] + q * e["se"]
+        q = float(stdtrit(e.df, 1 - FALSE_ALARM / len(estimates))) if e.df >= 1 else math.inf
+        low, high = e.c - q * e.se, e.c + q * e.se
         if not math.isfinite(high - low):
             continue
         factors = [decay_factor(outer, low + (high - low) * i / 16) for i in range(17)]
         if min(factors) >= 1:
-            found = {**e, "low": low, "high": high, "factor": decay_factor(outer, e["c"]), "least": min(factors)}
+            found = (e, low, high, decay_factor(outer, e.c), min(factors))
             break
     if found is None:
         hits.clear()
@@ -148,35 +186,36 @@ def unstable(run, outer, step: int, hits: list) -> dict | None:
     hits.append(step)
     if len(hits) < 2:
         return None
-    f = found
-    return {"flag": "unstable", "outer_step": step, "decay_factor": f["factor"], "flattest_c": f["c"],
-            "c_interval": [f["low"], f["high"]], "false_alarm": FALSE_ALARM,
-            "message": f"this outer step cannot converge at the measured inputs: at tensor {f['tensor']} c {f['c']:.4g} "
-                       f"(interval {f['low']:.3g} to {f['high']:.3g} over outer steps {len(run.inputs) - f['steps'] + 1}"
-                       f" to {len(run.inputs)}) the decay factor per outer step is {f['factor']:.4f}, and at least "
-                       f"{f['least']:.4f} across the interval, at the checks of outer steps {', '.join(map(str, hits))} "
-                       f"(false-alarm rate {FALSE_ALARM:g} per check); lower alpha or beta, or bring gamma into the "
-                       f"stable region (noloco check shows it)"}
+    e, low, high, factor, least = found
+    return Flag("unstable", step, decay_factor=factor, flattest_c=e.c, c_interval=[low, high], false_alarm=FALSE_ALARM,
+                message=f"this outer step cannot converge at the measured inputs: at tensor {e.tensor} c {e.c:.4g} "
+                        f"(interval {low:.3g} to {high:.3g} over outer steps {len(run.inputs) - e.steps + 1}"
+                        f" to {len(run.inputs)}) the decay factor per outer step is {factor:.4f}, and at least "
+                        f"{least:.4f} across the interval, at the checks of outer steps {', '.join(map(str, hits))} "
+                        f"(false-alarm rate {FALSE_ALARM:g} per check); lower alpha or beta, or bring gamma into the "
+                        f"stable region (noloco check shows it)")
 
 
-def spread_budget(run, outer, budget: float, measured: float, step: int, outer_steps: int) -> dict | None:
+def spread_budget(run, outer, budget: float, measured: float, step: int, outer_steps: int) -> Flag | None:
     if measured > budget:
-        return {"flag": "spread_budget", "outer_step": step, "measured": measured,
-                "message": f"weight_std {measured:.3g} at outer step {step} is above the spread budget {budget:.3g}"}
+        return Flag("spread_budget", step, measured=measured,
+                    message=f"weight_std {measured:.3g} at outer step {step} is above the spread budget {budget:.3g}")
     measured_steps = step + 1  # the inputs of outer step step + 1 were just measured
     if measured_steps < 3 or measured_steps >= outer_steps or outer.group_size == outer.replicas:  # n = N: 0
         return None
     from noloco.advice.forecast import forecast
 
     report = forecast(run, from_step=measured_steps)
-    rows = [r for r in report["rows"] if math.isfinite(r["forecast"])]
+    every, own_flags = report["rows"], report["flags"]  # the forecast's report (its rows: outer_step, forecast, low, high)
+    rows = [r for r in every if math.isfinite(r["forecast"])]
     over = next((r for r in rows if r["forecast"] > budget), None)
-    if over is None and len(rows) == len(report["rows"]):
+    if over is None and len(rows) == len(every):
         return None
-    at = over["outer_step"] if over else "a later step (the forecast diverges)"
-    return {"flag": "spread_budget", "outer_step": step, "forecast_step": over and over["outer_step"],
-            "forecast": over and over["forecast"], "forecast_flags": report["flags"],
-            "message": f"the spread forecast from outer step {measured_steps} crosses the budget {budget:.3g} at outer step "
-                       f"{at}" + (f" (forecast {over['forecast']:.3g}, 80 % interval {over['low']:.3g} to "
-                                  f"{over['high']:.3g})" if over else "")
-                       + (f"; the forecast's own flags: {'; '.join(report['flags'])}" if report["flags"] else "")}
+    at, value, low, high = (over["outer_step"], over["forecast"], over["low"], over["high"]) if over else (None,) * 4
+    # forecast_step and forecast are null where the forecast diverges before crossing: the keys are always written
+    return Flag("spread_budget", step, forecast_step=at, forecast=value, forecast_flags=own_flags,
+                message=f"the spread forecast from outer step {measured_steps} crosses the budget {budget:.3g} at outer "
+                        f"step {at if over else 'a later step (the forecast diverges)'}"
+                        + (f" (forecast {value:.3g}, 80 % interval {low:.3g} to {high:.3g})" if over else "")
+                        + (f"; the forecast's own flags: {'; '.join(own_flags)}" if own_flags else ""),
+                order=("flag", "outer_step", "forecast_step", "forecast", "forecast_flags", "message"))

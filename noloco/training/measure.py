@@ -56,6 +56,7 @@ from typing import Callable, Mapping
 
 import torch
 
+from noloco.advice.run_rows import GroupInputs
 from noloco.theory.exchangeable import ar1_sum_factor  # noqa: F401 (defined with the AR(1) noise model)
 
 #: keys of one group's entry in :meth:`SpreadMeter.row`
@@ -108,7 +109,7 @@ class _Group:
         self.sum_v = 0.0
         self.sum_a = 0.0
         self.count_a = 0
-        self.row: dict = {}
+        self.row: GroupInputs | None = None  # the last step's estimates
 
 
 class SpreadMeter:
@@ -184,15 +185,20 @@ class SpreadMeter:
             g.last_rr = rr
             q = qq / norm
             D, s2n, rhon = solve_drift(t, g.sum_v / t, g.sum_a / g.count_a, q) if g.count_a else (None,) * 3
-            g.row = {"numel": numel, "spread": zz / (numel * N), "progress_var": pp / norm, "c": c, "s2": v_t,
-                     "lag1_cov": lag1, "rho": rho, "sum_var": q, "drift_var": D, "s2_noise": s2n, "rho_noise": rhon}
+            g.row = GroupInputs(numel=numel, spread=zz / (numel * N), progress_var=pp / norm, c=c, s2=v_t,
+                                lag1_cov=lag1, rho=rho, sum_var=q, drift_var=D, s2_noise=s2n, rho_noise=rhon)
         self.steps += 1
         return self.row()
 
+    def latest(self) -> dict[str, GroupInputs]:
+        """The last step's estimates of each group."""
+        return {name: g.row for name, g in self.groups.items()}
+
     def row(self) -> dict:
-        """The last step's estimates: ``{"steps", "replicas", "groups": {name: {...ROW_KEYS}}}``."""
+        """The last step's estimates as an inputs.jsonl row lacks only its ``outer_step``:
+        ``{"steps", "replicas", "groups": {name: {...ROW_KEYS}}}``."""
         return {"steps": self.steps, "replicas": self.replicas,
-                "groups": {name: dict(g.row) for name, g in self.groups.items()}}
+                "groups": {name: row.to_json() for name, row in self.latest().items()}}
 
     # ------------------------------------------------------------- checkpoints
 
@@ -200,7 +206,8 @@ class SpreadMeter:
         """Tensors and plain numbers only (``torch.load(weights_only=True)`` reads it)."""
         return {"replicas": self.replicas, "steps": self.steps,
                 "groups": {name: {"prev": g.prev, "total": g.total, "steps": g.steps, "last_rr": g.last_rr,
-                                  "sum_v": g.sum_v, "sum_a": g.sum_a, "count_a": g.count_a, "row": g.row}
+                                  "sum_v": g.sum_v, "sum_a": g.sum_a, "count_a": g.count_a,
+                                  "row": g.row.to_json()}
                            for name, g in self.groups.items()}}
 
     def load_state_dict(self, state: dict) -> None:
@@ -213,5 +220,5 @@ class SpreadMeter:
             g.prev = {k: v.to(self.buffer_dtype) for k, v in s["prev"].items()}
             g.total = {k: v.to(self.buffer_dtype) for k, v in s["total"].items()}
             g.steps, g.last_rr, g.sum_v = s["steps"], s["last_rr"], s["sum_v"]
-            g.sum_a, g.count_a, g.row = s["sum_a"], s["count_a"], dict(s["row"])
+            g.sum_a, g.count_a, g.row = s["sum_a"], s["count_a"], GroupInputs.from_json(s["row"])
             self.groups[name] = g

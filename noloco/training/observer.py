@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from noloco.advice.record import RunRecord, RunSetting
+from noloco.advice.run_rows import GroupInputs, InputsRow
 from noloco.infra.errors import ConfigError, DataError
 from noloco.infra.files import SCHEMA_VERSION, atomic_write_text, dumps
 from noloco.infra.rundir import RunLock
@@ -165,10 +166,13 @@ class Observer:
         self.sampled = sample is not None or not self.batched
         self.sample = CoordinateSample(one, DEFAULT_SAMPLE if sample is None else sample, seed)
         self.meter = SpreadMeter(self.N)
+        # what the folder's files get, as JSON: metrics.jsonl's rows (the user's own keys among them), inputs.jsonl's,
+        # result.json's flags
         self.rows: dict[int, dict] = {}  # outer step -> metrics row
         self.inputs: list[dict] = []
         self.alignments: list = []
         self.flags: list[dict] = []
+        self._kinds: set[str] = set()  # the kinds of flag raised
         self.seconds = 0.0  # spent observing (the benchmark's cost)
         self.gather_seconds = 0.0  # of which in the all-gather (the wait for the slowest rank included)
         self._prev = None  # (phi, progress) samples of the last outer step
@@ -251,11 +255,11 @@ class Observer:
             return [k for k, s in zip(names, sums) if not bool((s == s[0]).all())]
         return [k for i, k in enumerate(names) if any(r[2 * i:2 * i + 2] != every[0][2 * i:2 * i + 2] for r in every)]
 
-    def _spread(self, groups: dict) -> tuple[float, float]:
+    def _spread(self, groups: dict[str, GroupInputs]) -> tuple[float, float]:
         """``(weight_std, its standard error)`` pooled over the tensors, numel-weighted."""
         total = sum(self.numel.values())
-        sq = sum(self.numel[k] * g["spread"] for k, g in groups.items()) / total
-        var = sum((self.numel[k] * g.get("se", {}).get("spread", 0.0)) ** 2 for k, g in groups.items()) / total ** 2
+        sq = sum(self.numel[k] * g.spread for k, g in groups.items()) / total
+        var = sum((self.numel[k] * (g.se or {}).get("spread", 0.0)) ** 2 for k, g in groups.items()) / total ** 2
         ws = math.sqrt(max(sq, 0.0))
         return ws, (math.sqrt(var) / (2 * ws) if ws > 0 else 0.0)
 
@@ -294,20 +298,22 @@ class Observer:
     def _measure(self, step: int, phi, progress, phi_s: dict, prog_s: dict, differ) -> None:
         """One outer step's row from the samples (or, exact in one process, from ``phi`` and ``progress``)."""
         if self.sampled:
-            row = self.meter.update(phi_s, prog_s)
-            for k, g in row["groups"].items():
-                g["sampled"], g["numel"] = g["numel"], self.numel[k]
-                g["se"] = standard_errors(phi_s[k], prog_s[k], g["c"], self.sample.exact(k))
+            self.meter.update(phi_s, prog_s)
+            groups = {k: dataclasses.replace(g, sampled=g.numel, numel=self.numel[k],
+                                             se=standard_errors(phi_s[k], prog_s[k], g.c, self.sample.exact(k)))
+                      for k, g in self.meter.latest().items()}
         else:
             early = step <= self.warn_steps  # c's standard error over the coordinates: what the warnings test against
-            row = self.meter.update(phi, progress, keep=early)
+            self.meter.update(phi, progress, keep=early)
+            groups = self.meter.latest()
             if early:  # from the meter's centred float64 tensors, not converted and centred a second time
-                for k, g in row["groups"].items():
-                    g["c_se"] = 0.0 if self.numel[k] < 2 else c_error(*self.meter.centred[k], g["c"])
+                groups = {k: dataclasses.replace(g, c_se=0.0 if self.numel[k] < 2 else
+                                                 c_error(*self.meter.centred[k], g.c)) for k, g in groups.items()}
                 self.meter.centred = {}
-        ws, se = self._spread(row["groups"])
+        ws, se = self._spread(groups)
         self._metric(step, ws, se)
-        self.inputs.append({"outer_step": step + 1, **row})
+        self.inputs.append(InputsRow(outer_step=step + 1, steps=self.meter.steps, replicas=self.meter.replicas,
+                                     groups=groups).to_json())
         if self._prev is not None:
             self.alignments.append(update_alignment(*self._prev, phi_s))
         self._prev = (phi_s, prog_s)
@@ -331,15 +337,14 @@ class Observer:
                 self._raise(early_warning.unstable(run, self.outer.config, step, self._unstable))
             if self.budget is not None:
                 self._raise(early_warning.spread_budget(run, self.outer.config, self.budget, ws, step,
-                                                        self.config["outer_steps"]))
+                                                        self.setting.outer_steps))
         except (ConfigError, DataError):
             pass
 
     def _record(self) -> RunRecord:
         """The run so far as the advice reads a folder (:func:`noloco.advice.record.read_run`), from memory."""
-        result = self.result(finished=False)
         return RunRecord(folder=self.folder, setting=self.setting, metrics=self._metric_rows(),
-                         inputs=list(self.inputs), world_size=result["world_size"], result=result)
+                         inputs=list(self.inputs), world_size=self._world_size(), result=self.result(finished=False))
 
     def _metric_rows(self) -> list[dict]:
         """metrics.jsonl's rows: the outer steps whose spread is measured, in order."""
@@ -351,9 +356,10 @@ class Observer:
         if self.sampled:
             row["weight_std_se"] = se
 
-    def _raise(self, flag: dict | None) -> None:
-        if flag is not None and flag["flag"] not in {f["flag"] for f in self.flags}:
-            self.flags.append(flag)
+    def _raise(self, flag: early_warning.Flag | None) -> None:
+        if flag is not None and flag.flag not in self._kinds:  # the first of each kind
+            self._kinds.add(flag.flag)
+            self.flags.append(flag.to_json())
 
     def log(self, step: int, **metrics) -> None:
         """Your own numbers at outer step ``step`` (``outer.outer_done`` after it), e.g. ``train_loss``, and
@@ -383,17 +389,17 @@ class Observer:
         if step not in self.rows or "weight_std" not in self.rows[step]:  # the same on every rank
             if self.sampled:
                 (phi_s,) = self._gather(self.outer.phi)
-                groups = {k: {"spread": float(((t - t.mean(0)) ** 2).sum(0).mean()) / self.N,
-                              "se": standard_errors(t, torch.zeros_like(t), 0.0, self.sample.exact(k))}
+                groups = {k: GroupInputs(spread=float(((t - t.mean(0)) ** 2).sum(0).mean()) / self.N,
+                                         se=standard_errors(t, torch.zeros_like(t), 0.0, self.sample.exact(k)))
                           for k, t in phi_s.items()}
             else:  # every coordinate, float64 (equal replicas give exactly 0)
-                groups = {k: {"spread": float(((p.double() - p.double().mean(0)) ** 2).sum()) / (self.numel[k] * self.N)}
-                          for k, p in self.outer.phi.items()}
+                groups = {k: GroupInputs(spread=float(((p.double() - p.double().mean(0)) ** 2).sum()) /
+                                         (self.numel[k] * self.N)) for k, p in self.outer.phi.items()}
             self._metric(step, *self._spread(groups))
         self.second_moment = self._second_moment(step)
         self.seconds += time.perf_counter() - start
         if self.main:
-            self._write(finished=step >= self.config["outer_steps"], wait=True)
+            self._write(finished=step >= self.setting.outer_steps, wait=True)
         self._handle.remove()
         self._handle = None
         _release_folder(self)
@@ -421,9 +427,9 @@ class Observer:
         None without an inner optimizer that keeps ``exp_avg_sq``."""
         optimizer = getattr(self.outer, "inner_optimizer", None)
         states = [st for st in (optimizer.state.values() if optimizer is not None else ()) if "exp_avg_sq" in st]
-        if not states or self.config.get("inner_optimizer") != "adamw":
+        if not states or self.setting.inner_optimizer != "adamw":
             return None
-        beta2 = self.config["adam_beta2"]
+        beta2 = self.setting.adam_beta2
         root = torch.tensor(sum(float((st["exp_avg_sq"].double() / (1 - beta2 ** float(st["step"]))).sqrt().sum())
                                 for st in states), dtype=torch.float64)
         if not self.batched:
@@ -438,11 +444,14 @@ class Observer:
             "per_tensor": self.sample.per_tensor, "seed": self.sample.seed, "tensors": len(self.numel),
             "coordinates": sum(self.sample.sizes().values()), "of": sum(self.numel.values())}
         return {"format": FORMAT, "format_version": FORMAT_VERSION, "schema_version": SCHEMA_VERSION,
-                "config": self.config, "world_size": 1 if self.batched else self.N, "replicas": self.N,
+                "config": self.config, "world_size": self._world_size(), "replicas": self.N,
                 "n_params": sum(self.numel.values()), "outer_steps_done": self.outer.outer_done,
                 "finished": finished, "wall_s": time.perf_counter() - self._started,
                 "observer_s": self.seconds, "sampled": sampled, "flags": self.flags, "torch": torch.__version__,
                 "adam_second_moment": getattr(self, "second_moment", None)}
+
+    def _world_size(self) -> int:
+        return 1 if self.batched else self.N
 
     def _write(self, finished: bool, wait: bool = False) -> None:
         """The folder's three files, written (each atomically, fsynced) by one background thread in order, so that
