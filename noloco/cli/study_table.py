@@ -25,11 +25,11 @@ class Study:
     needs: str = ""  #: what needs transformers, checked before the module is imported ("": nothing)
 
 
-def show(args, report: dict, format_report: Callable) -> int:
-    """A study's report: JSON with --json, else its table; exit status 0."""
+def show(args, report, format_report: Callable) -> int:
+    """A study's report (a dict or a typed record): JSON with --json, else its table; exit status 0."""
     from noloco.infra.files import print_json
 
-    print_json(report) if args.json else print(format_report(report))
+    print_json(report.to_json() if hasattr(report, "to_json") else report) if args.json else print(format_report(report))
     return 0
 
 
