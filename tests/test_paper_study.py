@@ -4,6 +4,7 @@ by hand, the tables' arithmetic on made-up runs, and the exit codes."""
 
 import dataclasses
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -12,7 +13,8 @@ from noloco.advice.run_rows import MetricsRow, RunResult
 from noloco.infra.files import loads
 from noloco.studies import paper as paper_study
 from noloco.cli import main as cli_main
-from noloco.studies.paper import QUICK, SeedRun, at_or_below, grows, pearson
+from noloco.studies.paper import QUICK, at_or_below, grows, pearson
+from noloco.studies.seeds import SeedRun
 from noloco.studies.reports import PaperGptReport
 
 
@@ -58,7 +60,7 @@ def test_trend_rules_on_hand_worked_examples():
 def _run(ppl: float, loss_avg: float = 2.0) -> SeedRun:
     cfg = paper_study._config(QUICK, "noloco", 2, 1, 0)
     row = MetricsRow(outer_step=1, perplexity=ppl, val_loss_avg_model=loss_avg, val_loss_replicas_mean=math.log(ppl))
-    return SeedRun(cfg, RunResult(config=cfg.as_dict()), [row])
+    return SeedRun(cfg, Path("unused"), RunResult(config=cfg.as_dict()), [row])
 
 
 def test_table_gaps_and_verdicts_on_made_up_runs():

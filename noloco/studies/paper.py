@@ -31,13 +31,13 @@ from pathlib import Path
 
 import numpy as np
 
-from noloco.advice.run_rows import MetricsRow, RunResult
-from noloco.infra.errors import ConfigError, DataError
-from noloco.infra.files import output_dir, read_jsonl, write_json
-from noloco.llm_check.config import TrainConfig, build
+from noloco.infra.errors import ConfigError
+from noloco.infra.files import output_dir, write_json
+from noloco.llm_check.config import build
 from noloco.studies.reports import (ByRouting, ConfiguredRun, Correlations, Estimate, Fig3b, Fig4, GapToDdp,
                                     MethodCell, PaperCell, PaperConfigs, PaperFig4, PaperGptReport, PaperSettings,
                                     Peak, Table2, Table2Cell, Trend)
+from noloco.studies.seeds import SeedRun, band, train_seed
 from noloco.theory.stats import mean_se
 
 SCHEMA = "paper-gpt-study"
@@ -130,19 +130,6 @@ def at_or_below(differences) -> Trend:
 
 # ----------------------------------------------------------------- the runs
 
-@dataclass(frozen=True)
-class SeedRun:
-    """One seed's finished run: the settings it was trained with, its result.json and its metrics rows."""
-
-    config: TrainConfig
-    result: RunResult
-    rows: list  # MetricsRow
-
-    def curve(self, pick) -> np.ndarray:
-        """``pick(row)`` at every evaluation."""
-        return np.asarray([pick(r) for r in self.rows], dtype=float)
-
-
 STEP = lambda r: r.step
 LR = lambda r: r.lr
 WEIGHT_STD = lambda r: r.weight_std
@@ -194,8 +181,6 @@ def jobs(plan: Plan) -> dict:
 
 def train_all(out: Path, plan: Plan, seeds, threads: int | None, progress: bool | None) -> dict:
     """``{name: [SeedRun per seed]}`` for every job, trained or reused."""
-    from noloco.llm_check.train import train_or_reuse
-
     todo = jobs(plan)
     configs = {(name, seed): _config(plan, method, dp, pp, seed, routing, **extra)
                for name, (method, dp, pp, routing, extra) in todo.items() for seed in seeds}  # all checked first
@@ -206,12 +191,8 @@ def train_all(out: Path, plan: Plan, seeds, threads: int | None, progress: bool 
         bar = tqdm(total=len(configs), desc="paper study", unit="run", leave=False)
     runs: dict[str, list[SeedRun]] = {}
     for (name, seed), cfg in configs.items():
-        where = out / name / f"seed{seed}"
-        result = RunResult.from_json(train_or_reuse(cfg, where, threads))
-        if result.diverged:
-            raise DataError(f"{where}: {result.diverged['message']}")
-        rows = read_jsonl(where / "metrics.jsonl", required=("step", "lr", "perplexity", "weight_std"))
-        runs.setdefault(name, []).append(SeedRun(cfg, result, [MetricsRow.from_json(r) for r in rows]))
+        runs.setdefault(name, []).append(train_seed(cfg, out / name / f"seed{seed}", threads,
+                                                    ("step", "lr", "perplexity", "weight_std")))
         if bar is not None:
             bar.update(1)
     if bar is not None:
@@ -220,11 +201,6 @@ def train_all(out: Path, plan: Plan, seeds, threads: int | None, progress: bool 
 
 
 # ----------------------------------------------------------------- the figures' data and the tables
-
-def _band(per_seed) -> Estimate:
-    mean, se = mean_se(np.asarray(per_seed, dtype=float), axis=0)
-    return Estimate(mean=np.atleast_1d(mean).tolist(), se=np.atleast_1d(se).tolist())
-
 
 def _correlations(cell: list) -> Correlations:
     return Correlations(*(summary([pearson(s.curve(pick), s.curve(LR)) for s in cell])
@@ -242,7 +218,7 @@ def fig3b(runs: dict, plan: Plan) -> Fig3b:
     peaks = [int(s.curve(STEP)[np.argmax(w)]) for s, w in zip(seeds, weight)]
     correlations = {_cell(d, p): _correlations(runs[f"noloco-{_cell(d, p)}"]) for p in plan.pp for d in plan.dp}
     return Fig3b(dp=dp, pp=pp, warmup=seeds[0].config.warmup, step=seeds[0].curve(STEP).astype(int).tolist(),
-                 lr=seeds[0].curve(LR).tolist(), weight_std_normalised=_band(norm), weight_std=_band(weight),
+                 lr=seeds[0].curve(LR).tolist(), weight_std_normalised=band(norm), weight_std=band(weight),
                  peak_step=peaks, final_over_max=summary([n[-1] for n in norm]),
                  pearson=correlations[_cell(dp, pp)], pearson_by_setting=correlations, paper_pearson=list(PAPER_FIG3B))
 
@@ -266,12 +242,12 @@ def fig4(runs: dict, plan: Plan) -> Fig4:
     second_half = [b.curve(WEIGHT_STD)[half].mean() / a.curve(WEIGHT_STD)[half].mean() for a, b in pairs]
     stages = stage_half = None
     if pp > 1:
-        stages = _band([_per_stage(b) / _per_stage(a) for a, b in pairs])
-        stage_half = _band([_per_stage(b)[half].mean(0) / _per_stage(a)[half].mean(0) for a, b in pairs])
-    ppl = _band(ppl_ratio)
+        stages = band([_per_stage(b) / _per_stage(a) for a, b in pairs])
+        stage_half = band([_per_stage(b)[half].mean(0) / _per_stage(a)[half].mean(0) for a, b in pairs])
+    ppl = band(ppl_ratio)
     peak = int(np.argmax(ppl.mean))
-    curves = lambda pick: ByRouting(*(_band([s.curve(pick) for s in run]) for run in by_routing.values()))
-    return Fig4(dp=dp, pp=pp, step=step.astype(int).tolist(), weight_std_ratio=_band(weight_ratio),
+    curves = lambda pick: ByRouting(*(band([s.curve(pick) for s in run]) for run in by_routing.values()))
+    return Fig4(dp=dp, pp=pp, step=step.astype(int).tolist(), weight_std_ratio=band(weight_ratio),
                 perplexity_ratio=ppl, weight_std_ratio_per_stage=stages, weight_std=curves(WEIGHT_STD),
                 perplexity=curves(PERPLEXITY), weight_std_ratio_second_half=summary(second_half),
                 weight_std_ratio_second_half_per_stage=stage_half,
