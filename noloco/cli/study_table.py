@@ -103,9 +103,9 @@ def _warnings(m, a) -> int:
     report = m.run_study(a.out, train_runs=not a.no_train)
     show(a, report, m.format_report)
     if not m.ok(report):  # why the exit status is 1, on stderr: --json's stdout stays pure JSON
-        s = report["summary"]
-        print(f"noloco llm study warnings: {s['false_alarms']} false alarm(s) on {s['clean_runs']} clean runs, "
-              f"{s['faults'] - s['caught']} of {s['faults']} planted faults not caught", file=sys.stderr)
+        s = report.summary
+        print(f"noloco llm study warnings: {s.false_alarms} false alarm(s) on {s.clean_runs} clean runs, "
+              f"{s.faults - s.caught} of {s.faults} planted faults not caught", file=sys.stderr)
     return 0 if m.ok(report) else 1
 
 
