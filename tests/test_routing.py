@@ -218,12 +218,12 @@ def test_cli_stages_run_and_evaluation_with_stages_removed(tmp_path, capsys):
     row = rows(out)[-1]
     assert len(row["weight_std_per_stage"]) == 3
     full = evaluate_run(out)
-    assert full["val_loss_avg_model"] == pytest.approx(row["val_loss_avg_model"], rel=1e-6)
+    assert full.val_loss_avg_model == pytest.approx(row["val_loss_avg_model"], rel=1e-6)
     cut = evaluate_run(out, removed=[1])
-    assert cut["removed"] == [1] and cut["val_loss_avg_model"] != full["val_loss_avg_model"]
+    assert cut.removed == [1] and cut.val_loss_avg_model != full.val_loss_avg_model
     capsys.readouterr()
     assert main(["llm", "evaluate", str(out), "--remove", "1", "--json"]) == 0
-    assert loads(capsys.readouterr().out)["val_loss_avg_model"] == pytest.approx(cut["val_loss_avg_model"])
+    assert loads(capsys.readouterr().out)["val_loss_avg_model"] == pytest.approx(cut.val_loss_avg_model)
     assert main(["llm", "evaluate", str(out), "--remove", "2"]) == 2  # the head's stage
     assert "cannot be removed" in capsys.readouterr().err
     assert middle_stages(3) == [1]

@@ -111,7 +111,7 @@ def run_study(out: str | Path, seeds=SEEDS, quick: bool = False, threads: int | 
         whole, cut = [], []
         for run in runs[name]:
             whole.append(run.rows[-1].val_loss_avg_model)
-            cut.append(np.mean([evaluate_run(run.folder, removed, threads)["val_loss_avg_model"]
+            cut.append(np.mean([evaluate_run(run.folder, removed, threads).val_loss_avg_model
                                 for removed in halves]))
         skipping[f"{p:g}"] = Skipping(val_loss=band(whole), val_loss_half_removed=band(cut),
                                       increase=band(np.subtract(cut, whole)))
