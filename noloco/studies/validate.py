@@ -136,7 +136,7 @@ class SeedRun(NamedTuple):
     config: TrainConfig
     measured: float
     result: RunResult
-    zero_constant: dict | None
+    zero_constant: ZeroConstant | None
 
 
 def measure(metrics: list, outer_steps: int) -> tuple[float, float]:
@@ -150,10 +150,18 @@ def _ratio(measured: float, predicted: float) -> float:
     return measured / predicted if predicted > 0 else (1.0 if measured == 0 else float("inf"))
 
 
-def zero_constant(run_dir: Path) -> dict | None:
-    """:func:`noloco.advice.predict.predict` on one run (no fitted constant): ``predicted`` (RMS over the
-    second half of its predicted weight_std), ``decay_factor``, ``measured_growth`` and
-    ``predicted_growth``; None without inputs.jsonl."""
+class ZeroConstant(NamedTuple):
+    """The prediction with no fitted constant of one run: ``predicted`` is the RMS over the second half of its
+    predicted weight_std; the rest as :func:`noloco.advice.predict.predict` reports them."""
+
+    predicted: float
+    decay_factor: float | None
+    measured_growth: float | None
+    predicted_growth: float | None
+
+
+def zero_constant(run_dir: Path) -> ZeroConstant | None:
+    """:func:`noloco.advice.predict.predict` on one run (no fitted constant); None without inputs.jsonl."""
     from noloco.advice.predict import predict
 
     report = predict(run_dir)
@@ -161,8 +169,8 @@ def zero_constant(run_dir: Path) -> dict | None:
     values = [r["predicted"] for r in report["rows"] if r["outer_step"] > last / 2 and r["predicted"] is not None]
     if not values:
         return None
-    return {"predicted": rms_se(values)[0], **{k: report.get(k) for k in ("decay_factor", "measured_growth",
-                                                                          "predicted_growth")}}
+    return ZeroConstant(rms_se(values)[0], *(report.get(k) for k in ("decay_factor", "measured_growth",
+                                                                     "predicted_growth")))
 
 
 def unit_variance(cfg: TrainConfig) -> float:
@@ -246,13 +254,13 @@ def run_sweep(preset: str, out: str | Path, device: str | None = None, progress:
                   val_loss_avg_model=float(np.mean([r.result.final.val_loss_avg_model for r in runs[i]])),
                   seeds=len(runs[i]))
         if all(z is not None for z in zeros):
-            ratio_zero, ratio_zero_se = mean_se([_ratio(r.measured, r.zero_constant["predicted"]) for r in runs[i]])
-            decay = [z["decay_factor"] for z in zeros if z["decay_factor"] is not None]  # None: no spread (n = N)
-            growth = [(z["measured_growth"], z["predicted_growth"]) for z in zeros]
+            ratio_zero, ratio_zero_se = mean_se([_ratio(r.measured, r.zero_constant.predicted) for r in runs[i]])
+            decay = [z.decay_factor for z in zeros if z.decay_factor is not None]  # None: no spread (n = N)
+            growth = [(z.measured_growth, z.predicted_growth) for z in zeros]
             grown_m = grown_p = None
             if all(g is not None and p is not None for g, p in growth):
                 grown_m, grown_p = (float(v) for v in np.mean(growth, axis=0))
-            row = dataclasses.replace(row, predicted_zero_constant=float(np.mean([z["predicted"] for z in zeros])),
+            row = dataclasses.replace(row, predicted_zero_constant=float(np.mean([z.predicted for z in zeros])),
                                       ratio_zero_constant=ratio_zero, ratio_zero_constant_se=ratio_zero_se,
                                       unstable=bool(decay) and float(np.mean(decay)) > 1,
                                       growth_measured=grown_m, growth_predicted=grown_p)
