@@ -234,7 +234,7 @@ class Spreads:
     ``inner`` (None)."""
 
     outer: np.ndarray
-    inner: np.ndarray | None
+    inner: Any  # an array, or None (the chain's closed form)
     flat: Any
     stiff: Any
 
