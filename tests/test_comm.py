@@ -407,13 +407,13 @@ def test_measure_two_ranks_tiny_payload(tmp_path):
     from noloco.infra.files import SCHEMA_VERSION, write_json
 
     data = comm_measure.measure(ranks=[2], sizes=[1024, 4096], base_repeats=3, progress=False)
-    assert data["schema_version"] == SCHEMA_VERSION
-    ops = {(c["op"], c["bytes"]) for c in data["measurements"]}
+    assert data.schema_version == SCHEMA_VERSION
+    ops = {(c.op, c.bytes) for c in data.measurements}
     assert ops == {(op, m) for op in ("allreduce", "pair_exchange", "pingpong") for m in (1024, 4096)}
-    for c in data["measurements"]:
-        assert len(c["times_s"]) >= 3 and all(0 < t < 10 for t in c["times_s"])
-        assert c["p10_s"] <= c["median_s"] <= c["p90_s"] and c["model_s"] > 0
+    for c in data.measurements:
+        assert len(c.times_s) >= 3 and all(0 < t < 10 for t in c.times_s)
+        assert c.p10_s <= c.median_s <= c.p90_s and c.model_s > 0
     out = tmp_path / "sub" / "m.json"
     write_json(out, data)
-    assert json.loads(out.read_text())["fit"] == data["fit"]
+    assert comm_measure.CommReport.from_json(json.loads(out.read_text())).fit == data.fit
     assert [p.name for p in out.parent.iterdir()] == ["m.json"]

@@ -297,21 +297,21 @@ def test_validate_cpu_tiny(tmp_path):
     from noloco.theory.stats import holds, z_score
 
     report = run_sweep("cpu-tiny", tmp_path, progress=False)
-    ref, *predicted = report["rows"]
-    assert ref["fitted"] and not any(r["fitted"] for r in predicted) and len(predicted) == 2
+    ref, *predicted = report.rows
+    assert ref.fitted and not any(r.fitted for r in predicted) and len(predicted) == 2
     for r in predicted:
-        se = math.hypot(r["stderr"], r["predicted"] * ref["stderr"] / ref["measured"])
-        assert holds(z_score(r["measured"], se, r["predicted"]), 3.0), r
-    assert predicted[1]["predicted"] == predicted[1]["measured"] == 0.0  # n = N: identical replicas
-    assert predicted[0]["predicted"] > 0 and predicted[0]["changes"] == {"gamma": 0.35}
+        se = math.hypot(r.stderr, r.predicted * ref.stderr / ref.measured)
+        assert holds(z_score(r.measured, se, r.predicted), 3.0), r
+    assert predicted[1].predicted == predicted[1].measured == 0.0  # n = N: identical replicas
+    assert predicted[0].predicted > 0 and predicted[0].changes == {"gamma": 0.35}
     assert loads((tmp_path / "validate.json").read_text())["schema_version"] == SCHEMA_VERSION
     assert "predicted" in format_table(report) and "zero-const" in format_table(report)
-    assert all(r["predicted_zero_constant"] is not None for r in report["rows"])  # every run logs its inputs
-    assert predicted[1]["predicted_zero_constant"] == 0.0 and predicted[1]["ratio_zero_constant"] == 1.0
-    assert all(r["seeds"] == 2 for r in report["rows"]) and (tmp_path / "run00-seed1" / "metrics.jsonl").exists()
-    assert all(r["ratio_zero_constant_se"] > 0 for r in report["rows"][:2])  # across seeds, not zero
-    agreement = report["agreement"]
-    assert agreement["rows"] == 3 and agreement["agree"] == sum(r["agrees"] for r in report["rows"])
+    assert all(r.predicted_zero_constant is not None for r in report.rows)  # every run logs its inputs
+    assert predicted[1].predicted_zero_constant == 0.0 and predicted[1].ratio_zero_constant == 1.0
+    assert all(r.seeds == 2 for r in report.rows) and (tmp_path / "run00-seed1" / "metrics.jsonl").exists()
+    assert all(r.ratio_zero_constant_se > 0 for r in report.rows[:2])  # across seeds, not zero
+    agreement = report.agreement
+    assert agreement.rows == 3 and agreement.agree == sum(r.agrees for r in report.rows)
 
 
 @pytest.mark.slow

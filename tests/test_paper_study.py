@@ -2,15 +2,20 @@
 end (runs reused, the JSON's shape, the tables, the figure), Pearson's r and the trend rules on examples worked
 by hand, the tables' arithmetic on made-up runs, and the exit codes."""
 
+import dataclasses
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
 
+from noloco.advice.run_rows import MetricsRow, RunResult
 from noloco.infra.files import loads
 from noloco.studies import paper as paper_study
 from noloco.cli import main as cli_main
 from noloco.studies.paper import QUICK, at_or_below, grows, pearson
+from noloco.studies.seeds import SeedRun
+from noloco.studies.reports import PaperGptReport
 
 
 def main(argv):
@@ -36,31 +41,31 @@ def test_pearson_on_hand_worked_examples():
 def test_trend_rules_on_hand_worked_examples():
     # (1, 2, 3): mean 2, sd 1, SE 1/sqrt 3 = 0.577: 2 > 1.155, growth
     g = grows([1, 2, 3])
-    assert g["mean"] == pytest.approx(2) and g["se"] == pytest.approx(1 / math.sqrt(3)) and g["holds"]
+    assert g.mean == pytest.approx(2) and g.se == pytest.approx(1 / math.sqrt(3)) and g.holds
     # (1, -1, 3): mean 1, sd 2, SE 1.155: 1 < 2.31, no growth shown
-    assert not grows([1, -1, 3])["holds"]
-    assert grows([0.5, 0.5, 0.5])["holds"] and not grows([0, 0, 0])["holds"] and not grows([-3, -2, -1])["holds"]
+    assert not grows([1, -1, 3]).holds
+    assert grows([0.5, 0.5, 0.5]).holds and not grows([0, 0, 0]).holds and not grows([-3, -2, -1]).holds
     # at or below: noloco - diloco <= 2 SE; below: < -2 SE
-    assert at_or_below([0, 0, 0])["holds"] and not at_or_below([0, 0, 0])["below"]   # identical runs: at
-    assert not at_or_below([1, 2, 3])["holds"]                                        # 2 > 2 x 0.577: above
+    assert at_or_below([0, 0, 0]).holds and not at_or_below([0, 0, 0]).below         # identical runs: at
+    assert not at_or_below([1, 2, 3]).holds                                           # 2 > 2 x 0.577: above
     same = at_or_below([1, -1, 3])
-    assert same["holds"] and not same["below"]                                        # 1 <= 2.31: at
-    assert at_or_below([-1, -2, -3])["below"] and at_or_below([-1, -2, -3])["holds"]
+    assert same.holds and not same.below                                              # 1 <= 2.31: at
+    assert at_or_below([-1, -2, -3]).below and at_or_below([-1, -2, -3]).holds
     # the boundary: mean exactly 2 SE is "at", exactly -2 SE is not "below"
     x = np.array([1.0, 1.0, 1.0, 5.0])  # mean 2, sd sqrt(12 / 3) = 2, SE 2 / sqrt 4 = 1: mean = 2 SE, exactly
-    assert at_or_below(x)["holds"] and not grows(x)["holds"]
-    assert not at_or_below(-x)["below"]
+    assert at_or_below(x).holds and not grows(x).holds
+    assert not at_or_below(-x).below
 
 
-def _run(ppl: float, loss_avg: float = 2.0) -> dict:
-    return {"result": {"config": {"outer": {"alpha": 0.5, "beta": 0.7, "group_size": 2}, "inner_steps": 3,
-                                  "outer_steps": 4}},
-            "rows": [{"perplexity": ppl, "val_loss_avg_model": loss_avg, "val_loss_replicas_mean": math.log(ppl)}]}
+def _run(ppl: float, loss_avg: float = 2.0) -> SeedRun:
+    cfg = paper_study._config(QUICK, "noloco", 2, 1, 0)
+    row = MetricsRow(outer_step=1, perplexity=ppl, val_loss_avg_model=loss_avg, val_loss_replicas_mean=math.log(ppl))
+    return SeedRun(cfg, Path("unused"), RunResult(config=cfg.as_dict()), [row])
 
 
 def test_table_gaps_and_verdicts_on_made_up_runs():
     """ddp 10 everywhere; diloco 11 then 12 (gaps 10 % and 20 %); noloco 0.1 below diloco with a spread."""
-    plan = {**QUICK, "dp": (2, 4), "pp": (1,), "paper_cell": (4, 1)}
+    plan = dataclasses.replace(QUICK, dp=(2, 4), pp=(1,), paper_cell=(4, 1))
     seeds = (0, 1, 2)
     runs = {"ddp-dp2-pp1": [_run(10) for _ in seeds], "ddp-dp4-pp1": [_run(10) for _ in seeds],
             "diloco-dp2-pp1": [_run(11 + 0.01 * s) for s in seeds], "diloco-dp4-pp1": [_run(12 + 0.02 * s) for s in seeds],
@@ -68,17 +73,17 @@ def test_table_gaps_and_verdicts_on_made_up_runs():
             "noloco-dp4-pp1": [_run(12 + 0.02 * s + (0.3 if s == 0 else -0.3)) for s in seeds],
             "diloco-paper-dp4-pp1": [_run(12.5) for _ in seeds]}
     t = paper_study.table2(runs, plan)
-    gap = t["gap_to_ddp"]["diloco-pp1"]
-    assert [g["mean"] for g in gap["gap_percent"]] == pytest.approx([10.1, 20.2])
-    assert gap["largest_minus_smallest"]["mean"] == pytest.approx(10.1) and gap["largest_minus_smallest"]["holds"]
-    cells = {c["dp"]: c for c in t["cells"]}
-    assert cells[2]["noloco_minus_diloco"]["mean"] == pytest.approx(-0.1)
-    assert cells[2]["noloco_minus_diloco"]["below"]                       # -0.1 with SE 0: below
-    d4 = cells[4]["noloco_minus_diloco"]                                  # +0.3, -0.3, -0.3: mean -0.1, SE 0.2
-    assert d4["mean"] == pytest.approx(-0.1) and d4["se"] == pytest.approx(0.2) and d4["holds"] and not d4["below"]
-    assert cells[4]["paper"] is None  # the paper has no (4, 1) cell of the Small model
-    pc = t["paper_configs"]
-    assert pc["noloco_minus_diloco"]["mean"] == pytest.approx(11.92 - 12.5) and pc["noloco_minus_diloco"]["below"]
+    gap = t.gap_to_ddp["diloco-pp1"]
+    assert [g.mean for g in gap.gap_percent] == pytest.approx([10.1, 20.2])
+    assert gap.largest_minus_smallest.mean == pytest.approx(10.1) and gap.largest_minus_smallest.holds
+    cells = {c.dp: c for c in t.cells}
+    assert cells[2].noloco_minus_diloco.mean == pytest.approx(-0.1)
+    assert cells[2].noloco_minus_diloco.below                             # -0.1 with SE 0: below
+    d4 = cells[4].noloco_minus_diloco                                     # +0.3, -0.3, -0.3: mean -0.1, SE 0.2
+    assert d4.mean == pytest.approx(-0.1) and d4.se == pytest.approx(0.2) and d4.holds and not d4.below
+    assert cells[4].paper is None  # the paper has no (4, 1) cell of the Small model
+    pc = t.paper_configs
+    assert pc.noloco_minus_diloco.mean == pytest.approx(11.92 - 12.5) and pc.noloco_minus_diloco.below
 
 
 # ----------------------------------------------------------------- the quick study end to end
@@ -92,33 +97,33 @@ def test_quick_study_end_to_end(tmp_path, capsys):
 
     assert main(["--quick", "--seeds", "2", "--out", str(tmp_path)]) == 0
     table = capsys.readouterr().out
-    rep = loads((tmp_path / "paper_gpt.json").read_text())
+    rep = PaperGptReport.from_json(loads((tmp_path / "paper_gpt.json").read_text()))
     assert paper_study.format_report(rep) in table
-    assert rep["schema"] == paper_study.SCHEMA and rep["settings"]["seeds"] == [0, 1]
-    assert rep["settings"]["runs"] == 2 * len(paper_study.jobs(QUICK))
-    steps = QUICK["run"]["outer_steps"]
-    f3 = rep["fig3b"]
-    assert len(f3["step"]) == len(f3["lr"]) == len(f3["weight_std_normalised"]["mean"]) == steps
-    assert max(f3["weight_std_normalised"]["mean"]) <= 1 and set(f3["pearson_by_setting"]) == {
-        f"dp{d}-pp{p}" for d in QUICK["dp"] for p in QUICK["pp"]}
-    assert -1 <= f3["pearson"]["theta_std"]["mean"] <= 1
-    f4 = rep["fig4"]
-    assert len(f4["weight_std_ratio"]["mean"]) == len(f4["perplexity_ratio"]["mean"]) == steps
-    assert np.shape(f4["weight_std_ratio_per_stage"]["mean"]) == (steps, QUICK["fig4"][1])
-    cells = rep["table2"]["cells"]
-    assert len(cells) == len(QUICK["dp"]) * len(QUICK["pp"])
+    assert rep.schema == paper_study.SCHEMA and rep.settings.seeds == [0, 1]
+    assert rep.settings.runs == 2 * len(paper_study.jobs(QUICK))
+    steps = QUICK.run["outer_steps"]
+    f3 = rep.fig3b
+    assert len(f3.step) == len(f3.lr) == len(f3.weight_std_normalised.mean) == steps
+    assert max(f3.weight_std_normalised.mean) <= 1 and set(f3.pearson_by_setting) == {
+        f"dp{d}-pp{p}" for d in QUICK.dp for p in QUICK.pp}
+    assert -1 <= f3.pearson.theta_std.mean <= 1
+    f4 = rep.fig4
+    assert len(f4.weight_std_ratio.mean) == len(f4.perplexity_ratio.mean) == steps
+    assert np.shape(f4.weight_std_ratio_per_stage.mean) == (steps, QUICK.fig4[1])
+    cells = rep.table2.cells
+    assert len(cells) == len(QUICK.dp) * len(QUICK.pp)
     for c in cells:
-        assert {m: c[m]["routing"] for m in ("ddp", "diloco", "noloco")} == {
-            "ddp": "fixed", "diloco": "fixed", "noloco": "random" if c["pp"] > 1 else "fixed"}
-        assert all(len(c[m]["perplexity"]["values"]) == 2 for m in ("ddp", "diloco", "noloco"))
-    assert rep["table2"]["paper_configs"]["diloco"]["inner_steps"] == QUICK["paper_diloco"]["inner_steps"]
-    assert rep["table2"]["paper_configs"]["diloco"]["alpha"] == 0.3
+        assert {m: c.method(m).routing for m in ("ddp", "diloco", "noloco")} == {
+            "ddp": "fixed", "diloco": "fixed", "noloco": "random" if c.pp > 1 else "fixed"}
+        assert all(len(c.method(m).perplexity.values) == 2 for m in ("ddp", "diloco", "noloco"))
+    assert rep.table2.paper_configs.diloco.inner_steps == QUICK.paper_diloco["inner_steps"]
+    assert rep.table2.paper_configs.diloco.alpha == 0.3
     # a second call trains nothing: every run is reused
     stamp = (tmp_path / "noloco-dp4-pp2" / "seed0" / "ckpt.pt").stat().st_mtime_ns
     assert main(["--quick", "--seeds", "2", "--out", str(tmp_path), "--json"]) == 0
     again = loads(capsys.readouterr().out)
     assert (tmp_path / "noloco-dp4-pp2" / "seed0" / "ckpt.pt").stat().st_mtime_ns == stamp
-    assert again["table2"]["cells"] == rep["table2"]["cells"]
+    assert PaperGptReport.from_json(again).table2.cells == rep.table2.cells
     # the figure draws from the study's JSON, legibly
     assert "paper_gpt" in FIGURES
     fig = fig_paper_gpt.draw(fig_paper_gpt.compute(str(tmp_path / "paper_gpt.json")))

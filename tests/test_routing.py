@@ -218,12 +218,12 @@ def test_cli_stages_run_and_evaluation_with_stages_removed(tmp_path, capsys):
     row = rows(out)[-1]
     assert len(row["weight_std_per_stage"]) == 3
     full = evaluate_run(out)
-    assert full["val_loss_avg_model"] == pytest.approx(row["val_loss_avg_model"], rel=1e-6)
+    assert full.val_loss_avg_model == pytest.approx(row["val_loss_avg_model"], rel=1e-6)
     cut = evaluate_run(out, removed=[1])
-    assert cut["removed"] == [1] and cut["val_loss_avg_model"] != full["val_loss_avg_model"]
+    assert cut.removed == [1] and cut.val_loss_avg_model != full.val_loss_avg_model
     capsys.readouterr()
     assert main(["llm", "evaluate", str(out), "--remove", "1", "--json"]) == 0
-    assert loads(capsys.readouterr().out)["val_loss_avg_model"] == pytest.approx(cut["val_loss_avg_model"])
+    assert loads(capsys.readouterr().out)["val_loss_avg_model"] == pytest.approx(cut.val_loss_avg_model)
     assert main(["llm", "evaluate", str(out), "--remove", "2"]) == 2  # the head's stage
     assert "cannot be removed" in capsys.readouterr().err
     assert middle_stages(3) == [1]
@@ -270,6 +270,7 @@ def test_torchrun_stages_match_batched(tmp_path):
 
 def test_routing_study_quick_writes_every_table(tmp_path, capsys):
     """The study's pipeline end to end at a tiny size: runs reused on a second call, tables and the figure."""
+    from noloco.studies.reports import RoutingReport
     from noloco.studies.routing import SKIP_PROBS, VARIANTS, format_report
 
     def study_main(argv):
@@ -278,10 +279,10 @@ def test_routing_study_quick_writes_every_table(tmp_path, capsys):
 
     assert study_main(["--quick", "--seeds", "2", "--out", str(tmp_path)]) == 0
     table = capsys.readouterr().out
-    rep = loads((tmp_path / "routing.json").read_text())
-    assert set(rep["ratios"]) == set(VARIANTS) and len(rep["skipping"]) == len(SKIP_PROBS)
-    for row in rep["spread"].values():
-        assert len(row["theta_std_per_stage"]["mean"]) == 4 and all(v > 0 for v in row["theta_std_per_stage"]["se"])
+    rep = RoutingReport.from_json(loads((tmp_path / "routing.json").read_text()))
+    assert set(rep.ratios) == set(VARIANTS) and len(rep.skipping) == len(SKIP_PROBS)
+    for row in rep.spread.values():
+        assert len(row.theta_std_per_stage.mean) == 4 and all(v > 0 for v in row.theta_std_per_stage.se)
     assert format_report(rep) in table
     stamp = (tmp_path / "noloco-fixed" / "seed0" / "ckpt.pt").stat().st_mtime_ns
     assert study_main(["--quick", "--seeds", "2", "--out", str(tmp_path), "--json"]) == 0  # reuses the runs

@@ -129,9 +129,9 @@ def test_fixed_routing_with_shared_groups_is_a_stiff_and_a_flat_direction(method
     exact = R.stationary(model, outer, inner)
     closed = R.chain_closed_form(model, outer, inner)
     np.testing.assert_allclose([*exact.outer, exact.flat, exact.stiff],
-                               [*closed["outer"], closed["flat"], closed["stiff"]], rtol=1e-9, atol=1e-300)
+                               [*closed.outer, closed.flat, closed.stiff], rtol=1e-9, atol=1e-300)
     if method == "noloco":
-        assert closed["flat"] > 2 * closed["stiff"]  # the flat direction dominates the chain's spread
+        assert closed.flat > 2 * closed.stiff  # the flat direction dominates the chain's spread
     if method == "local":  # unbounded along the flat direction, settled along the stiff one
         assert math.isinf(exact.flat) and math.isinf(exact.outer[0]) and 0 < exact.stiff < math.inf
 
@@ -142,9 +142,9 @@ def test_fixed_routing_without_synchronisation_grows_along_the_flat_direction_on
     model, outer, inner = setting("local", "fixed", microbatches=2)
     path = R.trajectory(model, outer, inner, 30)
     rate = (1 - 1 / outer.replicas) * inner.steps * inner.lr ** 2 * inner.noise ** 2 / model.microbatches
-    np.testing.assert_allclose(np.diff(path["flat"]), rate, rtol=1e-9)
+    np.testing.assert_allclose(np.diff(path.flat), rate, rtol=1e-9)
     assert math.isinf(R.stationary(model, outer, inner).flat)
-    assert abs(path["stiff"][-1] / path["stiff"][-2] - 1) < 1e-9
+    assert abs(path.stiff[-1] / path.stiff[-2] - 1) < 1e-9
     assert math.isfinite(R.stationary(dataclasses.replace(model, routing="random"), outer, inner).flat)
     assert abs(R.decay_factor(model, outer, inner) - 1) < 1e-9
     assert R.decay_factor(dataclasses.replace(model, routing="random"), outer, inner) < 0.9
@@ -216,8 +216,8 @@ def test_random_routing_shrinks_the_flat_direction_by_the_stated_factor():
         / R.stationary(per_stage, outer, inner).flat
     assert factor < weaker < 0.7
     ratio, se = ratio_estimate(flat_window(routed, outer, inner, 21), flat_window(model, outer, inner, 22))
-    path_ratio = R.trajectory(routed, outer, inner, 40)["flat"][20:].mean() / \
-        R.trajectory(model, outer, inner, 40)["flat"][20:].mean()
+    path_ratio = R.trajectory(routed, outer, inner, 40).flat[20:].mean() / \
+        R.trajectory(model, outer, inner, 40).flat[20:].mean()
     assert stats.holds(stats.z_score(ratio, se, path_ratio), Z_MAX), (ratio, se, path_ratio)
     assert stats.holds(stats.z_score(ratio, se, factor), Z_MAX), (ratio, se, factor)
 
@@ -254,7 +254,7 @@ def test_a_spread_along_the_flat_direction_collapses_under_random_routing():
         model, outer, _ = setting("local", routing, inner=inner, outer=outer4, flat_start=0.1)
         check_rows(MC.compare(model, outer, inner, trials=200, outer_steps=5, start=1, seed=81), routing)
         run = MC.simulate(model, outer, inner, trials=200, outer_steps=1, seed=82)
-        paths[routing] = (R.trajectory(model, outer, inner, 1)["flat"], stats.mean_se(run.flat[1]))
+        paths[routing] = (R.trajectory(model, outer, inner, 1).flat, stats.mean_se(run.flat[1]))
     (fixed, _), (routed, (mc, se)) = paths["fixed"], paths["random"]
     assert fixed[1] > fixed[0] and routed[1] < 0.15 * routed[0]
     assert stats.holds(stats.z_score(mc, se, routed[1]), Z_MAX)

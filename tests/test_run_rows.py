@@ -99,9 +99,12 @@ def test_strict_json_writes_a_record_by_its_keys():
 
 def test_the_studies_the_figures_read_round_trip():
     """The typed readers of docs/data's paper GPT, routing and ensemble studies keep every key, in order."""
-    from noloco.paper_figs.reports import HdeeReport, PaperGptReport, RoutingReport
+    from noloco.paper_figs.reports import HdeeReport
+    from noloco.studies.reports import PaperGptReport, RoutingReport
 
     for record_class, name in ((PaperGptReport, "paper_gpt"), (RoutingReport, "routing"), (HdeeReport, "hdee")):
         _same(record_class, json.loads((DATA / f"{name}.json").read_text()))
+    routing = json.loads((DATA / "routing.json").read_text())
+    del routing["settings"]["stages"]
     with pytest.raises(DataError, match="lacks stages"):
-        RoutingReport.from_json({"settings": {"replicas": 4}, "ratios": {}, "skipping": {}})
+        RoutingReport.from_json(routing)

@@ -31,6 +31,8 @@ class MetricsRow(JsonRecord):
     theta_std: Optional[float] = None
     tokens_per_s: Optional[float] = None
     lr: Optional[float] = None
+    weight_std_per_stage: Optional[list] = None  # a staged run's spreads, stage by stage
+    theta_std_per_stage: Optional[list] = None
 
 
 @dataclass(frozen=True)

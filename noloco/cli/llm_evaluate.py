@@ -23,5 +23,5 @@ def run(args) -> int:
 
     out = input_dir(args.out, "OUT")  # '' is bad input (exit 2), never the current folder
     report = evaluate_run(out, args.remove, args.threads)
-    print_json(report) if args.json else print(format_evaluation(report))
+    print_json(report.to_json()) if args.json else print(format_evaluation(report))
     return 0

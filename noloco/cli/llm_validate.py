@@ -51,10 +51,10 @@ def run(args) -> int:
     out = output_dir(args.out) / size
     report = run_sweep(size, out, device=args.device, threads=args.threads, overwrite=args.overwrite,
                        max_memory=args.max_memory, reuse=args.reuse, max_time=args.max_time)
-    print_json(report) if args.json else print(format_table(report))
+    print_json(report.to_json()) if args.json else print(format_table(report))
     print(f"(runs and validate.json in {out})", file=sys.stderr)
     wrong = disagreements(report)
-    reasons = ([f"a run diverged: {report['diverged']}"] if report.get("diverged") else []) + (
-        [f"the zero-constant prediction disagrees on {len(wrong)} of {len(report['rows'])} settings: "
+    reasons = ([f"a run diverged: {report.diverged}"] if report.diverged else []) + (
+        [f"the zero-constant prediction disagrees on {len(wrong)} of {len(report.rows)} settings: "
          f"{'; '.join(wrong)}"] if wrong else [])  # a finding, like a claim that does not hold
     return failed("; ".join(reasons)) if reasons else 0

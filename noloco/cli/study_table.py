@@ -25,11 +25,11 @@ class Study:
     needs: str = ""  #: what needs transformers, checked before the module is imported ("": nothing)
 
 
-def show(args, report: dict, format_report: Callable) -> int:
-    """A study's report: JSON with --json, else its table; exit status 0."""
+def show(args, report, format_report: Callable) -> int:
+    """A study's report (a dict or a typed record): JSON with --json, else its table; exit status 0."""
     from noloco.infra.files import print_json
 
-    print_json(report) if args.json else print(format_report(report))
+    print_json(report.to_json() if hasattr(report, "to_json") else report) if args.json else print(format_report(report))
     return 0
 
 
@@ -103,9 +103,9 @@ def _warnings(m, a) -> int:
     report = m.run_study(a.out, train_runs=not a.no_train)
     show(a, report, m.format_report)
     if not m.ok(report):  # why the exit status is 1, on stderr: --json's stdout stays pure JSON
-        s = report["summary"]
-        print(f"noloco llm study warnings: {s['false_alarms']} false alarm(s) on {s['clean_runs']} clean runs, "
-              f"{s['faults'] - s['caught']} of {s['faults']} planted faults not caught", file=sys.stderr)
+        s = report.summary
+        print(f"noloco llm study warnings: {s.false_alarms} false alarm(s) on {s.clean_runs} clean runs, "
+              f"{s.faults - s.caught} of {s.faults} planted faults not caught", file=sys.stderr)
     return 0 if m.ok(report) else 1
 
 

@@ -22,11 +22,14 @@ optional extra, and ``--help`` stays fast.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import platform
 import sys
 import time
+from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
@@ -34,9 +37,110 @@ from noloco.theory import comm
 from noloco.infra.checks import check_at_least
 from noloco.infra.errors import ConfigError
 from noloco.infra.files import SCHEMA_VERSION, output_file, write_json
+from noloco.infra.record import JsonRecord
 
 DEFAULT_OUT = "docs/data/comm_measured.json"
 DEFAULT_SIZES = tuple(1024 * 4 ** k for k in range(9))  # 1 KiB .. 64 MiB
+
+
+@dataclass(frozen=True)
+class Cell(JsonRecord):
+    """One op at one N and payload: its timed repetitions and their quantiles; the model's time once fitted."""
+
+    OPTIONAL_KEYS = ("model_s", "ratio", "fitted_on")
+
+    op: str
+    ranks: int
+    bytes: int
+    times_s: list
+    median_s: float
+    p10_s: float
+    p90_s: float
+    rel_iqr: float
+    model_s: Optional[float] = None
+    ratio: Optional[float] = None
+    fitted_on: Optional[bool] = None
+
+
+@dataclass(frozen=True)
+class Fit(JsonRecord):
+    """The Hockney costs fitted out of sample (and what they were fitted on)."""
+
+    latency_s: float
+    seconds_per_byte: float
+    bandwidth_bits_per_s: Optional[float]
+    reduce_seconds_per_byte: float
+    source: str
+
+
+@dataclass(frozen=True)
+class EffectiveFit(JsonRecord):
+    """One op at one N fitted on its own (time = a + b m), beside what the model says a and b are."""
+
+    op: str
+    ranks: int
+    latency_s: float
+    seconds_per_byte: float
+    model_latency_s: float
+    model_seconds_per_byte: float
+
+
+@dataclass(frozen=True)
+class CommSummary(JsonRecord):
+    median_rel_iqr: float
+    max_rel_iqr: float
+    held_out_ratio_median: Optional[float]
+    held_out_ratio_range: Optional[list]
+
+
+@dataclass(frozen=True)
+class Machine(JsonRecord):
+    cpus: Optional[int]
+    python: str
+    torch: str
+    platform: str
+    backend: str
+    address: str
+    loadavg_before: list
+    loadavg_after: list
+
+
+@dataclass(frozen=True)
+class CommSettings(JsonRecord):
+    ranks: list
+    sizes_bytes: list
+    base_repeats: int
+    dtype: str
+    timing: str
+
+
+@dataclass(frozen=True)
+class Analysis(JsonRecord):
+    """The model fitted on some cells and every cell against it."""
+
+    NESTED = {"fit": Fit, "effective_fits": (list, EffectiveFit), "summary": CommSummary,
+              "measurements": (list, Cell)}
+
+    fit: Fit
+    effective_fits: list
+    summary: CommSummary
+    measurements: list
+
+
+@dataclass(frozen=True)
+class CommReport(JsonRecord):
+    """``comm_measured.json``: the machine, the sweep's settings, the fitted model and every cell."""
+
+    NESTED = {"machine": Machine, "settings": CommSettings, **Analysis.NESTED}
+
+    schema_version: int
+    machine: Machine
+    settings: CommSettings
+    fit: Fit
+    effective_fits: list
+    summary: CommSummary
+    measurements: list
+    wall_seconds: float
 
 
 def _repeats(nbytes: int, base: int) -> int:
@@ -91,7 +195,7 @@ def _worker(rank: int, world: int, port: int, sizes, base_repeats: int, queue) -
         dist.destroy_process_group()
 
 
-def run_world(world: int, sizes, base_repeats: int) -> list[dict]:
+def run_world(world: int, sizes, base_repeats: int) -> list[Cell]:
     """Start ``world`` processes, time every op and size; a repetition's time is the
     slowest rank's."""
     import multiprocessing as mp
@@ -116,9 +220,8 @@ def run_world(world: int, sizes, base_repeats: int) -> list[dict]:
         if op == "pingpong":
             times = times / 2  # one message is half a round trip
         q10, q25, q50, q75, q90 = np.quantile(times, [0.1, 0.25, 0.5, 0.75, 0.9])
-        cells.append({"op": op, "ranks": world, "bytes": int(4 * max(1, nbytes // 4)),
-                      "times_s": times.tolist(), "median_s": q50, "p10_s": q10, "p90_s": q90,
-                      "rel_iqr": (q75 - q25) / q50})
+        cells.append(Cell(op=op, ranks=world, bytes=int(4 * max(1, nbytes // 4)), times_s=times.tolist(),
+                          median_s=q50, p10_s=q10, p90_s=q90, rel_iqr=(q75 - q25) / q50))
     return cells
 
 
@@ -138,56 +241,52 @@ def _fit_line(m, t) -> tuple[float, float]:
     return float(a), float(b)
 
 
-def _predict(net: comm.Network, cell: dict) -> float:
-    if cell["op"] == "allreduce":
-        return comm.ring_allreduce(net, cell["bytes"], cell["ranks"])
-    return net.message(cell["bytes"])  # ping-pong: one message; pairs: one swap, nothing summed
+def _predict(net: comm.Network, cell: Cell) -> float:
+    if cell.op == "allreduce":
+        return comm.ring_allreduce(net, cell.bytes, cell.ranks)
+    return net.message(cell.bytes)  # ping-pong: one message; pairs: one swap, nothing summed
 
 
-def analyse(cells: list[dict]) -> dict:
+def analyse(cells: list[Cell]) -> Analysis:
     """Fit the latency and the seconds per byte (N = 2 ping-pong) and the reduce cost per
     byte (N = 2 all-reduce), predict the rest."""
-    ping = [c for c in cells if c["op"] == "pingpong"]
-    latency, per_byte = _fit_line([c["bytes"] for c in ping], [c["median_s"] for c in ping])
+    ping = [c for c in cells if c.op == "pingpong"]
+    latency, per_byte = _fit_line([c.bytes for c in ping], [c.median_s for c in ping])
     # Ring with p = 2: 2 L + m b + m/2 r, so the reduce cost r from the residual.
-    ar2 = [c for c in cells if c["op"] == "allreduce" and c["ranks"] == 2]
-    m = np.array([c["bytes"] for c in ar2], float)
-    resid = np.array([c["median_s"] for c in ar2]) - 2 * latency - m * per_byte
+    ar2 = [c for c in cells if c.op == "allreduce" and c.ranks == 2]
+    m = np.array([c.bytes for c in ar2], float)
+    resid = np.array([c.median_s for c in ar2]) - 2 * latency - m * per_byte
     big = m >= 2 ** 20  # the reduce cost only shows at large payloads
     reduce_cost = max(0.0, float(np.median(resid[big] / (m[big] / 2)))) if big.any() else 0.0
     net = comm.Network(latency, per_byte, reduce_cost)
-    for c in cells:
-        c["model_s"] = _predict(net, c)
-        c["ratio"] = c["median_s"] / c["model_s"]
-        c["fitted_on"] = c["op"] == "pingpong" or (c["op"] == "allreduce" and c["ranks"] == 2)
+    cells = [dataclasses.replace(c, model_s=_predict(net, c), ratio=c.median_s / _predict(net, c),
+                                 fitted_on=c.op == "pingpong" or (c.op == "allreduce" and c.ranks == 2))
+             for c in cells]
     effective = []
     for op in ("allreduce", "pair_exchange"):
-        for world in sorted({c["ranks"] for c in cells if c["op"] == op}):
-            sel = [c for c in cells if c["op"] == op and c["ranks"] == world]
-            a, b = _fit_line([c["bytes"] for c in sel], [c["median_s"] for c in sel])
+        for world in sorted({c.ranks for c in cells if c.op == op}):
+            sel = [c for c in cells if c.op == op and c.ranks == world]
+            a, b = _fit_line([c.bytes for c in sel], [c.median_s for c in sel])
             if op == "allreduce":
                 model_a, model_b = 2 * (world - 1) * latency, (world - 1) / world * (2 * per_byte + reduce_cost)
             else:
                 model_a, model_b = latency, per_byte
-            effective.append({"op": op, "ranks": world, "latency_s": a, "seconds_per_byte": b,
-                              "model_latency_s": model_a, "model_seconds_per_byte": model_b})
-    held_out = [c["ratio"] for c in cells if not c["fitted_on"]]
-    return {
-        "fit": {"latency_s": latency, "seconds_per_byte": per_byte,
-                "bandwidth_bits_per_s": 8 / per_byte if per_byte else None, "reduce_seconds_per_byte": reduce_cost,
-                "source": "latency, seconds per byte: N=2 ping-pong medians (robust fit); reduce seconds per "
-                          "byte: N=2 all-reduce medians >= 1 MiB"},
-        "effective_fits": effective,
-        "summary": {
-            "median_rel_iqr": float(np.median([c["rel_iqr"] for c in cells])),
-            "max_rel_iqr": float(np.max([c["rel_iqr"] for c in cells])),
-            "held_out_ratio_median": float(np.median(held_out)) if held_out else None,
-            "held_out_ratio_range": [float(np.min(held_out)), float(np.max(held_out))] if held_out else None,
-        },
-    }
+            effective.append(EffectiveFit(op=op, ranks=world, latency_s=a, seconds_per_byte=b,
+                                          model_latency_s=model_a, model_seconds_per_byte=model_b))
+    held_out = [c.ratio for c in cells if not c.fitted_on]
+    fit = Fit(latency_s=latency, seconds_per_byte=per_byte,
+              bandwidth_bits_per_s=8 / per_byte if per_byte else None, reduce_seconds_per_byte=reduce_cost,
+              source="latency, seconds per byte: N=2 ping-pong medians (robust fit); reduce seconds per "
+                     "byte: N=2 all-reduce medians >= 1 MiB")
+    summary = CommSummary(
+        median_rel_iqr=float(np.median([c.rel_iqr for c in cells])),
+        max_rel_iqr=float(np.max([c.rel_iqr for c in cells])),
+        held_out_ratio_median=float(np.median(held_out)) if held_out else None,
+        held_out_ratio_range=[float(np.min(held_out)), float(np.max(held_out))] if held_out else None)
+    return Analysis(fit=fit, effective_fits=effective, summary=summary, measurements=cells)
 
 
-def measure(ranks=range(2, 9), sizes=DEFAULT_SIZES, base_repeats: int = 20, progress: bool = True) -> dict:
+def measure(ranks=range(2, 9), sizes=DEFAULT_SIZES, base_repeats: int = 20, progress: bool = True) -> CommReport:
     import torch
     from tqdm.auto import tqdm
 
@@ -197,33 +296,30 @@ def measure(ranks=range(2, 9), sizes=DEFAULT_SIZES, base_repeats: int = 20, prog
     cells = []
     for world in tqdm(list(ranks), desc="N", disable=not progress):
         cells += run_world(world, sizes, base_repeats)
-    data = {
-        "schema_version": SCHEMA_VERSION,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-                    "platform": platform.platform(), "backend": "gloo", "address": "127.0.0.1",
-                    "loadavg_before": list(load_before), "loadavg_after": list(os.getloadavg())},
-        "settings": {"ranks": list(ranks), "sizes_bytes": list(sizes), "base_repeats": base_repeats,
-                     "dtype": "float32", "timing": "barrier, then slowest rank's time.perf_counter"},
-        **analyse(cells),
-        "measurements": cells,
-    }
-    data["wall_seconds"] = time.perf_counter() - start
-    return data
+    machine = Machine(cpus=os.cpu_count(), python=platform.python_version(), torch=torch.__version__,
+                      platform=platform.platform(), backend="gloo", address="127.0.0.1",
+                      loadavg_before=list(load_before), loadavg_after=list(os.getloadavg()))
+    settings = CommSettings(ranks=list(ranks), sizes_bytes=list(sizes), base_repeats=base_repeats, dtype="float32",
+                            timing="barrier, then slowest rank's time.perf_counter")
+    found = analyse(cells)
+    return CommReport(schema_version=SCHEMA_VERSION, machine=machine, settings=settings, fit=found.fit,
+                      effective_fits=found.effective_fits, summary=found.summary, measurements=found.measurements,
+                      wall_seconds=time.perf_counter() - start)
 
 
-def format_table(data: dict) -> str:
-    fit = data["fit"]
-    lines = [f"fit: latency {fit['latency_s'] * 1e6:.1f} us, {fit['seconds_per_byte'] * 1e9:.3f} ns/B "
-             f"({(fit['bandwidth_bits_per_s'] or math.inf) / 8e9:.2f} GB/s), reduce "
-             f"{fit['reduce_seconds_per_byte'] * 1e9:.3f} ns/B  ({fit['source']})",
+def format_table(data: CommReport) -> str:
+    fit = data.fit
+    lines = [f"fit: latency {fit.latency_s * 1e6:.1f} us, {fit.seconds_per_byte * 1e9:.3f} ns/B "
+             f"({(fit.bandwidth_bits_per_s or math.inf) / 8e9:.2f} GB/s), reduce "
+             f"{fit.reduce_seconds_per_byte * 1e9:.3f} ns/B  ({fit.source})",
              f"{'op':<14}{'N':>3}{'bytes':>10}{'median s':>12}{'p10':>11}{'p90':>11}{'model s':>11}{'meas/model':>11}"]
-    for c in data["measurements"]:
-        lines.append(f"{c['op']:<14}{c['ranks']:>3}{c['bytes']:>10}{c['median_s']:>12.3e}{c['p10_s']:>11.2e}"
-                     f"{c['p90_s']:>11.2e}{c['model_s']:>11.2e}{c['ratio']:>11.2f}{' (fit)' if c['fitted_on'] else ''}")
-    s = data["summary"]
-    lines.append(f"median IQR/median {s['median_rel_iqr']:.2f}, max {s['max_rel_iqr']:.2f}; held-out measured/model: "
-                 f"median {s['held_out_ratio_median']}, range {s['held_out_ratio_range']}; "
-                 f"wall {data['wall_seconds']:.0f} s")
+    for c in data.measurements:
+        lines.append(f"{c.op:<14}{c.ranks:>3}{c.bytes:>10}{c.median_s:>12.3e}{c.p10_s:>11.2e}"
+                     f"{c.p90_s:>11.2e}{c.model_s:>11.2e}{c.ratio:>11.2f}{' (fit)' if c.fitted_on else ''}")
+    s = data.summary
+    lines.append(f"median IQR/median {s.median_rel_iqr:.2f}, max {s.max_rel_iqr:.2f}; held-out measured/model: "
+                 f"median {s.held_out_ratio_median}, range {s.held_out_ratio_range}; "
+                 f"wall {data.wall_seconds:.0f} s")
     return "\n".join(lines)
 
 

@@ -24,6 +24,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 import shlex
 import sys
@@ -269,8 +270,9 @@ class Lifecycle:
         if self.ex.is_main and (t.meter is not None or t.inputs):
             atomic_write_text(self.out / "inputs.jsonl", "".join(dumps(r) + "\n" for r in t.inputs))
 
-    def _divergence_report(self) -> dict:
-        return {**self.divergence.first, "checkpoint_outer_step": self.saved_at, "checkpoint": str(self.checkpoint)}
+    def _divergence_report(self) -> divergence.Diverged:
+        return dataclasses.replace(self.divergence.first, checkpoint_outer_step=self.saved_at,
+                                   checkpoint=str(self.checkpoint))
 
     def _steps_done(self) -> int:
         t = self.trainer
@@ -300,7 +302,8 @@ class Lifecycle:
                   "world_size": self.ex.world_size, "rank": getattr(self.ex, "rank", 0), **self._counts(),
                   "final": self.rows[-1].to_json() if self.rows else None}
         if self.divergence.first is not None:
-            result["diverged"] = {**self.divergence.first, "message": divergence.message(self._divergence_report())}
+            result["diverged"] = dataclasses.replace(self.divergence.first,
+                                                     message=divergence.message(self._divergence_report())).to_json()
         return result
 
     def _write_result(self, started: float) -> dict:

@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from noloco.paper_figs import style
-from noloco.paper_figs.reports import Estimate, Fig3b, Fig4, PaperGptReport, Table2
+from noloco.studies.reports import Estimate, Fig3b, Fig4, PaperGptReport, Table2
 
 NAME = "paper_gpt"
 CACHED = False  # the study's JSON is the cache
@@ -49,7 +49,7 @@ def _band(ax, x, band: Estimate, colour, label, scale=1.0):
 
 def _fig3b(ax, d: Fig3b) -> None:
     step = np.asarray(d.step)
-    r = d.pearson["weight_std"]
+    r = d.pearson.weight_std
     _band(ax, step, d.weight_std_normalised, style.BLUE, f"weight std ÷ max\n(r = {r.mean:.2f} ± {2 * r.se:.2f})")
     lr = np.asarray(d.lr, dtype=float)
     ax.plot(step, lr / lr.max(), color=style.ORANGE, ls="--", label="learning rate ÷ max")
@@ -88,8 +88,8 @@ def _table2(ax, d: Table2) -> None:
         for k, pp in enumerate(pps):
             rows = sorted((c for c in cells if c.pp == pp), key=lambda c: c.dp)
             x = np.array([c.dp for c in rows], dtype=float) * (1 + 0.04 * (k - 0.5))
-            mean = np.array([getattr(c, method).perplexity.mean for c in rows])
-            se = np.array([getattr(c, method).perplexity.se for c in rows])
+            mean = np.array([c.method(method).perplexity.mean for c in rows])
+            se = np.array([c.method(method).perplexity.se for c in rows])
             ls, marker = PP_STYLE.get(pp, ("-.", "^"))
             ax.errorbar(x, mean, yerr=2 * se, color=colour, ls=ls, marker=marker, ms=4, capsize=2)
     ax.set_xscale("log", base=2)

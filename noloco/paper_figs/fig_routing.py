@@ -20,7 +20,7 @@ import numpy as np
 
 from noloco.infra.files import NUMBER
 from noloco.paper_figs import style
-from noloco.paper_figs.reports import RoutingReport
+from noloco.studies.reports import RoutingReport
 
 NAME = "routing"
 #: a bar at least this tall (ratio) holds its value inside; 0.35 of the axis' 1.9 is ~70 px at gallery size

@@ -20,7 +20,7 @@ from noloco.theory.methods import constrain
 from noloco.theory.numeric import inner_sgd
 from noloco.theory.outer import outer_step
 from noloco.theory.partitions import group_mean, random_permutations
-from noloco.theory.routing import (ROUTINGS, TwoStageModel, flat_factor, stationary, trajectory)
+from noloco.theory.routing import ROUTINGS, Spreads, TwoStageModel, flat_factor, stationary, trajectory
 
 
 # --------------------------------------------------------------------------- simulation
@@ -37,19 +37,19 @@ class RoutingRun:
     flat: np.ndarray
     diverged_at: int | None = None
 
-    def window(self, start: int, stop: int | None = None) -> dict:
+    def window(self, start: int, stop: int | None = None) -> Spreads:
         """Mean over outer steps start..stop (inclusive, of the ``outer`` index; ``inner`` over the
         phases ending at those steps) and standard error over trials, from :func:`noloco.theory.stats.mean_se`:
-        {"outer": [(mean, se)] * 2, "inner": [...], "flat": (mean, se)}."""
+        ``outer`` and ``inner`` a (mean, se) per stage, ``flat`` one (mean, se), no ``stiff``."""
         stop = self.outer.shape[0] - 1 if stop is None else stop
         if not 1 <= start <= stop <= self.outer.shape[0] - 1:
             raise ConfigError(f"window {start}..{stop} is out of range; allowed: 1 <= start <= stop <= "
                               f"{self.outer.shape[0] - 1}")
         outer = self.outer[start:stop + 1].mean(0)
         inner = self.inner[start - 1:stop].mean(0)
-        return {"outer": [stats.mean_se(outer[s]) for s in range(2)],
-                "inner": [stats.mean_se(inner[s]) for s in range(2)],
-                "flat": stats.mean_se(self.flat[start:stop + 1].mean(0))}
+        return Spreads(outer=[stats.mean_se(outer[s]) for s in range(2)],
+                       inner=[stats.mean_se(inner[s]) for s in range(2)],
+                       flat=stats.mean_se(self.flat[start:stop + 1].mean(0)), stiff=None)
 
 
 def _spread(x):
@@ -192,11 +192,10 @@ def compare(model: TwoStageModel, outer: OuterConfig, inner: InnerConfig, *, tri
     exact = trajectory(model, outer, inner, outer_steps)
     fixed_point = stationary(model, outer, inner)
     measured = run.window(start)
-    cases = [("outer", s, exact["outer"][start:, s].mean(), fixed_point.outer[s], measured["outer"][s])
-             for s in range(2)]
-    cases += [("inner", s, exact["inner"][start - 1:, s].mean(), fixed_point.inner[s], measured["inner"][s])
+    cases = [("outer", s, exact.outer[start:, s].mean(), fixed_point.outer[s], measured.outer[s]) for s in range(2)]
+    cases += [("inner", s, exact.inner[start - 1:, s].mean(), fixed_point.inner[s], measured.inner[s])
               for s in range(2)]
-    cases.append(("flat", None, exact["flat"][start:].mean(), fixed_point.flat, measured["flat"]))
+    cases.append(("flat", None, exact.flat[start:].mean(), fixed_point.flat, measured.flat))
     rows = []
     for quantity, stage, theory, settled, (mc, se) in cases:
         if theory == 0:

@@ -23,12 +23,15 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
 from noloco.infra.errors import DataError
 from noloco.infra.files import read_json, write_json
+from noloco.infra.record import JsonRecord
 from noloco.theory.config import OUTER_FIELDS
 from noloco.advice.forecast import FORECAST_ERROR, SCHEDULE_FIELDS, TRANSFER_ERROR
 from noloco.advice.tune import rms_second_half
@@ -96,6 +99,115 @@ def train_missing(runs: Path, settings: dict | None = None, seeds=SEEDS, study: 
             raise DataError(f"training {folder} ended with exit {done.returncode}: {' '.join(cmd)}")
 
 
+@dataclass(frozen=True)
+class ForecastCheck(JsonRecord):
+    """One run's forecast from its first quarter against its measured second half."""
+
+    setting: str
+    seed: int
+    from_step: int
+    outer_steps: int
+    ratio: float
+    flags: list
+    verdict: str
+    inside_interval: bool
+
+
+@dataclass(frozen=True)
+class TransferCheck(JsonRecord):
+    """A transfer from the pilot to ``target``'s setting against ``target``'s measured second half."""
+
+    target: str
+    seed: int
+    changes: dict
+    ratio: float
+    flags: list
+    verdict: str
+    inside_interval: bool
+
+
+@dataclass(frozen=True)
+class GapCheck(JsonRecord):
+    """The equipartition gap at a run's final checkpoint against its measured gap (None: not predicted)."""
+
+    setting: str
+    seed: int
+    predicted: Optional[float]
+    measured: Optional[float]
+    ratio: Optional[float]
+
+
+@dataclass(frozen=True)
+class Tally(JsonRecord):
+    """How many predictions of one kind agree, are flagged, and land inside their interval."""
+
+    runs: int
+    claimed: int
+    agree: int
+    flagged: int
+    agree_all_counted: int
+    inside_interval: int
+
+
+@dataclass(frozen=True)
+class GapTally(JsonRecord):
+    runs: int
+    within_factor: int
+    factor: float
+    within_15_percent: int
+    median_ratio: Optional[float]
+
+
+@dataclass(frozen=True)
+class HoldoutSummary(JsonRecord):
+    NESTED = {"forecast": Tally, "transfer": Tally, "gap": GapTally}
+
+    forecast: Tally
+    transfer: Tally
+    gap: GapTally
+
+
+@dataclass(frozen=True)
+class HoldoutReport(JsonRecord):
+    """``advice_holdout.json``: every forecast, transfer and gap of the held-out sweep, and their tallies."""
+
+    NESTED = {"forecasts": (list, ForecastCheck), "transfers": (list, TransferCheck), "gaps": (list, GapCheck),
+              "summary": HoldoutSummary}
+
+    schema: str
+    tolerance: float
+    seeds: list
+    base: dict
+    settings: dict
+    forecasts: list
+    transfers: list
+    gaps: list
+    summary: HoldoutSummary
+
+
+@dataclass(frozen=True)
+class DevelopmentChecks(JsonRecord):
+    """The development sweep's forecasts (or transfers, from ``pilot``) and the quantiles of the unflagged ratios."""
+
+    OPTIONAL_KEYS = ("pilot",)
+
+    schema: str
+    pilot: Optional[str] = None
+    runs: list = ()
+    unflagged: int = 0
+    quantiles: list = ()
+
+
+@dataclass(frozen=True)
+class DevelopmentReport(JsonRecord):
+    """``advice_development.json``."""
+
+    NESTED = {"forecasts": DevelopmentChecks, "transfers": DevelopmentChecks}
+
+    forecasts: DevelopmentChecks
+    transfers: DevelopmentChecks
+
+
 def _inside(ratio: float, error: tuple[float, float]) -> bool:
     """Whether the measured value lies in the reported 80 % interval [predicted / high, predicted / low]."""
     return error[0] <= ratio <= error[1]
@@ -107,7 +219,7 @@ def _verdict(ratio: float, flagged: bool) -> str:
     return "agrees" if abs(ratio - 1) <= TOLERANCE else "misses"
 
 
-def forecast_check(folder: Path, setting: str, seed: int) -> dict:
+def forecast_check(folder: Path, setting: str, seed: int) -> ForecastCheck:
     """The forecast of one run from its first quarter, against its measured second half."""
     from noloco.advice.forecast import forecast
     from noloco.advice.record import read_run
@@ -117,9 +229,9 @@ def forecast_check(folder: Path, setting: str, seed: int) -> dict:
     measured = [r for r in fc["rows"] if r["measured"] is not None]
     ratio = rms_second_half(measured, "forecast", T) / rms_second_half(measured, "measured", T)
     flagged = any(f.startswith(EXTRAPOLATING) for f in fc["flags"])
-    return {"setting": setting, "seed": seed, "from_step": fc["from_step"], "outer_steps": T, "ratio": ratio,
-            "flags": fc["flags"], "verdict": _verdict(ratio, flagged),
-            "inside_interval": _inside(ratio, FORECAST_ERROR)}
+    return ForecastCheck(setting=setting, seed=seed, from_step=fc["from_step"], outer_steps=T, ratio=ratio,
+                         flags=fc["flags"], verdict=_verdict(ratio, flagged),
+                         inside_interval=_inside(ratio, FORECAST_ERROR))
 
 
 def _runs_with_spread(root: Path):
@@ -137,16 +249,16 @@ def _runs_with_spread(root: Path):
 
 def _quantiles(items: list) -> dict:
     """The unflagged ratios' count and 10 % / 90 % quantiles (the reported interval)."""
-    unflagged = [x["ratio"] for x in items if x["verdict"] != "flagged"]
-    return {"unflagged": len(unflagged),
-            "quantiles": [float(np.quantile(unflagged, 0.1)), float(np.quantile(unflagged, 0.9))]}
+    unflagged = [x.ratio for x in items if x.verdict != "flagged"]
+    return dict(unflagged=len(unflagged),
+                quantiles=[float(np.quantile(unflagged, 0.1)), float(np.quantile(unflagged, 0.9))])
 
 
-def development(root: Path) -> dict:
+def development(root: Path) -> DevelopmentChecks:
     """The forecasts of every run ``root/SETTING/sSEED`` of the development sweep (where the recipe was chosen)
     and the 10 % / 90 % quantiles of forecast / measured over the unflagged ones: the forecast's interval."""
     items = [forecast_check(f, f.parent.name, int(f.name[1:])) for f in _runs_with_spread(root)]
-    return {"schema": "advice-development", "runs": items, **_quantiles(items)}
+    return DevelopmentChecks(schema="advice-development", runs=items, **_quantiles(items))
 
 
 def changes_between(pilot, target) -> dict | None:
@@ -160,7 +272,7 @@ def changes_between(pilot, target) -> dict | None:
     return changes
 
 
-def transfer_check(pilot: Path, target: Path, setting: str, seed: int, changes: dict) -> dict:
+def transfer_check(pilot: Path, target: Path, setting: str, seed: int, changes: dict) -> TransferCheck:
     """The transfer from ``pilot`` to the setting of ``target``, against ``target``'s measured second half."""
     from noloco.advice.forecast import transfer
     from noloco.advice.record import read_run
@@ -173,11 +285,11 @@ def transfer_check(pilot: Path, target: Path, setting: str, seed: int, changes: 
              "predicted": predicted.get(int(m["outer_step"]))} for m in run.metrics]
     ratio = rms_second_half(rows, "predicted", T) / rms_second_half(rows, "measured", T)
     flagged = any(f.startswith(EXTRAPOLATING) for f in pred["flags"])
-    return {"target": setting, "seed": seed, "changes": changes, "ratio": ratio, "flags": pred["flags"],
-            "verdict": _verdict(ratio, flagged), "inside_interval": _inside(ratio, TRANSFER_ERROR)}
+    return TransferCheck(target=setting, seed=seed, changes=changes, ratio=ratio, flags=pred["flags"],
+                         verdict=_verdict(ratio, flagged), inside_interval=_inside(ratio, TRANSFER_ERROR))
 
 
-def development_transfers(root: Path, pilot: str = "const_h10") -> dict:
+def development_transfers(root: Path, pilot: str = "const_h10") -> DevelopmentChecks:
     """Transfers from ``root/pilot/sS`` to every other setting of the development sweep that differs from it
     only in transferable fields (same seed), and the 10 % / 90 % quantiles of the unflagged ratios."""
     from noloco.advice.record import read_run
@@ -190,10 +302,10 @@ def development_transfers(root: Path, pilot: str = "const_h10") -> dict:
         changes = changes_between(read_run(source).setting, read_run(folder).setting)
         if changes:
             items.append(transfer_check(source, folder, folder.parent.name, int(folder.name[1:]), changes))
-    return {"schema": "advice-development-transfers", "pilot": pilot, "runs": items, **_quantiles(items)}
+    return DevelopmentChecks(schema="advice-development-transfers", pilot=pilot, runs=items, **_quantiles(items))
 
 
-def evaluate(runs: Path) -> dict:
+def evaluate(runs: Path) -> HoldoutReport:
     """Every forecast and transfer of the held-out sweep against the measured runs."""
     forecasts, transfers = [], []
     for name, (_, do_forecast) in SETTINGS.items():
@@ -203,68 +315,65 @@ def evaluate(runs: Path) -> dict:
         transfers += [transfer_check(runs / "base" / f"s{seed}", runs / name / f"s{seed}", name, seed, changes)
                       for seed in SEEDS]
 
-    def tally(items):
-        claimed = [x for x in items if x["verdict"] != "flagged"]
-        return {"runs": len(items), "claimed": len(claimed), "agree": sum(x["verdict"] == "agrees" for x in items),
-                "flagged": len(items) - len(claimed),
-                "agree_all_counted": sum(abs(x["ratio"] - 1) <= TOLERANCE for x in items),
-                "inside_interval": sum(x["inside_interval"] for x in claimed)}
+    def tally(items) -> Tally:
+        claimed = [x for x in items if x.verdict != "flagged"]
+        return Tally(runs=len(items), claimed=len(claimed), agree=sum(x.verdict == "agrees" for x in items),
+                     flagged=len(items) - len(claimed),
+                     agree_all_counted=sum(abs(x.ratio - 1) <= TOLERANCE for x in items),
+                     inside_interval=sum(x.inside_interval for x in claimed))
 
     gaps = [gap_check(runs / name / f"s{seed}", name, seed) for name in SETTINGS for seed in SEEDS]
-    within = [g for g in gaps if g["ratio"] is not None and 1 / GAP_FACTOR <= g["ratio"] <= GAP_FACTOR]
-    ratios = [g["ratio"] for g in gaps if g["ratio"] is not None]
-    return {"schema": "advice-holdout", "tolerance": TOLERANCE, "seeds": list(SEEDS), "base": BASE,
-            "settings": {n: c for n, (c, _) in SETTINGS.items()}, "forecasts": forecasts, "transfers": transfers,
-            "gaps": gaps,
-            "summary": {"forecast": tally(forecasts), "transfer": tally(transfers),
-                        "gap": {"runs": len(gaps), "within_factor": len(within), "factor": GAP_FACTOR,
-                                "within_15_percent": sum(abs(r - 1) <= TOLERANCE for r in ratios),
-                                "median_ratio": float(np.median(ratios)) if ratios else None}}}
+    ratios = [g.ratio for g in gaps if g.ratio is not None]
+    gap = GapTally(runs=len(gaps), within_factor=sum(1 / GAP_FACTOR <= r <= GAP_FACTOR for r in ratios),
+                   factor=GAP_FACTOR, within_15_percent=sum(abs(r - 1) <= TOLERANCE for r in ratios),
+                   median_ratio=float(np.median(ratios)) if ratios else None)
+    return HoldoutReport(schema="advice-holdout", tolerance=TOLERANCE, seeds=list(SEEDS), base=BASE,
+                         settings={n: c for n, (c, _) in SETTINGS.items()}, forecasts=forecasts, transfers=transfers,
+                         gaps=gaps, summary=HoldoutSummary(forecast=tally(forecasts), transfer=tally(transfers),
+                                                           gap=gap))
 
 
-def gap_check(folder: Path, setting: str, seed: int) -> dict:
+def gap_check(folder: Path, setting: str, seed: int) -> GapCheck:
     """The equipartition gap at the run's final checkpoint against its final evaluation's measured gap."""
     from noloco.advice.gap import equipartition_gap
     from noloco.llm_check.adam_state import second_moment_root
 
     rep = equipartition_gap(folder, second_moment_root)
-    return {"setting": setting, "seed": seed, "predicted": rep["predicted"], "measured": rep["measured"],
-            "ratio": rep["ratio"]}
+    return GapCheck(setting=setting, seed=seed, predicted=rep["predicted"], measured=rep["measured"],
+                    ratio=rep["ratio"])
 
 
-def format_report(rep: dict) -> str:
-    lines = [f"forecast from the first quarter (agreement: |ratio - 1| <= {rep['tolerance']:g}):",
+def format_report(rep: HoldoutReport) -> str:
+    lines = [f"forecast from the first quarter (agreement: |ratio - 1| <= {rep.tolerance:g}):",
              f"{'setting':<20} {'seed':>4} {'ratio':>6}  verdict"]
-    lines += [f"{x['setting']:<20} {x['seed']:>4} {x['ratio']:6.3f}  {x['verdict']}" for x in rep["forecasts"]]
+    lines += [f"{x.setting:<20} {x.seed:>4} {x.ratio:6.3f}  {x.verdict}" for x in rep.forecasts]
     lines += ["", "transfer from the base run (same seed):", f"{'target':<20} {'seed':>4} {'ratio':>6}  verdict"]
-    lines += [f"{x['target']:<20} {x['seed']:>4} {x['ratio']:6.3f}  {x['verdict']}" for x in rep["transfers"]]
-    g = rep["summary"]["gap"]
-    lines.append(f"loss gap: {g['within_factor']} of {g['runs']} runs within a factor {g['factor']:g}, "
-                 f"{g['within_15_percent']} within 15 %, median predicted / measured {g['median_ratio']:.3f}")
-    for key, s in rep["summary"].items():
-        if key == "gap":
-            continue
-        lines.append(f"{key}: {s['agree']} of {s['claimed']} unflagged predictions agree ({s['flagged']} flagged); "
-                     f"counting every run: {s['agree_all_counted']} of {s['runs']}; measured inside the 80 % interval: "
-                     f"{s['inside_interval']} of {s['claimed']}")
+    lines += [f"{x.target:<20} {x.seed:>4} {x.ratio:6.3f}  {x.verdict}" for x in rep.transfers]
+    g = rep.summary.gap
+    lines.append(f"loss gap: {g.within_factor} of {g.runs} runs within a factor {g.factor:g}, "
+                 f"{g.within_15_percent} within 15 %, median predicted / measured {g.median_ratio:.3f}")
+    for key, s in (("forecast", rep.summary.forecast), ("transfer", rep.summary.transfer)):
+        lines.append(f"{key}: {s.agree} of {s.claimed} unflagged predictions agree ({s.flagged} flagged); "
+                     f"counting every run: {s.agree_all_counted} of {s.runs}; measured inside the 80 % interval: "
+                     f"{s.inside_interval} of {s.claimed}")
     return "\n".join(lines)
 
 
-def run_development(root) -> dict:
+def run_development(root) -> DevelopmentReport:
     """The forecasts and transfers of the development sweep's runs ``root/SETTING/sSEED`` (pilot
     ``root/const_h10``), also written to ``root/advice_development.json``."""
     root = Path(root)
-    rep = {"forecasts": development(root), "transfers": development_transfers(root)}
+    rep = DevelopmentReport(forecasts=development(root), transfers=development_transfers(root))
     write_json(root / "advice_development.json", rep)
     return rep
 
 
-def format_development(rep: dict) -> str:
-    return (f"development sweep: forecast 10/90 % quantiles {rep['forecasts']['quantiles']}, transfer "
-            f"{rep['transfers']['quantiles']}")
+def format_development(rep: DevelopmentReport) -> str:
+    return (f"development sweep: forecast 10/90 % quantiles {rep.forecasts.quantiles}, transfer "
+            f"{rep.transfers.quantiles}")
 
 
-def run_holdout(runs, train: bool = True) -> dict:
+def run_holdout(runs, train: bool = True) -> HoldoutReport:
     """The held-out evaluation: train what is missing under ``runs`` (unless ``train`` is False), evaluate, and
     write ``runs/advice_holdout.json``."""
     runs = Path(runs)

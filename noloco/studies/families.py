@@ -396,14 +396,14 @@ def evaluate(out: Path, families=tuple(FAMILIES), seeds=SEEDS) -> dict:
         for seed in seeds:
             pilot, target = _folder(out, name, "pilot", seed), _folder(out, name, "target", seed)
             rows["own"] += [_own(pilot, name, seed), _own(target, name, seed)]
-            rows["forecast"].append({**forecast_check(pilot, name, seed), "family": name})
-            rows["transfer"].append({**transfer_check(pilot, target, name, seed, TARGET), "family": name})
+            rows["forecast"].append({**forecast_check(pilot, name, seed).to_json(), "family": name})
+            rows["transfer"].append({**transfer_check(pilot, target, name, seed, TARGET).to_json(), "family": name})
             rows["gap"].append(_gap(pilot, name, seed))
             rows["gap"].append({**_gap(_folder(out, name, "gap8", seed), name, seed), "run": "gap8"})
         if name in TORCHRUN:  # one replica per rank, measured from the coordinate sample
             ranked = _folder(out, name, "torchrun", seeds[0])
             rows["own"].append({**_own(ranked, name, seeds[0]), "run": "torchrun"})
-            rows["forecast"].append({**forecast_check(ranked, name, seeds[0]), "family": name, "run": "torchrun"})
+            rows["forecast"].append({**forecast_check(ranked, name, seeds[0]).to_json(), "family": name, "run": "torchrun"})
     summary = {kind: {"runs": len(items), "flagged": sum(x["verdict"] == "flagged" for x in items),
                       "agree": sum(x["verdict"] == "agrees" for x in items),
                       "misses_unflagged": sum(x["verdict"] == "misses" for x in items)}

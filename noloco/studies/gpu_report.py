@@ -18,6 +18,7 @@ import tarfile
 import tempfile
 from pathlib import Path
 
+from noloco.advice.run_rows import MetricsRow, RunResult
 from noloco.infra.files import read_json, write_json
 from noloco.studies.paper import pearson
 
@@ -46,22 +47,23 @@ def _runs(out: Path, into: Path) -> Path:
 
 
 def summarise_run(folder: Path, rates: list) -> dict:
-    result = read_json(folder / "result.json")
-    rows = [json.loads(line) for line in (folder / "metrics.jsonl").read_text().splitlines()]
-    cfg, final = result["config"], result.get("final") or {}
-    first_phase = cfg["inner_steps"]
-    steady = [r for step, r in rates if step > first_phase]
-    out = {"method": cfg["method"], "seed": cfg["seed"], "alpha": cfg["outer"]["alpha"],
-           "outer_steps_done": result.get("outer_steps_done"), "tokens": result["run"]["tokens"],
-           "wall_s": result["run"]["wall_s"], "val_loss_avg_model": final.get("val_loss_avg_model"),
-           "val_loss_replicas_mean": final.get("val_loss_replicas_mean"), "weight_std": final.get("weight_std"),
-           "theta_std": final.get("theta_std"),
+    result = RunResult.from_json(read_json(folder / "result.json"))
+    rows = [MetricsRow.from_json(json.loads(line)) for line in (folder / "metrics.jsonl").read_text().splitlines()]
+    cfg, final = result.setting(), result.final or MetricsRow(outer_step=0)
+    steady = [r for step, r in rates if step > cfg["inner_steps"]]  # after the first phase, which compiles
+    out = {"method": cfg["method"], "seed": cfg["seed"], "alpha": cfg["alpha"],
+           "outer_steps_done": result.outer_steps_done, "tokens": result.run.tokens,
+           "wall_s": result.run.wall_s, "val_loss_avg_model": final.val_loss_avg_model,
+           "val_loss_replicas_mean": final.val_loss_replicas_mean, "weight_std": final.weight_std,
+           "theta_std": final.theta_std,
            "loop_tokens_per_s_median": statistics.median(steady) if steady else None,
-           "evaluations": [{k: r.get(k) for k in ("outer_step", "lr", "weight_std", "theta_std",
-                                                   "val_loss_avg_model", "val_loss_replicas_mean")} for r in rows]}
-    if any(r.get("weight_std") for r in rows):
-        lr = [r["lr"] for r in rows]
-        out["pearson_lr"] = {k: pearson([r[k] for r in rows], lr) for k in ("weight_std", "theta_std")}
+           "evaluations": [{"outer_step": r.outer_step, "lr": r.lr, "weight_std": r.weight_std,
+                            "theta_std": r.theta_std, "val_loss_avg_model": r.val_loss_avg_model,
+                            "val_loss_replicas_mean": r.val_loss_replicas_mean} for r in rows]}
+    if any(r.weight_std for r in rows):
+        lr = [r.lr for r in rows]
+        out["pearson_lr"] = {"weight_std": pearson([r.weight_std for r in rows], lr),
+                             "theta_std": pearson([r.theta_std for r in rows], lr)}
     return out
 
 
@@ -82,7 +84,7 @@ def summarise(out: Path) -> dict:
             folder = folder.parent
             top = folder.relative_to(runs).parts[0]  # sS, or sS-alphaA for the run --as is checked on
             section = f"train alpha {top.split('alpha')[1]}" if "alpha" in top else f"train seed {top[1:]}"
-            method = read_json(folder / "result.json")["config"]["method"]
+            method = RunResult.from_json(read_json(folder / "result.json")).config.get("method")
             summary["runs"].append({"folder": str(folder.relative_to(runs)),
                                     **summarise_run(folder, rates.get(section, {}).get(method, []))})
         for path in sorted(runs.glob("predict-*.json")) if runs else ():

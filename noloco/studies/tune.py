@@ -29,11 +29,14 @@ finished runs reused) and writes ``tune_holdout.json`` into DIR (copy it to docs
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
 from noloco.infra.files import write_json
+from noloco.infra.record import JsonRecord
 from noloco.advice.tune import SMOOTH, rms_second_half, tune
 
 SEEDS = (10, 11, 12)
@@ -41,6 +44,66 @@ REFERENCE = "const_h10"
 COMPUTE_SECONDS = 0.05
 VAL_WINDOWS = 64
 SPREAD_TOLERANCE, SPEEDUP_TOLERANCE, SE_FACTOR = 0.15, 0.25, 2.0
+
+
+@dataclass(frozen=True)
+class TuneRule(JsonRecord):
+    """The rules' fixed numbers, written beside the verdicts they judge."""
+
+    seeds: list
+    compute_seconds: float
+    val_windows: int
+    spread_tolerance: float
+    speedup_tolerance: float
+    se_factor: float
+
+
+@dataclass(frozen=True)
+class SeedTiming(JsonRecord):
+    """One held-out seed: the reference's final loss as the target and when each run reached it (None: never)."""
+
+    seed: int
+    target: float
+    t_ref: Optional[float]
+    t_rec: Optional[float]
+    spread: float
+    final_loss_rec: float
+    ref_wall_s: Optional[float]
+
+
+@dataclass(frozen=True)
+class HeldOut(JsonRecord):
+    """The three rules' measurements and verdicts (the time rules only when every seed reached its target)."""
+
+    NESTED = {"seeds": (list, SeedTiming)}
+    OPTIONAL_KEYS = ("mean_difference", "difference_se", "as_fast", "measured_speedup", "speedup_ratio",
+                     "speedup_holds")
+
+    seeds: list
+    reached_every_seed: bool
+    mean_difference: Optional[float] = None
+    difference_se: Optional[float] = None
+    as_fast: Optional[bool] = None
+    measured_speedup: Optional[float] = None
+    speedup_ratio: Optional[float] = None
+    speedup_holds: Optional[bool] = None
+    measured_spread: float = math.nan
+    predicted_spread: float = math.nan
+    spread_ratio: float = math.nan
+    spread_holds: bool = False
+
+
+@dataclass(frozen=True)
+class TuneReport(JsonRecord):
+    """``tune_holdout.json``: the rules, the tuner's answer (as :func:`noloco.advice.tune.tune` gives it) and the
+    held-out verdicts (None when the tuner recommended nothing, and no rules then)."""
+
+    NESTED = {"rule": TuneRule, "held_out": HeldOut}
+    OPTIONAL_KEYS = ("rule",)
+
+    rule: Optional[TuneRule] = None
+    tune: Optional[dict] = None
+    held_out: Optional[HeldOut] = None
 
 
 def held_out_settings(recommendation: dict) -> dict:
@@ -62,7 +125,7 @@ def _time_to(run: dict, target: float, tuned: dict) -> float | None:
                    COMPUTE_SECONDS, net["bytes_per_value"])["seconds"]
 
 
-def evaluate(runs: Path, tuned: dict) -> dict:
+def evaluate(runs: Path, tuned: dict) -> HeldOut:
     from noloco.advice.record import read_run
 
     rec = tuned["recommendation"]
@@ -73,59 +136,57 @@ def evaluate(runs: Path, tuned: dict) -> dict:
         ref_run, run = read_run(reference), read_run(recommended)
         target = final(ref_run.metrics)
         t_ref, t_rec = _time_to(ref_run, target, tuned), _time_to(run, target, tuned)
-        per_seed.append({"seed": seed, "target": target, "t_ref": t_ref, "t_rec": t_rec,
-                         "spread": rms_second_half(run.metrics, "weight_std", run.setting.outer_steps),
-                         "final_loss_rec": final(run.metrics),
-                         "ref_wall_s": ref_run.wall_s})
-    reached = all(p["t_rec"] is not None and p["t_ref"] is not None for p in per_seed)
-    out = {"seeds": per_seed, "reached_every_seed": reached}
+        per_seed.append(SeedTiming(seed=seed, target=target, t_ref=t_ref, t_rec=t_rec,
+                                   spread=rms_second_half(run.metrics, "weight_std", run.setting.outer_steps),
+                                   final_loss_rec=final(run.metrics), ref_wall_s=ref_run.wall_s))
+    reached = all(p.t_rec is not None and p.t_ref is not None for p in per_seed)
+    times = {}
     if reached:
-        diffs = np.array([p["t_rec"] - p["t_ref"] for p in per_seed])
+        diffs = np.array([p.t_rec - p.t_ref for p in per_seed])
         se = float(diffs.std(ddof=1) / math.sqrt(len(diffs)))
-        speedup = float(np.mean([p["t_ref"] for p in per_seed]) / np.mean([p["t_rec"] for p in per_seed]))
-        out.update(mean_difference=float(diffs.mean()), difference_se=se,
-                   as_fast=bool(diffs.mean() <= SE_FACTOR * se), measured_speedup=speedup,
-                   speedup_ratio=speedup / tuned["promised_speedup"],
-                   speedup_holds=bool(abs(speedup / tuned["promised_speedup"] - 1) <= SPEEDUP_TOLERANCE))
-    spread = float(np.mean([p["spread"] for p in per_seed]))
-    out.update(measured_spread=spread, predicted_spread=rec["spread"], spread_ratio=spread / rec["spread"],
-               spread_holds=bool(abs(spread / rec["spread"] - 1) <= SPREAD_TOLERANCE))
-    return out
+        speedup = float(np.mean([p.t_ref for p in per_seed]) / np.mean([p.t_rec for p in per_seed]))
+        times = dict(mean_difference=float(diffs.mean()), difference_se=se,
+                     as_fast=bool(diffs.mean() <= SE_FACTOR * se), measured_speedup=speedup,
+                     speedup_ratio=speedup / tuned["promised_speedup"],
+                     speedup_holds=bool(abs(speedup / tuned["promised_speedup"] - 1) <= SPEEDUP_TOLERANCE))
+    spread = float(np.mean([p.spread for p in per_seed]))
+    return HeldOut(seeds=per_seed, reached_every_seed=reached, **times, measured_spread=spread,
+                   predicted_spread=rec["spread"], spread_ratio=spread / rec["spread"],
+                   spread_holds=bool(abs(spread / rec["spread"] - 1) <= SPREAD_TOLERANCE))
 
 
-def run_study(pilots: Path, runs: Path) -> dict:
+def run_study(pilots: Path, runs: Path) -> TuneReport:
     from noloco.studies.advice import train_missing
 
     tuned = tune([pilots], reference=REFERENCE, goal="time", compute_seconds=COMPUTE_SECONDS)
     if tuned["recommendation"] is None:
-        return {"tune": tuned, "held_out": None}
+        return TuneReport(tune=tuned, held_out=None)
     train_missing(runs, held_out_settings(tuned["recommendation"]), SEEDS, "tune study")
-    report = {"rule": {"seeds": list(SEEDS), "compute_seconds": COMPUTE_SECONDS, "val_windows": VAL_WINDOWS,
-                       "spread_tolerance": SPREAD_TOLERANCE, "speedup_tolerance": SPEEDUP_TOLERANCE,
-                       "se_factor": SE_FACTOR},
-              "tune": tuned, "held_out": evaluate(runs, tuned)}
+    rule = TuneRule(seeds=list(SEEDS), compute_seconds=COMPUTE_SECONDS, val_windows=VAL_WINDOWS,
+                    spread_tolerance=SPREAD_TOLERANCE, speedup_tolerance=SPEEDUP_TOLERANCE, se_factor=SE_FACTOR)
+    report = TuneReport(rule=rule, tune=tuned, held_out=evaluate(runs, tuned))
     write_json(runs / "tune_holdout.json", report)
     return report
 
 
-def format_report(report: dict) -> str:
-    tuned, held = report["tune"], report["held_out"]
+def format_report(report: TuneReport) -> str:
+    tuned, held = report.tune, report.held_out
     rec = tuned["recommendation"]
     if held is None:
         return "the tuner recommended nothing"
     lines = [f"recommended {rec['setting']} (alpha {rec['alpha']:g}, beta {rec['beta']:g}, gamma {rec['gamma']:g}, "
              f"n {rec['n']}, H {rec['H']}); promised {tuned['promised_speedup']:.3f}x, spread {rec['spread']:.3e}",
              f"{'seed':>5}{'target':>9}{'t_ref s':>9}{'t_rec s':>9}{'spread':>11}"]
-    for p in held["seeds"]:
+    for p in held.seeds:
         fmt = lambda t: "never" if t is None else f"{t:.1f}"  # noqa: E731
-        lines.append(f"{p['seed']:>5}{p['target']:>9.4f}{fmt(p['t_ref']):>9}{fmt(p['t_rec']):>9}{p['spread']:>11.3e}")
-    if held["reached_every_seed"]:
-        lines.append(f"1. as fast: t_rec - t_ref {held['mean_difference']:+.1f} +- {held['difference_se']:.1f} s: "
-                     f"{'holds' if held['as_fast'] else 'fails'}")
-        lines.append(f"3. speed-up measured {held['measured_speedup']:.3f}x, promised {tuned['promised_speedup']:.3f}x "
-                     f"(ratio {held['speedup_ratio']:.3f}): {'holds' if held['speedup_holds'] else 'fails'}")
+        lines.append(f"{p.seed:>5}{p.target:>9.4f}{fmt(p.t_ref):>9}{fmt(p.t_rec):>9}{p.spread:>11.3e}")
+    if held.reached_every_seed:
+        lines.append(f"1. as fast: t_rec - t_ref {held.mean_difference:+.1f} +- {held.difference_se:.1f} s: "
+                     f"{'holds' if held.as_fast else 'fails'}")
+        lines.append(f"3. speed-up measured {held.measured_speedup:.3f}x, promised {tuned['promised_speedup']:.3f}x "
+                     f"(ratio {held.speedup_ratio:.3f}): {'holds' if held.speedup_holds else 'fails'}")
     else:
         lines.append("1. as fast: fails (a seed never reached its target)")
-    lines.append(f"2. spread measured {held['measured_spread']:.3e}, predicted {held['predicted_spread']:.3e} "
-                 f"(ratio {held['spread_ratio']:.3f}): {'holds' if held['spread_holds'] else 'fails'}")
+    lines.append(f"2. spread measured {held.measured_spread:.3e}, predicted {held.predicted_spread:.3e} "
+                 f"(ratio {held.spread_ratio:.3f}): {'holds' if held.spread_holds else 'fails'}")
     return "\n".join(lines)

@@ -26,17 +26,20 @@ seeds; agreement: within 20 %).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import NamedTuple
+from typing import NamedTuple, Optional
 
 import numpy as np
 
+from noloco.advice.run_rows import MetricsRow, RunResult
 from noloco.llm_check.config import TrainConfig, build
 from noloco.infra.checks import check_choice
 from noloco.infra.files import SCHEMA_VERSION, write_json
+from noloco.infra.record import JsonRecord
 from noloco.theory.methods import PRESETS as THEORY_PRESETS
 from noloco.theory.numeric import stationary_variance
 from noloco.theory.stats import mean_se, rms_se
@@ -64,21 +67,23 @@ PRESETS = {
 AGREE_REL, AGREE_SE, AGREE_GROWTH = 0.15, 3.0, 0.20
 
 
-@dataclass
-class Row:
+@dataclass(frozen=True, kw_only=True)
+class Row(JsonRecord):
+    """One setting of the sweep: predicted against measured (a file written before a field existed lacks it)."""
+
     factor: str
     changes: dict
-    fitted: bool  # the reference run, on which k is fitted: not a prediction
-    replicas: int
-    group_size: int
-    alpha: float
-    gamma: float
-    lr: float
-    predicted: float
-    measured: float
-    stderr: float
-    ratio: float
-    val_loss_avg_model: float
+    fitted: Optional[bool] = None  # the reference run, on which k is fitted: not a prediction
+    replicas: Optional[int] = None
+    group_size: Optional[int] = None
+    alpha: Optional[float] = None
+    gamma: Optional[float] = None
+    lr: Optional[float] = None
+    predicted: Optional[float] = None  # None: read from a file where it was not finite
+    measured: Optional[float] = None
+    stderr: Optional[float] = None
+    ratio: Optional[float] = None
+    val_loss_avg_model: Optional[float] = None
     # no fitted constant: noloco.advice.predict on the run's own measured inputs (inputs.jsonl), RMS over the
     # same evaluations as ``measured``
     predicted_zero_constant: float | None = None
@@ -91,19 +96,52 @@ class Row:
     agrees: bool | None = None      # the zero-constant comparison (growth factors where unstable)
 
 
+@dataclass(frozen=True)
+class Agreement(JsonRecord):
+    rule: str
+    agree: int
+    rows: int
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValidateReport(JsonRecord):
+    """``validate.json``: the sweep's rows and agreement; a sweep a diverged run ended has ``diverged`` and no
+    rows."""
+
+    NESTED = {"agreement": Agreement, "rows": (list, Row)}
+    OPTIONAL_KEYS = ("seeds", "noise_constant_k", "model", "model_zero_constant", "agreement", "corpus_sha256",
+                     "python", "torch", "n_params", "unigram_entropy", "diverged")
+
+    schema_version: Optional[int] = None
+    preset: str
+    base: dict
+    seeds: Optional[list] = None
+    noise_constant_k: Optional[float] = None
+    model: Optional[str] = None
+    model_zero_constant: Optional[str] = None
+    agreement: Optional[Agreement] = None
+    corpus_sha256: Optional[str] = None
+    python: Optional[str] = None
+    torch: Optional[str] = None
+    n_params: Optional[int] = None
+    unigram_entropy: Optional[float] = None
+    rows: list = dataclasses.field(default_factory=list)
+    diverged: Optional[str] = None
+
+
 class SeedRun(NamedTuple):
     """One seed of one setting of the sweep: its config, measured stationary spread, result.json and the
     zero-constant prediction (None where it cannot be made)."""
 
     config: TrainConfig
     measured: float
-    result: dict
-    zero_constant: dict | None
+    result: RunResult
+    zero_constant: ZeroConstant | None
 
 
-def measure(metrics: list[dict], outer_steps: int) -> tuple[float, float]:
-    """RMS weight_std over the second half of the run, and its standard error."""
-    return rms_se([m["weight_std"] for m in metrics if m["outer_step"] > outer_steps / 2])
+def measure(metrics: list, outer_steps: int) -> tuple[float, float]:
+    """RMS weight_std over the second half of the run (:class:`MetricsRow`), and its standard error."""
+    return rms_se([m.weight_std for m in metrics if m.outer_step > outer_steps / 2])
 
 
 def _ratio(measured: float, predicted: float) -> float:
@@ -112,10 +150,18 @@ def _ratio(measured: float, predicted: float) -> float:
     return measured / predicted if predicted > 0 else (1.0 if measured == 0 else float("inf"))
 
 
-def zero_constant(run_dir: Path) -> dict | None:
-    """:func:`noloco.advice.predict.predict` on one run (no fitted constant): ``predicted`` (RMS over the
-    second half of its predicted weight_std), ``decay_factor``, ``measured_growth`` and
-    ``predicted_growth``; None without inputs.jsonl."""
+class ZeroConstant(NamedTuple):
+    """The prediction with no fitted constant of one run: ``predicted`` is the RMS over the second half of its
+    predicted weight_std; the rest as :func:`noloco.advice.predict.predict` reports them."""
+
+    predicted: float
+    decay_factor: float | None
+    measured_growth: float | None
+    predicted_growth: float | None
+
+
+def zero_constant(run_dir: Path) -> ZeroConstant | None:
+    """:func:`noloco.advice.predict.predict` on one run (no fitted constant); None without inputs.jsonl."""
     from noloco.advice.predict import predict
 
     report = predict(run_dir)
@@ -123,8 +169,8 @@ def zero_constant(run_dir: Path) -> dict | None:
     values = [r["predicted"] for r in report["rows"] if r["outer_step"] > last / 2 and r["predicted"] is not None]
     if not values:
         return None
-    return {"predicted": rms_se(values)[0], **{k: report.get(k) for k in ("decay_factor", "measured_growth",
-                                                                          "predicted_growth")}}
+    return ZeroConstant(rms_se(values)[0], *(report.get(k) for k in ("decay_factor", "measured_growth",
+                                                                     "predicted_growth")))
 
 
 def unit_variance(cfg: TrainConfig) -> float:
@@ -136,7 +182,7 @@ def unit_variance(cfg: TrainConfig) -> float:
 
 def run_sweep(preset: str, out: str | Path, device: str | None = None, progress: bool | None = None,
               threads: int | None = None, overwrite: bool = False, max_memory=None, reuse: bool = False,
-              max_time=None) -> dict:
+              max_time=None) -> ValidateReport:
     """Train every run of the preset's sweep under ``out``, fit k on the reference run, predict the
     others; the report is also written to ``out/validate.json``. A bar only when stderr is a terminal.
     Before the first run: every config, every run folder (locked; one that holds a run needs
@@ -183,13 +229,14 @@ def run_sweep(preset: str, out: str | Path, device: str | None = None, progress:
             factor, changes = sweep[i]
             if result is None:
                 result = Trainer(cfg, folder, progress=False, max_memory=max_memory).run(overwrite=overwrite)
-            if result.get("diverged"):
-                report = {"schema_version": SCHEMA_VERSION, "preset": preset, "base": base, "rows": [],
-                          "diverged": f"{where.name} ({factor} {changes}, seed {seed}): "
-                                      f"{result['diverged']['message']}"}
+            result = RunResult.from_json(result)
+            if result.diverged:
+                report = ValidateReport(schema_version=SCHEMA_VERSION, preset=preset, base=base, rows=[],
+                                        diverged=f"{where.name} ({factor} {changes}, seed {seed}): "
+                                                 f"{result.diverged['message']}")
                 write_json(out / "validate.json", report, indent=2)
                 return report
-            metrics = read_metrics(where / "metrics.jsonl")
+            metrics = [MetricsRow.from_json(m) for m in read_metrics(where / "metrics.jsonl")]
             runs.setdefault(i, []).append(SeedRun(cfg, measure(metrics, cfg.outer_steps)[0], result, zero_constant(where)))
     ref_cfg = runs[0][0].config
     ref_measured = mean_se([r.measured for r in runs[0]])[0]
@@ -201,31 +248,35 @@ def run_sweep(preset: str, out: str | Path, device: str | None = None, progress:
         # the fitted model's s2 = k lr^2 H is Adam's (steps of size ~lr whatever the gradient); not SGD's
         predicted = math.sqrt(k * unit_variance(cfg)) if cfg.inner_optimizer == "adamw" else math.nan
         zeros = [r.zero_constant for r in runs[i]]
-        row = Row(factor, changes, i == 0, cfg.replicas, cfg.outer.group_size, cfg.outer.alpha, cfg.outer.gamma,
-                  cfg.lr, predicted, measured, se, _ratio(measured, predicted),
-                  float(np.mean([r.result["final"]["val_loss_avg_model"] for r in runs[i]])), seeds=len(runs[i]))
+        row = Row(factor=factor, changes=changes, fitted=i == 0, replicas=cfg.replicas,
+                  group_size=cfg.outer.group_size, alpha=cfg.outer.alpha, gamma=cfg.outer.gamma, lr=cfg.lr,
+                  predicted=predicted, measured=measured, stderr=se, ratio=_ratio(measured, predicted),
+                  val_loss_avg_model=float(np.mean([r.result.final.val_loss_avg_model for r in runs[i]])),
+                  seeds=len(runs[i]))
         if all(z is not None for z in zeros):
-            row.predicted_zero_constant = float(np.mean([z["predicted"] for z in zeros]))
-            ratios = [_ratio(r.measured, r.zero_constant["predicted"]) for r in runs[i]]
-            row.ratio_zero_constant, row.ratio_zero_constant_se = mean_se(ratios)
-            decay = [z["decay_factor"] for z in zeros if z["decay_factor"] is not None]  # None: no spread (n = N)
-            row.unstable = bool(decay) and float(np.mean(decay)) > 1
-            growth = [(z["measured_growth"], z["predicted_growth"]) for z in zeros]
+            ratio_zero, ratio_zero_se = mean_se([_ratio(r.measured, r.zero_constant.predicted) for r in runs[i]])
+            decay = [z.decay_factor for z in zeros if z.decay_factor is not None]  # None: no spread (n = N)
+            growth = [(z.measured_growth, z.predicted_growth) for z in zeros]
+            grown_m = grown_p = None
             if all(g is not None and p is not None for g, p in growth):
-                row.growth_measured, row.growth_predicted = (float(v) for v in np.mean(growth, axis=0))
-            row.agrees = _agrees(row)
+                grown_m, grown_p = (float(v) for v in np.mean(growth, axis=0))
+            row = dataclasses.replace(row, predicted_zero_constant=float(np.mean([z.predicted for z in zeros])),
+                                      ratio_zero_constant=ratio_zero, ratio_zero_constant_se=ratio_zero_se,
+                                      unstable=bool(decay) and float(np.mean(decay)) > 1,
+                                      growth_measured=grown_m, growth_predicted=grown_p)
+            row = dataclasses.replace(row, agrees=_agrees(row))
         rows.append(row)
     summary = [r for r in rows if r.agrees is not None]
-    report = {"schema_version": SCHEMA_VERSION, "preset": preset, "base": base, "seeds": list(seeds),
-              "noise_constant_k": k,
-              "model": "flat direction (c = 0), s2 = k lr^2 H, k fitted on the reference run",
-              "model_zero_constant": "noloco.advice.predict (long-run noise model) on each run's measured inputs",
-              "agreement": {"rule": f"stable: |ratio - 1| <= {AGREE_REL} or <= {AGREE_SE} se; unstable: growth "
-                                    f"factors within {AGREE_GROWTH:.0%}",
-                            "agree": sum(r.agrees for r in summary), "rows": len(summary)},
-              **{key: runs[0][0].result[key] for key in ("corpus_sha256", "python", "torch", "n_params",
-                                                     "unigram_entropy")},
-              "rows": [asdict(r) for r in rows]}
+    first = runs[0][0].result
+    report = ValidateReport(
+        schema_version=SCHEMA_VERSION, preset=preset, base=base, seeds=list(seeds), noise_constant_k=k,
+        model="flat direction (c = 0), s2 = k lr^2 H, k fitted on the reference run",
+        model_zero_constant="noloco.advice.predict (long-run noise model) on each run's measured inputs",
+        agreement=Agreement(rule=f"stable: |ratio - 1| <= {AGREE_REL} or <= {AGREE_SE} se; unstable: growth "
+                                 f"factors within {AGREE_GROWTH:.0%}",
+                            agree=sum(r.agrees for r in summary), rows=len(summary)),
+        corpus_sha256=first.corpus_sha256, python=first.python, torch=first.torch, n_params=first.n_params,
+        unigram_entropy=first.unigram_entropy, rows=rows)
     write_json(out / "validate.json", report, indent=2)
     return report
 
@@ -241,20 +292,20 @@ def _require_time(configs: list, max_time, preset: str) -> None:
                             "--reuse to keep finished runs", "at the cpu-small sweep's measured cost, one thread")
 
 
-def disagreements(report: dict) -> list[str]:
+def disagreements(report: ValidateReport) -> list[str]:
     """The settings whose zero-constant prediction disagrees with the measurement (``agrees`` false), the
     reference run included: nothing is fitted on it there, so it is a prediction like every other row (its
     ``fit`` in the fitted model's ratio is 1 by construction and is not judged). ``noloco llm validate``
     exits 1 when this is not empty: a checked condition that fails, like a claim that does not hold."""
     out = []
-    for row in report.get("rows", []):
-        if row.get("agrees") is False:
-            change = ", ".join(f"{k}={_value(v)}" for k, v in row["changes"].items()) or "-"
-            ratio, se = row.get("ratio_zero_constant"), row.get("ratio_zero_constant_se")
-            how = (f"growth {row['growth_measured']:.3g}/{row['growth_predicted']:.3g}" if row.get("unstable") and
-                   row.get("growth_measured") is not None and row.get("growth_predicted") is not None else
+    for row in report.rows:
+        if row.agrees is False:
+            change = ", ".join(f"{k}={_value(v)}" for k, v in row.changes.items()) or "-"
+            ratio, se = row.ratio_zero_constant, row.ratio_zero_constant_se
+            how = (f"growth {row.growth_measured:.3g}/{row.growth_predicted:.3g}" if row.unstable and
+                   row.growth_measured is not None and row.growth_predicted is not None else
                    f"ratio {ratio:.2f} +- {se:.2f}" if ratio is not None and se is not None else "no ratio")
-            out.append(f"{row['factor']} {change} ({how})")
+            out.append(f"{row.factor} {change} ({how})")
     return out
 
 
@@ -272,30 +323,33 @@ def _value(v) -> str:
     return f"{v:g}" if isinstance(v, (int, float)) and not isinstance(v, bool) else str(v)
 
 
-def format_table(report: dict) -> str:
-    if report.get("diverged"):
-        return f"noloco llm validate --preset {report['preset']}: a run diverged: {report['diverged']}"
-    seeds = report.get("seeds")
-    lines = [f"noloco llm validate --preset {report['preset']}: stationary weight std, flat-direction theory "
-             f"(k = {report['noise_constant_k']:.4g} fitted on the reference run)"
+def _number(v) -> float:
+    return math.nan if v is None else v  # strict JSON wrote NaN/inf as null
+
+
+def format_table(report: ValidateReport) -> str:
+    if report.diverged:
+        return f"noloco llm validate --preset {report.preset}: a run diverged: {report.diverged}"
+    seeds = report.seeds
+    lines = [f"noloco llm validate --preset {report.preset}: stationary weight std, flat-direction theory "
+             f"(k = {report.noise_constant_k:.4g} fitted on the reference run)"
              + (f"; mean +- se over seeds {seeds}" if seeds else ""),
              f"{'factor':<10} {'change':<32} {'predicted':>10} {'measured':>10} {'+-se':>9} {'ratio':>6} {'val loss':>8} "
              f"{'zero-const':>10} {'ratio':>13} {'growth meas/pred':>17} {'agrees':>6}"]
-    for row in report["rows"]:
-        r = {k: math.nan if v is None else v for k, v in row.items()}  # strict JSON wrote NaN/inf as null
-        change = ", ".join(f"{k}={_value(v)}" for k, v in r["changes"].items()) or "-"
-        ratio = ("fit" if r.get("fitted", r["factor"] == "reference") else
-                 f"{r['ratio']:.2f}" if math.isfinite(r["predicted"]) else "-")  # inf: no stationary spread
-        zero = r.get("predicted_zero_constant", math.nan)  # absent in files written before the meter
-        zero_ratio = f"{r.get('ratio_zero_constant', math.nan):.2f} +- {r.get('ratio_zero_constant_se', math.nan):.2f}"
-        growth = (f"{r['growth_measured']:.3f}/{r['growth_predicted']:.3f}" if r.get("unstable") else "stable")
-        agrees = {True: "yes", False: "NO"}.get(row.get("agrees"), "-")
-        lines.append(f"{r['factor']:<10} {change:<32} {r['predicted']:>10.3e} {r['measured']:>10.3e} "
-                     f"{r['stderr']:>9.1e} {ratio:>6} {r['val_loss_avg_model']:>8.3f} {zero:>10.3e} {zero_ratio:>13} "
-                     f"{growth:>17} {agrees:>6}")
-    if report.get("agreement"):
-        a = report["agreement"]
-        lines.append(f"zero-constant prediction agrees on {a['agree']} of {a['rows']} settings ({a['rule']}; the "
+    n = _number
+    for r in report.rows:
+        change = ", ".join(f"{k}={_value(v)}" for k, v in r.changes.items()) or "-"
+        fitted = r.factor == "reference" if r.fitted is None else r.fitted  # absent in the oldest files
+        ratio = ("fit" if fitted else f"{n(r.ratio):.2f}" if math.isfinite(n(r.predicted)) else "-")  # inf: no spread
+        zero_ratio = f"{n(r.ratio_zero_constant):.2f} +- {n(r.ratio_zero_constant_se):.2f}"
+        growth = f"{n(r.growth_measured):.3f}/{n(r.growth_predicted):.3f}" if r.unstable else "stable"
+        agrees = {True: "yes", False: "NO"}.get(r.agrees, "-")
+        lines.append(f"{r.factor:<10} {change:<32} {n(r.predicted):>10.3e} {n(r.measured):>10.3e} "
+                     f"{n(r.stderr):>9.1e} {ratio:>6} {n(r.val_loss_avg_model):>8.3f} "
+                     f"{n(r.predicted_zero_constant):>10.3e} {zero_ratio:>13} {growth:>17} {agrees:>6}")
+    if report.agreement:
+        a = report.agreement
+        lines.append(f"zero-constant prediction agrees on {a.agree} of {a.rows} settings ({a.rule}; the "
                      "reference run is a prediction there too, k is fitted only in the first ratio); a NO is a finding: "
                      "exit 1")
     return "\n".join(lines)

@@ -19,9 +19,12 @@ cried wolf, Llama, and GPT-NeoX), trained on the project's corpus for the first 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from noloco.infra.files import read_json, write_json
+from noloco.infra.record import JsonRecord
 from noloco.studies import families as F
 
 #: the families: the families study's GPT-2, Llama and GPT-NeoX, and GPT-2 at width 96
@@ -96,32 +99,94 @@ def train(family: str, setting: dict, seed: int, folder: Path, fault: str | None
                outer_class=wrong_sign_optimizer() if fault == "wrong_sign" else None)
 
 
-def evaluate(out: Path) -> dict:
+@dataclass(frozen=True)
+class Flag(JsonRecord):
+    """One early warning a run raised."""
+
+    flag: str
+    outer_step: int
+    message: str
+
+
+@dataclass(frozen=True)
+class FlaggedRun(JsonRecord):
+    """One run of the study and the warnings it raised."""
+
+    NESTED = {"flags": (list, Flag)}
+
+    family: str
+    setting: str
+    seed: int
+    replicas: int
+    outer_steps_done: int
+    flags: list
+
+
+@dataclass(frozen=True)
+class CleanRun(FlaggedRun):
+    """A run with no fault: any flag is a false alarm."""
+
+    false_alarm: bool
+
+
+@dataclass(frozen=True)
+class FaultRun(FlaggedRun):
+    """A run with a planted fault: caught when its own flag came by the stated outer step."""
+
+    fault: str
+    caught_at: Optional[int]
+    caught: bool
+
+
+@dataclass(frozen=True)
+class WarningsSummary(JsonRecord):
+    clean_runs: int
+    false_alarms: int
+    upper_95: Optional[float]  # the largest per-run false-alarm rate that 0 alarms in this many runs leaves at 95 %
+    faults: int
+    caught: int
+
+
+@dataclass(frozen=True)
+class WarningsReport(JsonRecord):
+    """``warnings.json``: every run's flags, and the false alarms and caught faults."""
+
+    NESTED = {"clean": (list, CleanRun), "faults": (list, FaultRun), "summary": WarningsSummary}
+
+    schema: str
+    stop: int
+    caught_by: dict
+    families: list
+    clean: list
+    faults: list
+    summary: WarningsSummary
+
+
+def evaluate(out: Path) -> WarningsReport:
     """Every run's flags under the rule of the module docstring."""
     from noloco.advice.record import read_run
 
     clean, faults = [], []
     for family, name, seed, setting, fault in jobs():
         run = read_run(_folder(out, family, name, seed))
-        flags = [{k: f[k] for k in ("flag", "outer_step", "message")} for f in run.result.get("flags", [])]
-        row = {"family": family, "setting": name, "seed": seed, "replicas": setting["replicas"],
-               "outer_steps_done": run.result["outer_steps_done"], "flags": flags}
+        flags = [Flag(*(f[k] for k in ("flag", "outer_step", "message"))) for f in run.result.get("flags", [])]
+        row = dict(family=family, setting=name, seed=seed, replicas=setting["replicas"],
+                   outer_steps_done=run.result["outer_steps_done"], flags=flags)
         if fault is None:
-            clean.append({**row, "false_alarm": bool(flags)})
+            clean.append(CleanRun(**row, false_alarm=bool(flags)))
         else:
-            own = next((f for f in flags if f["flag"] == fault), None)
-            faults.append({**row, "fault": fault, "caught_at": own and own["outer_step"],
-                           "caught": own is not None and own["outer_step"] <= CAUGHT_BY[fault]})
-    alarms = sum(r["false_alarm"] for r in clean)
-    return {"schema": "warnings", "stop": STOP, "caught_by": CAUGHT_BY, "families": list(FAMILIES),
-            "clean": clean, "faults": faults,
-            "summary": {"clean_runs": len(clean), "false_alarms": alarms,
-                        # the largest per-run false-alarm rate that 0 alarms in this many runs leaves at 95 %
-                        "upper_95": 1 - 0.05 ** (1 / len(clean)) if clean and not alarms else None,
-                        "faults": len(faults), "caught": sum(r["caught"] for r in faults)}}
+            own = next((f for f in flags if f.flag == fault), None)
+            faults.append(FaultRun(**row, fault=fault, caught_at=own and own.outer_step,
+                                   caught=own is not None and own.outer_step <= CAUGHT_BY[fault]))
+    alarms = sum(r.false_alarm for r in clean)
+    summary = WarningsSummary(clean_runs=len(clean), false_alarms=alarms,
+                              upper_95=1 - 0.05 ** (1 / len(clean)) if clean and not alarms else None,
+                              faults=len(faults), caught=sum(r.caught for r in faults))
+    return WarningsReport(schema="warnings", stop=STOP, caught_by=CAUGHT_BY, families=list(FAMILIES), clean=clean,
+                          faults=faults, summary=summary)
 
 
-def run_study(out, train_runs: bool = True, progress: bool | None = None) -> dict:
+def run_study(out, train_runs: bool = True, progress: bool | None = None) -> WarningsReport:
     from noloco.infra.progress import Progress
 
     out = Path(out)
@@ -144,19 +209,19 @@ def _stale(folder: Path, fault: str | None) -> bool:
     return done < (STOP if fault is None else max(CAUGHT_BY[fault] + 2, 3))
 
 
-def format_report(rep: dict) -> str:
-    s = rep["summary"]
+def format_report(rep: WarningsReport) -> str:
+    s = rep.summary
     lines = [f"{'family':<8} {'setting':<14} {'seed':>4} {'N':>2}  flags (outer step)"]
-    for r in rep["clean"] + rep["faults"]:
-        flags = ", ".join(f"{f['flag']} ({f['outer_step']})" for f in r["flags"]) or "-"
-        lines.append(f"{r['family']:<8} {r['setting']:<14} {r['seed']:>4} {r['replicas']:>2}  {flags}"
-                     + (f"  caught: {'yes' if r['caught'] else 'NO'}" if "fault" in r else ""))
-    bound = "" if s["upper_95"] is None else f" (at most {s['upper_95']:.1%} per run at 95 % confidence)"
-    lines.append(f"false alarms: {s['false_alarms']} of {s['clean_runs']} clean runs{bound}; planted faults caught "
-                 f"by the stated outer step: {s['caught']} of {s['faults']}")
+    for r in rep.clean + rep.faults:
+        flags = ", ".join(f"{f.flag} ({f.outer_step})" for f in r.flags) or "-"
+        lines.append(f"{r.family:<8} {r.setting:<14} {r.seed:>4} {r.replicas:>2}  {flags}"
+                     + (f"  caught: {'yes' if r.caught else 'NO'}" if isinstance(r, FaultRun) else ""))
+    bound = "" if s.upper_95 is None else f" (at most {s.upper_95:.1%} per run at 95 % confidence)"
+    lines.append(f"false alarms: {s.false_alarms} of {s.clean_runs} clean runs{bound}; planted faults caught "
+                 f"by the stated outer step: {s.caught} of {s.faults}")
     return "\n".join(lines)
 
 
-def ok(rep: dict) -> bool:
+def ok(rep: WarningsReport) -> bool:
     """No false alarm and every planted fault caught by its stated outer step."""
-    return rep["summary"]["false_alarms"] == 0 and rep["summary"]["caught"] == rep["summary"]["faults"]
+    return rep.summary.false_alarms == 0 and rep.summary.caught == rep.summary.faults

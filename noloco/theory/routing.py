@@ -229,12 +229,14 @@ class Spreads:
     """Expected spreads per coordinate (averaged over coordinates), E (x_i - mean_j x_j)^2:
     ``outer`` per stage of the outer weights phi after the outer step (weight_std^2 per stage),
     ``inner`` per stage of theta at the end of the inner phase (just before the outer step),
-    ``flat`` and ``stiff`` of phi along a chain's flat (a*, -b*)/r and stiff (b*, a*)/r directions."""
+    ``flat`` and ``stiff`` of phi along a chain's flat (a*, -b*)/r and stiff (b*, a*)/r directions.
+    :func:`trajectory` gives each along the outer steps (one more axis); :func:`chain_closed_form` has no
+    ``inner`` (None)."""
 
     outer: np.ndarray
-    inner: np.ndarray
-    flat: float
-    stiff: float
+    inner: Any  # an array, or None (the chain's closed form)
+    flat: Any
+    stiff: Any
 
     def as_dict(self) -> dict:
         return {"outer": self.outer.tolist(), "inner": self.inner.tolist(), "flat": self.flat, "stiff": self.stiff}
@@ -261,13 +263,13 @@ def decay_factor(model: TwoStageModel, outer: OuterConfig, inner: InnerConfig) -
     return max(float(np.max(np.abs(np.linalg.eigvals(O @ P)))) for _, O, P, _ in _coordinate_maps(model, outer, inner))
 
 
-def trajectory(model: TwoStageModel, outer: OuterConfig, inner: InnerConfig, steps: int) -> dict:
+def trajectory(model: TwoStageModel, outer: OuterConfig, inner: InnerConfig, steps: int) -> Spreads:
     """Exact expected spreads at every outer step of the linearised model, from :func:`initial_moments`:
     ``outer`` (steps + 1, 2) after outer step t (t = 0: the start), ``inner`` (steps, 2) at the end of
     phase t + 1, ``flat`` and ``stiff`` (steps + 1,). Averaged over coordinates."""
     steps = check_integer("steps", steps, "an integer >= 0", lambda v: v >= 0)
-    out = {"outer": np.zeros((steps + 1, 2)), "inner": np.zeros((steps, 2)),
-           "flat": np.zeros(steps + 1), "stiff": np.zeros(steps + 1)}
+    out = Spreads(outer=np.zeros((steps + 1, 2)), inner=np.zeros((steps, 2)), flat=np.zeros(steps + 1),
+                  stiff=np.zeros(steps + 1))
     N, D = outer.replicas, len(model.curvatures)
     if N == 1:
         return out
@@ -275,17 +277,17 @@ def trajectory(model: TwoStageModel, outer: OuterConfig, inner: InnerConfig, ste
     for count, O, P, f in _coordinate_maps(model, outer, inner):
         post = S0.reshape(-1)
         first = _readout(model, N, S0, S0)
-        out["outer"][0] += count / D * first.outer
-        out["flat"][0] += count / D * first.flat
-        out["stiff"][0] += count / D * first.stiff
+        out.outer[0] += count / D * first.outer
+        out.flat[0] += count / D * first.flat
+        out.stiff[0] += count / D * first.stiff
         for t in range(steps):
             end = P @ post + f
             post = O @ end
             s = _readout(model, N, post.reshape(6, 6), end.reshape(6, 6))
-            out["inner"][t] += count / D * s.inner
-            out["outer"][t + 1] += count / D * s.outer
-            out["flat"][t + 1] += count / D * s.flat
-            out["stiff"][t + 1] += count / D * s.stiff
+            out.inner[t] += count / D * s.inner
+            out.outer[t + 1] += count / D * s.outer
+            out.flat[t + 1] += count / D * s.flat
+            out.stiff[t + 1] += count / D * s.stiff
     return out
 
 
@@ -345,7 +347,7 @@ def scalar_spread(outer: OuterConfig, lr: float, curvature: float, steps: int, n
                                      outer.replicas, outer.group_size, outer.momentum))
 
 
-def chain_closed_form(model: TwoStageModel, outer: OuterConfig, inner: InnerConfig) -> dict:
+def chain_closed_form(model: TwoStageModel, outer: OuterConfig, inner: InnerConfig) -> Spreads:
     """Fixed routing with shared groups, from the toolkit's one-direction closed form: a chain is two
     independent directions, stiff u = (b* x + a* y)/r with curvature h r^2 and noise sigma^2 +
     output_noise^2 r^2, and flat f = (a* x - b* y)/r with curvature 0 and noise sigma^2 (backprop's
@@ -358,15 +360,15 @@ def chain_closed_form(model: TwoStageModel, outer: OuterConfig, inner: InnerConf
                           f"(got {model.routing!r}, {model.groups!r}, {model.stage_lr!r})")
     a, b, r2 = model.a_star, model.b_star, model.radius ** 2
     lr, B, sigma2 = inner.lr * model.stage_lr[0], model.microbatches, inner.noise ** 2
-    out: dict[str, Any] = {"stiff": 0.0, "flat": 0.0, "outer": np.zeros(2)}
+    out = Spreads(outer=np.zeros(2), inner=None, flat=0.0, stiff=0.0)
     D = len(model.curvatures)
     for h in model.curvatures:
         stiff = scalar_spread(outer, lr, h * r2, inner.steps, (sigma2 + model.output_noise ** 2 * r2) / B)
         flat = scalar_spread(outer, lr, 0.0, inner.steps, sigma2 / B)
-        out["stiff"] += stiff / D
-        out["flat"] += flat / D
+        out.stiff += stiff / D
+        out.flat += flat / D
         with np.errstate(invalid="ignore"):
-            out["outer"] += np.array([b * b * stiff + a * a * flat, a * a * stiff + b * b * flat]) / r2 / D
+            out.outer += np.array([b * b * stiff + a * a * flat, a * a * stiff + b * b * flat]) / r2 / D
     return out
 
 
@@ -390,7 +392,7 @@ def flat_factor(model: TwoStageModel, outer: OuterConfig, inner: InnerConfig) ->
     chain's flat direction, at leading order: with uncorrelated stages the flat combination of random
     routing has spread (a*^2 V_a + b*^2 V_b)/r^2 from :func:`stage_closed_form`, against the flat
     direction's V_f = V(c = 0) of :func:`chain_closed_form`. 0 where V_f is unbounded."""
-    fixed = chain_closed_form(dataclasses.replace(model, routing="fixed", groups="shared"), outer, inner)["flat"]
+    fixed = chain_closed_form(dataclasses.replace(model, routing="fixed", groups="shared"), outer, inner).flat
     V = stage_closed_form(dataclasses.replace(model, routing="random"), outer, inner)
     routed = (model.a_star ** 2 * V[0] + model.b_star ** 2 * V[1]) / model.radius ** 2
     return 0.0 if math.isinf(fixed) else routed / fixed
