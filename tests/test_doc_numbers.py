@@ -129,8 +129,8 @@ def test_the_forecast_limits_quoted_are_the_chosen_ones_and_the_forecasts():
 
     data = _data("forecasts.json")
     chosen, carried = data["chosen"], data["module"]
-    quoted = re.search(r"a median below ([\d.]+) \(the early transient\) or rises or falls by more than (\d+) %",
-                       _pages())
+    wording = r"a median below ([\d.]+) \(the early transient\) or rises or falls by more than (\d+) %"
+    quoted = re.search(wording.replace(" ", r"\s+"), _pages())
     assert quoted, "the page no longer quotes the forecast's limits in the form this test reads"
     assert chosen["settled_rise"] == chosen["settled_fall"]
     assert (float(quoted[1]), int(quoted[2])) == (chosen["settled_c"], round(100 * chosen["settled_rise"]))
