@@ -406,3 +406,25 @@ def test_a_window_whose_pooled_c_is_below_the_level_is_flagged(tmp_path):
     assert any(f.startswith("not settled: the pooled c is 0.081") and "below 0.1" in f for f in rep["flags"])
     write_run(tmp_path, cfg)
     assert not F.forecast(tmp_path, from_step=10)["flags"]
+
+
+@pytest.mark.parametrize("writer, replicas, one_sided", [("noloco-run", 8, True), (None, 8, False),
+                                                         ("noloco-run", 4, False)])
+def test_the_gap_on_an_observer_run_is_read_one_sided(tmp_path, writer, replicas, one_sided):
+    """A run folder written by noloco.Observer (format noloco-run) at a validated N: the gap is read as an upper
+    estimate, with the range it was set on; the harness's runs, and an untested N, keep their reading."""
+    from noloco.advice.gap import OBSERVER_RANGE, equipartition_gap, format_gap
+
+    cfg = config(outer=OuterConfig(replicas=replicas, group_size=2, alpha=0.5, beta=0.7, gamma=0.7), outer_steps=12)
+    write_run(tmp_path, cfg)
+    result = json.loads((tmp_path / "result.json").read_text())
+    extra = {"format": writer, "format_version": 1} if writer else {}
+    result.update(extra, adam_second_moment={"outer_step": 12, "sum_sqrt_v": 100.0})
+    (tmp_path / "result.json").write_text(json.dumps(result))
+    rep = equipartition_gap(tmp_path)
+    if one_sided:
+        lo, hi = OBSERVER_RANGE
+        assert rep["reading"].startswith("an upper estimate") and f"{lo:g} to {hi:g}" in rep["reading"]
+        assert f"at least {1 / hi:.2f} of it" in rep["reading"] and "read as an upper estimate" in format_gap(rep)
+    else:
+        assert rep["reading"] == ("within a factor 2" if replicas == 8 else None)
