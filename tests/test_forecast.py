@@ -428,3 +428,36 @@ def test_the_gap_on_an_observer_run_is_read_one_sided(tmp_path, writer, replicas
         assert f"at least {1 / hi:.2f} of it" in rep["reading"] and "read as an upper estimate" in format_gap(rep)
     else:
         assert rep["reading"] == ("within a factor 2" if replicas == 8 else None)
+
+
+def test_the_forecast_with_the_runs_own_later_noise_is_the_replay_of_the_whole_run(tmp_path):
+    """measured_later="s2" (the study's diagnostic of why the held-input forecast ran low): the future steps take
+    the replay's own s2, so a run whose noise doubles after outer step 20 is forecast as its whole replay, where
+    the held noise misses it; "c" with c held in the data changes nothing."""
+    cfg = config()
+    write_run(tmp_path, cfg, grow=True)
+    rows = [json.loads(x) for x in (tmp_path / "inputs.jsonl").read_text().splitlines()]
+    for name in GROUPS:
+        cum = 0.0
+        for t, r in enumerate(rows):
+            g = r["groups"][name]
+            g["s2"] *= 2.0 if t >= 20 else 1.0
+            cum += g["s2"]
+            g["sum_var"] = cum
+    (tmp_path / "inputs.jsonl").write_text("".join(dumps(r) + "\n" for r in rows))
+    along = conditional.partitions(cfg.seed, 0, cfg.outer_steps, OUTER.replicas, OUTER.group_size)
+    level = 0.0
+    for name, (c0, _, numel) in GROUPS.items():
+        c = np.full(cfg.outer_steps, c0)
+        c[0] = 0.0
+        s2 = np.array([r["groups"][name]["s2"] for r in rows])
+        level = level + numel * replay(OUTER, c, s2, np.zeros(cfg.outer_steps), groups=along)[1][1:]
+    exact = np.sqrt(level / sum(g[2] for g in GROUPS.values()))[10:]
+    later = [r["forecast"] for r in F.forecast(tmp_path, from_step=10, measured_later="s2")["rows"]]
+    np.testing.assert_allclose(later, exact, rtol=1e-9)
+    held = np.array([r["forecast"] for r in F.forecast(tmp_path, from_step=10)["rows"]])
+    assert held[-1] < 0.8 * exact[-1]
+    np.testing.assert_allclose([r["forecast"] for r in F.forecast(tmp_path, 10, measured_later="c")["rows"]], held,
+                               rtol=1e-9)
+    with pytest.raises(Exception, match="measured_later='rho' is not allowed"):
+        F.forecast(tmp_path, measured_later="rho")

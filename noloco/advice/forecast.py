@@ -223,14 +223,18 @@ def _measured_rows(run) -> dict:
     return {int(m["outer_step"]): m.get("weight_std") for m in run.metrics}
 
 
-def forecast(run_dir, from_step: int | None = None, along: str = "own", seed: int | None = None) -> dict:
+def forecast(run_dir, from_step: int | None = None, along: str = "own", seed: int | None = None,
+             measured_later: str | None = None) -> dict:
     """The spread of a run forecast from its measured outer steps 1..``from_step`` to its last outer step (module
     docstring). ``from_step`` defaults to every step measured in a run still going and, in a finished run, to its
     first quarter (at least 3 steps), the point the held-out evaluation validated. Rows for every future step,
     with the measured weight_std where the run has it. ``along``: ``"own"`` steps the recursion along the run's
     own groups (:mod:`noloco.theory.conditional`, drawn from the groups seed its folder records, or ``seed``
     where it records none), ``"average"`` the exchangeable recursion averaged over groups (also where no seed is
-    known: the report says which)."""
+    known: the report says which). ``measured_later`` (``"c"`` or ``"s2"``, a diagnostic of a finished run): that
+    input of the future steps taken from the replay of every measured step instead of held."""
+    if measured_later not in (None, "c", "s2"):
+        raise ConfigError(f"measured_later={measured_later!r} is not allowed; allowed: c, s2")
     if along not in ALONG:
         raise ConfigError(f"along={along!r} is not allowed; allowed: {', '.join(ALONG)}")
     run, groups, t0 = _measured(run_dir, from_step, finished_from_quarter=True)
@@ -263,13 +267,19 @@ def forecast(run_dir, from_step: int | None = None, along: str = "own", seed: in
                      f"{WINDOW}; forecast from outer step {WINDOW + 1} or later")
     if not future.size:
         flags.append("the run is measured to its last outer step: nothing is left to forecast")
+    later = None
+    if measured_later:  # the inputs of every measured step, as the theory reads them
+        _, every, _ = _measured(run_dir, T)
+        later = _replayed(outer, every, mats if own else None)
     per = []
-    for t in tensors.values():
-        c_hat = float(np.median(t["c"][window]))
-        s_hat = float(np.median(t["s2"][window] / base[window]))
-        c = np.full(future.size, c_hat)
-        per.append((t["numel"], _step_forward(outer, t["S"], c, s_hat * base[future], t["rho"],
-                                              mats[t0:] if own else None)))
+    for name, t in tensors.items():
+        c = np.full(future.size, float(np.median(t["c"][window])))
+        s2 = float(np.median(t["s2"][window] / base[window])) * base[future]
+        if measured_later == "c":
+            c = later[name]["c"][future]
+        elif measured_later == "s2":
+            s2 = later[name]["s2"][future]
+        per.append((t["numel"], _step_forward(outer, t["S"], c, s2, t["rho"], mats[t0:] if own else None)))
     ws = _weight_std(per) if future.size else np.zeros(0)
     if future.size and not np.all(np.isfinite(ws)):
         flags.append("the forecast recursion diverges: the held inputs make this outer setting unstable")

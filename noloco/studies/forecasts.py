@@ -208,6 +208,55 @@ def _per_family(rows: list[dict]) -> dict:
     return {f: verdicts([r for r in rows if r["family"] == f]) for f in sorted({r["family"] for r in rows})}
 
 
+def noise_fit(out: Path) -> dict:
+    """Why the forecast's noise grows: log(s2 / L2) of every development run (the pooled s2 as the theory reads it,
+    replayed along the run's own groups) on t / T, outer steps 8 to T, per-run intercepts; and with log L2 beside."""
+    from noloco.advice import forecast as FC
+    from noloco.advice.predict import own_groups
+
+    X, y, ids = [], [], []
+    for i, (f, run, s) in enumerate(development_runs()):
+        record, groups, T = FC._measured(F._folder(out, f, run, s), None)
+        tensors = FC._replayed(record.outer, groups, own_groups(record, T, s)[0])
+        L2 = FC.schedule_functionals(record.setting)["L2"]
+        steps = np.arange(8, T + 1)
+        s2 = FC._pooled(tensors, "s2", steps - 1)
+        X += list(zip(steps / T, np.log(L2[steps - 1])))
+        y += list(np.log(s2 / L2[steps - 1]))
+        ids += [i] * len(steps)
+    X, y = np.array(X), np.array(y)
+    D = np.eye(max(ids) + 1)[ids]
+    fits = {}
+    for name, cols in (("t/T", [0]), ("t/T and log L2", [0, 1])):
+        A = np.c_[X[:, cols], D]
+        coef = np.linalg.lstsq(A, y, rcond=None)[0]
+        fits[name] = {"slopes": coef[:len(cols)].tolist(), "residual_sd": float(np.std(y - A @ coef))}
+    return fits
+
+
+def attribution(out: Path) -> dict:
+    """The development forecasts from K >= 12 as the earlier model made them (s2 per unit of L2 held), and with the
+    run's own later s2, or its later c, in place of the held one: the median ratio per seed."""
+    from noloco.advice import forecast as FC
+
+    medians = {}
+    with_growth = FC.NOISE_GROWTH
+    try:
+        FC.NOISE_GROWTH = 0.0  # the earlier model: s2 per unit of L2 held
+        for what in (None, "s2", "c"):
+            ratios = {s: [] for s in DEV_SEEDS}
+            for f, run, s in development_runs():
+                folder = F._folder(out, f, run, s)
+                for K in FROM_STEPS[1:]:
+                    fc = FC.forecast(folder, from_step=K, seed=s, measured_later=what)
+                    rows = [r for r in fc["rows"] if r["outer_step"] > fc["outer_steps"] / 2 and r["measured"]]
+                    ratios[s].append(_rms([r["forecast"] for r in rows]) / _rms([r["measured"] for r in rows]))
+            medians[what or "held"] = {str(s): float(np.median(v)) for s, v in ratios.items()}
+    finally:
+        FC.NOISE_GROWTH = with_growth
+    return medians
+
+
 def evaluate(out: Path) -> dict:
     """The development forecasts (own groups), the flags and interval the rule chooses on them, and the counts under
     the flags :mod:`noloco.advice.forecast` carries (which should be those)."""
@@ -225,7 +274,8 @@ def evaluate(out: Path) -> dict:
             "chosen": {"settled_c": c_min, "settled_rise": rise, "settled_fall": fall, "interval": q},
             "module": {"settled_c": FC.SETTLED_C, "settled_rise": FC.SETTLED_RISE, "settled_fall": FC.SETTLED_FALL,
                        "interval": list(FC.FORECAST_ERROR)},
-            "rows": rows, "summary": verdicts(rows), "per_family": _per_family(rows)}
+            "rows": rows, "summary": verdicts(rows), "per_family": _per_family(rows),
+            "noise_fit": noise_fit(out), "attribution": attribution(out)}
 
 
 def fresh_runs(out: Path) -> list[tuple[str, str, Path]]:
@@ -282,6 +332,12 @@ def format_report(rep: dict) -> str:
         lines.append(f"chosen on the development runs: not settled below a pooled c of {ch['settled_c']:g}, above a "
                      f"rise of {ch['settled_rise']:g} or a fall of {ch['settled_fall']:g}; interval "
                      f"{ch['interval'][0]:.3f} to {ch['interval'][1]:.3f} (the forecast's: {rep['module']})")
+    for name, fit in rep.get("noise_fit", {}).items():
+        lines.append(f"log(s2 / L2) on {name}: slopes {', '.join(f'{x:.3f}' for x in fit['slopes'])}, residual sd "
+                     f"{fit['residual_sd']:.3f}")
+    for what, m in rep.get("attribution", {}).items():
+        lines.append(f"s2 / L2 held, {'later ' + what if what != 'held' else 'as it was'}: median ratio per seed "
+                     + ", ".join(f"{v:.3f}" for v in m.values()))
     for name, s in [("all", rep["summary"]), *rep["per_family"].items()]:
         lines.append(f"{name}: {s['forecasts']} forecasts, claimed {s['claimed']}, of them within "
                      f"{rep['tolerance']:.0%}: {s['claimed_within']} (inside the interval {s['claimed_inside_interval']}); "
