@@ -1,34 +1,9 @@
 """The forecast's flags calibrated on the model families (docs/advice.md, "A forecast that answers").
 
-The rule, fixed here and in docs/advice.md before the comparison:
-
-* the runs: the families study's pilot and target runs of :data:`CALIBRATION` (:mod:`noloco.studies.families`:
-  GPT-2, Llama, cpu-tiny; 32 outer steps, N 4) and Llama at N = 8 with the cosine schedule and with a constant
-  rate after warm-up (:data:`EXTRA`), seeds 0 and 1;
-* the forecasts: ``forecast(run, from_step=K)`` for K in :data:`FROM_STEPS`;
-* a forecast **holds** when the RMS of its weight_std over its steps in the second half (t > max(K, T/2))
-  is within :data:`TOLERANCE` (15 %) of the measured RMS over the same steps; it is **claimed** when it carries
-  none of the flags that withdraw it (``not settled``, ``too few steps``, the diverging recursion);
-* the two limits of ``not settled``, the pooled c's rise and its fall across the window (``c_rise`` above the
-  first or below minus the second), are chosen on **seed 0's** forecasts only: of the pairs of
-  :data:`RISE_GRID` x :data:`FALL_GRID` under which every claimed seed-0 forecast holds, the one that claims
-  the most (ties: the smaller limits); then seed 1's forecasts are judged with those limits unchanged;
-* then, once, the family added after this rule (:data:`HELD_OUT`: its pilot and target, seeds 0 and 1, the
-  same K) is judged with the same limits unchanged; the goal is no claimed forecast outside 15 %;
-* then, once, a fresh seed (:data:`FRESH_SEEDS`: the pilot and target of every family, trained after the limits
-  and the results above were committed) is judged with the same limits unchanged, the same goal;
-* reported per seed (and for the held-out family): the share claimed, the share of claimed within 15 %, how
-  often the measured RMS lies in the claimed forecast's 80 % interval, and the naive baseline (the last measured
-  weight_std carried forward) on the same forecasts.
-
-The forecast along the run's own groups (:mod:`noloco.theory.conditional`; the rule fixed here before the
-comparison it judges): every forecast above is made twice, along the run's own groups (its groups seed, the
-layout's seed for folders written before the seed was recorded: the families' runs draw their groups from it)
-and averaged over groups as before, with the limits of ``not settled`` unchanged (chosen on seed 0 with the
-average). The seen seeds (0, 1, 2 and GPT-NeoX: their forecasts, averaged, have been compared) are reported
-as seen; then, once, a fresh seed (:data:`FRESH_GROUPS`: the four families' pilot and target, trained after
-this rule was committed) is judged: claimed, claimed within 15 %, the naive baseline, for both. The goal: no
-claimed forecast along the run's own groups outside 15 % on the fresh seed. No new flag is chosen.
+Earlier rounds (the limits of ``not settled`` chosen on seed 0 with the forecast averaged over groups, then judged
+on seed 1, GPT-NeoX and the fresh seeds 2 and 3, and along the run's own groups: docs/data/forecasts_averaged.json)
+are superseded by the rule below; their runs (:func:`runs`, :data:`EXTRA`, :data:`HELD_OUT`, :data:`FRESH_SEEDS`,
+:data:`FRESH_GROUPS`) are the development runs now.
 
 The forecast's model and flags re-set on the development runs (the rule fixed here, and the model, its flags and
 interval committed, before any fresh run below was evaluated):
@@ -39,7 +14,7 @@ interval committed, before any fresh run below was evaluated):
 * the flags: of the triples (the window's pooled c median below :data:`C_GRID`'s value, its rise and fall beyond
   :data:`RISE_GRID` x :data:`FALL_GRID`'s) under which at most :data:`MAX_MISSED` of the claimed development
   forecasts miss 15 %, the one that claims the most (ties: the stricter); the interval: the 10 % and 90 %
-  quantiles of forecast / measured over the claimed ones (:func:`development`);
+  quantiles of forecast / measured over the claimed ones (:func:`evaluate`);
 * the fresh judgement (:func:`judge_fresh`), once: every finished run of the transfers study's seed
   :data:`FRESH_SEED` (``DIR/FAMILY/SETTING/s4``: cosine, N 4 and 8, the alpha, beta, gamma and H grid; trained
   with that seed, which is its groups seed), forecast from K = :data:`FRACTIONS` of its outer steps with the
@@ -48,8 +23,7 @@ interval committed, before any fresh run below was evaluated):
   claimed, claimed within 15 %, flagged, missed unflagged, would have held but flagged, and the naive baseline
   (the last measured weight_std carried forward). The goal: most claimed, none of the claimed outside 15 %.
 
-``noloco llm study forecasts --runs DIR`` on a families layout trains what is missing (in the families study's layout, finished runs
-reused), evaluates the development runs and writes ``DIR/forecasts.json``; on a folder of the transfers study
+``noloco llm study forecasts --runs DIR`` on a families layout trains what is missing (finished runs reused), evaluates the development runs and writes ``DIR/forecasts.json``; on a folder of the transfers study
 (one holding ``transfers.json``) it trains nothing and writes the fresh judgement, ``DIR/forecasts_fresh.json``.
 """
 
