@@ -22,8 +22,8 @@ elsewhere averaged over groups, and the report says which (``groups``). Why c is
 runs (docs/advice.md) the pooled c barely moves with the rate after the early transient (log c on log rate: slope
 0.23, per-run intercepts). Why the noise grows: with c held and s2 per unit of L2 held, the forecast along the run's
 own groups ran low on every development seed (median 0.83 to 0.91), and the same forecast with the run's own later
-s2 in place of the held one came back to about 1: s2 / L2 rises through the run, at a constant rate too (the noise's
-share of Adam's normalised update grows as the gradient's signal falls). Log(s2 / L2) on t / T (per-run intercepts,
+s2 in place of the held one came back to about 1: s2 / L2 rises through the run, at a constant rate too (a reading, not measured: the
+noise's share of Adam's normalised update grows as the gradient's signal falls). Log(s2 / L2) on t / T (per-run intercepts,
 outer steps 8 to 32 of the 42 development runs: :data:`NOISE_GROWTH`, residual sd 0.19; log L2 beside it adds
 nothing: slope -0.01). The forecast is stepped from the recursion's own state at the last measured step, so the
 spread already built carries over.
