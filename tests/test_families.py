@@ -128,3 +128,19 @@ def test_a_forecast_row_is_made_along_the_runs_own_groups_and_averaged(tmp_path)
         assert got["ratio"] == pytest.approx(ratio) and got["holds"] == (abs(ratio - 1) <= S.TOLERANCE)
     assert row["own_over_average"] == pytest.approx(row["ratio"] / row["average"]["ratio"])
     assert row["ratio"] != pytest.approx(row["average"]["ratio"], rel=1e-3)
+
+
+def test_the_noise_fit_reads_the_growth_a_run_was_made_with(tmp_path, monkeypatch):
+    """noloco.studies.forecasts.noise_fit on a run whose s2 is exactly s0 L2 exp(NOISE_GROWTH t / T): the slope on
+    t / T is NOISE_GROWTH, log L2 beside it adds nothing, no residual."""
+    from test_forecast import config, write_run
+
+    from noloco.advice import forecast as FC
+    from noloco.studies import forecasts as S
+
+    write_run(tmp_path / "llama" / "pilot" / "s0", config(seed=0), grow=True)
+    monkeypatch.setattr(S, "development_runs", lambda: [("llama", "pilot", 0)])
+    fit = S.noise_fit(tmp_path)
+    assert fit["t/T"]["slopes"][0] == pytest.approx(FC.NOISE_GROWTH, abs=1e-6)
+    assert fit["t/T and log L2"]["slopes"] == pytest.approx([FC.NOISE_GROWTH, 0.0], abs=1e-6)
+    assert fit["t/T"]["residual_sd"] < 1e-9
