@@ -17,17 +17,12 @@ NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 #: the outer step across ranks (benchmark ``outer``): the header's first cells, the 4- and 2-rank files
 RANKS_HEADER = "| mode | 4 ranks: median ms | x the floor P | 2 ranks: median ms |"
 RANKS_FILES = ("outer_ranks4.json", "outer_ranks2.json")
-#: the forecasts study's summary: the header's first cells, its columns' keys and each row's quantities as
-#: (summary, key) pairs read in the cell's order (the first numbers of a cell; a row mapped to None is not checked)
-FORECASTS_HEADER = "| claimed / within 15 % | seed 0 (limits chosen) | seed 1 |"
-FORECASTS_COLUMNS = ("seed0", "seed1", "held_out", "fresh_seed", "fresh_seed_groups")
-FORECASTS_ROWS = {
-    "own groups": (("summary", "claimed"), ("summary", "claimed_within")),
-    "averaged over groups": (("summary_average", "claimed"), ("summary_average", "claimed_within")),
-    "would hold (own / averaged); naive within": (("summary", "would_hold"), ("summary_average", "would_hold"),
-                                                   ("summary", "naive_within")),
-    "own-input within 15 %, own / averaged (8 runs, GPT-NeoX's in)": None,
-}
+#: the forecasts study's table: the header's first cells; per column the file, per row the family (all: the
+#: summary), each cell the counts of FORECASTS_KEYS in that order ("-" where the file has no such family)
+FORECASTS_HEADER = "| family: forecasts, claimed, within 15 %, missed unflagged, would hold but flagged, naive within |"
+FORECASTS_FILES = ("forecasts.json", "forecasts_fresh.json")
+FORECASTS_KEYS = ("forecasts", "claimed", "claimed_within", "missed_unflagged", "would_hold_flagged", "naive_within")
+FORECASTS_ROWS = {"GPT-2": "gpt2", "Llama": "llama", "cpu-tiny": "cpu-tiny", "GPT-NeoX": "neox", "all": None}
 #: the families study's totals as the advice page words them: (pattern, what of families.json's summary)
 FAMILIES_TOTALS = (
     (r"\*\*Own inputs: (\d+) of (\d+) within the rule\*\*", lambda s: (s["own"]["agree"], s["own"]["runs"])),
@@ -87,19 +82,20 @@ def ranks_mismatches(text: str) -> list[str]:
 
 
 def forecasts_mismatches(text: str) -> list[str]:
-    """Every count of the forecasts study's summary table that is not forecasts.json's."""
-    data = _data("forecasts.json")
+    """Every count of the forecasts study's table that is not forecasts.json's or forecasts_fresh.json's."""
+    data = [_data(name) for name in FORECASTS_FILES]
     wrong = []
     for label, *cells in table(text, FORECASTS_HEADER):
         if label not in FORECASTS_ROWS:
-            wrong.append(f"{label}: no quantity of forecasts.json is mapped to this row")
+            wrong.append(f"{label}: no family of the forecasts study is mapped to this row")
             continue
-        if FORECASTS_ROWS[label] is None:
-            continue
-        for column, cell in zip(FORECASTS_COLUMNS, cells, strict=True):
-            stored = [data[summary][column][key] for summary, key in FORECASTS_ROWS[label]]
-            if [int(n) for n in NUMBER.findall(cell)][:len(stored)] != stored:
-                wrong.append(f"{label}, {column}: the page says {cell}, the data {stored}")
+        family = FORECASTS_ROWS[label]
+        for name, rep, cell in zip(FORECASTS_FILES, data, cells, strict=True):
+            counts = rep["summary"] if family is None else rep["per_family"].get(family)
+            stored = None if counts is None else [counts[k] for k in FORECASTS_KEYS]
+            quoted = [int(n) for n in NUMBER.findall(cell)][:len(FORECASTS_KEYS)] if cell.strip() != "-" else None
+            if quoted != stored:
+                wrong.append(f"{label}, {name}: the page says {cell}, the data {stored}")
     return wrong
 
 
@@ -128,17 +124,25 @@ def test_the_families_totals_are_families_json():
     assert families_mismatches(_pages()) == []
 
 
-def test_the_forecast_limits_quoted_are_the_chosen_ones():
-    limits = _data("forecasts.json")["limits"]
-    quoted = re.search(r"a rise of (\d+) %, a fall of (\d+) %", _pages())
+def test_the_forecast_limits_quoted_are_the_chosen_ones_and_the_forecasts():
+    from noloco.advice import forecast as FC
+
+    data = _data("forecasts.json")
+    chosen, carried = data["chosen"], data["module"]
+    wording = r"a median below ([\d.]+) \(the early transient\) or rises or falls by more than (\d+) %"
+    quoted = re.search(wording.replace(" ", r"\s+"), _pages())
     assert quoted, "the page no longer quotes the forecast's limits in the form this test reads"
-    assert (int(quoted[1]), int(quoted[2])) == (round(100 * limits["settled_rise"]), round(100 * limits["settled_fall"]))
+    assert chosen["settled_rise"] == chosen["settled_fall"]
+    assert (float(quoted[1]), int(quoted[2])) == (chosen["settled_c"], round(100 * chosen["settled_rise"]))
+    assert (FC.SETTLED_C, FC.SETTLED_RISE, FC.SETTLED_FALL) == (chosen["settled_c"], chosen["settled_rise"],
+                                                                 chosen["settled_fall"])
+    assert carried["interval"] == list(FC.FORECAST_ERROR) == [round(q, 2) for q in chosen["interval"]]
 
 
 @pytest.mark.parametrize("check, old, new", [
     (ranks_mismatches, "| pairs: toolkit | 69.5 |", "| pairs: toolkit | 71.5 |"),
     (ranks_mismatches, "| 15.13 |\n", "| 15.2 |\n"),
-    (forecasts_mismatches, "| own groups | 6 / 6 of 40 |", "| own groups | 7 / 6 of 40 |"),
+    (forecasts_mismatches, "| GPT-NeoX | 50, 42, 41,", "| GPT-NeoX | 50, 42, 40,"),
     (families_mismatches, "**Transfers: 7 of 8 claimed agree**", "**Transfers: 8 of 8 claimed agree**"),
     (families_mismatches, "factor 2, one unflagged miss", "factor 2, no unflagged miss"),
 ])

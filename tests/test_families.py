@@ -1,6 +1,8 @@
 """The model-families study (noloco.studies.families): its rules as stated, and one tiny run of a Hugging Face
 config through the public API that the advice then reads (nothing downloaded)."""
 
+import json
+
 import pytest
 
 from noloco.studies import families as F
@@ -36,22 +38,54 @@ def test_a_hugging_face_family_trains_through_the_api_and_the_advice_reads_it(tm
     assert gap["predicted"] > 0 and gap["measured"] is not None
 
 
-def test_the_forecast_limits_are_chosen_on_seed_0_as_stated():
-    """noloco.studies.forecasts: the pair of limits (c's rise, c's fall) under which every claimed forecast holds,
-    claiming the most (ties: the smaller limits); a forecast with a flag that always withdraws it is never claimed."""
+def test_the_forecast_flags_are_chosen_and_the_fresh_verdicts_counted_as_stated():
+    """noloco.studies.forecasts: of the triples (c level, c's rise, c's fall) under which at most MAX_MISSED of the
+    claimed rows miss 15 %, the one claiming the most (ties: the stricter); a forecast with a flag that always
+    withdraws it is never claimed; the fresh judgement's counts per family."""
     from noloco.studies import forecasts as S
 
-    def row(ratio, rise, always=()):
-        return {"ratio": ratio, "c_rise": rise, "always": list(always), "naive": 1.2, "inside": True,
-                "holds": abs(ratio - 1) <= S.TOLERANCE}
+    def row(ratio, level, rise, always=(), family="a"):
+        return {"ratio": ratio, "c_level": level, "c_rise": rise, "always": list(always), "naive": 1.2,
+                "inside": True, "holds": abs(ratio - 1) <= S.TOLERANCE, "family": family}
 
-    rows = [row(1.02, 0.05), row(0.95, 0.6), row(1.04, -0.35), row(1.4, 0.8), row(1.3, -0.45),
-            row(1.0, 0.1, ["too few steps"])]
-    rise, fall = S.choose_limits(rows)
-    assert (rise, fall) == (0.75, 0.4)  # the smallest that claim the first three; the fourth and fifth miss
-    assert [S.claimed(r, rise, fall) for r in rows] == [True, True, True, False, False, False]
-    summary = S.summary(rows, rise, fall)
-    assert summary["claimed"] == 3 and summary["claimed_within"] == 3 and summary["flagged_would_have_held"] == 1
+    rows = [row(1.02, 0.2, 0.05), row(0.95, 0.15, 0.6), row(1.04, 0.3, -0.35), row(1.4, 0.04, 0.1),
+            row(1.3, 0.3, -2.5), row(1.0, 0.2, 0.1, ["too few steps"])]
+    c_min, rise, fall = S.choose_flags(rows)
+    assert (c_min, rise, fall) == (0.15, 0.75, 0.4)  # the first three claimed; the fourth (c 0.04), fifth miss
+    claimed = [S.claimed_by(r, c_min, rise, fall) for r in rows]
+    assert claimed == [True, True, True, False, False, False]
+    for r, c in zip(rows, claimed):
+        r["claimed"] = c
+    rows[1]["claimed"] = rows[3]["claimed"] = True  # one claimed miss on family a ...
+    rows[4]["family"] = "b"  # ... and a family whose one forecast is flagged
+    v = S._per_family(rows)
+    assert v["a"] | {"share_claimed": None, "share_claimed_within": None} == {
+        "forecasts": 5, "claimed": 4, "claimed_within": 3, "flagged": 1, "missed_unflagged": 1,
+        "would_hold_flagged": 1, "claimed_inside_interval": 4, "share_claimed": None, "share_claimed_within": None,
+        "naive_within": 0, "forecast_beats_naive": 4}
+    assert v["a"]["share_claimed"] == 0.8 and v["a"]["share_claimed_within"] == 0.75
+    assert v["b"]["claimed"] == 0 and v["b"]["share_claimed_within"] is None
+    assert S.from_steps(16) == [4, 6, 8, 10, 12] and S.from_steps(64) == [16, 24, 32, 40, 48]
+
+
+def test_the_fresh_judgement_reads_a_transfers_folder_and_trains_nothing(tmp_path):
+    """noloco.studies.forecasts.run_study on a folder holding transfers.json: every finished seed-4 run (not the
+    forks, not another seed) forecast from the shares of its outer steps, written to forecasts_fresh.json."""
+    from test_forecast import config, write_run
+
+    from noloco.studies import forecasts as S
+
+    for name in ("llama/a0.5_b0.7_H10/s4", "llama/a0.5_b0.7_H10/s3", "cpu-tiny/forks-s4/x"):
+        write_run(tmp_path / name, config(seed=4))
+    (tmp_path / "transfers.json").write_text("{}")
+    for name in ("llama/a0.5_b0.7_H10/s4", "llama/a0.5_b0.7_H10/s3"):  # a finished run says so
+        result = json.loads((tmp_path / name / "result.json").read_text())
+        (tmp_path / name / "result.json").write_text(json.dumps({**result, "finished": True}))
+    rep = S.run_study(tmp_path, train=True)
+    assert json.loads((tmp_path / "forecasts_fresh.json").read_text())["summary"] == rep["summary"]
+    assert [(r["family"], r["run"], r["from_step"]) for r in rep["rows"]] == [
+        ("llama", "a0.5_b0.7_H10", K) for K in (10, 15, 20, 25, 30)]
+    assert rep["summary"]["forecasts"] == 5 and all(r["holds"] == (abs(r["ratio"] - 1) <= 0.15) for r in rep["rows"])
 
 
 @pytest.mark.torch
@@ -94,3 +128,19 @@ def test_a_forecast_row_is_made_along_the_runs_own_groups_and_averaged(tmp_path)
         assert got["ratio"] == pytest.approx(ratio) and got["holds"] == (abs(ratio - 1) <= S.TOLERANCE)
     assert row["own_over_average"] == pytest.approx(row["ratio"] / row["average"]["ratio"])
     assert row["ratio"] != pytest.approx(row["average"]["ratio"], rel=1e-3)
+
+
+def test_the_noise_fit_reads_the_growth_a_run_was_made_with(tmp_path, monkeypatch):
+    """noloco.studies.forecasts.noise_fit on a run whose s2 is exactly s0 L2 exp(NOISE_GROWTH t / T): the slope on
+    t / T is NOISE_GROWTH, log L2 beside it adds nothing, no residual."""
+    from test_forecast import config, write_run
+
+    from noloco.advice import forecast as FC
+    from noloco.studies import forecasts as S
+
+    write_run(tmp_path / "llama" / "pilot" / "s0", config(seed=0), grow=True)
+    monkeypatch.setattr(S, "development_runs", lambda: [("llama", "pilot", 0)])
+    fit = S.noise_fit(tmp_path)
+    assert fit["t/T"]["slopes"][0] == pytest.approx(FC.NOISE_GROWTH, abs=1e-6)
+    assert fit["t/T and log L2"]["slopes"] == pytest.approx([FC.NOISE_GROWTH, 0.0], abs=1e-6)
+    assert fit["t/T"]["residual_sd"] < 1e-9

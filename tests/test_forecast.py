@@ -27,20 +27,22 @@ def config(outer=OUTER, **fields) -> TrainConfig:
     return TrainConfig(**{**values, **fields})
 
 
-def write_run(path, cfg: TrainConfig, groups=GROUPS, c_scale=1.0, measured_to=None):
+def write_run(path, cfg: TrainConfig, groups=GROUPS, c_scale=1.0, measured_to=None, grow=False):
     """A run folder whose inputs are exactly the forecast's model: rho 0 (running-sum variance = the sum of the
-    variances), c = c0 (held), s2 = s0 L2_t.
+    variances), c = c0 (held), s2 = s0 L2_t, with ``grow`` s0 L2_t exp(NOISE_GROWTH t / T) (the forecast's
+    :func:`noloco.advice.forecast.noise_base`).
     ``measured_to`` cuts inputs.jsonl (a run still going); weight_std is logged as 1 at every evaluation."""
     from dataclasses import asdict
 
     ph = F.schedule_functionals(cfg)
+    base = F.noise_base(cfg) if grow else ph["L2"]
     T = measured_to or cfg.outer_steps
     rows = []
     cum = {name: 0.0 for name in groups}
     for t in range(T):
         entry = {}
         for name, (c0, s0, numel) in groups.items():
-            s2 = s0 * ph["L2"][t]
+            s2 = s0 * base[t]
             cum[name] += s2
             entry[name] = {"c": c_scale * c0 if t else 0.0, "s2": s2, "lag1_cov": 0.0,
                            "sum_var": cum[name], "numel": numel, "spread": 0.0, "drift_var": None}
@@ -53,7 +55,7 @@ def write_run(path, cfg: TrainConfig, groups=GROUPS, c_scale=1.0, measured_to=No
     return ph
 
 
-def replayed_weight_std(cfg, ph, groups=GROUPS, outer=None, own: bool = False) -> np.ndarray:
+def replayed_weight_std(cfg, ph, groups=GROUPS, outer=None, own: bool = False, grow=False) -> np.ndarray:
     """weight_std after every outer step of predict's replay of the model's inputs over the whole run (``own``:
     along the run's own groups, drawn from its seed)."""
     outer = outer or cfg.outer
@@ -62,7 +64,8 @@ def replayed_weight_std(cfg, ph, groups=GROUPS, outer=None, own: bool = False) -
     for c0, s0, numel in groups.values():
         c = np.full(cfg.outer_steps, c0)
         c[0] = 0.0
-        _, spread, _, _ = replay(outer, c, s0 * ph["L2"], np.zeros(cfg.outer_steps), groups=along)
+        base = F.noise_base(cfg) if grow else ph["L2"]
+        _, spread, _, _ = replay(outer, c, s0 * base, np.zeros(cfg.outer_steps), groups=along)
         level = level + numel * spread[1:]
     return np.sqrt(level / sum(g[2] for g in groups.values()))
 
@@ -72,13 +75,13 @@ def test_a_forecast_of_inputs_that_follow_its_model_is_the_replay_of_the_whole_r
     """Along the run's own groups (its folder records the seed) and averaged over groups, each against the replay
     of the whole run the same way."""
     cfg = config()
-    ph = write_run(tmp_path, cfg)
+    ph = write_run(tmp_path, cfg, grow=True)
     average = F.forecast(tmp_path, from_step=from_step, along="average")
-    np.testing.assert_allclose([r["forecast"] for r in average["rows"]], replayed_weight_std(cfg, ph)[from_step:],
+    np.testing.assert_allclose([r["forecast"] for r in average["rows"]], replayed_weight_std(cfg, ph, grow=True)[from_step:],
                                rtol=1e-9)
     rep = F.forecast(tmp_path, from_step=from_step)
     assert rep["groups"] == {"along": "own", "seed": cfg.seed, "why": None}
-    exact = replayed_weight_std(cfg, ph, own=True)
+    exact = replayed_weight_std(cfg, ph, own=True, grow=True)
     got = np.array([r["forecast"] for r in rep["rows"]])
     assert [r["outer_step"] for r in rep["rows"]] == list(range(from_step + 1, cfg.outer_steps + 1))
     np.testing.assert_allclose(got, exact[from_step:], rtol=1e-9)
@@ -93,7 +96,7 @@ def test_the_forecast_would_see_c_that_follows_the_rate(tmp_path):
     step: c falls with the rate, the spread grows, and the forecast (c held) runs low by more than 10 % over the
     second half. The check can fail."""
     cfg, groups = config(), {"curved": (0.3, 5.0, 1000)}
-    ph = write_run(tmp_path, cfg, groups)
+    ph = write_run(tmp_path, cfg, groups, grow=True)
     ref = ph["L1"][9]
     rows = [json.loads(x) for x in (tmp_path / "inputs.jsonl").read_text().splitlines()]
     for t, r in enumerate(rows):
@@ -101,7 +104,7 @@ def test_the_forecast_would_see_c_that_follows_the_rate(tmp_path):
             g["c"] *= ph["L1"][t] / ref
     (tmp_path / "inputs.jsonl").write_text("".join(dumps(r) + "\n" for r in rows))
     c = np.array([r["groups"]["curved"]["c"] for r in rows])
-    truth = np.sqrt(replay(OUTER, c, 5.0 * ph["L2"], np.zeros(cfg.outer_steps))[1][1:])
+    truth = np.sqrt(replay(OUTER, c, 5.0 * F.noise_base(cfg), np.zeros(cfg.outer_steps))[1][1:])
     rep = F.forecast(tmp_path, from_step=10)
     got = np.array([r["forecast"] for r in rep["rows"]])
     half = slice(cfg.outer_steps // 2 - 10, None)  # the steps of the rule: the second half
@@ -113,17 +116,17 @@ def test_a_folder_without_its_groups_seed_is_forecast_averaged_over_groups_and_s
     """A folder written before the seed was recorded: the exchangeable recursion, a note that says why; a seed
     given by the caller (the studies: the layout's) steps along those groups."""
     cfg = config(seed=3)
-    ph = write_run(tmp_path, cfg)
+    ph = write_run(tmp_path, cfg, grow=True)
     result = json.loads((tmp_path / "result.json").read_text())
     del result["config"]["seed"]
     (tmp_path / "result.json").write_text(json.dumps(result))
     rep = F.forecast(tmp_path, from_step=10)
     assert rep["groups"]["along"] == "average" and "records no groups seed" in rep["groups"]["why"]
-    np.testing.assert_allclose([r["forecast"] for r in rep["rows"]], replayed_weight_std(cfg, ph)[10:], rtol=1e-9)
+    np.testing.assert_allclose([r["forecast"] for r in rep["rows"]], replayed_weight_std(cfg, ph, grow=True)[10:], rtol=1e-9)
     assert "records no groups seed" in F.format_forecast(rep)
     given = F.forecast(tmp_path, from_step=10, seed=3)
     np.testing.assert_allclose([r["forecast"] for r in given["rows"]],
-                               replayed_weight_std(cfg, ph, own=True)[10:], rtol=1e-9)
+                               replayed_weight_std(cfg, ph, own=True, grow=True)[10:], rtol=1e-9)
     with pytest.raises(Exception, match="along='mine' is not allowed"):
         F.forecast(tmp_path, along="mine")
 
@@ -156,7 +159,7 @@ def test_a_window_whose_c_falls_is_flagged(tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "inputs.jsonl").read_text().splitlines()]
     for t, r in enumerate(rows[:10]):
         for g in r["groups"].values():
-            g["c"] *= 4 - 0.35 * t  # from 4x down to 0.85x over the window
+            g["c"] *= 4 - 0.48 * t  # across the window (steps 6 to 10) from 1.6x to -0.3x: 2.25 times its mean
     (tmp_path / "inputs.jsonl").write_text("".join(dumps(r) + "\n" for r in rows))
     rep = F.forecast(tmp_path, from_step=10)
     assert rep["c_rise"] < -F.SETTLED_FALL
@@ -175,11 +178,11 @@ def test_a_finished_run_is_forecast_from_its_first_quarter(tmp_path):
     """Nothing is left after a finished run's last step: the default forecast starts from the first quarter
     (the point the held-out evaluation validated), with every later step forecast and measured where logged."""
     cfg = config()
-    ph = write_run(tmp_path, cfg)
+    ph = write_run(tmp_path, cfg, grow=True)
     rep = F.forecast(tmp_path)
     assert rep["from_step"] == cfg.outer_steps // 4 == 10
     assert [r["outer_step"] for r in rep["rows"]] == list(range(11, cfg.outer_steps + 1))
-    np.testing.assert_allclose([r["forecast"] for r in rep["rows"]], replayed_weight_std(cfg, ph, own=True)[10:],
+    np.testing.assert_allclose([r["forecast"] for r in rep["rows"]], replayed_weight_std(cfg, ph, own=True, grow=True)[10:],
                                rtol=1e-9)
     assert rep["rows"][1]["measured"] == 1.0  # outer step 12, an evaluation
 
@@ -433,3 +436,84 @@ def test_groups_seed_on_the_command_line_steps_a_folder_without_one_along_its_gr
     assert not any(f.startswith("group change") for f in rep["flags"])
     assert main(["llm", "predict", str(tmp_path), "--groups-seed", "3"]) == 2  # --as only
     assert "--groups-seed applies to --as only" in capsys.readouterr().err
+
+
+def test_without_the_noise_growth_a_run_whose_noise_grows_is_forecast_low(tmp_path, monkeypatch):
+    """The inputs of the forecast's model (s2 / L2 growing through the run): with the growth the forecast is the
+    replay of the whole run; read with s2 / L2 held (the earlier model) it runs low by more than 10 % over the
+    second half. The check can fail."""
+    cfg = config()
+    ph = write_run(tmp_path, cfg, grow=True)
+    exact = replayed_weight_std(cfg, ph, own=True, grow=True)[10:]
+    grown = np.array([r["forecast"] for r in F.forecast(tmp_path, from_step=10)["rows"]])
+    np.testing.assert_allclose(grown, exact, rtol=1e-9)
+    monkeypatch.setattr(F, "NOISE_GROWTH", 0.0)
+    held = np.array([r["forecast"] for r in F.forecast(tmp_path, from_step=10)["rows"]])
+    half = slice(cfg.outer_steps // 2 - 10, None)
+    assert math.sqrt(np.mean(held[half] ** 2) / np.mean(exact[half] ** 2)) < 0.9
+
+
+def test_a_window_whose_pooled_c_is_below_the_level_is_flagged(tmp_path):
+    """The early transient: the window's pooled c (median) below SETTLED_C withdraws the forecast, with the number."""
+    cfg = config()
+    write_run(tmp_path, cfg, c_scale=0.5)  # pooled c (0.05 * 3000 + 0.5 * 1000) / 4000 / 2 = 0.08
+    rep = F.forecast(tmp_path, from_step=10)
+    assert rep["c_level"] == pytest.approx(0.08125)
+    assert any(f.startswith("not settled: the pooled c is 0.081") and "below 0.1" in f for f in rep["flags"])
+    write_run(tmp_path, cfg)
+    assert not F.forecast(tmp_path, from_step=10)["flags"]
+
+
+@pytest.mark.parametrize("writer, replicas, one_sided", [("noloco-run", 8, True), (None, 8, False),
+                                                         ("noloco-run", 4, False)])
+def test_the_gap_on_an_observer_run_is_read_one_sided(tmp_path, writer, replicas, one_sided):
+    """A run folder written by noloco.Observer (format noloco-run) at a validated N: the gap is read as an upper
+    estimate, with the range it was set on; the harness's runs, and an untested N, keep their reading."""
+    from noloco.advice.gap import OBSERVER_RANGE, equipartition_gap, format_gap
+
+    cfg = config(outer=OuterConfig(replicas=replicas, group_size=2, alpha=0.5, beta=0.7, gamma=0.7), outer_steps=12)
+    write_run(tmp_path, cfg)
+    result = json.loads((tmp_path / "result.json").read_text())
+    extra = {"format": writer, "format_version": 1} if writer else {}
+    result.update(extra, adam_second_moment={"outer_step": 12, "sum_sqrt_v": 100.0})
+    (tmp_path / "result.json").write_text(json.dumps(result))
+    rep = equipartition_gap(tmp_path)
+    if one_sided:
+        lo, hi = OBSERVER_RANGE
+        assert rep["reading"].startswith("an upper estimate") and f"{lo:g} to {hi:g}" in rep["reading"]
+        assert f"at least {1 / hi:.2f} of it" in rep["reading"] and "read as an upper estimate" in format_gap(rep)
+    else:
+        assert rep["reading"] == ("within a factor 2" if replicas == 8 else None)
+
+
+def test_the_forecast_with_the_runs_own_later_noise_is_the_replay_of_the_whole_run(tmp_path):
+    """measured_later="s2" (the study's diagnostic of why the held-input forecast ran low): the future steps take
+    the replay's own s2, so a run whose noise doubles after outer step 20 is forecast as its whole replay, where
+    the held noise misses it; "c" with c held in the data changes nothing."""
+    cfg = config()
+    write_run(tmp_path, cfg, grow=True)
+    rows = [json.loads(x) for x in (tmp_path / "inputs.jsonl").read_text().splitlines()]
+    for name in GROUPS:
+        cum = 0.0
+        for t, r in enumerate(rows):
+            g = r["groups"][name]
+            g["s2"] *= 2.0 if t >= 20 else 1.0
+            cum += g["s2"]
+            g["sum_var"] = cum
+    (tmp_path / "inputs.jsonl").write_text("".join(dumps(r) + "\n" for r in rows))
+    along = conditional.partitions(cfg.seed, 0, cfg.outer_steps, OUTER.replicas, OUTER.group_size)
+    level = 0.0
+    for name, (c0, _, numel) in GROUPS.items():
+        c = np.full(cfg.outer_steps, c0)
+        c[0] = 0.0
+        s2 = np.array([r["groups"][name]["s2"] for r in rows])
+        level = level + numel * replay(OUTER, c, s2, np.zeros(cfg.outer_steps), groups=along)[1][1:]
+    exact = np.sqrt(level / sum(g[2] for g in GROUPS.values()))[10:]
+    later = [r["forecast"] for r in F.forecast(tmp_path, from_step=10, measured_later="s2")["rows"]]
+    np.testing.assert_allclose(later, exact, rtol=1e-9)
+    held = np.array([r["forecast"] for r in F.forecast(tmp_path, from_step=10)["rows"]])
+    assert held[-1] < 0.8 * exact[-1]
+    np.testing.assert_allclose([r["forecast"] for r in F.forecast(tmp_path, 10, measured_later="c")["rows"]], held,
+                               rtol=1e-9)
+    with pytest.raises(Exception, match="measured_later='rho' is not allowed"):
+        F.forecast(tmp_path, measured_later="rho")

@@ -12,6 +12,13 @@ costing R1/4 lr sqrt(vhat) whatever its curvature. Here a family's run ends with
 
 ``noloco llm study gap --out DIR`` trains :data:`RUNS` (finished runs are not reused: the weights are read at
 the end of training) and writes ``DIR/gap_check.json``.
+
+The one-sided claim (:data:`noloco.advice.gap.OBSERVER_RANGE`), judged once on runs it was not set on (the rule
+fixed here before they were evaluated): the transfers study's runs of seed :data:`FRESH_SEED` at N = 8
+(``DIR/FAMILY/N8*/s4``, written by noloco.Observer); the claim holds on a run when predicted / measured >= 1 (the
+measured gap at most the predicted), and the ratio is reported beside it; a run flagged ``unresolved`` is not
+judged. ``noloco llm study gap --out DIR`` on a folder holding ``transfers.json`` trains nothing and writes
+``DIR/gap_fresh.json``.
 """
 
 from __future__ import annotations
@@ -85,8 +92,31 @@ def attribute(family: str, seed: int, changes: dict, folder: Path) -> dict:
             "sum_of_tensors_measured": explained, "c_correlation": corr, "large_tensors": len(large), "rows": rows}
 
 
+#: the seed of the transfers study's runs the one-sided claim is judged on
+FRESH_SEED = 4
+
+
+def judge_fresh(out: Path) -> dict:
+    """The one-sided claim on the transfers study's seed-4 runs at N = 8 (module docstring)."""
+    from noloco.advice.gap import equipartition_gap
+
+    rows = []
+    for folder in sorted(Path(out).glob(f"*/N8*/s{FRESH_SEED}")):
+        gap = equipartition_gap(folder)
+        judged = gap["ratio"] is not None and not any(f.startswith("unresolved") for f in gap["flags"])
+        rows.append({"family": folder.parent.parent.name, "run": folder.parent.name, "ratio": gap["ratio"],
+                     "predicted": gap["predicted"], "measured": gap["measured"], "flags": gap["flags"],
+                     "reading": gap["reading"], "judged": judged, "holds": judged and gap["ratio"] >= 1})
+    return {"schema": "gap_fresh", "rule": "predicted / measured >= 1 (an upper estimate)", "rows": rows,
+            "judged": sum(r["judged"] for r in rows), "holds": sum(r["holds"] for r in rows)}
+
+
 def run_study(out) -> dict:
     out = Path(out)
+    if (out / "transfers.json").exists():  # the transfers study's runs: judged, never trained here
+        report = judge_fresh(out)
+        write_json(out / "gap_fresh.json", report, indent=2)
+        return report
     report = {"schema": "gap_check", "runs": [attribute(f, seed, changes, out / f"{f}-s{seed}")
                                               for f, seed, changes in RUNS]}
     write_json(out / "gap_check.json", report, indent=2)
@@ -94,6 +124,11 @@ def run_study(out) -> dict:
 
 
 def format_report(rep: dict) -> str:
+    if rep.get("schema") == "gap_fresh":
+        return "\n".join([f"{r['family']} {r['run']}: predicted / measured {r['ratio']}, "
+                          f"{'holds' if r['holds'] else 'not judged' if not r['judged'] else 'misses'}"
+                          f"{''.join('; flag: ' + f for f in r['flags'])}" for r in rep["rows"]]
+                         + [f"{rep['rule']}: holds on {rep['holds']} of {rep['judged']} judged"])
     lines = []
     for run in rep["runs"]:
         lines.append(f"{run['family']} seed {run['seed']} {run['changes']}: predicted {run['predicted']:.4g}, measured "
