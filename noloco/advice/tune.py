@@ -413,8 +413,9 @@ def tune_forks(path, latency: float = 0.05, bandwidth: float = 1e9, compute_seco
 
     T = pilot.setting.outer_steps
     own = forks_._final_loss(pilot)
-    rows.append(row(pilot, {"predicted": own, "low": own + forks_.LOSS_ERROR[0], "high": own + forks_.LOSS_ERROR[1],
-                            "fork_lead": 0.0}, rms_second_half(pilot.metrics, "weight_std", T), [], None))
+    low, high = forks_.loss_interval(pilot, own)
+    rows.append(row(pilot, {"predicted": own, "low": low, "high": high, "fork_lead": 0.0},
+                    rms_second_half(pilot.metrics, "weight_std", T), [], None))
     fork_tokens = 0
     for f in folders:
         run = read_run(f)
@@ -436,7 +437,7 @@ def tune_forks(path, latency: float = 0.05, bandwidth: float = 1e9, compute_seco
             "max_spread": max_spread, "settings_ranked": len(eligible), "recommendation": best, "rows": rows,
             "not_told_apart": contenders,
             "cost": {"pilot_runs": 1 + fork_tokens / tokens, "grid_runs_per_seed": len(rows),
-                     "forks": len(folders), "interval": "80 %, from the development grid's residuals"}}
+                     "forks": len(folders), "interval": "80 % for a new seed, scaled by the pilot's last-quarter loss drop"}}
 
 
 def format_tune_forks(report: dict) -> str:

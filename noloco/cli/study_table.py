@@ -182,6 +182,12 @@ def table() -> tuple[Study, ...]:
               "Llama-style config (its layout, finished runs reused) and judges --as under the rules of "
               "noloco/studies/transfers.py." + _NEEDS_HF,
               _folder("--out", "runs/one-pilot"), _evaluate),
+        Study("tune-fresh", "noloco.studies.tune_fresh",
+              "the tuner from one pilot on fresh seeds 5 and 6 (docs/advice.md, 'One pilot')",
+              "Trains each family's seed-5 pilot with its forks and the 29 settings whole with seed 6 (the one-pilot "
+              "study's layout, finished runs reused) and judges the tuner's pick under the rule of "
+              "noloco/studies/tune_fresh.py." + _NEEDS_HF,
+              _folder("--out", "runs/one-pilot"), _evaluate),
         Study("comm", "noloco.llm_check.comm_measure", "gloo all-reduce and point-to-point times on this machine",
               "Times gloo's collectives and group exchanges between processes on this machine and fits the comm "
               "model's latency and bandwidth.",
