@@ -55,6 +55,8 @@ SKIP = {
     "llm study one-pilot": "trains two families' grids of 29 settings and their forks (an hour on two cores)",
     "llm study transfers": "trains two families' axis targets on two seeds, a grid of 29 and forks (over an hour on "
                            "two cores); its slow test runs it",
+    "llm study tune-fresh": "trains two families' pilots with 28 forks and grids of 29 settings (over an hour on two "
+                            "cores)",
 }
 
 

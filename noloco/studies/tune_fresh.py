@@ -28,6 +28,29 @@ FAMILIES = one_pilot.FAMILIES
 PILOT_SEED, JUDGED_SEED = 5, 6
 
 
+#: the development data the interval was set on (:func:`interval_per_drop`)
+DEVELOPMENT = Path(__file__).resolve().parents[2] / "docs" / "data" / "tune_interval.json"
+
+
+def interval_per_drop(rows: list[dict], gain: float | None = None) -> dict:
+    """The 10 % and 90 % quantiles of (measured - predicted) / the pilot's last-quarter drop over ``rows`` (each a
+    forked setting's ``fork_lead``, ``pilot_final``, ``pilot_drop`` and ``measured``, its final loss trained whole
+    with another seed), pooled and per family: how :data:`noloco.advice.fork.LOSS_ERROR_PER_DROP` was set."""
+    import numpy as np
+
+    from noloco.advice.fork import LOSS_GAIN
+
+    gain = LOSS_GAIN if gain is None else gain
+
+    def q(rs):
+        z = [(r["measured"] - r["pilot_final"] - gain * r["fork_lead"]) / r["pilot_drop"] for r in rs]
+        return [float(v) for v in np.quantile(z, [0.1, 0.9])]
+
+    families = sorted({r["family"] for r in rows})
+    return {"pooled": q(rows), "predictions": len(rows),
+            "by_family": {f: q([r for r in rows if r["family"] == f]) for f in families}}
+
+
 def _report(out, family: str) -> dict | None:
     """The tuner's report from the family's pilot of :data:`PILOT_SEED` (None before all its forks are written)."""
     from noloco.advice.tune import tune_forks
@@ -37,9 +60,10 @@ def _report(out, family: str) -> dict | None:
     return tune_forks(Path(out) / family / f"forks-s{PILOT_SEED}")
 
 
-def grid_order(out, family: str) -> list[str]:
-    """The judged settings, lowest predicted loss first (the pilot's report), else in the study's order."""
-    report = _report(out, family)
+def grid_order(out, family: str, report: dict | None = None) -> list[str]:
+    """The judged settings, lowest predicted loss first (the pilot's ``report``, read when not given), else in the
+    study's order."""
+    report = report or _report(out, family)
     if report is None:
         return list(one_pilot.JUDGED)
     rank = {r["setting"]: i for i, r in enumerate(report["rows"])}
@@ -78,10 +102,10 @@ def train_missing(out, families=FAMILIES, progress: bool | None = None) -> None:
                 bar.update()
 
 
-def judge(out, family: str) -> dict | None:
-    """The family's judgement (:func:`noloco.studies.one_pilot.judge_pick`) on the judged seed's finished settings;
-    ``complete`` false and no verdict where some are missing."""
-    report = _report(out, family)
+def judge(out, family: str, report: dict | None = None) -> dict | None:
+    """The family's judgement (:func:`noloco.studies.one_pilot.judge_pick`) of the pilot's ``report`` (read when
+    not given) on the judged seed's finished settings; ``complete`` false and no verdict where some are missing."""
+    report = report or _report(out, family)
     if report is None:
         return None
     done = {n: one_pilot.folder(out, family, n, JUDGED_SEED) for n in one_pilot.JUDGED}
