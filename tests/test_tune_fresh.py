@@ -98,6 +98,7 @@ def test_the_fresh_judgement_holds_only_within_the_upper_half_width_and_below_th
     row = grid(2.695, 2.60)
     assert (row["pick"], row["rank"], row["best"], row["complete"]) == ("a0.3_b0.9_H10", 2, "g1", True)
     assert row["high"] - row["predicted"] == pytest.approx(2.33 * 0.08) and row["holds"] is True
+    assert row["inside_own_interval"][1] == 29
     assert grid(2.695, 2.45)["holds"] is False  # 0.25 nats above the best: beyond the upper half-width
     row = grid(2.75, 2.69, step=0.001)  # within the half-width of the best, but above the median
     assert row["within_interval_of_best"] and not row["better_than_median"] and row["holds"] is False

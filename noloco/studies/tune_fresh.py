@@ -117,6 +117,10 @@ def judge(out, family: str, report: dict | None = None) -> dict | None:
     if report["recommendation"]["setting"] not in loss:
         return {**row, "pick": report["recommendation"]["setting"], "holds": None}
     row.update(one_pilot.judge_pick(report, loss))
+    # descriptive, not the rule: how many trained settings' losses fell inside their own predicted intervals
+    bands = {r["setting"]: (r["low"], r["high"]) for r in report["rows"]}
+    row["inside_own_interval"] = [sum(bands[n][0] <= v <= bands[n][1] for n, v in loss.items() if n in bands),
+                                  sum(n in bands for n in loss)]
     row["holds"] = (row["better_than_median"] and row["within_interval_of_best"]) if not missing else None
     return row
 
