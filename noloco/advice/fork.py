@@ -45,7 +45,7 @@ LOSS_GAIN = 0.83
 #: last-quarter progress (:func:`last_quarter_drop`): the 10 % and 90 % quantiles of (measured - predicted) / drop over
 #: 168 predictions judged on another seed's runs (cpu-tiny and Llama, pilot seeds 1, 2, 3 judged on seeds 2, 1, 4). In
 #: nats the residuals spread twice as far on Llama (10 % to 90 %: -0.12 to +0.13 against -0.06 to +0.08), and so does
-#: the drop (0.059 to 0.079 against 0.017 to 0.036); in drop units each family alone gives -1.70 to 2.63 (cpu-tiny)
+#: the drop (0.061 to 0.079 against 0.031 to 0.036); in drop units each family alone gives -1.70 to 2.63 (cpu-tiny)
 #: and -1.85 to 1.86 (Llama)
 LOSS_ERROR_PER_DROP = (-1.83, 2.33)
 #: a fork's inputs are held from its second half, at least this many outer steps
