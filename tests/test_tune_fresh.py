@@ -107,3 +107,16 @@ def test_the_fresh_judgement_holds_only_within_the_upper_half_width_and_below_th
     assert row["complete"] is False and row["missing"] == ["a0.7_b0.9_H20"] and row["holds"] is None
     assert "not judged, missing a0.7_b0.9_H20" in TF.format_report({**TF.evaluate(tmp_path, families=()),
                                                                      "tuner": [row]})
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_the_fresh_study_reproduces_its_committed_report(tmp_path):
+    """`noloco llm study tune-fresh` from nothing (about an hour on two busy cores): each family's pick and verdict
+    in docs/data/tune_fresh.json come out again."""
+    from pathlib import Path
+
+    committed = read_json(Path(__file__).parents[1] / "docs" / "data" / "tune_fresh.json")
+    report = TF.run_study(tmp_path)
+    assert [(r["family"], r["pick"], r["holds"]) for r in report["tuner"]] == \
+        [(r["family"], r["pick"], r["holds"]) for r in committed["tuner"]]
