@@ -23,9 +23,11 @@ at the candidate setting.
   :data:`CALIBRATION_LIMIT`.
 * **Loss** (:func:`fork_loss`): the pilot's final validation loss plus :data:`LOSS_GAIN` times the fork's lead
   over the pilot at the fork's end (the averaged models' validation losses on the same windows after the same
-  inner steps from the same state), with an 80 % interval for a run of the setting (:data:`LOSS_ERROR`).
+  inner steps from the same state), with an 80 % interval for a run of the setting with a new seed: the pilot's own
+  progress over its last quarter (:func:`last_quarter_drop`) times :data:`LOSS_ERROR_PER_DROP`.
 
-The constants were set on the development seed of cpu-tiny (docs/advice.md) before the validation runs were evaluated.
+The spread's constants and the gain were set on the development seed of cpu-tiny, the interval on seeds 1 to 4 of
+cpu-tiny and the Llama-style config (docs/advice.md), each before the runs that judged it were trained.
 """
 
 from __future__ import annotations
@@ -39,10 +41,13 @@ from noloco.infra.errors import ConfigError, DataError
 #: the final loss's lead over the pilot's, per unit of the fork's lead at its end: least squares through 0 over the 28
 #: forks of the development seed (cpu-tiny seed 0, every setting also trained whole; correlation 0.91)
 LOSS_GAIN = 0.83
-#: the 80 % interval of a run of the setting, in nats about the prediction: the development forks' residuals
-#: (10 % and 90 % quantiles -0.046 and +0.035, same seed) combined in quadrature with 1.28 times the final loss's
-#: standard deviation over seeds (0.029: the pilot's setting at seeds 0, 10 and 11), since a user's run has a new seed
-LOSS_ERROR = (-0.059, 0.051)
+#: the 80 % interval of a run of the setting with a new seed, about the prediction, in units of the pilot's own
+#: last-quarter progress (:func:`last_quarter_drop`): the 10 % and 90 % quantiles of (measured - predicted) / drop over
+#: 168 predictions judged on another seed's runs (cpu-tiny and Llama, pilot seeds 1, 2, 3 judged on seeds 2, 1, 4). In
+#: nats the residuals spread twice as far on Llama (10 % to 90 %: -0.12 to +0.13 against -0.06 to +0.08), and so does
+#: the drop (0.061 to 0.079 against 0.031 to 0.036); in drop units each family alone gives -1.70 to 2.63 (cpu-tiny)
+#: and -1.85 to 1.86 (Llama)
+LOSS_ERROR_PER_DROP = (-1.83, 2.33)
 #: a fork's inputs are held from its second half, at least this many outer steps
 HOLD_MIN = 2
 #: the fork's spread is divided by the pilot's own replayed / measured spread (second half); beyond this factor the
@@ -82,6 +87,30 @@ def _final_loss(run, step: int | None = None) -> float | None:
     return float(rows[-1]["val_loss_avg_model"]) if rows else None
 
 
+def last_quarter_drop(pilot) -> float:
+    """The pilot's averaged-model validation loss at its last evaluation at or before three quarters of its outer
+    steps, less its final one: how far the loss still moves at the end of the run, which sets the loss interval's
+    width (on the development seeds it was twice as large on Llama, whose settings' final losses spread twice as far,
+    as on cpu-tiny; on the fresh seed 5 the two were alike)."""
+    T = pilot.setting.outer_steps
+    rows = [r for r in pilot.metrics if isinstance(r.get("val_loss_avg_model"), (int, float))]
+    early = [r for r in rows if 0 < int(r["outer_step"]) <= 3 * T // 4]
+    if not early or int(rows[-1]["outer_step"]) <= int(early[-1]["outer_step"]):
+        raise DataError(f"{pilot.folder}: the loss interval needs the pilot's validation loss at or before three "
+                        "quarters of its run and at its end (evaluate it there)")
+    drop = float(early[-1]["val_loss_avg_model"]) - float(rows[-1]["val_loss_avg_model"])
+    if not drop > 0:
+        raise DataError(f"{pilot.folder}: the pilot's validation loss did not fall over its last quarter "
+                        f"({drop:+.4f} nats): the loss interval is set in units of that fall")
+    return drop
+
+
+def loss_interval(pilot, predicted: float) -> tuple[float, float]:
+    """The 80 % interval of a final loss ``predicted`` from ``pilot`` (:data:`LOSS_ERROR_PER_DROP`)."""
+    drop = last_quarter_drop(pilot)
+    return predicted + LOSS_ERROR_PER_DROP[0] * drop, predicted + LOSS_ERROR_PER_DROP[1] * drop
+
+
 def fork_loss(folder) -> dict:
     """The fork's setting's final validation loss (module docstring), its interval, and the losses it rests on."""
     fork, pilot, at, length = read_fork(folder)
@@ -93,10 +122,11 @@ def fork_loss(folder) -> dict:
                         "end are needed (evaluate the pilot where each fork ends)")
     lead = mine - theirs
     predicted = final + LOSS_GAIN * lead
+    low, high = loss_interval(pilot, predicted)
     gap = [r.get("val_loss_replicas_mean", math.nan) - r["val_loss_avg_model"] for r in fork.metrics
            if isinstance(r.get("val_loss_avg_model"), (int, float))][-1:]
-    return {"predicted": predicted, "low": predicted + LOSS_ERROR[0], "high": predicted + LOSS_ERROR[1],
-            "fork_lead": lead, "pilot_final": final, "fork_gap": gap[0] if gap else None}
+    return {"predicted": predicted, "low": low, "high": high, "fork_lead": lead, "pilot_final": final,
+            "pilot_drop": last_quarter_drop(pilot), "fork_gap": gap[0] if gap else None}
 
 
 def _pilot_state(pilot, upto: int) -> dict:

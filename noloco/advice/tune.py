@@ -413,8 +413,9 @@ def tune_forks(path, latency: float = 0.05, bandwidth: float = 1e9, compute_seco
 
     T = pilot.setting.outer_steps
     own = forks_._final_loss(pilot)
-    rows.append(row(pilot, {"predicted": own, "low": own + forks_.LOSS_ERROR[0], "high": own + forks_.LOSS_ERROR[1],
-                            "fork_lead": 0.0}, rms_second_half(pilot.metrics, "weight_std", T), [], None))
+    low, high = forks_.loss_interval(pilot, own)
+    rows.append(row(pilot, {"predicted": own, "low": low, "high": high, "fork_lead": 0.0},
+                    rms_second_half(pilot.metrics, "weight_std", T), [], None))
     fork_tokens = 0
     for f in folders:
         run = read_run(f)
@@ -432,16 +433,21 @@ def tune_forks(path, latency: float = 0.05, bandwidth: float = 1e9, compute_seco
     best = eligible[0] if eligible else None
     contenders = [r["setting"] for r in eligible[1:] if best is not None and r["low"] < best["high"]]
     return {"pilot": str(pilot.folder), "goal": "loss", "compute_seconds_per_inner_step": compute_seconds,
+            "pilot_drop": forks_.last_quarter_drop(pilot),
             "network": {"latency": latency, "bandwidth": bandwidth, "bytes_per_value": bytes_per_value},
             "max_spread": max_spread, "settings_ranked": len(eligible), "recommendation": best, "rows": rows,
             "not_told_apart": contenders,
             "cost": {"pilot_runs": 1 + fork_tokens / tokens, "grid_runs_per_seed": len(rows),
-                     "forks": len(folders), "interval": "80 %, from the development grid's residuals"}}
+                     "forks": len(folders), "interval": "80 % for a new seed, scaled by the pilot's last-quarter loss drop"}}
 
 
 def format_tune_forks(report: dict) -> str:
+    from noloco.advice.fork import LOSS_ERROR_PER_DROP
+
     band = lambda r: f"[{r['low']:.4f}, {r['high']:.4f}]"  # noqa: E731
-    lines = [f"one pilot: {report['pilot']}; final loss at equal tokens predicted from its forks (80 % interval); "
+    lines = [f"one pilot: {report['pilot']}; final loss at equal tokens predicted from its forks (80 % interval: "
+             f"its loss drop over its last quarter, {report['pilot_drop']:.4f}, times {LOSS_ERROR_PER_DROP[0]:+g} to "
+             f"{LOSS_ERROR_PER_DROP[1]:+g}); "
              f"compute {report['compute_seconds_per_inner_step']:.4g} s per inner step",
              f"{'setting':<16}{'alpha':>6}{'beta':>6}{'gamma':>6}{'n':>3}{'H':>4}{'predicted loss':>16}"
              f"{'80 % interval':>20}{'spread':>11}{'wall s':>9}  excluded"]

@@ -188,6 +188,12 @@ def table() -> tuple[Study, ...]:
               "(the one-pilot study's layout, finished runs reused) and judges --as along N and n under the rules of "
               "noloco/studies/transfer_groups.py." + _NEEDS_HF,
               _folder("--out", "runs/one-pilot"), _evaluate),
+        Study("tune-fresh", "noloco.studies.tune_fresh",
+              "the tuner from one pilot on fresh seeds 5 and 6 (docs/advice.md, 'One pilot')",
+              "Trains each family's seed-5 pilot with its forks and the 29 settings whole with seed 6 (the one-pilot "
+              "study's layout, finished runs reused) and judges the tuner's pick under the rule of "
+              "noloco/studies/tune_fresh.py." + _NEEDS_HF,
+              _folder("--out", "runs/one-pilot"), _evaluate),
         Study("comm", "noloco.llm_check.comm_measure", "gloo all-reduce and point-to-point times on this machine",
               "Times gloo's collectives and group exchanges between processes on this machine and fits the comm "
               "model's latency and bandwidth.",

@@ -210,36 +210,44 @@ def transfer_rows(out, family: str, seed: int) -> list[dict]:
     return rows
 
 
+#: the settings a pick is judged against: the grid and the gamma axis, each trained whole
+JUDGED = list(grid()) + ["g0.35", "g1"]
+
+
+def judge_pick(report: dict, loss: dict[str, float]) -> dict:
+    """The tuner's pick (``report``: :func:`noloco.advice.tune.tune_forks`) against ``loss``, the final losses of the
+    settings trained whole with another seed. It **holds** when the pick's loss is below the median setting's and
+    within its interval's upper half-width of the best's (docs/advice.md, "One pilot": the rule)."""
+    import numpy as np
+
+    pick = report["recommendation"]
+    ranked = sorted(loss, key=loss.get)
+    got = loss[pick["setting"]]
+    best, median = loss[ranked[0]], float(np.median(list(loss.values())))
+    return {"pick": pick["setting"], "predicted": pick["predicted"], "low": pick["low"], "high": pick["high"],
+            "measured": got, "rank": ranked.index(pick["setting"]) + 1, "settings": len(loss), "best": ranked[0],
+            "best_loss": best, "median_loss": median, "not_told_apart": len(report["not_told_apart"]),
+            "better_than_median": got < median, "within_interval_of_best": got - best <= pick["high"] - pick["predicted"],
+            "inside_interval": pick["low"] <= got <= pick["high"], "cost_pilot_runs": report["cost"]["pilot_runs"],
+            "ranked": [{k: r[k] for k in ("setting", "predicted", "low", "high", "spread", "seconds")}
+                       for r in report["rows"]]}
+
+
 def tuner_rows(out, family: str, seeds=SEEDS) -> list[dict]:
     """The tuner from each seed's pilot and forks (``noloco llm tune DIR --forks``), its pick judged on every
     setting trained whole with another seed (a new seed for the pick): the pick's measured loss against the best
     and the median setting's, and against its stated interval."""
-    import numpy as np
-
     from noloco.advice.tune import tune_forks
 
-    names = list(grid()) + ["g0.35", "g1"]
     rows = []
     for seed in seeds:
         if not all(fork_done(fork_folder(out, family, n, seed), n) for n in FORKED):
             continue
         report = tune_forks(Path(out) / family / f"forks-s{seed}")
-        pick = report["recommendation"]
-        for other in (s for s in seeds if s != seed and all(finished(folder(out, family, n, s)) for n in names)):
-            loss = {n: _measured(folder(out, family, n, other))[0] for n in names}
-            ranked = sorted(loss, key=loss.get)
-            got = loss[pick["setting"]]
-            best, median = loss[ranked[0]], float(np.median(list(loss.values())))
-            rows.append({"family": family, "pilot_seed": seed, "judged_seed": other, "pick": pick["setting"],
-                         "predicted": pick["predicted"], "low": pick["low"], "high": pick["high"], "measured": got,
-                         "rank": ranked.index(pick["setting"]) + 1, "settings": len(names), "best": ranked[0],
-                         "best_loss": best, "median_loss": median, "not_told_apart": len(report["not_told_apart"]),
-                         "better_than_median": got < median,
-                         "within_interval_of_best": got - best <= pick["high"] - pick["predicted"],
-                         "inside_interval": pick["low"] <= got <= pick["high"],
-                         "cost_pilot_runs": report["cost"]["pilot_runs"], "grid_runs": len(names) * len(seeds),
-                         "ranked": [{k: r[k] for k in ("setting", "predicted", "low", "high", "spread", "seconds")}
-                                    for r in report["rows"]]})
+        for other in (s for s in seeds if s != seed and all(finished(folder(out, family, n, s)) for n in JUDGED)):
+            loss = {n: _measured(folder(out, family, n, other))[0] for n in JUDGED}
+            rows.append({"family": family, "pilot_seed": seed, "judged_seed": other, **judge_pick(report, loss),
+                         "grid_runs": len(JUDGED) * len(seeds)})
     return rows
 
 

@@ -1,0 +1,164 @@
+"""The tuner from one pilot (``noloco llm tune FORKS --forks``) judged on fresh seeds, with its loss interval in
+units of the pilot's own last-quarter progress (:func:`noloco.advice.fork.loss_interval`), set on seeds 1 to 4 of
+both families before any run of these seeds was trained.
+
+The rules, written and committed before the runs were trained:
+
+* the runs, in the one-pilot study's layout (:mod:`noloco.studies.one_pilot`, finished runs reused): for cpu-tiny
+  and the Llama-style config, the pilot of seed :data:`PILOT_SEED` with its 28 forks, and the 29 settings of
+  :data:`noloco.studies.one_pilot.JUDGED` trained whole with seed :data:`JUDGED_SEED`;
+* the pick is the tuner's recommendation from the pilot's forks, its final loss read from the judged seed's run of
+  that setting; it **holds** when that loss is below the median of the 29 settings' and within its stated 80 %
+  interval's upper half-width of the best of them (:func:`noloco.studies.one_pilot.judge_pick`);
+* reported per family: the pick, its predicted loss and interval, its measured loss and rank, the grid's best and
+  median, whether it holds, and the cost of the pilot and its forks in pilot runs against the grid's 29 runs. Where
+  the grid is not complete, the settings missing are named and no verdict is given (``complete`` false).
+
+The grid of each family is trained in the order of the pilot's predicted losses, lowest first, so that a study cut
+short has trained the settings that could beat the pick.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from noloco.studies import one_pilot
+
+FAMILIES = one_pilot.FAMILIES
+PILOT_SEED, JUDGED_SEED = 5, 6
+
+
+#: the development data the interval was set on (:func:`interval_per_drop`)
+DEVELOPMENT = Path(__file__).resolve().parents[2] / "docs" / "data" / "tune_interval.json"
+
+
+def interval_per_drop(rows: list[dict], gain: float | None = None) -> dict:
+    """The 10 % and 90 % quantiles of (measured - predicted) / the pilot's last-quarter drop over ``rows`` (each a
+    forked setting's ``fork_lead``, ``pilot_final``, ``pilot_drop`` and ``measured``, its final loss trained whole
+    with another seed), pooled and per family: how :data:`noloco.advice.fork.LOSS_ERROR_PER_DROP` was set."""
+    import numpy as np
+
+    from noloco.advice.fork import LOSS_GAIN
+
+    gain = LOSS_GAIN if gain is None else gain
+
+    def q(rs):
+        z = [(r["measured"] - r["pilot_final"] - gain * r["fork_lead"]) / r["pilot_drop"] for r in rs]
+        return [float(v) for v in np.quantile(z, [0.1, 0.9])]
+
+    families = sorted({r["family"] for r in rows})
+    return {"pooled": q(rows), "predictions": len(rows),
+            "by_family": {f: q([r for r in rows if r["family"] == f]) for f in families}}
+
+
+def _report(out, family: str) -> dict | None:
+    """The tuner's report from the family's pilot of :data:`PILOT_SEED` (None before all its forks are written)."""
+    from noloco.advice.tune import tune_forks
+
+    if not all(one_pilot.fork_done(one_pilot.fork_folder(out, family, n, PILOT_SEED), n) for n in one_pilot.FORKED):
+        return None
+    return tune_forks(Path(out) / family / f"forks-s{PILOT_SEED}")
+
+
+def grid_order(out, family: str, report: dict | None = None) -> list[str]:
+    """The judged settings, lowest predicted loss first (the pilot's ``report``, read when not given), else in the
+    study's order."""
+    report = report or _report(out, family)
+    if report is None:
+        return list(one_pilot.JUDGED)
+    rank = {r["setting"]: i for i, r in enumerate(report["rows"])}
+    return sorted(one_pilot.JUDGED, key=lambda n: rank.get(n, len(rank)))
+
+
+def jobs(out, families=FAMILIES) -> list[tuple[str, str]]:
+    """``(family, "forks")`` for the pilot with its forks, else ``(family, setting)`` trained whole with the judged
+    seed; per family the pilot first (the order of the rest needs its forks)."""
+    return [(f, "forks") for f in families] + [(f, n) for f in families for n in one_pilot.JUDGED]
+
+
+def train_job(out, family: str, name: str) -> None:
+    from noloco.studies.families import train_hf
+
+    if name == "forks":
+        one_pilot.train_pilot(out, family, PILOT_SEED)
+    elif not one_pilot.finished(path := one_pilot.folder(out, family, name, JUDGED_SEED)):
+        train_hf(one_pilot._hf_family(family), one_pilot.setting(name), JUDGED_SEED, path)
+
+
+def train_missing(out, families=FAMILIES, progress: bool | None = None) -> None:
+    """Every run not finished yet: each family's pilot with its forks, then its grid, lowest predicted loss first."""
+    import torch
+
+    from noloco.infra.progress import Progress
+
+    torch.set_num_threads(1)  # as the one-pilot study's runs were trained
+    with Progress(len(families) * (1 + len(one_pilot.JUDGED)), "tuner on fresh seeds", unit="run",
+                  show=progress) as bar:
+        for f in families:
+            train_job(out, f, "forks")
+            bar.update()
+            for n in grid_order(out, f):
+                train_job(out, f, n)
+                bar.update()
+
+
+def judge(out, family: str, report: dict | None = None) -> dict | None:
+    """The family's judgement (:func:`noloco.studies.one_pilot.judge_pick`) of the pilot's ``report`` (read when
+    not given) on the judged seed's finished settings; ``complete`` false and no verdict where some are missing."""
+    report = report or _report(out, family)
+    if report is None:
+        return None
+    done = {n: one_pilot.folder(out, family, n, JUDGED_SEED) for n in one_pilot.JUDGED}
+    loss = {n: one_pilot._measured(p)[0] for n, p in done.items() if one_pilot.finished(p)}
+    missing = [n for n in one_pilot.JUDGED if n not in loss]
+    row = {"family": family, "pilot_seed": PILOT_SEED, "judged_seed": JUDGED_SEED, "complete": not missing,
+           "missing": missing, "grid_runs": len(one_pilot.JUDGED),
+           "pilot_drop": _pilot_drop(out, family)}
+    if report["recommendation"]["setting"] not in loss:
+        return {**row, "pick": report["recommendation"]["setting"], "holds": None}
+    row.update(one_pilot.judge_pick(report, loss))
+    # descriptive, not the rule: how many trained settings' losses fell inside their own predicted intervals
+    bands = {r["setting"]: (r["low"], r["high"]) for r in report["rows"]}
+    row["inside_own_interval"] = [sum(bands[n][0] <= v <= bands[n][1] for n, v in loss.items() if n in bands),
+                                  sum(n in bands for n in loss)]
+    row["holds"] = (row["better_than_median"] and row["within_interval_of_best"]) if not missing else None
+    return row
+
+
+def _pilot_drop(out, family: str) -> float:
+    from noloco.advice.fork import last_quarter_drop
+    from noloco.advice.record import read_run
+
+    return last_quarter_drop(read_run(one_pilot.folder(out, family, one_pilot.PILOT, PILOT_SEED)))
+
+
+def evaluate(out, families=FAMILIES) -> dict:
+    from noloco.advice.fork import LOSS_ERROR_PER_DROP, LOSS_GAIN
+
+    rows = [r for f in families if (r := judge(out, f)) is not None]
+    return {"schema": "tune-fresh", "rules": {"tuner": "pick's loss on the judged seed below the 29 settings' median "
+                                                       "and within its interval's upper half-width of their best"},
+            "model": {"gain": LOSS_GAIN, "interval_per_drop": list(LOSS_ERROR_PER_DROP)},
+            "families": list(families), "pilot_seed": PILOT_SEED, "judged_seed": JUDGED_SEED, "tuner": rows,
+            "holds": sum(r["holds"] is True for r in rows), "judged": sum(r["holds"] is not None for r in rows)}
+
+
+def run_study(out, train: bool = True, families=FAMILIES) -> dict:
+    from noloco.studies.families import train_and_evaluate
+
+    return train_and_evaluate(out, "tune_fresh.json", train_missing, evaluate, train, families)
+
+
+def format_report(rep: dict) -> str:
+    lines = [f"rule: {rep['rules']['tuner']}; interval {rep['model']['interval_per_drop']} x the pilot's last-quarter "
+             f"loss drop; pilot seed {rep['pilot_seed']}, judged on seed {rep['judged_seed']}"]
+    for r in rep["tuner"]:
+        if "measured" not in r:
+            lines.append(f"{r['family']}: pick {r['pick']} not trained yet; missing {len(r['missing'])} settings")
+            continue
+        lines.append(f"{r['family']}: pick {r['pick']} predicted {r['predicted']:.4f} [{r['low']:.4f}, "
+                     f"{r['high']:.4f}], measured {r['measured']:.4f} (rank {r['rank']} of {r['settings']}; best "
+                     f"{r['best']} {r['best_loss']:.4f}, median {r['median_loss']:.4f}); holds: "
+                     f"{'not judged, missing ' + ', '.join(r['missing']) if r['holds'] is None else r['holds']}; "
+                     f"cost {r['cost_pilot_runs']:.2f} pilot runs vs {r['grid_runs']}")
+    return "\n".join(lines)
