@@ -178,7 +178,7 @@ def as_row(out, family: str, seed: int, pilot: str, target: str, axis: str) -> d
     if not (finished(folder(out, family, pilot, seed)) and finished(folder(out, family, target, seed))):
         return None
     _, measured = _measured(folder(out, family, target, seed))
-    carried = transfer(folder(out, family, pilot, seed), **_changes(pilot, target))
+    carried = transfer(folder(out, family, pilot, seed), seed=seed, **_changes(pilot, target))
     row = {"family": family, "seed": seed, "axis": axis, "pilot": pilot, "target": target, "measured": measured,
            "as_ratio": carried["second_half_rms"] / measured, "as_flags": carried["flags"],
            "pilot_replay_ratio": carried["pilot_replay_ratio"], "decay_factor": carried["decay_factor"],
