@@ -46,10 +46,11 @@ pilot's flattest c.
 Both report what they rest on (``flags``): a window where the pooled c is below :data:`SETTLED_C` (its median: the early
 transient, before the restoring coefficient is established) or rises by more than :data:`SETTLED_RISE` or falls
 by more than :data:`SETTLED_FALL` across it (the inputs have not settled), a forecast from before
-:data:`EARLY_SHARE` of the run, too few measured steps, an unstable target. The interval is empirical: the forecast times the 10 % and 90 % quantiles of forecast / measured over the
-claimed development forecasts (:data:`FORECAST_ERROR`: the model families, :mod:`noloco.studies.forecasts`) and the
-validation sweep of docs/advice.md (:data:`TRANSFER_ERROR`); within-run resampling was tried and covers far fewer
-runs than it claims (docs/advice.md).
+:data:`EARLY_SHARE` of the run, too few measured steps, an unstable target. The interval is empirical: the forecast
+times the 10 % and 90 % quantiles of forecast / measured over the claimed development forecasts
+(:data:`FORECAST_ERROR`: the model families and seed 4 of the transfers study, :mod:`noloco.studies.forecasts`) and
+the validation sweep of docs/advice.md (:data:`TRANSFER_ERROR`); within-run resampling was tried and covers far
+fewer runs than it claims (docs/advice.md).
 """
 
 from __future__ import annotations

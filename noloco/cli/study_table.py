@@ -157,8 +157,8 @@ def table() -> tuple[Study, ...]:
         Study("forecasts", "noloco.studies.forecasts",
               "the forecast's flags calibrated on the model families (docs/advice.md)",
               "Trains what is missing of the families' runs (the families study's layout, finished runs reused), "
-              "forecasts each from outer steps 8 to 24, chooses the flags' limits on seed 0 and judges seed 1 with "
-              "them." + _NEEDS_HF,
+              "forecasts each from outer steps 8 to 24 and chooses the flags' limits; with --fresh-seed, judges a "
+              "seed's finished runs under noloco/studies/forecasts.py's rule." + _NEEDS_HF,
               (*_folder("--runs", "runs/families"), _FRESH_SEED),
               lambda m, a: show(a, m.run_study(a.runs, train=not a.no_train, fresh_seed=a.fresh_seed),
                                 m.format_report)),
@@ -183,7 +183,8 @@ def table() -> tuple[Study, ...]:
               "--as along every outer axis on fresh seeds (docs/advice.md, 'One pilot')",
               "Trains the pilot and every axis target of the one-pilot study for seeds 3 and 4 of cpu-tiny and the "
               "Llama-style config (its layout, finished runs reused) and judges --as under the rules of "
-              "noloco/studies/transfers.py." + _NEEDS_HF,
+              "noloco/studies/transfers.py (with --fresh-seed: a seed's grid, along alpha, beta, gamma and H)."
+              + _NEEDS_HF,
               (*_folder("--out", "runs/one-pilot"), _FRESH_SEED),
               lambda m, a: show(a, m.run_study(a.out, train=not a.no_train, fresh_seed=a.fresh_seed),
                                 m.format_report)),

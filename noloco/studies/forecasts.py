@@ -303,7 +303,7 @@ def evaluate(out: Path) -> dict:
 
     rows = [{"family": f, "run": run, "seed": s, **forecast_row(F._folder(out, f, run, s), K, s, ("own",))}
             for f, run, s in development_runs() for K in FROM_STEPS]
-    c_min, rise, fall = choose_flags(rows)
+    c_min, rise, fall, _, _ = choose_flags(rows)  # the first round's grid: no early share, c per outer step
     mine = [r for r in rows if claimed_by(r, c_min, rise, fall)]
     q = np.quantile([r["ratio"] for r in mine], [0.1, 0.9]).tolist()
     for r in rows:
@@ -393,7 +393,15 @@ def format_report(rep: dict) -> str:
     for what, m in rep.get("attribution", {}).items():
         lines.append(f"s2 / L2 held, {'later ' + what if what != 'held' else 'as it was'}: median ratio per seed "
                      + ", ".join(f"{v:.3f}" for v in m.values()))
-    for name, s in [("all", rep["summary"]), *rep["per_family"].items()]:
+    for name, ch in rep.get("choice", {}).items():
+        lines.append(f"{name} (at most {ch['max_missed']:.0%} of the claims outside): c {ch['settled_c']:g} (times "
+                     f"(10 / H) ** {ch['c_exponent']:g}), rise {ch['settled_rise']}, fall {ch['settled_fall']}, early "
+                     f"before {ch['early_share']:g} of the run; {ch['claimed']} of {ch['forecasts']} development "
+                     f"forecasts claimed, {ch['missed']} outside; interval {ch['interval'][0]:.3f} to "
+                     f"{ch['interval'][1]:.3f}")
+    at5 = [(f"{name}, 5 % rule", s) for name, s in [("all", rep.get("summary_at_5")),
+                                                     *rep.get("per_family_at_5", {}).items()] if s]
+    for name, s in [("all", rep["summary"]), *rep["per_family"].items(), *at5]:
         lines.append(f"{name}: {s['forecasts']} forecasts, claimed {s['claimed']}, of them within "
                      f"{rep['tolerance']:.0%}: {s['claimed_within']} (inside the interval {s['claimed_inside_interval']}); "
                      f"flagged {s['flagged']}, missed unflagged {s['missed_unflagged']}, would have held but flagged "
