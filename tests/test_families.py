@@ -3,6 +3,7 @@ config through the public API that the advice then reads (nothing downloaded).""
 
 import json
 
+import numpy as np
 import pytest
 
 from noloco.studies import families as F
@@ -14,6 +15,52 @@ def test_the_rules_are_the_ones_stated():
     assert F.within(1.149, F.ADVICE_RULE, relative=True) and not F.within(1.151, F.ADVICE_RULE, relative=True)
     assert F.within(0.851, F.ADVICE_RULE, relative=True) and not F.within(0.849, F.ADVICE_RULE, relative=True)
     assert F.within(None, F.GAP_RULE, relative=False) is None and F.within(float("nan"), 2, False) is None
+
+
+def test_the_second_fresh_round_judges_seed_6_with_the_5_percent_rule_beside(tmp_path):
+    """noloco.studies.forecasts.judge_fresh at seed 6: that seed's finished runs only, each row claimed by the
+    forecast's own flags and, beside, by the 5 % rule's limits chosen on the development rows given."""
+    from test_forecast import config, write_run
+
+    from noloco.studies import forecasts as S
+
+    for name in ("llama/a0.5_b0.7_H10/s6", "llama/a0.5_b0.7_H10/s5"):
+        write_run(tmp_path / name, config(seed=6))
+        result = json.loads((tmp_path / name / "result.json").read_text())
+        (tmp_path / name / "result.json").write_text(json.dumps({**result, "finished": True}))
+    dev = [{"ratio": 1.0, "c_level": 0.2, "c_rise": 0.0, "always": [], "from_step": K, "outer_steps": 32,
+            "inner_steps": 10, "holds": True} for K in (8, 16, 24)]
+    rep = S.judge_fresh(tmp_path, 6, dev)
+    assert [(r["run"], r["seed"], r["from_step"]) for r in rep["rows"]] == [("a0.5_b0.7_H10", 6, K)
+                                                                           for K in (10, 15, 20, 25, 30)]
+    # the forecast's flags withdraw the two from before half the run; the 5 % rule on these rows has no early share
+    assert [r["claimed"] for r in rep["rows"]] == [False, False, True, True, True]
+    assert all(r["claimed_at_5"] for r in rep["rows"]) and rep["summary_at_5"]["claimed"] == 5
+    assert rep["summary"]["claimed"] == 3 and rep["choice"]["at_5"]["early_share"] == 0.0
+
+
+def test_the_transfers_second_round_goes_there_and_back_and_lists_what_is_missing(tmp_path):
+    """noloco.studies.transfers.judge_fresh: --as from the pilot to alpha 0.3 and back, both trained with seed 6;
+    the other 14 transfers are missing and listed; each verdict is the rule's (15 %, flagged = not claimed)."""
+    from test_forecast import config, write_run
+
+    from noloco.studies import one_pilot, transfers as T
+    from noloco.theory.config import OuterConfig
+
+    for name, alpha in (("a0.5_b0.7_H10", 0.5), ("a0.3_b0.7_H10", 0.3)):
+        folder = one_pilot.folder(tmp_path, "llama", name, 6)
+        write_run(folder, config(outer=OuterConfig(replicas=4, group_size=2, alpha=alpha, beta=0.7, gamma=0.7),
+                                 seed=6))
+        result = json.loads((folder / "result.json").read_text())
+        (folder / "result.json").write_text(json.dumps({**result, "finished": True}))
+    rep = T.judge_fresh(tmp_path, 6, ("llama",))
+    assert [(r["pilot"], r["target"], r["axis"]) for r in rep["rows"]] == [
+        ("a0.5_b0.7_H10", "a0.3_b0.7_H10", "alpha down"), ("a0.3_b0.7_H10", "a0.5_b0.7_H10", "alpha down, back")]
+    assert len(rep["missing"]) == 14
+    for r in rep["rows"]:
+        assert r["as_verdict"] == ("flagged" if r["as_flags"] else "agrees" if abs(r["as_ratio"] - 1) <= 0.15
+                                   else "misses")
+    assert rep["summary"]["predictions"] == 2 == rep["summary"]["flagged"] + rep["summary"]["claimed"]
 
 
 @pytest.mark.torch
@@ -46,12 +93,13 @@ def test_the_forecast_flags_are_chosen_and_the_fresh_verdicts_counted_as_stated(
 
     def row(ratio, level, rise, always=(), family="a"):
         return {"ratio": ratio, "c_level": level, "c_rise": rise, "always": list(always), "naive": 1.2,
-                "inside": True, "holds": abs(ratio - 1) <= S.TOLERANCE, "family": family}
+                "inside": True, "holds": abs(ratio - 1) <= S.TOLERANCE, "family": family, "from_step": 16, "outer_steps": 32}
 
     rows = [row(1.02, 0.2, 0.05), row(0.95, 0.15, 0.6), row(1.04, 0.3, -0.35), row(1.4, 0.04, 0.1),
             row(1.3, 0.3, -2.5), row(1.0, 0.2, 0.1, ["too few steps"])]
-    c_min, rise, fall = S.choose_flags(rows)
-    assert (c_min, rise, fall) == (0.15, 0.75, 0.4)  # the first three claimed; the fourth (c 0.04), fifth miss
+    c_min, rise, fall, share, exponent = S.choose_flags(rows)
+    assert (c_min, rise, fall, share, exponent) == (0.15, 0.75, 0.4, 0.0, 0.0)  # the first three claimed; the
+    # fourth (c 0.04), fifth miss
     claimed = [S.claimed_by(r, c_min, rise, fall) for r in rows]
     assert claimed == [True, True, True, False, False, False]
     for r, c in zip(rows, claimed):
@@ -66,6 +114,26 @@ def test_the_forecast_flags_are_chosen_and_the_fresh_verdicts_counted_as_stated(
     assert v["a"]["share_claimed"] == 0.8 and v["a"]["share_claimed_within"] == 0.75
     assert v["b"]["claimed"] == 0 and v["b"]["share_claimed_within"] is None
     assert S.from_steps(16) == [4, 6, 8, 10, 12] and S.from_steps(64) == [16, 24, 32, 40, 48]
+
+
+def test_the_second_round_chooses_the_early_share_and_c_per_inner_step_by_its_rule():
+    """noloco.studies.forecasts.choice: the forecasts from before half the run miss and those of H 5 have a low c
+    per outer step but hold: the 2 % rule claims the rest with ``early`` at half and c read per inner step; the 5 %
+    rule, allowing one miss in 20, claims that miss too."""
+    from noloco.studies import forecasts as S
+
+    def row(ratio, level, K, H=10):
+        return {"ratio": ratio, "c_level": level, "c_rise": 0.0, "always": [], "from_step": K, "outer_steps": 32,
+                "inner_steps": H, "holds": abs(ratio - 1) <= S.TOLERANCE}
+
+    rows = ([row(1.0 + 0.01 * i, 0.2, 16 + i % 8) for i in range(16)] + [row(0.98, 0.06, 20, H=5)] * 3
+            + [row(1.3, 0.2, 8)] + [row(1.25, 0.2, 12)])
+    ch = S.choice(rows)
+    assert (ch["chosen"]["early_share"], ch["chosen"]["claimed"], ch["chosen"]["missed"]) == (0.5, 19, 0)
+    # the H 5 rows' c, 0.06 per outer step, is 0.12 at H 10's scale: the stricter level 0.1 claims them per inner step
+    assert (ch["chosen"]["settled_c"], ch["chosen"]["c_exponent"]) == (0.1, 1.0)
+    assert (ch["at_5"]["claimed"], ch["at_5"]["missed"]) == (20, 1)
+    assert ch["chosen"]["interval"] == pytest.approx(np.quantile([r["ratio"] for r in rows[:19]], [0.1, 0.9]))
 
 
 def test_the_fresh_judgement_reads_a_transfers_folder_and_trains_nothing(tmp_path):

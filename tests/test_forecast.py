@@ -196,7 +196,7 @@ def test_flags_early_steps_and_unsettled_inputs(tmp_path):
     rows = [json.loads(x) for x in (tmp_path / "inputs.jsonl").read_text().splitlines()]
     for t, r in enumerate(rows[:10]):  # c ramps up across the window
         for g in r["groups"].values():
-            g["c"] *= (t / 10) ** 2
+            g["c"] *= (t / 10) ** 4
     (tmp_path / "inputs.jsonl").write_text("".join(dumps(r) + "\n" for r in rows))
     assert any(f.startswith("not settled") for f in F.forecast(tmp_path, from_step=10)["flags"])
 
@@ -456,12 +456,20 @@ def test_without_the_noise_growth_a_run_whose_noise_grows_is_forecast_low(tmp_pa
 def test_a_window_whose_pooled_c_is_below_the_level_is_flagged(tmp_path):
     """The early transient: the window's pooled c (median) below SETTLED_C withdraws the forecast, with the number."""
     cfg = config()
-    write_run(tmp_path, cfg, c_scale=0.5)  # pooled c (0.05 * 3000 + 0.5 * 1000) / 4000 / 2 = 0.08
-    rep = F.forecast(tmp_path, from_step=10)
-    assert rep["c_level"] == pytest.approx(0.08125)
-    assert any(f.startswith("not settled: the pooled c is 0.081") and "below 0.1" in f for f in rep["flags"])
+    write_run(tmp_path, cfg, c_scale=0.4)  # pooled c 0.4 (0.05 * 3000 + 0.5 * 1000) / 4000 = 0.065
+    rep = F.forecast(tmp_path, from_step=20)
+    assert rep["c_level"] == pytest.approx(0.065)
+    assert [f[:36] for f in rep["flags"]] == ["not settled: the pooled c is 0.065 o"] and "below 0.075" in rep["flags"][0]
     write_run(tmp_path, cfg)
-    assert not F.forecast(tmp_path, from_step=10)["flags"]
+    assert not F.forecast(tmp_path, from_step=20)["flags"]
+
+
+def test_a_forecast_from_before_half_the_run_is_flagged_early(tmp_path):
+    """``early``: from outer step 19 of 40 the forecast is withdrawn, with the step; from step 20 (half) it is not."""
+    write_run(tmp_path, config())
+    flags = F.forecast(tmp_path, from_step=19)["flags"]
+    assert len(flags) == 1 and flags[0].startswith("early: forecast from outer step 19 of 40, before 50% of the run")
+    assert not F.forecast(tmp_path, from_step=20)["flags"]
 
 
 @pytest.mark.parametrize("writer, replicas, one_sided", [("noloco-run", 8, True), (None, 8, False),

@@ -12,6 +12,8 @@ from typing import Callable
 _JSON = (("--json",), {"action": "store_true", "help": "print the JSON report"})
 _NO_TRAIN = (("--no-train",), {"action": "store_true", "help": "evaluate only (every run must exist)"})
 _NEEDS_HF = " Needs transformers."
+_FRESH_SEED = (("--fresh-seed",), {"type": int, "metavar": "SEED", "help": "instead: judge the finished runs of this "
+                                   "seed in the folder (trains nothing), under the module's second-round rule"})
 
 
 @dataclass(frozen=True)
@@ -155,10 +157,11 @@ def table() -> tuple[Study, ...]:
         Study("forecasts", "noloco.studies.forecasts",
               "the forecast's flags calibrated on the model families (docs/advice.md)",
               "Trains what is missing of the families' runs (the families study's layout, finished runs reused), "
-              "forecasts each from outer steps 8 to 24, chooses the flags' limits on seed 0 and judges seed 1 with "
-              "them." + _NEEDS_HF,
-              _folder("--runs", "runs/families"), lambda m, a: show(a, m.run_study(a.runs, train=not a.no_train),
-                                                                   m.format_report)),
+              "forecasts each from outer steps 8 to 24 and chooses the flags' limits; with --fresh-seed, judges a "
+              "seed's finished runs under noloco/studies/forecasts.py's rule." + _NEEDS_HF,
+              (*_folder("--runs", "runs/families"), _FRESH_SEED),
+              lambda m, a: show(a, m.run_study(a.runs, train=not a.no_train, fresh_seed=a.fresh_seed),
+                                m.format_report)),
         Study("gap", "noloco.studies.gap_check", "--gap split by tensor on Llama and GPT-2 at N = 8 (docs/advice.md)",
               "Trains Llama and GPT-2 configs at N = 8 (about 4 minutes each here) and splits the predicted and the "
               "measured loss gap by tensor." + _NEEDS_HF,
@@ -180,8 +183,11 @@ def table() -> tuple[Study, ...]:
               "--as along every outer axis on fresh seeds (docs/advice.md, 'One pilot')",
               "Trains the pilot and every axis target of the one-pilot study for seeds 3 and 4 of cpu-tiny and the "
               "Llama-style config (its layout, finished runs reused) and judges --as under the rules of "
-              "noloco/studies/transfers.py." + _NEEDS_HF,
-              _folder("--out", "runs/one-pilot"), _evaluate),
+              "noloco/studies/transfers.py (with --fresh-seed: a seed's grid, along alpha, beta, gamma and H)."
+              + _NEEDS_HF,
+              (*_folder("--out", "runs/one-pilot"), _FRESH_SEED),
+              lambda m, a: show(a, m.run_study(a.out, train=not a.no_train, fresh_seed=a.fresh_seed),
+                                m.format_report)),
         Study("transfer-groups", "noloco.studies.transfer_groups",
               "--as along N and n on fresh seeds, stepped along the runs' groups (docs/advice.md, 'One pilot')",
               "Trains the pilot, N 8 and N 8 with groups of 4 for seeds 7 and 8 of cpu-tiny and the Llama-style config "

@@ -19,6 +19,13 @@ study's rule (:func:`noloco.studies.one_pilot.tuner_rows`): the pilot of the fir
 28 forks, the pick judged on the 29 settings trained whole with the second; it holds when the pick's loss is below
 the grid's median and within its interval's upper half-width of the grid's best.
 
+A second fresh round (the rule written and committed before any of these runs was evaluated by ``--as``): the grid
+trained whole with seed :data:`FRESH2_SEED` (its groups seed), per family ``--as`` from the pilot to each of its
+one-axis neighbours in the grid (alpha 0.3 / 0.7, beta 0.5 / 0.9, gamma 0.35 / 1.0, H 5 / 20) and from each back to
+the pilot (:data:`AXIS_TRANSFERS`), with the rule above (15 %, flagged = not claimed), the code unchanged;
+reported per family and axis (:func:`judge_fresh`: ``noloco llm study transfers --out DIR --fresh-seed 6`` writes
+``DIR/transfers_fresh6.json``). A transfer whose pilot or target is not in the folder is left out and listed.
+
 Seeds 1 and 2 of the one-pilot study were seen before the flags were written; they are re-judged here (``seen``):
 their pilots trained again (:data:`SEEN_PILOTS`), their targets' measured spreads read from
 docs/data/one_pilot.json (those runs are not kept), and labelled so.
@@ -43,6 +50,13 @@ TUNER_SEEDS = (3, 4)
 SEEN_PILOTS = sorted({p for p, _, _ in one_pilot.TRANSFERS})
 #: the one-pilot study's report: the seen seeds' measured targets
 SEEN_REPORT = Path(__file__).resolve().parents[2] / "docs" / "data" / "one_pilot.json"
+
+
+#: the second fresh round's seed, and its transfers: the pilot to every one-axis neighbour but N and n, and back
+FRESH2_SEED = 6
+AXIS_TRANSFERS = [t for t in one_pilot.TRANSFERS if t[0] == one_pilot.PILOT and t[1] in one_pilot.grid() | one_pilot.AXES
+                  and not t[1].startswith("N")]
+AXIS_TRANSFERS += [(t, p, f"{axis}, back") for p, t, axis in AXIS_TRANSFERS]
 
 
 def train_missing(out, families=FAMILIES, seeds=SEEDS, progress: bool | None = None) -> None:
@@ -129,8 +143,30 @@ def evaluate(out, families=FAMILIES, seeds=SEEDS) -> dict:
                      "rows": seen, "by_family": {f: counts([r for r in seen if r["family"] == f]) for f in families}}}
 
 
-def run_study(out, train: bool = True, families=FAMILIES, seeds=SEEDS) -> dict:
+def judge_fresh(out, seed: int = FRESH2_SEED, families=FAMILIES) -> dict:
+    """The second fresh round (module docstring): ``--as`` along :data:`AXIS_TRANSFERS` at ``seed``, nothing trained."""
+    rows, missing = [], []
+    for f in families:
+        for p, t, axis in AXIS_TRANSFERS:
+            row = as_row(out, f, seed, p, t, axis)
+            rows.append(row) if row is not None else missing.append(f"{f} {p} -> {t}")
+    axes = list(dict.fromkeys(axis for _, _, axis in AXIS_TRANSFERS))
+    return {"schema": "transfers-fresh", "rules": {"spread_tolerance": SPREAD_RULE, "claimed": "a prediction without a flag"},
+            "families": list(families), "seeds": [seed], "rows": rows, "missing": missing,
+            "by_family": {f: counts([r for r in rows if r["family"] == f]) for f in families},
+            "by_axis": {f: {a: counts([r for r in rows if r["family"] == f and r["axis"] == a]) for a in axes}
+                        for f in families},
+            "summary": counts(rows)}
+
+
+def run_study(out, train: bool = True, families=FAMILIES, seeds=SEEDS, fresh_seed: int | None = None) -> dict:
+    from noloco.infra.files import write_json
     from noloco.studies.families import train_and_evaluate
+
+    if fresh_seed is not None:
+        report = judge_fresh(out, fresh_seed, families)
+        write_json(Path(out) / f"transfers_fresh{fresh_seed}.json", report, indent=2)
+        return report
 
     return train_and_evaluate(out, "transfers.json", train_missing, evaluate, train, families, seeds)
 
