@@ -138,6 +138,10 @@ def test_wrong_routing_recursion_is_caught(monkeypatch):
     from noloco.quadratic import routing
 
     original = routing.trajectory
-    monkeypatch.setattr(routing, "trajectory",
-                        lambda *a, **k: {**original(*a, **k), "flat": 1.1 * original(*a, **k)["flat"]})
+
+    def flat_too_high(*a, **k):
+        exact = original(*a, **k)
+        return dataclasses.replace(exact, flat=1.1 * exact.flat)
+
+    monkeypatch.setattr(routing, "trajectory", flat_too_high)
     assert not claims.routing_flat_direction(quick=True).holds

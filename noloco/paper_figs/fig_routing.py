@@ -59,8 +59,8 @@ def compute(data: str) -> dict:
         if bad:
             raise DataError(f"{data} has skipping.{bad[0]!r}; expected a skip probability")
         return {"path": data, **RoutingReport.from_json(doc).to_json()}
-    except DataError as err:
-        return {"path": data, "missing": str(err)}
+    except DataError as err:  # a record's own error names the class, not the file: the file goes first
+        return {"path": data, "missing": str(err) if data in str(err) else f"{data}: {err}"}
 
 
 def _is_number(text: str) -> bool:
