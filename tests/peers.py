@@ -22,9 +22,10 @@ def report_peer_error(call, report: str) -> None:
         handle.write(f"{time.monotonic() - start:.3f}\n{message}")
 
 
-def stay_silent(report: str, seconds: float = 8.0) -> None:
-    """The silent rank: alive, sending nothing, until the other rank has written ``report`` (or ``seconds``,
-    well past its timeout, have passed): only the timeout can end the other's wait, and no test sleeps longer."""
+def stay_silent(report: str, seconds: float = 60.0) -> None:
+    """The silent rank: alive, sending nothing, until the other rank has written ``report`` (or ``seconds``
+    have passed, a cap for a broken test only): only the timeout can end the other's wait. The cap is far past
+    the timeout because the other rank may spend many seconds building its model first on a loaded machine."""
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline and not os.path.exists(report):
         time.sleep(0.05)
