@@ -56,9 +56,10 @@ class TuneRow(JsonRecord):
     seeds_reaching_target: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TuneResult(JsonRecord):
-    """``noloco llm tune``: the settings ranked for the goal, the recommendation and its doubts."""
+    """``noloco llm tune``: the settings ranked for the goal, the recommendation and its doubts (``skipped_pilots``
+    absent from reports written before the tuner listed them)."""
 
     NESTED = {"network": NetworkSetting, "recommendation": TuneRow, "skipped_pilots": (list, SkippedPilot),
               "rows": (list, TuneRow)}
@@ -72,7 +73,7 @@ class TuneResult(JsonRecord):
     max_spread: Optional[float]
     settings_compared: int
     recommendation: Optional[TuneRow]
-    skipped_pilots: list
+    skipped_pilots: Optional[list] = None
     rows: list
     promised_speedup: Optional[float] = None
     promised_loss_change: Optional[float] = None

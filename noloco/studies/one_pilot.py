@@ -296,7 +296,7 @@ def _verdict_of(row: TransferRow) -> str:
     return row.fork_verdict if row.fork_verdict is not None else row.as_verdict
 
 
-def run_study(out, train: bool = True, families=FAMILIES, seeds=SEEDS) -> dict:
+def run_study(out, train: bool = True, families=FAMILIES, seeds=SEEDS) -> OnePilotReport:
     from noloco.studies.families import train_and_evaluate
 
     return train_and_evaluate(out, "one_pilot.json", train_missing, evaluate, train, families, seeds)

@@ -15,10 +15,11 @@ from typing import Optional
 from noloco.infra.record import JsonRecord
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class TransferRow(JsonRecord):
     """One transfer of the study: ``--as`` from the pilot to the target (and the fork's prediction where the
-    target was forked), each against the target's measured spread."""
+    target was forked), each against the target's measured spread (the transfer's diagnostics are absent from
+    reports written before the transfer gave them)."""
 
     OPTIONAL_KEYS = ("fork_ratio", "fork_flags", "fork_verdict")
 
@@ -30,10 +31,10 @@ class TransferRow(JsonRecord):
     measured: float
     as_ratio: float
     as_flags: list
-    pilot_replay_ratio: Optional[float]
-    decay_factor: Optional[float]
-    pilot_decay_factor: Optional[float]
-    tilt: Optional[float]
+    pilot_replay_ratio: Optional[float] = None
+    decay_factor: Optional[float] = None
+    pilot_decay_factor: Optional[float] = None
+    tilt: Optional[float] = None
     as_verdict: str
     fork_ratio: Optional[float] = None
     fork_flags: Optional[list] = None
