@@ -111,7 +111,7 @@ def test_the_advice_reads_it(run_folder, capsys):
     other = transfer(folder, beta=0.5)
     assert other["rows"][-1]["predicted"] > 0
     tuned = tune([folder])
-    assert tuned["recommendation"] is not None and tuned["rows"][0]["stability_margin"] > 0
+    assert tuned.recommendation is not None and tuned.rows[0].stability_margin > 0
     for argv in (["llm", "predict", str(folder)], ["llm", "predict", str(folder), "--forecast"],
                  ["llm", "predict", str(folder), "--as", "beta=0.5"], ["llm", "tune", str(folder)]):
         assert main(argv) == 0, argv
@@ -257,8 +257,8 @@ def test_one_replica_per_rank_writes_what_one_process_samples(tmp_path):
     assert predict(tmp_path / "dist")["rows"][-1]["predicted"] > 0
     assert forecast(tmp_path / "dist")["rows"]
     assert main(["llm", "predict", str(tmp_path / "dist"), "--forecast"]) == 0
-    row = tune([tmp_path / "dist"], compute_seconds=0.01)["rows"][0]  # read; no loss was logged to rank on
-    assert row["stability_margin"] > 0 and "no evaluation" in row["excluded"]
+    row = tune([tmp_path / "dist"], compute_seconds=0.01).rows[0]  # read; no loss was logged to rank on
+    assert row.stability_margin > 0 and "no evaluation" in row.excluded
 
 
 # ----------------------------------------------------------------- early warnings, each made by its fault

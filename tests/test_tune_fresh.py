@@ -2,6 +2,7 @@
 (noloco.advice.fork) on constructed run folders, and the fresh judgement's rule (noloco.studies.tune_fresh) on a
 fixture of a pilot, its 28 forks and a grid of 29 settings in the one-pilot layout."""
 
+import dataclasses
 import math
 
 import pytest
@@ -62,10 +63,10 @@ def test_the_loss_interval_is_the_pilots_last_quarter_drop_times_its_quantiles(t
     pilot = _pilot(tmp_path / "pilot")
     rep = K.fork_loss(_fork(tmp_path, pilot, "a0.3_b0.9_H10", -0.05))
     drop = _pilot_loss(24) - _pilot_loss(32)
-    assert rep["pilot_drop"] == pytest.approx(drop, abs=1e-12)
-    assert rep["predicted"] == pytest.approx(_pilot_loss(32) - K.LOSS_GAIN * 0.05, abs=1e-12)
-    assert rep["low"] - rep["predicted"] == pytest.approx(K.LOSS_ERROR_PER_DROP[0] * drop, abs=1e-12)
-    assert rep["high"] - rep["predicted"] == pytest.approx(K.LOSS_ERROR_PER_DROP[1] * drop, abs=1e-12)
+    assert rep.pilot_drop == pytest.approx(drop, abs=1e-12)
+    assert rep.predicted == pytest.approx(_pilot_loss(32) - K.LOSS_GAIN * 0.05, abs=1e-12)
+    assert rep.low - rep.predicted == pytest.approx(K.LOSS_ERROR_PER_DROP[0] * drop, abs=1e-12)
+    assert rep.high - rep.predicted == pytest.approx(K.LOSS_ERROR_PER_DROP[1] * drop, abs=1e-12)
     # a pilot twice as far from settled: the interval twice as wide, the prediction unchanged
     steep = _pilot(tmp_path / "steep", {**{t: _pilot_loss(t) for t in range(4, 25, 4)}, 28: 2.64, 32: 2.60})
     assert K.loss_interval(read_run(steep), 0.0) == pytest.approx(
@@ -96,17 +97,17 @@ def test_the_fresh_judgement_holds_only_within_the_upper_half_width_and_below_th
         return TF.judge(tmp_path, "fx", report)
 
     row = grid(2.695, 2.60)
-    assert (row["pick"], row["rank"], row["best"], row["complete"]) == ("a0.3_b0.9_H10", 2, "g1", True)
-    assert row["high"] - row["predicted"] == pytest.approx(2.33 * 0.08) and row["holds"] is True
-    assert row["inside_own_interval"][1] == 29
-    assert grid(2.695, 2.45)["holds"] is False  # 0.25 nats above the best: beyond the upper half-width
+    assert (row.pick, row.rank, row.best, row.complete) == ("a0.3_b0.9_H10", 2, "g1", True)
+    assert row.high - row.predicted == pytest.approx(2.33 * 0.08) and row.holds is True
+    assert row.inside_own_interval[1] == 29
+    assert grid(2.695, 2.45).holds is False  # 0.25 nats above the best: beyond the upper half-width
     row = grid(2.75, 2.69, step=0.001)  # within the half-width of the best, but above the median
-    assert row["within_interval_of_best"] and not row["better_than_median"] and row["holds"] is False
+    assert row.within_interval_of_best and not row.better_than_median and row.holds is False
     (O.folder(tmp_path, "fx", "a0.7_b0.9_H20", TF.JUDGED_SEED) / "result.json").unlink()
     row = TF.judge(tmp_path, "fx", report)
-    assert row["complete"] is False and row["missing"] == ["a0.7_b0.9_H20"] and row["holds"] is None
-    assert "not judged, missing a0.7_b0.9_H20" in TF.format_report({**TF.evaluate(tmp_path, families=()),
-                                                                     "tuner": [row]})
+    assert row.complete is False and row.missing == ["a0.7_b0.9_H20"] and row.holds is None
+    assert "not judged, missing a0.7_b0.9_H20" in TF.format_report(dataclasses.replace(TF.evaluate(tmp_path, families=()),
+                                                                                tuner=[row]))
 
 
 @pytest.mark.slow
@@ -117,6 +118,6 @@ def test_the_fresh_study_reproduces_its_committed_report(tmp_path):
     from pathlib import Path
 
     committed = read_json(Path(__file__).parents[1] / "docs" / "data" / "tune_fresh.json")
-    report = TF.run_study(tmp_path)
+    report = TF.run_study(tmp_path).to_json()
     assert [(r["family"], r["pick"], r["holds"]) for r in report["tuner"]] == \
         [(r["family"], r["pick"], r["holds"]) for r in committed["tuner"]]

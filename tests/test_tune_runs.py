@@ -2,13 +2,14 @@
 time to the target, the synchronisation cost and the choice can be worked out independently here."""
 
 import math
+from pathlib import Path
 from dataclasses import asdict
 
 import numpy as np
 import pytest
 
 from noloco.cli import main
-from noloco.infra.files import dumps, write_json
+from noloco.infra.files import dumps, read_json, write_json
 from noloco.advice import tune as T
 from noloco.llm_check.config import TrainConfig
 from noloco.theory.comm import Network, sync_cost
@@ -55,17 +56,17 @@ def test_n_and_H_trade_against_the_network(tmp_path, latency, winner):
     pilot(tmp_path / "h20" / "s0", _curve(0.9, 10), inner_steps=20)
     rep = T.tune([tmp_path], reference="ref", latency=latency, bandwidth=1e9, compute_seconds=0.01)
     target = float(np.mean(_curve(1.0)[-3:]))
-    assert rep["target_loss"] == pytest.approx(target)
+    assert rep.target_loss == pytest.approx(target)
     net, payload = Network.from_bandwidth(latency, 1e9), N_PARAMS * 2.0
     pairs, allreduce = sync_cost(net, payload, 8, 2).group_exchange_seconds, sync_cost(net, payload, 8, 8).tree_seconds
-    rows = {r["setting"]: r for r in rep["rows"]}
+    rows = {r.setting: r for r in rep.rows}
     for name, rate, sync in (("ref", 1.0, pairs), ("allreduce", 1.6, allreduce), ("pairs_fast", 1.3, pairs)):
         steps = T.steps_to(10 * np.arange(1, 21), _curve(rate), target)
-        assert rows[name]["time_to_target"] == pytest.approx(steps * (0.01 + sync / 10))
-        assert rows[name]["seconds_per_outer_step"] == pytest.approx(10 * 0.01 + sync)
-    assert "does not reach the target" in rows["h20"]["excluded"][0]
-    assert rep["recommendation"]["setting"] == winner
-    assert rep["promised_speedup"] == pytest.approx(rows["ref"]["time_to_target"] / rows[winner]["time_to_target"])
+        assert rows[name].time_to_target == pytest.approx(steps * (0.01 + sync / 10))
+        assert rows[name].seconds_per_outer_step == pytest.approx(10 * 0.01 + sync)
+    assert "does not reach the target" in rows["h20"].excluded[0]
+    assert rep.recommendation.setting == winner
+    assert rep.promised_speedup == pytest.approx(rows["ref"].time_to_target / rows[winner].time_to_target)
 
 
 def test_seeds_are_grouped_and_pilots_that_differ_elsewhere_are_excluded(tmp_path):
@@ -75,17 +76,17 @@ def test_seeds_are_grouped_and_pilots_that_differ_elsewhere_are_excluded(tmp_pat
     pilot(tmp_path / "wide" / "s0", _curve(1.5), spread=0.5, beta=0.9)
     pilot(tmp_path / "cut" / "s0", _curve(1.5), finished=False, beta=1.0)
     rep = T.tune([tmp_path], reference="ref", goal="loss", compute_seconds=0.01)
-    rows = {r["setting"]: r for r in rep["rows"]}
+    rows = {r.setting: r for r in rep.rows}
     finals = [np.mean(_curve(1.0)[-3:]), np.mean(_curve(1.0)[-3:]) + 0.02]
-    assert rows["ref"]["seeds"] == 2
-    assert rows["ref"]["loss"] == pytest.approx(np.mean(finals))
-    assert rows["ref"]["loss_se"] == pytest.approx(np.std(finals, ddof=1) / math.sqrt(2))
-    assert rows["lr"]["excluded"] == ["differs from the reference in lr"]
-    assert rows["cut"]["excluded"] == ["a run did not finish"]
-    assert rep["recommendation"]["setting"] == "wide"  # the lowest loss, no spread limit
+    assert rows["ref"].seeds == 2
+    assert rows["ref"].loss == pytest.approx(np.mean(finals))
+    assert rows["ref"].loss_se == pytest.approx(np.std(finals, ddof=1) / math.sqrt(2))
+    assert rows["lr"].excluded == ["differs from the reference in lr"]
+    assert rows["cut"].excluded == ["a run did not finish"]
+    assert rep.recommendation.setting == "wide"  # the lowest loss, no spread limit
     limited = T.tune([tmp_path], reference="ref", goal="loss", compute_seconds=0.01, max_spread=0.1)
-    assert limited["recommendation"]["setting"] == "ref"
-    assert any("above --max-spread" in e for e in {r["setting"]: r for r in limited["rows"]}["wide"]["excluded"])
+    assert limited.recommendation.setting == "ref"
+    assert any("above --max-spread" in e for e in {r.setting: r for r in limited.rows}["wide"].excluded)
 
 
 def test_the_command_line(tmp_path, capsys):
@@ -112,7 +113,7 @@ def test_a_run_reached_twice_counts_once(tmp_path):
     (tmp_path / "links" / "b").symlink_to(tmp_path / "pilots" / "ref")
     rep = T.tune([tmp_path / "pilots", tmp_path / "links", tmp_path / "pilots" / "ref" / "s0"], reference="ref",
                  goal="loss", compute_seconds=0.01)
-    assert [r["seeds"] for r in rep["rows"]] == [2]
+    assert [r.seeds for r in rep.rows] == [2]
 
 
 def test_a_pilot_that_cannot_be_read_is_left_out_and_said(tmp_path, capsys):
@@ -124,8 +125,8 @@ def test_a_pilot_that_cannot_be_read_is_left_out_and_said(tmp_path, capsys):
     pilot(dead, _curve(1.0), beta=5.0)
     (dead / "metrics.jsonl").write_text("")
     rep = T.tune([tmp_path], reference="ref", compute_seconds=0.01)
-    assert rep["recommendation"]["setting"] == "better"
-    assert [x["folder"] for x in rep["skipped_pilots"]] == [str(dead.resolve())]
+    assert rep.recommendation.setting == "better"
+    assert [x.folder for x in rep.skipped_pilots] == [str(dead.resolve())]
     assert main(["llm", "tune", str(tmp_path), "--reference", "ref", "--compute-seconds", "0.01"]) == 0
     assert "left out: " in capsys.readouterr().out
 
@@ -157,3 +158,62 @@ def test_the_committed_held_out_verdicts_follow_from_their_seeds():
     assert held["speedup_holds"] == bool(abs(speedup / tuned["promised_speedup"] - 1) <= S.SPEEDUP_TOLERANCE)
     spread = np.mean([p["spread"] for p in seeds]) / tuned["recommendation"]["spread"]
     assert held["spread_holds"] == bool(abs(spread - 1) <= S.SPREAD_TOLERANCE)
+
+
+_FORK_ROW = {"setting": "a0.3_b0.5_H10", "fork": "runs/forks-s5/a0.3_b0.5_H10", "alpha": 0.3, "beta": 0.5,
+             "gamma": 0.7, "n": 2, "H": 10, "outer_steps": 32, "predicted": 3.1, "low": 3.0, "high": 3.3,
+             "fork_lead": -0.01, "spread": 2e-3, "spread_flags": [], "seconds": 12.5, "excluded": []}
+_NETWORK = {"latency": 0.05, "bandwidth": 1e9, "bytes_per_value": 2.0}
+
+
+def _last(obj: dict, key: str) -> dict:
+    """``obj`` with ``key`` moved to the end (the committed one-pilot report predates ``ranked``, written before it)."""
+    return {**{k: v for k, v in obj.items() if k != key}, key: obj[key]}
+
+
+def _records():
+    """Every record of the tuner chain with a JSON object of it: the committed reports (tune_holdout.json holds a
+    tuner's report and its rows) and, where none is committed, objects in the order the code writes them."""
+    from noloco.advice import fork, tune_rows as TR
+    from noloco.studies import one_pilot_rows as OR
+    from noloco.studies.tune import TuneReport
+
+    data = Path(__file__).parents[1] / "docs" / "data"
+    holdout, one, fresh = (read_json(data / f"{n}.json") for n in ("tune_holdout", "one_pilot", "tune_fresh"))
+    return [
+        (TuneReport, holdout), (TR.TuneResult, holdout["tune"]), (TR.TuneRow, holdout["tune"]["rows"][0]),
+        (TR.NetworkSetting, _NETWORK), (TR.SkippedPilot, {"folder": "runs/x/s0", "why": "no metrics.jsonl"}),
+        (TR.ForkRow, _FORK_ROW), (TR.ForkCost, {"pilot_runs": 10.25, "grid_runs_per_seed": 29, "forks": 28,
+                                                "interval": "80 %"}),
+        (TR.ForkTuneResult, {"pilot": "runs/p/s5", "goal": "loss", "compute_seconds_per_inner_step": 0.05,
+                             "pilot_drop": 0.03, "network": _NETWORK, "max_spread": None, "settings_ranked": 1,
+                             "recommendation": _FORK_ROW, "rows": [_FORK_ROW], "not_told_apart": [],
+                             "cost": {"pilot_runs": 1.25, "grid_runs_per_seed": 2, "forks": 1, "interval": "80 %"}}),
+        (fork.ForkLoss, {"predicted": 3.1, "low": 3.0, "high": 3.3, "fork_lead": -0.01, "pilot_final": 3.11,
+                         "pilot_drop": 0.03, "fork_gap": None}),
+        (fork.SpreadPoint, {"outer_step": 1, "predicted": 1e-3}),
+        (fork.ForkSpread, {"run": "f", "pilot": "p", "fork_at": 0, "fork_len": 80, "second_half_rms": 2e-3,
+                           "pilot_calibration": 1.1, "tilt": 1.0, "flags": ["not validated"],
+                           "rows": [{"outer_step": 1, "predicted": 1e-3}]}),
+        (OR.OnePilotReport, one), (OR.TransferRow, one["transfers"][0]), (OR.OnePilotTuner, _last(one["tuner"][0], "grid_runs")),
+        (OR.RankedSetting, one["tuner"][0]["ranked"][0]), (OR.OnePilotSummary, one["summary"]),
+        (OR.StudyRules, one["rules"]), (OR.LossRow, {"family": "cpu-tiny", "seed": 1, "setting": "g1",
+                                                     "measured": 3.2, "predicted": 3.1, "low": 3.0, "high": 3.3,
+                                                     "fork_lead": 0.01, "pilot_final": 3.15, "inside": True}),
+        (OR.PickJudgement, {k: v for k, v in one["tuner"][0].items() if k in OR.PickJudgement._names()}),
+        (OR.FreshReport, fresh), (OR.FreshTuner, fresh["tuner"][0]), (OR.LossModel, fresh["model"]),
+        (OR.FreshTuner, {"family": "llama", "pilot_seed": 5, "judged_seed": 6, "complete": False, "missing": ["g1"],
+                         "grid_runs": 29, "pilot_drop": 0.05, "pick": "g1", "holds": None}),
+    ]
+
+
+@pytest.mark.parametrize("cls, obj", _records(), ids=lambda x: x.__name__ if isinstance(x, type) else "")
+def test_each_tuner_record_reads_and_writes_its_json_unchanged(cls, obj):
+    """from_json then to_json gives the object back byte for byte, and a record made in code (no order read)
+    writes the keys the object holds in the same order (a report written before a key was added lacks it)."""
+    import dataclasses
+
+    record = cls.from_json(obj)
+    assert dumps(record.to_json()) == dumps(obj) and not record.extra
+    made = dataclasses.replace(record, order=()).to_json()
+    assert [k for k in made if k in obj] == list(obj)

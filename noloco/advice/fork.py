@@ -33,10 +33,13 @@ cpu-tiny and the Llama-style config (docs/advice.md), each before the runs that 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
 from noloco.infra.errors import ConfigError, DataError
+from noloco.infra.record import JsonRecord
 
 #: the final loss's lead over the pilot's, per unit of the fork's lead at its end: least squares through 0 over the 28
 #: forks of the development seed (cpu-tiny seed 0, every setting also trained whole; correlation 0.91)
@@ -60,6 +63,47 @@ CALIBRATION_LIMIT = 1.5
 FORK_TILT_LIMIT = 1.15
 
 
+@dataclass(frozen=True)
+class ForkLoss(JsonRecord):
+    """A fork's setting's predicted final loss, its 80 % interval, and the losses it rests on (the pilot's own row
+    of the tuner has the first four only)."""
+
+    OPTIONAL_KEYS = ("pilot_final", "pilot_drop")
+
+    predicted: float
+    low: float
+    high: float
+    fork_lead: float
+    pilot_final: Optional[float] = None
+    pilot_drop: Optional[float] = None
+    fork_gap: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class SpreadPoint(JsonRecord):
+    """The predicted weight_std after one outer step."""
+
+    outer_step: int
+    predicted: float
+
+
+@dataclass(frozen=True)
+class ForkSpread(JsonRecord):
+    """A fork's setting's weight_std over a whole run, predicted from the pilot and the fork, with its flags."""
+
+    NESTED = {"rows": (list, SpreadPoint)}
+
+    run: str
+    pilot: str
+    fork_at: int
+    fork_len: int
+    second_half_rms: float
+    pilot_calibration: float
+    tilt: float
+    flags: list
+    rows: list
+
+
 def read_fork(folder):
     """The fork's run record (:func:`noloco.advice.record.read_run`), its pilot's, and ``(fork_at, fork_len)``."""
     from noloco.advice.record import read_run
@@ -81,10 +125,12 @@ def read_fork(folder):
 
 def _final_loss(run, step: int | None = None) -> float | None:
     """The averaged model's validation loss at outer step ``step`` (default: the last evaluation)."""
-    rows = [r for r in run.metrics if isinstance(r.get("val_loss_avg_model"), (int, float))]
+    from noloco.advice.tune import evaluated
+
+    rows = evaluated(run)
     if step is not None:
-        rows = [r for r in rows if int(r["outer_step"]) == step]
-    return float(rows[-1]["val_loss_avg_model"]) if rows else None
+        rows = [r for r in rows if int(r.outer_step) == step]
+    return float(rows[-1].val_loss_avg_model) if rows else None
 
 
 def last_quarter_drop(pilot) -> float:
@@ -92,13 +138,15 @@ def last_quarter_drop(pilot) -> float:
     steps, less its final one: how far the loss still moves at the end of the run, which sets the loss interval's
     width (on the development seeds it was twice as large on Llama, whose settings' final losses spread twice as far,
     as on cpu-tiny; on the fresh seed 5 the two were alike)."""
+    from noloco.advice.tune import evaluated
+
     T = pilot.setting.outer_steps
-    rows = [r for r in pilot.metrics if isinstance(r.get("val_loss_avg_model"), (int, float))]
-    early = [r for r in rows if 0 < int(r["outer_step"]) <= 3 * T // 4]
-    if not early or int(rows[-1]["outer_step"]) <= int(early[-1]["outer_step"]):
+    rows = evaluated(pilot)
+    early = [r for r in rows if 0 < int(r.outer_step) <= 3 * T // 4]
+    if not early or int(rows[-1].outer_step) <= int(early[-1].outer_step):
         raise DataError(f"{pilot.folder}: the loss interval needs the pilot's validation loss at or before three "
                         "quarters of its run and at its end (evaluate it there)")
-    drop = float(early[-1]["val_loss_avg_model"]) - float(rows[-1]["val_loss_avg_model"])
+    drop = float(early[-1].val_loss_avg_model) - float(rows[-1].val_loss_avg_model)
     if not drop > 0:
         raise DataError(f"{pilot.folder}: the pilot's validation loss did not fall over its last quarter "
                         f"({drop:+.4f} nats): the loss interval is set in units of that fall")
@@ -111,8 +159,10 @@ def loss_interval(pilot, predicted: float) -> tuple[float, float]:
     return predicted + LOSS_ERROR_PER_DROP[0] * drop, predicted + LOSS_ERROR_PER_DROP[1] * drop
 
 
-def fork_loss(folder) -> dict:
+def fork_loss(folder) -> ForkLoss:
     """The fork's setting's final validation loss (module docstring), its interval, and the losses it rests on."""
+    from noloco.advice.tune import evaluated
+
     fork, pilot, at, length = read_fork(folder)
     end = (at + length) // pilot.setting.inner_steps  # the pilot's outer step at the fork's last inner step
     mine, theirs = _final_loss(fork), _final_loss(pilot, end)
@@ -123,13 +173,24 @@ def fork_loss(folder) -> dict:
     lead = mine - theirs
     predicted = final + LOSS_GAIN * lead
     low, high = loss_interval(pilot, predicted)
-    gap = [r.get("val_loss_replicas_mean", math.nan) - r["val_loss_avg_model"] for r in fork.metrics
-           if isinstance(r.get("val_loss_avg_model"), (int, float))][-1:]
-    return {"predicted": predicted, "low": low, "high": high, "fork_lead": lead, "pilot_final": final,
-            "pilot_drop": last_quarter_drop(pilot), "fork_gap": gap[0] if gap else None}
+    gap = [(math.nan if r.val_loss_replicas_mean is None else r.val_loss_replicas_mean) - r.val_loss_avg_model
+           for r in evaluated(fork)][-1:]
+    return ForkLoss(predicted=predicted, low=low, high=high, fork_lead=lead, pilot_final=final,
+                    pilot_drop=last_quarter_drop(pilot), fork_gap=gap[0] if gap else None)
 
 
-def _pilot_state(pilot, upto: int) -> dict:
+@dataclass(frozen=True)
+class _PilotTensor:
+    """One tensor of the pilot read through the theory (:func:`_pilot_state`)."""
+
+    numel: int
+    c: np.ndarray
+    s2: np.ndarray
+    rho: float
+    S: Optional[np.ndarray]
+
+
+def _pilot_state(pilot, upto: int) -> dict[str, _PilotTensor]:
     """Per tensor: the pilot's inputs read through the theory over its measured steps and its recursion's state
     after outer step ``upto`` (where its forks start)."""
     from noloco.advice.predict import group_inputs, replay
@@ -140,11 +201,11 @@ def _pilot_state(pilot, upto: int) -> dict:
         s2, rho, _ = g["long-run"]
         _, _, c_all, s2_all = replay(pilot.outer, g["c"], s2, rho)
         S = replay(pilot.outer, g["c"][:upto], s2[:upto], rho[:upto])[0] if upto else None  # None: replicas equal
-        out[name] = {"numel": g["numel"], "c": c_all, "s2": s2_all, "rho": float(rho[-1]), "S": S}
+        out[name] = _PilotTensor(numel=g["numel"], c=c_all, s2=s2_all, rho=float(rho[-1]), S=S)
     return out
 
 
-def fork_spread(folder) -> dict:
+def fork_spread(folder) -> ForkSpread:
     """The weight_std of the fork's setting over its whole run, predicted from the pilot and the fork (module
     docstring): rows per outer step, the second half's RMS, and flags."""
     from noloco.advice.forecast import (TILT_FLAT_C, _replay_ratio, _step_forward, _weight_std, amplification_tilt,
@@ -171,26 +232,26 @@ def fork_spread(folder) -> dict:
     for name, p in pilot_tensors.items():
         g = group_inputs(rows_f, name)
         s2_f, rho_f, _ = g["long-run"]
-        _, _, c_f, s2_true = replay(target.outer, g["c"], s2_f, rho_f, S=p["S"])
-        start = exchangeable.initial(float((p["s2"] if t_fork else s2_true)[0]), 0.0, 0.0)
-        c_before = p["c"][src]
-        s2_before = p["s2"][src] * ph_b["L2"][:t_fork] / ph_p["L2"][src]
+        _, _, c_f, s2_true = replay(target.outer, g["c"], s2_f, rho_f, S=p.S)
+        start = exchangeable.initial(float((p.s2 if t_fork else s2_true)[0]), 0.0, 0.0)
+        c_before = p.c[src]
+        s2_before = p.s2[src] * ph_b["L2"][:t_fork] / ph_p["L2"][src]
         idx = t_fork + hold
         c_hat = float(np.median(c_f[hold] / np.sqrt(ph_b["L1"][idx])))
         s_hat = float(np.median(s2_true[hold] / ph_b["L2"][idx]))
         c = np.concatenate([c_before, c_f[:k], c_hat * np.sqrt(ph_b["L1"][after])])
         s2 = np.concatenate([s2_before, s2_true[:k], s_hat * ph_b["L2"][after]])
-        per.append((p["numel"], _step_forward(target.outer, start, c, s2, float(rho_f[-1]))))
+        per.append((p.numel, _step_forward(target.outer, start, c, s2, float(rho_f[-1]))))
     # the pilot's own inputs, stepped through its own outer step, against its measured spread: the theory's error on
     # this model, which a fork's prediction shares (on the development seed the pilot replayed 1.16x its spread)
-    pilot_ws = _weight_std([(p["numel"], _step_forward(pilot.outer, exchangeable.initial(float(p["s2"][0]), 0.0, 0.0),
-                                                       p["c"], p["s2"], p["rho"])) for p in pilot_tensors.values()])
+    pilot_ws = _weight_std([(p.numel, _step_forward(pilot.outer, exchangeable.initial(float(p.s2[0]), 0.0, 0.0),
+                                                   p.c, p.s2, p.rho)) for p in pilot_tensors.values()])
     calibration = _replay_ratio(pilot, pilot_ws, len(pilot.inputs))
     if calibration is None or not 1 / CALIBRATION_LIMIT <= calibration <= CALIBRATION_LIMIT:
         flags.append(f"not reproduced: the pilot's own inputs give {calibration or math.nan:.2f}x its measured spread "
                      f"(limit a factor {CALIBRATION_LIMIT:g}): the theory's model of the inputs does not hold here")
         calibration = 1.0
-    flattest = min(float(np.median(p["c"][len(p["c"]) // 2:])) for p in pilot_tensors.values())
+    flattest = min(float(np.median(p.c[len(p.c) // 2:])) for p in pilot_tensors.values())
     tilt = amplification_tilt(base.outer, target.outer, max(flattest, TILT_FLAT_C), 0.0)
     if not 1 / FORK_TILT_LIMIT <= tilt <= FORK_TILT_LIMIT:
         flags.append(f"extrapolates: the new outer step amplifies the flat directions {tilt:.2f}x as much, relative to "
@@ -203,16 +264,16 @@ def fork_spread(folder) -> dict:
     level = float(math.sqrt(np.mean(ws[late] ** 2))) if np.all(np.isfinite(ws)) else math.inf
     if not math.isfinite(level):
         flags.append("unstable: the recursion at the fork's inputs grows without bound")
-    return {"run": str(fork.folder), "pilot": str(pilot.folder), "fork_at": at, "fork_len": length,
-            "second_half_rms": level, "pilot_calibration": calibration, "tilt": tilt, "flags": flags,
-            "rows": [{"outer_step": t + 1, "predicted": float(v)} for t, v in enumerate(ws)]}
+    return ForkSpread(run=str(fork.folder), pilot=str(pilot.folder), fork_at=at, fork_len=length,
+                      second_half_rms=level, pilot_calibration=calibration, tilt=tilt, flags=flags,
+                      rows=[SpreadPoint(outer_step=t + 1, predicted=float(v)) for t, v in enumerate(ws)])
 
 
-def format_fork_spread(report: dict) -> str:
-    lines = [f"{report['run']} (a fork of {report['pilot']} at inner step {report['fork_at']} for "
-             f"{report['fork_len']}): its setting's weight_std over a whole run, predicted from the pilot and the fork",
+def format_fork_spread(report: ForkSpread) -> str:
+    lines = [f"{report.run} (a fork of {report.pilot} at inner step {report.fork_at} for "
+             f"{report.fork_len}): its setting's weight_std over a whole run, predicted from the pilot and the fork",
              f"{'outer':>6} {'predicted':>11}"]
-    lines += [f"{r['outer_step']:>6} {r['predicted']:>11.4e}" for r in report["rows"]]
-    lines.append(f"second-half RMS: predicted {report['second_half_rms']:.4e}")
-    lines += [f"flag: {f}" for f in report["flags"]]
+    lines += [f"{r.outer_step:>6} {r.predicted:>11.4e}" for r in report.rows]
+    lines.append(f"second-half RMS: predicted {report.second_half_rms:.4e}")
+    lines += [f"flag: {f}" for f in report.flags]
     return "\n".join(lines)

@@ -32,6 +32,8 @@ from pathlib import Path
 import numpy as np
 
 from noloco.advice.record import RunSetting
+from noloco.advice.run_rows import MetricsRow
+from noloco.advice.tune_rows import ForkCost, ForkRow, ForkTuneResult, NetworkSetting, SkippedPilot, TuneResult, TuneRow
 from noloco.infra.errors import ConfigError, DataError
 from noloco.theory.stats import finite_mean_se
 
@@ -85,19 +87,19 @@ class Setting:
 
     def curve(self) -> tuple[np.ndarray, np.ndarray]:
         """(inner steps, mean over seeds of the averaged model's validation loss) at the evaluations every seed has."""
-        per = [{r["outer_step"]: r["val_loss_avg_model"] for r in evaluated(run)} for run in self.runs]
+        per = [{r.outer_step: r.val_loss_avg_model for r in evaluated(run)} for run in self.runs]
         common = sorted(set.intersection(*(set(p) for p in per)))
         H = self.config.inner_steps
         return (np.array(common, dtype=float) * H, np.array([np.mean([p[t] for p in per]) for t in common]))
 
     def per_seed_curves(self):
         H = self.config.inner_steps
-        return [(np.array([r["outer_step"] * H for r in evaluated(run)], dtype=float),
-                 np.array([r["val_loss_avg_model"] for r in evaluated(run)])) for run in self.runs]
+        return [(np.array([r.outer_step * H for r in evaluated(run)], dtype=float),
+                 np.array([r.val_loss_avg_model for r in evaluated(run)])) for run in self.runs]
 
     def final_loss(self) -> tuple[float, float]:
         """Mean over seeds (and its standard error) of the last :data:`SMOOTH` evaluations' loss."""
-        return finite_mean_se([float(np.mean([r["val_loss_avg_model"] for r in evaluated(run)[-SMOOTH:]]))
+        return finite_mean_se([float(np.mean([r.val_loss_avg_model for r in evaluated(run)[-SMOOTH:]]))
                                if evaluated(run) else math.nan for run in self.runs])
 
     def spread(self) -> tuple[float, float]:
@@ -105,10 +107,11 @@ class Setting:
         return finite_mean_se([rms_second_half(run.metrics, "weight_std", T) for run in self.runs])
 
 
-def evaluated(run) -> list[dict]:
+def evaluated(run) -> list[MetricsRow]:
     """The metrics rows that hold the averaged model's validation loss (a run written by
     :class:`noloco.Observer` has a row every outer step, with the losses the user logged)."""
-    return [r for r in run.metrics if isinstance(r.get("val_loss_avg_model"), (int, float))]
+    rows = (MetricsRow.from_json(r) for r in run.metrics)
+    return [r for r in rows if isinstance(r.val_loss_avg_model, (int, float))]
 
 
 def _key(cfg) -> tuple:
@@ -143,7 +146,7 @@ def load_settings(paths, skipped: list | None = None, progress: bool | None = No
     """The pilots grouped by setting (all but the seed equal), each run read with
     :func:`noloco.advice.record.read_run`; unfinished or diverged runs are kept (they rule a setting out). A pilot
     that cannot be read (diverged before its first evaluation, damaged) is left out and, with ``skipped``, listed
-    there as ``{"folder", "why"}``; a DataError when no pilot is left."""
+    there as a :class:`~noloco.advice.tune_rows.SkippedPilot`; a DataError when no pilot is left."""
     from noloco.advice.record import read_run
     from noloco.infra.progress import Progress
 
@@ -157,7 +160,7 @@ def load_settings(paths, skipped: list | None = None, progress: bool | None = No
             except DataError as err:
                 if skipped is None:
                     raise
-                skipped.append({"folder": str(folder), "why": str(err)})
+                skipped.append(SkippedPilot(folder=str(folder), why=str(err)))
                 continue
             cfg = run.setting
             key = (_key(cfg), tuple(sorted(_shared(cfg).items())), cfg.method)
@@ -166,7 +169,7 @@ def load_settings(paths, skipped: list | None = None, progress: bool | None = No
             settings[key].runs.append(run)
     if not settings:
         raise DataError(f"no pilot could be read ({len(folders)} run folder(s)): "
-                        + "; ".join(f"{x['folder']}: {x['why']}" for x in (skipped or [])[:3]))
+                        + "; ".join(f"{x.folder}: {x.why}" for x in (skipped or [])[:3]))
     return list(settings.values())
 
 
@@ -194,14 +197,23 @@ def outer_sync_seconds(o, n_params: int, net, bytes_per_value: float) -> float:
     return cost.tree_seconds if o.group_size == o.replicas else cost.group_exchange_seconds
 
 
-def time_to(setting: Setting, target: float, net, compute_seconds: float, bytes_per_value: float) -> dict:
+@dataclass(frozen=True)
+class TimeTo:
     """The cost model of the time goal: ``sync`` (seconds of one synchronisation), ``per_inner_step`` (compute
-    plus sync / H), ``steps`` to ``target`` on the seed-mean curve and ``seconds`` to it (None: never reached)."""
+    plus sync / H), ``steps`` to the target on the seed-mean curve and ``seconds`` to it (None: never reached)."""
+
+    sync: float
+    per_inner_step: float
+    steps: float | None
+    seconds: float | None
+
+
+def time_to(setting: Setting, target: float, net, compute_seconds: float, bytes_per_value: float) -> TimeTo:
+    """:class:`TimeTo` ``target`` for ``setting``."""
     sync = sync_seconds(setting, net, bytes_per_value)
     per_step = compute_seconds + sync / setting.config.inner_steps
     steps = steps_to(*setting.curve(), target)
-    return {"sync": sync, "per_inner_step": per_step, "steps": steps,
-            "seconds": None if steps is None else steps * per_step}
+    return TimeTo(sync=sync, per_inner_step=per_step, steps=steps, seconds=None if steps is None else steps * per_step)
 
 
 def _margin(setting: Setting) -> float | None:
@@ -218,7 +230,7 @@ def _margin(setting: Setting) -> float | None:
 
 def tune(paths, reference: str | None = None, goal: str = "time", target_loss: float | None = None,
          latency: float = 0.05, bandwidth: float = 1e9, compute_seconds: float | None = None,
-         bytes_per_value: float = 2.0, max_spread: float | None = None) -> dict:
+         bytes_per_value: float = 2.0, max_spread: float | None = None) -> TuneResult:
     """Rank the piloted settings for ``goal`` and recommend the best that meets the constraints (module
     docstring). ``reference``: the setting (its name, or a run folder of it) whose loss is the target and
     against which the speed-up is stated; default: the setting of the first pilot given."""
@@ -233,7 +245,7 @@ def tune(paths, reference: str | None = None, goal: str = "time", target_loss: f
     if not (isinstance(latency, (int, float)) and math.isfinite(latency) and latency >= 0):
         raise ConfigError(f"latency={latency!r} is out of range; allowed: a finite number >= 0 (seconds)")
     net = Network.from_bandwidth(latency, bandwidth)
-    skipped: list[dict] = []
+    skipped: list[SkippedPilot] = []
     settings = load_settings(paths, skipped)
     ref = _pick_reference(settings, reference)
     shared = _shared(ref.config)
@@ -247,50 +259,50 @@ def tune(paths, reference: str | None = None, goal: str = "time", target_loss: f
 
     rows = []
     for s in settings:
-        row = {"setting": s.name, "seeds": len(s.runs), "method": s.config.method,
-               "alpha": s.outer.alpha, "beta": s.outer.beta, "gamma": s.outer.gamma, "n": s.outer.group_size,
-               "H": s.config.inner_steps, "outer_steps": s.config.outer_steps, "excluded": []}
+        excluded = []
         differs = sorted(k for k, v in _shared(s.config).items() if shared.get(k) != v)
         if differs:
-            row["excluded"].append("differs from the reference in " + ", ".join(differs))
+            excluded.append("differs from the reference in " + ", ".join(differs))
         if not all(r.finished for r in s.runs):
-            row["excluded"].append("a run did not finish" + (" (diverged)" if any(r.diverged for r in s.runs) else ""))
+            excluded.append("a run did not finish" + (" (diverged)" if any(r.diverged for r in s.runs) else ""))
         loss, loss_se = s.final_loss()
         spread, spread_se = s.spread()
         cost = time_to(s, target, net, compute_seconds, bytes_per_value)
-        reach = cost["steps"]
+        reach = cost.steps
         seed_times = [steps_to(st, lo, target) for st, lo in s.per_seed_curves()]
         margin = _margin(s)
-        row.update(loss=loss, loss_se=loss_se, spread=spread, spread_se=spread_se, stability_margin=margin,
-                   sync_seconds=cost["sync"], seconds_per_outer_step=cost["per_inner_step"] * s.config.inner_steps,
-                   steps_to_target=reach, time_to_target=cost["seconds"],
-                   seeds_reaching_target=sum(t is not None for t in seed_times))
         if not math.isfinite(loss):
-            row["excluded"].append("no evaluation")
+            excluded.append("no evaluation")
         if max_spread is not None and spread > max_spread:
-            row["excluded"].append(f"spread {spread:.3g} above --max-spread {max_spread:g}")
+            excluded.append(f"spread {spread:.3g} above --max-spread {max_spread:g}")
         if margin is not None and margin <= 0:
-            row["excluded"].append(f"unstable: decay factor {1 - margin:.3f} >= 1")
+            excluded.append(f"unstable: decay factor {1 - margin:.3f} >= 1")
         if goal == "time" and reach is None:
-            row["excluded"].append(f"does not reach the target loss {target:.4f}")
-        rows.append(row)
+            excluded.append(f"does not reach the target loss {target:.4f}")
+        rows.append(TuneRow(
+            setting=s.name, seeds=len(s.runs), method=s.config.method, alpha=s.outer.alpha, beta=s.outer.beta,
+            gamma=s.outer.gamma, n=s.outer.group_size, H=s.config.inner_steps, outer_steps=s.config.outer_steps,
+            excluded=excluded, loss=loss, loss_se=loss_se, spread=spread, spread_se=spread_se,
+            stability_margin=margin, sync_seconds=cost.sync,
+            seconds_per_outer_step=cost.per_inner_step * s.config.inner_steps, steps_to_target=reach,
+            time_to_target=cost.seconds, seeds_reaching_target=sum(t is not None for t in seed_times)))
 
-    objective = (lambda r: r["time_to_target"]) if goal == "time" else (lambda r: r["loss"])
-    eligible = sorted((r for r in rows if not r["excluded"]), key=objective)
-    ref_row = next(r for r in rows if r["setting"] == ref.name)
+    objective = (lambda r: r.time_to_target) if goal == "time" else (lambda r: r.loss)
+    eligible = sorted((r for r in rows if not r.excluded), key=objective)
+    ref_row = next(r for r in rows if r.setting == ref.name)
     best = eligible[0] if eligible else None
-    report = {"goal": goal, "reference": ref.name, "target_loss": target, "compute_seconds_per_inner_step": compute_seconds,
-              "network": {"latency": latency, "bandwidth": bandwidth, "bytes_per_value": bytes_per_value},
-              "max_spread": max_spread, "settings_compared": len(eligible), "recommendation": best,
-              "skipped_pilots": skipped,
-              "rows": sorted(rows, key=lambda r: (bool(r["excluded"]), objective(r) if objective(r) is not None
-                                                  else math.inf))}
+    speedup = change = None
     if best is not None:
-        if goal == "time" and ref_row["time_to_target"]:
-            report["promised_speedup"] = ref_row["time_to_target"] / best["time_to_target"]
-        report["promised_loss_change"] = best["loss"] - ref_row["loss"]
-    report["not_sure"] = _doubts(report, best, ref_row)
-    return report
+        if goal == "time" and ref_row.time_to_target:
+            speedup = ref_row.time_to_target / best.time_to_target
+        change = best.loss - ref_row.loss
+    return TuneResult(
+        goal=goal, reference=ref.name, target_loss=target, compute_seconds_per_inner_step=compute_seconds,
+        network=NetworkSetting(latency=latency, bandwidth=bandwidth, bytes_per_value=bytes_per_value),
+        max_spread=max_spread, settings_compared=len(eligible), recommendation=best,
+        skipped_pilots=skipped,
+        rows=sorted(rows, key=lambda r: (bool(r.excluded), objective(r) if objective(r) is not None else math.inf)),
+        promised_speedup=speedup, promised_loss_change=change, not_sure=_doubts(len(eligible), best, ref_row))
 
 
 def _pick_reference(settings: list[Setting], reference: str | None) -> Setting:
@@ -303,58 +315,62 @@ def _pick_reference(settings: list[Setting], reference: str | None) -> Setting:
                       + ", ".join(s.name for s in settings))
 
 
-def _doubts(report: dict, best: dict | None, ref: dict) -> list[str]:
+def _doubts(compared: int, best: TuneRow | None, ref: TuneRow) -> list[str]:
     out = []
     if best is None:
         return ["no piloted setting meets the goal and the constraints"]
-    if report["settings_compared"] > 1:
-        out.append(f"chosen as the best of {report['settings_compared']} measured settings: its pilot numbers are "
+    if compared > 1:
+        out.append(f"chosen as the best of {compared} measured settings: its pilot numbers are "
                    "optimistic (the winner's curse); expect the realised gain to be smaller")
-    if best["seeds"] < 2:
+    if best.seeds < 2:
         out.append("one seed behind the recommendation: no standard error; pilot with 2 or more seeds")
-    if best["loss_se"] == best["loss_se"] and ref["loss_se"] == ref["loss_se"]:
-        diff, se = best["loss"] - ref["loss"], math.hypot(best["loss_se"], ref["loss_se"])
+    if best.loss_se == best.loss_se and ref.loss_se == ref.loss_se:
+        diff, se = best.loss - ref.loss, math.hypot(best.loss_se, ref.loss_se)
         if abs(diff) < 2 * se:
             out.append(f"its loss differs from the reference's by {diff:+.4f} +- {se:.4f}: within 2 standard errors")
-    if best["stability_margin"] is None:
+    if best.stability_margin is None:
         out.append("no inputs measured in its pilot: stability margin unknown")
     out.append("only piloted settings are ranked: a setting between them is not predicted (noloco llm predict --as "
                "predicts its spread, not its loss)")
     return out
 
 
-def format_tune(report: dict) -> str:
-    unit = "time to target" if report["goal"] == "time" else "final loss"
-    net = report["network"]
-    name = max([14, *(len(r["setting"]) + 2 for r in report["rows"])])  # a long setting name keeps the columns
-    lines = [f"goal: {report['goal']} ({unit}); reference {report['reference']}, target loss "
-             f"{report['target_loss']:.4f}; compute {report['compute_seconds_per_inner_step']:.4g} s per inner step; "
-             f"network {net['latency'] * 1e3:g} ms, {net['bandwidth']:.3g} bit/s, {net['bytes_per_value']:g} bytes a value",
+def format_tune(report: TuneResult) -> str:
+    unit = "time to target" if report.goal == "time" else "final loss"
+    net = report.network
+    name = max([14, *(len(r.setting) + 2 for r in report.rows)])  # a long setting name keeps the columns
+    lines = [f"goal: {report.goal} ({unit}); reference {report.reference}, target loss "
+             f"{report.target_loss:.4f}; compute {report.compute_seconds_per_inner_step:.4g} s per inner step; "
+             f"network {net.latency * 1e3:g} ms, {net.bandwidth:.3g} bit/s, {net.bytes_per_value:g} bytes a value",
              f"{'setting':<{name}}{'seeds':>6}{'alpha':>6}{'beta':>6}{'gamma':>6}{'n':>3}{'H':>4}{'loss':>18}"
              f"{'spread':>11}{'margin':>8}{'s/outer':>9}{'to target':>11}  excluded"]
-    for r in report["rows"]:
-        loss = f"{r['loss']:.4f}" + (f" +- {r['loss_se']:.4f}" if r["loss_se"] == r["loss_se"] else "")
-        margin = "-" if r["stability_margin"] is None else f"{r['stability_margin']:.3f}"
-        reach = "-" if r["time_to_target"] is None else f"{r['time_to_target']:.1f} s"
-        lines.append(f"{r['setting']:<{name}}{r['seeds']:>6}{r['alpha']:>6g}{r['beta']:>6g}{r['gamma']:>6g}{r['n']:>3}"
-                     f"{r['H']:>4}{loss:>18}{r['spread']:>11.3e}{margin:>8}{r['seconds_per_outer_step']:>9.3f}"
-                     f"{reach:>11}  {'; '.join(r['excluded'])}")
-    best = report["recommendation"]
+    for r in report.rows:
+        loss = f"{r.loss:.4f}" + (f" +- {r.loss_se:.4f}" if r.loss_se == r.loss_se else "")
+        margin = "-" if r.stability_margin is None else f"{r.stability_margin:.3f}"
+        reach = "-" if r.time_to_target is None else f"{r.time_to_target:.1f} s"
+        lines.append(f"{r.setting:<{name}}{r.seeds:>6}{r.alpha:>6g}{r.beta:>6g}{r.gamma:>6g}{r.n:>3}"
+                     f"{r.H:>4}{loss:>18}{r.spread:>11.3e}{margin:>8}{r.seconds_per_outer_step:>9.3f}"
+                     f"{reach:>11}  {'; '.join(r.excluded)}")
+    best = report.recommendation
     if best is None:
         lines.append("recommendation: none")
     else:
-        lines.append(f"recommendation: {best['setting']}: --alpha {best['alpha']:g} --beta {best['beta']:g} --gamma "
-                     f"{best['gamma']:g} --group-size {best['n']} --inner-steps {best['H']} --outer-steps "
-                     f"{best['outer_steps']}")
-        if "promised_speedup" in report:
-            lines.append(f"promised: {report['promised_speedup']:.2f}x faster to the target than {report['reference']}, "
-                         f"spread {best['spread']:.3e}, final loss {report['promised_loss_change']:+.4f} nats")
+        lines.append(_flags_line(best))
+        if report.promised_speedup is not None:
+            lines.append(f"promised: {report.promised_speedup:.2f}x faster to the target than {report.reference}, "
+                         f"spread {best.spread:.3e}, final loss {report.promised_loss_change:+.4f} nats")
         else:
-            lines.append(f"promised: final loss {report['promised_loss_change']:+.4f} nats against "
-                         f"{report['reference']}, spread {best['spread']:.3e}")
-    lines += [f"left out: {x['folder']}: {x['why']}" for x in report.get("skipped_pilots", [])]
-    lines += [f"not sure: {d}" for d in report["not_sure"]]
+            lines.append(f"promised: final loss {report.promised_loss_change:+.4f} nats against "
+                         f"{report.reference}, spread {best.spread:.3e}")
+    lines += [f"left out: {x.folder}: {x.why}" for x in report.skipped_pilots or []]
+    lines += [f"not sure: {d}" for d in report.not_sure]
     return "\n".join(lines)
+
+
+def _flags_line(best: TuneRow | ForkRow) -> str:
+    """The recommendation as the flags of ``noloco llm train``."""
+    return (f"recommendation: {best.setting}: --alpha {best.alpha:g} --beta {best.beta:g} --gamma "
+            f"{best.gamma:g} --group-size {best.n} --inner-steps {best.H} --outer-steps {best.outer_steps}")
 
 
 def _fork_folders(path) -> list[Path]:
@@ -365,7 +381,7 @@ def _fork_folders(path) -> list[Path]:
 
 
 def tune_forks(path, latency: float = 0.05, bandwidth: float = 1e9, compute_seconds: float | None = None,
-               bytes_per_value: float = 2.0, max_spread: float | None = None) -> dict:
+               bytes_per_value: float = 2.0, max_spread: float | None = None) -> ForkTuneResult:
     """Rank the settings of one pilot's forks (folders under ``path``, :mod:`noloco.advice.fork`) and the pilot's own
     by their predicted final loss at equal tokens, each with its 80 % interval, predicted spread (RMS of weight_std
     over the second half, ``--as`` from the pilot, with its flags) and wall time (compute plus the comm model's synchronisations); recommend the lowest
@@ -399,22 +415,22 @@ def tune_forks(path, latency: float = 0.05, bandwidth: float = 1e9, compute_seco
         compute_seconds = float(pilot.wall_s) / tokens
     rows = []
 
-    def row(run, loss: dict, spread: float, flags: list[str], fork: str | None) -> dict:
+    def row(run, loss, spread: float, flags: list[str], fork: str | None) -> ForkRow:
         o, H = run.outer, run.setting.inner_steps
         sync = outer_sync_seconds(o, n_params, net, bytes_per_value)
         excluded = [] if max_spread is None else (  # the spread matters only under a spread limit
             [f"spread not trusted ({flags[0].split(':')[0]})"] if flags else
             [f"spread {spread:.3g} above --max-spread {max_spread:g}"] if spread > max_spread else [])
         name = Path(fork).name if fork else _name(run.folder, run.setting)  # a fork: its folder's name
-        return {"setting": name, "fork": fork, "alpha": o.alpha, "beta": o.beta,
-                "gamma": o.gamma, "n": o.group_size, "H": H, "outer_steps": run.setting.outer_steps, **loss,
-                "spread": spread, "spread_flags": list(flags), "seconds": tokens * (compute_seconds + sync / H),
-                "excluded": excluded}
+        return ForkRow(setting=name, fork=fork, alpha=o.alpha, beta=o.beta, gamma=o.gamma, n=o.group_size, H=H,
+                       outer_steps=run.setting.outer_steps, predicted=loss.predicted, low=loss.low, high=loss.high,
+                       fork_lead=loss.fork_lead, spread=spread, spread_flags=list(flags),
+                       seconds=tokens * (compute_seconds + sync / H), excluded=excluded)
 
     T = pilot.setting.outer_steps
     own = forks_._final_loss(pilot)
     low, high = forks_.loss_interval(pilot, own)
-    rows.append(row(pilot, {"predicted": own, "low": low, "high": high, "fork_lead": 0.0},
+    rows.append(row(pilot, forks_.ForkLoss(predicted=own, low=low, high=high, fork_lead=0.0),
                     rms_second_half(pilot.metrics, "weight_std", T), [], None))
     fork_tokens = 0
     for f in folders:
@@ -426,50 +442,49 @@ def tune_forks(path, latency: float = 0.05, bandwidth: float = 1e9, compute_seco
         changes.update({k: getattr(run.outer, k) for k in ("alpha", "beta", "gamma", "group_size", "momentum")})
         loss, spread = forks_.fork_loss(f), transfer(pilot.folder, **changes)
         fork_tokens += int(run.result["config"]["fork_len"])
-        rows.append(row(run, {k: loss[k] for k in ("predicted", "low", "high", "fork_lead")},
-                        spread["second_half_rms"], spread["flags"], str(f)))
-    rows.sort(key=lambda r: (bool(r["excluded"]), r["predicted"]))
-    eligible = [r for r in rows if not r["excluded"]]
+        # the transfer's report stays a dict (its own layer): read here, at the boundary
+        rows.append(row(run, loss, spread["second_half_rms"], spread["flags"], str(f)))
+    rows.sort(key=lambda r: (bool(r.excluded), r.predicted))
+    eligible = [r for r in rows if not r.excluded]
     best = eligible[0] if eligible else None
-    contenders = [r["setting"] for r in eligible[1:] if best is not None and r["low"] < best["high"]]
-    return {"pilot": str(pilot.folder), "goal": "loss", "compute_seconds_per_inner_step": compute_seconds,
-            "pilot_drop": forks_.last_quarter_drop(pilot),
-            "network": {"latency": latency, "bandwidth": bandwidth, "bytes_per_value": bytes_per_value},
-            "max_spread": max_spread, "settings_ranked": len(eligible), "recommendation": best, "rows": rows,
-            "not_told_apart": contenders,
-            "cost": {"pilot_runs": 1 + fork_tokens / tokens, "grid_runs_per_seed": len(rows),
-                     "forks": len(folders), "interval": "80 % for a new seed, scaled by the pilot's last-quarter loss drop"}}
+    contenders = [r.setting for r in eligible[1:] if best is not None and r.low < best.high]
+    return ForkTuneResult(
+        pilot=str(pilot.folder), goal="loss", compute_seconds_per_inner_step=compute_seconds,
+        pilot_drop=forks_.last_quarter_drop(pilot),
+        network=NetworkSetting(latency=latency, bandwidth=bandwidth, bytes_per_value=bytes_per_value),
+        max_spread=max_spread, settings_ranked=len(eligible), recommendation=best, rows=rows,
+        not_told_apart=contenders,
+        cost=ForkCost(pilot_runs=1 + fork_tokens / tokens, grid_runs_per_seed=len(rows), forks=len(folders),
+                      interval="80 % for a new seed, scaled by the pilot's last-quarter loss drop"))
 
 
-def format_tune_forks(report: dict) -> str:
+def format_tune_forks(report: ForkTuneResult) -> str:
     from noloco.advice.fork import LOSS_ERROR_PER_DROP
 
-    band = lambda r: f"[{r['low']:.4f}, {r['high']:.4f}]"  # noqa: E731
-    lines = [f"one pilot: {report['pilot']}; final loss at equal tokens predicted from its forks (80 % interval: "
-             f"its loss drop over its last quarter, {report['pilot_drop']:.4f}, times {LOSS_ERROR_PER_DROP[0]:+g} to "
+    band = lambda r: f"[{r.low:.4f}, {r.high:.4f}]"  # noqa: E731
+    lines = [f"one pilot: {report.pilot}; final loss at equal tokens predicted from its forks (80 % interval: "
+             f"its loss drop over its last quarter, {report.pilot_drop:.4f}, times {LOSS_ERROR_PER_DROP[0]:+g} to "
              f"{LOSS_ERROR_PER_DROP[1]:+g}); "
-             f"compute {report['compute_seconds_per_inner_step']:.4g} s per inner step",
+             f"compute {report.compute_seconds_per_inner_step:.4g} s per inner step",
              f"{'setting':<16}{'alpha':>6}{'beta':>6}{'gamma':>6}{'n':>3}{'H':>4}{'predicted loss':>16}"
              f"{'80 % interval':>20}{'spread':>11}{'wall s':>9}  excluded"]
-    for r in report["rows"]:
-        lines.append(f"{r['setting']:<16}{r['alpha']:>6g}{r['beta']:>6g}{r['gamma']:>6g}{r['n']:>3}{r['H']:>4}"
-                     f"{r['predicted']:>16.4f}{band(r):>20}"
-                     f"{r['spread']:>11.3e}{'!' if r['spread_flags'] else ' '}{r['seconds']:>8.1f}  "
-                     f"{'; '.join(r['excluded'])}")
-    if any(r["spread_flags"] for r in report["rows"]):
+    for r in report.rows:
+        lines.append(f"{r.setting:<16}{r.alpha:>6g}{r.beta:>6g}{r.gamma:>6g}{r.n:>3}{r.H:>4}"
+                     f"{r.predicted:>16.4f}{band(r):>20}"
+                     f"{r.spread:>11.3e}{'!' if r.spread_flags else ' '}{r.seconds:>8.1f}  "
+                     f"{'; '.join(r.excluded)}")
+    if any(r.spread_flags for r in report.rows):
         lines.append("!: the spread carries a flag of noloco llm predict PILOT --as (--json lists them)")
-    best, cost = report["recommendation"], report["cost"]
+    best, cost = report.recommendation, report.cost
     if best is None:
         lines.append("recommendation: none (every setting is flagged or above --max-spread)")
     else:
-        lines.append(f"recommendation: {best['setting']}: --alpha {best['alpha']:g} --beta {best['beta']:g} --gamma "
-                     f"{best['gamma']:g} --group-size {best['n']} --inner-steps {best['H']} --outer-steps "
-                     f"{best['outer_steps']}; final loss {best['predicted']:.4f} (80 %: {best['low']:.4f} to "
-                     f"{best['high']:.4f})")
-        told = report["not_told_apart"]
+        lines.append(f"{_flags_line(best)}; final loss {best.predicted:.4f} (80 %: {best.low:.4f} to "
+                     f"{best.high:.4f})")
+        told = report.not_told_apart
         lines.append(f"how sure: {len(told)} other setting(s) have intervals reaching below its upper end"
                      + (f" ({', '.join(told[:6])}{', ...' if len(told) > 6 else ''})" if told else "")
                      + "; among those the ranking is not claimed")
-    lines.append(f"cost: the pilot and {cost['forks']} forks = {cost['pilot_runs']:.2f} pilot runs of compute; "
-                 f"training every setting whole: {cost['grid_runs_per_seed']} runs per seed")
+    lines.append(f"cost: the pilot and {cost.forks} forks = {cost.pilot_runs:.2f} pilot runs of compute; "
+                 f"training every setting whole: {cost.grid_runs_per_seed} runs per seed")
     return "\n".join(lines)

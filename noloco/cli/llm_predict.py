@@ -81,5 +81,5 @@ def run(args) -> int:
         from noloco.advice.predict import format_predict, predict
 
         report, text = predict(args.out, noise_model=args.noise_model), format_predict
-    print_json(report) if args.json else print(text(report))
+    print_json(report.to_json() if hasattr(report, "to_json") else report) if args.json else print(text(report))
     return 0

@@ -57,13 +57,13 @@ def run(args) -> int:
                               "--goal and --target-loss")
         report = tune_forks(args.pilots[0], args.latency, args.bandwidth, args.compute_seconds, args.bytes_per_value,
                             args.max_spread)
-        print_json(report) if args.json else print(format_tune_forks(report))
-        return 0 if report["recommendation"] is not None else 1
+        print_json(report.to_json()) if args.json else print(format_tune_forks(report))
+        return 0 if report.recommendation is not None else 1
     report = tune(args.pilots, args.reference, args.goal, args.target_loss, args.latency, args.bandwidth,
                   args.compute_seconds, args.bytes_per_value, args.max_spread)
-    print_json(report) if args.json else print(format_tune(report))
-    if report["recommendation"] is None:
-        excluded = sorted({why for row in report["rows"] for why in row["excluded"]})
+    print_json(report.to_json()) if args.json else print(format_tune(report))
+    if report.recommendation is None:
+        excluded = sorted({why for row in report.rows for why in row.excluded})
         return failed("no piloted setting meets the goal and the constraints"
                       + (f" (excluded: {'; '.join(excluded)})" if excluded else ""))
     return 0

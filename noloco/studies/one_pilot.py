@@ -19,10 +19,13 @@ are the validation, under the rules written in docs/advice.md before those runs 
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 
 from noloco.infra.files import read_json
+from noloco.studies.one_pilot_rows import (LossRow, OnePilotReport, OnePilotSummary, OnePilotTuner, PickJudgement,
+                                           RankedSetting, StudyRules, TransferRow)
 
 ALPHAS, BETAS, HS = (0.3, 0.5, 0.7), (0.5, 0.7, 0.9), (5, 10, 20)
 TOKENS = 320  # inner steps of every run (H x outer steps), the pilot's
@@ -170,7 +173,7 @@ def _verdict(ratio: float, flags: list) -> str:
     return "flagged" if flags else ("agrees" if within(ratio, SPREAD_RULE, relative=True) else "misses")
 
 
-def as_row(out, family: str, seed: int, pilot: str, target: str, axis: str) -> dict | None:
+def as_row(out, family: str, seed: int, pilot: str, target: str, axis: str) -> TransferRow | None:
     """``--as`` from ``pilot`` to ``target`` (the pilot's inputs carried over) against the target's measured spread,
     both trained with ``seed``; None where either run is not finished."""
     from noloco.advice.forecast import transfer
@@ -178,16 +181,16 @@ def as_row(out, family: str, seed: int, pilot: str, target: str, axis: str) -> d
     if not (finished(folder(out, family, pilot, seed)) and finished(folder(out, family, target, seed))):
         return None
     _, measured = _measured(folder(out, family, target, seed))
+    # the transfer's report stays a dict (its own layer): read here, at the boundary
     carried = transfer(folder(out, family, pilot, seed), seed=seed, **_changes(pilot, target))
-    row = {"family": family, "seed": seed, "axis": axis, "pilot": pilot, "target": target, "measured": measured,
-           "as_ratio": carried["second_half_rms"] / measured, "as_flags": carried["flags"],
-           "pilot_replay_ratio": carried["pilot_replay_ratio"], "decay_factor": carried["decay_factor"],
-           "pilot_decay_factor": carried["pilot_decay_factor"], "tilt": carried["tilt"]}
-    row["as_verdict"] = _verdict(row["as_ratio"], carried["flags"])
-    return row
+    ratio = carried["second_half_rms"] / measured
+    return TransferRow(family=family, seed=seed, axis=axis, pilot=pilot, target=target, measured=measured,
+                       as_ratio=ratio, as_flags=carried["flags"], pilot_replay_ratio=carried["pilot_replay_ratio"],
+                       decay_factor=carried["decay_factor"], pilot_decay_factor=carried["pilot_decay_factor"],
+                       tilt=carried["tilt"], as_verdict=_verdict(ratio, carried["flags"]))
 
 
-def transfer_rows(out, family: str, seed: int) -> list[dict]:
+def transfer_rows(out, family: str, seed: int) -> list[TransferRow]:
     """Every transfer of :data:`TRANSFERS` for one family and seed: the fork's prediction where the target was
     forked from the pilot, and ``--as`` (the pilot's inputs carried over) on every axis, each against the target's
     measured spread."""
@@ -198,14 +201,13 @@ def transfer_rows(out, family: str, seed: int) -> list[dict]:
         row = as_row(out, family, seed, pilot, target, axis)
         if row is None:
             continue  # not trained (a study cut short: docs/advice.md says which)
-        measured = row["measured"]
         if pilot == PILOT and target in FORKED and fork_done(fork_folder(out, family, target, seed), target):
             forked = fork_spread(fork_folder(out, family, target, seed))
             # its own flags (calibrated by the pilot's replay, flagged beyond a factor 1.5), less the one this study's
             # result added afterwards (``not validated``), so that the study judges the method as it was fixed
-            flags = [f for f in forked["flags"] if not f.startswith("not validated")]
-            row.update(fork_ratio=forked["second_half_rms"] / measured, fork_flags=flags)
-            row["fork_verdict"] = _verdict(row["fork_ratio"], flags)
+            flags = [f for f in forked.flags if not f.startswith("not validated")]
+            ratio = forked.second_half_rms / row.measured
+            row = dataclasses.replace(row, fork_ratio=ratio, fork_flags=flags, fork_verdict=_verdict(ratio, flags))
         rows.append(row)
     return rows
 
@@ -214,26 +216,27 @@ def transfer_rows(out, family: str, seed: int) -> list[dict]:
 JUDGED = list(grid()) + ["g0.35", "g1"]
 
 
-def judge_pick(report: dict, loss: dict[str, float]) -> dict:
+def judge_pick(report, loss: dict[str, float]) -> PickJudgement:
     """The tuner's pick (``report``: :func:`noloco.advice.tune.tune_forks`) against ``loss``, the final losses of the
     settings trained whole with another seed. It **holds** when the pick's loss is below the median setting's and
     within its interval's upper half-width of the best's (docs/advice.md, "One pilot": the rule)."""
     import numpy as np
 
-    pick = report["recommendation"]
+    pick = report.recommendation
     ranked = sorted(loss, key=loss.get)
-    got = loss[pick["setting"]]
+    got = loss[pick.setting]
     best, median = loss[ranked[0]], float(np.median(list(loss.values())))
-    return {"pick": pick["setting"], "predicted": pick["predicted"], "low": pick["low"], "high": pick["high"],
-            "measured": got, "rank": ranked.index(pick["setting"]) + 1, "settings": len(loss), "best": ranked[0],
-            "best_loss": best, "median_loss": median, "not_told_apart": len(report["not_told_apart"]),
-            "better_than_median": got < median, "within_interval_of_best": got - best <= pick["high"] - pick["predicted"],
-            "inside_interval": pick["low"] <= got <= pick["high"], "cost_pilot_runs": report["cost"]["pilot_runs"],
-            "ranked": [{k: r[k] for k in ("setting", "predicted", "low", "high", "spread", "seconds")}
-                       for r in report["rows"]]}
+    return PickJudgement(
+        pick=pick.setting, predicted=pick.predicted, low=pick.low, high=pick.high, measured=got,
+        rank=ranked.index(pick.setting) + 1, settings=len(loss), best=ranked[0], best_loss=best, median_loss=median,
+        not_told_apart=len(report.not_told_apart), better_than_median=got < median,
+        within_interval_of_best=got - best <= pick.high - pick.predicted, inside_interval=pick.low <= got <= pick.high,
+        cost_pilot_runs=report.cost.pilot_runs,
+        ranked=[RankedSetting(setting=r.setting, predicted=r.predicted, low=r.low, high=r.high, spread=r.spread,
+                              seconds=r.seconds) for r in report.rows])
 
 
-def tuner_rows(out, family: str, seeds=SEEDS) -> list[dict]:
+def tuner_rows(out, family: str, seeds=SEEDS) -> list[OnePilotTuner]:
     """The tuner from each seed's pilot and forks (``noloco llm tune DIR --forks``), its pick judged on every
     setting trained whole with another seed (a new seed for the pick): the pick's measured loss against the best
     and the median setting's, and against its stated interval."""
@@ -246,12 +249,12 @@ def tuner_rows(out, family: str, seeds=SEEDS) -> list[dict]:
         report = tune_forks(Path(out) / family / f"forks-s{seed}")
         for other in (s for s in seeds if s != seed and all(finished(folder(out, family, n, s)) for n in JUDGED)):
             loss = {n: _measured(folder(out, family, n, other))[0] for n in JUDGED}
-            rows.append({"family": family, "pilot_seed": seed, "judged_seed": other, **judge_pick(report, loss),
-                         "grid_runs": len(JUDGED) * len(seeds)})
+            rows.append(OnePilotTuner(family=family, pilot_seed=seed, judged_seed=other,
+                                      **judge_pick(report, loss).judgement(), grid_runs=len(JUDGED) * len(seeds)))
     return rows
 
 
-def loss_rows(out, family: str, seed: int) -> list[dict]:
+def loss_rows(out, family: str, seed: int) -> list[LossRow]:
     """Every forked setting's predicted final loss against its whole run of the same seed."""
     from noloco.advice.fork import fork_loss
 
@@ -261,54 +264,58 @@ def loss_rows(out, family: str, seed: int) -> list[dict]:
             continue
         pred = fork_loss(fork_folder(out, family, name, seed))
         got = _measured(folder(out, family, name, seed))[0]
-        rows.append({"family": family, "seed": seed, "setting": name, "measured": got,
-                     **{k: pred[k] for k in ("predicted", "low", "high", "fork_lead", "pilot_final")},
-                     "inside": pred["low"] <= got <= pred["high"]})
+        rows.append(LossRow(family=family, seed=seed, setting=name, measured=got, predicted=pred.predicted,
+                            low=pred.low, high=pred.high, fork_lead=pred.fork_lead, pilot_final=pred.pilot_final,
+                            inside=pred.low <= got <= pred.high))
     return rows
 
 
-def evaluate(out, families=FAMILIES, seeds=SEEDS) -> dict:
+def evaluate(out, families=FAMILIES, seeds=SEEDS) -> OnePilotReport:
     transfers = [r for f in families for s in seeds for r in transfer_rows(out, f, s)]
     tuner = [r for f in families for r in tuner_rows(out, f, seeds)]
     losses = [r for f in families for s in seeds for r in loss_rows(out, f, s)]
 
     def count(rows, key):
-        return {v: sum(r.get(key) == v for r in rows) for v in ("agrees", "flagged", "misses")}
+        return {v: sum(getattr(r, key) == v for r in rows) for v in ("agrees", "flagged", "misses")}
 
-    forked = [r for r in transfers if "fork_verdict" in r]
-    claimed = [r for r in transfers if r.get("fork_verdict", r["as_verdict"]) != "flagged"]
-    return {"schema": "one-pilot", "rules": {"spread_tolerance": SPREAD_RULE,
-                                             "tuner": "pick's loss on a new seed below the grid's median and within "
-                                                      "its interval's upper half-width of the grid's best"},
-            "families": list(families), "seeds": list(seeds), "fork_at": FORK_AT, "fork_len": FORK_LEN,
-            "transfers": transfers, "tuner": tuner, "losses": losses,
-            "summary": {"fork": count(forked, "fork_verdict"), "as_on_forked_axes": count(forked, "as_verdict"),
-                        "as_all": count(transfers, "as_verdict"), "claimed_with_forks": len(claimed),
-                        "loss_inside_interval": sum(r["inside"] for r in losses), "loss_predictions": len(losses),
-                        "tuner_holds": sum(r["better_than_median"] and r["within_interval_of_best"] for r in tuner),
-                        "tuner_judgements": len(tuner)}}
+    forked = [r for r in transfers if r.fork_verdict is not None]
+    claimed = [r for r in transfers if _verdict_of(r) != "flagged"]
+    summary = OnePilotSummary(
+        fork=count(forked, "fork_verdict"), as_on_forked_axes=count(forked, "as_verdict"),
+        as_all=count(transfers, "as_verdict"), claimed_with_forks=len(claimed),
+        loss_inside_interval=sum(r.inside for r in losses), loss_predictions=len(losses),
+        tuner_holds=sum(r.better_than_median and r.within_interval_of_best for r in tuner), tuner_judgements=len(tuner))
+    rules = StudyRules(spread_tolerance=SPREAD_RULE, tuner="pick's loss on a new seed below the grid's median and "
+                                                           "within its interval's upper half-width of the grid's best")
+    return OnePilotReport(schema="one-pilot", rules=rules, families=list(families), seeds=list(seeds), fork_at=FORK_AT,
+                          fork_len=FORK_LEN, transfers=transfers, tuner=tuner, losses=losses, summary=summary)
 
 
-def run_study(out, train: bool = True, families=FAMILIES, seeds=SEEDS) -> dict:
+def _verdict_of(row: TransferRow) -> str:
+    """The verdict a transfer is claimed by: the fork's where there is one, else ``--as``'s."""
+    return row.fork_verdict if row.fork_verdict is not None else row.as_verdict
+
+
+def run_study(out, train: bool = True, families=FAMILIES, seeds=SEEDS) -> OnePilotReport:
     from noloco.studies.families import train_and_evaluate
 
     return train_and_evaluate(out, "one_pilot.json", train_missing, evaluate, train, families, seeds)
 
 
-def format_report(rep: dict) -> str:
+def format_report(rep: OnePilotReport) -> str:
     fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
-    lines = [f"spread rule: within {rep['rules']['spread_tolerance']:.0%}; tuner: {rep['rules']['tuner']}",
+    lines = [f"spread rule: within {rep.rules.spread_tolerance:.0%}; tuner: {rep.rules.tuner}",
              f"{'family':<9}{'seed':>5}  {'axis':<11}{'fork':>7} {'verdict':<8}{'--as':>7} {'verdict':<8} flags"]
-    for r in rep["transfers"]:
-        flags = "; ".join(f[:50] for f in r.get("fork_flags", []) + r["as_flags"])
-        lines.append(f"{r['family']:<9}{r['seed']:>5}  {r['axis']:<11}{fmt(r.get('fork_ratio')):>7} "
-                     f"{r.get('fork_verdict', '-'):<8}{fmt(r['as_ratio']):>7} {r['as_verdict']:<8} {flags}")
-    for r in rep["tuner"]:
-        lines.append(f"tuner {r['family']} pilot seed {r['pilot_seed']} -> seed {r['judged_seed']}: pick {r['pick']} "
-                     f"predicted {r['predicted']:.4f} [{r['low']:.4f}, {r['high']:.4f}], measured {r['measured']:.4f} "
-                     f"(rank {r['rank']} of {r['settings']}; best {r['best']} {r['best_loss']:.4f}, median "
-                     f"{r['median_loss']:.4f}); cost {r['cost_pilot_runs']:.2f} pilot runs vs {r['grid_runs']}")
-    lines.append("summary: " + json_line(rep["summary"]))
+    for r in rep.transfers:
+        flags = "; ".join(f[:50] for f in (r.fork_flags or []) + r.as_flags)
+        lines.append(f"{r.family:<9}{r.seed:>5}  {r.axis:<11}{fmt(r.fork_ratio):>7} "
+                     f"{r.fork_verdict or '-':<8}{fmt(r.as_ratio):>7} {r.as_verdict:<8} {flags}")
+    for r in rep.tuner:
+        lines.append(f"tuner {r.family} pilot seed {r.pilot_seed} -> seed {r.judged_seed}: pick {r.pick} "
+                     f"predicted {r.predicted:.4f} [{r.low:.4f}, {r.high:.4f}], measured {r.measured:.4f} "
+                     f"(rank {r.rank} of {r.settings}; best {r.best} {r.best_loss:.4f}, median "
+                     f"{r.median_loss:.4f}); cost {r.cost_pilot_runs:.2f} pilot runs vs {r.grid_runs}")
+    lines.append("summary: " + json_line(rep.summary.to_json()))
     return "\n".join(lines)
 
 
@@ -316,35 +323,36 @@ def json_line(d: dict) -> str:
     return "; ".join(f"{k} {v}" for k, v in d.items())
 
 
-def markdown(rep: dict) -> str:
+def markdown(rep: OnePilotReport) -> str:
     """The report's tables as docs/advice.md shows them."""
     fmt = lambda x: "-" if x is None else f"{x:.3f}"  # noqa: E731
     out = ["| family | axis | pilot -> target | fork / measured per seed | verdicts | `--as` / measured per seed "
            "| verdicts |", "|---|---|---|---|---|---|---|"]
     by = {}
-    for r in rep["transfers"]:
-        by.setdefault((r["family"], r["axis"], r["pilot"], r["target"]), []).append(r)
+    for r in rep.transfers:
+        by.setdefault((r.family, r.axis, r.pilot, r.target), []).append(r)
     for (family, axis, pilot, target), rows in by.items():
-        out.append(f"| {family} | {axis} | {pilot} -> {target} | {', '.join(fmt(r.get('fork_ratio')) for r in rows)} "
-                   f"| {', '.join(r.get('fork_verdict', '-') for r in rows)} | "
-                   f"{', '.join(fmt(r['as_ratio']) for r in rows)} | {', '.join(r['as_verdict'] for r in rows)} |")
+        out.append(f"| {family} | {axis} | {pilot} -> {target} | {', '.join(fmt(r.fork_ratio) for r in rows)} "
+                   f"| {', '.join(r.fork_verdict or '-' for r in rows)} | "
+                   f"{', '.join(fmt(r.as_ratio) for r in rows)} | {', '.join(r.as_verdict for r in rows)} |")
     out += ["", "| family | predictions (the fork where there is one, else `--as`) | claimed | within 15 % | flagged | "
                 "missed unflagged |", "|---|---|---|---|---|---|"]
-    for family in rep["families"]:
-        rows = [r for r in rep["transfers"] if r["family"] == family]
-        verdicts = [r.get("fork_verdict", r["as_verdict"]) for r in rows]
+    for family in rep.families:
+        rows = [r for r in rep.transfers if r.family == family]
+        verdicts = [_verdict_of(r) for r in rows]
         out.append(f"| {family} | {len(rows)} | {sum(v != 'flagged' for v in verdicts)} | {verdicts.count('agrees')} "
                    f"| {verdicts.count('flagged')} | {verdicts.count('misses')} |")
-    return "\n".join(out + [""] + tuner_table(rep["tuner"]))
+    return "\n".join(out + [""] + tuner_table(rep.tuner))
 
 
-def tuner_table(rows: list[dict]) -> list[str]:
-    """The tuner's judgements (:func:`tuner_rows`) as docs/advice.md's table."""
+def tuner_table(rows: list) -> list[str]:
+    """The tuner's judgements (:func:`tuner_rows`, or their JSON) as docs/advice.md's table."""
+    rows = [r if isinstance(r, OnePilotTuner) else OnePilotTuner.from_json(r) for r in rows]
     out = ["| family | pilot seed -> judged on | pick | predicted (80 %) | measured | rank | best | median | holds |",
            "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        holds = r["better_than_median"] and r["within_interval_of_best"]
-        out.append(f"| {r['family']} | {r['pilot_seed']} -> {r['judged_seed']} | {r['pick']} | {r['predicted']:.4f} "
-                   f"({r['low']:.4f} to {r['high']:.4f}) | {r['measured']:.4f} | {r['rank']} of {r['settings']} | "
-                   f"{r['best']} {r['best_loss']:.4f} | {r['median_loss']:.4f} | {'yes' if holds else 'no'} |")
+        holds = r.better_than_median and r.within_interval_of_best
+        out.append(f"| {r.family} | {r.pilot_seed} -> {r.judged_seed} | {r.pick} | {r.predicted:.4f} "
+                   f"({r.low:.4f} to {r.high:.4f}) | {r.measured:.4f} | {r.rank} of {r.settings} | "
+                   f"{r.best} {r.best_loss:.4f} | {r.median_loss:.4f} | {'yes' if holds else 'no'} |")
     return out

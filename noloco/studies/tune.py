@@ -38,6 +38,7 @@ import numpy as np
 from noloco.infra.files import write_json
 from noloco.infra.record import JsonRecord
 from noloco.advice.tune import SMOOTH, rms_second_half, tune
+from noloco.advice.tune_rows import TuneResult, TuneRow
 
 SEEDS = (10, 11, 12)
 REFERENCE = "const_h10"
@@ -98,37 +99,37 @@ class TuneReport(JsonRecord):
     """``tune_holdout.json``: the rules, the tuner's answer (as :func:`noloco.advice.tune.tune` gives it) and the
     held-out verdicts (None when the tuner recommended nothing, and no rules then)."""
 
-    NESTED = {"rule": TuneRule, "held_out": HeldOut}
+    NESTED = {"rule": TuneRule, "tune": TuneResult, "held_out": HeldOut}
     OPTIONAL_KEYS = ("rule",)
 
     rule: Optional[TuneRule] = None
-    tune: Optional[dict] = None
+    tune: Optional[TuneResult] = None
     held_out: Optional[HeldOut] = None
 
 
-def held_out_settings(recommendation: dict) -> dict:
+def held_out_settings(recommendation: TuneRow) -> dict:
     """The reference and the recommendation as settings of :func:`noloco.studies.advice.flags`."""
-    rec = dict(alpha=recommendation["alpha"], beta=recommendation["beta"], gamma=recommendation["gamma"],
-               group_size=recommendation["n"], inner_steps=recommendation["H"],
-               outer_steps=recommendation["outer_steps"], val_windows=VAL_WINDOWS)
+    rec = dict(alpha=recommendation.alpha, beta=recommendation.beta, gamma=recommendation.gamma,
+               group_size=recommendation.n, inner_steps=recommendation.H,
+               outer_steps=recommendation.outer_steps, val_windows=VAL_WINDOWS)
     return {"reference": (dict(val_windows=VAL_WINDOWS), False), "recommended": (rec, False)}
 
 
-def _time_to(run: dict, target: float, tuned: dict) -> float | None:
+def _time_to(run, target: float, tuned: TuneResult) -> float | None:
     """Seconds for ``run`` (a :class:`~noloco.advice.record.RunRecord`) to reach ``target`` under the
     tuner's cost model with the study's compute time."""
     from noloco.advice.tune import Setting, time_to
     from noloco.theory.comm import Network
 
-    net = tuned["network"]
-    return time_to(Setting("run", run.setting, [run]), target, Network.from_bandwidth(net["latency"], net["bandwidth"]),
-                   COMPUTE_SECONDS, net["bytes_per_value"])["seconds"]
+    net = tuned.network
+    return time_to(Setting("run", run.setting, [run]), target, Network.from_bandwidth(net.latency, net.bandwidth),
+                   COMPUTE_SECONDS, net.bytes_per_value).seconds
 
 
-def evaluate(runs: Path, tuned: dict) -> HeldOut:
+def evaluate(runs: Path, tuned: TuneResult) -> HeldOut:
     from noloco.advice.record import read_run
 
-    rec = tuned["recommendation"]
+    rec = tuned.recommendation
     final = lambda rows: float(np.mean([r["val_loss_avg_model"] for r in rows[-SMOOTH:]]))  # noqa: E731
     per_seed = []
     for seed in SEEDS:
@@ -147,21 +148,21 @@ def evaluate(runs: Path, tuned: dict) -> HeldOut:
         speedup = float(np.mean([p.t_ref for p in per_seed]) / np.mean([p.t_rec for p in per_seed]))
         times = dict(mean_difference=float(diffs.mean()), difference_se=se,
                      as_fast=bool(diffs.mean() <= SE_FACTOR * se), measured_speedup=speedup,
-                     speedup_ratio=speedup / tuned["promised_speedup"],
-                     speedup_holds=bool(abs(speedup / tuned["promised_speedup"] - 1) <= SPEEDUP_TOLERANCE))
+                     speedup_ratio=speedup / tuned.promised_speedup,
+                     speedup_holds=bool(abs(speedup / tuned.promised_speedup - 1) <= SPEEDUP_TOLERANCE))
     spread = float(np.mean([p.spread for p in per_seed]))
     return HeldOut(seeds=per_seed, reached_every_seed=reached, **times, measured_spread=spread,
-                   predicted_spread=rec["spread"], spread_ratio=spread / rec["spread"],
-                   spread_holds=bool(abs(spread / rec["spread"] - 1) <= SPREAD_TOLERANCE))
+                   predicted_spread=rec.spread, spread_ratio=spread / rec.spread,
+                   spread_holds=bool(abs(spread / rec.spread - 1) <= SPREAD_TOLERANCE))
 
 
 def run_study(pilots: Path, runs: Path) -> TuneReport:
     from noloco.studies.advice import train_missing
 
     tuned = tune([pilots], reference=REFERENCE, goal="time", compute_seconds=COMPUTE_SECONDS)
-    if tuned["recommendation"] is None:
+    if tuned.recommendation is None:
         return TuneReport(tune=tuned, held_out=None)
-    train_missing(runs, held_out_settings(tuned["recommendation"]), SEEDS, "tune study")
+    train_missing(runs, held_out_settings(tuned.recommendation), SEEDS, "tune study")
     rule = TuneRule(seeds=list(SEEDS), compute_seconds=COMPUTE_SECONDS, val_windows=VAL_WINDOWS,
                     spread_tolerance=SPREAD_TOLERANCE, speedup_tolerance=SPEEDUP_TOLERANCE, se_factor=SE_FACTOR)
     report = TuneReport(rule=rule, tune=tuned, held_out=evaluate(runs, tuned))
@@ -171,11 +172,11 @@ def run_study(pilots: Path, runs: Path) -> TuneReport:
 
 def format_report(report: TuneReport) -> str:
     tuned, held = report.tune, report.held_out
-    rec = tuned["recommendation"]
+    rec = tuned.recommendation
     if held is None:
         return "the tuner recommended nothing"
-    lines = [f"recommended {rec['setting']} (alpha {rec['alpha']:g}, beta {rec['beta']:g}, gamma {rec['gamma']:g}, "
-             f"n {rec['n']}, H {rec['H']}); promised {tuned['promised_speedup']:.3f}x, spread {rec['spread']:.3e}",
+    lines = [f"recommended {rec.setting} (alpha {rec.alpha:g}, beta {rec.beta:g}, gamma {rec.gamma:g}, "
+             f"n {rec.n}, H {rec.H}); promised {tuned.promised_speedup:.3f}x, spread {rec.spread:.3e}",
              f"{'seed':>5}{'target':>9}{'t_ref s':>9}{'t_rec s':>9}{'spread':>11}"]
     for p in held.seeds:
         fmt = lambda t: "never" if t is None else f"{t:.1f}"  # noqa: E731
@@ -183,7 +184,7 @@ def format_report(report: TuneReport) -> str:
     if held.reached_every_seed:
         lines.append(f"1. as fast: t_rec - t_ref {held.mean_difference:+.1f} +- {held.difference_se:.1f} s: "
                      f"{'holds' if held.as_fast else 'fails'}")
-        lines.append(f"3. speed-up measured {held.measured_speedup:.3f}x, promised {tuned['promised_speedup']:.3f}x "
+        lines.append(f"3. speed-up measured {held.measured_speedup:.3f}x, promised {tuned.promised_speedup:.3f}x "
                      f"(ratio {held.speedup_ratio:.3f}): {'holds' if held.speedup_holds else 'fails'}")
     else:
         lines.append("1. as fast: fails (a seed never reached its target)")

@@ -23,6 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from noloco.studies import one_pilot
+from noloco.studies.one_pilot_rows import FreshReport, FreshTuner, LossModel, StudyRules
 
 FAMILIES = one_pilot.FAMILIES
 PILOT_SEED, JUDGED_SEED = 5, 6
@@ -51,7 +52,7 @@ def interval_per_drop(rows: list[dict], gain: float | None = None) -> dict:
             "by_family": {f: q([r for r in rows if r["family"] == f]) for f in families}}
 
 
-def _report(out, family: str) -> dict | None:
+def _report(out, family: str):
     """The tuner's report from the family's pilot of :data:`PILOT_SEED` (None before all its forks are written)."""
     from noloco.advice.tune import tune_forks
 
@@ -60,13 +61,13 @@ def _report(out, family: str) -> dict | None:
     return tune_forks(Path(out) / family / f"forks-s{PILOT_SEED}")
 
 
-def grid_order(out, family: str, report: dict | None = None) -> list[str]:
+def grid_order(out, family: str, report=None) -> list[str]:
     """The judged settings, lowest predicted loss first (the pilot's ``report``, read when not given), else in the
     study's order."""
     report = report or _report(out, family)
     if report is None:
         return list(one_pilot.JUDGED)
-    rank = {r["setting"]: i for i, r in enumerate(report["rows"])}
+    rank = {r.setting: i for i, r in enumerate(report.rows)}
     return sorted(one_pilot.JUDGED, key=lambda n: rank.get(n, len(rank)))
 
 
@@ -102,7 +103,7 @@ def train_missing(out, families=FAMILIES, progress: bool | None = None) -> None:
                 bar.update()
 
 
-def judge(out, family: str, report: dict | None = None) -> dict | None:
+def judge(out, family: str, report=None) -> FreshTuner | None:
     """The family's judgement (:func:`noloco.studies.one_pilot.judge_pick`) of the pilot's ``report`` (read when
     not given) on the judged seed's finished settings; ``complete`` false and no verdict where some are missing."""
     report = report or _report(out, family)
@@ -111,18 +112,18 @@ def judge(out, family: str, report: dict | None = None) -> dict | None:
     done = {n: one_pilot.folder(out, family, n, JUDGED_SEED) for n in one_pilot.JUDGED}
     loss = {n: one_pilot._measured(p)[0] for n, p in done.items() if one_pilot.finished(p)}
     missing = [n for n in one_pilot.JUDGED if n not in loss]
-    row = {"family": family, "pilot_seed": PILOT_SEED, "judged_seed": JUDGED_SEED, "complete": not missing,
-           "missing": missing, "grid_runs": len(one_pilot.JUDGED),
-           "pilot_drop": _pilot_drop(out, family)}
-    if report["recommendation"]["setting"] not in loss:
-        return {**row, "pick": report["recommendation"]["setting"], "holds": None}
-    row.update(one_pilot.judge_pick(report, loss))
+    head = dict(family=family, pilot_seed=PILOT_SEED, judged_seed=JUDGED_SEED, complete=not missing,
+                missing=missing, grid_runs=len(one_pilot.JUDGED), pilot_drop=_pilot_drop(out, family))
+    pick = report.recommendation.setting
+    if pick not in loss:
+        return FreshTuner(**head, pick=pick, holds=None)
+    judged = one_pilot.judge_pick(report, loss)
     # descriptive, not the rule: how many trained settings' losses fell inside their own predicted intervals
-    bands = {r["setting"]: (r["low"], r["high"]) for r in report["rows"]}
-    row["inside_own_interval"] = [sum(bands[n][0] <= v <= bands[n][1] for n, v in loss.items() if n in bands),
-                                  sum(n in bands for n in loss)]
-    row["holds"] = (row["better_than_median"] and row["within_interval_of_best"]) if not missing else None
-    return row
+    bands = {r.setting: (r.low, r.high) for r in report.rows}
+    inside = [sum(bands[n][0] <= v <= bands[n][1] for n, v in loss.items() if n in bands),
+              sum(n in bands for n in loss)]
+    holds = (judged.better_than_median and judged.within_interval_of_best) if not missing else None
+    return FreshTuner(**head, **judged.judgement(), inside_own_interval=inside, holds=holds)
 
 
 def _pilot_drop(out, family: str) -> float:
@@ -132,33 +133,34 @@ def _pilot_drop(out, family: str) -> float:
     return last_quarter_drop(read_run(one_pilot.folder(out, family, one_pilot.PILOT, PILOT_SEED)))
 
 
-def evaluate(out, families=FAMILIES) -> dict:
+def evaluate(out, families=FAMILIES) -> FreshReport:
     from noloco.advice.fork import LOSS_ERROR_PER_DROP, LOSS_GAIN
 
     rows = [r for f in families if (r := judge(out, f)) is not None]
-    return {"schema": "tune-fresh", "rules": {"tuner": "pick's loss on the judged seed below the 29 settings' median "
-                                                       "and within its interval's upper half-width of their best"},
-            "model": {"gain": LOSS_GAIN, "interval_per_drop": list(LOSS_ERROR_PER_DROP)},
-            "families": list(families), "pilot_seed": PILOT_SEED, "judged_seed": JUDGED_SEED, "tuner": rows,
-            "holds": sum(r["holds"] is True for r in rows), "judged": sum(r["holds"] is not None for r in rows)}
+    rules = StudyRules(tuner="pick's loss on the judged seed below the 29 settings' median and within its "
+                             "interval's upper half-width of their best")
+    return FreshReport(schema="tune-fresh", rules=rules,
+                       model=LossModel(gain=LOSS_GAIN, interval_per_drop=list(LOSS_ERROR_PER_DROP)),
+                       families=list(families), pilot_seed=PILOT_SEED, judged_seed=JUDGED_SEED, tuner=rows,
+                       holds=sum(r.holds is True for r in rows), judged=sum(r.holds is not None for r in rows))
 
 
-def run_study(out, train: bool = True, families=FAMILIES) -> dict:
+def run_study(out, train: bool = True, families=FAMILIES) -> FreshReport:
     from noloco.studies.families import train_and_evaluate
 
     return train_and_evaluate(out, "tune_fresh.json", train_missing, evaluate, train, families)
 
 
-def format_report(rep: dict) -> str:
-    lines = [f"rule: {rep['rules']['tuner']}; interval {rep['model']['interval_per_drop']} x the pilot's last-quarter "
-             f"loss drop; pilot seed {rep['pilot_seed']}, judged on seed {rep['judged_seed']}"]
-    for r in rep["tuner"]:
-        if "measured" not in r:
-            lines.append(f"{r['family']}: pick {r['pick']} not trained yet; missing {len(r['missing'])} settings")
+def format_report(rep: FreshReport) -> str:
+    lines = [f"rule: {rep.rules.tuner}; interval {rep.model.interval_per_drop} x the pilot's last-quarter "
+             f"loss drop; pilot seed {rep.pilot_seed}, judged on seed {rep.judged_seed}"]
+    for r in rep.tuner:
+        if r.measured is None:
+            lines.append(f"{r.family}: pick {r.pick} not trained yet; missing {len(r.missing)} settings")
             continue
-        lines.append(f"{r['family']}: pick {r['pick']} predicted {r['predicted']:.4f} [{r['low']:.4f}, "
-                     f"{r['high']:.4f}], measured {r['measured']:.4f} (rank {r['rank']} of {r['settings']}; best "
-                     f"{r['best']} {r['best_loss']:.4f}, median {r['median_loss']:.4f}); holds: "
-                     f"{'not judged, missing ' + ', '.join(r['missing']) if r['holds'] is None else r['holds']}; "
-                     f"cost {r['cost_pilot_runs']:.2f} pilot runs vs {r['grid_runs']}")
+        lines.append(f"{r.family}: pick {r.pick} predicted {r.predicted:.4f} [{r.low:.4f}, "
+                     f"{r.high:.4f}], measured {r.measured:.4f} (rank {r.rank} of {r.settings}; best "
+                     f"{r.best} {r.best_loss:.4f}, median {r.median_loss:.4f}); holds: "
+                     f"{'not judged, missing ' + ', '.join(r.missing) if r.holds is None else r.holds}; "
+                     f"cost {r.cost_pilot_runs:.2f} pilot runs vs {r.grid_runs}")
     return "\n".join(lines)
