@@ -6,12 +6,12 @@ from __future__ import annotations
 import os
 import time
 
-from noloco.training.exchange import PeerError
-
 
 def report_peer_error(call, report: str) -> None:
     """Run ``call()`` and write to ``report`` the seconds it took and its PeerError's message
     ("no error" when it returned)."""
+    from noloco.training.exchange import PeerError
+
     start = time.monotonic()
     try:
         call()

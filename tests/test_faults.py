@@ -16,16 +16,16 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from optional import LazyModule, needs_torch  # noqa: E402 (tests/optional.py)
+
+torch = LazyModule("torch")
 
 from noloco.llm_check.config import build  # noqa: E402
-from noloco.training.exchange import free_port  # noqa: E402
-from noloco.llm_check.trainer import Trainer  # noqa: E402
 from noloco.cli import main  # noqa: E402
 from noloco.infra import errors, files, rundir  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [needs_torch, pytest.mark.usefixtures("one_torch_thread")]
 
 
 def environment(**extra) -> dict:
@@ -104,6 +104,8 @@ def rows(out):
     ("result.json", 1, "result at the start"),  # the 2nd result: after the first checkpoint
 ])
 def test_kill_while_writing_a_run_file_keeps_the_previous_one_and_resumes(tmp_path, capsys, target, after, kept):
+    from noloco.llm_check.trainer import Trainer
+
     out = tmp_path / "run"
     written = kill_while_writing(target, after, [*RUN, "--out", out], tmp_path)
     assert Path(written) == out / target
@@ -219,6 +221,8 @@ def test_the_lock_is_reentrant_and_only_its_owner_removes_it(tmp_path):
 def test_a_dead_peer_is_exit_3_with_one_line(tmp_path):
     """Two ranks of `python -m noloco llm train` (no torchrun agent, which would stop the other rank
     itself); rank 1 is killed mid-run, rank 0 reports it within its --timeout."""
+    from noloco.training.exchange import free_port
+
     port = str(free_port())
     procs = []
     for rank in (0, 1):

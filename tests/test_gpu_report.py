@@ -8,7 +8,9 @@ import tarfile
 
 import pytest
 
-pytest.importorskip("torch")
+from optional import needs_torch  # noqa: E402 (tests/optional.py)
+
+pytestmark = needs_torch
 
 from noloco.studies import gpu_report  # noqa: E402
 from noloco.studies.paper import pearson  # noqa: E402

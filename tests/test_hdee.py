@@ -8,7 +8,10 @@ import math
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from optional import LazyModule, needs_torch  # noqa: E402 (tests/optional.py)
+
+torch = LazyModule("torch")
+pytestmark = needs_torch
 
 from noloco.cli import main  # noqa: E402
 from noloco.infra.errors import ConfigError  # noqa: E402

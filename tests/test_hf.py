@@ -14,7 +14,9 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")  # before huggingface_hub reads it: nothing is downloaded
-torch = pytest.importorskip("torch")
+from optional import LazyModule, needs_torch  # noqa: E402 (tests/optional.py)
+
+torch = LazyModule("torch")
 
 
 @pytest.fixture(autouse=True, scope="module")
@@ -27,7 +29,7 @@ def _hf_extra():
 from peers import as_torchrun, spawn_ranks  # noqa: E402 (tests/peers.py)
 
 ROOT = Path(__file__).resolve().parents[1]
-pytestmark = pytest.mark.torch
+pytestmark = [needs_torch, pytest.mark.torch]
 
 
 def test_import_noloco_loads_neither_transformers_nor_torch_and_a_missing_extra_is_named():
@@ -48,20 +50,25 @@ def test_import_noloco_loads_neither_transformers_nor_torch_and_a_missing_extra_
 
 # ----------------------------------------------------------------- ranks as torchrun starts them
 
-class _Counting(torch.utils.data.Dataset):
-    """Sequences counting up in steps of b from a, mod 256: learnable. The Trainer's distributed sampler
-    gives each rank its own half."""
+def _counting():
+    """A _Counting dataset; its class is made here, where torch is imported, not when the tests are collected."""
 
-    def __init__(self, n: int = 64, length: int = 16):
-        g = torch.Generator().manual_seed(0)
-        a, b = torch.randint(0, 256, (n, 1), generator=g), torch.randint(1, 8, (n, 1), generator=g)
-        self.x = (a + b * torch.arange(length)) % 256
+    class _Counting(torch.utils.data.Dataset):
+        """Sequences counting up in steps of b from a, mod 256: learnable. The Trainer's distributed sampler
+        gives each rank its own half."""
 
-    def __len__(self):
-        return len(self.x)
+        def __init__(self, n: int = 64, length: int = 16):
+            g = torch.Generator().manual_seed(0)
+            a, b = torch.randint(0, 256, (n, 1), generator=g), torch.randint(1, 8, (n, 1), generator=g)
+            self.x = (a + b * torch.arange(length)) % 256
 
-    def __getitem__(self, i):
-        return {"input_ids": self.x[i], "labels": self.x[i]}
+        def __len__(self):
+            return len(self.x)
+
+        def __getitem__(self, i):
+            return {"input_ids": self.x[i], "labels": self.x[i]}
+
+    return _Counting()
 
 
 def _trainer(out, seed: int, **args):
@@ -74,7 +81,7 @@ def _trainer(out, seed: int, **args):
     args = dict(dict(per_device_train_batch_size=4, learning_rate=1e-2, report_to=[], use_cpu=True,
                      logging_strategy="no", disable_tqdm=True), **args)
     args = TrainingArguments(output_dir=str(out), **args)
-    return Trainer(model=model, args=args, train_dataset=_Counting())
+    return Trainer(model=model, args=args, train_dataset=_counting())
 
 
 def _flat(model):

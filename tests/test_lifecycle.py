@@ -10,17 +10,18 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from optional import LazyModule, needs_torch  # noqa: E402 (tests/optional.py)
+
+torch = LazyModule("torch")
 
 from noloco.infra.entry import Interrupted  # noqa: E402
 from noloco.infra.files import loads  # noqa: E402
 from noloco.llm_check.config import build  # noqa: E402
-from noloco.llm_check.trainer import Trainer  # noqa: E402
 
 SETTING = dict(outer_steps=4, eval_every=2, val_windows=8)
 
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [needs_torch, pytest.mark.usefixtures("one_torch_thread")]
 
 
 def _rows(out):
@@ -31,6 +32,8 @@ def _rows(out):
 
 def _signal_at(monkeypatch, inner_step: int, signum: int):
     """Send ``signum`` to this process during inner step ``inner_step`` (as a user or a scheduler would)."""
+    from noloco.llm_check.trainer import Trainer
+
     original = Trainer.inner_step
 
     def inner(self, step):
@@ -45,6 +48,8 @@ def _signal_at(monkeypatch, inner_step: int, signum: int):
 def test_a_signal_checkpoints_where_it_lands_and_resuming_is_exact(tmp_path, monkeypatch, signum, where):
     """cpu-tiny has H = 5: inner step 7 is mid-phase (2 of 5 done in outer step 2), 4 the last of a phase
     (the stop waits for the outer step), 9 also the last of a phase."""
+    from noloco.llm_check.trainer import Trainer
+
     cfg = build("cpu-tiny", "noloco", **SETTING)
     full = Trainer(cfg, tmp_path / "full", progress=False)
     full.run()
@@ -100,6 +105,8 @@ def test_sigterm_on_the_command_line_exits_130_with_the_resume_command(tmp_path)
 
 
 def test_overwrite_removes_only_the_runs_own_files(tmp_path):
+    from noloco.llm_check.trainer import Trainer
+
     cfg = build("cpu-tiny", "noloco", **SETTING)
     Trainer(cfg, tmp_path, progress=False).run(stop_after=2)
     mine = {"ckpt-backup.pt": b"keep me", "notes.txt": b"mine", "ckpt.pt.orig": b"also mine"}
@@ -237,6 +244,8 @@ def test_a_writer_that_fails_on_a_full_disk_without_saying_so_is_named_a_full_di
 def test_losses_read_together_give_the_run_read_step_by_step(tmp_path, monkeypatch, lr):
     """On a GPU the losses of a phase are read on the host together (no wait for the GPU at every step): the
     rows, the inputs and a divergence (lr 1e6) are those of the run that reads them at every step."""
+    from noloco.llm_check.trainer import Trainer
+
     from noloco.llm_check.lifecycle import Lifecycle
 
     cfg = build("cpu-tiny", "noloco", **SETTING, lr=lr)

@@ -15,13 +15,15 @@ from pathlib import Path
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from optional import LazyModule, needs_torch  # noqa: E402 (tests/optional.py)
+
+torch = LazyModule("torch")
 if importlib.util.find_spec("pytorch_lightning") is None:  # not imported here: collecting this file stays cheap
     pytest.skip("pytorch_lightning is not installed (the [lightning] extra)", allow_module_level=True)
 
 from peers import as_torchrun, spawn_ranks  # noqa: E402 (tests/peers.py)
 
-pytestmark = pytest.mark.torch
+pytestmark = [needs_torch, pytest.mark.torch]
 ROOT = Path(__file__).resolve().parents[1]
 H, STEPS, LR = 3, 9, 1e-2
 

@@ -9,10 +9,13 @@ import re
 import sys
 
 import pytest
-import torch
+
+from optional import LazyModule
 
 from noloco.cli import main
 from noloco.llm_check.config import build
+
+torch = LazyModule("torch")
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

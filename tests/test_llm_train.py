@@ -12,11 +12,11 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from optional import LazyModule, needs_torch  # noqa: E402 (tests/optional.py)
+
+torch = LazyModule("torch")
 
 from noloco.llm_check.config import TrainConfig, build  # noqa: E402
-from noloco.training.exchange import DistExchange, LocalExchange, free_port, rank_device  # noqa: E402
-from noloco.llm_check.trainer import Trainer, weight_std  # noqa: E402
 from noloco.infra.errors import ConfigError  # noqa: E402
 from noloco.infra.files import SCHEMA_VERSION, loads  # noqa: E402
 from noloco.theory.methods import PRESETS as THEORY_PRESETS  # noqa: E402
@@ -27,10 +27,12 @@ ROOT = Path(__file__).resolve().parents[1]
 TINY = dict(outer_steps=3, eval_every=1, val_windows=8)
 
 
-pytestmark = pytest.mark.usefixtures("one_torch_thread")
+pytestmark = [needs_torch, pytest.mark.usefixtures("one_torch_thread")]
 
 
 def train(out, method="noloco", resume=False, stop_after=None, **kw):
+    from noloco.llm_check.trainer import Trainer
+
     cfg = build("cpu-tiny", method, **{**TINY, **kw})
     trainer = Trainer(cfg, out, progress=False)
     trainer.run(resume=resume, stop_after=stop_after)
@@ -50,6 +52,8 @@ def test_batched_equals_looped(tmp_path):
 
 
 def test_batched_equals_looped_float32_gradients(tmp_path):
+    from noloco.llm_check.trainer import Trainer
+
     a = Trainer(build("cpu-tiny", "noloco", replica_mode="batched"), tmp_path / "a", progress=False)
     b = Trainer(build("cpu-tiny", "noloco", replica_mode="loop"), tmp_path / "b", progress=False)
     windows = a._windows(0)
@@ -60,6 +64,8 @@ def test_batched_equals_looped_float32_gradients(tmp_path):
 
 
 def test_group_mean_matches_numpy_reference():
+    from noloco.training.exchange import LocalExchange
+
     x = torch.randn(8, 3, 2, dtype=torch.float64)
     (mine,), _ = LocalExchange(8).group_means([x], [x], seed=3, step=5, group_size=2)
     ref = group_mean(x.numpy(), partition(3, 5, 8, 2).ravel(), 2)
@@ -146,6 +152,8 @@ def test_conflicting_or_bad_settings_are_refused(kw):
 
 def test_rank_device_is_one_rule():
     """Under torchrun each rank uses cuda:LOCAL_RANK, the GPU NCCL binds; an explicit cuda:K is refused."""
+    from noloco.training.exchange import rank_device
+
     assert rank_device("cpu", 3) == "cpu"
     assert [rank_device("cuda", r) for r in range(4)] == ["cuda:0", "cuda:1", "cuda:2", "cuda:3"]
     with pytest.raises(ConfigError, match="LOCAL_RANK"):
@@ -177,6 +185,8 @@ def test_noloco_llm_bench_takes_the_flags_of_the_benchmark_suite():
 
 def test_weight_std_is_its_definition():
     # replicas (1, 3) and (3, 5): deviations +-1 in 4 entries; the second tensor agrees (0)
+    from noloco.llm_check.trainer import weight_std
+
     phi = {"a": torch.tensor([[1.0, 3.0], [3.0, 5.0]]), "b": torch.tensor([[7.0], [7.0]])}
     assert weight_std(phi) == pytest.approx(math.sqrt(4 / 6), rel=1e-15)
 
@@ -224,6 +234,8 @@ def test_resume_without_checkpoint_exits_2(tmp_path, capsys):
 
 def _silent_peer_run(rank, port, report):
     """Rank 0 starts a group exchange; rank 1 is alive but never sends (a hung peer)."""
+    from noloco.training.exchange import DistExchange
+
     import datetime
 
     import torch.distributed as dist
@@ -242,6 +254,8 @@ def _silent_peer_run(rank, port, report):
 
 def test_dead_peer_is_a_clear_error(tmp_path):
     """A real 2-process gloo group on localhost: the exchange times out with a one-line PeerError."""
+    from noloco.training.exchange import free_port
+
     import torch.multiprocessing as mp
 
     port = free_port()
@@ -253,6 +267,8 @@ def test_dead_peer_is_a_clear_error(tmp_path):
 
 
 def test_torchrun_gloo_matches_batched(tmp_path):
+    from noloco.training.exchange import free_port
+
     args = ["--size", "cpu-tiny", "--method", "noloco", "--outer-steps", "4", "--eval-every", "2",
             "--val-windows", "8", "--timeout", "60"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
@@ -324,6 +340,8 @@ def test_bench_runs(tmp_path):
 
 def test_gpu_preset_at_tiny_size_on_cpu(tmp_path):
     # no GPU in CI: the gpu preset's code path (bf16, its schedule and outer settings) at a tiny size
+    from noloco.llm_check.trainer import Trainer
+
     cfg = build("gpu", "noloco", device="cpu", replicas=4, layers=1, width=32, heads=2, ctx=16, batch=2,
                 inner_steps=3, outer_steps=2, eval_every=1, val_windows=4, warmup=2)
     assert cfg.dtype == "bfloat16"
@@ -332,7 +350,7 @@ def test_gpu_preset_at_tiny_size_on_cpu(tmp_path):
     assert math.isfinite(last["val_loss_avg_model"]) and last["weight_std"] > 0
 
 
-@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the error when no GPU is present")
+@pytest.mark.skipif("torch.cuda.is_available()", reason="checks the error when no GPU is present")
 def test_gpu_preset_without_gpu_exits_2(tmp_path, capsys):
     from noloco.cli import main
 
@@ -380,6 +398,8 @@ def test_checkpoints_every_ckpt_every_outer_steps(tmp_path, monkeypatch):
 
 
 def test_result_says_unfinished_from_the_start(tmp_path, monkeypatch):
+    from noloco.llm_check.trainer import Trainer
+
     def interrupt(self, step):
         raise KeyboardInterrupt
 
@@ -432,6 +452,8 @@ def test_resume_refuses_a_change_of_the_schedule(tmp_path, capsys, schedule, cod
 # ---------------------------------------------------------------- divergence
 
 def test_divergence_stops_and_keeps_the_last_finite_checkpoint(tmp_path, monkeypatch):
+    from noloco.llm_check.trainer import Trainer
+
     original = Trainer.outer_update
 
     def poison(self, t, **kw):
@@ -466,6 +488,8 @@ def test_a_huge_learning_rate_exits_1_with_strict_files(tmp_path, capsys):
 
 @pytest.mark.slow
 def test_torchrun_ranks_stop_together_on_divergence(tmp_path):
+    from noloco.training.exchange import free_port
+
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
            "--master-port", str(free_port()), "-m", "noloco", "llm", "train", "--size", "cpu-tiny", "--replicas", "2",
@@ -510,6 +534,8 @@ def test_sizing_a_run_needs_no_torch_and_counts_the_model_s_parameters():
     (dict(ctx=700000, batch=1, val_windows=1, replicas=1, group_size=1), "validation text"),
 ])
 def test_data_bounds_are_bad_input(tmp_path, kw, words):
+    from noloco.llm_check.trainer import Trainer
+
     with pytest.raises(ConfigError, match=words):
         Trainer(build("cpu-tiny", "noloco", **kw), tmp_path, progress=False, max_memory="1T")
 
@@ -576,6 +602,8 @@ def test_noloco_llm_predict_on_a_run(tmp_path, capsys):
 
 
 def test_paper_preset_is_the_reference_inner_optimizer(tmp_path):
+    from noloco.llm_check.trainer import Trainer
+
     cfg = build("paper", "noloco")
     assert (cfg.weight_decay, cfg.adam_beta2, cfg.clip, cfg.min_lr_frac, cfg.schedule) == (0.0, 0.999, 1.0, 0.1, "cosine")
     trainer = Trainer(cfg, tmp_path, progress=False)
@@ -584,6 +612,8 @@ def test_paper_preset_is_the_reference_inner_optimizer(tmp_path):
 
 
 def test_outer_state_in_bfloat16_and_the_reference_metric(tmp_path):
+    from noloco.llm_check.trainer import Trainer
+
     run = train(tmp_path, outer_steps=2, eval_every=2, outer_dtype="bfloat16")
     assert all(p.dtype == torch.bfloat16 for p in list(run.phi.values()) + list(run.delta.values()))
     assert all(p.dtype == torch.float32 for p in run.params.values())
@@ -607,6 +637,8 @@ def test_outer_state_in_bfloat16_and_the_reference_metric(tmp_path):
 def test_torchrun_sigterm_checkpoints_every_rank_at_one_outer_step(tmp_path):
     """SIGTERM to torchrun (what a scheduler sends): every rank finishes its outer step, all agree to stop at
     the same one, save the state there (not only the last periodic checkpoint) and print the resume command."""
+    from noloco.training.exchange import free_port
+
     import signal
     import time
 
@@ -629,6 +661,8 @@ def test_torchrun_sigterm_checkpoints_every_rank_at_one_outer_step(tmp_path):
 
 
 def _torchrun_two(out, *args):
+    from noloco.training.exchange import free_port
+
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
            "--master-port", str(free_port()), "-m", "noloco", "llm", "train", "--size", "cpu-tiny", "--replicas",

@@ -12,26 +12,29 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from optional import LazyModule, needs_torch  # noqa: E402 (tests/optional.py)
+
+torch = LazyModule("torch")
+pytestmark = needs_torch
 
 import noloco  # noqa: E402
 from noloco.advice.forecast import forecast, transfer  # noqa: E402
 from noloco.advice.predict import predict  # noqa: E402
 from noloco.advice.tune import tune  # noqa: E402
 from noloco.cli import main  # noqa: E402
-from noloco.training.measure import SpreadMeter  # noqa: E402
-from noloco.training.sample import CoordinateSample, standard_errors  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 H, T, N = 5, 24, 4
 
 
-def _mlp(dtype=torch.float32):
+def _mlp(dtype=None):  # None: torch.float32 (torch is imported when a test runs)
+    dtype = torch.float32 if dtype is None else dtype
     torch.manual_seed(0)  # every replica the same start
     return torch.nn.Sequential(torch.nn.Linear(6, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1)).to(dtype)
 
 
-def _batch(replica: int, step: int, dtype=torch.float32):
+def _batch(replica: int, step: int, dtype=None):
+    dtype = torch.float32 if dtype is None else dtype
     g = torch.Generator().manual_seed(1000 * replica + step)  # each replica its own data
     x = torch.randn(32, 6, generator=g, dtype=dtype)
     return x, torch.sin(x.sum(1, keepdim=True)) + 0.3 * torch.randn(32, 1, generator=g, dtype=dtype)
@@ -46,10 +49,11 @@ def _val_losses(models, dtype):
     return float(((pred - y) ** 2).mean()), float(np.mean(own))
 
 
-def train_batched(folder, replicas=N, outer_cls=None, equal=True, steps=T, dtype=torch.float32, lr=1e-2,
+def train_batched(folder, replicas=N, outer_cls=None, equal=True, steps=T, dtype=None, lr=1e-2,
                   extra=None, **observer_kw):
     """The tiny regression, ``replicas`` modules in one process, AdamW, H = 5, with an Observer (and
     ``extra``: more observers on the same run, as ``{folder: kwargs}``)."""
+    dtype = torch.float32 if dtype is None else dtype
     models = [_mlp(dtype) for _ in range(replicas)]
     if not equal:
         with torch.no_grad():
@@ -134,6 +138,9 @@ def _weights(seed=0):
 
 
 def _sampled_rows(data, K, seed):
+    from noloco.training.measure import SpreadMeter
+    from noloco.training.sample import CoordinateSample, standard_errors
+
     sample = CoordinateSample({k: p.shape[1:] for k, (p, _) in data.items()}, K, seed)
     phi = sample.take({k: p for k, (p, _) in data.items()}, stacked=True)
     prog = sample.take({k: q for k, (_, q) in data.items()}, stacked=True)
@@ -142,6 +149,8 @@ def _sampled_rows(data, K, seed):
 
 
 def test_the_sample_agrees_with_the_full_measurement_within_its_stated_error():
+    from noloco.training.measure import SpreadMeter
+
     data = _weights()
     full = SpreadMeter(N).update({k: p for k, (p, _) in data.items()}, {k: q for k, (_, q) in data.items()})["groups"]
     got = _sampled_rows(data, 512, seed=7)

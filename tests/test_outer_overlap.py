@@ -9,9 +9,11 @@ import os
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from optional import LazyModule, needs_torch  # noqa: E402 (tests/optional.py)
 
-from noloco import OuterOptimizer  # noqa: E402
+torch = LazyModule("torch")
+pytestmark = needs_torch
+
 from noloco.infra.errors import ConfigError  # noqa: E402
 from noloco.theory.outer import late_outer_step  # noqa: E402
 from noloco.theory.partitions import partition  # noqa: E402
@@ -31,6 +33,8 @@ def _start() -> torch.Tensor:
 
 def _run(w, held, syncs=SYNCS, outer=None, first=0, **settings):
     """``syncs`` syncs of overlapped training on ``w`` (the replicas ``held``); close() is the caller's."""
+    from noloco import OuterOptimizer
+
     outer = outer or OuterOptimizer([w], inner_steps=1, seed=SEED, overlap=True, **settings)
     for s in range(first, syncs):
         with torch.no_grad():
@@ -92,6 +96,8 @@ def test_the_first_sync_only_sends_and_a_phase_goes_on_from_where_it_stands():
 
 
 def test_a_state_saved_in_flight_resumes_bit_for_bit(tmp_path):
+    from noloco import OuterOptimizer
+
     w = torch.nn.Parameter(_start().expand(N, *SHAPE).clone())
     through = _run(w, range(N), replicas=N)
     through.close()
@@ -112,6 +118,8 @@ def test_a_state_saved_in_flight_resumes_bit_for_bit(tmp_path):
 
 
 def test_a_bad_overlap_is_named():
+    from noloco import OuterOptimizer
+
     w = torch.nn.Parameter(torch.zeros(N, 2))
     with pytest.raises(ConfigError, match="overlap="):
         OuterOptimizer([w], replicas=N, overlap="yes")

@@ -14,9 +14,9 @@ import math
 
 import numpy as np
 import pytest
-import torch
 
-from noloco.training.measure import SpreadMeter, ar1_sum_factor, solve_drift
+from optional import LazyModule
+
 from noloco.advice.predict import format_predict, group_inputs, predict  # noqa: E402
 from noloco.advice.record import read_run
 from noloco.theory import exchangeable as X
@@ -24,6 +24,8 @@ from noloco.theory.config import OuterConfig
 from noloco.infra.files import dumps, write_json
 from noloco.theory.outer import outer_step
 from noloco.theory.partitions import group_mean, random_permutations
+
+torch = LazyModule("torch")
 
 RUNS = 24  # independent runs behind every standard error
 
@@ -48,6 +50,8 @@ def simulate(outer, c, s2, rho, drift_var, steps, coords=2000, blocks=100, seed=
 
 
 def measure(outer, c, s2, rho, drift_var, steps, seed, frozen=False, **kw):
+    from noloco.training.measure import SpreadMeter
+
     meter = SpreadMeter(outer.replicas)
     for phi, progress in simulate(outer, c, s2, rho, drift_var, steps, seed=seed, frozen=frozen, **kw):
         row = meter.update({"w": torch.from_numpy(phi)}, {"w": torch.from_numpy(progress)})
@@ -72,6 +76,8 @@ FROZEN = [(1.0, 0.6, 0.2), (0.5, -0.4, 0.1), (1.0, 0.85, 0.05), (2.0, 0.3, 0.0)]
 def test_noise_and_drift_estimates_on_the_residual_itself(s2, rho, drift_var):
     """z = 0: the residual is exactly d + eps. s2 (total), lag-1 covariance and correlation, the
     running-sum variance, the drift and the AR(1) noise behind it, each within 4 SE."""
+    from noloco.training.measure import ar1_sum_factor
+
     outer, T = OuterConfig(replicas=8, group_size=2), 30
     e = estimates(outer, 0.0, s2, rho, drift_var, T, frozen=True)
     truth = {"s2": s2 + drift_var, "progress_var": s2 + drift_var, "lag1_cov": rho * s2 + drift_var,
@@ -92,6 +98,8 @@ def test_noise_and_drift_estimates_on_the_residual_itself(s2, rho, drift_var):
 
 
 def test_ar1_sum_factor_and_drift_solver_are_exact():
+    from noloco.training.measure import ar1_sum_factor, solve_drift
+
     for t in (1, 2, 7, 64, 65, 500):
         for rho in (-0.9, 0.0, 0.5, 0.999, 1 - 1e-7):
             k = np.arange(1, t)
@@ -152,6 +160,8 @@ def test_c_is_biased_by_a_correlated_residual_as_the_theory_says(c, s2, rho, dri
 
 
 def test_meter_state_round_trip_and_groups():
+    from noloco.training.measure import SpreadMeter
+
     outer = OuterConfig(replicas=4, group_size=2)
     data = list(simulate(outer, 0.1, 1.0, 0.5, 0.1, 6, coords=40, blocks=4, seed=3))
     split = lambda a: {"a": torch.from_numpy(a[:, :10].copy()), "b": torch.from_numpy(a[:, 10:].copy())}  # noqa: E731
@@ -179,6 +189,8 @@ def test_meter_state_round_trip_and_groups():
 def write_run(path, outer, groups, steps, eval_every, seed, method="noloco"):
     """A run folder as the trainer writes it, from the model: ``groups`` maps a name to
     (c, s2, rho, drift_var, coords)."""
+    from noloco.training.measure import SpreadMeter
+
     sims = {name: simulate(outer, c, s2, rho, D, steps, coords=K, blocks=K // 20, seed=seed + i)
             for i, (name, (c, s2, rho, D, K)) in enumerate(groups.items())}
     meter = SpreadMeter(outer.replicas)

@@ -13,14 +13,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-torch = pytest.importorskip("torch")
+from optional import LazyModule, needs_torch  # noqa: E402 (tests/optional.py)
+
+torch = LazyModule("torch")
+pytestmark = needs_torch
 
 from noloco.llm_check.config import build  # noqa: E402
-from noloco.training.exchange import free_port  # noqa: E402
-from noloco.llm_check.model import GPTConfig, forward, init_params, losses, run_stage  # noqa: E402
 from noloco.llm_check.routing import Route, middle_stages, param_stage, route, stage_units  # noqa: E402
-from noloco.llm_check.evaluation import evaluate_run  # noqa: E402
-from noloco.llm_check.trainer import Trainer  # noqa: E402
 from noloco.cli import main  # noqa: E402
 from noloco.infra.errors import ConfigError  # noqa: E402
 from noloco.infra.files import loads  # noqa: E402
@@ -33,6 +32,8 @@ def rows(out):
 
 
 def train(out, stop_after=None, **kw):
+    from noloco.llm_check.trainer import Trainer
+
     trainer = Trainer(build("cpu-tiny", kw.pop("method", "noloco"), **kw), out, progress=False)
     trainer.run(stop_after=stop_after)
     return trainer
@@ -41,6 +42,8 @@ def train(out, stop_after=None, **kw):
 # ----------------------------------------------------------------- routes
 
 def test_stage_units_cover_the_model_in_order():
+    from noloco.llm_check.model import GPTConfig
+
     for layers in (1, 2, 4, 6):
         for stages in range(1, layers + 3):
             units = stage_units(layers, stages)
@@ -84,6 +87,8 @@ def test_routes_are_uniform_and_skips_have_probability_p():
 # ----------------------------------------------------------------- batched forward
 
 def _model(stages, layers=2, replicas=3):
+    from noloco.llm_check.model import GPTConfig, init_params
+
     cfg = GPTConfig(ctx=8, layers=layers, heads=2, width=8, stages=stages)
     params = init_params(cfg, replicas, seed=1, dtype=torch.float64)
     gen = torch.Generator().manual_seed(2)
@@ -93,6 +98,8 @@ def _model(stages, layers=2, replicas=3):
 
 
 def test_batched_gather_equals_each_microbatch_through_its_own_path():
+    from noloco.llm_check.model import losses, run_stage
+
     N, B = 3, 4
     cfg, params = _model(stages=4, layers=2, replicas=N)
     windows = torch.randint(0, 256, (N, B, cfg.ctx + 1), generator=torch.Generator().manual_seed(0))
@@ -113,6 +120,8 @@ def test_batched_gather_equals_each_microbatch_through_its_own_path():
 
 
 def test_gradients_reach_exactly_the_replicas_a_microbatch_visited():
+    from noloco.llm_check.model import forward
+
     N, B = 3, 2
     cfg, params = _model(stages=4, layers=2, replicas=N)
     for p in params.values():
@@ -138,6 +147,8 @@ def test_gradients_reach_exactly_the_replicas_a_microbatch_visited():
 
 
 def test_removed_stage_is_a_skip_of_every_microbatch():
+    from noloco.llm_check.model import forward
+
     cfg, params = _model(stages=4, layers=2)
     idx = torch.randint(0, 256, (3, 2, cfg.ctx), generator=torch.Generator().manual_seed(4))
     skip_all = np.zeros((4, 3, 2), dtype=bool)
@@ -150,6 +161,8 @@ def test_removed_stage_is_a_skip_of_every_microbatch():
 
 def test_untrained_staged_model_is_the_one_stage_model():
     """The untied head starts equal to the embedding: before training, S stages compute the same function."""
+    from noloco.llm_check.model import GPTConfig, forward, init_params
+
     one = GPTConfig(ctx=8, layers=2, heads=2, width=8)
     idx = torch.randint(0, 256, (2, 3, 8), generator=torch.Generator().manual_seed(5))
     ref = forward(init_params(one, 2, 0), idx, one)
@@ -202,6 +215,8 @@ def test_theta_std_is_the_spread_before_the_outer_step(tmp_path):
 
 
 def test_resume_continues_the_same_routes(tmp_path):
+    from noloco.llm_check.trainer import Trainer
+
     whole = train(tmp_path / "whole", outer_steps=4, stages=3, routing="random", skip_prob=0.3)
     train(tmp_path / "part", outer_steps=4, stages=3, routing="random", skip_prob=0.3, stop_after=2)
     part = Trainer(build("cpu-tiny", "noloco", outer_steps=4, stages=3, routing="random", skip_prob=0.3),
@@ -212,6 +227,8 @@ def test_resume_continues_the_same_routes(tmp_path):
 
 
 def test_cli_stages_run_and_evaluation_with_stages_removed(tmp_path, capsys):
+    from noloco.llm_check.evaluation import evaluate_run
+
     out = tmp_path / "run"
     assert main(["llm", "train", "--size", "cpu-tiny", "--stages", "3", "--routing", "random", "--skip-prob",
                  "0.25", "--method", "noloco", "--out", str(out)]) == 0
@@ -244,6 +261,8 @@ def test_bad_stage_settings_are_refused(kw, words):
 def test_torchrun_stages_match_batched(tmp_path):
     """S x N = 3 x 4 gloo ranks (about 30 s here), random routing with skips, pairs per stage: activations,
     gradients and group exchanges point-to-point."""
+    from noloco.training.exchange import free_port
+
     kw = dict(outer_steps=2, eval_every=2, val_windows=8, stages=3, replicas=4, group_size=2, skip_prob=0.5)
     args = ["--size", "cpu-tiny", "--method", "noloco", "--routing", "random", "--timeout", "60"]
     for k, v in kw.items():
@@ -297,6 +316,8 @@ def test_routing_study_quick_writes_every_table(tmp_path, capsys):
 
 def _silent_stage_run(rank, port, report):
     """Rank 0 (stage 0) computes and waits for stage 1's gradients; rank 1 (stage 1) is alive but silent."""
+    from noloco.llm_check.model import init_params
+
     import datetime
 
     import torch.distributed as dist
@@ -323,6 +344,8 @@ def _silent_stage_run(rank, port, report):
 
 
 def test_dead_stage_rank_is_a_clear_error(tmp_path):
+    from noloco.training.exchange import free_port
+
     import torch.multiprocessing as mp
 
     report = tmp_path / "report.txt"

@@ -13,14 +13,16 @@ from datetime import timedelta
 
 import pytest
 
-torch = pytest.importorskip("torch")
+from optional import LazyModule, needs_torch  # noqa: E402 (tests/optional.py)
+
+torch = LazyModule("torch")
 if importlib.util.find_spec("torchft") is None:  # not imported here: collecting this file stays cheap
     pytest.skip("torchft is not installed (the [torchft] extra)", allow_module_level=True)
 
 from peers import as_torchrun, spawn_ranks  # noqa: E402 (tests/peers.py)
 from test_watch import DILOCO, H, LR, T, _loss, _models, _run, measured_as_own  # noqa: E402
 
-pytestmark = [pytest.mark.torch, pytest.mark.slow]
+pytestmark = [needs_torch, pytest.mark.torch, pytest.mark.slow]
 
 
 def _replica_group(rank, world, port, lighthouse, folder):
