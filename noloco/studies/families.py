@@ -131,6 +131,8 @@ class KindTally(JsonRecord):
 
 @dataclass(frozen=True)
 class Rules(JsonRecord):
+    """The agreement rules fixed before the runs (:data:`OWN_RULE`, :data:`ADVICE_RULE`, :data:`GAP_RULE`)."""
+
     own_factor: float
     advice_tolerance: float
     gap_factor: float

@@ -180,6 +180,8 @@ class Choice(JsonRecord):
 
 @dataclass(frozen=True)
 class NoiseFit(JsonRecord):
+    """A least-squares fit of log(s2 / L2): its slopes and the residuals' standard deviation."""
+
     slopes: list
     residual_sd: float
 

@@ -119,6 +119,8 @@ class AnyAsRow:
 
 @dataclass(frozen=True)
 class Rules(JsonRecord):
+    """The rule a transfer is judged by: within ``spread_tolerance``, and what is claimed."""
+
     spread_tolerance: float
     claimed: str
 
