@@ -1,6 +1,7 @@
 """The model-families study (noloco.studies.families): its rules as stated, and one tiny run of a Hugging Face
 config through the public API that the advice then reads (nothing downloaded)."""
 
+import dataclasses
 import json
 
 import numpy as np
@@ -28,15 +29,20 @@ def test_the_second_fresh_round_judges_seed_6_with_the_5_percent_rule_beside(tmp
         write_run(tmp_path / name, config(seed=6))
         result = json.loads((tmp_path / name / "result.json").read_text())
         (tmp_path / name / "result.json").write_text(json.dumps({**result, "finished": True}))
-    dev = [{"ratio": 1.0, "c_level": 0.2, "c_rise": 0.0, "always": [], "from_step": K, "outer_steps": 32,
-            "inner_steps": 10, "holds": True} for K in (8, 16, 24)]
+    dev = [_row(S, from_step=K, inner_steps=10) for K in (8, 16, 24)]
     rep = S.judge_fresh(tmp_path, 6, dev)
-    assert [(r["run"], r["seed"], r["from_step"]) for r in rep["rows"]] == [("a0.5_b0.7_H10", 6, K)
-                                                                           for K in (10, 15, 20, 25, 30)]
+    assert [(r.run, r.seed, r.from_step) for r in rep.rows] == [("a0.5_b0.7_H10", 6, K) for K in (10, 15, 20, 25, 30)]
     # the forecast's flags withdraw the two from before half the run; the 5 % rule on these rows has no early share
-    assert [r["claimed"] for r in rep["rows"]] == [False, False, True, True, True]
-    assert all(r["claimed_at_5"] for r in rep["rows"]) and rep["summary_at_5"]["claimed"] == 5
-    assert rep["summary"]["claimed"] == 3 and rep["choice"]["at_5"]["early_share"] == 0.0
+    assert [r.claimed for r in rep.rows] == [False, False, True, True, True]
+    assert all(r.claimed_at_5 for r in rep.rows) and rep.summary_at_5.claimed == 5
+    assert rep.summary.claimed == 3 and rep.choice.at_5.early_share == 0.0
+
+
+def _row(S, **fields):
+    """A development forecast row: ratio 1, c 0.2 and steady, no flag, from step 16 of 32 (``fields`` replace)."""
+    base = dict(family="a", run="pilot", seed=0, from_step=16, outer_steps=32, ratio=1.0, c_rise=0.0, c_level=0.2,
+                groups="own", always=[], inside=True, holds=True, naive=None, claimed=True)
+    return S.ForecastRow(**{**base, **fields})
 
 
 def test_the_transfers_second_round_goes_there_and_back_and_lists_what_is_missing(tmp_path):
@@ -54,13 +60,12 @@ def test_the_transfers_second_round_goes_there_and_back_and_lists_what_is_missin
         result = json.loads((folder / "result.json").read_text())
         (folder / "result.json").write_text(json.dumps({**result, "finished": True}))
     rep = T.judge_fresh(tmp_path, 6, ("llama",))
-    assert [(r["pilot"], r["target"], r["axis"]) for r in rep["rows"]] == [
+    assert [(r.pilot, r.target, r.axis) for r in rep.rows] == [
         ("a0.5_b0.7_H10", "a0.3_b0.7_H10", "alpha down"), ("a0.3_b0.7_H10", "a0.5_b0.7_H10", "alpha down, back")]
-    assert len(rep["missing"]) == 14
-    for r in rep["rows"]:
-        assert r["as_verdict"] == ("flagged" if r["as_flags"] else "agrees" if abs(r["as_ratio"] - 1) <= 0.15
-                                   else "misses")
-    assert rep["summary"]["predictions"] == 2 == rep["summary"]["flagged"] + rep["summary"]["claimed"]
+    assert len(rep.missing) == 14
+    for r in rep.rows:
+        assert r.as_verdict == ("flagged" if r.as_flags else "agrees" if abs(r.as_ratio - 1) <= 0.15 else "misses")
+    assert rep.summary.predictions == 2 == rep.summary.flagged + rep.summary.claimed
 
 
 @pytest.mark.torch
@@ -82,7 +87,7 @@ def test_a_hugging_face_family_trains_through_the_api_and_the_advice_reads_it(tm
     assert rows[-1]["measured"] > 0 and rows[-1]["predicted"] > 0
     assert run.result["adam_second_moment"]["outer_step"] == 6  # the observer wrote what --gap reads
     gap = F._gap(tmp_path, family, 0)
-    assert gap["predicted"] > 0 and gap["measured"] is not None
+    assert gap.predicted > 0 and gap.measured is not None
 
 
 def test_the_forecast_flags_are_chosen_and_the_fresh_verdicts_counted_as_stated():
@@ -92,8 +97,8 @@ def test_the_forecast_flags_are_chosen_and_the_fresh_verdicts_counted_as_stated(
     from noloco.studies import forecasts as S
 
     def row(ratio, level, rise, always=(), family="a"):
-        return {"ratio": ratio, "c_level": level, "c_rise": rise, "always": list(always), "naive": 1.2,
-                "inside": True, "holds": abs(ratio - 1) <= S.TOLERANCE, "family": family, "from_step": 16, "outer_steps": 32}
+        return _row(S, ratio=ratio, c_level=level, c_rise=rise, always=list(always), naive=1.2,
+                    holds=abs(ratio - 1) <= S.TOLERANCE, family=family)
 
     rows = [row(1.02, 0.2, 0.05), row(0.95, 0.15, 0.6), row(1.04, 0.3, -0.35), row(1.4, 0.04, 0.1),
             row(1.3, 0.3, -2.5), row(1.0, 0.2, 0.1, ["too few steps"])]
@@ -102,11 +107,10 @@ def test_the_forecast_flags_are_chosen_and_the_fresh_verdicts_counted_as_stated(
     # fourth (c 0.04), fifth miss
     claimed = [S.claimed_by(r, c_min, rise, fall) for r in rows]
     assert claimed == [True, True, True, False, False, False]
-    for r, c in zip(rows, claimed):
-        r["claimed"] = c
-    rows[1]["claimed"] = rows[3]["claimed"] = True  # one claimed miss on family a ...
-    rows[4]["family"] = "b"  # ... and a family whose one forecast is flagged
-    v = S._per_family(rows)
+    rows = [dataclasses.replace(r, claimed=c) for r, c in zip(rows, claimed)]
+    rows[1], rows[3] = (dataclasses.replace(r, claimed=True) for r in (rows[1], rows[3]))  # one claimed miss on a ...
+    rows[4] = dataclasses.replace(rows[4], family="b")  # ... and a family whose one forecast is flagged
+    v = {f: c.to_json() for f, c in S._per_family(rows).items()}
     assert v["a"] | {"share_claimed": None, "share_claimed_within": None} == {
         "forecasts": 5, "claimed": 4, "claimed_within": 3, "flagged": 1, "missed_unflagged": 1,
         "would_hold_flagged": 1, "claimed_inside_interval": 4, "share_claimed": None, "share_claimed_within": None,
@@ -123,17 +127,16 @@ def test_the_second_round_chooses_the_early_share_and_c_per_inner_step_by_its_ru
     from noloco.studies import forecasts as S
 
     def row(ratio, level, K, H=10):
-        return {"ratio": ratio, "c_level": level, "c_rise": 0.0, "always": [], "from_step": K, "outer_steps": 32,
-                "inner_steps": H, "holds": abs(ratio - 1) <= S.TOLERANCE}
+        return _row(S, ratio=ratio, c_level=level, from_step=K, inner_steps=H, holds=abs(ratio - 1) <= S.TOLERANCE)
 
     rows = ([row(1.0 + 0.01 * i, 0.2, 16 + i % 8) for i in range(16)] + [row(0.98, 0.06, 20, H=5)] * 3
             + [row(1.3, 0.2, 8)] + [row(1.25, 0.2, 12)])
     ch = S.choice(rows)
-    assert (ch["chosen"]["early_share"], ch["chosen"]["claimed"], ch["chosen"]["missed"]) == (0.5, 19, 0)
+    assert (ch.chosen.early_share, ch.chosen.claimed, ch.chosen.missed) == (0.5, 19, 0)
     # the H 5 rows' c, 0.06 per outer step, is 0.12 at H 10's scale: the stricter level 0.1 claims them per inner step
-    assert (ch["chosen"]["settled_c"], ch["chosen"]["c_exponent"]) == (0.1, 1.0)
-    assert (ch["at_5"]["claimed"], ch["at_5"]["missed"]) == (20, 1)
-    assert ch["chosen"]["interval"] == pytest.approx(np.quantile([r["ratio"] for r in rows[:19]], [0.1, 0.9]))
+    assert (ch.chosen.settled_c, ch.chosen.c_exponent) == (0.1, 1.0)
+    assert (ch.at_5.claimed, ch.at_5.missed) == (20, 1)
+    assert ch.chosen.interval == pytest.approx(np.quantile([r.ratio for r in rows[:19]], [0.1, 0.9]))
 
 
 def test_the_fresh_judgement_reads_a_transfers_folder_and_trains_nothing(tmp_path):
@@ -150,10 +153,10 @@ def test_the_fresh_judgement_reads_a_transfers_folder_and_trains_nothing(tmp_pat
         result = json.loads((tmp_path / name / "result.json").read_text())
         (tmp_path / name / "result.json").write_text(json.dumps({**result, "finished": True}))
     rep = S.run_study(tmp_path, train=True)
-    assert json.loads((tmp_path / "forecasts_fresh.json").read_text())["summary"] == rep["summary"]
-    assert [(r["family"], r["run"], r["from_step"]) for r in rep["rows"]] == [
+    assert json.loads((tmp_path / "forecasts_fresh.json").read_text())["summary"] == rep.summary.to_json()
+    assert [(r.family, r.run, r.from_step) for r in rep.rows] == [
         ("llama", "a0.5_b0.7_H10", K) for K in (10, 15, 20, 25, 30)]
-    assert rep["summary"]["forecasts"] == 5 and all(r["holds"] == (abs(r["ratio"] - 1) <= 0.15) for r in rep["rows"])
+    assert rep.summary.forecasts == 5 and all(r.holds == (abs(r.ratio - 1) <= 0.15) for r in rep.rows)
 
 
 @pytest.mark.torch
@@ -189,13 +192,13 @@ def test_a_forecast_row_is_made_along_the_runs_own_groups_and_averaged(tmp_path)
     (tmp_path / "result.json").write_text(json.dumps(result))
     row = S.forecast_row(tmp_path, 12, seed=2)
     own, average = FC.forecast(tmp_path, 12, seed=2), FC.forecast(tmp_path, 12, along="average")
-    assert (row["groups"], row["average"]["groups"]) == ("own", "average")
-    for got, fc in ((row, own), (row["average"], average)):
+    assert (row.groups, row.average.groups) == ("own", "average")
+    for got, fc in ((row, own), (row.average, average)):
         rows = [r for r in fc["rows"] if r["outer_step"] > 20 and r["measured"] is not None]
         ratio = S._rms([r["forecast"] for r in rows]) / S._rms([r["measured"] for r in rows])
-        assert got["ratio"] == pytest.approx(ratio) and got["holds"] == (abs(ratio - 1) <= S.TOLERANCE)
-    assert row["own_over_average"] == pytest.approx(row["ratio"] / row["average"]["ratio"])
-    assert row["ratio"] != pytest.approx(row["average"]["ratio"], rel=1e-3)
+        assert got.ratio == pytest.approx(ratio) and got.holds == (abs(ratio - 1) <= S.TOLERANCE)
+    assert row.own_over_average == pytest.approx(row.ratio / row.average.ratio)
+    assert row.ratio != pytest.approx(row.average.ratio, rel=1e-3)
 
 
 def test_the_noise_fit_reads_the_growth_a_run_was_made_with(tmp_path, monkeypatch):
@@ -209,6 +212,6 @@ def test_the_noise_fit_reads_the_growth_a_run_was_made_with(tmp_path, monkeypatc
     write_run(tmp_path / "llama" / "pilot" / "s0", config(seed=0), grow=True)
     monkeypatch.setattr(S, "development_runs", lambda: [("llama", "pilot", 0)])
     fit = S.noise_fit(tmp_path)
-    assert fit["t/T"]["slopes"][0] == pytest.approx(FC.NOISE_GROWTH, abs=1e-6)
-    assert fit["t/T and log L2"]["slopes"] == pytest.approx([FC.NOISE_GROWTH, 0.0], abs=1e-6)
-    assert fit["t/T"]["residual_sd"] < 1e-9
+    assert fit["t/T"].slopes[0] == pytest.approx(FC.NOISE_GROWTH, abs=1e-6)
+    assert fit["t/T and log L2"].slopes == pytest.approx([FC.NOISE_GROWTH, 0.0], abs=1e-6)
+    assert fit["t/T"].residual_sd < 1e-9

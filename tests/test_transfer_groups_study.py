@@ -29,16 +29,16 @@ def test_the_study_judges_the_n_axes_and_counts_the_seen_seeds_apart(tmp_path):
     for p, t, axis in G.AXES:
         _run(tmp_path, t, cfgs[t], [predicted[p, t]["second_half_rms"] / off[axis]] * cfgs[t].outer_steps)
         row = G.transfers.as_row(tmp_path, "fx", 7, p, t, axis)
-        verdicts[axis] = row["as_verdict"]
-        assert row["as_ratio"] == pytest.approx(off[axis], rel=1e-6) or row["as_flags"]
+        verdicts[axis] = row.as_verdict
+        assert row.as_ratio == pytest.approx(off[axis], rel=1e-6) or row.as_flags
         for name, cfg in cfgs.items():  # the pilots back as they were
             _run(tmp_path, name, cfg, replayed_weight_std(cfg, write_run(tmp_path / "ph" / name, cfg), own=True))
     flagged = {a for (p, t, a) in G.AXES if predicted[p, t]["flags"]}
     assert flagged == {"n down"}  # tilt about 2 there: extrapolates
     assert verdicts == {"N up": "agrees", "N down": "misses", "n up": "agrees", "n down": "flagged"}
     rep = G.evaluate(tmp_path, families=("fx",), seeds=(7,))
-    assert rep["by_family"]["fx"]["predictions"] == 4 and rep["seen"]["rows"] == []  # seed 7 is not a seen seed
-    assert set(rep["by_axis"]["fx"]) == {"N up", "N down", "n up", "n down"}
+    assert rep.by_family["fx"].predictions == 4 and rep.seen.rows == []  # seed 7 is not a seen seed
+    assert set(rep.by_axis["fx"]) == {"N up", "N down", "n up", "n down"}
     assert "| fx | n down |" in G.markdown(rep)
 
 
@@ -50,8 +50,9 @@ def test_the_transfer_groups_study_reproduces_its_committed_fresh_verdicts(tmp_p
     import json
     from pathlib import Path
 
-    committed = json.loads((Path(__file__).parents[1] / "docs" / "data" / "transfer_groups.json").read_text())
+    committed = G.transfers.TransfersReport.from_json(
+        json.loads((Path(__file__).parents[1] / "docs" / "data" / "transfer_groups.json").read_text()))
     report = G.run_study(tmp_path)
-    key = lambda r: (r["family"], r["seed"], r["axis"])  # noqa: E731
-    again = {key(r): r["as_verdict"] for r in report["rows"]}
-    assert {key(r): r["as_verdict"] for r in committed["rows"]} == again
+    key = lambda r: (r.family, r.seed, r.axis)  # noqa: E731
+    again = {key(r): r.as_verdict for r in report.rows}
+    assert {key(r): r.as_verdict for r in committed.rows} == again

@@ -34,12 +34,12 @@ def test_the_study_counts_agreements_misses_and_flags(tmp_path):
                                                             outer_steps=80)
         _run(tmp_path, name, target, [predicted[name] / off] * target.outer_steps)
     rep = T.evaluate(tmp_path, families=("fx",), seeds=(7,))
-    verdicts = {r["axis"]: r["as_verdict"] for r in rep["rows"]}
+    verdicts = {r.axis: r.as_verdict for r in rep.rows}
     assert verdicts == {"alpha down": "agrees", "gamma down": "misses", "H down": "flagged"}
-    assert rep["rows"][1]["as_ratio"] == pytest.approx(1.3, rel=1e-6)
-    assert rep["by_family"]["fx"] == {"predictions": 3, "claimed": 2, "within": 1, "flagged": 1,
-                                      "missed_unflagged": 1}
-    assert rep["by_axis"]["fx"]["H down"]["flagged"] == 1 and rep["by_axis"]["fx"]["N up"]["predictions"] == 0
+    assert rep.rows[1].as_ratio == pytest.approx(1.3, rel=1e-6)
+    assert rep.by_family["fx"].to_json() == {"predictions": 3, "claimed": 2, "within": 1, "flagged": 1,
+                                             "missed_unflagged": 1}
+    assert rep.by_axis["fx"]["H down"].flagged == 1 and rep.by_axis["fx"]["N up"].predictions == 0
     assert "| fx | 3 | 2 | 1 | 1 | 1 |" in T.markdown(rep)
 
 
@@ -51,10 +51,11 @@ def test_the_transfers_study_reproduces_its_committed_report(tmp_path):
     import json
     from pathlib import Path
 
-    committed = json.loads((Path(__file__).parents[1] / "docs" / "data" / "transfers.json").read_text())
+    committed = T.TransfersReport.from_json(json.loads((Path(__file__).parents[1] / "docs" / "data" /
+                                                        "transfers.json").read_text()))
     report = T.run_study(tmp_path)
-    key = lambda r: (r["family"], r["seed"], r["axis"])  # noqa: E731
-    for part in (lambda rep: rep["rows"], lambda rep: rep["seen"]["rows"]):
-        again = {key(r): r["as_verdict"] for r in part(report)}
-        assert all(again[key(r)] == r["as_verdict"] for r in part(committed))
-    assert [r["pick"] for r in report["tuner"]] == [r["pick"] for r in committed["tuner"]]
+    key = lambda r: (r.family, r.seed, r.axis)  # noqa: E731
+    for part in (lambda rep: rep.rows, lambda rep: rep.seen.rows):
+        again = {key(r): r.as_verdict for r in part(report)}
+        assert all(again[key(r)] == r.as_verdict for r in part(committed))
+    assert [r["pick"] for r in report.to_json()["tuner"]] == [r["pick"] for r in committed.tuner]

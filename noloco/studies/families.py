@@ -19,10 +19,13 @@ missing (finished runs are reused) and writes ``DIR/families.json``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Optional
 
 from noloco.infra.files import read_json, write_json
+from noloco.infra.record import JsonRecord
+from noloco.studies.advice import ForecastCheck, TransferCheck
 
 OWN_RULE, ADVICE_RULE, GAP_RULE = 1.5, 0.15, 2.0
 SEEDS = (0, 1)
@@ -63,6 +66,101 @@ def within(ratio: float | None, rule: float, relative: bool) -> bool | None:
 
 
 EVAL_EVERY, VAL_WINDOWS = 4, 32
+
+
+@dataclass(frozen=True)
+class OwnRow(JsonRecord):
+    """A run's zero-constant prediction from its own inputs (``run``: only on a run other than the pilot's or
+    target's layout)."""
+
+    OPTIONAL_KEYS = ("run",)
+
+    family: str
+    seed: int
+    ratio: Optional[float]
+    flags: list
+    along: Any = field(default=None, kw_only=True)  # absent from reports written before it was added
+    verdict: str
+    run: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class FamilyForecast(ForecastCheck):
+    """An advice forecast check of one family's run."""
+
+    OPTIONAL_KEYS = ("run",)
+
+    family: str
+    run: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class FamilyTransfer(TransferCheck):
+    """An advice transfer check of one family's pilot to its target."""
+
+    family: str
+
+
+@dataclass(frozen=True)
+class GapRow(JsonRecord):
+    """A run's predicted against measured loss gap."""
+
+    OPTIONAL_KEYS = ("run",)
+
+    family: str
+    seed: int
+    replicas: int
+    predicted: Optional[float]
+    measured: Optional[float]
+    ratio: Optional[float]
+    flags: list
+    val_windows: Optional[int]
+    verdict: str
+    run: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class KindTally(JsonRecord):
+    """One kind of prediction's verdicts counted."""
+
+    runs: int
+    flagged: int
+    agree: int
+    misses_unflagged: int
+
+
+@dataclass(frozen=True)
+class Rules(JsonRecord):
+    """The agreement rules fixed before the runs (:data:`OWN_RULE`, :data:`ADVICE_RULE`, :data:`GAP_RULE`)."""
+
+    own_factor: float
+    advice_tolerance: float
+    gap_factor: float
+
+
+@dataclass(frozen=True)
+class FamiliesReport(JsonRecord):
+    """``families.json``: every prediction of every family and seed, and their tallies."""
+
+    NESTED = {"rules": Rules, "own": (list, OwnRow), "forecast": (list, FamilyForecast),
+              "transfer": (list, FamilyTransfer), "gap": (list, GapRow), "summary": (dict, KindTally)}
+
+    schema: str
+    rules: Rules
+    base: dict
+    target: dict
+    seeds: list
+    families: list
+    own: list
+    forecast: list
+    transfer: list
+    gap: list
+    summary: dict
+
+
+def _fields(record: JsonRecord) -> dict:
+    """A record's fields by name, to build a record that extends its class."""
+    return {n: getattr(record, n) for n in record._names()}
 
 #: the gap inside the replica counts it was validated on (added after the runs above: at N = 4 it ran 1.6 to 2.0x
 #: high, and the gap's flag ``untested N`` now marks N = 4): each family's pilot again at N = 8, its gap measured
@@ -356,7 +454,7 @@ def train_missing(out: Path, families=tuple(FAMILIES), seeds=SEEDS, progress: bo
             bar.update()
 
 
-def _own(folder: Path, family: str, seed: int, along: str = "average") -> dict:
+def _own(folder: Path, family: str, seed: int, along: str = "average", run: str | None = None) -> OwnRow:
     """The zero-constant prediction of a run from its own inputs against its measured second half (``along``: the
     run's own groups, drawn from ``seed`` where the folder records no groups seed, or averaged over groups)."""
     from noloco.advice.predict import predict
@@ -371,54 +469,55 @@ def _own(folder: Path, family: str, seed: int, along: str = "average") -> dict:
     decay = rep.get("decay_factor")
     flags = [f"unstable: decay factor {decay:.4g} >= 1"] if decay is not None and decay >= 1 else []
     ok = within(ratio, OWN_RULE, relative=False)
-    return {"family": family, "seed": seed, "ratio": ratio, "flags": flags, "along": rep.get("groups_along"),
-            "verdict": "flagged" if flags else ("agrees" if ok else "misses")}
+    return OwnRow(family=family, seed=seed, ratio=ratio, flags=flags, along=rep.get("groups_along"),
+                  verdict="flagged" if flags else ("agrees" if ok else "misses"), run=run)
 
 
-def _gap(folder: Path, family: str, seed: int) -> dict:
+def _gap(folder: Path, family: str, seed: int, run: str | None = None) -> GapRow:
     """The gap from the second moment the observer wrote (a Hugging Face run) or the harness's checkpoint."""
     from noloco.advice.gap import equipartition_gap
     from noloco.llm_check.adam_state import second_moment_root
 
     rep = equipartition_gap(folder, second_moment_root)
     ok = within(rep["ratio"], GAP_RULE, relative=False)
-    return {"family": family, "seed": seed, "replicas": rep["replicas"], "predicted": rep["predicted"],
-            "measured": rep["measured"], "ratio": rep["ratio"], "flags": rep["flags"], "val_windows": rep["val_windows"],
-            "verdict": "flagged" if rep["flags"] else ("agrees" if ok else "misses")}
+    return GapRow(family=family, seed=seed, replicas=rep["replicas"], predicted=rep["predicted"],
+                  measured=rep["measured"], ratio=rep["ratio"], flags=rep["flags"], val_windows=rep["val_windows"],
+                  verdict="flagged" if rep["flags"] else ("agrees" if ok else "misses"), run=run)
 
 
-def evaluate(out: Path, families=tuple(FAMILIES), seeds=SEEDS) -> dict:
+def evaluate(out: Path, families=tuple(FAMILIES), seeds=SEEDS) -> FamiliesReport:
     """Every prediction of every family and seed under the rules fixed above."""
     from noloco.studies.advice import forecast_check, transfer_check
 
-    rows = {"own": [], "forecast": [], "transfer": [], "gap": []}
+    own, forecast, transfer, gap = [], [], [], []
     for name in families:
         for seed in seeds:
             pilot, target = _folder(out, name, "pilot", seed), _folder(out, name, "target", seed)
-            rows["own"] += [_own(pilot, name, seed), _own(target, name, seed)]
-            rows["forecast"].append({**forecast_check(pilot, name, seed).to_json(), "family": name})
-            rows["transfer"].append({**transfer_check(pilot, target, name, seed, TARGET).to_json(), "family": name})
-            rows["gap"].append(_gap(pilot, name, seed))
-            rows["gap"].append({**_gap(_folder(out, name, "gap8", seed), name, seed), "run": "gap8"})
+            own += [_own(pilot, name, seed), _own(target, name, seed)]
+            forecast.append(FamilyForecast(**_fields(forecast_check(pilot, name, seed)), family=name))
+            transfer.append(FamilyTransfer(**_fields(transfer_check(pilot, target, name, seed, TARGET)), family=name))
+            gap += [_gap(pilot, name, seed), _gap(_folder(out, name, "gap8", seed), name, seed, run="gap8")]
         if name in TORCHRUN:  # one replica per rank, measured from the coordinate sample
             ranked = _folder(out, name, "torchrun", seeds[0])
-            rows["own"].append({**_own(ranked, name, seeds[0]), "run": "torchrun"})
-            rows["forecast"].append({**forecast_check(ranked, name, seeds[0]).to_json(), "family": name, "run": "torchrun"})
-    summary = {kind: {"runs": len(items), "flagged": sum(x["verdict"] == "flagged" for x in items),
-                      "agree": sum(x["verdict"] == "agrees" for x in items),
-                      "misses_unflagged": sum(x["verdict"] == "misses" for x in items)}
+            own.append(_own(ranked, name, seeds[0], run="torchrun"))
+            forecast.append(FamilyForecast(**_fields(forecast_check(ranked, name, seeds[0])), family=name,
+                                           run="torchrun"))
+    rows = {"own": own, "forecast": forecast, "transfer": transfer, "gap": gap}
+    summary = {kind: KindTally(runs=len(items), flagged=sum(x.verdict == "flagged" for x in items),
+                               agree=sum(x.verdict == "agrees" for x in items),
+                               misses_unflagged=sum(x.verdict == "misses" for x in items))
                for kind, items in rows.items()}
-    return {"schema": "families", "rules": {"own_factor": OWN_RULE, "advice_tolerance": ADVICE_RULE,
-                                            "gap_factor": GAP_RULE},
-            "base": BASE, "target": TARGET, "seeds": list(seeds), "families": list(families), **rows,
-            "summary": summary}
+    return FamiliesReport(schema="families", rules=Rules(own_factor=OWN_RULE, advice_tolerance=ADVICE_RULE,
+                                                         gap_factor=GAP_RULE),
+                          base=BASE, target=TARGET, seeds=list(seeds), families=list(families), **rows,
+                          summary=summary)
 
 
-def run_study(out, train: bool = True, families=tuple(FAMILIES), seeds=SEEDS) -> dict:
+def run_study(out, train: bool = True, families=tuple(FAMILIES), seeds=SEEDS) -> FamiliesReport:
     return train_and_evaluate(out, "families.json", train_missing, evaluate, train, families, seeds)
 
 
-def train_and_evaluate(out, name: str, train_missing, evaluate, train: bool, *args) -> dict:
+def train_and_evaluate(out, name: str, train_missing, evaluate, train: bool, *args):
     """A study over run folders in ``out``: what is missing trained (``train``), then evaluated, the report
     written to ``out/name`` and returned; ``args`` go to both steps."""
     out = Path(out)
@@ -429,17 +528,17 @@ def train_and_evaluate(out, name: str, train_missing, evaluate, train: bool, *ar
     return report
 
 
-def format_report(rep: dict) -> str:
-    lines = [f"rules: own inputs within a factor {rep['rules']['own_factor']:g}; forecast and transfer within "
-             f"{rep['rules']['advice_tolerance']:.0%}; gap within a factor {rep['rules']['gap_factor']:g}",
+def format_report(rep: FamiliesReport) -> str:
+    r = rep.rules
+    lines = [f"rules: own inputs within a factor {r.own_factor:g}; forecast and transfer within "
+             f"{r.advice_tolerance:.0%}; gap within a factor {r.gap_factor:g}",
              f"{'kind':<9} {'family':<12} {'seed':>4} {'ratio':>7}  verdict  flags"]
-    for kind in ("own", "forecast", "transfer", "gap"):
-        for x in rep[kind]:
-            ratio = "-" if x["ratio"] is None else f"{x['ratio']:.3f}"
-            family = x["family"] + (f" N{x['replicas']}" if kind == "gap" else "")
-            lines.append(f"{kind:<9} {family:<12} {x['seed']:>4} {ratio:>7}  {x['verdict']:<8} "
-                         f"{'; '.join(f[:60] for f in x.get('flags', []))}")
-    lines.append("summary: " + "; ".join(f"{k} {v['agree']}/{v['runs']} agree, {v['flagged']} flagged, "
-                                         f"{v['misses_unflagged']} unflagged misses"
-                                         for k, v in rep["summary"].items()))
+    for kind, rows in (("own", rep.own), ("forecast", rep.forecast), ("transfer", rep.transfer), ("gap", rep.gap)):
+        for x in rows:
+            ratio = "-" if x.ratio is None else f"{x.ratio:.3f}"
+            family = x.family + (f" N{x.replicas}" if kind == "gap" else "")
+            lines.append(f"{kind:<9} {family:<12} {x.seed:>4} {ratio:>7}  {x.verdict:<8} "
+                         f"{'; '.join(f[:60] for f in x.flags or [])}")
+    lines.append("summary: " + "; ".join(f"{k} {v.agree}/{v.runs} agree, {v.flagged} flagged, "
+                                         f"{v.misses_unflagged} unflagged misses" for k, v in rep.summary.items()))
     return "\n".join(lines)

@@ -48,12 +48,16 @@ was evaluated):
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
 from noloco.infra.files import read_json, write_json
+from noloco.infra.record import JsonRecord
 from noloco.studies import families as F
 
 TOLERANCE = 0.15
@@ -75,6 +79,144 @@ ALWAYS = ("too few steps", "the forecast recursion diverges")
 
 #: the families the limits are calibrated on; a family added later is judged apart (:data:`HELD_OUT`)
 CALIBRATION = ("gpt2", "llama", "cpu-tiny")
+
+
+@dataclass(frozen=True)
+class Along(JsonRecord):
+    """A forecast's judgement along one choice of groups (``flagged``: a flag withdraws it)."""
+
+    ratio: float
+    c_rise: float
+    c_level: float
+    groups: str
+    flagged: bool
+    always: list
+    inside: bool
+    holds: bool
+
+
+def _opt():
+    """A field a record has only sometimes (keyword-only: it may sit between required ones)."""
+    return field(default=None, kw_only=True)
+
+
+@dataclass(frozen=True)
+class ForecastRow(JsonRecord):
+    """One forecast from outer step ``from_step`` against the run's measured second half, along the run's own
+    groups (``average``: the same averaged over groups); ``claimed`` when no flag withdraws it, ``claimed_at_5``
+    by the 5 % rule's limits. ``inner_steps`` and ``c_level`` are absent from reports written before them."""
+
+    OPTIONAL_KEYS = ("inner_steps", "c_level", "average", "own_over_average", "claimed_at_5")
+    NESTED = {"average": Along}
+
+    family: str
+    run: str
+    seed: Optional[int]
+    from_step: int
+    outer_steps: int
+    inner_steps: Optional[int] = _opt()
+    ratio: float
+    c_rise: float
+    c_level: Optional[float] = _opt()
+    groups: str
+    always: list
+    inside: bool
+    holds: bool
+    naive: Optional[float]
+    average: Optional[Along] = _opt()
+    own_over_average: Optional[float] = _opt()
+    claimed: bool
+    claimed_at_5: Optional[bool] = _opt()
+
+
+@dataclass(frozen=True)
+class Verdicts(JsonRecord):
+    """The counts of a judgement of forecasts."""
+
+    forecasts: int
+    claimed: int
+    claimed_within: int
+    flagged: int
+    missed_unflagged: int
+    would_hold_flagged: int
+    claimed_inside_interval: int
+    share_claimed: Optional[float]
+    share_claimed_within: Optional[float]
+    naive_within: int
+    forecast_beats_naive: int
+
+
+@dataclass(frozen=True)
+class Limits(JsonRecord):
+    """The flags' limits (:data:`LIMITS`; no limit: None) and interval, and, of a choice, what they claim."""
+
+    OPTIONAL_KEYS = ("early_share", "c_exponent", "interval", "max_missed", "claimed", "missed", "forecasts")
+
+    settled_c: Optional[float]
+    settled_rise: Optional[float]
+    settled_fall: Optional[float]
+    early_share: Optional[float] = None
+    c_exponent: Optional[float] = None
+    interval: Optional[list] = None
+    max_missed: Optional[float] = None
+    claimed: Optional[int] = None
+    missed: Optional[int] = None
+    forecasts: Optional[int] = None
+
+    def limits(self) -> tuple:
+        """The limits in :func:`claimed_by`'s order, no limit as inf."""
+        return tuple(math.inf if (v := getattr(self, k)) is None else v for k in LIMITS)
+
+
+@dataclass(frozen=True)
+class Choice(JsonRecord):
+    """The second round's limits (``chosen``, at most :data:`MAX_MISSED_2` missed) and the 5 % rule's."""
+
+    NESTED = {"chosen": Limits, "at_5": Limits}
+
+    chosen: Limits
+    at_5: Limits
+
+
+@dataclass(frozen=True)
+class NoiseFit(JsonRecord):
+    """A least-squares fit of log(s2 / L2): its slopes and the residuals' standard deviation."""
+
+    slopes: list
+    residual_sd: float
+
+
+@dataclass(frozen=True)
+class ForecastsReport(JsonRecord):
+    """``forecasts.json`` (the development runs: ``from_steps`` to ``module``, ``noise_fit``, ``attribution``) and
+    ``forecasts_fresh*.json`` (a fresh seed: ``seed`` to ``interval``; from the second round ``choice`` and the
+    5 % rule's counts)."""
+
+    OPTIONAL_KEYS = ("from_steps", "seed", "fractions", "flags", "interval", "max_missed", "chosen", "module",
+                     "noise_fit", "attribution", "choice", "summary_at_5", "per_family_at_5")
+    NESTED = {"flags": Limits, "chosen": Limits, "module": Limits, "rows": (list, ForecastRow), "summary": Verdicts,
+              "per_family": (dict, Verdicts), "noise_fit": (dict, NoiseFit), "choice": Choice,
+              "summary_at_5": Verdicts, "per_family_at_5": (dict, Verdicts)}
+
+    schema: str
+    tolerance: float
+    from_steps: Optional[list] = _opt()
+    seed: Optional[int] = _opt()
+    fractions: Optional[list] = _opt()
+    flags: Optional[Limits] = _opt()
+    interval: Optional[list] = _opt()
+    noise_growth: float
+    max_missed: Optional[float] = _opt()
+    chosen: Optional[Limits] = _opt()
+    module: Optional[Limits] = _opt()
+    rows: list
+    summary: Verdicts
+    per_family: dict
+    noise_fit: Optional[dict] = _opt()
+    attribution: Optional[dict] = _opt()
+    choice: Optional[Choice] = _opt()
+    summary_at_5: Optional[Verdicts] = _opt()
+    per_family_at_5: Optional[dict] = _opt()
 
 
 def runs(families=CALIBRATION, extra: bool = True, seeds=SEEDS) -> list[tuple[str, str, int, dict, int]]:
@@ -110,7 +252,8 @@ def _rms(values) -> float:
     return math.sqrt(float(np.mean(np.square(values))))
 
 
-def forecast_row(folder: Path, K: int, seed: int | None = None, alongs=("own", "average")) -> dict:
+def forecast_row(folder: Path, K: int, seed: int | None = None, alongs=("own", "average"), family: str = "",
+                 run_name: str = "") -> ForecastRow:
     """One forecast from outer step ``K`` along the run's own groups (``seed``: the groups seed where the folder
     records none) against what the run measured, with what its flags are decided on; the same forecast averaged
     over groups under ``average``."""
@@ -122,24 +265,26 @@ def forecast_row(folder: Path, K: int, seed: int | None = None, alongs=("own", "
     metrics = run.metrics
     out = {}
     for along in alongs:
-        fc = forecast(folder, from_step=K, along=along, seed=seed)
+        fc = forecast(folder, from_step=K, along=along, seed=seed)  # the advice layer's dict, read here
         T = fc["outer_steps"]
         rows = [r for r in fc["rows"] if r["outer_step"] > T / 2 and r["measured"] is not None]
         seen = _rms([r["measured"] for r in rows])
         ratio = _rms([r["forecast"] for r in rows]) / seen
         low, high = _rms([r["low"] for r in rows]), _rms([r["high"] for r in rows])
-        out[along] = {"ratio": ratio, "c_rise": fc["c_rise"], "c_level": fc["c_level"], "groups": fc["groups"]["along"],
-                      "flagged": bool(fc["flags"]),
-                      "always": [f for f in fc["flags"] if f.startswith(ALWAYS)], "inside": low <= seen <= high,
-                      "holds": abs(ratio - 1) <= TOLERANCE}
+        out[along] = Along(ratio=ratio, c_rise=fc["c_rise"], c_level=fc["c_level"], groups=fc["groups"]["along"],
+                           flagged=bool(fc["flags"]), always=[f for f in fc["flags"] if f.startswith(ALWAYS)],
+                           inside=low <= seen <= high, holds=abs(ratio - 1) <= TOLERANCE)
     # the naive baseline: the last weight_std measured at or before outer step K, carried forward
     logged = [(int(m["outer_step"]), m["weight_std"]) for m in metrics if m.get("weight_std")]
     last = max((x for x in logged if x[0] <= K), default=(0, None))[1]
-    row = {"from_step": K, "outer_steps": T, "inner_steps": run.setting.inner_steps, **out[alongs[0]],
-           "naive": (last / seen) if last else None}
-    if "average" in out and alongs[0] != "average":
-        row.update(average=out["average"], own_over_average=out["own"]["ratio"] / out["average"]["ratio"])
-    return row
+    first = out[alongs[0]]
+    average = out["average"] if "average" in out and alongs[0] != "average" else None
+    return ForecastRow(family=family, run=run_name, seed=seed, from_step=K, outer_steps=T,
+                       inner_steps=run.setting.inner_steps, ratio=first.ratio, c_rise=first.c_rise,
+                       c_level=first.c_level, groups=first.groups, always=first.always, inside=first.inside,
+                       holds=first.holds, naive=(last / seen) if last else None, average=average,
+                       own_over_average=None if average is None else out["own"].ratio / average.ratio,
+                       claimed=not first.flagged)
 
 
 def _fresh(seeds=FRESH_SEEDS) -> list:
@@ -175,20 +320,20 @@ FRESH2_SEED = 6
 _DATA = Path(__file__).resolve().parents[2] / "docs" / "data"
 
 
-def claimed_by(row: dict, c_min: float, rise: float, fall: float, share: float = 0.0, exponent: float = 0.0) -> bool:
+def claimed_by(row: ForecastRow, c_min: float, rise: float, fall: float, share: float = 0.0,
+               exponent: float = 0.0) -> bool:
     """Whether the flags with these limits leave the forecast ``row`` claimed."""
-    c = row["c_level"] * (REFERENCE_H / row.get("inner_steps", REFERENCE_H)) ** exponent
-    return (not row["always"] and c >= c_min and -fall <= row["c_rise"] <= rise
-            and row["from_step"] >= share * row["outer_steps"])
+    c = row.c_level * (REFERENCE_H / (row.inner_steps or REFERENCE_H)) ** exponent
+    return not row.always and c >= c_min and -fall <= row.c_rise <= rise and row.from_step >= share * row.outer_steps
 
 
-def choose_flags(rows: list[dict], max_missed: float = MAX_MISSED, shares=(0.0,), exponents=(0.0,)) -> tuple:
+def choose_flags(rows: list[ForecastRow], max_missed: float = MAX_MISSED, shares=(0.0,), exponents=(0.0,)) -> tuple:
     """``(c_min, rise, fall, share, exponent)``: of the grids' limits under which at most ``max_missed`` of the
     claimed rows miss, the one that claims the most (ties: the stricter, larger c_min, smaller rise and fall, larger
     share, smaller exponent)."""
     import itertools
 
-    holds = np.array([r["holds"] for r in rows])
+    holds = np.array([r.holds for r in rows])
     best = None
     for c_min, rise, fall, share, exponent in itertools.product(C_GRID, RISE_GRID, FALL_GRID, shares, exponents):
         mine = np.array([claimed_by(r, c_min, rise, fall, share, exponent) for r in rows])
@@ -203,18 +348,19 @@ def choose_flags(rows: list[dict], max_missed: float = MAX_MISSED, shares=(0.0,)
 LIMITS = ("settled_c", "settled_rise", "settled_fall", "early_share", "c_exponent")
 
 
-def _inner_steps(row: dict) -> int:
+def _inner_steps(row: ForecastRow) -> int:
     from noloco.studies import one_pilot
 
-    return one_pilot.setting(row["run"])["inner_steps"] if row["run"] in one_pilot.settings() else F.BASE["inner_steps"]
+    return one_pilot.setting(row.run)["inner_steps"] if row.run in one_pilot.settings() else F.BASE["inner_steps"]
 
 
-def stored_rows(paths=(_DATA / "forecasts.json", _DATA / "forecasts_fresh.json")) -> list[dict]:
+def stored_rows(paths=(_DATA / "forecasts.json", _DATA / "forecasts_fresh.json")) -> list[ForecastRow]:
     """The development forecasts of the second round (module docstring), each with its run's H."""
-    return [{**r, "inner_steps": r.get("inner_steps") or _inner_steps(r)} for p in paths for r in read_json(p)["rows"]]
+    rows = [ForecastRow.from_json(r) for p in paths for r in read_json(p)["rows"]]
+    return [dataclasses.replace(r, inner_steps=r.inner_steps or _inner_steps(r)) for r in rows]
 
 
-def choice(rows: list[dict] | None = None) -> dict:
+def choice(rows: list[ForecastRow] | None = None) -> Choice:
     """The second round's flags and interval chosen on the development forecasts (module docstring), and the first
     round's 5 % rule's choice beside."""
     rows = stored_rows() if rows is None else rows
@@ -223,31 +369,31 @@ def choice(rows: list[dict] | None = None) -> dict:
         limits = choose_flags(rows, missed, SHARE_GRID, C_EXPONENTS)
         mine = [r for r in rows if claimed_by(r, *limits)]
         # strict JSON: no limit (inf) written as None
-        out[name] = {**{k: None if v == math.inf else v for k, v in zip(LIMITS, limits)},
-                     "interval": np.quantile([r["ratio"] for r in mine], [0.1, 0.9]).tolist(), "max_missed": missed,
-                     "claimed": len(mine), "missed": sum(not r["holds"] for r in mine), "forecasts": len(rows)}
-    return out
+        out[name] = Limits(**{k: None if v == math.inf else v for k, v in zip(LIMITS, limits)},
+                           interval=np.quantile([r.ratio for r in mine], [0.1, 0.9]).tolist(), max_missed=missed,
+                           claimed=len(mine), missed=sum(not r.holds for r in mine), forecasts=len(rows))
+    return Choice(**out)
 
 
-def verdicts(rows: list[dict]) -> dict:
-    """The counts of the fresh judgement for ``rows`` (each with ``claimed``, ``holds``, ``ratio``, ``naive``)."""
-    mine = [r for r in rows if r["claimed"]]
-    naive = [r for r in rows if r["naive"] is not None]
-    return {"forecasts": len(rows), "claimed": len(mine), "claimed_within": sum(r["holds"] for r in mine),
-            "flagged": len(rows) - len(mine), "missed_unflagged": sum(not r["holds"] for r in mine),
-            "would_hold_flagged": sum(r["holds"] for r in rows if not r["claimed"]),
-            "claimed_inside_interval": sum(r["inside"] for r in mine),
-            "share_claimed": len(mine) / len(rows) if rows else None,
-            "share_claimed_within": sum(r["holds"] for r in mine) / len(mine) if mine else None,
-            "naive_within": sum(abs(r["naive"] - 1) <= TOLERANCE for r in naive),
-            "forecast_beats_naive": sum(abs(r["ratio"] - 1) < abs(r["naive"] - 1) for r in naive)}
+def verdicts(rows: list[ForecastRow]) -> Verdicts:
+    """The counts of the fresh judgement for ``rows``."""
+    mine = [r for r in rows if r.claimed]
+    naive = [r for r in rows if r.naive is not None]
+    return Verdicts(forecasts=len(rows), claimed=len(mine), claimed_within=sum(r.holds for r in mine),
+                    flagged=len(rows) - len(mine), missed_unflagged=sum(not r.holds for r in mine),
+                    would_hold_flagged=sum(r.holds for r in rows if not r.claimed),
+                    claimed_inside_interval=sum(r.inside for r in mine),
+                    share_claimed=len(mine) / len(rows) if rows else None,
+                    share_claimed_within=sum(r.holds for r in mine) / len(mine) if mine else None,
+                    naive_within=sum(abs(r.naive - 1) <= TOLERANCE for r in naive),
+                    forecast_beats_naive=sum(abs(r.ratio - 1) < abs(r.naive - 1) for r in naive))
 
 
-def _per_family(rows: list[dict]) -> dict:
-    return {f: verdicts([r for r in rows if r["family"] == f]) for f in sorted({r["family"] for r in rows})}
+def _per_family(rows: list[ForecastRow]) -> dict:
+    return {f: verdicts([r for r in rows if r.family == f]) for f in sorted({r.family for r in rows})}
 
 
-def noise_fit(out: Path) -> dict:
+def noise_fit(out: Path) -> dict[str, NoiseFit]:
     """Why the forecast's noise grows: log(s2 / L2) of every development run (the pooled s2 as the theory reads it,
     replayed along the run's own groups) on t / T, outer steps 8 to T, per-run intercepts; and with log L2 beside."""
     from noloco.advice import forecast as FC
@@ -269,7 +415,7 @@ def noise_fit(out: Path) -> dict:
     for name, cols in (("t/T", [0]), ("t/T and log L2", [0, 1])):
         A = np.c_[X[:, cols], D]
         coef = np.linalg.lstsq(A, y, rcond=None)[0]
-        fits[name] = {"slopes": coef[:len(cols)].tolist(), "residual_sd": float(np.std(y - A @ coef))}
+        fits[name] = NoiseFit(slopes=coef[:len(cols)].tolist(), residual_sd=float(np.std(y - A @ coef)))
     return fits
 
 
@@ -296,25 +442,24 @@ def attribution(out: Path) -> dict:
     return medians
 
 
-def evaluate(out: Path) -> dict:
+def evaluate(out: Path) -> ForecastsReport:
     """The development forecasts (own groups), the flags and interval the rule chooses on them, and the counts under
     the flags :mod:`noloco.advice.forecast` carries (which should be those)."""
     from noloco.advice import forecast as FC
 
-    rows = [{"family": f, "run": run, "seed": s, **forecast_row(F._folder(out, f, run, s), K, s, ("own",))}
+    rows = [forecast_row(F._folder(out, f, run, s), K, s, ("own",), f, run)
             for f, run, s in development_runs() for K in FROM_STEPS]
     c_min, rise, fall, _, _ = choose_flags(rows)  # the first round's grid: no early share, c per outer step
     mine = [r for r in rows if claimed_by(r, c_min, rise, fall)]
-    q = np.quantile([r["ratio"] for r in mine], [0.1, 0.9]).tolist()
-    for r in rows:
-        r["claimed"] = not r.pop("flagged")
-    return {"schema": "forecasts-development", "tolerance": TOLERANCE, "from_steps": list(FROM_STEPS),
-            "noise_growth": FC.NOISE_GROWTH, "max_missed": MAX_MISSED,
-            "chosen": {"settled_c": c_min, "settled_rise": rise, "settled_fall": fall, "interval": q},
-            "module": {"settled_c": FC.SETTLED_C, "settled_rise": FC.SETTLED_RISE, "settled_fall": FC.SETTLED_FALL,
-                       "interval": list(FC.FORECAST_ERROR)},
-            "rows": rows, "summary": verdicts(rows), "per_family": _per_family(rows),
-            "noise_fit": noise_fit(out), "attribution": attribution(out)}
+    q = np.quantile([r.ratio for r in mine], [0.1, 0.9]).tolist()
+    return ForecastsReport(
+        schema="forecasts-development", tolerance=TOLERANCE, from_steps=list(FROM_STEPS),
+        noise_growth=FC.NOISE_GROWTH, max_missed=MAX_MISSED,
+        chosen=Limits(settled_c=c_min, settled_rise=rise, settled_fall=fall, interval=q),
+        module=Limits(settled_c=FC.SETTLED_C, settled_rise=FC.SETTLED_RISE, settled_fall=FC.SETTLED_FALL,
+                      interval=list(FC.FORECAST_ERROR)),
+        rows=rows, summary=verdicts(rows), per_family=_per_family(rows), noise_fit=noise_fit(out),
+        attribution=attribution(out))
 
 
 def fresh_runs(out: Path, seed: int = FRESH_SEED) -> list[tuple[str, str, Path]]:
@@ -334,7 +479,7 @@ def from_steps(T: int) -> list[int]:
     return sorted({max(round(f * T), 3) for f in FRACTIONS})
 
 
-def judge_fresh(out: Path, seed: int = FRESH_SEED, development: list | None = None) -> dict:
+def judge_fresh(out: Path, seed: int = FRESH_SEED, development: list | None = None) -> ForecastsReport:
     """The fresh judgement (module docstring): the forecast as committed, its flags deciding what is claimed; from
     the second round on, the 5 % rule's choice on ``development`` (default :func:`stored_rows`) beside
     (``claimed_at_5``)."""
@@ -342,28 +487,27 @@ def judge_fresh(out: Path, seed: int = FRESH_SEED, development: list | None = No
 
     second = seed != FRESH_SEED
     chosen = choice(development) if second else None
-    limits = chosen["at_5"] if second else None
     rows = []
     for family, setting, folder in fresh_runs(out, seed):
-        T = int(read_json(folder / "result.json")["config"]["outer_steps"])
-        for K in from_steps(T):
-            r = forecast_row(folder, K, seed, ("own",))
-            r["claimed"] = not r.pop("flagged")
-            if limits:
-                r["claimed_at_5"] = claimed_by(r, *(math.inf if limits[k] is None else limits[k] for k in LIMITS))
-            rows.append({"family": family, "run": setting, "seed": seed, **r})
-    report = {"schema": "forecasts-fresh", "tolerance": TOLERANCE, "seed": seed, "fractions": list(FRACTIONS),
-              "flags": {"settled_c": FC.SETTLED_C, "settled_rise": FC.SETTLED_RISE, "settled_fall": FC.SETTLED_FALL,
-                        **({"early_share": FC.EARLY_SHARE} if second else {})},
-              "interval": list(FC.FORECAST_ERROR), "noise_growth": FC.NOISE_GROWTH, "rows": rows,
-              "summary": verdicts(rows), "per_family": _per_family(rows)}
+        for K in from_steps(int(read_json(folder / "result.json")["config"]["outer_steps"])):
+            r = forecast_row(folder, K, seed, ("own",), family, setting)
+            if chosen is not None:
+                r = dataclasses.replace(r, claimed_at_5=claimed_by(r, *chosen.at_5.limits()))
+            rows.append(r)
+    report = ForecastsReport(
+        schema="forecasts-fresh", tolerance=TOLERANCE, seed=seed, fractions=list(FRACTIONS),
+        flags=Limits(settled_c=FC.SETTLED_C, settled_rise=FC.SETTLED_RISE, settled_fall=FC.SETTLED_FALL,
+                     early_share=FC.EARLY_SHARE if second else None),
+        interval=list(FC.FORECAST_ERROR), noise_growth=FC.NOISE_GROWTH, rows=rows, summary=verdicts(rows),
+        per_family=_per_family(rows))
     if second:
-        at5 = [{**r, "claimed": r["claimed_at_5"]} for r in rows]
-        report.update(choice=chosen, summary_at_5=verdicts(at5), per_family_at_5=_per_family(at5))
+        at5 = [dataclasses.replace(r, claimed=r.claimed_at_5) for r in rows]
+        report = dataclasses.replace(report, choice=chosen, summary_at_5=verdicts(at5),
+                                     per_family_at_5=_per_family(at5))
     return report
 
 
-def run_study(out, train: bool = True, fresh_seed: int | None = None) -> dict:
+def run_study(out, train: bool = True, fresh_seed: int | None = None) -> ForecastsReport:
     out = Path(out)
     if fresh_seed is not None:  # a second fresh round: judged, never trained here
         report = judge_fresh(out, fresh_seed)
@@ -376,35 +520,35 @@ def run_study(out, train: bool = True, fresh_seed: int | None = None) -> dict:
     return F.train_and_evaluate(out, "forecasts.json", train_missing, evaluate, train)
 
 
-def format_report(rep: dict) -> str:
+def format_report(rep: ForecastsReport) -> str:
     lines = [f"{'family':<9} {'run':<14} {'seed':>4} {'K':>3} {'ratio':>6} {'naive':>6} {'c':>6} {'rise':>6}  claimed"]
-    for r in rep["rows"]:
-        naive = "-" if r["naive"] is None else f"{r['naive']:.3f}"
-        lines.append(f"{r['family']:<9} {r['run']:<14} {r['seed']:>4} {r['from_step']:>3} {r['ratio']:>6.3f} "
-                     f"{naive:>6} {r['c_level']:>6.3f} {r['c_rise']:>6.2f}  {'yes' if r['claimed'] else 'no'}")
-    if "chosen" in rep:
-        ch = rep["chosen"]
-        lines.append(f"chosen on the development runs: not settled below a pooled c of {ch['settled_c']:g}, above a "
-                     f"rise of {ch['settled_rise']:g} or a fall of {ch['settled_fall']:g}; interval "
-                     f"{ch['interval'][0]:.3f} to {ch['interval'][1]:.3f} (the forecast's: {rep['module']})")
-    for name, fit in rep.get("noise_fit", {}).items():
-        lines.append(f"log(s2 / L2) on {name}: slopes {', '.join(f'{x:.3f}' for x in fit['slopes'])}, residual sd "
-                     f"{fit['residual_sd']:.3f}")
-    for what, m in rep.get("attribution", {}).items():
+    for r in rep.rows:
+        naive = "-" if r.naive is None else f"{r.naive:.3f}"
+        lines.append(f"{r.family:<9} {r.run:<14} {r.seed:>4} {r.from_step:>3} {r.ratio:>6.3f} "
+                     f"{naive:>6} {r.c_level:>6.3f} {r.c_rise:>6.2f}  {'yes' if r.claimed else 'no'}")
+    if rep.chosen is not None:
+        ch = rep.chosen
+        lines.append(f"chosen on the development runs: not settled below a pooled c of {ch.settled_c:g}, above a "
+                     f"rise of {ch.settled_rise:g} or a fall of {ch.settled_fall:g}; interval "
+                     f"{ch.interval[0]:.3f} to {ch.interval[1]:.3f} (the forecast's: {rep.module.to_json()})")
+    for name, fit in (rep.noise_fit or {}).items():
+        lines.append(f"log(s2 / L2) on {name}: slopes {', '.join(f'{x:.3f}' for x in fit.slopes)}, residual sd "
+                     f"{fit.residual_sd:.3f}")
+    for what, m in (rep.attribution or {}).items():
         lines.append(f"s2 / L2 held, {'later ' + what if what != 'held' else 'as it was'}: median ratio per seed "
                      + ", ".join(f"{v:.3f}" for v in m.values()))
-    for name, ch in rep.get("choice", {}).items():
-        lines.append(f"{name} (at most {ch['max_missed']:.0%} of the claims outside): c {ch['settled_c']:g} (times "
-                     f"(10 / H) ** {ch['c_exponent']:g}), rise {ch['settled_rise']}, fall {ch['settled_fall']}, early "
-                     f"before {ch['early_share']:g} of the run; {ch['claimed']} of {ch['forecasts']} development "
-                     f"forecasts claimed, {ch['missed']} outside; interval {ch['interval'][0]:.3f} to "
-                     f"{ch['interval'][1]:.3f}")
-    at5 = [(f"{name}, 5 % rule", s) for name, s in [("all", rep.get("summary_at_5")),
-                                                     *rep.get("per_family_at_5", {}).items()] if s]
-    for name, s in [("all", rep["summary"]), *rep["per_family"].items(), *at5]:
-        lines.append(f"{name}: {s['forecasts']} forecasts, claimed {s['claimed']}, of them within "
-                     f"{rep['tolerance']:.0%}: {s['claimed_within']} (inside the interval {s['claimed_inside_interval']}); "
-                     f"flagged {s['flagged']}, missed unflagged {s['missed_unflagged']}, would have held but flagged "
-                     f"{s['would_hold_flagged']}; naive within: {s['naive_within']}; the forecast nearer than naive: "
-                     f"{s['forecast_beats_naive']}")
+    for name, ch in ((("chosen", rep.choice.chosen), ("at_5", rep.choice.at_5)) if rep.choice else ()):
+        lines.append(f"{name} (at most {ch.max_missed:.0%} of the claims outside): c {ch.settled_c:g} (times "
+                     f"(10 / H) ** {ch.c_exponent:g}), rise {ch.settled_rise}, fall {ch.settled_fall}, early "
+                     f"before {ch.early_share:g} of the run; {ch.claimed} of {ch.forecasts} development "
+                     f"forecasts claimed, {ch.missed} outside; interval {ch.interval[0]:.3f} to "
+                     f"{ch.interval[1]:.3f}")
+    at5 = [(f"{name}, 5 % rule", s) for name, s in [("all", rep.summary_at_5), *(rep.per_family_at_5 or {}).items()]
+           if s]
+    for name, s in [("all", rep.summary), *rep.per_family.items(), *at5]:
+        lines.append(f"{name}: {s.forecasts} forecasts, claimed {s.claimed}, of them within "
+                     f"{rep.tolerance:.0%}: {s.claimed_within} (inside the interval {s.claimed_inside_interval}); "
+                     f"flagged {s.flagged}, missed unflagged {s.missed_unflagged}, would have held but flagged "
+                     f"{s.would_hold_flagged}; naive within: {s.naive_within}; the forecast nearer than naive: "
+                     f"{s.forecast_beats_naive}")
     return "\n".join(lines)

@@ -47,61 +47,52 @@ def train_missing(out, families=FAMILIES, seeds=SEEDS, progress: bool | None = N
             bar.update()
 
 
-def _table(rows: list[dict], families) -> dict:
-    axes = list(dict.fromkeys(r["axis"] for r in rows))
-    return {"by_family": {f: transfers.counts([r for r in rows if r["family"] == f]) for f in families},
-            "by_axis": {f: {a: transfers.counts([r for r in rows if r["family"] == f and r["axis"] == a])
-                            for a in axes} for f in families}}
-
-
-def seen(out, families=FAMILIES) -> list[dict]:
+def seen(out, families=FAMILIES) -> list:
     """Every one-pilot transfer of :data:`SEEN_SEEDS` whose runs are in ``out``, then seeds 1 and 2's transfers whose
     target is not there, against docs/data/one_pilot.json's measured targets."""
     rows = [r for f in families for s in SEEN_SEEDS for p, t, axis in one_pilot.TRANSFERS
             if (r := transfers.as_row(out, f, s, p, t, axis)) is not None]
-    have = {(r["family"], r["seed"], r["axis"]) for r in rows}
-    return rows + [r for r in transfers.seen_rows(out, families) if (r["family"], r["seed"], r["axis"]) not in have]
+    have = {(r.family, r.seed, r.axis) for r in rows}
+    return rows + [r for r in transfers.seen_rows(out, families) if (r.family, r.seed, r.axis) not in have]
 
 
-def evaluate(out, families=FAMILIES, seeds=SEEDS) -> dict:
+def evaluate(out, families=FAMILIES, seeds=SEEDS) -> transfers.TransfersReport:
     rows = [r for f in families for s in seeds for p, t, axis in AXES
             if (r := transfers.as_row(out, f, s, p, t, axis)) is not None]
     old = seen(out, families)
-    return {"schema": "transfer-groups", "rules": {"spread_tolerance": SPREAD_RULE,
-                                                   "claimed": "a prediction without a flag"},
-            "families": list(families), "seeds": list(seeds), "rows": rows, **_table(rows, families),
-            "summary": transfers.counts(rows),
-            "seen": {"seeds": list(SEEN_SEEDS), "note": "seen: the correction was set on them", "rows": old,
-                     **_table(old, families), "summary": transfers.counts(old)}}
+    return transfers.TransfersReport(
+        schema="transfer-groups", rules=transfers.RULES, families=list(families), seeds=list(seeds), rows=rows,
+        **transfers.tables(rows, families), summary=transfers.counts(rows),
+        seen=transfers.Seen(seeds=list(SEEN_SEEDS), note="seen: the correction was set on them", rows=old,
+                            **transfers.tables(old, families), summary=transfers.counts(old)))
 
 
-def run_study(out, train: bool = True, families=FAMILIES, seeds=SEEDS) -> dict:
+def run_study(out, train: bool = True, families=FAMILIES, seeds=SEEDS) -> transfers.TransfersReport:
     from noloco.studies.families import train_and_evaluate
 
     return train_and_evaluate(out, "transfer_groups.json", train_missing, evaluate, train, families, seeds)
 
 
-def format_report(rep: dict) -> str:
-    lines = [f"--as along N and n within {rep['rules']['spread_tolerance']:.0%}, a flagged prediction not claimed; "
-             f"seeds {', '.join(map(str, rep['seeds']))}",
+def format_report(rep: transfers.TransfersReport) -> str:
+    lines = [f"--as along N and n within {rep.rules.spread_tolerance:.0%}, a flagged prediction not claimed; "
+             f"seeds {', '.join(map(str, rep.seeds))}",
              f"{'family':<9}{'seed':>5}  {'axis':<11}{'--as':>7}  {'verdict':<8} flags"]
-    lines += [f"{r['family']:<9}{r['seed']:>5}  {r['axis']:<11}{r['as_ratio']:>7.3f}  {r['as_verdict']:<8} "
-              f"{transfers._flag_names(r['as_flags'])}" for r in rep["rows"]]
-    lines += [f"{f}: " + one_pilot.json_line(c) for f, c in rep["by_family"].items()]
-    lines += [f"{f}, seen seeds: " + one_pilot.json_line(c) for f, c in rep["seen"]["by_family"].items()]
+    lines += [f"{r.family:<9}{r.seed:>5}  {r.axis:<11}{r.as_ratio:>7.3f}  {r.as_verdict:<8} "
+              f"{transfers._flag_names(r.as_flags)}" for r in rep.rows]
+    lines += [f"{f}: " + one_pilot.json_line(c.to_json()) for f, c in rep.by_family.items()]
+    lines += [f"{f}, seen seeds: " + one_pilot.json_line(c.to_json()) for f, c in rep.seen.by_family.items()]
     return "\n".join(lines)
 
 
-def markdown(rep: dict) -> str:
+def markdown(rep: transfers.TransfersReport) -> str:
     """The table docs/advice.md shows: per family and axis, fresh and seen, the four counts."""
     out = ["| family | axis | fresh: ratios (claimed, within 15 %, flagged, missed) | seen seeds 0 to 4: the same |",
            "|---|---|---|---|"]
-    for f in rep["families"]:
-        for a, c in rep["by_axis"][f].items():
-            ratios = ", ".join(format(r["as_ratio"], ".2f") for r in rep["rows"] if r["family"] == f and r["axis"] == a)
-            s = rep["seen"]["by_axis"][f].get(a)
-            out.append(f"| {f} | {a} | {ratios} ({c['claimed']}, {c['within']}, {c['flagged']}, "
-                       f"{c['missed_unflagged']}) | " + (f"{s['claimed']}, {s['within']}, {s['flagged']}, "
-                                                         f"{s['missed_unflagged']} of {s['predictions']}" if s else "-")
+    for f in rep.families:
+        for a, c in rep.by_axis[f].items():
+            ratios = ", ".join(format(r.as_ratio, ".2f") for r in rep.rows if r.family == f and r.axis == a)
+            s = rep.seen.by_axis[f].get(a)
+            out.append(f"| {f} | {a} | {ratios} ({c.claimed}, {c.within}, {c.flagged}, {c.missed_unflagged}) | "
+                       + (f"{s.claimed}, {s.within}, {s.flagged}, {s.missed_unflagged} of {s.predictions}" if s else "-")
                        + " |")
     return "\n".join(out)

@@ -33,8 +33,11 @@ docs/data/one_pilot.json (those runs are not kept), and labelled so.
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Optional
 
+from noloco.infra.record import JsonRecord
 from noloco.studies import one_pilot
 
 SEEDS = (3, 4)
@@ -59,6 +62,123 @@ AXIS_TRANSFERS = [t for t in one_pilot.TRANSFERS if t[0] == one_pilot.PILOT and 
 AXIS_TRANSFERS += [(t, p, f"{axis}, back") for p, t, axis in AXIS_TRANSFERS]
 
 
+@dataclass(frozen=True)
+class Counts(JsonRecord):
+    """Claimed, within the rule, flagged and missed unflagged, of some predictions' verdicts."""
+
+    predictions: int
+    claimed: int
+    within: int
+    flagged: int
+    missed_unflagged: int
+
+
+@dataclass(frozen=True)
+class AsPrediction(JsonRecord):
+    """One ``--as`` transfer from a pilot to a target against the target's measured RMS spread (the base of
+    :class:`AsRow` and :class:`SeenRow`)."""
+
+    family: str
+    seed: int
+    axis: str
+    pilot: str
+    target: str
+    measured: float
+    as_ratio: float
+    as_flags: list
+    as_verdict: str
+
+
+@dataclass(frozen=True)
+class AsRow(AsPrediction):
+    """A transfer between two runs in the folder, with the transfer's diagnostics."""
+
+    pilot_replay_ratio: Optional[float]
+    decay_factor: Optional[float]
+    pilot_decay_factor: Optional[float]
+    tilt: Optional[float]
+    average_ratio: float
+
+
+@dataclass(frozen=True)
+class SeenRow(AsPrediction):
+    """A seen seed's transfer against the one-pilot study's measured target, with the verdict it had there."""
+
+    old_as_ratio: float
+    old_as_verdict: str
+    pilot_replay_ratio: Optional[float]
+
+
+class AnyAsRow:
+    """Reads a row of a list that holds both kinds: a seen row carries its old verdict."""
+
+    @staticmethod
+    def from_json(obj: Any) -> AsPrediction:
+        return (SeenRow if isinstance(obj, dict) and "old_as_ratio" in obj else AsRow).from_json(obj)
+
+
+@dataclass(frozen=True)
+class Rules(JsonRecord):
+    """The rule a transfer is judged by: within ``spread_tolerance``, and what is claimed."""
+
+    spread_tolerance: float
+    claimed: str
+
+
+#: a family's counts by axis, per family
+_BY_AXIS = (dict, (dict, Counts))
+
+
+@dataclass(frozen=True)
+class Seen(JsonRecord):
+    """The seen seeds' transfers, labelled so (``by_axis`` and ``summary``: the transfer-groups study's)."""
+
+    OPTIONAL_KEYS = ("by_axis", "summary")
+    NESTED = {"rows": (list, AnyAsRow), "by_family": (dict, Counts), "by_axis": _BY_AXIS, "summary": Counts}
+
+    seeds: list
+    note: str
+    rows: list
+    by_family: dict
+    by_axis: Optional[dict] = None
+    summary: Optional[Counts] = None
+
+
+@dataclass(frozen=True)
+class TransfersReport(JsonRecord):
+    """``transfers.json``, ``transfers_fresh6.json`` (``missing``, no tuner or seen) and ``transfer_groups.json``
+    (no tuner): the transfers' verdicts, counted per family and axis. ``tuner`` holds
+    :func:`noloco.studies.one_pilot.tuner_rows`' rows as that study makes them."""
+
+    OPTIONAL_KEYS = ("missing", "tuner", "seen")
+    NESTED = {"rules": Rules, "rows": (list, AsRow), "by_family": (dict, Counts), "by_axis": _BY_AXIS,
+              "summary": Counts, "seen": Seen}
+
+    schema: str
+    rules: Rules
+    families: list
+    seeds: list
+    rows: list
+    missing: Optional[list] = None
+    by_family: dict = field(default_factory=dict)
+    by_axis: dict = field(default_factory=dict)
+    summary: Optional[Counts] = None
+    tuner: Optional[list] = None
+    seen: Optional[Seen] = None
+
+
+RULES = Rules(spread_tolerance=SPREAD_RULE, claimed="a prediction without a flag")
+
+
+def tables(rows: list, families, axes=None) -> dict:
+    """``rows``' counts per family (``by_family``) and per family and axis (``by_axis``; ``axes``: their order,
+    by default as the rows meet them)."""
+    axes = list(dict.fromkeys(r.axis for r in rows)) if axes is None else axes
+    return {"by_family": {f: counts([r for r in rows if r.family == f]) for f in families},
+            "by_axis": {f: {a: counts([r for r in rows if r.family == f and r.axis == a]) for a in axes}
+                        for f in families}}
+
+
 def train_missing(out, families=FAMILIES, seeds=SEEDS, progress: bool | None = None) -> None:
     """Every run of :data:`NAMES` not finished yet, trained whole (no forks)."""
     from noloco.infra.progress import Progress
@@ -78,15 +198,15 @@ def train_missing(out, families=FAMILIES, seeds=SEEDS, progress: bool | None = N
             bar.update()
 
 
-def counts(rows: list[dict]) -> dict:
+def counts(rows: list) -> Counts:
     """Claimed, within the rule, flagged and missed unflagged, of ``rows``' verdicts."""
-    verdicts = [r["as_verdict"] for r in rows]
-    return {"predictions": len(rows), "claimed": sum(v != "flagged" for v in verdicts),
-            "within": verdicts.count("agrees"), "flagged": verdicts.count("flagged"),
-            "missed_unflagged": verdicts.count("misses")}
+    verdicts = [r.as_verdict for r in rows]
+    return Counts(predictions=len(rows), claimed=sum(v != "flagged" for v in verdicts),
+                  within=verdicts.count("agrees"), flagged=verdicts.count("flagged"),
+                  missed_unflagged=verdicts.count("misses"))
 
 
-def as_row(out, family: str, seed: int, pilot: str, target: str, axis: str) -> dict | None:
+def as_row(out, family: str, seed: int, pilot: str, target: str, axis: str) -> AsRow | None:
     """:func:`noloco.studies.one_pilot.as_row` along the runs' groups: these folders were trained with the groups
     seed ``seed`` but written before the observer recorded it, so it is passed to the transfer."""
     from noloco.advice.forecast import transfer
@@ -97,14 +217,14 @@ def as_row(out, family: str, seed: int, pilot: str, target: str, axis: str) -> d
     _, measured = one_pilot._measured(one_pilot.folder(out, family, target, seed))
     rep = transfer(one_pilot.folder(out, family, pilot, seed), seed=seed, **one_pilot._changes(pilot, target))
     ratio = rep["second_half_rms"] / measured
-    return {"family": family, "seed": seed, "axis": axis, "pilot": pilot, "target": target, "measured": measured,
-            "as_ratio": ratio, "as_flags": rep["flags"], "as_verdict": one_pilot._verdict(ratio, rep["flags"]),
-            "pilot_replay_ratio": rep["pilot_replay_ratio"], "decay_factor": rep["decay_factor"],
-            "pilot_decay_factor": rep["pilot_decay_factor"], "tilt": rep["tilt"],
-            "average_ratio": rep["second_half_rms_average"] / measured}
+    return AsRow(family=family, seed=seed, axis=axis, pilot=pilot, target=target, measured=measured, as_ratio=ratio,
+                 as_flags=rep["flags"], as_verdict=one_pilot._verdict(ratio, rep["flags"]),
+                 pilot_replay_ratio=rep["pilot_replay_ratio"], decay_factor=rep["decay_factor"],
+                 pilot_decay_factor=rep["pilot_decay_factor"], tilt=rep["tilt"],
+                 average_ratio=rep["second_half_rms_average"] / measured)
 
 
-def seen_rows(out, families=FAMILIES, report=SEEN_REPORT) -> list[dict]:
+def seen_rows(out, families=FAMILIES, report=SEEN_REPORT) -> list[SeenRow]:
     """``--as`` of the seen seeds: from their pilots trained again in ``out``, against the targets' measured spreads
     in ``report`` (the one-pilot study's), each with the verdict it had there (``old_as_ratio``, ``old_as_verdict``)."""
     from noloco.advice.forecast import transfer
@@ -113,37 +233,32 @@ def seen_rows(out, families=FAMILIES, report=SEEN_REPORT) -> list[dict]:
     if not Path(report).exists():
         return []
     rows = []
-    for r in read_json(report)["transfers"]:
-        pilot = one_pilot.folder(out, r["family"], r["pilot"], r["seed"])
-        if r["family"] not in families or not one_pilot.finished(pilot):
+    for r in (AsPrediction.from_json(t) for t in read_json(report)["transfers"]):
+        pilot = one_pilot.folder(out, r.family, r.pilot, r.seed)
+        if r.family not in families or not one_pilot.finished(pilot):
             continue
-        rep = transfer(pilot, seed=r["seed"], **one_pilot._changes(r["pilot"], r["target"]))
-        ratio = rep["second_half_rms"] / r["measured"]
-        rows.append({**{k: r[k] for k in ("family", "seed", "axis", "pilot", "target", "measured")},
-                     "as_ratio": ratio, "as_flags": rep["flags"], "as_verdict": one_pilot._verdict(ratio, rep["flags"]),
-                     "old_as_ratio": r["as_ratio"], "old_as_verdict": r["as_verdict"],
-                     "pilot_replay_ratio": rep["pilot_replay_ratio"]})
+        rep = transfer(pilot, seed=r.seed, **one_pilot._changes(r.pilot, r.target))
+        ratio = rep["second_half_rms"] / r.measured
+        rows.append(SeenRow(family=r.family, seed=r.seed, axis=r.axis, pilot=r.pilot, target=r.target,
+                            measured=r.measured, as_ratio=ratio, as_flags=rep["flags"],
+                            as_verdict=one_pilot._verdict(ratio, rep["flags"]), old_as_ratio=r.as_ratio,
+                            old_as_verdict=r.as_verdict, pilot_replay_ratio=rep["pilot_replay_ratio"]))
     return rows
 
 
-def evaluate(out, families=FAMILIES, seeds=SEEDS) -> dict:
+def evaluate(out, families=FAMILIES, seeds=SEEDS) -> TransfersReport:
     rows = [r for f in families for s in seeds for p, t, axis in one_pilot.TRANSFERS
             if (r := as_row(out, f, s, p, t, axis)) is not None]
     seen = seen_rows(out, families)
     axes = list(dict.fromkeys(axis for _, _, axis in one_pilot.TRANSFERS))
-    return {"schema": "transfers", "rules": {"spread_tolerance": SPREAD_RULE,
-                                             "claimed": "a prediction without a flag"},
-            "families": list(families), "seeds": list(seeds), "rows": rows,
-            "by_family": {f: counts([r for r in rows if r["family"] == f]) for f in families},
-            "by_axis": {f: {a: counts([r for r in rows if r["family"] == f and r["axis"] == a]) for a in axes}
-                        for f in families},
-            "summary": counts(rows),
-            "tuner": [r for f in families for r in one_pilot.tuner_rows(out, f, TUNER_SEEDS)],
-            "seen": {"seeds": list(SEEN_SEEDS), "note": "seen before the calibration and the flags were written",
-                     "rows": seen, "by_family": {f: counts([r for r in seen if r["family"] == f]) for f in families}}}
+    return TransfersReport(schema="transfers", rules=RULES, families=list(families), seeds=list(seeds), rows=rows,
+                           **tables(rows, families, axes), summary=counts(rows),
+                           tuner=[r for f in families for r in one_pilot.tuner_rows(out, f, TUNER_SEEDS)],
+                           seen=Seen(seeds=list(SEEN_SEEDS), note="seen before the calibration and the flags were written",
+                                     rows=seen, by_family={f: counts([r for r in seen if r.family == f]) for f in families}))
 
 
-def judge_fresh(out, seed: int = FRESH2_SEED, families=FAMILIES) -> dict:
+def judge_fresh(out, seed: int = FRESH2_SEED, families=FAMILIES) -> TransfersReport:
     """The second fresh round (module docstring): ``--as`` along :data:`AXIS_TRANSFERS` at ``seed``, nothing trained."""
     rows, missing = [], []
     for f in families:
@@ -151,15 +266,11 @@ def judge_fresh(out, seed: int = FRESH2_SEED, families=FAMILIES) -> dict:
             row = as_row(out, f, seed, p, t, axis)
             rows.append(row) if row is not None else missing.append(f"{f} {p} -> {t}")
     axes = list(dict.fromkeys(axis for _, _, axis in AXIS_TRANSFERS))
-    return {"schema": "transfers-fresh", "rules": {"spread_tolerance": SPREAD_RULE, "claimed": "a prediction without a flag"},
-            "families": list(families), "seeds": [seed], "rows": rows, "missing": missing,
-            "by_family": {f: counts([r for r in rows if r["family"] == f]) for f in families},
-            "by_axis": {f: {a: counts([r for r in rows if r["family"] == f and r["axis"] == a]) for a in axes}
-                        for f in families},
-            "summary": counts(rows)}
+    return TransfersReport(schema="transfers-fresh", rules=RULES, families=list(families), seeds=[seed], rows=rows,
+                           missing=missing, **tables(rows, families, axes), summary=counts(rows))
 
 
-def run_study(out, train: bool = True, families=FAMILIES, seeds=SEEDS, fresh_seed: int | None = None) -> dict:
+def run_study(out, train: bool = True, families=FAMILIES, seeds=SEEDS, fresh_seed: int | None = None) -> TransfersReport:
     from noloco.infra.files import write_json
     from noloco.studies.families import train_and_evaluate
 
@@ -175,55 +286,57 @@ def _flag_names(flags: list) -> str:
     return ", ".join(f.split(":")[0] for f in flags) or "-"
 
 
-def format_report(rep: dict) -> str:
-    lines = [f"--as within {rep['rules']['spread_tolerance']:.0%}, a flagged prediction not claimed; seeds "
-             f"{', '.join(map(str, rep['seeds']))}",
+def format_report(rep: TransfersReport) -> str:
+    lines = [f"--as within {rep.rules.spread_tolerance:.0%}, a flagged prediction not claimed; seeds "
+             f"{', '.join(map(str, rep.seeds))}",
              f"{'family':<9}{'seed':>5}  {'axis':<11}{'--as':>7}  {'verdict':<8} flags"]
-    lines += [f"{r['family']:<9}{r['seed']:>5}  {r['axis']:<11}{r['as_ratio']:>7.3f}  {r['as_verdict']:<8} "
-              f"{_flag_names(r['as_flags'])}" for r in rep["rows"]]
-    lines += [f"{f}: " + one_pilot.json_line(c) for f, c in rep["by_family"].items()]
+    lines += [f"{r.family:<9}{r.seed:>5}  {r.axis:<11}{r.as_ratio:>7.3f}  {r.as_verdict:<8} "
+              f"{_flag_names(r.as_flags)}" for r in rep.rows]
+    lines += [f"{f}: " + one_pilot.json_line(c.to_json()) for f, c in rep.by_family.items()]
+    # the tuner's rows are the one-pilot study's (its layer reads them)
     lines += [f"tuner {r['family']} pilot seed {r['pilot_seed']} -> seed {r['judged_seed']}: pick {r['pick']} "
               f"predicted {r['predicted']:.4f} [{r['low']:.4f}, {r['high']:.4f}], measured {r['measured']:.4f} (rank "
               f"{r['rank']} of {r['settings']}; best {r['best']} {r['best_loss']:.4f}, median {r['median_loss']:.4f}); "
-              f"holds: {r['better_than_median'] and r['within_interval_of_best']}" for r in rep.get("tuner", [])]
-    seen = rep.get("seen", {})
-    lines += [f"{f}, seeds {', '.join(map(str, seen['seeds']))} ({seen['note']}): " + one_pilot.json_line(c)
-              for f, c in seen.get("by_family", {}).items() if c["predictions"]]
+              f"holds: {r['better_than_median'] and r['within_interval_of_best']}" for r in rep.tuner or []]
+    if rep.seen is not None:
+        lines += [f"{f}, seeds {', '.join(map(str, rep.seen.seeds))} ({rep.seen.note}): " + one_pilot.json_line(c.to_json())
+                  for f, c in rep.seen.by_family.items() if c.predictions]
     return "\n".join(lines)
 
 
-def markdown(rep: dict) -> str:
+def _verdicts(rows: list) -> str:
+    return ", ".join(r.as_verdict + (f" ({_flag_names(r.as_flags)})" if r.as_flags else "") for r in rows)
+
+
+def _count_rows(by_family: dict) -> list:
+    return [f"| {f} | {c.predictions} | {c.claimed} | {c.within} | {c.flagged} | {c.missed_unflagged} |"
+            for f, c in by_family.items()]
+
+
+def markdown(rep: TransfersReport) -> str:
     """The tables docs/advice.md shows: per family and axis, the ratios per seed with their verdicts and flags."""
     out = ["| family | axis | pilot -> target | `--as` / measured per seed | verdicts (flags) |", "|---|---|---|---|---|"]
     by = {}
-    for r in rep["rows"]:
-        by.setdefault((r["family"], r["axis"], r["pilot"], r["target"]), []).append(r)
+    for r in rep.rows:
+        by.setdefault((r.family, r.axis, r.pilot, r.target), []).append(r)
     for (family, axis, pilot, target), rows in by.items():
-        verdicts = ", ".join(r["as_verdict"] + (f" ({_flag_names(r['as_flags'])})" if r["as_flags"] else "")
-                             for r in rows)
-        out.append(f"| {family} | {axis} | {pilot} -> {target} | {', '.join(format(r['as_ratio'], '.3f') for r in rows)} "
-                   f"| {verdicts} |")
+        out.append(f"| {family} | {axis} | {pilot} -> {target} | {', '.join(format(r.as_ratio, '.3f') for r in rows)} "
+                   f"| {_verdicts(rows)} |")
     out += ["", "| family | predictions | claimed | within 15 % | flagged | missed unflagged |",
-            "|---|---|---|---|---|---|"]
-    out += [f"| {f} | {c['predictions']} | {c['claimed']} | {c['within']} | {c['flagged']} | {c['missed_unflagged']} |"
-            for f, c in rep["by_family"].items()]
-    if rep.get("tuner"):
-        out += ["", "The tuner, its pick on the fresh seeds:", ""] + one_pilot.tuner_table(rep["tuner"])
-    seen = rep.get("seen", {})
-    if seen.get("rows"):
-        out += ["", f"Seeds {' and '.join(map(str, seen['seeds']))}, {seen['note']}:", "",
+            "|---|---|---|---|---|---|"] + _count_rows(rep.by_family)
+    if rep.tuner:
+        out += ["", "The tuner, its pick on the fresh seeds:", ""] + one_pilot.tuner_table(rep.tuner)
+    seen = rep.seen
+    if seen is not None and seen.rows:
+        out += ["", f"Seeds {' and '.join(map(str, seen.seeds))}, {seen.note}:", "",
                 "| family | axis | before: ratio per seed, verdicts | now: ratio per seed, verdicts (flags) |",
                 "|---|---|---|---|"]
         by = {}
-        for r in seen["rows"]:
-            by.setdefault((r["family"], r["axis"]), []).append(r)
+        for r in seen.rows:
+            by.setdefault((r.family, r.axis), []).append(r)
         for (family, axis), rows in by.items():
-            old = ", ".join(f"{r['old_as_ratio']:.3f} {r['old_as_verdict']}" for r in rows)
-            now = ", ".join(f"{r['as_ratio']:.3f} {r['as_verdict']}" + (f" ({_flag_names(r['as_flags'])})"
-                                                                         if r["as_flags"] else "") for r in rows)
-            out.append(f"| {family} | {axis} | {old} | {now} |")
+            old = ", ".join(f"{r.old_as_ratio:.3f} {r.old_as_verdict}" for r in rows)
+            out.append(f"| {family} | {axis} | {old} | {_verdicts(rows)} |")
         out += ["", "| family (seen seeds) | predictions | claimed | within 15 % | flagged | missed unflagged |",
-                "|---|---|---|---|---|---|"]
-        out += [f"| {f} | {c['predictions']} | {c['claimed']} | {c['within']} | {c['flagged']} | "
-                f"{c['missed_unflagged']} |" for f, c in seen["by_family"].items()]
+                "|---|---|---|---|---|---|"] + _count_rows(seen.by_family)
     return "\n".join(out)
