@@ -39,7 +39,9 @@ def _made():
             comm_measure.Analysis(fit=fit, effective_fits=[], summary=summary, measurements=[cell]),
             reports.Trend(mean=1.0, se=0.5, values=[0.5, 1.5], holds=False, rule="mean > 2 SE"),
             validate.ValidateReport(schema_version=2, preset="cpu-tiny", base={}, diverged="run00: diverged"),
-            tune.TuneReport(tune={"recommendation": None}, held_out=None)]
+            tune.TuneReport(tune=dataclasses.replace(  # the tuner recommended nothing: no rules, no verdicts
+                tune.TuneReport.from_json(json.loads((DATA / "tune_holdout.json").read_text())).tune,
+                recommendation=None), held_out=None)]
 
 
 def _records(x):

@@ -63,7 +63,7 @@ class TuneResult(JsonRecord):
 
     NESTED = {"network": NetworkSetting, "recommendation": TuneRow, "skipped_pilots": (list, SkippedPilot),
               "rows": (list, TuneRow)}
-    OPTIONAL_KEYS = ("promised_speedup", "promised_loss_change")
+    OPTIONAL_KEYS = ("skipped_pilots", "promised_speedup", "promised_loss_change")
 
     goal: str
     reference: str

@@ -253,7 +253,7 @@ def evaluate(out, families=FAMILIES, seeds=SEEDS) -> TransfersReport:
     axes = list(dict.fromkeys(axis for _, _, axis in one_pilot.TRANSFERS))
     return TransfersReport(schema="transfers", rules=RULES, families=list(families), seeds=list(seeds), rows=rows,
                            **tables(rows, families, axes), summary=counts(rows),
-                           tuner=[r for f in families for r in one_pilot.tuner_rows(out, f, TUNER_SEEDS)],
+                           tuner=[r.to_json() for f in families for r in one_pilot.tuner_rows(out, f, TUNER_SEEDS)],
                            seen=Seen(seeds=list(SEEN_SEEDS), note="seen before the calibration and the flags were written",
                                      rows=seen, by_family={f: counts([r for r in seen if r.family == f]) for f in families}))
 
