@@ -25,7 +25,7 @@ def format_report(rep: EnsembleReport) -> str:
     lines = [f"budget {b.flops:.4g} matmul FLOPs per configuration ({s.experts} chains x ({s.seed_steps} seed "
              f"steps + {s.rounds} rounds x {s.expert_steps} steps) x {b.step_flops_base:.4g} FLOPs/step of the "
              f"base model, width {s.width}, {s.layers} layers, ctx {s.ctx}, batch {s.batch}); seeds "
-             f"{list(s.seeds)}",
+             f"{s.seeds}",
              "  " + ", ".join(f"{c} {v.flops:.6g} ({v.relative_to_budget:+.2e})" for c, v in b.per_config.items()),
              "rounds (one domain per chain, easiest tier first): "
              + "; ".join(f"{r + 1}: {', '.join(row)}" for r, row in enumerate(b.rounds))]
