@@ -10,9 +10,9 @@ from pathlib import Path
 
 import numpy as np
 
+from noloco.advice.run_rows import RunResult
 from noloco.infra.errors import ConfigError
 from noloco.infra.files import SCHEMA_VERSION, read_json, write_json
-from noloco.advice.run_rows import RunResult
 from noloco.llm_check import domains
 from noloco.studies.ensemble.communication import communication
 from noloco.studies.ensemble.evaluation import (check_evaluation, check_evaluation_memory, domain_rows, eval_segments,
