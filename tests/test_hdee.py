@@ -352,6 +352,25 @@ def test_the_shipped_study_is_consistent_with_the_code():
                                    < rep["per_domain"][row["against"]][d]["mean"]], name
 
 
+def test_the_shipped_study_reads_as_records_and_formats_its_tables():
+    """docs/data/hdee.json read once into its record: every evaluated domain has a row, its winner starred, and
+    each domain is listed once under the lowest perplexity."""
+    from pathlib import Path
+
+    from noloco.infra.files import read_json
+    from noloco.studies.ensemble.records import EnsembleReport, Summary
+    from noloco.studies.ensemble.report import format_report
+
+    rep = EnsembleReport.from_json(read_json(Path(__file__).resolve().parents[1] / "docs" / "data" / "hdee.json"))
+    assert isinstance(rep.per_domain["homogeneous"]["docs"], Summary) and rep.settings.seeds == (0, 1, 2)
+    text = format_report(rep)
+    rows = {line.split(" (")[0]: line for line in text.splitlines() if line.split(" (")[0] in rep.evaluated}
+    assert set(rows) == set(rep.evaluated) and all(line.count("*") == 1 for line in rows.values())
+    listed = text.split("lowest perplexity")[1].replace("?", "")
+    assert sorted(d for line in listed.splitlines()[1:] for d in line.split(None, 1)[1].split(", ")) \
+        == sorted(rep.evaluated)
+
+
 def test_an_evaluation_above_the_memory_budget_is_refused_before_training(tmp_path, capsys):
     """10^8 evaluation windows per domain: exit 3 with one line, before any run is trained."""
     assert main(["llm", "ensemble", *QUICK_ARGS[:3], "--eval-windows", "100000000", "--out", str(tmp_path / "big")]) == 3
