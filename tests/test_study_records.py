@@ -12,14 +12,15 @@ from noloco.infra.files import jsonable
 from noloco.infra.record import JsonRecord
 from noloco.llm_check import comm_measure
 from noloco.llm_check.divergence import Diverged
-from noloco.studies import advice, reports, tune, validate, warnings
+from noloco.studies import advice, gap_check, reports, tune, validate, warnings
 
 DATA = Path(__file__).resolve().parents[1] / "docs" / "data"
 #: each study's report class and the file of docs/data it wrote
 FILES = [(reports.PaperGptReport, "paper_gpt"), (reports.RoutingReport, "routing"),
          (comm_measure.CommReport, "comm_measured"), (validate.ValidateReport, "llm_validate_cpu_small"),
          (warnings.WarningsReport, "warnings"), (advice.HoldoutReport, "advice_holdout"),
-         (advice.DevelopmentReport, "advice_development"), (tune.TuneReport, "tune_holdout")]
+         (advice.DevelopmentReport, "advice_development"), (tune.TuneReport, "tune_holdout"),
+         (gap_check.GapCheckReport, "gap_check"), (gap_check.GapFreshReport, "gap_fresh")]
 
 
 def _made():
@@ -91,7 +92,7 @@ def test_a_record_made_in_code_round_trips(record):
 
 
 def test_every_record_class_of_the_studies_is_round_tripped_above():
-    modules = (reports, comm_measure, validate, warnings, advice, tune)
+    modules = (reports, comm_measure, validate, warnings, advice, tune, gap_check)
     defined = {c for m in modules for c in vars(m).values()
                if isinstance(c, type) and issubclass(c, JsonRecord) and c.__module__ == m.__name__}
     seen = {type(r) for cls, name in FILES for r in _records(cls.from_json(json.loads((DATA / f"{name}.json")
