@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from noloco.advice.run_rows import RunResult
 from noloco.infra.files import read_json, write_json
 from noloco.infra.record import JsonRecord
 from noloco.studies import families as F
@@ -165,7 +166,6 @@ class WarningsReport(JsonRecord):
 def evaluate(out: Path) -> WarningsReport:
     """Every run's flags under the rule of the module docstring."""
     from noloco.advice.record import read_run
-    from noloco.advice.run_rows import RunResult
     from noloco.training import early_warning
 
     clean, faults = [], []
@@ -209,7 +209,7 @@ def run_study(out, train_runs: bool = True, progress: bool | None = None) -> War
 
 def _stale(folder: Path, fault: str | None) -> bool:
     """A run that did not get as far as this study trains it (interrupted)."""
-    done = read_json(folder / "result.json").get("outer_steps_done", 0)
+    done = RunResult.from_json(read_json(folder / "result.json")).outer_steps_done or 0
     return done < (STOP if fault is None else max(CAUGHT_BY[fault] + 2, 3))
 
 
