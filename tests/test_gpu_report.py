@@ -36,3 +36,4 @@ def test_the_summary_reads_the_runs_their_live_lines_and_the_predictions(tmp_pat
     rates = gpu_report.live_rates(done.stderr)["start"]["noloco"]
     assert rates and run.loop_tokens_per_s_median is not None  # the lines after the first outer step
     assert summary.predictions == {"predict-s0": {"rows": []}}
+    assert list(summary.to_json()) == ["env", "runs", "predictions"]  # the file's keys, in the order it had them

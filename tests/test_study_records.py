@@ -101,6 +101,18 @@ def test_every_record_class_of_the_studies_is_round_tripped_above():
     assert defined - seen <= {warnings.FlaggedRun}  # the base of the clean and the faulty runs: never itself
 
 
+def test_the_device_session_summary_reads_and_writes_its_file_back_exactly():
+    """gpu_large.json: the runs as records, the devices' documents (by file stem) kept between env and the runs."""
+    from noloco.studies import gpu_report
+
+    obj = json.loads((DATA / "gpu_large.json").read_text())
+    summary = gpu_report.GpuSummary.from_json(obj)
+    assert json.dumps(jsonable(summary)) == json.dumps(obj)
+    assert {type(r) for r in summary.runs} == {gpu_report.RunSummary} and "bench_large" in summary.extra
+    for part in _records(summary):
+        assert type(part).from_json(part.to_json()) == part
+
+
 def test_a_malformed_report_is_a_data_error():
     from noloco.infra.errors import DataError
 
