@@ -208,3 +208,36 @@ def test_a_malformed_advice_report_is_a_data_error():
     del doc["rows"][0]["claimed"]
     with pytest.raises(DataError, match="ForecastRow: the JSON object lacks claimed"):
         forecasts.ForecastsReport.from_json(doc)
+
+
+# ------------------------------------------------------------------ the loss gap's studies and the device session
+
+from noloco.studies import gap_check, gpu_report  # noqa: E402
+
+#: each report class of the gap's studies and the file of docs/data it wrote
+GAP_FILES = [(gap_check.GapCheckReport, "gap_check"), (gap_check.GapFreshReport, "gap_fresh")]
+
+
+@pytest.mark.parametrize("record_class, name", GAP_FILES, ids=[name for _, name in GAP_FILES])
+def test_a_gap_study_report_reads_and_writes_its_file_back_exactly(record_class, name):
+    test_a_study_report_reads_and_writes_its_file_back_exactly(record_class, name)
+
+
+def test_every_record_class_of_the_gap_studies_and_the_device_session_is_round_tripped():
+    modules = (gap_check, gpu_report)
+    defined = {c for m in modules for c in vars(m).values()
+               if isinstance(c, type) and issubclass(c, JsonRecord) and c.__module__ == m.__name__}
+    files = GAP_FILES + [(gpu_report.GpuSummary, "gpu_large")]
+    seen = {type(r) for cls, name in files for r in _records(cls.from_json(json.loads((DATA / f"{name}.json")
+                                                                                     .read_text())))}
+    assert defined - seen == {gpu_report.Setting}  # read from a run's result.json, never written
+
+
+def test_the_device_session_summary_reads_and_writes_its_file_back_exactly():
+    """gpu_large.json: the runs as records, the devices' documents (by file stem) kept between env and the runs."""
+    obj = json.loads((DATA / "gpu_large.json").read_text())
+    summary = gpu_report.GpuSummary.from_json(obj)
+    assert json.dumps(jsonable(summary)) == json.dumps(obj)
+    assert {type(r) for r in summary.runs} == {gpu_report.RunSummary} and "bench_large" in summary.extra
+    for part in _records(summary):
+        assert type(part).from_json(part.to_json()) == part
