@@ -55,16 +55,17 @@ MEMORY_FLOOR = "memory floor (3 copies of N P)"
 @dataclass(frozen=True)
 class OuterOptions(JsonRecord):
     """The benchmark's options (:func:`measure`'s arguments), as its result document stores them; what each rank's
-    process is given. A result older than the inner-phase stand-in lacks ``inner_matmuls``."""
+    process is given. The table needs ``ranks`` and ``device``; a result older than the inner-phase stand-in lacks
+    ``inner_matmuls``."""
 
     ranks: int
-    replicas: int
     device: str
-    width: int
-    layers: int
-    steps: int
-    seconds: float
-    spread_steps: int
+    replicas: Optional[int] = None
+    width: Optional[int] = None
+    layers: Optional[int] = None
+    steps: Optional[int] = None
+    seconds: Optional[float] = None
+    spread_steps: Optional[int] = None
     inner_matmuls: Optional[int] = None
 
 
