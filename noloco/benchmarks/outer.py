@@ -544,6 +544,11 @@ def bench(**options) -> dict:
     return run("outer", measure, **options)
 
 
+def _share(mode) -> str:
+    """The observer's share of a mode's step, or nothing (a mode without an observer)."""
+    return f"{mode.observer_share:.1%}" if mode.observer_share is not None else ""
+
+
 def format_result(result: dict) -> str:
     doc = BenchResult.from_json(result)
     o = OuterOptions.from_json(doc.options)
@@ -554,9 +559,8 @@ def format_result(result: dict) -> str:
                  f"256 x 256, median {(res.inner_stand_in_median_s or 0) * 1e3:.1f} ms (slowest rank)",
                  f"{'mode':<38}{'median ms':>10}{'x floor P':>10}{'MB sent':>9}{'observer':>10}"]
         for name, m in res.modes.items():
-            share = f"{m.observer_share:.1%}" if m.observer_share is not None else ""
             lines.append(f"{name:<38}{m.median_s * 1e3:>10.2f}{m.x_floor_P:>10.2f}"
-                         f"{m.bytes_sent_per_rank / 1e6:>9.2f}{share:>10}")
+                         f"{m.bytes_sent_per_rank / 1e6:>9.2f}{_share(m):>10}")
         return "\n".join(lines)
     one = OneProcess.from_json(doc.results)
     lines = [f"one process, {one.replicas} replicas on {one.device}: P = {one.P:,} parameters in {one.tensors} tensors",
@@ -564,8 +568,7 @@ def format_result(result: dict) -> str:
              f"{one.memory_floor_s * 1e3:.3f} ms",
              f"{'mode':<42}{'median ms':>10}{'x floor':>9}{'observer':>10}"]
     for name, b in one.modes.items():
-        share = f"{b.observer_share:.1%}" if b.observer_share is not None else ""
-        lines.append(f"{name:<42}{b.median_s * 1e3:>10.3f}{b.x_memory_floor:>9.2f}{share:>10}")
+        lines.append(f"{name:<42}{b.median_s * 1e3:>10.3f}{b.x_memory_floor:>9.2f}{_share(b):>10}")
     w = one.wire_spread
     if w is not None:
         lines.append(f"the wire's dtype on a small regression (4 replicas, pairs): weight_std float32 "
