@@ -283,7 +283,7 @@ def _scaling_result(keep=None) -> dict:
 
     series = {"comm_idle_vs_replicas": (1e3, 1e4, 1e5, 1e6), "comm_idle_compiled_vs_replicas": (1e3, 1e4, 1e5, 1e6),
               "check_vs_directions": (1e5, 1e6, 1e7)}
-    r = {"base": scaling.BASE, "simulate": {
+    r = {"base": scaling.BASE.to_json(), "simulate": {
         f"{mode}_vs_{factor}": [[v, 0.01 * (v / values[0]) ** 0.9 * (2 if mode == "explicit" else 1)]
                                 for v in values]
         for factor, values in scaling.SWEEPS.items() for mode in ("exact", "explicit")

@@ -241,3 +241,67 @@ def test_the_device_session_summary_reads_and_writes_its_file_back_exactly():
     assert {type(r) for r in summary.runs} == {gpu_report.RunSummary} and "bench_large" in summary.extra
     for part in _records(summary):
         assert type(part).from_json(part.to_json()) == part
+
+
+# ------------------------------------------------------------------ the benchmarks' results
+
+from noloco.benchmarks import all as bench_all, llm_step, observer, outer, scaling, timer  # noqa: E402
+
+#: each stored benchmark result, its results' record class and its options' (None: the options stay a dict)
+BENCH_FILES = [(outer.OneProcess, outer.OuterOptions, "outer_one_process_cpu"),
+               (outer.AcrossRanks, outer.OuterOptions, "outer_ranks4"),
+               (outer.AcrossRanks, outer.OuterOptions, "outer_overlap_ranks2"),
+               (observer.ObserverCost, observer.ObserverOptions, "observer_cost_h20"),
+               (observer.ObserverCost, observer.ObserverOptions, "observer_cost_ranks")]
+
+
+@pytest.mark.parametrize("results_class, options_class, name", BENCH_FILES, ids=[n for _, _, n in BENCH_FILES])
+def test_a_benchmark_result_reads_and_writes_its_file_back_exactly(results_class, options_class, name):
+    obj = json.loads((DATA / f"{name}.json").read_text())
+    doc = timer.BenchResult.from_json(obj)
+    doc = dataclasses.replace(doc, results=results_class.from_json(doc.results))
+    assert json.dumps(doc.to_json()) == json.dumps(obj)
+    for part in [*_records(doc.results), doc.machine]:  # the document itself reads its results as JSON
+        assert type(part).from_json(part.to_json()) == part
+    assert json.dumps(jsonable(_fresh(doc))) == json.dumps(obj)  # made in code: the benchmark's key order
+    options = options_class.from_json(obj["options"])  # written by the command line's order, read back as is
+    assert json.dumps(options.to_json()) == json.dumps(obj["options"])
+
+
+def _made_bench():
+    """Benchmark records no committed file holds, made in code as the benchmarks make them."""
+    return [outer.RankTimes(times={"pairs: toolkit": [0.1, 0.2]}, observed={"pairs: toolkit": [0.0, 0.0]}, P=10,
+                            inner_s=[]),
+            scaling.Scaling(base=scaling.BASE, simulate={"exact_vs_dim": [[100, 0.1], [1000, 1.0]]},
+                            check_vs_directions=[[10, 0.1], [100, 0.5]]),
+            llm_step.StepRates(threads=1, n_params=100, modes={"loop": llm_step.ModeRate(tokens_per_s=1.0, step_s=1.0,
+                                                                                           warmup_s=2.0),
+                                                               "vmap": llm_step.ModeRate(error="no batching rule")}),
+            llm_step.StepOptions(replicas=8, size="cpu-small", device="cpu"),
+            bench_all.Suite(load_average_before=[0.5], extra={"grid_points": 9}), bench_all.Suite(skipped="no torch"),
+            timer.machine()]
+
+
+@pytest.mark.parametrize("record", _made_bench(), ids=lambda r: type(r).__name__)
+def test_a_benchmark_record_made_in_code_round_trips(record):
+    obj = record.to_json()
+    assert type(record).from_json(obj) == record
+    assert json.dumps(type(record).from_json(obj).to_json()) == json.dumps(obj)
+
+
+def test_every_record_class_of_the_benchmarks_is_round_tripped_above():
+    modules = (bench_all, llm_step, observer, outer, scaling, timer)
+    defined = {c for m in modules for c in vars(m).values()
+               if isinstance(c, type) and issubclass(c, JsonRecord) and c.__module__ == m.__name__}
+    seen = {type(r) for results_class, options_class, name in BENCH_FILES
+            for doc in [json.loads((DATA / f"{name}.json").read_text())]
+            for r in [*_records(results_class.from_json(doc["results"])), options_class.from_json(doc["options"]),
+                      timer.BenchResult.from_json(doc)]}
+    seen |= {type(r) for made in _made_bench() for r in _records(made)}
+    assert defined - seen == set()
+
+
+def test_the_all_result_keeps_each_suite_s_keys_in_order():
+    suite = bench_all.Suite(load_average_before=[0.5], extra={"b": 1, "a": 2})
+    assert list(suite.to_json()) == ["load_average_before", "b", "a"]
+    assert bench_all.Suite(skipped="no torch").to_json() == {"skipped": "no torch"}

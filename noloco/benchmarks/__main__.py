@@ -39,12 +39,13 @@ def main(argv=None) -> int:
 
 
 def _work(args) -> int:
-    from noloco.benchmarks.timer import checked_out, emit, run
+    from noloco.benchmarks.timer import BenchResult, checked_out, emit, run
 
     checked_out(args)  # an empty or unwritable --out is refused before the work, not after it
     options = {k: v for k, v in vars(args).items() if k not in ("name", "module", "json", "out", "parser")}
     result = run(args.name, args.module.measure, **options)
-    print(f"{args.name}: {result['machine']}, load {result['load_average_before'][0]:.2f}", file=sys.stderr)
+    doc = BenchResult.from_json(result)
+    print(f"{args.name}: {doc.machine.to_json()}, load {doc.load_average_before[0]:.2f}", file=sys.stderr)
     emit(result, args, args.module.format_result)
     return 0
 

@@ -11,9 +11,23 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+from dataclasses import dataclass, replace
+from typing import Optional
+
+from noloco.infra.record import JsonRecord
 
 NAME = "all"
 ORDER = ("theory-grid", "simulator", "comm", "check", "scaling", "llm-step")
+
+
+@dataclass(frozen=True)
+class Suite(JsonRecord):
+    """One suite's entry in the result: the load average before it, then the suite's own results (``extra``); or
+    why it was skipped, alone."""
+
+    OPTIONAL_KEYS = ("load_average_before", "skipped")
+    load_average_before: Optional[list] = None
+    skipped: Optional[str] = None
 
 
 def _skipped(text: str) -> str:
@@ -47,23 +61,27 @@ def measure(baseline=None, skip: str = "") -> dict:
         options = {"baseline": baseline} if name == "simulator" else {}
         if name == "llm-step":
             if importlib.util.find_spec("torch") is None:
-                out[name] = {"skipped": "torch is not installed"}
+                out[name] = Suite(skipped="torch is not installed").to_json()
                 continue
             options = {"threads": 1}
-        out[name] = {"load_average_before": list(os.getloadavg()), **module.measure(**options)}
+        out[name] = Suite(load_average_before=list(os.getloadavg()), extra=module.measure(**options)).to_json()
     return out
 
 
 def format_result(result: dict) -> str:
     from noloco.benchmarks.__main__ import SUITES
+    from noloco.benchmarks.llm_step import StepOptions
+    from noloco.benchmarks.timer import BenchResult
 
+    doc = BenchResult.from_json(result)
     lines = []
-    for name, res in result["results"].items():
-        lines.append(f"== {name} (load {res.get('load_average_before', [float('nan')])[0]:.2f})")
-        if "skipped" in res:
-            lines.append(f"skipped: {res['skipped']}")
+    for name, res in doc.results.items():
+        suite = Suite.from_json(res)
+        lines.append(f"== {name} (load {(suite.load_average_before or [float('nan')])[0]:.2f})")
+        if suite.skipped is not None:
+            lines.append(f"skipped: {suite.skipped}")
             continue
         module = importlib.import_module(SUITES[name])
-        options = {"replicas": 8, "size": "cpu-small", "device": "cpu"} if name == "llm-step" else {}
-        lines.append(module.format_result({**result, "options": options, "results": res}))
+        options = StepOptions(replicas=8, size="cpu-small", device="cpu").to_json() if name == "llm-step" else {}
+        lines.append(module.format_result(replace(doc, options=options, results=res).to_json()))
     return "\n".join(lines)

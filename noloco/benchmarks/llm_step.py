@@ -18,12 +18,28 @@ from dataclasses import dataclass, replace
 from typing import Optional
 
 from noloco.benchmarks.timer import BenchResult, best_of, run
-from noloco.llm_check.config import PRESETS, build
+from noloco.llm_check.config import build
 from noloco.llm_check.resources import peak_flops
 from noloco.infra.checks import check_integer
 from noloco.infra.record import JsonRecord
 
 SIZES = ("cpu-tiny", "cpu-small", "gpu", "gpu-large")
+#: the modes every other mode's rate is set against: N separate models, and one model of the same FLOPs
+LOOP, ONE_MODEL = "loop", "one model, N x batch"
+
+
+@dataclass(frozen=True)
+class StepOptions(JsonRecord):
+    """The benchmark's options as its result stores them (:func:`measure`'s arguments): the table heads with the
+    first three."""
+
+    OPTIONAL_KEYS = ("steps", "threads", "compiled")
+    replicas: int
+    size: str
+    device: str
+    steps: Optional[int] = None
+    threads: Optional[int] = None
+    compiled: Optional[bool] = None
 
 
 @dataclass(frozen=True)
@@ -62,19 +78,20 @@ def _trainer(size: str, replicas: int, batch_scale: int, mode: str, device: str,
     from noloco.llm_check.trainer import Trainer
 
     cfg = build(size, "noloco", replicas=replicas, group_size=1, device=device, replica_mode=mode,
-                batch=PRESETS[size]["batch"] * batch_scale, compile=compiled)
+                batch=build(size).batch * batch_scale, compile=compiled)
     tr = Trainer(cfg, "/tmp/llm-bench-unused", progress=False)
     if foreach and isinstance(tr.opt, torch.optim.AdamW):
         # fresh groups: the trainer's carry its own fused=True, which a group passed whole would keep
-        groups = [{"params": g["params"], "weight_decay": g["weight_decay"]} for g in tr.opt.param_groups]
+        groups = [{"params": g["params"], "weight_decay": g["weight_decay"]}  # edge: torch's param groups
+                  for g in tr.opt.param_groups]
         tr.opt = torch.optim.AdamW(groups, lr=cfg.lr, betas=(0.9, cfg.adam_beta2), eps=1e-8, foreach=True)
     return tr
 
 
 def _modes(replicas: int, device: str, compiled: bool) -> list[tuple]:
     """(name, batch scale, replica mode, replicas, compiled, foreach AdamW) of each timed mode."""
-    modes = [("batched", 1, "batched", replicas, False, False), ("loop", 1, "loop", replicas, False, False),
-             ("vmap", 1, "batched", replicas, False, False), ("one model, N x batch", replicas, "batched", 1, False, False)]
+    modes = [("batched", 1, "batched", replicas, False, False), (LOOP, 1, "loop", replicas, False, False),
+             ("vmap", 1, "batched", replicas, False, False), (ONE_MODEL, replicas, "batched", 1, False, False)]
     if device.startswith("cuda"):
         modes.insert(1, ("batched, foreach AdamW", 1, "batched", replicas, False, True))
     if compiled:
@@ -150,7 +167,7 @@ def measure(replicas: int = 8, size: str = "cpu-small", device: str = "cpu", ste
         peak = peak_flops(device)
         modes[name] = ModeRate(tokens_per_s=tokens / seconds, step_s=seconds, warmup_s=warmup,
                                mfu=tr.model.flops_per_token() * tokens / seconds / peak if peak else None)
-    loop, limit = modes["loop"].tokens_per_s, modes["one model, N x batch"].tokens_per_s
+    loop, limit = modes[LOOP].tokens_per_s, modes[ONE_MODEL].tokens_per_s
     modes = {name: r if r.tokens_per_s is None else
              replace(r, vs_loop=r.tokens_per_s / loop, vs_one_model=r.tokens_per_s / limit) for name, r in modes.items()}
     return StepRates(threads=torch.get_num_threads(), n_params=tr.cfg.model().n_params(), modes=modes).to_json()
@@ -165,9 +182,9 @@ def bench(replicas: int = 8, size: str = "cpu-small", device: str = "cpu", steps
 
 def format_result(result: dict) -> str:
     doc = BenchResult.from_json(result)
-    options, res = doc.options, StepRates.from_json(doc.results)
-    lines = [f"N={options['replicas']} replicas, {options['size']} model ({res.n_params} parameters), "
-             f"{options['device']}, {res.threads} thread(s), torch {(doc.machine or {}).get('torch')}",
+    options, res = StepOptions.from_json(doc.options), StepRates.from_json(doc.results)
+    lines = [f"N={options.replicas} replicas, {options.size} model ({res.n_params} parameters), "
+             f"{options.device}, {res.threads} thread(s), torch {doc.machine.torch if doc.machine else None}",
              f"{'mode':<22} {'tokens/s':>10} {'vs loop':>8} {'vs one model':>12}"]
     for name, r in res.modes.items():
         if r.error is not None:

@@ -56,14 +56,18 @@ class ObserverCost(JsonRecord):
 
 
 @dataclass(frozen=True)
-class _Options:
-    """What each rank's process is given."""
+class ObserverOptions(JsonRecord):
+    """The benchmark's options (:func:`measure`'s arguments), as its result document stores them; what each rank's
+    process is given. The table needs the first five."""
 
-    outer_steps: int
-    inner_steps: int
+    replicas: int
     width: int
     depth: int
-    sample: int
+    inner_steps: int
+    outer_steps: int
+    sample: Optional[int] = None
+    ranks: Optional[bool] = None
+    threads: Optional[int] = None
 
 
 def _model(width: int, depth: int):
@@ -152,7 +156,8 @@ def measure(replicas: int = 4, width: int = 256, depth: int = 4, inner_steps: in
         from noloco.training.exchange import free_port
 
         with tempfile.TemporaryDirectory() as tmp:
-            opts = _Options(outer_steps=outer_steps, inner_steps=inner_steps, width=width, depth=depth, sample=sample)
+            opts = ObserverOptions(replicas=replicas, width=width, depth=depth, inner_steps=inner_steps,
+                                   outer_steps=outer_steps, sample=sample, ranks=ranks, threads=threads)
             mp.start_processes(_rank, args=(replicas, free_port(), opts, tmp), nprocs=replicas, join=True,
                                start_method="spawn")
             per = [ModeCost.from_json(json.load(open(f"{tmp}/rank{r}.json"))) for r in range(replicas)]
@@ -175,9 +180,9 @@ def bench(**options) -> dict:
 
 def format_result(result: dict) -> str:
     doc = BenchResult.from_json(result)
-    o, res = doc.options, ObserverCost.from_json(doc.results)
-    lines = [f"N={o['replicas']}, MLP {o['depth']}x{o['width']} ({res.n_params} parameters per replica), "
-             f"H={o['inner_steps']}, {o['outer_steps']} outer steps, {res.threads} thread(s)",
+    o, res = ObserverOptions.from_json(doc.options), ObserverCost.from_json(doc.results)
+    lines = [f"N={o.replicas}, MLP {o.depth}x{o.width} ({res.n_params} parameters per replica), "
+             f"H={o.inner_steps}, {o.outer_steps} outer steps, {res.threads} thread(s)",
              f"{'mode':<32}{'outer step s':>13}{'observer s (1-11)':>19}{'share':>8}{'observer s (later)':>20}"
              f"{'share':>8}{'of it, gather':>14}{'wall +':>8}"]
     for name, r in res.modes.items():

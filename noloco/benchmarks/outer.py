@@ -35,26 +35,136 @@ Time-boxed: steps are run until ``--seconds`` have passed (at least 3, at most `
 from __future__ import annotations
 
 import argparse
+import itertools
 import os
 import statistics
 import tempfile
 import time
+from dataclasses import dataclass, replace
+from typing import Optional
 
-from noloco.benchmarks.timer import integer, run
+from noloco.benchmarks.timer import BenchResult, integer, run
+from noloco.infra.record import JsonRecord
 
 #: the model's tensors: a token embedding, ``layers`` blocks of 8 tensors, a final norm
 PER_LAYER = 8
+#: the one-process form's floor mode (its median is every mode's unit)
+MEMORY_FLOOR = "memory floor (3 copies of N P)"
+
+
+@dataclass(frozen=True)
+class OuterOptions(JsonRecord):
+    """The benchmark's options (:func:`measure`'s arguments), as its result document stores them; what each rank's
+    process is given. The table needs ``ranks`` and ``device``; a result older than the inner-phase stand-in lacks
+    ``inner_matmuls``."""
+
+    ranks: int
+    device: str
+    replicas: Optional[int] = None
+    width: Optional[int] = None
+    layers: Optional[int] = None
+    steps: Optional[int] = None
+    seconds: Optional[float] = None
+    spread_steps: Optional[int] = None
+    inner_matmuls: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class RankTimes(JsonRecord):
+    """What one rank's process hands back (a file in a temporary folder): each mode's seconds per step and the
+    observer's seconds in them, P, and the inner-phase stand-in's seconds."""
+
+    times: dict
+    observed: dict
+    P: int
+    inner_s: list
+
+
+@dataclass(frozen=True)
+class RankedMode(JsonRecord):
+    """One mode across ranks: the median seconds of a step (its slowest rank's), the steps, the bytes a rank sends
+    per step, the observer's median seconds and share (a mode with an observer), the median against the floor."""
+
+    OPTIONAL_KEYS = ("observer_median_s", "observer_share")
+    median_s: float
+    steps: int
+    bytes_sent_per_rank: float
+    observer_median_s: Optional[float] = None
+    x_floor_P: Optional[float] = None  # always written; after observer_median_s in the result's key order
+    observer_share: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class AcrossRanks(JsonRecord):
+    """The result across ranks: P, the tensors, the ranks, each mode's :class:`RankedMode`, and the inner-phase
+    stand-in's median seconds (None: a result older than the stand-in)."""
+
+    NESTED = {"modes": (dict, RankedMode)}
+    OPTIONAL_KEYS = ("inner_stand_in_median_s",)
+    P: int
+    tensors: int
+    ranks: int
+    modes: dict
+    inner_stand_in_median_s: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class BatchedMode(JsonRecord):
+    """One mode in one process: the median seconds of a step, the steps, the median against the memory floor, the
+    observer's median seconds and share (a mode with an observer)."""
+
+    OPTIONAL_KEYS = ("observer_median_s", "observer_share")
+    median_s: float
+    steps: int
+    x_memory_floor: float
+    observer_median_s: Optional[float] = None
+    observer_share: Optional[float] = None
+
+
+@dataclass(frozen=True)
+class WireRun(JsonRecord):
+    """One wire's run of :func:`wire_spread`: weight_std of phi at the end, the last outer step's mean loss."""
+
+    weight_std: float
+    train_loss_last: float
+
+
+@dataclass(frozen=True)
+class WireSpread(JsonRecord):
+    """What a bfloat16 wire does to the spread (:func:`wire_spread`): each wire's run, and the ratio of their
+    weight_std."""
+
+    NESTED = {"float32": WireRun, "bfloat16": WireRun}
+    float32: WireRun
+    bfloat16: WireRun
+    weight_std_ratio: float
+
+
+@dataclass(frozen=True)
+class OneProcess(JsonRecord):
+    """The result in one process: P, the tensors, the replicas, the device, the copy bandwidth and the memory
+    floor of a step, each mode's :class:`BatchedMode`, and the :class:`WireSpread` (None: not run)."""
+
+    NESTED = {"modes": (dict, BatchedMode), "wire_spread": WireSpread}
+    OPTIONAL_KEYS = ("wire_spread",)
+    P: int
+    tensors: int
+    replicas: int
+    device: str
+    copy_bandwidth_GBps: float
+    memory_floor_s: float
+    modes: dict
+    wire_spread: Optional[WireSpread] = None
 
 
 def shapes(width: int, layers: int, vocab: int = 256) -> dict:
     """A GPT-shaped set of parameter shapes (names and shapes only: the outer step sees no architecture)."""
-    out = {"wte": (vocab, width)}
+    blocks = {}
     for i in range(layers):
-        out.update({f"h{i}.ln1": (width,), f"h{i}.qkv": (width, 3 * width), f"h{i}.proj": (width, width),
-                    f"h{i}.ln2": (width,), f"h{i}.fc1": (width, 4 * width), f"h{i}.fc1_b": (4 * width,),
-                    f"h{i}.fc2": (4 * width, width), f"h{i}.fc2_b": (width,)})
-    out["ln_f"] = (width,)
-    return out
+        blocks.update({f"h{i}.ln1": (width,), f"h{i}.qkv": (width, 3 * width), f"h{i}.proj": (width, width),
+                       f"h{i}.ln2": (width,), f"h{i}.fc1": (width, 4 * width), f"h{i}.fc1_b": (4 * width,),
+                       f"h{i}.fc2": (4 * width, width), f"h{i}.fc2_b": (width,)})
+    return {"wte": (vocab, width), **blocks, "ln_f": (width,)}
 
 
 def _params(width, layers, lead, device, seed=0):
@@ -63,6 +173,14 @@ def _params(width, layers, lead, device, seed=0):
     gen = torch.Generator().manual_seed(seed)
     return {k: torch.nn.Parameter((0.02 * torch.randn(*lead, *s, generator=gen)).to(device))
             for k, s in shapes(width, layers).items()}
+
+
+def _generators(device, seed: int) -> dict:
+    """A seeded generator per device type the parameters may be on (the fake inner phase draws on their device)."""
+    import torch
+
+    cuda = {"cuda": torch.Generator(device=device).manual_seed(seed)} if device.type == "cuda" else {}
+    return {"cpu": torch.Generator().manual_seed(seed), **cuda}
 
 
 def _move(params, gen, rank):
@@ -179,7 +297,7 @@ def _floor(buffers, seed, step, rank, world, diloco):
         w.wait()
 
 
-def _rank(rank, world, port, opts, out):
+def _rank(rank, world, port, opts: OuterOptions, out):
     import datetime
     import json
 
@@ -190,39 +308,37 @@ def _rank(rank, world, port, opts, out):
     from noloco.training.outer_optimizer import OuterOptimizer
 
     torch.set_num_threads(1)
-    cuda = opts["device"] == "cuda"
+    cuda = opts.device == "cuda"
     device = torch.device(f"cuda:{rank}" if cuda else "cpu")
     if cuda:
         torch.cuda.set_device(device)
     dist.init_process_group("nccl" if cuda else "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=300))
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    gen = {"cpu": torch.Generator().manual_seed(100 + rank)}
-    if cuda:
-        gen["cuda"] = torch.Generator(device=device).manual_seed(100 + rank)
+    gen = _generators(device, 100 + rank)
     modes, P, inner, inner_s, overlapped = {}, None, {}, [], []
     tmp = tempfile.mkdtemp()
     for method in ("noloco", "diloco"):
         tag = "pairs" if method == "noloco" else "DiLoCo"
         for name, wire in (("toolkit", None), ("toolkit, bf16 wire", torch.bfloat16)):
-            params = _params(opts["width"], opts["layers"], (), device)
+            params = _params(opts.width, opts.layers, (), device)
             outer = OuterOptimizer(params, method=method, inner_steps=1, wire_dtype=wire)
             modes[f"{tag}: {name}"] = (params, outer.sync, None)
-        params = _params(opts["width"], opts["layers"], (), device)
+        params = _params(opts.width, opts.layers, (), device)
         outer = OuterOptimizer(params, method=method, inner_steps=1)
         observer = Observer(outer, f"{tmp}/{method}", outer_steps=10 ** 6, lr=1e-3, overwrite=True)
         modes[f"{tag}: toolkit + observer"] = (params, outer.sync, observer)
         P = sum(p.numel() for p in params.values())
         if method == "noloco":
             # the exchange in flight during the stand-in inner phase; its first sync (a send only) not timed
-            params = _params(opts["width"], opts["layers"], (), device)
+            params = _params(opts.width, opts.layers, (), device)
             outer = OuterOptimizer(params, method=method, inner_steps=1, overlap=True)
             outer.sync()
             overlapped.append(outer)
             modes[f"{tag}: toolkit, overlapped"] = (params, outer.sync, None)
-            inner[f"{tag}: toolkit, overlapped"] = _stand_in(opts["inner_matmuls"], device, inner_s)
+            inner[f"{tag}: toolkit, overlapped"] = _stand_in(opts.inner_matmuls, device, inner_s)
             # the step's own passes, the exchange taken out (each rank's sum is then its own vector)
-            params = _params(opts["width"], opts["layers"], (), device)
+            params = _params(opts.width, opts.layers, (), device)
             outer = OuterOptimizer(params, method=method, inner_steps=1)
             outer.exchange = _NoWire(outer.exchange)
             modes[f"{tag}: toolkit without the exchange"] = (params, outer.sync, None)
@@ -230,25 +346,21 @@ def _rank(rank, world, port, opts, out):
             # the 6 P numbers the step must touch at least, as three copies of P
             a, b = torch.full((P,), 0.5, device=device), torch.full((P,), 0.5, device=device)
             modes[f"{tag}: memory floor (3 copies of P)"] = ({}, lambda a=a, b=b: [b.copy_(a) for _ in range(3)], None)
-            ref = _params(opts["width"], opts["layers"], (), device)
+            ref = _params(opts.width, opts.layers, (), device)
             phi = {k: p.detach().clone() for k, p in ref.items()}
             delta = {k: torch.zeros_like(v) for k, v in phi.items()}
             rule = outer.config.rule()
-            counter = {"step": 0}
 
-            def reference(ref=ref, phi=phi, delta=delta, rule=rule, counter=counter):
-                _reference_step(ref, phi, delta, rule, 0, counter["step"], rank, world, device)
-                counter["step"] += 1
+            def reference(ref=ref, phi=phi, delta=delta, rule=rule, counter=itertools.count()):
+                _reference_step(ref, phi, delta, rule, 0, next(counter), rank, world, device)
 
             modes[f"{tag}: reference pattern"] = (ref, reference, None)
         for numbers in ((1,) if method == "diloco" else (1, 2)):
             # written once: untouched (calloc'd) pages would all read one zero page, faster than any model
             buffers = (torch.full((numbers * P,), 0.5, device=device), torch.full((numbers * P,), 0.5, device=device))
-            counter = {"step": 0}
 
-            def floor(buffers=buffers, counter=counter, diloco=method == "diloco"):
-                _floor(buffers, 0, counter["step"], rank, world, diloco)
-                counter["step"] += 1
+            def floor(buffers=buffers, counter=itertools.count(), diloco=method == "diloco"):
+                _floor(buffers, 0, next(counter), rank, world, diloco)
 
             label = "floor all-reduce P" if method == "diloco" else f"floor {'2P' if numbers == 2 else 'P'}"
             modes[f"{tag}: {label}"] = ({}, floor, None)
@@ -260,7 +372,7 @@ def _rank(rank, world, port, opts, out):
         _round(modes, gen, rank, sync, times, observed, start=dist.barrier, inner=inner)
         steps += 1
         # every rank must agree to stop (rank 0 decides): a tiny broadcast, not timed
-        flag.fill_(float(steps >= opts["steps"] or (steps >= 3 and time.perf_counter() - started > opts["seconds"])))
+        flag.fill_(float(steps >= opts.steps or (steps >= 3 and time.perf_counter() - started > opts.seconds)))
         dist.broadcast(flag, 0)
         if flag.item():
             break
@@ -270,7 +382,7 @@ def _rank(rank, world, port, opts, out):
     for outer in overlapped:
         outer.close()  # the last exchange waited for
     with open(f"{out}/rank{rank}.json", "w") as f:
-        json.dump({"times": times, "observed": observed, "P": P, "inner_s": inner_s}, f)
+        json.dump(RankTimes(times=times, observed=observed, P=P, inner_s=inner_s).to_json(), f)
     dist.destroy_process_group()
     os._exit(0)
 
@@ -290,7 +402,7 @@ def _bytes_sent(name: str, P: int, world: int) -> float:
     return size * P
 
 
-def _across_ranks(ranks, opts) -> dict:
+def _across_ranks(ranks, opts: OuterOptions) -> AcrossRanks:
     import json
 
     import torch.multiprocessing as mp
@@ -299,51 +411,47 @@ def _across_ranks(ranks, opts) -> dict:
 
     with tempfile.TemporaryDirectory() as tmp:
         mp.start_processes(_rank, args=(ranks, free_port(), opts, tmp), nprocs=ranks, join=True, start_method="spawn")
-        per = [json.load(open(f"{tmp}/rank{r}.json")) for r in range(ranks)]
-    P = per[0]["P"]
+        per = [RankTimes.from_json(json.load(open(f"{tmp}/rank{r}.json"))) for r in range(ranks)]
+    first = per[0]
+    slowest = {name: [max(r.times[name][i] for r in per) for i in range(len(steps))]
+               for name, steps in first.times.items()}
+    median = {name: statistics.median(s) for name, s in slowest.items()}
     modes = {}
-    for name in per[0]["times"]:
-        slowest = [max(r["times"][name][i] for r in per) for i in range(len(per[0]["times"][name]))]
-        observer = [max(r["observed"][name][i] for r in per) for i in range(len(slowest))]
-        modes[name] = {"median_s": statistics.median(slowest), "steps": len(slowest),
-                       "bytes_sent_per_rank": _bytes_sent(name, P, ranks)}
-        if any(observer):
-            modes[name]["observer_median_s"] = statistics.median(observer)
-    for name, m in modes.items():
+    for name, s in slowest.items():
+        observer = [max(r.observed[name][i] for r in per) for i in range(len(s))]
+        seen = statistics.median(observer) if any(observer) else None
         tag = name.split(":")[0]
-        floor = modes[f"{tag}: floor {'all-reduce P' if tag == 'DiLoCo' else 'P'}"]["median_s"]
-        m["x_floor_P"] = m["median_s"] / floor
-        if "observer_median_s" in m:
-            m["observer_share"] = m["observer_median_s"] / m["median_s"]
-    inner = [max(r["inner_s"][i] for r in per) for i in range(len(per[0]["inner_s"]))]
-    return {"P": P, "tensors": len(shapes(opts["width"], opts["layers"])), "ranks": ranks, "modes": modes,
-            "inner_stand_in_median_s": statistics.median(inner) if inner else 0.0}
+        floor = median[f"{tag}: floor {'all-reduce P' if tag == 'DiLoCo' else 'P'}"]
+        modes[name] = RankedMode(median_s=median[name], steps=len(s), bytes_sent_per_rank=_bytes_sent(name, first.P, ranks),
+                                 observer_median_s=seen, x_floor_P=median[name] / floor,
+                                 observer_share=None if seen is None else seen / median[name])
+    inner = [max(r.inner_s[i] for r in per) for i in range(len(first.inner_s))]
+    return AcrossRanks(P=first.P, tensors=len(shapes(opts.width, opts.layers)), ranks=ranks, modes=modes,
+                       inner_stand_in_median_s=statistics.median(inner) if inner else 0.0)
 
 
 # ------------------------------------------------------------------ in one process
 
-def _one_process(replicas, opts) -> dict:
+def _one_process(replicas, opts: OuterOptions) -> OneProcess:
     import torch
 
     from noloco.training.observer import Observer
     from noloco.training.outer_optimizer import OuterOptimizer
 
-    device = torch.device(opts["device"])
+    device = torch.device(opts.device)
     cuda = device.type == "cuda"
     if cuda and not torch.cuda.is_available():
         from noloco.infra.errors import ConfigError
 
         raise ConfigError("device=cuda but torch sees no GPU")
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    gen = {"cpu": torch.Generator().manual_seed(1)}
-    if cuda:
-        gen["cuda"] = torch.Generator(device=device).manual_seed(1)
+    gen = _generators(device, 1)
     tmp = tempfile.mkdtemp()
     modes = {}
     for method in ("noloco", "diloco"):
         tag = "pairs" if method == "noloco" else "DiLoCo"
         for label, observe in (("toolkit", None), ("toolkit + observer (sampled 1024)", {"sample": 1024})):
-            params = _params(opts["width"], opts["layers"], (replicas,), device)
+            params = _params(opts.width, opts.layers, (replicas,), device)
             outer = OuterOptimizer(params, method=method, replicas=replicas, inner_steps=1)
             obs = None if observe is None else Observer(outer, f"{tmp}/{method}{len(modes)}", outer_steps=10 ** 6,
                                                         lr=1e-3, overwrite=True, **observe)
@@ -352,114 +460,121 @@ def _one_process(replicas, opts) -> dict:
     # the floor: the 6 N P numbers the step must touch, moved by three copies of N P (timed among the steps)
     # written once: untouched (calloc'd) pages would all read one zero page, faster than any model
     a, b = torch.full((replicas * P,), 0.5, device=device), torch.full((replicas * P,), 0.5, device=device)
-    modes["memory floor (3 copies of N P)"] = ({}, lambda: [b.copy_(a) for _ in range(3)], None)
+    modes[MEMORY_FLOOR] = ({}, lambda: [b.copy_(a) for _ in range(3)], None)
     times = {name: [] for name in modes}
     observed = {name: [] for name in modes}
     started, steps = time.perf_counter(), 0
-    while steps < opts["steps"] and (steps < 3 or time.perf_counter() - started < opts["seconds"]):
+    while steps < opts.steps and (steps < 3 or time.perf_counter() - started < opts.seconds):
         _round(modes, gen, 0, sync, times, observed)
         steps += 1
     for _, _, obs in modes.values():
         if obs:
             obs.close()
-    floor = statistics.median(times["memory floor (3 copies of N P)"])
+    floor = statistics.median(times[MEMORY_FLOOR])
     out = {}
     for name in modes:
         median = statistics.median(times[name])
-        row = {"median_s": median, "steps": len(times[name]), "x_memory_floor": median / floor}
-        if any(observed[name]):
-            row["observer_median_s"] = statistics.median(observed[name])
-            row["observer_share"] = row["observer_median_s"] / median
-        out[name] = row
-    return {"P": P, "tensors": len(shapes(opts["width"], opts["layers"])), "replicas": replicas,
-            "device": str(device) if not cuda else torch.cuda.get_device_name(device),
-            "copy_bandwidth_GBps": 3 * 2 * 4 * replicas * P / floor / 1e9, "memory_floor_s": floor, "modes": out}
+        seen = statistics.median(observed[name]) if any(observed[name]) else None
+        out[name] = BatchedMode(median_s=median, steps=len(times[name]), x_memory_floor=median / floor,
+                                observer_median_s=seen, observer_share=None if seen is None else seen / median)
+    return OneProcess(P=P, tensors=len(shapes(opts.width, opts.layers)), replicas=replicas,
+                      device=str(device) if not cuda else torch.cuda.get_device_name(device),
+                      copy_bandwidth_GBps=3 * 2 * 4 * replicas * P / floor / 1e9, memory_floor_s=floor, modes=out)
 
 
-def wire_spread(device: str = "cpu", replicas: int = 4, inner_steps: int = 5, outer_steps: int = 20) -> dict:
+def wire_spread(device: str = "cpu", replicas: int = 4, inner_steps: int = 5, outer_steps: int = 20) -> WireSpread:
     """What a bfloat16 wire does to the spread: the same small regression (an MLP 8-32-1 per replica, each its own
     data, AdamW, the paper preset) trained with the float32 wire and with the bfloat16 one; weight_std of phi
     after the last outer step, and the replicas' mean training loss over the last outer step."""
     import torch
 
+    f32, bf16 = (_wire_run(device, wire, replicas, inner_steps, outer_steps) for wire in (None, torch.bfloat16))
+    return WireSpread(float32=f32, bfloat16=bf16, weight_std_ratio=bf16.weight_std / f32.weight_std)
+
+
+def _wire_run(device, wire, replicas: int, inner_steps: int, outer_steps: int) -> WireRun:
+    """One run of :func:`wire_spread` with the wire's dtype ``wire`` (None: float32)."""
+    import torch
+
     from noloco.llm_check.trainer import weight_std
     from noloco.training.outer_optimizer import OuterOptimizer
 
-    out = {}
-    for name, wire in (("float32", None), ("bfloat16", torch.bfloat16)):
-        torch.manual_seed(0)
-        first = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1)).to(device)
-        models = [first] + [torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(),
-                                                torch.nn.Linear(32, 1)).to(device) for _ in range(replicas - 1)]
-        for m in models[1:]:
-            m.load_state_dict(first.state_dict())
-        inner = torch.optim.AdamW([p for m in models for p in m.parameters()], lr=1e-2)
-        outer = OuterOptimizer(models, inner, inner_steps=inner_steps, wire_dtype=wire)
-        losses = []
-        for step in range(outer_steps * inner_steps):
-            inner.zero_grad()
-            loss = 0.0
-            for i, m in enumerate(models):
-                x = torch.randn(64, 8, generator=torch.Generator().manual_seed(1000 * i + step)).to(device)
-                loss = loss + ((m(x) - torch.sin(x.sum(1, keepdim=True))) ** 2).mean()
-            loss.backward()
-            inner.step()
-            losses.append(float(loss.detach()) / replicas)
-        out[name] = {"weight_std": weight_std(outer.phi), "train_loss_last": sum(losses[-inner_steps:]) / inner_steps}
-    out["weight_std_ratio"] = out["bfloat16"]["weight_std"] / out["float32"]["weight_std"]
-    return out
+    torch.manual_seed(0)
+    first = torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1)).to(device)
+    models = [first] + [torch.nn.Sequential(torch.nn.Linear(8, 32), torch.nn.Tanh(),
+                                            torch.nn.Linear(32, 1)).to(device) for _ in range(replicas - 1)]
+    for m in models[1:]:
+        m.load_state_dict(first.state_dict())
+    inner = torch.optim.AdamW([p for m in models for p in m.parameters()], lr=1e-2)
+    outer = OuterOptimizer(models, inner, inner_steps=inner_steps, wire_dtype=wire)
+    losses = []
+    for step in range(outer_steps * inner_steps):
+        inner.zero_grad()
+        loss = 0.0
+        for i, m in enumerate(models):
+            x = torch.randn(64, 8, generator=torch.Generator().manual_seed(1000 * i + step)).to(device)
+            loss = loss + ((m(x) - torch.sin(x.sum(1, keepdim=True))) ** 2).mean()
+        loss.backward()
+        inner.step()
+        losses.append(float(loss.detach()) / replicas)
+    return WireRun(weight_std=weight_std(outer.phi), train_loss_last=sum(losses[-inner_steps:]) / inner_steps)
 
 
 def measure(ranks: int = 4, replicas: int = 8, device: str = "cpu", width: int = 160, layers: int = 6,
             steps: int = 200, seconds: float = 5.0, spread_steps: int = 20, inner_matmuls: int = 40) -> dict:
+    """The benchmark's ``results`` (:func:`noloco.benchmarks.timer.run`): an :class:`AcrossRanks`' JSON with
+    ``ranks > 1``, else a :class:`OneProcess`'s."""
     import torch
 
-    opts = {"width": width, "layers": layers, "steps": steps, "seconds": seconds, "device": device,
-            "inner_matmuls": inner_matmuls}
+    opts = OuterOptions(ranks=ranks, replicas=replicas, device=device, width=width, layers=layers, steps=steps,
+                        seconds=seconds, spread_steps=spread_steps, inner_matmuls=inner_matmuls)
     if ranks > 1:
         if device == "cuda" and torch.cuda.device_count() < ranks:
             from noloco.infra.errors import ConfigError
 
             raise ConfigError(f"--ranks {ranks} --device cuda needs {ranks} GPUs, torch sees "
                                    f"{torch.cuda.device_count()}; give --ranks 1 --replicas N for one GPU")
-        return _across_ranks(ranks, opts)
+        return _across_ranks(ranks, opts).to_json()
     torch.set_num_threads(1)  # as each rank has: on a shared machine, a second thread per op mostly waits for a core
     out = _one_process(replicas, opts)
-    if spread_steps:
-        out["wire_spread"] = wire_spread(device, outer_steps=spread_steps)
-    return out
+    return replace(out, wire_spread=wire_spread(device, outer_steps=spread_steps) if spread_steps else None).to_json()
 
 
 def bench(**options) -> dict:
     return run("outer", measure, **options)
 
 
+def _share(mode) -> str:
+    """The observer's share of a mode's step, or nothing (a mode without an observer)."""
+    return f"{mode.observer_share:.1%}" if mode.observer_share is not None else ""
+
+
 def format_result(result: dict) -> str:
-    o, res = result["options"], result["results"]
-    where = (f"{res['ranks']} ranks ({o['device']})" if o["ranks"] > 1 else
-             f"one process, {res['replicas']} replicas on {res['device']}")
-    lines = [f"{where}: P = {res['P']:,} parameters in {res['tensors']} tensors"]
-    if o["ranks"] > 1:
-        lines.append(f"inner-phase stand-in before the overlapped step: {o.get('inner_matmuls')} products of "
-                     f"256 x 256, median {res.get('inner_stand_in_median_s', 0) * 1e3:.1f} ms (slowest rank)")
-        lines.append(f"{'mode':<38}{'median ms':>10}{'x floor P':>10}{'MB sent':>9}{'observer':>10}")
-        for name, m in res["modes"].items():
-            share = f"{m['observer_share']:.1%}" if "observer_share" in m else ""
-            lines.append(f"{name:<38}{m['median_s'] * 1e3:>10.2f}{m['x_floor_P']:>10.2f}"
-                         f"{m['bytes_sent_per_rank'] / 1e6:>9.2f}{share:>10}")
-    else:
-        lines.append(f"copy bandwidth {res['copy_bandwidth_GBps']:.1f} GB/s; memory floor of one outer step "
-                     f"{res['memory_floor_s'] * 1e3:.3f} ms")
-        lines.append(f"{'mode':<42}{'median ms':>10}{'x floor':>9}{'observer':>10}")
-        for name, m in res["modes"].items():
-            share = f"{m['observer_share']:.1%}" if "observer_share" in m else ""
-            lines.append(f"{name:<42}{m['median_s'] * 1e3:>10.3f}{m['x_memory_floor']:>9.2f}{share:>10}")
-        w = res.get("wire_spread")
-        if w is not None:
-            lines.append(f"the wire's dtype on a small regression (4 replicas, pairs): weight_std float32 "
-                         f"{w['float32']['weight_std']:.4e}, bfloat16 {w['bfloat16']['weight_std']:.4e} "
-                         f"(x{w['weight_std_ratio']:.3f}); train loss {w['float32']['train_loss_last']:.4f} vs "
-                         f"{w['bfloat16']['train_loss_last']:.4f}")
+    doc = BenchResult.from_json(result)
+    o = OuterOptions.from_json(doc.options)
+    if o.ranks > 1:
+        res = AcrossRanks.from_json(doc.results)
+        lines = [f"{res.ranks} ranks ({o.device}): P = {res.P:,} parameters in {res.tensors} tensors",
+                 f"inner-phase stand-in before the overlapped step: {o.inner_matmuls} products of "
+                 f"256 x 256, median {(res.inner_stand_in_median_s or 0) * 1e3:.1f} ms (slowest rank)",
+                 f"{'mode':<38}{'median ms':>10}{'x floor P':>10}{'MB sent':>9}{'observer':>10}"]
+        for name, m in res.modes.items():
+            lines.append(f"{name:<38}{m.median_s * 1e3:>10.2f}{m.x_floor_P:>10.2f}"
+                         f"{m.bytes_sent_per_rank / 1e6:>9.2f}{_share(m):>10}")
+        return "\n".join(lines)
+    one = OneProcess.from_json(doc.results)
+    lines = [f"one process, {one.replicas} replicas on {one.device}: P = {one.P:,} parameters in {one.tensors} tensors",
+             f"copy bandwidth {one.copy_bandwidth_GBps:.1f} GB/s; memory floor of one outer step "
+             f"{one.memory_floor_s * 1e3:.3f} ms",
+             f"{'mode':<42}{'median ms':>10}{'x floor':>9}{'observer':>10}"]
+    for name, b in one.modes.items():
+        lines.append(f"{name:<42}{b.median_s * 1e3:>10.3f}{b.x_memory_floor:>9.2f}{_share(b):>10}")
+    w = one.wire_spread
+    if w is not None:
+        lines.append(f"the wire's dtype on a small regression (4 replicas, pairs): weight_std float32 "
+                     f"{w.float32.weight_std:.4e}, bfloat16 {w.bfloat16.weight_std:.4e} "
+                     f"(x{w.weight_std_ratio:.3f}); train loss {w.float32.train_loss_last:.4f} vs "
+                     f"{w.bfloat16.train_loss_last:.4f}")
     return "\n".join(lines)
 
 

@@ -37,7 +37,7 @@ def figure(result: dict):
                     label=f"{mode}, vs {labels[factor]} (slope {slope(points):.2f})")
     b = r.base  # BASE's sizes
     left.set(xlabel="size / smallest size (ratio)", ylabel="wall time, best of repeats (s)",
-             title=f"simulate, from D {b['dim']}, {b['trials']} trials, N {b['replicas']}, {b['steps']} steps")
+             title=f"simulate, from D {b.dim}, {b.trials} trials, N {b.replicas}, {b.steps} steps")
     for (label, points), colour, marker in zip(((label, getattr(r, name)) for name, label in PANEL),
                                                style.PALETTE, style.MARKERS):
         if points is not None:  # no numba: no compiled curve

@@ -10,7 +10,7 @@ draws them on log-log axes (docs/img/performance.png).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional
 
 import numpy as np
@@ -26,8 +26,20 @@ from noloco.theory.config import InnerConfig, OuterConfig
 from noloco.theory.spectrum import Spectrum
 
 NAME = "scaling"
-#: the point every simulate sweep varies one factor of
-BASE = {"dim": 1000, "trials": 50, "replicas": 8, "steps": 20}
+
+
+@dataclass(frozen=True)
+class SimSize(JsonRecord):
+    """A simulate run's size: directions, trials, replicas N, outer steps."""
+
+    dim: int
+    trials: int
+    replicas: int
+    steps: int
+
+
+#: the point every simulate sweep varies one factor of (a field of :class:`SimSize`)
+BASE = SimSize(dim=1000, trials=50, replicas=8, steps=20)
 SWEEPS = {"dim": (100, 1000, 10000), "trials": (50, 200, 800), "replicas": (8, 64, 512), "steps": (10, 20, 40)}
 
 
@@ -37,9 +49,10 @@ class Scaling(JsonRecord):
     from ``base``; the idle simulation against N (numpy, and compiled where numba is), ``check`` against the
     number of directions (None: not measured)."""
 
+    NESTED = {"base": SimSize}
     OPTIONAL_KEYS = ("comm_idle_vs_replicas", "comm_idle_compiled_vs_replicas", "check_vs_directions")
 
-    base: dict
+    base: SimSize
     simulate: dict
     comm_idle_vs_replicas: Optional[list] = None
     comm_idle_compiled_vs_replicas: Optional[list] = None
@@ -65,38 +78,38 @@ def add_arguments(parser) -> None:
     parser.add_argument("--repeat", type=integer("repeat", 1, 100), default=2, help="best of this many runs per point")
 
 
-def _simulate_seconds(dim, trials, replicas, steps, mode, repeat) -> float:
-    cfg = SimConfig(outer=OuterConfig(replicas=replicas, group_size=2), inner=InnerConfig(lr=0.01, steps=50),
-                    curvatures=tuple(np.linspace(0.1, 1, dim)), trials=trials, outer_steps=steps, inner_mode=mode)
+def _simulate_seconds(size: SimSize, mode, repeat) -> float:
+    cfg = SimConfig(outer=OuterConfig(replicas=size.replicas, group_size=2), inner=InnerConfig(lr=0.01, steps=50),
+                    curvatures=tuple(np.linspace(0.1, 1, size.dim)), trials=size.trials, outer_steps=size.steps,
+                    inner_mode=mode)
     with jit("0"):
         return best_of(lambda: simulate(cfg), repeat)
 
 
 def measure(repeat: int = 2) -> dict:
     retain_freed_memory()
-    simulated, others = {}, {}
+    simulated, idle_series = {}, {}
     for factor, values in SWEEPS.items():
         for mode in ("exact", "explicit"):
             if mode == "explicit" and factor != "dim":
                 continue
             points = []
             for value in values:
-                size = {**BASE, factor: value}
+                size = replace(BASE, **{factor: value})
                 if mode == "explicit":
-                    size["steps"] = 2
-                points.append([value, _simulate_seconds(**size, mode=mode, repeat=repeat)])
+                    size = replace(size, steps=2)
+                points.append([value, _simulate_seconds(size, mode=mode, repeat=repeat)])
             simulated[f"{mode}_vs_{factor}"] = points
     for path, setting in jit_paths():
         key = "comm_idle_vs_replicas" if path == "numpy" else "comm_idle_compiled_vs_replicas"
         with jit(setting):
             idle.simulate_idle(1 << 12, steps=2, trials=2)  # loads numba and the compiled step: not timed
-            others[key] = [[N, best_of(lambda N=N: idle.simulate_idle(N, steps=50, trials=2), 1)]
+            idle_series[key] = [[N, best_of(lambda N=N: idle.simulate_idle(N, steps=50, trials=2), 1)]
                         for N in (10 ** 3, 10 ** 4, 10 ** 5, 10 ** 6)]
     outer, inner = OuterConfig(), InnerConfig()
-    others["check_vs_directions"] = [
-        [n, best_of(lambda n=n: analyse(outer, inner, Spectrum.power_law(1.0, 1.0, n)), 1)]
-        for n in (10 ** 5, 10 ** 6, 10 ** 7)]
-    return Scaling(base=BASE, simulate=simulated, **others).to_json()
+    check = [[n, best_of(lambda n=n: analyse(outer, inner, Spectrum.power_law(1.0, 1.0, n)), 1)]
+             for n in (10 ** 5, 10 ** 6, 10 ** 7)]
+    return Scaling(base=BASE, simulate=simulated, **idle_series, check_vs_directions=check).to_json()
 
 
 def slope(points) -> float:

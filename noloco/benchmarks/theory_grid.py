@@ -35,5 +35,7 @@ def measure(points: int = 1000, repeat: int = 5) -> dict:
 
 
 def format_result(result: dict) -> str:
+    from noloco.benchmarks.timer import BenchResult
+
     return "\n".join(f"{key:45s} {value:.3f}" if isinstance(value, float) else f"{key:45s} {value}"
-                     for key, value in result["results"].items())
+                      for key, value in BenchResult.from_json(result).results.items())

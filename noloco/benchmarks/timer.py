@@ -91,14 +91,27 @@ def jit_paths() -> list:
     return [("numpy", "0")] + ([("compiled", "1")] if importlib.util.find_spec("numba") else [])
 
 
-def machine() -> dict:
-    versions = {"python": platform.python_version(), "numpy": np.__version__}
-    for name in ("scipy", "torch", "numba"):
-        module = sys.modules.get(name)
-        if module is not None:
-            versions[name] = module.__version__
-    return {"processor": platform.processor() or platform.machine(), "cpus": os.cpu_count(),
-            "platform": platform.platform(), **versions}
+@dataclass(frozen=True)
+class Machine(JsonRecord):
+    """Where a benchmark ran: the processor, the CPUs, the platform, and the versions of Python, numpy and of
+    scipy, torch and numba where the benchmark had imported them (None: not imported)."""
+
+    OPTIONAL_KEYS = ("scipy", "torch", "numba")
+    processor: str
+    cpus: Optional[int]
+    platform: str
+    python: str
+    numpy: str
+    scipy: Optional[str] = None
+    torch: Optional[str] = None
+    numba: Optional[str] = None
+
+
+def machine() -> Machine:
+    imported = {name: module.__version__ for name in ("scipy", "torch", "numba")
+                if (module := sys.modules.get(name)) is not None}
+    return Machine(processor=platform.processor() or platform.machine(), cpus=os.cpu_count(),
+                   platform=platform.platform(), python=platform.python_version(), numpy=np.__version__, **imported)
 
 
 @dataclass(frozen=True)
@@ -107,12 +120,13 @@ class BenchResult(JsonRecord):
     back with ``from_json``): the options, when and where it ran, the load around it, and the benchmark's own
     ``results`` (the only key a result given to the plot must have)."""
 
+    NESTED = {"machine": Machine}
     schema_version: Optional[int] = None
     benchmark: Optional[str] = None
     options: Optional[dict] = None
     started: Optional[str] = None
     wall_s: Optional[float] = None
-    machine: Optional[dict] = None
+    machine: Optional[Machine] = None
     load_average_before: Optional[list] = None
     load_average_after: Optional[list] = None
     results: Any = field(kw_only=True)

@@ -23,10 +23,10 @@ from noloco.llm_check.routing import ROUTINGS
 from noloco.theory.config import OUTER_FIELDS
 from noloco.theory.methods import METHOD_SUMMARY, METHODS, PRESETS as OUTER_PRESETS
 
-#: where an outer value comes from when its flag is absent
-OUTER_DEFAULTS = {name: "default: the --preset's, else the method's (--size paper: the paper preset's); table below"
+#: where an outer value comes from when its flag is absent: N from the size, the rest from the outer preset
+OUTER_DEFAULTS = {name: "default: the --size's, table below" if name == "replicas" else
+                  "default: the --preset's, else the method's (--size paper: the paper preset's); table below"
                   for name in ("replicas", "group_size", "alpha", "beta", "gamma")}
-OUTER_DEFAULTS["replicas"] = "default: the --size's, table below"
 
 _FLAG_HELP = {
     "inner_steps": "inner steps H per outer step (ddp: steps between evaluations)", "outer_steps": "outer steps",
@@ -65,10 +65,9 @@ def preset_defaults() -> dict[str | None, dict]:
     columns = {}
     for size in (None, *SIZES):
         cfg = build(size, TABLE_METHOD)
-        values = {k: getattr(cfg.outer, k) for k in OUTER_FIELDS}
-        values.update({k: v for k, v in cfg.as_dict().items() if k not in ("method", "outer")})
-        values["log_every"] = default_log_every(cfg)
-        columns[size] = values
+        outer = {k: getattr(cfg.outer, k) for k in OUTER_FIELDS}
+        rest = {k: v for k, v in cfg.as_dict().items() if k not in ("method", "outer")}
+        columns[size] = {**outer, **rest, "log_every": default_log_every(cfg)}
     return columns
 
 

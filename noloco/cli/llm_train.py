@@ -18,6 +18,7 @@ def add_parser(sub) -> None:
 
 
 def run(args) -> int:
+    from noloco.advice.run_rows import RunResult
     from noloco.cli.llm_flags import apply_config_file, configs_from_args
     from noloco.infra.errors import ConfigError
     from noloco.infra.entry import failed
@@ -49,7 +50,7 @@ def run(args) -> int:
                                                  stop_after=args.stop_after, threads=args.threads,
                                                  overwrite=args.overwrite, timeout=args.timeout,
                                                  max_memory=args.max_memory, **shown)}
-        reports = results[configs[0].method]["rank"] == 0  # rank 0 reports for the whole run
+        reports = RunResult.from_json(results[configs[0].method]).rank == 0  # rank 0 reports for the whole run
     else:
         from noloco.llm_check.train import train_methods
 
@@ -58,7 +59,10 @@ def run(args) -> int:
         reports = True
     if reports:
         print_json({"runs": results}) if args.json else print(format_results(results))
-    diverged = {method: r["diverged"]["message"] for method, r in results.items() if r.get("diverged")}
+    from noloco.llm_check.divergence import Diverged
+
+    runs = {method: RunResult.from_json(r) for method, r in results.items()}
+    diverged = {method: Diverged.from_json(r.diverged).message for method, r in runs.items() if r.diverged}
     if diverged and reports:  # the finding, on stderr too: exit 1
         return failed("; ".join(f"{method} {message}" for method, message in diverged.items()))
     return 1 if diverged else 0

@@ -31,12 +31,15 @@ import os
 import secrets
 import stat
 import tempfile
+import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from noloco.infra.errors import DataError, warn
 from noloco.infra.files import (SCHEMA_VERSION, dumps, jsonable, loads, read_regular_bytes, read_regular_text,
                                 write_json)
+from noloco.infra.record import JsonRecord
 
 #: the subpackages whose sources key the cache (besides the top-level modules of ``noloco``)
 PACKAGES = ("infra", "theory", "quadratic", "claims", "training", "advice", "llm_check", "studies", "paper_figs",
@@ -140,18 +143,15 @@ def cached(namespace: str, request, compute: Callable[[], object], *, directory=
     key = user_key() if use_cache else None  # none: nothing can be verified, so nothing is read or written
     if key is not None and not refresh and os.path.lexists(path):
         try:
-            entry = loads(read_regular_text(path, follow=False))
-            if not (isinstance(entry, dict) and entry.get("schema_version") == SCHEMA_VERSION
-                    and entry.get("key") == path.stem and "data" in entry):
-                raise ValueError("not a cache entry of this version")
-            if entry.get("sha256") != _digest(entry["data"]):
+            entry = _read_entry(path)
+            if entry.sha256 != _digest(entry.data):
                 raise ValueError("its data does not match its checksum (damaged or edited)")
-            mac = _entry_mac(key, namespace, path.stem, entry["data"])
-            if not hmac.compare_digest(str(entry.get("hmac", "")), mac):
+            mac = _entry_mac(key, namespace, path.stem, entry.data)
+            if not hmac.compare_digest(str(entry.hmac), mac):
                 raise ValueError("its keyed digest does not match: edited, or written by another user or machine")
-            if valid is not None and not _passes(valid, entry["data"]):
+            if valid is not None and not _passes(valid, entry.data):
                 raise ValueError("unexpected content")
-            return entry["data"], True
+            return entry.data, True
         except (OSError, ValueError) as err:
             warn(f"ignoring the cache entry {path} ({_reason(err)}); recomputing it")
     data = jsonable(compute())
@@ -164,11 +164,37 @@ def cached(namespace: str, request, compute: Callable[[], object], *, directory=
     return data, False
 
 
+@dataclass(frozen=True)
+class CacheEntry(JsonRecord):
+    """A cache entry's file: the schema version, its key (the file's stem), the namespace, the sha256 and the keyed
+    digest of its data, and the data. Only ``data`` is required to read one: the others are checked by
+    :func:`cached` (an entry lacking one is refused as an entry that does not match)."""
+
+    schema_version: Any = None
+    key: Any = None
+    namespace: Any = None
+    sha256: Any = None
+    hmac: Any = None
+    data: Any = dataclasses.field(kw_only=True)
+
+
+def _read_entry(path: Path) -> CacheEntry:
+    """The cache entry in ``path`` (never followed if a link); a ValueError when it is not an entry of this
+    version."""
+    try:
+        entry = CacheEntry.from_json(loads(read_regular_text(path, follow=False)))
+    except DataError as err:  # not an object, or no data
+        raise ValueError("not a cache entry of this version") from err
+    if entry.schema_version != SCHEMA_VERSION or entry.key != path.stem:
+        raise ValueError("not a cache entry of this version")
+    return entry
+
+
 def entry_document(namespace: str, name: str, data, key: bytes) -> dict:
     """The cache entry ``name`` (its file's stem) of ``namespace`` holding ``data``, with its checksum and keyed
-    digest (``key``: :func:`user_key`)."""
-    return {"schema_version": SCHEMA_VERSION, "key": name, "namespace": namespace, "sha256": _digest(data),
-            "hmac": _entry_mac(key, namespace, name, data), "data": data}
+    digest (``key``: :func:`user_key`), as its file holds it."""
+    return CacheEntry(schema_version=SCHEMA_VERSION, key=name, namespace=namespace, sha256=_digest(data),
+                      hmac=_entry_mac(key, namespace, name, data), data=data).to_json()
 
 
 def _entry_mac(key: bytes, namespace: str, name: str, data) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import os
 import signal
 import sys
@@ -84,13 +85,23 @@ def report(prog: str, err: BaseException) -> int:
     return exit_code(err)
 
 
-#: the run in progress: its name, whether ``--json`` was asked for, and the exit-1 reasons it gave (:func:`failed`)
-_state: dict = {"prog": "noloco", "json": False, "failed": [], "printed": False}
+@dataclasses.dataclass
+class _Run:
+    """The run in progress: its name, whether ``--json`` was asked for, the exit-1 reasons it gave (:func:`failed`),
+    and whether its ``--json`` report is printed."""
+
+    prog: str = "noloco"
+    json: bool = False
+    failed: list = dataclasses.field(default_factory=list)
+    printed: bool = False
+
+
+_state = _Run()
 
 
 def report_printed() -> None:
     """The command's ``--json`` report is on stdout (:func:`noloco.infra.files.print_json`)."""
-    _state["printed"] = True
+    _state.printed = True
 
 
 def _json_error(prog: str, code: int, message: str) -> None:
@@ -98,7 +109,7 @@ def _json_error(prog: str, code: int, message: str) -> None:
     empty input), unless the command already printed its report there."""
     from noloco.infra import files
 
-    if _state["json"] and not _state["printed"]:
+    if _state.json and not _state.printed:
         with contextlib.suppress(OSError, ValueError):
             files.print_json({"schema_version": files.SCHEMA_VERSION,
                               "error": {"command": prog, "exit_code": code, "message": message}})
@@ -108,8 +119,8 @@ def _json_error(prog: str, code: int, message: str) -> None:
 def failed(reason: str) -> int:
     """A checked condition fails: ``PROG: exit 1: REASON`` on stderr (``--json``'s stdout stays the report), and 1.
     Every command's exit 1 goes through here, or :func:`run` says that the output holds the reason."""
-    _state["failed"].append(reason)
-    print(f"{_state['prog']}: exit 1: {reason}", file=sys.stderr)
+    _state.failed.append(reason)
+    print(f"{_state.prog}: exit 1: {reason}", file=sys.stderr)
     return 1
 
 
@@ -305,7 +316,7 @@ def run(prog: str, parser: argparse.ArgumentParser, work: Callable[[argparse.Nam
     """Parse ``argv`` with ``parser`` and call ``work(args)`` under the contract; the exit code.
     ``name(args)`` names the command in messages once the arguments are known (``noloco llm train``)."""
     tokens = sys.argv[1:] if argv is None else argv
-    _state.update(prog=prog, json="--json" in tokens, failed=[], printed=False)
+    _state.prog, _state.json, _state.failed, _state.printed = prog, "--json" in tokens, [], False
     with termination_as_interrupt():
         try:
             try:
@@ -314,11 +325,11 @@ def run(prog: str, parser: argparse.ArgumentParser, work: Callable[[argparse.Nam
                 sys.stdout.flush()
                 return 0 if stop.code is None else stop.code if isinstance(stop.code, int) else 2
             prog = name(args) if name else prog
-            _state.update(prog=prog, json=bool(getattr(args, "json", False)))
+            _state.prog, _state.json = prog, bool(getattr(args, "json", False))
             with quiet_arithmetic():
                 code = int(work(args) or 0)
             sys.stdout.flush()  # a closed pipe shows here, not at exit
-            if code == 1 and not _state["failed"]:  # docs/cli.md: exit 1 always says why on stderr
+            if code == 1 and not _state.failed:  # docs/cli.md: exit 1 always says why on stderr
                 print(f"{prog}: exit 1: a checked condition fails (the output above says which)", file=sys.stderr)
             return code
         except BrokenPipeError as err:

@@ -16,11 +16,13 @@ import socket
 import stat
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 from noloco.infra.errors import ConfigError, DataError, LockedError, warn
 from noloco.infra.files import output_dir, read_regular_text
+from noloco.infra.record import JsonRecord
 
 
 LOCK_NAME = "run.lock"
@@ -39,12 +41,30 @@ def _process_start(pid: int) -> str | None:
         return None
 
 
-def _owner_alive(info: dict) -> bool | None:
+@dataclass(frozen=True)
+class LockOwner(JsonRecord):
+    """What a lock file holds: its owner's pid, host, process start (:func:`_process_start`), when it took the lock
+    and its command line. Any may be missing from a file another program wrote (None)."""
+
+    pid: Any = None
+    host: Any = None
+    start: Any = None
+    since: Any = None
+    command: Any = None
+
+
+def _read_owner(path: Path) -> LockOwner | None:
+    """The owner in the lock file ``path`` (never followed if a link); None when it holds no JSON object."""
+    owner = json.loads(read_regular_text(path, follow=False, limit=LOCK_BYTES))
+    return LockOwner.from_json(owner) if isinstance(owner, dict) else None
+
+
+def _owner_alive(info: LockOwner) -> bool | None:
     """Whether the process of a lock's ``info`` still runs: True, False, or None when it runs on
     another host (this process cannot tell)."""
-    if info.get("host") != socket.gethostname():
+    if info.host != socket.gethostname():
         return None
-    pid = info.get("pid")
+    pid = info.pid
     if isinstance(pid, bool) or not isinstance(pid, int) or not 0 < pid < 1 << 31:
         return False  # no process has it (a pid is a positive C int)
     try:
@@ -54,7 +74,7 @@ def _owner_alive(info: dict) -> bool | None:
     except PermissionError:
         pass  # it exists, owned by someone else
     start = _process_start(pid)
-    return not (start is not None and info.get("start") is not None and start != info["start"])
+    return not (start is not None and info.start is not None and start != info.start)
 
 
 class _FolderGuard:
@@ -102,8 +122,8 @@ class RunLock:
             _HELD[key] += 1
             return self
         self.folder.mkdir(parents=True, exist_ok=True)
-        mine = {"pid": os.getpid(), "host": socket.gethostname(), "start": _process_start(os.getpid()),
-                "since": time.strftime("%Y-%m-%dT%H:%M:%S%z"), "command": " ".join(sys.argv)[:300]}
+        mine = LockOwner(pid=os.getpid(), host=socket.gethostname(), start=_process_start(os.getpid()),
+                         since=time.strftime("%Y-%m-%dT%H:%M:%S%z"), command=" ".join(sys.argv)[:300])
         with _FolderGuard(self.folder):
             while True:
                 try:
@@ -113,7 +133,7 @@ class RunLock:
                     continue
                 try:
                     with os.fdopen(fd, "w") as handle:
-                        handle.write(json.dumps(mine) + "\n")
+                        handle.write(json.dumps(mine.to_json()) + "\n")
                 except OSError as err:  # a full disk: no empty lock left behind, and the file named
                     with contextlib.suppress(OSError):
                         os.unlink(self.path)
@@ -132,22 +152,22 @@ class RunLock:
             raise DataError(f"{self.path} is not a lock file this toolkit wrote (a "
                             f"{'symbolic link' if stat.S_ISLNK(mode) else 'special file'}); remove it and run again")
         try:
-            owner = json.loads(read_regular_text(self.path, follow=False, limit=LOCK_BYTES))
+            owner = _read_owner(self.path)
         except FileNotFoundError:
             return  # released meanwhile
         except (OSError, ValueError, RecursionError):
             owner = None  # written under the guard, so a half-written lock's writer died
-        alive = _owner_alive(owner) if isinstance(owner, dict) else False
-        if alive is False:
-            who = f"pid {owner.get('pid')} on {owner.get('host')}" if isinstance(owner, dict) else "an unreadable owner"
+        alive = _owner_alive(owner) if owner is not None else False
+        if owner is None or alive is False:
+            who = f"pid {owner.pid} on {owner.host}" if owner is not None else "an unreadable owner"
             warn(f"taking over the lock {self.path} of {who}, which is no longer running")
             try:
                 self.path.unlink()
             except FileNotFoundError:
                 pass
             return
-        since = f", since {owner.get('since')}" if owner.get("since") else ""
-        where = f"pid {owner.get('pid')} on {owner.get('host')}{since}"
+        since = f", since {owner.since}" if owner.since else ""
+        where = f"pid {owner.pid} on {owner.host}{since}"
         hint = ("wait for it to finish or stop it" if alive else
                 f"it runs on another host, so this one cannot tell whether it is alive; if that run is gone, "
                 f"delete {self.path}")
@@ -162,10 +182,10 @@ class RunLock:
         _HELD.pop(key, None)
         try:
             if stat.S_ISREG(os.lstat(self.path).st_mode):
-                owner = json.loads(read_regular_text(self.path, follow=False, limit=LOCK_BYTES))
-                if owner.get("pid") == os.getpid() and owner.get("host") == socket.gethostname():
+                owner = _read_owner(self.path)
+                if owner is not None and owner.pid == os.getpid() and owner.host == socket.gethostname():
                     self.path.unlink()
-        except (OSError, ValueError, AttributeError, RecursionError):
+        except (OSError, ValueError, RecursionError):
             pass
 
     def __enter__(self) -> "RunLock":
