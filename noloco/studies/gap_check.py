@@ -23,6 +23,7 @@ judged. ``noloco llm study gap --out DIR`` on a folder holding ``transfers.json`
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from noloco.infra.files import write_json
@@ -47,7 +48,7 @@ def attribute(family: str, seed: int, changes: dict, folder: Path) -> dict:
     from noloco.advice.predict import predict
 
     torch.set_num_threads(1)
-    setting = {**F.BASE, **changes}
+    setting = dataclasses.replace(F.BASE, **changes)
     held = {}
 
     def at_end(models, average, val, inner):
