@@ -53,7 +53,7 @@ def evaluated(study: Study) -> list:
 
 def check_evaluation(study: Study) -> None:
     """A ConfigError, before any work, when a segment does not fit in an evaluated domain's validation text."""
-    val = {r["name"]: r["val_bytes"] for r in domains.sizes()}
+    val = {r.name: r.val_bytes for r in domains.sizes()}
     short = min(evaluated(study), key=lambda d: val[d])
     length = study.segment * study.ctx
     if val[short] < length + 2:
@@ -132,7 +132,7 @@ def evaluate_seed(study: Study, seed: int, out: Path, segments: dict) -> dict:
     ``-replicas`` (the mean of the replicas' own losses)."""
     import torch
 
-    sizes = {r["name"]: r["train_bytes"] for r in domains.sizes()}
+    sizes = {r.name: r.train_bytes for r in domains.sizes()}
     logps = {}  # run key -> {domain: (S, L)}: a model two ensembles share is evaluated once
 
     def logp_of(run: Run) -> dict:

@@ -246,8 +246,8 @@ def _evaluate(study: Study, runs: list[Run], results: dict, out: Path) -> dict:
                              study.inner_steps) for c in study.configs}
     wall = {str(seed): {role: sum(results[r.name]["wall_s"] for r in runs if r.seed == seed and r.role == role)
                         for role in ("seed", "expert", "baseline")} for seed in study.seeds}
-    stats = [dict(r, role="held out" if r["held_out"] else ("train" if r["name"] in study.domains else "unused"),
-                  zlib_bits_per_byte=domains.difficulty(r["name"]) if r["name"] in names else None)
+    stats = [dict(r.to_json(), role="held out" if r.held_out else ("train" if r.name in study.domains else "unused"),
+                  zlib_bits_per_byte=domains.difficulty(r.name) if r.name in names else None)
              for r in domains.sizes()]
     tier_of = {d: k for k, tier in enumerate(tiers(study)) for d in tier}
     round_of = {d: r for r, row in enumerate(round_domains(study)) for d in row}
