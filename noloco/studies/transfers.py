@@ -39,7 +39,7 @@ from typing import Any, Optional
 
 from noloco.infra.record import JsonRecord
 from noloco.studies import one_pilot
-from noloco.studies.one_pilot_rows import OnePilotTuner
+from noloco.studies.one_pilot_rows import OnePilotReport, OnePilotTuner
 
 SEEDS = (3, 4)
 #: the one-pilot study's validation seeds, seen before the calibration and the flags were written
@@ -234,7 +234,7 @@ def seen_rows(out, families=FAMILIES, report=SEEN_REPORT) -> list[SeenRow]:
     if not Path(report).exists():
         return []
     rows = []
-    for r in (AsPrediction.from_json(t) for t in read_json(report)["transfers"]):
+    for r in OnePilotReport.from_json(read_json(report)).transfers:
         pilot = one_pilot.folder(out, r.family, r.pilot, r.seed)
         if r.family not in families or not one_pilot.finished(pilot):
             continue
