@@ -171,9 +171,9 @@ def test_the_gap_split_by_tensor_adds_up(tmp_path, monkeypatch):
     monkeypatch.setattr(F, "EVAL_EVERY", 2)
     tiny = {"outer_steps": 4, "inner_steps": 3, "warmup": 2, "batch": 2, "ctx": 16}
     rep = gap_check.attribute("gpt2", 0, tiny, tmp_path / "r")
-    assert sum(r["predicted"] for r in rep["rows"]) == pytest.approx(rep["predicted"], rel=1e-9)
-    assert len(rep["rows"]) == len({r["tensor"] for r in rep["rows"]}) > 10
-    assert 0 <= rep["signal_share"] <= 1 and rep["measured"] is not None
+    assert sum(r.predicted for r in rep.rows) == pytest.approx(rep.predicted, rel=1e-9)
+    assert len(rep.rows) == len({r.tensor for r in rep.rows}) > 10
+    assert 0 <= rep.signal_share <= 1 and rep.measured is not None
 
 
 def test_a_forecast_row_is_made_along_the_runs_own_groups_and_averaged(tmp_path):

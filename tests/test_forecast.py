@@ -377,24 +377,24 @@ def test_the_equipartition_gap_of_a_trained_run(tmp_path, capsys):
                       for s in state["opt"]["state"].values()], dim=1)  # (replicas, every weight)
     rate = float(np.mean(cfg.inner_lr(np.arange(3 * cfg.inner_steps, 4 * cfg.inner_steps))))
     expected = exchangeable.stationary_spread(cfg.outer, 1.0, 1.0) / 4 * rate * float(flat.sum(1).mean())
-    assert rep["predicted"] == pytest.approx(expected, rel=1e-9) and rep["fitted_constants"] == 0
+    assert rep.predicted == pytest.approx(expected, rel=1e-9) and rep.fitted_constants == 0
     last = [json.loads(x) for x in (tmp_path / "noloco" / "metrics.jsonl").read_text().splitlines()][-1]
-    assert rep["measured"] == pytest.approx(last["val_loss_replicas_mean"] - last["val_loss_avg_model"])
-    assert equipartition_gap(tmp_path / "diloco", second_moment_root)["predicted"] == 0.0
+    assert rep.measured == pytest.approx(last["val_loss_replicas_mean"] - last["val_loss_avg_model"])
+    assert equipartition_gap(tmp_path / "diloco", second_moment_root).predicted == 0.0
     # N outside the replica counts the gap was validated on is flagged; N = 8 is not
     assert main(["llm", "train", *tiny, "--replicas", "8", "--out", str(tmp_path / "n8")]) == 0
     # (an "unresolved" flag may stand beside it: on Python 3.12's corpus this run's gap is not resolved)
-    untested = [f for f in rep["flags"] if f.split(":")[0] == "untested N"]
+    untested = [f for f in rep.flags if f.split(":")[0] == "untested N"]
     assert cfg.outer.replicas == 4 and len(untested) == 1
-    assert {f.split(":")[0] for f in rep["flags"]} <= {"untested N", "unresolved"}
+    assert {f.split(":")[0] for f in rep.flags} <= {"untested N", "unresolved"}
     # the flag's text quotes only this report's numbers (N and the validated range), and the window count is
     # the run's own (--val-windows 4), not a default
     from noloco.advice.gap import VALIDATED_REPLICAS, format_gap
 
     quoted = {float(x) for f in untested for x in re.findall(r"\d+(?:\.\d+)?", f.split(":", 1)[1])}
-    assert quoted <= {float(rep["replicas"]), *map(float, VALIDATED_REPLICAS)}
-    assert rep["val_windows"] == 4 and "(4 validation windows)" in format_gap(rep)
-    assert not [f for f in equipartition_gap(tmp_path / "n8", second_moment_root)["flags"] if "untested" in f]
+    assert quoted <= {float(rep.replicas), *map(float, VALIDATED_REPLICAS)}
+    assert rep.val_windows == 4 and "(4 validation windows)" in format_gap(rep)
+    assert not [f for f in equipartition_gap(tmp_path / "n8", second_moment_root).flags if "untested" in f]
     (tmp_path / "diloco" / "ckpt.pt").unlink()
     assert main(["llm", "predict", str(tmp_path / "diloco"), "--gap"]) == 3
     assert main(["llm", "predict", str(tmp_path / "noloco"), "--gap"]) == 0
@@ -488,10 +488,10 @@ def test_the_gap_on_an_observer_run_is_read_one_sided(tmp_path, writer, replicas
     rep = equipartition_gap(tmp_path)
     if one_sided:
         lo, hi = OBSERVER_RANGE
-        assert rep["reading"].startswith("an upper estimate") and f"{lo:g} to {hi:g}" in rep["reading"]
-        assert f"at least {1 / hi:.2f} of it" in rep["reading"] and "read as an upper estimate" in format_gap(rep)
+        assert rep.reading.startswith("an upper estimate") and f"{lo:g} to {hi:g}" in rep.reading
+        assert f"at least {1 / hi:.2f} of it" in rep.reading and "read as an upper estimate" in format_gap(rep)
     else:
-        assert rep["reading"] == ("within a factor 2" if replicas == 8 else None)
+        assert rep.reading == ("within a factor 2" if replicas == 8 else None)
 
 
 def test_the_forecast_with_the_runs_own_later_noise_is_the_replay_of_the_whole_run(tmp_path):

@@ -28,11 +28,12 @@ def test_the_summary_reads_the_runs_their_live_lines_and_the_predictions(tmp_pat
     with tarfile.open(out / "runs_large.tar.gz", "w:gz") as tar:
         tar.add(runs, arcname=".")
     summary = gpu_report.summarise(out)
-    (run,) = summary["runs"]
+    (run,) = summary.runs
     rows = [json.loads(line) for line in (runs / "s0" / "noloco" / "metrics.jsonl").read_text().splitlines()]
-    assert run["folder"] == "s0/noloco" and run["method"] == "noloco" and run["seed"] == 0
-    assert run["pearson_lr"]["weight_std"] == pytest.approx(pearson([r["weight_std"] for r in rows],
-                                                                    [r["lr"] for r in rows]))
+    assert run.folder == "s0/noloco" and run.method == "noloco" and run.seed == 0
+    assert run.pearson_lr.weight_std == pytest.approx(pearson([r["weight_std"] for r in rows],
+                                                              [r["lr"] for r in rows]))
     rates = gpu_report.live_rates(done.stderr)["start"]["noloco"]
-    assert rates and run["loop_tokens_per_s_median"] is not None  # the lines after the first outer step
-    assert summary["predictions"] == {"predict-s0": {"rows": []}}
+    assert rates and run.loop_tokens_per_s_median is not None  # the lines after the first outer step
+    assert summary.predictions == {"predict-s0": {"rows": []}}
+    assert list(summary.to_json()) == ["env", "runs", "predictions"]  # the file's keys, in the order it had them

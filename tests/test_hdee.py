@@ -112,7 +112,7 @@ def test_every_configuration_spends_the_same_budget(study):
     for config in ENSEMBLES:
         finals = chains_of(study, config, study.seeds[0])
         spent = sum(r.flops for f in finals for r in f.lineage)
-        assert spent == report["per_config"][config]["flops"]
+        assert spent == report.per_config[config].flops
         if config == "combined":
             unit = min(EXPERT_UNIT * f.train.model().train_step_flops(f.train.batch) for f in finals)
             assert 0 <= study.budget - spent < unit
@@ -120,7 +120,7 @@ def test_every_configuration_spends_the_same_budget(study):
             assert spent == study.budget, config
     for config in BASELINES:
         (run,) = [r for r in plan(study) if r.key == config and r.seed == study.seeds[0]]
-        assert run.flops == report["per_config"][config]["flops"] <= study.budget
+        assert run.flops == report.per_config[config].flops <= study.budget
         assert study.budget - run.flops < run.train.inner_steps * run.train.replicas * base
         assert run.train.domain == study.mixture
 
@@ -136,26 +136,26 @@ def test_allocation_directions_as_published(study):
     assert sorted(d for g in groups for d in g) == sorted(study.domains)
     assert all(max(map(dom.difficulty, a)) <= min(map(dom.difficulty, b)) for a, b in zip(groups, groups[1:]))
     homog = allocation(study, "homogeneous")
-    assert {c["mlp_hidden"] for c in homog} == {4 * study.width}
-    assert {r["steps"] for c in homog for r in c["rounds"]} == {study.expert_steps}
+    assert {c.mlp_hidden for c in homog} == {4 * study.width}
+    assert {r.steps for c in homog for r in c.rounds} == {study.expert_steps}
     size, steps, combined = (allocation(study, k) for k in ("size-heterogeneous", "step-heterogeneous", "combined"))
-    mlp = [c["mlp_hidden"] for c in size]
+    mlp = [c.mlp_hidden for c in size]
     assert mlp == sorted(mlp) and mlp[0] < 4 * study.width < mlp[-1]
-    assert {r["steps"] for c in size for r in c["rounds"]} == {study.expert_steps}
-    assert {c["mlp_hidden"] for c in steps} == {4 * study.width}
-    per_chain = [c["rounds"][0]["steps"] for c in steps]
+    assert {r.steps for c in size for r in c.rounds} == {study.expert_steps}
+    assert {c.mlp_hidden for c in steps} == {4 * study.width}
+    per_chain = [c.rounds[0].steps for c in steps]
     assert per_chain == sorted(per_chain) and per_chain[0] < study.expert_steps < per_chain[-1]
-    assert all(len({r["steps"] for r in c["rounds"]}) == 1 for c in steps)
-    assert [c["mlp_hidden"] for c in combined] == mlp
-    first = [c["rounds"][0]["steps"] for c in combined]
+    assert all(len({r.steps for r in c.rounds}) == 1 for c in steps)
+    assert [c.mlp_hidden for c in combined] == mlp
+    first = [c.rounds[0].steps for c in combined]
     assert first == sorted(first, reverse=True)
     bought = [study.expert_steps * study.step_flops() / study.step_flops(m) for m in (mlp[0], mlp[-1])]
     if bought[0] - bought[-1] >= 2 * EXPERT_UNIT:  # the sizes differ by at least two units of steps
         assert first[0] > first[-1]
     for kind in ENSEMBLES:  # every chain: its tier's domains, one per round, the seed phase the same length
         for k, c in enumerate(allocation(study, kind)):
-            assert [r["domain"] for r in c["rounds"]] == groups[k][:study.rounds]
-            assert c["seed_steps"] == study.seed_steps
+            assert [r.domain for r in c.rounds] == groups[k][:study.rounds]
+            assert c.seed_steps == study.seed_steps
 
 
 def test_chains_branch_from_their_parents_and_share_the_medium_chain():
@@ -180,9 +180,9 @@ def test_chains_branch_from_their_parents_and_share_the_medium_chain():
 def test_default_study_budget_is_exact_for_the_baselines():
     study = Study()
     report = budget_report(study)
-    assert report["baseline_steps"] * study.replicas == study.experts * study.chain_steps
-    assert all(report["per_config"][c]["relative_to_budget"] == 0 for c in CONFIGS if c != "combined")
-    assert -1e-3 < report["per_config"]["combined"]["relative_to_budget"] <= 0
+    assert report.baseline_steps * study.replicas == study.experts * study.chain_steps
+    assert all(report.per_config[c].relative_to_budget == 0 for c in CONFIGS if c != "combined")
+    assert -1e-3 < report.per_config["combined"].relative_to_budget <= 0
 
 
 # ----------------------------------------------------------------- posterior
@@ -249,10 +249,10 @@ def test_cached_prior_against_a_hand_computation():
 
 def test_bytes_sent_per_replica():
     m = 1000 * 4
-    assert communication("noloco", 1000, 8, 100, 25)["bytes_per_replica"] == 4 * 2 * m  # 4 outer steps, 2 m each
-    assert communication("diloco", 1000, 4, 100, 25)["bytes_per_replica"] == 4 * 2 * 3 / 4 * m  # ring: 2 (N-1)/N m
-    assert communication("ddp", 1000, 4, 100, 25)["bytes_per_replica"] == 100 * 2 * 3 / 4 * m
-    assert communication("homogeneous", 1000, 4, 100, 25)["bytes_per_replica"] == 0
+    assert communication("noloco", 1000, 8, 100, 25).bytes_per_replica == 4 * 2 * m  # 4 outer steps, 2 m each
+    assert communication("diloco", 1000, 4, 100, 25).bytes_per_replica == 4 * 2 * 3 / 4 * m  # ring: 2 (N-1)/N m
+    assert communication("ddp", 1000, 4, 100, 25).bytes_per_replica == 100 * 2 * 3 / 4 * m
+    assert communication("homogeneous", 1000, 4, 100, 25).bytes_per_replica == 0
 
 
 # ----------------------------------------------------------------- the command
@@ -349,6 +349,25 @@ def test_the_shipped_study_is_consistent_with_the_code():
     for name, row in rep["against_homogeneous"].items():
         assert row["lower_in"] == [d for d in rep["evaluated"] if rep["per_domain"][name][d]["mean"]
                                    < rep["per_domain"][row["against"]][d]["mean"]], name
+
+
+def test_the_shipped_study_reads_as_records_and_formats_its_tables():
+    """docs/data/hdee.json read once into its record: every evaluated domain has a row, its winner starred, and
+    each domain is listed once under the lowest perplexity."""
+    from pathlib import Path
+
+    from noloco.infra.files import read_json
+    from noloco.studies.ensemble.records import EnsembleReport, Summary
+    from noloco.studies.ensemble.report import format_report
+
+    rep = EnsembleReport.from_json(read_json(Path(__file__).resolve().parents[1] / "docs" / "data" / "hdee.json"))
+    assert isinstance(rep.per_domain["homogeneous"]["docs"], Summary) and rep.settings.seeds == (0, 1, 2)
+    text = format_report(rep)
+    rows = {line.split(" (")[0]: line for line in text.splitlines() if line.split(" (")[0] in rep.evaluated}
+    assert set(rows) == set(rep.evaluated) and all(line.count("*") == 1 for line in rows.values())
+    listed = text.split("lowest perplexity")[1].replace("?", "")
+    assert sorted(d for line in listed.splitlines()[1:] for d in line.split(None, 1)[1].split(", ")) \
+        == sorted(rep.evaluated)
 
 
 def test_an_evaluation_above_the_memory_budget_is_refused_before_training(tmp_path, capsys):

@@ -116,7 +116,7 @@ def test_quick_study_end_to_end(tmp_path, capsys):
         assert {m: c.method(m).routing for m in ("ddp", "diloco", "noloco")} == {
             "ddp": "fixed", "diloco": "fixed", "noloco": "random" if c.pp > 1 else "fixed"}
         assert all(len(c.method(m).perplexity.values) == 2 for m in ("ddp", "diloco", "noloco"))
-    assert rep.table2.paper_configs.diloco.inner_steps == QUICK.paper_diloco["inner_steps"]
+    assert rep.table2.paper_configs.diloco.inner_steps == QUICK.paper_diloco.inner_steps
     assert rep.table2.paper_configs.diloco.alpha == 0.3
     # a second call trains nothing: every run is reused
     stamp = (tmp_path / "noloco-dp4-pp2" / "seed0" / "ckpt.pt").stat().st_mtime_ns

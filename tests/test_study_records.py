@@ -13,13 +13,15 @@ from noloco.infra.record import JsonRecord
 from noloco.llm_check import comm_measure
 from noloco.llm_check.divergence import Diverged
 from noloco.studies import advice, reports, tune, validate, warnings
+from noloco.studies.ensemble import communication as ensemble_comm, plan as ensemble_plan, records as ensemble
 
 DATA = Path(__file__).resolve().parents[1] / "docs" / "data"
 #: each study's report class and the file of docs/data it wrote
 FILES = [(reports.PaperGptReport, "paper_gpt"), (reports.RoutingReport, "routing"),
          (comm_measure.CommReport, "comm_measured"), (validate.ValidateReport, "llm_validate_cpu_small"),
          (warnings.WarningsReport, "warnings"), (advice.HoldoutReport, "advice_holdout"),
-         (advice.DevelopmentReport, "advice_development"), (tune.TuneReport, "tune_holdout")]
+         (advice.DevelopmentReport, "advice_development"), (tune.TuneReport, "tune_holdout"),
+         (ensemble.EnsembleReport, "hdee")]
 
 
 def _made():
@@ -41,7 +43,35 @@ def _made():
             validate.ValidateReport(schema_version=2, preset="cpu-tiny", base={}, diverged="run00: diverged"),
             tune.TuneReport(tune=dataclasses.replace(  # the tuner recommended nothing: no rules, no verdicts
                 tune.TuneReport.from_json(json.loads((DATA / "tune_holdout.json").read_text())).tune,
-                recommendation=None), held_out=None)]
+                recommendation=None), held_out=None),
+            _ensemble_stopped(), ensemble.StudyFile(schema_version=2, settings={"seeds": [0]}),
+            ensemble.Winner("noloco", None, {"noloco": 2.5}),  # one configuration: no runner-up, no margin
+            ensemble.Winner.paired("ddp", "noloco", {"ddp": 2.0, "noloco": 2.5}, 0.5, None, False)]  # one seed
+
+
+def _ensemble_stopped():
+    """The ensemble study's report when it stopped before its evaluation: the plan only."""
+    chain = ensemble_plan.Chain(chain=0, mlp_hidden=64, seed_steps=10, rounds=[ensemble_plan.ChainRound("docs", 20)],
+                                flops=30, n_params=5)
+    budget = ensemble_plan.Budget(flops=30, step_flops_base=1, counting="matmul",
+                                  per_config={"homogeneous": ensemble_plan.ConfigFlops(30, 0.0)}, tiers=[["docs"]],
+                                  rounds=[["docs"]], allocation={"homogeneous": [chain]}, baseline_steps=None)
+    return ensemble.EnsembleReport(schema="hdee-study", schema_version=2,
+                                   settings=ensemble_plan.Study(**ensemble_plan.QUICK),
+                                   rule=ensemble.Rule("zlib", 0.25, 0.25), budget=budget,
+                                   unfinished=["seed 0 homogeneous"], diverged={})
+
+
+def test_a_stopped_ensemble_study_writes_its_plan_only_with_null_where_its_writer_wrote_null():
+    obj = _ensemble_stopped().to_json()
+    assert list(obj) == ["schema", "schema_version", "settings", "rule", "budget", "unfinished", "diverged"]
+    assert obj["budget"]["baseline_steps"] is None and "n_params" in obj["budget"]["allocation"]["homogeneous"][0]
+    assert "n_params" not in ensemble_plan.Chain(0, 64, 10, [], 30).to_json()  # allocation() leaves it out
+    assert list(ensemble.Winner.paired("a", "b", {}, 0.1, None, False).to_json())[-3:] == ["margin", "margin_se",
+                                                                                          "clear"]
+    assert list(ensemble.Winner("a", None, {}).to_json()) == ["best", "second", "loss"]
+    assert ensemble.Summary(None, None, [], None).to_json() == {"mean": None, "se": None, "values": [],
+                                                                "perplexity": None}
 
 
 def _records(x):
@@ -91,7 +121,7 @@ def test_a_record_made_in_code_round_trips(record):
 
 
 def test_every_record_class_of_the_studies_is_round_tripped_above():
-    modules = (reports, comm_measure, validate, warnings, advice, tune)
+    modules = (reports, comm_measure, validate, warnings, advice, tune, ensemble, ensemble_plan, ensemble_comm)
     defined = {c for m in modules for c in vars(m).values()
                if isinstance(c, type) and issubclass(c, JsonRecord) and c.__module__ == m.__name__}
     seen = {type(r) for cls, name in FILES for r in _records(cls.from_json(json.loads((DATA / f"{name}.json")
@@ -180,3 +210,36 @@ def test_a_malformed_advice_report_is_a_data_error():
     del doc["rows"][0]["claimed"]
     with pytest.raises(DataError, match="ForecastRow: the JSON object lacks claimed"):
         forecasts.ForecastsReport.from_json(doc)
+
+
+# ------------------------------------------------------------------ the loss gap's studies and the device session
+
+from noloco.studies import gap_check, gpu_report  # noqa: E402
+
+#: each report class of the gap's studies and the file of docs/data it wrote
+GAP_FILES = [(gap_check.GapCheckReport, "gap_check"), (gap_check.GapFreshReport, "gap_fresh")]
+
+
+@pytest.mark.parametrize("record_class, name", GAP_FILES, ids=[name for _, name in GAP_FILES])
+def test_a_gap_study_report_reads_and_writes_its_file_back_exactly(record_class, name):
+    test_a_study_report_reads_and_writes_its_file_back_exactly(record_class, name)
+
+
+def test_every_record_class_of_the_gap_studies_and_the_device_session_is_round_tripped():
+    modules = (gap_check, gpu_report)
+    defined = {c for m in modules for c in vars(m).values()
+               if isinstance(c, type) and issubclass(c, JsonRecord) and c.__module__ == m.__name__}
+    files = GAP_FILES + [(gpu_report.GpuSummary, "gpu_large")]
+    seen = {type(r) for cls, name in files for r in _records(cls.from_json(json.loads((DATA / f"{name}.json")
+                                                                                     .read_text())))}
+    assert defined - seen == {gpu_report.Setting}  # read from a run's result.json, never written
+
+
+def test_the_device_session_summary_reads_and_writes_its_file_back_exactly():
+    """gpu_large.json: the runs as records, the devices' documents (by file stem) kept between env and the runs."""
+    obj = json.loads((DATA / "gpu_large.json").read_text())
+    summary = gpu_report.GpuSummary.from_json(obj)
+    assert json.dumps(jsonable(summary)) == json.dumps(obj)
+    assert {type(r) for r in summary.runs} == {gpu_report.RunSummary} and "bench_large" in summary.extra
+    for part in _records(summary):
+        assert type(part).from_json(part.to_json()) == part

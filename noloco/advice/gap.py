@@ -18,11 +18,14 @@ enter: the flat directions that dominate it cost little, so the gap is not propo
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 from noloco.advice.record import read_run
+from noloco.advice.run_rows import MetricsRow, RunResult
 from noloco.infra.errors import DataError
+from noloco.infra.record import JsonRecord
 from noloco.theory import exchangeable
 
 #: the replica counts the gap was developed and held out on (docs/advice.md: N 8 and 16). Its error depends on N
@@ -35,7 +38,34 @@ VALIDATED_REPLICAS = (8, 16)
 OBSERVER_RANGE = (1.59, 2.22)
 
 
-def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int, float]] | None = None) -> dict:
+@dataclass(frozen=True)
+class GapReport(JsonRecord):
+    """``--gap``'s estimate at a run's checkpoint (:func:`equipartition_gap`): the prediction R1/4 * rate *
+    sum_sqrt_v, the measured gap (None where no evaluation is at that outer step), their ratio, and how to read it."""
+
+    run: str
+    outer_step: int
+    replicas: int
+    r1: float
+    rate: float
+    sum_sqrt_v: float
+    predicted: float
+    measured: Optional[float]
+    val_windows: Optional[int]
+    ratio: Optional[float]
+    flags: list = field(default_factory=list)
+    reading: Optional[str] = None
+    fitted_constants: int = 0
+
+
+@dataclass(frozen=True)
+class Recorded(JsonRecord):
+    """What the gap reads of result.json's ``config`` as the run recorded it, with no default filled in."""
+
+    val_windows: Optional[int] = None
+
+
+def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int, float]] | None = None) -> GapReport:
     """The predicted gap at the run's checkpoint, the measured one at the evaluation of the same outer step
     (``val_loss_replicas_mean - val_loss_avg_model``; None where no evaluation is at that step) and their ratio.
     That sum comes from result.json's ``adam_second_moment`` where an observer wrote it, else from the run's
@@ -49,9 +79,10 @@ def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int,
         raise DataError(f"{run.folder}: the equipartition gap needs the inner AdamW's second moment; this run's "
                         f"inner optimiser is {cfg.inner_optimizer}")
     path = run.folder / "ckpt.pt"
-    saved = run.result.get("adam_second_moment")  # written by noloco.Observer at the end of a user's run
-    if isinstance(saved, dict) and isinstance(saved.get("sum_sqrt_v"), (int, float)):
-        step, root = saved.get("outer_step", 0), float(saved["sum_sqrt_v"])
+    result = RunResult.from_json(run.result)
+    saved = result.second_moment()  # written by noloco.Observer at the end of a user's run
+    if saved is not None and isinstance(saved.sum_sqrt_v, (int, float)):
+        step, root = saved.outer_step, float(saved.sum_sqrt_v)
         # the run folder is user input: a sum of square roots is >= 0 and finite, a step an integer
         if not (0 <= root < math.inf) or isinstance(step, bool) or not isinstance(step, int):
             raise DataError(f"{run.folder / 'result.json'}: adam_second_moment has sum_sqrt_v={root!r} and "
@@ -71,10 +102,11 @@ def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int,
     # the measured gap at every evaluation that logged both losses: a small difference of two validation losses;
     # where it is not positive at every evaluation of the second half, the validation set does not resolve it and
     # no comparison is claimed
-    windows = (run.result.get("config") or {}).get("val_windows")  # what the run measured on, not a default
+    windows = Recorded.from_json(result.config).val_windows  # what the run measured on, not a default
     windows = windows if isinstance(windows, int) and not isinstance(windows, bool) and windows > 0 else None
-    gaps = {int(m["outer_step"]): float(m["val_loss_replicas_mean"] - m["val_loss_avg_model"]) for m in run.metrics
-            if m.get("val_loss_replicas_mean") is not None and m.get("val_loss_avg_model") is not None}
+    rows = [MetricsRow.from_json(m) for m in run.metrics]
+    gaps = {int(m.outer_step): float(m.val_loss_replicas_mean - m.val_loss_avg_model) for m in rows
+            if m.val_loss_replicas_mean is not None and m.val_loss_avg_model is not None}
     measured = gaps.get(step)
     late = [g for s, g in gaps.items() if s > cfg.outer_steps / 2]
     flags = []
@@ -83,7 +115,7 @@ def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int,
         flags.append(f"untested N: the gap was validated at N {low} to {high} and this run has N = {outer.replicas}, "
                      "where its error was not measured; read it as an order of magnitude")
     reading = "within a factor 2" if low <= outer.replicas <= high else None  # else flagged untested
-    if run.result.get("format") == "noloco-run" and low <= outer.replicas <= high:  # written by noloco.Observer
+    if result.format == "noloco-run" and low <= outer.replicas <= high:  # written by noloco.Observer
         lo, hi = OBSERVER_RANGE
         reading = (f"an upper estimate: on models the toolkit did not build (run folders written by noloco.Observer) "
                    f"it ran {lo:g} to {hi:g} times the measured gap at N = 8: the loss the spread costs is at most "
@@ -92,21 +124,21 @@ def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int,
         flags.append(f"unresolved: the measured gap is not positive at {sum(g <= 0 for g in late)} of the second "
                      f"half's {len(late)} evaluations ({_windows(windows)}): noise, not a gap; "
                      "evaluate on more windows before comparing")
-    return {"run": str(run.folder), "outer_step": step, "replicas": outer.replicas, "r1": r1, "rate": rate, "sum_sqrt_v": root,
-            "predicted": predicted, "measured": measured, "val_windows": windows,
-            "ratio": predicted / measured if measured and measured > 0 and math.isfinite(predicted) else None,
-            "flags": flags, "reading": reading, "fitted_constants": 0}
+    return GapReport(run=str(run.folder), outer_step=step, replicas=outer.replicas, r1=r1, rate=rate, sum_sqrt_v=root,
+                     predicted=predicted, measured=measured, val_windows=windows,
+                     ratio=predicted / measured if measured and measured > 0 and math.isfinite(predicted) else None,
+                     flags=flags, reading=reading)
 
 
 def _windows(count: int | None) -> str:
     return f"{count} validation windows" if count else "validation windows not recorded in the run"
 
 
-def format_gap(report: dict) -> str:
+def format_gap(report: GapReport) -> str:
     fmt = lambda x: "-" if x is None else f"{x:.4g}"  # noqa: E731
-    return (f"{report['run']}: at outer step {report['outer_step']}, the loss gap between the replicas and their "
-            f"average, predicted R1/4 * lr * sum sqrt(v) = {report['r1']:.4g}/4 * {report['rate']:.4g} * "
-            f"{report['sum_sqrt_v']:.4g} = {fmt(report['predicted'])} nats; measured {fmt(report['measured'])} "
-            f"({_windows(report['val_windows'])}); predicted / measured {fmt(report['ratio'])}; "
-            "fitted constants 0" + (f"\nread as {report['reading']}" if report.get("reading") else "")
-            + "".join(f"\nflag: {f}" for f in report.get("flags", [])))
+    return (f"{report.run}: at outer step {report.outer_step}, the loss gap between the replicas and their "
+            f"average, predicted R1/4 * lr * sum sqrt(v) = {report.r1:.4g}/4 * {report.rate:.4g} * "
+            f"{report.sum_sqrt_v:.4g} = {fmt(report.predicted)} nats; measured {fmt(report.measured)} "
+            f"({_windows(report.val_windows)}); predicted / measured {fmt(report.ratio)}; "
+            "fitted constants 0" + (f"\nread as {report.reading}" if report.reading else "")
+            + "".join(f"\nflag: {f}" for f in report.flags))

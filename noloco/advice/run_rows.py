@@ -83,10 +83,20 @@ class RunPart(JsonRecord):
 
 
 @dataclass(frozen=True)
+class AdamSecondMoment(JsonRecord):
+    """result.json's ``adam_second_moment`` (written by the observer when its run closes with an inner AdamW):
+    ``sum_sqrt_v`` = sum_j mean_i sqrt(vhat_ij) at outer step ``outer_step`` (the loss gap's input)."""
+
+    sum_sqrt_v: Optional[float] = None
+    outer_step: int = 0
+
+
+@dataclass(frozen=True)
 class RunResult(JsonRecord):
     """result.json: the run's settings (``config``, as the harness or the observer wrote them) and how it ended."""
 
     NESTED = {"part": RunPart, "run": RunPart, "final": MetricsRow}
+    OPTIONAL_KEYS = ("adam_second_moment", "flags")
 
     config: dict
     schema_version: Optional[int] = None
@@ -108,6 +118,14 @@ class RunResult(JsonRecord):
     unigram_entropy: Optional[float] = None
     checkpoint_outer_step: Optional[int] = None
     diverged: Optional[dict] = None
+    # kept as written: a damaged value is the gap's to name (noloco.advice.gap), not every reader's to refuse
+    adam_second_moment: Optional[dict] = None
+    flags: Optional[list] = None  # the observer's early warnings (noloco.training.early_warning.Flag)
+
+    def second_moment(self) -> Optional[AdamSecondMoment]:
+        """The observer's second moment, None where absent or not an object."""
+        saved = self.adam_second_moment
+        return AdamSecondMoment.from_json(saved) if isinstance(saved, dict) else None
 
     def setting(self) -> dict:
         """The settings with the outer step's flattened in (``replicas``, ``alpha``, ... beside ``lr``)."""

@@ -29,7 +29,7 @@ def run(args) -> int:
     report = run_study(study_from_args(args), args.out, resume=args.resume, overwrite=args.overwrite,
                        stop_after=args.stop_after, threads=threads)
     print_json(report) if args.json else print(format_report(report))
-    diverged = report.get("diverged", {})  # the finding, on stderr too: exit 1
+    diverged = report.diverged  # the finding, on stderr too: exit 1
     return failed("; ".join(f"{name} {message}" for name, message in diverged.items())) if diverged else 0
 
 

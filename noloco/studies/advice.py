@@ -339,8 +339,7 @@ def gap_check(folder: Path, setting: str, seed: int) -> GapCheck:
     from noloco.llm_check.adam_state import second_moment_root
 
     rep = equipartition_gap(folder, second_moment_root)
-    return GapCheck(setting=setting, seed=seed, predicted=rep["predicted"], measured=rep["measured"],
-                    ratio=rep["ratio"])
+    return GapCheck(setting=setting, seed=seed, predicted=rep.predicted, measured=rep.measured, ratio=rep.ratio)
 
 
 def format_report(rep: HoldoutReport) -> str:

@@ -517,10 +517,10 @@ def _gap(folder: Path, family: str, seed: int, run: str | None = None) -> GapRow
     from noloco.llm_check.adam_state import second_moment_root
 
     rep = equipartition_gap(folder, second_moment_root)
-    ok = within(rep["ratio"], GAP_RULE, relative=False)
-    return GapRow(family=family, seed=seed, replicas=rep["replicas"], predicted=rep["predicted"],
-                  measured=rep["measured"], ratio=rep["ratio"], flags=rep["flags"], val_windows=rep["val_windows"],
-                  verdict="flagged" if rep["flags"] else ("agrees" if ok else "misses"), run=run)
+    ok = within(rep.ratio, GAP_RULE, relative=False)
+    return GapRow(family=family, seed=seed, replicas=rep.replicas, predicted=rep.predicted,
+                  measured=rep.measured, ratio=rep.ratio, flags=rep.flags, val_windows=rep.val_windows,
+                  verdict="flagged" if rep.flags else ("agrees" if ok else "misses"), run=run)
 
 
 def evaluate(out: Path, families=tuple(FAMILIES), seeds=SEEDS) -> FamiliesReport:

@@ -24,9 +24,12 @@ judged. ``noloco llm study gap --out DIR`` on a folder holding ``transfers.json`
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from noloco.infra.files import write_json
+from noloco.infra.record import JsonRecord
 from noloco.studies import families as F
 
 #: (family, seed, setting changes): Llama and GPT-2 at N = 8 with a constant rate after warm-up (the shape of the
@@ -39,7 +42,77 @@ RUNS = (("llama", 0, {"replicas": 8, "schedule": "constant", "min_lr_frac": 1.0}
         ("llama", 1, {"replicas": 8}))
 
 
-def attribute(family: str, seed: int, changes: dict, folder: Path) -> dict:
+@dataclass(frozen=True)
+class TensorRow(JsonRecord):
+    """One tensor's share of a run's gap: its coordinates, mean_i sum_j sqrt(vhat_ij), the loss its spread alone
+    costs (measured), its share of the prediction and its c over the second half (``c_late``)."""
+
+    tensor: str
+    numel: int
+    sum_sqrt_v: float
+    measured: float
+    predicted: float
+    c_late: float
+
+
+@dataclass(frozen=True)
+class GapRun(JsonRecord):
+    """A run's gap split by tensor (:func:`attribute`)."""
+
+    NESTED = {"rows": (list, TensorRow)}
+
+    family: str
+    seed: int
+    changes: dict
+    predicted: float
+    measured: Optional[float]
+    ratio: Optional[float]
+    signal_share: float
+    sum_of_tensors_measured: float
+    c_correlation: Optional[float]
+    large_tensors: int
+    rows: list
+
+
+@dataclass(frozen=True)
+class GapCheckReport(JsonRecord):
+    """gap_check.json: every run of :data:`RUNS` split by tensor."""
+
+    NESTED = {"runs": (list, GapRun)}
+
+    schema: str
+    runs: list
+
+
+@dataclass(frozen=True)
+class FreshRow(JsonRecord):
+    """The one-sided claim on one fresh run: its ratio, whether it was judged (not ``unresolved``) and holds."""
+
+    family: str
+    run: str
+    ratio: Optional[float]
+    predicted: float
+    measured: Optional[float]
+    flags: list
+    reading: Optional[str]
+    judged: bool
+    holds: bool
+
+
+@dataclass(frozen=True)
+class GapFreshReport(JsonRecord):
+    """gap_fresh.json: the one-sided claim judged on the fresh runs (:func:`judge_fresh`)."""
+
+    NESTED = {"rows": (list, FreshRow)}
+
+    schema: str
+    rule: str
+    rows: list
+    judged: int
+    holds: int
+
+
+def attribute(family: str, seed: int, changes: dict, folder: Path) -> GapRun:
     """Train ``family`` at the families' base with ``changes`` and split its gap by tensor (module docstring)."""
     import numpy as np
     import torch
@@ -49,11 +122,11 @@ def attribute(family: str, seed: int, changes: dict, folder: Path) -> dict:
 
     torch.set_num_threads(1)
     setting = dataclasses.replace(F.BASE, **changes)
-    held = {}
+    costs: dict = {}  # tensor name -> (numel, mean_i sum_j sqrt(vhat_ij), measured)
+    share: list = []  # Adam's signal share
 
     def at_end(models, average, val, inner):
-        beta1, beta2 = inner.defaults["betas"]
-        rows = {}
+        beta1, beta2 = inner.defaults["betas"]  # edge: torch's optimizer defaults
         average.eval()  # no dropout (F._val_losses left the replicas training, the average in eval mode)
         with torch.no_grad():
             base = float(F._loss(average, val))
@@ -64,8 +137,8 @@ def attribute(family: str, seed: int, changes: dict, folder: Path) -> dict:
                 root = 0.0
                 for p in ps:
                     st = inner.state[p]
-                    v = st["exp_avg_sq"].double() / (1 - beta2 ** float(st["step"]))
-                    m = st["exp_avg"].double() / (1 - beta1 ** float(st["step"]))
+                    v = st["exp_avg_sq"].double() / (1 - beta2 ** float(st["step"]))  # edge: torch's optimizer state
+                    m = st["exp_avg"].double() / (1 - beta1 ** float(st["step"]))  # edge: torch's optimizer state
                     root += float(v.sqrt().sum())
                     signal, total = signal + float((m * m).sum()), total + float(v.sum())
                 keep = mine[name].detach().clone()
@@ -74,71 +147,71 @@ def attribute(family: str, seed: int, changes: dict, folder: Path) -> dict:
                     mine[name].copy_(p)
                     own.append(float(F._loss(average, val)))
                 mine[name].copy_(keep)
-                rows[name] = {"numel": ps[0].numel(), "sum_sqrt_v": root / len(ps), "measured": sum(own) / len(ps) - base}
-        held.update(rows=rows, signal_share=signal / total)
+                costs[name] = (ps[0].numel(), root / len(ps), sum(own) / len(ps) - base)
+        share.append(signal / total)
 
     F.train_hf(F.FAMILIES[family], setting, seed, folder, F.GAP_WINDOWS, at_end=at_end)
     gap = equipartition_gap(folder)
     groups = predict(folder)["groups"]  # each tensor's c as the theory reads it, second half
-    per_root = gap["predicted"] / gap["sum_sqrt_v"]
-    rows = [{"tensor": k, **r, "predicted": r["sum_sqrt_v"] * per_root, "c_late": groups[k]["c_late"]}
-            for k, r in held["rows"].items()]
-    explained = sum(r["measured"] for r in rows)
+    per_root = gap.predicted / gap.sum_sqrt_v
+    rows = [TensorRow(tensor=k, numel=numel, sum_sqrt_v=root, measured=measured, predicted=root * per_root,
+                      c_late=groups[k]["c_late"]) for k, (numel, root, measured) in costs.items()]
+    explained = sum(r.measured for r in rows)
     # does the over-count follow the tensor's c? log(predicted / measured) against c, the large tensors
-    large = [r for r in rows if r["numel"] >= LARGE and r["measured"] > 0]
-    corr = float(np.corrcoef([r["c_late"] for r in large], np.log([r["predicted"] / r["measured"] for r in large]))[0, 1]) \
+    large = [r for r in rows if r.numel >= LARGE and r.measured > 0]
+    corr = float(np.corrcoef([r.c_late for r in large], np.log([r.predicted / r.measured for r in large]))[0, 1]) \
         if len(large) > 2 else None
-    return {"family": family, "seed": seed, "changes": changes, "predicted": gap["predicted"],
-            "measured": gap["measured"], "ratio": gap["ratio"], "signal_share": held["signal_share"],
-            "sum_of_tensors_measured": explained, "c_correlation": corr, "large_tensors": len(large), "rows": rows}
+    return GapRun(family=family, seed=seed, changes=changes, predicted=gap.predicted, measured=gap.measured,
+                  ratio=gap.ratio, signal_share=share[-1], sum_of_tensors_measured=explained, c_correlation=corr,
+                  large_tensors=len(large), rows=rows)
 
 
 #: the seed of the transfers study's runs the one-sided claim is judged on
 FRESH_SEED = 4
 
 
-def judge_fresh(out: Path) -> dict:
+def judge_fresh(out: Path) -> GapFreshReport:
     """The one-sided claim on the transfers study's seed-4 runs at N = 8 (module docstring)."""
     from noloco.advice.gap import equipartition_gap
 
     rows = []
     for folder in sorted(Path(out).glob(f"*/N8*/s{FRESH_SEED}")):
         gap = equipartition_gap(folder)
-        judged = gap["ratio"] is not None and not any(f.startswith("unresolved") for f in gap["flags"])
-        rows.append({"family": folder.parent.parent.name, "run": folder.parent.name, "ratio": gap["ratio"],
-                     "predicted": gap["predicted"], "measured": gap["measured"], "flags": gap["flags"],
-                     "reading": gap["reading"], "judged": judged, "holds": judged and gap["ratio"] >= 1})
-    return {"schema": "gap_fresh", "rule": "predicted / measured >= 1 (an upper estimate)", "rows": rows,
-            "judged": sum(r["judged"] for r in rows), "holds": sum(r["holds"] for r in rows)}
+        judged = gap.ratio is not None and not any(f.startswith("unresolved") for f in gap.flags)
+        rows.append(FreshRow(family=folder.parent.parent.name, run=folder.parent.name, ratio=gap.ratio,
+                             predicted=gap.predicted, measured=gap.measured, flags=gap.flags, reading=gap.reading,
+                             judged=judged, holds=judged and gap.ratio >= 1))
+    return GapFreshReport(schema="gap_fresh", rule="predicted / measured >= 1 (an upper estimate)", rows=rows,
+                          judged=sum(r.judged for r in rows), holds=sum(r.holds for r in rows))
 
 
-def run_study(out) -> dict:
+def run_study(out) -> GapCheckReport | GapFreshReport:
     out = Path(out)
     if (out / "transfers.json").exists():  # the transfers study's runs: judged, never trained here
         report = judge_fresh(out)
         write_json(out / "gap_fresh.json", report, indent=2)
         return report
-    report = {"schema": "gap_check", "runs": [attribute(f, seed, changes, out / f"{f}-s{seed}")
-                                              for f, seed, changes in RUNS]}
+    report = GapCheckReport(schema="gap_check", runs=[attribute(f, seed, changes, out / f"{f}-s{seed}")
+                                                      for f, seed, changes in RUNS])
     write_json(out / "gap_check.json", report, indent=2)
     return report
 
 
-def format_report(rep: dict) -> str:
-    if rep.get("schema") == "gap_fresh":
-        return "\n".join([f"{r['family']} {r['run']}: predicted / measured {r['ratio']}, "
-                          f"{'holds' if r['holds'] else 'not judged' if not r['judged'] else 'misses'}"
-                          f"{''.join('; flag: ' + f for f in r['flags'])}" for r in rep["rows"]]
-                         + [f"{rep['rule']}: holds on {rep['holds']} of {rep['judged']} judged"])
+def format_report(rep: GapCheckReport | GapFreshReport) -> str:
+    if isinstance(rep, GapFreshReport):
+        return "\n".join([f"{r.family} {r.run}: predicted / measured {r.ratio}, "
+                          f"{'holds' if r.holds else 'not judged' if not r.judged else 'misses'}"
+                          f"{''.join('; flag: ' + f for f in r.flags)}" for r in rep.rows]
+                         + [f"{rep.rule}: holds on {rep.holds} of {rep.judged} judged"])
     lines = []
-    for run in rep["runs"]:
-        lines.append(f"{run['family']} seed {run['seed']} {run['changes']}: predicted {run['predicted']:.4g}, measured "
-                     f"{run['measured']:.4g} ({run['ratio']:.3f}); the tensors one at a time explain "
-                     f"{run['sum_of_tensors_measured'] / run['measured']:.0%} of it; Adam's signal share "
-                     f"{run['signal_share']:.3f}; correlation of log(predicted / measured) with c over the "
-                     f"{run['large_tensors']} tensors of at least {LARGE} coordinates: {run['c_correlation']:.2f}")
-        for r in sorted(run["rows"], key=lambda r: -r["predicted"]):
-            ratio = f"{r['predicted'] / r['measured']:.2f}" if r["measured"] > 0 else "-"
-            lines.append(f"  {r['tensor']:<46} {r['numel']:>7} c {r['c_late']:6.3f} predicted {r['predicted']:.3e} "
-                         f"measured {r['measured']:.3e} ratio {ratio}")
+    for run in rep.runs:
+        lines.append(f"{run.family} seed {run.seed} {run.changes}: predicted {run.predicted:.4g}, measured "
+                     f"{run.measured:.4g} ({run.ratio:.3f}); the tensors one at a time explain "
+                     f"{run.sum_of_tensors_measured / run.measured:.0%} of it; Adam's signal share "
+                     f"{run.signal_share:.3f}; correlation of log(predicted / measured) with c over the "
+                     f"{run.large_tensors} tensors of at least {LARGE} coordinates: {run.c_correlation:.2f}")
+        for r in sorted(run.rows, key=lambda r: -r.predicted):
+            ratio = f"{r.predicted / r.measured:.2f}" if r.measured > 0 else "-"
+            lines.append(f"  {r.tensor:<46} {r.numel:>7} c {r.c_late:6.3f} predicted {r.predicted:.3e} "
+                         f"measured {r.measured:.3e} ratio {ratio}")
     return "\n".join(lines)

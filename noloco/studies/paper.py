@@ -48,6 +48,15 @@ SE_RULE = 2.0
 
 
 @dataclass(frozen=True)
+class PaperDiLoCo:
+    """The paper's DiLoCo: its outer step (alpha, beta) and its inner phase H."""
+
+    alpha: float
+    beta: float
+    inner_steps: int
+
+
+@dataclass(frozen=True)
 class Plan:
     """What the study trains. ``run``: the TrainConfig fields every run shares on top of the ``paper`` preset;
     ``global_batch`` windows per inner step, split over the DP replicas; runs with outer curves (noloco, local)
@@ -63,7 +72,7 @@ class Plan:
     fig3b: tuple
     fig4: tuple
     paper_cell: tuple
-    paper_diloco: dict
+    paper_diloco: PaperDiLoCo
 
 
 #: The full study: the ``paper`` preset's model (2 blocks, width 64, 4 heads, context 64; plain Adam betas
@@ -71,12 +80,12 @@ class Plan:
 #: 6e-4 belongs to its 125M model).
 FULL = Plan(run=dict(inner_steps=50, outer_steps=20, warmup=100, lr=3e-3, val_windows=64),
             global_batch=32, dp=(4, 8, 16), pp=(1, 2), curve_every=1, final_every=5,
-            fig3b=(8, 1), fig4=(4, 2), paper_cell=(8, 2), paper_diloco=dict(alpha=0.3, beta=0.7, inner_steps=100))
+            fig3b=(8, 1), fig4=(4, 2), paper_cell=(8, 2), paper_diloco=PaperDiLoCo(alpha=0.3, beta=0.7, inner_steps=100))
 #: a smoke test of the same pipeline (well under a minute)
 QUICK = Plan(run=dict(layers=1, heads=2, width=16, ctx=16, inner_steps=3, outer_steps=4, warmup=2, lr=3e-3,
                       val_windows=8),
              global_batch=8, dp=(2, 4), pp=(1, 2), curve_every=1, final_every=2,
-             fig3b=(4, 1), fig4=(2, 2), paper_cell=(4, 2), paper_diloco=dict(alpha=0.3, beta=0.7, inner_steps=6))
+             fig3b=(4, 1), fig4=(2, 2), paper_cell=(4, 2), paper_diloco=PaperDiLoCo(alpha=0.3, beta=0.7, inner_steps=6))
 
 #: the paper's Table 2's Small model (FSDP / DiLoCo / NoLoCo final validation perplexity) at the (DP, PP) of
 #: this study, with its accelerator count; Reddit then C4
@@ -169,13 +178,12 @@ def jobs(plan: Plan) -> dict:
     for routing in ("fixed", "random"):
         out[f"local-{routing}-{_cell(dp, pp)}"] = ("local", dp, pp, routing, {})
     dp, pp = plan.paper_cell
-    extra = dict(plan.paper_diloco)
-    h = extra["inner_steps"]
-    total = plan.run["outer_steps"] * plan.run["inner_steps"]
-    if total % h:
-        raise ConfigError(f"the paper's DiLoCo H {h} does not divide the run's {total} inner steps")
-    extra["outer_steps"] = total // h
-    out[f"diloco-paper-{_cell(dp, pp)}"] = ("diloco", dp, pp, "fixed", extra)
+    d = plan.paper_diloco
+    total = _config(plan, "diloco", dp, pp, 0).total_inner_steps  # the inner steps every run of the plan takes
+    if total % d.inner_steps:
+        raise ConfigError(f"the paper's DiLoCo H {d.inner_steps} does not divide the run's {total} inner steps")
+    out[f"diloco-paper-{_cell(dp, pp)}"] = ("diloco", dp, pp, "fixed", dict(
+        alpha=d.alpha, beta=d.beta, inner_steps=d.inner_steps, outer_steps=total // d.inner_steps))
     return out
 
 

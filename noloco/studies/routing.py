@@ -61,7 +61,7 @@ def run_study(out: str | Path, seeds=SEEDS, quick: bool = False, threads: int | 
 
     out = output_dir(out)
     base = QUICK if quick else STUDY
-    S = base["stages"]
+    S = build("cpu-small", "noloco", **base).stages  # the stages of every run of the study
     jobs = [(f"{name}-{routing}", method, dict(routing=routing))
             for name, method in VARIANTS.items() for routing in ("fixed", "random")]
     jobs += [(f"skip-{p:g}", "noloco", dict(routing="random", skip_prob=p)) for p in SKIP_PROBS if p > 0]

@@ -35,11 +35,12 @@ class SeedRun:
 def train_seed(cfg: TrainConfig, where: Path, threads: int | None, required: tuple) -> SeedRun:
     """The finished run of ``cfg`` in ``where``, reused or trained; a diverged run, or metrics rows without
     ``required``, are a DataError."""
+    from noloco.llm_check.divergence import Diverged
     from noloco.llm_check.train import train_or_reuse
 
     result = RunResult.from_json(train_or_reuse(cfg, where, threads))
     if result.diverged:
-        raise DataError(f"{where}: {result.diverged['message']}")
+        raise DataError(f"{where}: {Diverged.from_json(result.diverged).message}")
     rows = read_jsonl(where / "metrics.jsonl", required=required)
     return SeedRun(cfg, where, result, [MetricsRow.from_json(r) for r in rows])
 

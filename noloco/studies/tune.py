@@ -37,6 +37,7 @@ import numpy as np
 
 from noloco.infra.files import write_json
 from noloco.infra.record import JsonRecord
+from noloco.advice.run_rows import MetricsRow
 from noloco.advice.tune import SMOOTH, rms_second_half, tune
 from noloco.advice.tune_rows import TuneResult, TuneRow
 
@@ -130,7 +131,7 @@ def evaluate(runs: Path, tuned: TuneResult) -> HeldOut:
     from noloco.advice.record import read_run
 
     rec = tuned.recommendation
-    final = lambda rows: float(np.mean([r["val_loss_avg_model"] for r in rows[-SMOOTH:]]))  # noqa: E731
+    final = lambda rows: float(np.mean([MetricsRow.from_json(r).val_loss_avg_model for r in rows[-SMOOTH:]]))  # noqa: E731
     per_seed = []
     for seed in SEEDS:
         reference, recommended = runs / "reference" / f"s{seed}", runs / "recommended" / f"s{seed}"

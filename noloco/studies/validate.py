@@ -40,12 +40,12 @@ from noloco.llm_check.config import TrainConfig, build
 from noloco.infra.checks import check_choice
 from noloco.infra.files import SCHEMA_VERSION, write_json
 from noloco.infra.record import JsonRecord
-from noloco.theory.methods import PRESETS as THEORY_PRESETS
+from noloco.theory.methods import resolve
 from noloco.theory.numeric import stationary_variance
 from noloco.theory.stats import mean_se, rms_se
 
 # the reference run: the paper's outer step (N 8, pairs, alpha 0.5, beta = gamma = 0.7, heavy-ball)
-_BASE = dict(method="noloco", **asdict(THEORY_PRESETS["paper"].outer), schedule="constant", warmup=20, lr=1e-3,
+_BASE = dict(method="noloco", **asdict(resolve("paper")[1]), schedule="constant", warmup=20, lr=1e-3,
              inner_steps=10, weight_decay=0.0)
 _SWEEP = [("reference", {}), ("gamma", {"gamma": 0.0}), ("gamma", {"gamma": 0.35}), ("gamma", {"gamma": 1.0}),
           ("n", {"group_size": 4}), ("n", {"group_size": 8}), ("N", {"replicas": 4}),
@@ -196,6 +196,7 @@ def run_sweep(preset: str, out: str | Path, device: str | None = None, progress:
 
     from tqdm import tqdm
 
+    from noloco.llm_check.divergence import Diverged
     from noloco.llm_check.resources import check_memory
     from noloco.llm_check.trainer import Trainer, set_threads
     from noloco.infra.files import output_dir
@@ -233,7 +234,7 @@ def run_sweep(preset: str, out: str | Path, device: str | None = None, progress:
             if result.diverged:
                 report = ValidateReport(schema_version=SCHEMA_VERSION, preset=preset, base=base, rows=[],
                                         diverged=f"{where.name} ({factor} {changes}, seed {seed}): "
-                                                 f"{result.diverged['message']}")
+                                                 f"{Diverged.from_json(result.diverged).message}")
                 write_json(out / "validate.json", report, indent=2)
                 return report
             metrics = [MetricsRow.from_json(m) for m in read_metrics(where / "metrics.jsonl")]

@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
+from noloco.advice.run_rows import RunResult
 from noloco.infra.files import read_json, write_json
 from noloco.infra.record import JsonRecord
 from noloco.studies import families as F
@@ -166,13 +167,16 @@ class WarningsReport(JsonRecord):
 def evaluate(out: Path) -> WarningsReport:
     """Every run's flags under the rule of the module docstring."""
     from noloco.advice.record import read_run
+    from noloco.training import early_warning
 
     clean, faults = [], []
-    for family, name, seed, setting, fault in jobs():
+    for family, name, seed, _, fault in jobs():
         run = read_run(_folder(out, family, name, seed))
-        flags = [Flag(*(f[k] for k in ("flag", "outer_step", "message"))) for f in run.result.get("flags", [])]
-        row = dict(family=family, setting=name, seed=seed, replicas=setting.replicas,
-                   outer_steps_done=run.result["outer_steps_done"], flags=flags)
+        result = RunResult.from_json(run.result)
+        raised = [early_warning.Flag.from_json(f) for f in result.flags or []]
+        flags = [Flag(f.flag, f.outer_step, f.message) for f in raised]  # the kind's numbers left out
+        row = dict(family=family, setting=name, seed=seed, replicas=run.outer.replicas,
+                   outer_steps_done=result.outer_steps_done, flags=flags)
         if fault is None:
             clean.append(CleanRun(**row, false_alarm=bool(flags)))
         else:
@@ -206,7 +210,7 @@ def run_study(out, train_runs: bool = True, progress: bool | None = None) -> War
 
 def _stale(folder: Path, fault: str | None) -> bool:
     """A run that did not get as far as this study trains it (interrupted)."""
-    done = read_json(folder / "result.json").get("outer_steps_done", 0)
+    done = RunResult.from_json(read_json(folder / "result.json")).outer_steps_done or 0
     return done < (STOP if fault is None else max(CAUGHT_BY[fault] + 2, 3))
 
 

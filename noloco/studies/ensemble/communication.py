@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 
+from noloco.infra.record import JsonRecord
 from noloco.studies.ensemble.plan import BYTES_PER_VALUE, ENSEMBLES
 
 
-def communication(config: str, n_params: int, replicas: int, steps: int, inner_steps: int, group_size: int = 2) -> dict:
+@dataclass(frozen=True)
+class Communication(JsonRecord):
+    """What one configuration sends during training: how, how often, and the seconds on the internet network."""
+
+    scheme: str
+    events: int
+    bytes_per_event: float
+    bytes_per_replica: float
+    seconds_internet: float
+
+
+def communication(config: str, n_params: int, replicas: int, steps: int, inner_steps: int,
+                  group_size: int = 2) -> Communication:
     """Bytes each replica sends during a run (it receives as many) and the seconds it spends on it on the
     default network of ``noloco comm`` (:data:`noloco.theory.comm.INTERNET`), for a run of ``steps`` inner
     steps; m = n_params x 4 bytes.
@@ -25,8 +39,7 @@ def communication(config: str, n_params: int, replicas: int, steps: int, inner_s
 
     m = n_params * BYTES_PER_VALUE
     if config in ENSEMBLES:
-        return {"scheme": "none: every expert trains alone", "events": 0, "bytes_per_event": 0, "bytes_per_replica": 0,
-                "seconds_internet": 0.0}
+        return Communication("none: every expert trains alone", 0, 0, 0, 0.0)
     if config == "noloco":
         events, sent = steps // inner_steps, 2 * 2 * (group_size - 1) / group_size * m
         seconds, scheme = root_group_exchange(INTERNET, m, group_size), "root exchange of (phi, progress) in pairs"
@@ -36,5 +49,4 @@ def communication(config: str, n_params: int, replicas: int, steps: int, inner_s
         seconds = ring_allreduce(INTERNET, m, replicas)
         scheme = ("ring all-reduce of the gradients every step" if config == "ddp"
                   else "ring all-reduce of the progress every outer step")
-    return {"scheme": scheme, "events": events, "bytes_per_event": sent, "bytes_per_replica": events * sent,
-            "seconds_internet": events * seconds}
+    return Communication(scheme, events, sent, events * sent, events * seconds)

@@ -12,6 +12,7 @@ from noloco.infra.errors import ConfigError
 from noloco.llm_check import domains
 from noloco.llm_check.architecture import GPTConfig
 from noloco.studies.ensemble.plan import BASELINES, ENSEMBLES, Run, Study, baseline_config, chains_of
+from noloco.studies.ensemble.records import DomainStat, SeedEvaluation, SeedPosterior
 
 
 def log_posterior(logp: np.ndarray, log_prior: np.ndarray) -> np.ndarray:
@@ -46,6 +47,11 @@ def _logsumexp(a: np.ndarray) -> np.ndarray:
     return top + np.log(np.exp(a - top).sum(axis=0, keepdims=True))
 
 
+def domain_rows() -> list[DomainStat]:
+    """The domain table's rows (:func:`noloco.llm_check.domains.sizes`) as records."""
+    return [DomainStat.from_json(r.to_json()) for r in domains.sizes()]
+
+
 def evaluated(study: Study) -> list:
     """The domains evaluated: the study's training domains, then the held-out ones."""
     return list(study.domains) + list(domains.HELD_OUT)
@@ -53,7 +59,7 @@ def evaluated(study: Study) -> list:
 
 def check_evaluation(study: Study) -> None:
     """A ConfigError, before any work, when a segment does not fit in an evaluated domain's validation text."""
-    val = {r.name: r.val_bytes for r in domains.sizes()}
+    val = {r.name: r.val_bytes for r in domain_rows()}
     short = min(evaluated(study), key=lambda d: val[d])
     length = study.segment * study.ctx
     if val[short] < length + 2:
@@ -123,8 +129,8 @@ def seed_model(study: Study, seed: int) -> Run:
     return chains_of(study, "homogeneous", seed)[0].lineage[0]
 
 
-def evaluate_seed(study: Study, seed: int, out: Path, segments: dict) -> dict:
-    """``{entry: {domain: loss}}`` and ``{ensemble: {domain: posterior summary}}`` of one seed's runs. Entries:
+def evaluate_seed(study: Study, seed: int, out: Path, segments: dict) -> SeedEvaluation:
+    """The losses and the ensembles' posteriors of one seed's runs. Entries:
     each ensemble mixed by the domain posterior with the cached prior (the ensemble's name: HDEE's rule),
     ``-fixed-prior`` (the prior: the shares of the training bytes of the experts' last domains), ``-uniform`` (the plain average
     of the experts' probabilities), ``-own`` (the expert whose chain trained on the domain; others None);
@@ -132,7 +138,7 @@ def evaluate_seed(study: Study, seed: int, out: Path, segments: dict) -> dict:
     ``-replicas`` (the mean of the replicas' own losses)."""
     import torch
 
-    sizes = {r.name: r.train_bytes for r in domains.sizes()}
+    sizes = {r.name: r.train_bytes for r in domain_rows()}
     logps = {}  # run key -> {domain: (S, L)}: a model two ensembles share is evaluated once
 
     def logp_of(run: Run) -> dict:
@@ -160,10 +166,9 @@ def evaluate_seed(study: Study, seed: int, out: Path, segments: dict) -> dict:
                     losses.setdefault(name, {})[d] = -float(mixture_logprob(logp, weights).mean())
                 losses.setdefault(f"{config}-own", {})[d] = -float(logp[owner[0]].mean()) if owner else None
                 mean_w = np.exp(log_w).mean(axis=(1, 2))
-                posterior.setdefault(config, {})[d] = {
-                    "experts": labels, "cached_prior": np.exp(log_cached).tolist(),
-                    "top_expert": labels[int(mean_w.argmax())], "top_weight": float(mean_w.max()),
-                    "own_weight": float(mean_w[owner[0]]) if owner else None}
+                posterior.setdefault(config, {})[d] = SeedPosterior(
+                    labels, np.exp(log_cached).tolist(), labels[int(mean_w.argmax())], float(mean_w.max()),
+                    float(mean_w[owner[0]]) if owner else None)
     run = seed_model(study, seed)
     for d in segments:
         losses.setdefault("seed-model", {})[d] = -float(logp_of(run)[d].mean())
@@ -175,4 +180,4 @@ def evaluate_seed(study: Study, seed: int, out: Path, segments: dict) -> dict:
             logp = byte_logprobs(stacked, model, seg, study.ctx)
             losses.setdefault(config, {})[d] = -float(logp[-1].mean())
             losses.setdefault(f"{config}-replicas", {})[d] = -float(logp[:-1].mean(axis=(1, 2)).mean())
-    return {"losses": losses, "posterior": posterior}
+    return SeedEvaluation(losses, posterior)

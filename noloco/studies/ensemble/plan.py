@@ -7,10 +7,12 @@ import dataclasses
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 
 from noloco.infra.checks import check_at_least, check_choice, check_fields, check_integer, check_real
 from noloco.infra.errors import ConfigError
+from noloco.infra.record import JsonRecord
 from noloco.llm_check import domains
 from noloco.llm_check.architecture import GPTConfig
 from noloco.llm_check.config import TrainConfig, build
@@ -69,8 +71,9 @@ def _steps(name: str, value) -> int:
 
 
 @dataclass(frozen=True)
-class Study:
-    """The settings of one study (every field validated at construction, ConfigError naming it)."""
+class Study(JsonRecord):
+    """The settings of one study (every field validated at construction, ConfigError naming it); its JSON is the
+    report's and study.json's ``settings``."""
 
     configs: tuple = CONFIGS
     domains: tuple = domains.TRAINING   # the training mixture (seed phase, baselines); the rounds draw from it
@@ -114,9 +117,6 @@ class Study:
         if self.prior_segments > self.segments_per_domain:
             raise ConfigError(f"prior_segments={self.prior_segments} is more than the {self.segments_per_domain} "
                               f"segments evaluated per domain (eval_windows / segment); lower it")
-
-    def as_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
     @property
     def segments_per_domain(self) -> int:
@@ -186,9 +186,32 @@ def chain_sizes(study: Study, kind: str) -> list[int]:
     return [base + _symmetric(SIZE_SPREAD * base, k, study.experts, 1) for k in range(study.experts)]
 
 
-def allocation(study: Study, kind: str) -> list[dict]:
-    """The chains of an ensemble, easiest tier first: ``{chain, mlp_hidden, seed_steps, rounds: [{domain, steps}],
-    flops}`` (flops: the chain's seed model and experts).
+@dataclass(frozen=True)
+class ChainRound(JsonRecord):
+    """One round of a chain: the domain its expert trains on and its steps."""
+
+    domain: str
+    steps: int
+
+
+@dataclass(frozen=True)
+class Chain(JsonRecord):
+    """One chain of an ensemble: its MLP, its seed model's steps, its rounds and its FLOPs (the seed model's and
+    the experts'); the budget's allocation adds the model's parameters."""
+
+    NESTED = {"rounds": (list, ChainRound)}
+    OPTIONAL_KEYS = ("n_params",)
+
+    chain: int
+    mlp_hidden: int
+    seed_steps: int
+    rounds: list
+    flops: int
+    n_params: Optional[int] = None
+
+
+def allocation(study: Study, kind: str) -> list[Chain]:
+    """The chains of an ensemble, easiest tier first (flops: the chain's seed model and experts).
 
     * homogeneous: every expert the base model, ``expert_steps`` per round;
     * size-heterogeneous: the MLP by tier (:func:`chain_sizes`), ``expert_steps`` per round;
@@ -204,46 +227,52 @@ def allocation(study: Study, kind: str) -> list[dict]:
     check_choice("kind", kind, ENSEMBLES)
     sizes = chain_sizes(study, kind)
     plan_domains = round_domains(study)
-    chains = []
+    steps = []  # [chain][round]
     for k, mlp in enumerate(sizes):
         if kind == "step-heterogeneous":
-            steps = [study.expert_steps + _symmetric(STEP_SPREAD * study.expert_steps, k, study.experts, EXPERT_UNIT)]
+            one = study.expert_steps + _symmetric(STEP_SPREAD * study.expert_steps, k, study.experts, EXPERT_UNIT)
         elif kind == "combined":
-            steps = [study.expert_steps * study.step_flops() / study.step_flops(mlp)]
+            one = study.expert_steps * study.step_flops() / study.step_flops(mlp)
         else:
-            steps = [study.expert_steps]
-        chains.append({"chain": k, "mlp_hidden": mlp, "seed_steps": study.seed_steps,
-                       "rounds": [{"domain": plan_domains[r][k], "steps": steps[0]} for r in range(study.rounds)]})
+            one = study.expert_steps
+        steps.append([one] * study.rounds)
     if kind == "combined":
-        _fill(study, chains)
-    for c in chains:
-        c["flops"] = (c["seed_steps"] + sum(r["steps"] for r in c["rounds"])) * study.step_flops(c["mlp_hidden"])
-    spent = sum(c["flops"] for c in chains)
+        steps = _fill(study, sizes, steps)
+    chains = [Chain(chain=k, mlp_hidden=mlp, seed_steps=study.seed_steps,
+                    rounds=[ChainRound(plan_domains[r][k], s) for r, s in enumerate(steps[k])],
+                    flops=(study.seed_steps + sum(steps[k])) * study.step_flops(mlp)) for k, mlp in enumerate(sizes)]
+    spent = sum(c.flops for c in chains)
     if spent > study.budget or (kind != "combined" and spent != study.budget):
         raise ConfigError(f"the {kind} ensemble's {spent:.6g} FLOPs miss the budget {study.budget:.6g} "
                           f"(--expert-steps {study.expert_steps} buys no step of an expert?); raise --expert-steps")
     return chains
 
 
-def _fill(study: Study, chains: list[dict]) -> None:
-    """The extension's steps: each round's real-valued steps rounded down to units, then units added greedily,
-    largest remainder first, while the ensemble's FLOPs stay within B."""
+@dataclass
+class _Cell:
+    """One expert's steps while :func:`_fill` adds units: whole units, the remainder rounded off, a unit's FLOPs."""
+
+    units: int
+    rest: float
+    unit: int
+
+
+def _fill(study: Study, sizes: list[int], steps: list[list[float]]) -> list[list[int]]:
+    """The extension's steps (``[chain][round]``): each round's real-valued steps rounded down to units, then
+    units added greedily, largest remainder first, while the ensemble's FLOPs stay within B."""
     cells = []
-    for c in chains:
-        unit = EXPERT_UNIT * study.step_flops(c["mlp_hidden"])
-        for r in c["rounds"]:
-            units = r["steps"] / EXPERT_UNIT
-            cells.append({"round": r, "units": max(1, int(units)), "rest": units - int(units), "unit": unit})
-    spent = sum(c["seed_steps"] * study.step_flops(c["mlp_hidden"]) for c in chains) \
-        + sum(x["units"] * x["unit"] for x in cells)
-    order = sorted(cells, key=lambda x: -x["rest"])
-    while spent <= study.budget - min(x["unit"] for x in cells):  # a unit still fits: largest remainder first
-        fits = next(x for x in order if spent + x["unit"] <= study.budget)
-        fits["units"], spent = fits["units"] + 1, spent + fits["unit"]
+    for mlp, row in zip(sizes, steps):
+        unit = EXPERT_UNIT * study.step_flops(mlp)
+        cells.append([_Cell(max(1, int(s / EXPERT_UNIT)), s / EXPERT_UNIT - int(s / EXPERT_UNIT), unit) for s in row])
+    flat = [x for row in cells for x in row]
+    spent = sum(study.seed_steps * study.step_flops(mlp) for mlp in sizes) + sum(x.units * x.unit for x in flat)
+    order = sorted(flat, key=lambda x: -x.rest)
+    while spent <= study.budget - min(x.unit for x in flat):  # a unit still fits: largest remainder first
+        fits = next(x for x in order if spent + x.unit <= study.budget)
+        fits.units, spent = fits.units + 1, spent + fits.unit
         order.remove(fits)
         order.append(fits)
-    for x in cells:
-        x["round"]["steps"] = x["units"] * EXPERT_UNIT
+    return [[x.units * EXPERT_UNIT for x in row] for row in cells]
 
 
 def baseline_steps(study: Study) -> int:
@@ -315,13 +344,12 @@ def chains_of(study: Study, kind: str, seed: int) -> list[Run]:
     one expert per round, each continued from the one before)."""
     finals = []
     for c in allocation(study, kind):
-        mlp = c["mlp_hidden"]
-        key = f"experts/mlp{mlp}_mixture{c['seed_steps']}"
-        run = Run(key, seed, _one_replica(study, study.mixture, mlp, c["seed_steps"], seed, False), "seed")
-        for r in c["rounds"]:
-            key += f"_{r['domain']}{r['steps']}"
-            run = Run(key, seed, _one_replica(study, r["domain"], mlp, r["steps"], seed, True),
-                      "expert", r["domain"], run)
+        key = f"experts/mlp{c.mlp_hidden}_mixture{c.seed_steps}"
+        run = Run(key, seed, _one_replica(study, study.mixture, c.mlp_hidden, c.seed_steps, seed, False), "seed")
+        for r in c.rounds:
+            key += f"_{r.domain}{r.steps}"
+            run = Run(key, seed, _one_replica(study, r.domain, c.mlp_hidden, r.steps, seed, True),
+                      "expert", r.domain, run)
         finals.append(run)
     return finals
 
@@ -346,15 +374,41 @@ def ensemble_flops(study: Study, kind: str) -> int:
     return sum(run.flops for final in chains_of(study, kind, study.seeds[0]) for run in final.lineage)
 
 
-def budget_report(study: Study) -> dict:
+@dataclass(frozen=True)
+class ConfigFlops(JsonRecord):
+    """A configuration's training FLOPs (one seed) and how far they are from the budget, as a fraction."""
+
+    flops: int
+    relative_to_budget: float
+
+
+@dataclass(frozen=True)
+class Budget(JsonRecord):
+    """The budget B, each configuration's FLOPs, the tiers and rounds, each ensemble's chains and the baselines'
+    steps (None without a baseline)."""
+
+    NESTED = {"per_config": (dict, ConfigFlops), "allocation": (dict, (list, Chain))}
+
+    flops: int
+    step_flops_base: int
+    counting: str
+    per_config: dict
+    tiers: list
+    rounds: list
+    allocation: dict
+    baseline_steps: Optional[int]
+
+
+def budget_report(study: Study) -> Budget:
     """The budget, each configuration's FLOPs (one seed) and the allocation of each ensemble."""
     flops = {c: ensemble_flops(study, c) if c in ENSEMBLES else study.replicas * baseline_steps(study)
              * study.step_flops() for c in study.configs}
-    return {"flops": study.budget, "step_flops_base": study.step_flops(),
-            "counting": "matmul FLOPs of forward and backward (3 x forward), attention included, elementwise work "
-                        "excluded: GPTConfig.train_step_flops; an ensemble: each chain's seed model and experts",
-            "per_config": {c: {"flops": f, "relative_to_budget": f / study.budget - 1} for c, f in flops.items()},
-            "tiers": tiers(study), "rounds": round_domains(study),
-            "allocation": {kind: [{**c, "n_params": study.model(c["mlp_hidden"]).n_params()}
-                                  for c in allocation(study, kind)] for kind in ENSEMBLES if kind in study.configs},
-            "baseline_steps": baseline_steps(study) if set(BASELINES) & set(study.configs) else None}
+    return Budget(
+        flops=study.budget, step_flops_base=study.step_flops(),
+        counting="matmul FLOPs of forward and backward (3 x forward), attention included, elementwise work "
+                 "excluded: GPTConfig.train_step_flops; an ensemble: each chain's seed model and experts",
+        per_config={c: ConfigFlops(f, f / study.budget - 1) for c, f in flops.items()},
+        tiers=tiers(study), rounds=round_domains(study),
+        allocation={kind: [dataclasses.replace(c, n_params=study.model(c.mlp_hidden).n_params())
+                           for c in allocation(study, kind)] for kind in ENSEMBLES if kind in study.configs},
+        baseline_steps=baseline_steps(study) if set(BASELINES) & set(study.configs) else None)
