@@ -77,7 +77,7 @@ def test_a_hugging_face_family_trains_through_the_api_and_the_advice_reads_it(tm
     import noloco
     from noloco.advice.predict import predict
 
-    setting = {**F.BASE, "outer_steps": 6, "inner_steps": 4, "warmup": 4, "batch": 2, "ctx": 16}
+    setting = dataclasses.replace(F.BASE, outer_steps=6, inner_steps=4, warmup=4, batch=2, ctx=16)
     monkeypatch.setattr(F, "EVAL_EVERY", 2)
     F.train_hf(F.FAMILIES[family], setting, 0, tmp_path)
     run = noloco.read_run(tmp_path)

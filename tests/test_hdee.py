@@ -35,18 +35,18 @@ def test_domain_split_is_deterministic_and_covers_every_file_once():
     domains.split.cache_clear()
     data._documents.cache_clear()
     assert domains.split() == split  # recomputed from the files: the same split
-    seen = [doc for parts in split.values() for part in parts.values() for doc in part]
+    seen = [doc for parts in split.values() for doc in parts.train + parts.val]
     assert sorted(seen) == sorted(names) and len(seen) == len(set(seen))  # every document exactly once
     for name, parts in split.items():  # the corpus's own train/validation split, both parts non-empty
-        assert parts["train"] and parts["val"], name
-        assert all(not data._is_val(d, 5) for d in parts["train"]) and all(data._is_val(d, 5) for d in parts["val"])
+        assert parts.train and parts.val, name
+        assert all(not data._is_val(d, 5) for d in parts.train) and all(data._is_val(d, 5) for d in parts.val)
     corpus = data.load_corpus()
-    stats = {r["name"]: r for r in domains.statistics()}
-    assert sum(r["train_bytes"] for r in stats.values()) == corpus.train_bytes
-    assert sum(r["val_bytes"] for r in stats.values()) == len(corpus.val)
+    stats = {r.name: r for r in domains.statistics()}
+    assert sum(r.train_bytes for r in stats.values()) == corpus.train_bytes
+    assert sum(r.val_bytes for r in stats.values()) == len(corpus.val)
     assert set(domains.TRAINING) | set(domains.HELD_OUT) == set(domains.NAMES) and len(domains.NAMES) >= 12
     assert domains.HELD_OUT and not set(domains.TRAINING) & set(domains.HELD_OUT)
-    assert all(0 < r["unigram_entropy"] < math.log(256) and r["zlib_bits_per_byte"] > 0 for r in stats.values())
+    assert all(0 < r.unigram_entropy < math.log(256) and r.zlib_bits_per_byte > 0 for r in stats.values())
     assert domains.domain_of("stdlib/email/mime/text.py") == "email" and domains.domain_of("pydoc_data/if") == "docs"
     assert domains.domain_of("stdlib/brand_new_module.py") == domains.FALLBACK
 
@@ -54,14 +54,13 @@ def test_domain_split_is_deterministic_and_covers_every_file_once():
 def test_a_domain_restricts_the_training_shard_and_the_validation_text(tmp_path):
     from noloco.llm_check.trainer import Trainer
 
-    web = {r["name"]: r for r in domains.statistics()}["web"]
+    web = {r.name: r for r in domains.statistics()}["web"]
     trainer = Trainer(build("cpu-tiny", "ddp", replicas=1, domain="web", outer_steps=2), tmp_path, progress=False)
-    assert trainer.corpus.train_bytes == web["train_bytes"] and len(trainer.corpus.val) == web["val_bytes"]
+    assert trainer.corpus.train_bytes == web.train_bytes and len(trainer.corpus.val) == web.val_bytes
     assert trainer.corpus.sha256 == data.load_corpus().sha256  # the record still names the whole corpus
     both = domains.corpus("web,docs")
-    assert both.train_bytes == web["train_bytes"] + domains.corpus("docs").train_bytes
-    assert domains.corpus("train").train_bytes == sum(r["train_bytes"] for r in domains.statistics()
-                                                      if not r["held_out"])
+    assert both.train_bytes == web.train_bytes + domains.corpus("docs").train_bytes
+    assert domains.corpus("train").train_bytes == sum(r.train_bytes for r in domains.statistics() if not r.held_out)
 
 
 # ----------------------------------------------------------------- FLOPs
@@ -215,7 +214,7 @@ def test_posterior_picks_the_expert_of_the_domain_the_text_comes_from():
     for name in names:
         counts = sum(np.bincount(doc, minlength=256) for doc in domains.corpus(name).train_docs) + 1
         experts.append(np.log(counts / counts.sum()))
-    sizes = {r["name"]: r["train_bytes"] for r in domains.statistics()}
+    sizes = {r.name: r.train_bytes for r in domains.statistics()}
     log_prior = np.log([sizes[n] for n in names]) - math.log(sum(sizes[n] for n in names))
     rng = np.random.default_rng(0)
     for j, name in enumerate(names):
@@ -392,9 +391,9 @@ def test_every_domain_keeps_validation_text_on_another_python(monkeypatch):
         cached.cache_clear()
     monkeypatch.setattr(data, "_documents", lambda: fewer)
     try:
-        val = domains.split()["language"]["val"]
+        val = domains.split()["language"].val
         assert len(val) == 1 and data._bucket(val[0]) == max(data._bucket(n) for n in language if n not in dropped)
-        assert all(parts["val"] and parts["train"] for parts in domains.split().values())
+        assert all(parts.val and parts.train for parts in domains.split().values())
         assert val[0] in data.validation_names(5)
     finally:
         for cached in (data.validation_names, domains.split, data.load_corpus):

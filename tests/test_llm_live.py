@@ -149,7 +149,7 @@ def test_mfu_on_a_known_gpu(monkeypatch):
         log.step(1, torch.ones(1))
     time.sleep(0.01)
     v = log.values(3)
-    per_device = v["perf/tokens_per_s"] / cfg.replicas  # one replica of the run's on this rank's GPU
-    assert v["perf/mfu"] == pytest.approx(per_device * cfg.model().flops_per_token() / PEAK_FLOPS["H100"])
+    per_device = v.tokens_per_s / cfg.replicas  # one replica of the run's on this rank's GPU
+    assert v.mfu == pytest.approx(per_device * cfg.model().flops_per_token() / PEAK_FLOPS["H100"])
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda device=None: "Some Other GPU")
     assert peak_flops("cuda") is None

@@ -505,10 +505,10 @@ def test_torchrun_ranks_stop_together_on_divergence(tmp_path):
 def test_memory_estimate_budget_and_sizes():
     from noloco.llm_check.resources import check_memory, memory_budget, memory_estimate
 
-    small = memory_estimate(build("cpu-tiny"))["total"]
+    small = memory_estimate(build("cpu-tiny")).total
     assert 1e6 < small < 2e8
-    assert memory_estimate(build("cpu-tiny", batch=100000))["total"] > 1e11      # the 24 GB run of issue 10
-    assert memory_estimate(build("cpu-tiny", ctx=100000))["total"] > 1.5e10
+    assert memory_estimate(build("cpu-tiny", batch=100000)).total > 1e11      # the 24 GB run of issue 10
+    assert memory_estimate(build("cpu-tiny", ctx=100000)).total > 1.5e10
     budget, how = memory_budget()
     assert budget is None or "available" in how
     with pytest.raises(MemoryError, match=r"above the budget of 1 MiB \(--max-memory\).*--max-memory"):

@@ -1,6 +1,7 @@
 """Advice from one pilot and its forks (noloco.advice.fork, noloco llm tune --forks): a fork starts from the pilot's
 exact state, and the tuner ranks the forked settings from files; the study's settings are as documented."""
 
+import dataclasses
 import json
 
 import pytest
@@ -8,7 +9,7 @@ import pytest
 from noloco.studies import families as F
 from noloco.studies import one_pilot as O
 
-SMALL = {**F.BASE, "outer_steps": 8, "inner_steps": 4, "warmup": 4, "batch": 2, "ctx": 16}
+SMALL = dataclasses.replace(F.BASE, outer_steps=8, inner_steps=4, warmup=4, batch=2, ctx=16)
 
 
 def test_the_study_crosses_every_axis_both_ways_and_the_grid_has_27_settings():
@@ -19,7 +20,7 @@ def test_the_study_crosses_every_axis_both_ways_and_the_grid_has_27_settings():
     tokens = {s["inner_steps"] * s["outer_steps"] for s in O.grid().values()}
     assert tokens == {O.TOKENS}  # equal tokens: the grid compares settings, not budgets
     for name in O.FORKED:  # every fork starts and ends at its own outer-step boundaries, with 8 or more steps
-        H = O.setting(name)["inner_steps"]
+        H = O.setting(name).inner_steps
         assert O.FORK_AT % H == 0 and O.fork_len(name) % H == 0 and O.fork_len(name) // H >= O.FORK_MIN_STEPS
 
 
@@ -31,7 +32,7 @@ def test_a_fork_at_the_pilots_own_setting_is_the_pilot_and_the_tuner_ranks_the_f
     monkeypatch.setattr(F, "EVAL_EVERY", 2)  # the pilot evaluates where the forks end (outer step 2)
     pilot = tmp_path / "pilot"
     same, other = tmp_path / "forks" / "same", tmp_path / "forks" / "other"
-    F.train_hf(family, SMALL, 0, pilot, forks=[(SMALL, same), ({**SMALL, "alpha": 0.3, "beta": 0.9}, other)],
+    F.train_hf(family, SMALL, 0, pilot, forks=[(SMALL, same), (dataclasses.replace(SMALL, alpha=0.3, beta=0.9), other)],
                fork_at=0, fork_len=8)
     from noloco.advice.fork import fork_loss, fork_spread, read_fork
     from noloco.advice.record import read_run
@@ -47,7 +48,7 @@ def test_a_fork_at_the_pilots_own_setting_is_the_pilot_and_the_tuner_ranks_the_f
         read_fork(same)[0].metrics[-1]["val_loss_avg_model"], abs=1e-6)
     assert fork_loss(other).fork_lead != pytest.approx(0.0, abs=1e-6)
     spread = fork_spread(other)
-    assert len(spread.rows) == SMALL["outer_steps"] and spread.second_half_rms > 0
+    assert len(spread.rows) == SMALL.outer_steps and spread.second_half_rms > 0
     from noloco.cli import main
 
     capsys.readouterr()

@@ -141,15 +141,17 @@ def test_a_malformed_report_is_a_data_error():
 
 # ------------------------------------------------------------------ the advice studies' reports
 
-from noloco.studies import families, forecasts, transfers  # noqa: E402
+from noloco.studies import families, forecasts, transfers, tune_fresh  # noqa: E402
 
 #: each advice study's report class, the file of docs/data it wrote, and whether the study's writer today writes that
-#: file's keys (families.json predates the own-input rows' ``along``, which today's writer adds, as null or not)
+#: file's keys (families.json predates the own-input rows' ``along``, which today's writer adds, as null or not;
+#: transfers.json's tuner rows hold grid_runs before ranked, the typed tuner row writes ranked first)
 ADVICE_FILES = [(families.FamiliesReport, "families", False), (forecasts.ForecastsReport, "forecasts", True),
                 (forecasts.ForecastsReport, "forecasts_fresh", True),
                 (forecasts.ForecastsReport, "forecasts_fresh6", True),
-                (transfers.TransfersReport, "transfers", True), (transfers.TransfersReport, "transfers_fresh6", True),
-                (transfers.TransfersReport, "transfer_groups", True)]
+                (transfers.TransfersReport, "transfers", False), (transfers.TransfersReport, "transfers_fresh6", True),
+                (transfers.TransfersReport, "transfer_groups", True),
+                (tune_fresh.IntervalData, "tune_interval", True)]
 
 
 @pytest.mark.parametrize("record_class, name, current", ADVICE_FILES, ids=[name for _, name, _ in ADVICE_FILES])
@@ -192,7 +194,7 @@ def test_a_forecast_row_made_in_code_round_trips_in_the_study_key_order():
 
 
 def test_every_record_class_of_the_advice_studies_is_round_tripped_above():
-    modules = (families, forecasts, transfers)
+    modules = (families, forecasts, transfers, tune_fresh)
     defined = {c for m in modules for c in vars(m).values()
                if isinstance(c, type) and issubclass(c, JsonRecord) and c.__module__ == m.__name__}
     seen = {type(r) for cls, name, _ in ADVICE_FILES

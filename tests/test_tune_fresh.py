@@ -25,9 +25,8 @@ def _run(path, name: str, losses: dict, steps: int | None = None, **cfg_extra):
     """A run folder of ``name``'s setting (one-pilot study) with inputs, weight_std 1e-3 at every outer step and
     the averaged model's validation loss at the outer steps of ``losses``."""
     s = O.setting(name)
-    outer = OuterConfig(replicas=s["replicas"], group_size=s["group_size"], alpha=s["alpha"], beta=s["beta"],
-                        gamma=s["gamma"])
-    cfg = config(outer=outer, inner_steps=s["inner_steps"], outer_steps=s["outer_steps"], schedule="constant",
+    outer = OuterConfig(replicas=s.replicas, group_size=s.group_size, alpha=s.alpha, beta=s.beta, gamma=s.gamma)
+    cfg = config(outer=outer, inner_steps=s.inner_steps, outer_steps=s.outer_steps, schedule="constant",
                  warmup=20)
     steps = steps or cfg.outer_steps
     write_run(path, cfg, measured_to=steps)
@@ -46,17 +45,16 @@ def _pilot(path, losses=None):
 
 
 def _fork(out, pilot, name: str, lead: float):
-    H = O.setting(name)["inner_steps"]
+    H = O.setting(name).inner_steps
     end = O.fork_len(name) // 10  # the pilot's outer step (H 10) where the fork ends
     return _run(O.fork_folder(out, "fx", name, TF.PILOT_SEED), name, {O.fork_len(name) // H: _pilot_loss(end) + lead},
                 steps=O.fork_len(name) // H, fork_of=str(pilot), fork_at=O.FORK_AT, fork_len=O.fork_len(name))
 
 
 def test_the_interval_constants_are_the_development_quantiles_rounded_outward():
-    rows = read_json(TF.DEVELOPMENT)["rows"]
-    q = TF.interval_per_drop(rows)
-    assert q["predictions"] == 168 and set(q["by_family"]) == {"cpu-tiny", "llama"}
-    assert K.LOSS_ERROR_PER_DROP == (math.floor(q["pooled"][0] * 100) / 100, math.ceil(q["pooled"][1] * 100) / 100)
+    q = TF.interval_per_drop(TF.read_development())
+    assert q.predictions == 168 and set(q.by_family) == {"cpu-tiny", "llama"}
+    assert K.LOSS_ERROR_PER_DROP == (math.floor(q.pooled[0] * 100) / 100, math.ceil(q.pooled[1] * 100) / 100)
 
 
 def test_the_loss_interval_is_the_pilots_last_quarter_drop_times_its_quantiles(tmp_path):
@@ -93,7 +91,7 @@ def test_the_fresh_judgement_holds_only_within_the_upper_half_width_and_below_th
     def grid(pick: float, best: float, step: float = 0.01):
         losses = {n: 2.70 + step * i for i, n in enumerate(O.JUDGED)}
         for n, v in {**losses, "a0.3_b0.9_H10": pick, "g1": best}.items():
-            _run(O.folder(tmp_path, "fx", n, TF.JUDGED_SEED), n, {O.setting(n)["outer_steps"]: v})
+            _run(O.folder(tmp_path, "fx", n, TF.JUDGED_SEED), n, {O.setting(n).outer_steps: v})
         return TF.judge(tmp_path, "fx", report)
 
     row = grid(2.695, 2.60)

@@ -106,7 +106,7 @@ def test_each_planted_fault_is_caught_by_its_stated_outer_step(tmp_path, monkeyp
     from noloco.studies import families as F
     from noloco.studies import warnings as S
 
-    tiny = {**F.BASE, "inner_steps": 4, "warmup": 4, "batch": 2, "ctx": 16, **S.FAULTS[fault][0]}
+    tiny = dataclasses.replace(F.BASE, inner_steps=4, warmup=4, batch=2, ctx=16, **S.FAULTS[fault][0])
     S.train("gpt2", tiny, 0, tmp_path / "r", fault)
     flags = read_run(tmp_path / "r").result["flags"]
     own = [f for f in flags if f["flag"] == fault]

@@ -18,12 +18,12 @@ def second_moment_root(path: str | Path, beta2: float) -> tuple[int, float]:
     try:
         with open_run_file(path, "give back the checkpoint `noloco llm train` wrote") as handle:  # a pipe would block
             state = torch.load(handle, map_location="cpu", weights_only=True)
-        opt = state["opt"]["state"]
-        step = int(state["outer_step"])
+        opt = state["opt"]["state"]  # edge: AdamW's state_dict
+        step = int(state["outer_step"])  # edge: the checkpoint's dict, as torch.load reads it
         root = 0.0
         for entry in opt.values():
-            count = float(entry["step"])
-            vhat = entry["exp_avg_sq"].double() / (1 - beta2 ** count)
+            count = float(entry["step"])  # edge: torch's AdamW state per parameter
+            vhat = entry["exp_avg_sq"].double() / (1 - beta2 ** count)  # edge: torch's AdamW state
             root += float(vhat.sqrt().sum()) / vhat.shape[0]  # summed over the weights, averaged over the replicas
     except FileNotFoundError:
         raise DataError(f"{path} is missing: the gap is predicted from a checkpoint's optimiser state") from None

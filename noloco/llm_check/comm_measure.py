@@ -173,15 +173,14 @@ def _worker(rank: int, world: int, port: int, sizes, base_repeats: int, queue) -
             dist.recv(recv, 0)
             dist.send(send, 0)
 
-    ops = {"allreduce": lambda send, recv: dist.all_reduce(send), "pair_exchange": pair_exchange}
-    if world == 2:
-        ops["pingpong"] = ping_pong
+    ops = [("allreduce", lambda send, recv: dist.all_reduce(send)), ("pair_exchange", pair_exchange)]
+    ops += [("pingpong", ping_pong)] if world == 2 else []  # ping-pong needs exactly two ranks
     out = []
     try:
         for nbytes in sizes:
             send = torch.ones(max(1, nbytes // 4), dtype=torch.float32)
             recv = torch.empty_like(send)
-            for op, fn in ops.items():
+            for op, fn in ops:
                 times = []
                 for rep in range(_repeats(nbytes, base_repeats) + 1):  # the first one warms up
                     dist.barrier()

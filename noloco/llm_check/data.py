@@ -29,7 +29,7 @@ BLOCK = 2048  # bytes per IID block
 
 @functools.lru_cache(maxsize=1)
 def _documents() -> tuple[tuple[str, bytes], ...]:
-    root = Path(sysconfig.get_paths()["stdlib"])
+    root = Path(sysconfig.get_paths()["stdlib"])  # edge: sysconfig hands its paths over as a dict
     docs = []
     for path in sorted(root.rglob("*.py")):
         rel = path.relative_to(root)

@@ -18,10 +18,13 @@ A *domain spec* (``TrainConfig.domain``, ``--domain``) is one name, a comma-sepa
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from dataclasses import dataclass
+from typing import Optional
 
 from noloco.infra.errors import ConfigError
+from noloco.infra.record import JsonRecord
 
 
 @dataclass(frozen=True)
@@ -121,16 +124,24 @@ def check_spec(name: str, value) -> str:
     return value
 
 
+@dataclass(frozen=True)
+class DomainSplit:
+    """A domain's document names, split as the corpus splits training and validation."""
+
+    train: tuple
+    val: tuple
+
+
 @functools.lru_cache(maxsize=1)
-def split() -> dict:
-    """``{domain: {"train": (document names), "val": (document names)}}`` of the corpus on this Python,
-    with the corpus's own train/validation split."""
+def split() -> dict[str, DomainSplit]:
+    """Every domain's :class:`DomainSplit` of the corpus on this Python."""
     from noloco.llm_check import data
 
-    out = {name: {"train": [], "val": []} for name in NAMES}
+    train: dict = {name: [] for name in NAMES}
+    val: dict = {name: [] for name in NAMES}
     for document, _ in data._documents():
-        out[domain_of(document)]["val" if data._is_val(document, 5) else "train"].append(document)
-    return {name: {part: tuple(docs) for part, docs in parts.items()} for name, parts in out.items()}
+        (val if data._is_val(document, 5) else train)[domain_of(document)].append(document)
+    return {name: DomainSplit(train=tuple(train[name]), val=tuple(val[name])) for name in NAMES}
 
 
 def corpus(spec: str):
@@ -138,8 +149,8 @@ def corpus(spec: str):
     documents only (the recorded hash stays the whole corpus's)."""
     from noloco.llm_check import data
 
-    keep = frozenset(doc for name in members(check_spec("domain", spec)) for part in split()[name].values()
-                     for doc in part)
+    keep = frozenset(doc for name in members(check_spec("domain", spec)) for doc in split()[name].train
+                     + split()[name].val)
     return data.load_corpus(names=keep)
 
 
@@ -147,7 +158,7 @@ def _train_text(name: str) -> bytes:
     from noloco.llm_check import data
 
     texts = dict(data._documents())
-    return b"".join(texts[doc] + b"\n" for doc in split()[name]["train"])
+    return b"".join(texts[doc] + b"\n" for doc in split()[name].train)
 
 
 @functools.lru_cache(maxsize=None)
@@ -160,10 +171,27 @@ def difficulty(name: str) -> float:
     return 8 * len(zlib.compress(train, 9)) / max(len(train), 1)
 
 
+@dataclass(frozen=True)
+class DomainSize(JsonRecord):
+    """A domain's row: its training and validation bytes and files, the unigram entropy of its training bytes
+    (nats/byte), and its :func:`difficulty` (None in :func:`sizes`' rows)."""
+
+    OPTIONAL_KEYS = ("zlib_bits_per_byte",)
+
+    name: str
+    description: str
+    held_out: bool
+    train_bytes: int
+    val_bytes: int
+    train_files: int
+    val_files: int
+    unigram_entropy: float
+    zlib_bits_per_byte: Optional[float] = None
+
+
 @functools.lru_cache(maxsize=1)
-def sizes() -> tuple:
-    """One row per domain: name, description, held_out, training and validation bytes and files, the unigram
-    entropy of its training bytes (nats/byte); :func:`statistics` without the difficulty."""
+def sizes() -> tuple[DomainSize, ...]:
+    """One row per domain; :func:`statistics` without the difficulty."""
     import numpy as np
 
     from noloco.llm_check import data
@@ -173,19 +201,19 @@ def sizes() -> tuple:
     for d in DOMAINS:
         parts = split()[d.name]
         train = _train_text(d.name)
-        val_bytes = sum(len(texts[doc]) + 1 for doc in parts["val"])
+        val_bytes = sum(len(texts[doc]) + 1 for doc in parts.val)
         counts = np.bincount(np.frombuffer(train, dtype=np.uint8), minlength=data.VOCAB)
         p = counts[counts > 0] / max(counts.sum(), 1)
-        rows.append({"name": d.name, "description": d.description, "held_out": d.held_out,
-                     "train_bytes": len(train), "val_bytes": val_bytes, "train_files": len(parts["train"]),
-                     "val_files": len(parts["val"]), "unigram_entropy": float(-(p * np.log(p)).sum())})
+        rows.append(DomainSize(name=d.name, description=d.description, held_out=d.held_out,
+                               train_bytes=len(train), val_bytes=val_bytes, train_files=len(parts.train),
+                               val_files=len(parts.val), unigram_entropy=float(-(p * np.log(p)).sum())))
     return tuple(rows)
 
 
 @functools.lru_cache(maxsize=1)
-def statistics() -> tuple:
+def statistics() -> tuple[DomainSize, ...]:
     """:func:`sizes`' rows with each domain's :func:`difficulty` (``zlib_bits_per_byte``)."""
-    return tuple({**r, "zlib_bits_per_byte": difficulty(r["name"])} for r in sizes())
+    return tuple(dataclasses.replace(r, zlib_bits_per_byte=difficulty(r.name)) for r in sizes())
 
 
 def format_table(rows=None) -> str:
@@ -194,7 +222,7 @@ def format_table(rows=None) -> str:
     lines = [f"{'domain':<12} {'role':<9} {'train bytes':>12} {'files':>6} {'val bytes':>10} {'files':>6} "
              f"{'unigram H':>10} {'zlib b/B':>9}"]
     for r in rows:
-        lines.append(f"{r['name']:<12} {'held out' if r['held_out'] else 'train':<9} {r['train_bytes']:>12} "
-                     f"{r['train_files']:>6} {r['val_bytes']:>10} {r['val_files']:>6} {r['unigram_entropy']:>10.3f} "
-                     f"{r['zlib_bits_per_byte']:>9.3f}")
+        lines.append(f"{r.name:<12} {'held out' if r.held_out else 'train':<9} {r.train_bytes:>12} "
+                     f"{r.train_files:>6} {r.val_bytes:>10} {r.val_files:>6} {r.unigram_entropy:>10.3f} "
+                     f"{r.zlib_bits_per_byte:>9.3f}")
     return "\n".join(lines)

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import torch
 
-from noloco.advice.run_rows import MetricsRow, RunResult
+from noloco.advice.run_rows import InputsRow, MetricsRow, RunResult
 from noloco.infra.entry import Interrupted, deferred_stop
 from noloco.infra.errors import ConfigError, DataError, warn
 from noloco.infra.files import (SCHEMA_VERSION, atomic_write, atomic_write_text, dumps, open_run_file, read_json,
@@ -181,12 +181,12 @@ class Lifecycle:
     def check_resume_settings(self, state: dict) -> None:
         path, cfg = self.checkpoint, self.trainer.cfg
         try:  # a nested config, or the flat one of checkpoints written before the outer step was nested
-            saved_cfg = TrainConfig.from_dict(state["config"])
+            saved_cfg = TrainConfig.from_dict(state["config"])  # edge: the checkpoint as torch.load reads it
         except (ConfigError, TypeError, KeyError, AttributeError) as err:
             raise ConfigError(f"checkpoint {path} holds settings this version cannot read ({err}); "
                               f"resume with the version that wrote it, or start a new --out") from None
         saved, now = _flat(saved_cfg.as_dict()), _flat(cfg.as_dict())
-        free = RESUMABLE_CHANGES + (("outer_steps",) if now["schedule"] == saved.get("schedule") == "constant" else ())
+        free = RESUMABLE_CHANGES + (("outer_steps",) if cfg.schedule == saved_cfg.schedule == "constant" else ())
         differ = [k for k in now if k.split(".")[0] not in free and saved.get(k) != now[k]]
         if differ:
             why = ("; outer_steps sets the length of the cosine learning-rate schedule (outer_steps * inner_steps "
@@ -300,10 +300,9 @@ class Lifecycle:
                   "finished": t.outer_done == t.cfg.outer_steps and self.divergence.first is None,
                   "checkpoint_outer_step": self.saved_at, "wall_s": time.perf_counter() - started,
                   "world_size": self.ex.world_size, "rank": getattr(self.ex, "rank", 0), **self._counts(),
-                  "final": self.rows[-1].to_json() if self.rows else None}
-        if self.divergence.first is not None:
-            result["diverged"] = dataclasses.replace(self.divergence.first,
-                                                     message=divergence.message(self._divergence_report())).to_json()
+                  "final": self.rows[-1].to_json() if self.rows else None,
+                  **({} if self.divergence.first is None else {"diverged": dataclasses.replace(
+                      self.divergence.first, message=divergence.message(self._divergence_report())).to_json()})}
         return result
 
     def _write_result(self, started: float) -> dict:
@@ -318,11 +317,12 @@ class Lifecycle:
         there (``noloco llm predict`` then predicts the evaluations up to that step)."""
         t, path = self.trainer, self.out / "inputs.jsonl"
         fix = "delete inputs.jsonl (the run then goes on without it) or start again with --overwrite"
-        kept = ([r for r in read_jsonl(path, required=("outer_step", "groups"), fix=fix)
-                 if r["outer_step"] <= t.outer_done] if path.exists() else [])
-        if [r["outer_step"] for r in kept] != list(range(1, t.outer_done + 1)):
+        rows = ([InputsRow.from_json(r) for r in read_jsonl(path, required=("outer_step", "groups"), fix=fix)]
+                if path.exists() else [])
+        kept = [r for r in rows if r.outer_step <= t.outer_done]
+        if [r.outer_step for r in kept] != list(range(1, t.outer_done + 1)):
             t.meter = None
-        t.inputs = kept
+        t.inputs = [r.to_json() for r in kept]  # the trainer (and the observer) keep the rows as the file's JSON
 
     def start(self, resume: bool, overwrite: bool) -> None:
         """Before the first step: the checkpoint (every rank), the folder's own files (rank 0: stale

@@ -14,7 +14,9 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 from noloco.advice.run_rows import MetricsRow
 from noloco.infra.progress import Progress
@@ -73,6 +75,24 @@ class TensorBoardSink:
         self.writer.close()
 
 
+@dataclass(frozen=True)
+class LiveValues:
+    """One interval's live scalars: the mean train loss, the last step's learning rate, tokens/s, ms per inner step
+    and the MFU (None where the device's peak is not known)."""
+
+    loss: float
+    lr: float
+    tokens_per_s: float
+    step_ms: float
+    mfu: Optional[float] = None
+
+    def tags(self) -> dict:
+        """The values by TensorBoard tag (the MFU only where it is known)."""
+        tags = {"train/loss": self.loss, "train/lr": self.lr, "perf/tokens_per_s": self.tokens_per_s,
+                "perf/step_ms": self.step_ms}
+        return tags if self.mfu is None else {**tags, "perf/mfu": self.mfu}
+
+
 class LiveLog:
     """The live lines of one run (see the module docstring); ``show``: write them (rank 0 with progress on),
     ``sink``: a :class:`TensorBoardSink` or None."""
@@ -107,26 +127,24 @@ class LiveLog:
         if step % self.every == 0:
             self.emit(step)
 
-    def values(self, step: int) -> dict:
+    def values(self, step: int) -> LiveValues:
         """The interval's scalars: train loss, learning rate of step ``step``, tokens/s, ms per step, MFU."""
         seconds = max(time.perf_counter() - self.since - self.left_out, 1e-9)
-        values = {"train/loss": self.loss_sum / self.steps, "train/lr": self.cfg.inner_lr(step - 1),
-                  "perf/tokens_per_s": self.steps * self.cfg.tokens_per_inner_step() / seconds,
-                  "perf/step_ms": 1000.0 * seconds / self.steps}
-        if self.peak:
-            values["perf/mfu"] = self.steps * self.local_tokens * self.flops_per_token / seconds / self.peak
-        return values
+        mfu = self.steps * self.local_tokens * self.flops_per_token / seconds / self.peak if self.peak else None
+        return LiveValues(loss=self.loss_sum / self.steps, lr=self.cfg.inner_lr(step - 1),
+                          tokens_per_s=self.steps * self.cfg.tokens_per_inner_step() / seconds,
+                          step_ms=1000.0 * seconds / self.steps, mfu=mfu)
 
     def emit(self, step: int) -> None:
         if not self.steps:
             return
         v = self.values(step)
         if self.show:
-            mfu = f", MFU {v['perf/mfu']:.1%}" if "perf/mfu" in v else ""
-            write_line(self.progress, f"{self.loss_label} {v['train/loss']:.4f}, lr {v['train/lr']:.2e}, "
-                                      f"{v['perf/tokens_per_s']:,.0f} tok/s, {v['perf/step_ms']:.1f} ms/step{mfu}")
+            mfu = f", MFU {v.mfu:.1%}" if v.mfu is not None else ""
+            write_line(self.progress, f"{self.loss_label} {v.loss:.4f}, lr {v.lr:.2e}, "
+                                      f"{v.tokens_per_s:,.0f} tok/s, {v.step_ms:.1f} ms/step{mfu}")
         if self.sink is not None:
-            self.sink.scalars(step, v)
+            self.sink.scalars(step, v.tags())
         self._restart()
 
     def evaluation(self, row: MetricsRow) -> None:

@@ -5,6 +5,9 @@ before anything is allocated: :func:`check_memory`, a MemoryError, exit 3) and i
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from noloco.infra.record import JsonRecord
 from noloco.llm_check.config import EVAL_CHUNK, TrainConfig
 
 #: fraction of the free GPU memory a run may use by default (on CPU: noloco.infra.budget's share of MemAvailable)
@@ -17,7 +20,23 @@ _EVAL_PER_VOCAB, _EVAL_PER_WIDTH = 4, 8
 _STATE_COPIES = 12                 # parameters, gradients, AdamW's two moments, phi, delta, outer-step temporaries
 
 
-def memory_estimate(cfg: TrainConfig, replicas: int | None = None) -> dict:
+@dataclass(frozen=True)
+class MemoryEstimate(JsonRecord):
+    """The bytes of one training step, by part, and ``total``, their sum."""
+
+    parameters_and_optimizer: int
+    activations: int
+    data: float
+    spread_meter: int
+    total: float
+
+    def parts(self) -> dict:
+        """The parts by name (``total`` not among them)."""
+        return {"parameters_and_optimizer": self.parameters_and_optimizer, "activations": self.activations,
+                "data": self.data, "spread_meter": self.spread_meter}
+
+
+def memory_estimate(cfg: TrainConfig, replicas: int | None = None) -> MemoryEstimate:
     """Bytes one training step of ``cfg`` needs with ``replicas`` replicas in this process (default
     all; 1 under torchrun), by part; ``total`` is their sum. The batch of a step and the evaluation's
     batch are alive at different times, so the larger of the two counts."""
@@ -36,9 +55,9 @@ def memory_estimate(cfg: TrainConfig, replicas: int | None = None) -> dict:
     data = 3 * 13e6 + cfg.val_windows * (T + 1) * 9  # the corpus and its shards, the validation windows
     # noloco.training.measure: two float64 buffers per parameter and replica, where one process holds them all
     meter = 2 * 8 * R * n_params if R >= 2 and not cfg.synchronous else 0
-    parts = {"parameters_and_optimizer": state, "activations": max(step, evaluation), "data": data,
-             "spread_meter": meter}
-    return {**parts, "total": sum(parts.values())}
+    activations = max(step, evaluation)
+    return MemoryEstimate(parameters_and_optimizer=state, activations=activations, data=data, spread_meter=meter,
+                          total=sum((state, activations, data, meter)))
 
 
 def memory_budget(max_memory=None, device: str = "cpu", share: int = 1) -> tuple[int | None, str]:
@@ -98,16 +117,16 @@ def peak_flops(device: str) -> float | None:
     return next((v for k, v in PEAK_FLOPS.items() if k in name), None)
 
 
-def check_memory(cfg: TrainConfig, max_memory=None, replicas: int | None = None, share: int = 1) -> dict:
+def check_memory(cfg: TrainConfig, max_memory=None, replicas: int | None = None, share: int = 1) -> MemoryEstimate:
     """The estimate of :func:`memory_estimate`; a :class:`noloco.infra.budget.BudgetError` (a MemoryError:
     exit 3) naming it, its parts, the budget and the flags to change when it is above the budget."""
     from noloco.infra.budget import BudgetError, human
 
     estimate = memory_estimate(cfg, replicas)
     limit, how = memory_budget(max_memory, cfg.device, share)
-    if limit is not None and estimate["total"] > limit:
-        parts = ", ".join(f"{k.replace('_', ' ')} {human(v)}" for k, v in estimate.items() if k != "total")
-        raise BudgetError(f"{cfg.method}: a training step needs about {human(estimate['total'])} ({parts}), above "
+    if limit is not None and estimate.total > limit:
+        parts = ", ".join(f"{k.replace('_', ' ')} {human(v)}" for k, v in estimate.parts().items())
+        raise BudgetError(f"{cfg.method}: a training step needs about {human(estimate.total)} ({parts}), above "
                           f"the budget of {human(limit)} ({how}); lower --batch, --ctx, --width, --layers, "
                           f"--replicas or --val-windows, or raise --max-memory")
     return estimate

@@ -19,6 +19,7 @@ from noloco.advice.run_rows import MetricsRow, RunResult
 from noloco.infra.errors import ConfigError, DataError
 from noloco.infra.files import output_dir
 from noloco.llm_check.config import DEFAULT_TIMEOUT, TrainConfig, check_run_flags
+from noloco.llm_check.divergence import Diverged
 from noloco.llm_check.lifecycle import run_folder
 from noloco.llm_check.resources import check_memory
 from noloco.llm_check.trainer import Trainer, set_threads
@@ -123,9 +124,10 @@ def format_results(results: dict[str, dict]) -> str:
                          f"{part.inner_steps} inner steps ({part.tokens:,} tokens) in {part.wall_s:.1f} s"
                          f"{rate}; the table counts the whole run{earlier}")
         if r.diverged:
-            lines.append(f"{method}: {r.diverged['message']}")
+            lines.append(f"{method}: {Diverged.from_json(r.diverged).message}")
         elif not r.finished:
-            lines.append(f"{method}: stopped at outer step {r.outer_steps_done} of {r.config['outer_steps']}; "
+            lines.append(f"{method}: stopped at outer step {r.outer_steps_done} of "
+                         f"{TrainConfig.from_dict(r.config).outer_steps}; "
                          f"the same command with --resume continues it")
     return "\n".join(lines)
 

@@ -202,7 +202,7 @@ class Trainer:
     def inner_step(self, step: int) -> torch.Tensor:
         lr = self.cfg.inner_lr(step)
         for group in self.opt.param_groups:
-            group["lr"] = lr
+            group["lr"] = lr  # edge: torch's param_groups are dicts
         self.opt.zero_grad(set_to_none=False)
         loss = self._backward(None if self.pipe else self._windows(step), step)
         if self.cfg.synchronous:
@@ -387,6 +387,6 @@ class Trainer:
         except RuntimeError as err:
             if _allocation(err):
                 raise MemoryError(f"{self.cfg.method}: {str(err).splitlines()[0]} (the estimate was "
-                                  f"{self.memory['total'] / 1e9:.3g} GB); lower --batch, --ctx or --replicas, "
+                                  f"{self.memory.total / 1e9:.3g} GB); lower --batch, --ctx or --replicas, "
                                   f"or lower --max-memory so the estimate refuses it") from err
             raise

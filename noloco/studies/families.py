@@ -18,6 +18,7 @@ missing (finished runs are reused) and writes ``DIR/families.json``.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,9 +52,44 @@ FAMILIES = {
     # and MLP, LayerNorm, rotary on a quarter of each head), code the project did not write
     "neox": Family("neox", width=64, layers=2, heads=4),
 }
-BASE = dict(replicas=4, group_size=2, alpha=0.5, beta=0.7, gamma=0.7, inner_steps=10, outer_steps=32, lr=3e-3,
-            warmup=20, schedule="cosine", min_lr_frac=0.1, batch=4, ctx=32, adam_beta2=0.95)
-#: the transfer's target: another outer step, the change docs/advice.md's held-out study also made
+
+
+@dataclass(frozen=True)
+class FamilySetting(JsonRecord):
+    """A run's setting in the plain loop (:func:`train_hf`, :func:`train_tiny`): the outer step, the inner AdamW's
+    schedule and beta2, batch and context. A variant is ``dataclasses.replace(BASE, **changes)``."""
+
+    replicas: int
+    group_size: int
+    alpha: float
+    beta: float
+    gamma: float
+    inner_steps: int
+    outer_steps: int
+    lr: float
+    warmup: int
+    schedule: str
+    min_lr_frac: float
+    batch: int
+    ctx: int
+    adam_beta2: float
+
+    def outer(self) -> dict:
+        """The outer step's settings and the run's length, as keyword arguments (a transfer's changes)."""
+        return dict(replicas=self.replicas, group_size=self.group_size, alpha=self.alpha, beta=self.beta,
+                    gamma=self.gamma, inner_steps=self.inner_steps, outer_steps=self.outer_steps)
+
+    def rate(self, k: int) -> float:
+        """The inner learning rate at inner step ``k``."""
+        from noloco.theory.schedules import learning_rate
+
+        return learning_rate(k, self.schedule, self.lr, self.outer_steps * self.inner_steps, warmup=self.warmup,
+                             floor=self.min_lr_frac)
+
+
+BASE = FamilySetting(replicas=4, group_size=2, alpha=0.5, beta=0.7, gamma=0.7, inner_steps=10, outer_steps=32, lr=3e-3,
+                     warmup=20, schedule="cosine", min_lr_frac=0.1, batch=4, ctx=32, adam_beta2=0.95)
+#: the transfer's target (changes to BASE): another outer step, the change docs/advice.md's held-out study also made
 TARGET = dict(alpha=0.3, beta=0.9, gamma=0.5)
 
 
@@ -142,12 +178,12 @@ class Rules(JsonRecord):
 class FamiliesReport(JsonRecord):
     """``families.json``: every prediction of every family and seed, and their tallies."""
 
-    NESTED = {"rules": Rules, "own": (list, OwnRow), "forecast": (list, FamilyForecast),
+    NESTED = {"rules": Rules, "base": FamilySetting, "own": (list, OwnRow), "forecast": (list, FamilyForecast),
               "transfer": (list, FamilyTransfer), "gap": (list, GapRow), "summary": (dict, KindTally)}
 
     schema: str
     rules: Rules
-    base: dict
+    base: FamilySetting
     target: dict
     seeds: list
     families: list
@@ -164,7 +200,8 @@ def _fields(record: JsonRecord) -> dict:
 
 #: the gap inside the replica counts it was validated on (added after the runs above: at N = 4 it ran 1.6 to 2.0x
 #: high, and the gap's flag ``untested N`` now marks N = 4): each family's pilot again at N = 8, its gap measured
-#: on GAP_WINDOWS validation windows (a difference of two losses: 8 times the windows of the runs above)
+#: on GAP_WINDOWS validation windows (a difference of two losses: 8 times the windows of the runs above); GAP_CHECK
+#: is changes to BASE
 GAP_CHECK, GAP_WINDOWS = {"replicas": 8}, 256
 
 
@@ -229,7 +266,7 @@ def TinyGPT(family: Family, ctx: int):  # noqa: N802 (a class built on first use
     return _tiny_module()(family, ctx)
 
 
-def train_hf(family: Family, setting: dict, seed: int, folder, val_windows: int = VAL_WINDOWS, stop: int | None = None,
+def train_hf(family: Family, setting: FamilySetting, seed: int, folder, val_windows: int = VAL_WINDOWS, stop: int | None = None,
              prepare=None, outer_class=None, at_end=None, forks=(), fork_at: int | None = None,
              fork_len: int | None = None, train: bool = True) -> None:
     """A plain torch loop over ``family``: AdamW at the learning rate of ``setting``'s schedule,
@@ -258,7 +295,7 @@ def train_hf(family: Family, setting: dict, seed: int, folder, val_windows: int 
     from noloco.training.outer_optimizer import OuterOptimizer
 
     s = setting
-    N, H, T, ctx = s["replicas"], s["inner_steps"], s["outer_steps"], s["ctx"]
+    N, H, T, ctx = s.replicas, s.inner_steps, s.outer_steps, s.ctx
     ranks = dist.is_available() and dist.is_initialized()
     here = [dist.get_rank()] if ranks else list(range(N))  # the replicas this process trains
     torch.manual_seed(seed)  # every rank draws the same initial weights: replicas start equal
@@ -269,10 +306,10 @@ def train_hf(family: Family, setting: dict, seed: int, folder, val_windows: int 
     corpus = data.load_corpus()
     shards = data.shards(corpus, N, seed)
     val = torch.from_numpy(data.val_windows(corpus, seed, val_windows, ctx)).long()
-    inner = torch.optim.AdamW([p for m in models for p in m.parameters()], lr=s["lr"],
-                              betas=(0.9, s["adam_beta2"]), weight_decay=0.0)
+    inner = torch.optim.AdamW([p for m in models for p in m.parameters()], lr=s.lr,
+                              betas=(0.9, s.adam_beta2), weight_decay=0.0)
     outer = (outer_class or OuterOptimizer)(first if ranks else models, inner, inner_steps=H, method="noloco",
-                           group_size=s["group_size"], alpha=s["alpha"], beta=s["beta"], gamma=s["gamma"], seed=seed)
+                           group_size=s.group_size, alpha=s.alpha, beta=s.beta, gamma=s.gamma, seed=seed)
     snapshot = copy.deepcopy(([m.state_dict() for m in models], inner.state_dict(), outer.state_dict())) \
         if forks and fork_at == 0 else None  # forks from the start: the pilot's initial state
     if not train and snapshot is None:
@@ -282,9 +319,9 @@ def train_hf(family: Family, setting: dict, seed: int, folder, val_windows: int 
               val_windows, folder)
     if not train:
         return
-    observer = Observer(outer, folder, outer_steps=T, lr=s["lr"], schedule=s["schedule"], warmup=s["warmup"],
-                        min_lr_frac=s["min_lr_frac"], adam_beta2=s["adam_beta2"], seed=seed, overwrite=True,
-                        val_windows=val_windows, family=family.name, batch=s["batch"], ctx=ctx)
+    observer = Observer(outer, folder, outer_steps=T, lr=s.lr, schedule=s.schedule, warmup=s.warmup,
+                        min_lr_frac=s.min_lr_frac, adam_beta2=s.adam_beta2, seed=seed, overwrite=True,
+                        val_windows=val_windows, family=family.name, batch=s.batch, ctx=ctx)
     average = copy.deepcopy(first)
     for k in range(min(T, stop or T) * H):
         _inner_step(models, here, inner, shards, s, seed, k)  # the outer step runs from its hook after every H-th
@@ -300,29 +337,22 @@ def train_hf(family: Family, setting: dict, seed: int, folder, val_windows: int 
               val_windows, folder)
 
 
-def _rate(s: dict, k: int) -> float:
-    from noloco.theory.schedules import learning_rate
-
-    return learning_rate(k, s["schedule"], s["lr"], s["outer_steps"] * s["inner_steps"], warmup=s["warmup"],
-                         floor=s["min_lr_frac"])
-
-
-def _inner_step(models, here, inner, shards, s: dict, seed: int, k: int) -> None:
+def _inner_step(models, here, inner, shards, s: FamilySetting, seed: int, k: int) -> None:
     """Inner step ``k`` of every replica this process trains, at ``s``'s learning rate for that step."""
     import torch
 
     from noloco.llm_check import data
 
     for group in inner.param_groups:
-        group["lr"] = _rate(s, k)
+        group["lr"] = s.rate(k)  # edge: torch's param_groups are dicts
     inner.zero_grad(set_to_none=True)
     for r, model in zip(here, models):
-        windows = torch.from_numpy(data.batch(shards[r], seed, r, k, s["batch"], s["ctx"])).long()
+        windows = torch.from_numpy(data.batch(shards[r], seed, r, k, s.batch, s.ctx)).long()
         _loss(model, windows).backward()
     inner.step()
 
 
-def _fork(family: Family, s: dict, seed: int, snapshot, fork_at: int, fork_len: int, folder, shards, val,
+def _fork(family: Family, s: FamilySetting, seed: int, snapshot, fork_at: int, fork_len: int, folder, shards, val,
           val_windows: int, pilot) -> None:
     """One fork of :func:`train_hf` (see there), observed into ``folder``."""
     import copy
@@ -333,22 +363,22 @@ def _fork(family: Family, s: dict, seed: int, snapshot, fork_at: int, fork_len: 
     from noloco.training.outer_optimizer import OuterOptimizer
 
     weights, inner_state, outer_state = copy.deepcopy(snapshot)
-    H, N = s["inner_steps"], s["replicas"]
+    H, N = s.inner_steps, s.replicas
     if fork_at % H or fork_len % H or len(weights) != N:
         raise ValueError(f"a fork at inner step {fork_at} for {fork_len} steps needs H | both and the pilot's N")
     torch.manual_seed(seed)
-    models = [_hf_model(family, s["ctx"]) for _ in range(N)]
+    models = [_hf_model(family, s.ctx) for _ in range(N)]
     for m, w in zip(models, weights):
         m.load_state_dict(w)
-    inner = torch.optim.AdamW([p for m in models for p in m.parameters()], lr=s["lr"],
-                              betas=(0.9, s["adam_beta2"]), weight_decay=0.0)
+    inner = torch.optim.AdamW([p for m in models for p in m.parameters()], lr=s.lr,
+                              betas=(0.9, s.adam_beta2), weight_decay=0.0)
     inner.load_state_dict(inner_state)
-    outer = OuterOptimizer(models, inner, inner_steps=H, method="noloco", group_size=s["group_size"], alpha=s["alpha"],
-                           beta=s["beta"], gamma=s["gamma"], seed=seed)
+    outer = OuterOptimizer(models, inner, inner_steps=H, method="noloco", group_size=s.group_size, alpha=s.alpha,
+                           beta=s.beta, gamma=s.gamma, seed=seed)
     outer.load_state_dict({**outer_state, "outer_step": fork_at // H, "inner_step": 0}, strict=False)
-    observer = Observer(outer, folder, outer_steps=s["outer_steps"], lr=s["lr"], schedule=s["schedule"],
-                        warmup=s["warmup"], min_lr_frac=s["min_lr_frac"], adam_beta2=s["adam_beta2"], seed=seed,
-                        overwrite=True, val_windows=val_windows, family=family.name, batch=s["batch"], ctx=s["ctx"],
+    observer = Observer(outer, folder, outer_steps=s.outer_steps, lr=s.lr, schedule=s.schedule,
+                        warmup=s.warmup, min_lr_frac=s.min_lr_frac, adam_beta2=s.adam_beta2, seed=seed,
+                        overwrite=True, val_windows=val_windows, family=family.name, batch=s.batch, ctx=s.ctx,
                         fork_of=str(pilot), fork_at=fork_at, fork_len=fork_len)
     for k in range(fork_at, fork_at + fork_len):
         _inner_step(models, list(range(N)), inner, shards, s, seed, k)
@@ -380,15 +410,16 @@ def _val_losses(models, average, val, ranks: bool, N: int) -> dict:
                 m.train()
 
 
-def train_tiny(setting: dict, seed: int, folder, val_windows: int = VAL_WINDOWS) -> None:
+def train_tiny(setting: FamilySetting, seed: int, folder, val_windows: int = VAL_WINDOWS) -> None:
     """The harness's cpu-tiny GPT at ``setting`` (noloco llm train; the same meter as the observer)."""
     from noloco.llm_check.config import build
     from noloco.llm_check.trainer import Trainer
 
-    keys = ("replicas", "group_size", "alpha", "beta", "gamma", "inner_steps", "outer_steps", "lr", "warmup",
-            "schedule", "min_lr_frac", "batch", "ctx", "adam_beta2")
+    s = setting
     cfg = build("cpu-tiny", "noloco", seed=seed, eval_every=EVAL_EVERY, val_windows=val_windows, weight_decay=0.0,
-                **{k: setting[k] for k in keys})
+                replicas=s.replicas, group_size=s.group_size, alpha=s.alpha, beta=s.beta, gamma=s.gamma,
+                inner_steps=s.inner_steps, outer_steps=s.outer_steps, lr=s.lr, warmup=s.warmup, schedule=s.schedule,
+                min_lr_frac=s.min_lr_frac, batch=s.batch, ctx=s.ctx, adam_beta2=s.adam_beta2)
     Trainer(cfg, folder, progress=False).run(overwrite=True)
 
 
@@ -397,7 +428,7 @@ def train_tiny(setting: dict, seed: int, folder, val_windows: int = VAL_WINDOWS)
 TORCHRUN, RANKS = ("gpt2", "neox"), 4
 
 
-def train_ranks(family: Family, setting: dict, seed: int, folder: Path, ranks: int) -> None:
+def train_ranks(family: Family, setting: FamilySetting, seed: int, folder: Path, ranks: int) -> None:
     """``family`` at ``setting`` under torchrun with ``ranks`` processes (gloo), one replica per rank: the command
     ``torchrun --nproc-per-node RANKS -m noloco llm study families --rank-run FAMILY ...`` (each rank then runs
     :func:`train_hf` in its process group)."""
@@ -419,13 +450,21 @@ def rank_run(family: str, seed: int, folder) -> None:
 
     dist.init_process_group("gloo")
     try:
-        train_hf(FAMILIES[family], {**BASE, "replicas": dist.get_world_size()}, seed, folder)
+        train_hf(FAMILIES[family], dataclasses.replace(BASE, replicas=dist.get_world_size()), seed, folder)
     finally:
         dist.destroy_process_group()
 
 
 def _folder(out: Path, family: str, run: str, seed: int) -> Path:
     return out / family / run / f"s{seed}"
+
+
+def finished(folder: Path) -> bool:
+    """Whether the run in ``folder`` wrote its result.json and finished."""
+    from noloco.advice.run_rows import RunResult
+
+    path = Path(folder) / "result.json"
+    return path.exists() and RunResult.from_json(read_json(path)).finished is True
 
 
 def train_missing(out: Path, families=tuple(FAMILIES), seeds=SEEDS, progress: bool | None = None) -> None:
@@ -441,9 +480,8 @@ def train_missing(out: Path, families=tuple(FAMILIES), seeds=SEEDS, progress: bo
     with Progress(len(jobs), "families study", unit="run", show=progress) as bar:
         for name, run, seed in jobs:
             folder = _folder(out, name, run, seed)
-            done = (folder / "result.json").exists() and read_json(folder / "result.json").get("finished") is True
-            if not done:
-                setting = {**BASE, **{"target": TARGET, "gap8": GAP_CHECK}.get(run, {})}
+            if not finished(folder):
+                setting = dataclasses.replace(BASE, **{"target": TARGET, "gap8": GAP_CHECK}.get(run, {}))
                 windows = GAP_WINDOWS if run == "gap8" else VAL_WINDOWS
                 if run == "torchrun":
                     train_ranks(FAMILIES[name], setting, seed, folder, RANKS)

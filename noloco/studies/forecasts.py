@@ -222,11 +222,11 @@ class ForecastsReport(JsonRecord):
 def runs(families=CALIBRATION, extra: bool = True, seeds=SEEDS) -> list[tuple[str, str, int, dict, int]]:
     """``(family, run, seed, setting, validation windows)`` of every run the calibration reads (``families``' pilots
     and targets for ``seeds``, and with ``extra`` the Llama runs of :data:`EXTRA`)."""
-    out = [(f, run, seed, {**F.BASE, **({"target": F.TARGET}.get(run, {}))}, F.VAL_WINDOWS)
+    out = [(f, run, seed, dataclasses.replace(F.BASE, **({"target": F.TARGET}.get(run, {}))), F.VAL_WINDOWS)
            for f in families for run in ("pilot", "target") for seed in seeds]
     if not extra:
         return out
-    out += [("llama", name, seed, {**F.BASE, **changes}, F.GAP_WINDOWS) for name, changes in EXTRA.items()
+    out += [("llama", name, seed, dataclasses.replace(F.BASE, **changes), F.GAP_WINDOWS) for name, changes in EXTRA.items()
             for seed in SEEDS]
     return out
 
@@ -235,7 +235,7 @@ def train_missing(out: Path) -> None:
     import torch
 
     torch.set_num_threads(1)  # the runs of docs/data/forecasts.json: one thread (another rounds otherwise)
-    at8 = [(f, "gap8", s, {**F.BASE, **F.GAP_CHECK}, F.GAP_WINDOWS) for f in (*CALIBRATION, *HELD_OUT) if f != "llama"
+    at8 = [(f, "gap8", s, dataclasses.replace(F.BASE, **F.GAP_CHECK), F.GAP_WINDOWS) for f in (*CALIBRATION, *HELD_OUT) if f != "llama"
            for s in DEV_N8_SEEDS]  # the other families at N = 8: development runs too
     for family, run, seed, setting, windows in (runs() + runs(HELD_OUT, extra=False) + _fresh() + _fresh(FRESH_GROUPS)
                                                 + at8):
@@ -351,7 +351,7 @@ LIMITS = ("settled_c", "settled_rise", "settled_fall", "early_share", "c_exponen
 def _inner_steps(row: ForecastRow) -> int:
     from noloco.studies import one_pilot
 
-    return one_pilot.setting(row.run)["inner_steps"] if row.run in one_pilot.settings() else F.BASE["inner_steps"]
+    return one_pilot.setting(row.run).inner_steps if row.run in one_pilot.settings() else F.BASE.inner_steps
 
 
 def stored_rows(paths=(_DATA / "forecasts.json", _DATA / "forecasts_fresh.json")) -> list[ForecastRow]:

@@ -23,6 +23,7 @@ judged. ``noloco llm study gap --out DIR`` on a folder holding ``transfers.json`
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -120,7 +121,7 @@ def attribute(family: str, seed: int, changes: dict, folder: Path) -> GapRun:
     from noloco.advice.predict import predict
 
     torch.set_num_threads(1)
-    setting = {**F.BASE, **changes}
+    setting = dataclasses.replace(F.BASE, **changes)
     costs: dict = {}  # tensor name -> (numel, mean_i sum_j sqrt(vhat_ij), measured)
     share: list = []  # Adam's signal share
 

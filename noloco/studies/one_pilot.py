@@ -23,7 +23,9 @@ import dataclasses
 import itertools
 from pathlib import Path
 
+from noloco.advice.run_rows import RunResult
 from noloco.infra.files import read_json
+from noloco.studies.families import BASE, FamilySetting, finished
 from noloco.studies.one_pilot_rows import (LossRow, OnePilotReport, OnePilotSummary, OnePilotTuner, PickJudgement,
                                            RankedSetting, StudyRules, TransferRow)
 
@@ -58,18 +60,12 @@ def settings() -> dict[str, dict]:
     return {**grid(), **AXES}
 
 
-def setting(name: str) -> dict:
-    from noloco.studies.families import BASE
-
-    return {**BASE, **settings()[name]}
+def setting(name: str) -> FamilySetting:
+    return dataclasses.replace(BASE, **settings()[name])
 
 
 def folder(out: Path, family: str, name: str, seed: int) -> Path:
     return Path(out) / family / name / f"s{seed}"
-
-
-def finished(path: Path) -> bool:
-    return (path / "result.json").exists() and read_json(path / "result.json").get("finished") is True
 
 
 #: the forks: from the pilot's state at inner step FORK_AT for FORK_LEN inner steps (a quarter of the run). From the
@@ -82,7 +78,7 @@ FORK_MIN_STEPS = 8
 
 
 def fork_len(name: str) -> int:
-    return max(FORK_LEN, FORK_MIN_STEPS * setting(name)["inner_steps"])
+    return max(FORK_LEN, FORK_MIN_STEPS * setting(name).inner_steps)
 #: the settings forked from the pilot: every other setting of the grid, and the gamma axis
 FORKED = [n for n in list(grid()) + ["g0.35", "g1"] if n != PILOT]
 
@@ -102,8 +98,8 @@ def fork_done(path: Path, name: str) -> bool:
     """Whether the fork in ``path`` ran to its end (the observer writes result.json every 10 outer steps too)."""
     if not (path / "result.json").exists():
         return False
-    steps = (FORK_AT + fork_len(name)) // setting(name)["inner_steps"]
-    return read_json(path / "result.json").get("outer_steps_done") == steps
+    steps = (FORK_AT + fork_len(name)) // setting(name).inner_steps
+    return RunResult.from_json(read_json(path / "result.json")).outer_steps_done == steps
 
 
 def train_pilot(out, family: str, seed: int) -> None:
@@ -162,9 +158,8 @@ def _measured(path: Path) -> tuple[float, float]:
 
 
 def _changes(pilot: str, target: str) -> dict:
-    a, b = setting(pilot), setting(target)
-    keys = ("replicas", "group_size", "alpha", "beta", "gamma", "inner_steps", "outer_steps")
-    return {k: b[k] for k in keys if a[k] != b[k]}
+    a, b = setting(pilot).outer(), setting(target).outer()
+    return {k: v for k, v in b.items() if a[k] != v}
 
 
 def _verdict(ratio: float, flags: list) -> str:
@@ -346,8 +341,7 @@ def markdown(rep: OnePilotReport) -> str:
 
 
 def tuner_table(rows: list) -> list[str]:
-    """The tuner's judgements (:func:`tuner_rows`, or their JSON) as docs/advice.md's table."""
-    rows = [r if isinstance(r, OnePilotTuner) else OnePilotTuner.from_json(r) for r in rows]
+    """The tuner's judgements (:func:`tuner_rows`) as docs/advice.md's table."""
     out = ["| family | pilot seed -> judged on | pick | predicted (80 %) | measured | rank | best | median | holds |",
            "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:

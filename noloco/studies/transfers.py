@@ -39,6 +39,7 @@ from typing import Any, Optional
 
 from noloco.infra.record import JsonRecord
 from noloco.studies import one_pilot
+from noloco.studies.one_pilot_rows import OnePilotReport, OnePilotTuner
 
 SEEDS = (3, 4)
 #: the one-pilot study's validation seeds, seen before the calibration and the flags were written
@@ -148,11 +149,11 @@ class Seen(JsonRecord):
 class TransfersReport(JsonRecord):
     """``transfers.json``, ``transfers_fresh6.json`` (``missing``, no tuner or seen) and ``transfer_groups.json``
     (no tuner): the transfers' verdicts, counted per family and axis. ``tuner`` holds
-    :func:`noloco.studies.one_pilot.tuner_rows`' rows as that study makes them."""
+    :func:`noloco.studies.one_pilot.tuner_rows`' rows."""
 
     OPTIONAL_KEYS = ("missing", "tuner", "seen")
     NESTED = {"rules": Rules, "rows": (list, AsRow), "by_family": (dict, Counts), "by_axis": _BY_AXIS,
-              "summary": Counts, "seen": Seen}
+              "summary": Counts, "tuner": (list, OnePilotTuner), "seen": Seen}
 
     schema: str
     rules: Rules
@@ -233,7 +234,7 @@ def seen_rows(out, families=FAMILIES, report=SEEN_REPORT) -> list[SeenRow]:
     if not Path(report).exists():
         return []
     rows = []
-    for r in (AsPrediction.from_json(t) for t in read_json(report)["transfers"]):
+    for r in OnePilotReport.from_json(read_json(report)).transfers:
         pilot = one_pilot.folder(out, r.family, r.pilot, r.seed)
         if r.family not in families or not one_pilot.finished(pilot):
             continue
@@ -253,7 +254,7 @@ def evaluate(out, families=FAMILIES, seeds=SEEDS) -> TransfersReport:
     axes = list(dict.fromkeys(axis for _, _, axis in one_pilot.TRANSFERS))
     return TransfersReport(schema="transfers", rules=RULES, families=list(families), seeds=list(seeds), rows=rows,
                            **tables(rows, families, axes), summary=counts(rows),
-                           tuner=[r.to_json() for f in families for r in one_pilot.tuner_rows(out, f, TUNER_SEEDS)],
+                           tuner=[r for f in families for r in one_pilot.tuner_rows(out, f, TUNER_SEEDS)],
                            seen=Seen(seeds=list(SEEN_SEEDS), note="seen before the calibration and the flags were written",
                                      rows=seen, by_family={f: counts([r for r in seen if r.family == f]) for f in families}))
 
@@ -293,11 +294,10 @@ def format_report(rep: TransfersReport) -> str:
     lines += [f"{r.family:<9}{r.seed:>5}  {r.axis:<11}{r.as_ratio:>7.3f}  {r.as_verdict:<8} "
               f"{_flag_names(r.as_flags)}" for r in rep.rows]
     lines += [f"{f}: " + one_pilot.json_line(c.to_json()) for f, c in rep.by_family.items()]
-    # the tuner's rows are the one-pilot study's (its layer reads them)
-    lines += [f"tuner {r['family']} pilot seed {r['pilot_seed']} -> seed {r['judged_seed']}: pick {r['pick']} "
-              f"predicted {r['predicted']:.4f} [{r['low']:.4f}, {r['high']:.4f}], measured {r['measured']:.4f} (rank "
-              f"{r['rank']} of {r['settings']}; best {r['best']} {r['best_loss']:.4f}, median {r['median_loss']:.4f}); "
-              f"holds: {r['better_than_median'] and r['within_interval_of_best']}" for r in rep.tuner or []]
+    lines += [f"tuner {r.family} pilot seed {r.pilot_seed} -> seed {r.judged_seed}: pick {r.pick} "
+              f"predicted {r.predicted:.4f} [{r.low:.4f}, {r.high:.4f}], measured {r.measured:.4f} (rank "
+              f"{r.rank} of {r.settings}; best {r.best} {r.best_loss:.4f}, median {r.median_loss:.4f}); "
+              f"holds: {r.better_than_median and r.within_interval_of_best}" for r in rep.tuner or []]
     if rep.seen is not None:
         lines += [f"{f}, seeds {', '.join(map(str, rep.seen.seeds))} ({rep.seen.note}): " + one_pilot.json_line(c.to_json())
                   for f, c in rep.seen.by_family.items() if c.predictions]

@@ -20,8 +20,10 @@ short has trained the settings that could beat the pick.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
+from noloco.infra.record import JsonRecord
 from noloco.studies import one_pilot
 from noloco.studies.one_pilot_rows import FreshReport, FreshTuner, LossModel, StudyRules
 
@@ -33,10 +35,52 @@ PILOT_SEED, JUDGED_SEED = 5, 6
 DEVELOPMENT = Path(__file__).resolve().parents[2] / "docs" / "data" / "tune_interval.json"
 
 
-def interval_per_drop(rows: list[dict], gain: float | None = None) -> dict:
-    """The 10 % and 90 % quantiles of (measured - predicted) / the pilot's last-quarter drop over ``rows`` (each a
-    forked setting's ``fork_lead``, ``pilot_final``, ``pilot_drop`` and ``measured``, its final loss trained whole
-    with another seed), pooled and per family: how :data:`noloco.advice.fork.LOSS_ERROR_PER_DROP` was set."""
+@dataclass(frozen=True)
+class IntervalRow(JsonRecord):
+    """A forked setting's lead and its pilot's final loss and last-quarter drop, and the setting's final loss trained
+    whole with another seed (``measured``)."""
+
+    family: str
+    pilot_seed: int
+    judged_seed: int
+    setting: str
+    fork_lead: float
+    pilot_final: float
+    pilot_drop: float
+    measured: float
+
+
+@dataclass(frozen=True)
+class IntervalData(JsonRecord):
+    """``tune_interval.json``: the development rows the loss interval was set on."""
+
+    NESTED = {"rows": (list, IntervalRow)}
+
+    schema: str
+    note: str
+    rows: list
+
+
+@dataclass(frozen=True)
+class IntervalQuantiles:
+    """The 10 % and 90 % quantiles, pooled and per family, over ``predictions`` rows (printed, not stored)."""
+
+    pooled: list
+    predictions: int
+    by_family: dict
+
+
+def read_development(path=DEVELOPMENT) -> list[IntervalRow]:
+    """The development rows of ``path`` (``tune_interval.json``)."""
+    from noloco.infra.files import read_json
+
+    return IntervalData.from_json(read_json(path)).rows
+
+
+def interval_per_drop(rows: list[IntervalRow], gain: float | None = None) -> IntervalQuantiles:
+    """The 10 % and 90 % quantiles of (measured - predicted) / the pilot's last-quarter drop over ``rows`` (the
+    development rows, :func:`read_development`), pooled and per family: how
+    :data:`noloco.advice.fork.LOSS_ERROR_PER_DROP` was set."""
     import numpy as np
 
     from noloco.advice.fork import LOSS_GAIN
@@ -44,12 +88,12 @@ def interval_per_drop(rows: list[dict], gain: float | None = None) -> dict:
     gain = LOSS_GAIN if gain is None else gain
 
     def q(rs):
-        z = [(r["measured"] - r["pilot_final"] - gain * r["fork_lead"]) / r["pilot_drop"] for r in rs]
+        z = [(r.measured - r.pilot_final - gain * r.fork_lead) / r.pilot_drop for r in rs]
         return [float(v) for v in np.quantile(z, [0.1, 0.9])]
 
-    families = sorted({r["family"] for r in rows})
-    return {"pooled": q(rows), "predictions": len(rows),
-            "by_family": {f: q([r for r in rows if r["family"] == f]) for f in families}}
+    families = sorted({r.family for r in rows})
+    return IntervalQuantiles(pooled=q(rows), predictions=len(rows),
+                             by_family={f: q([r for r in rows if r.family == f]) for f in families})
 
 
 def _report(out, family: str):

@@ -19,6 +19,7 @@ cried wolf, Llama, and GPT-NeoX), trained on the project's corpus for the first 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -77,11 +78,11 @@ def wrong_sign_optimizer():
     return WrongSign
 
 
-def jobs() -> list[tuple[str, str, int, dict, str | None]]:
+def jobs() -> list[tuple[str, str, int, F.FamilySetting, str | None]]:
     """``(family, setting name, seed, setting, fault)`` of every run: the clean ones, then the planted faults."""
-    out = [(f, name, seed, {**F.BASE, **changes}, None)
+    out = [(f, name, seed, dataclasses.replace(F.BASE, **changes), None)
            for f in FAMILIES for name, (changes, seeds) in CLEAN.items() for seed in seeds]
-    out += [(f, fault, seed, {**F.BASE, **changes}, fault)
+    out += [(f, fault, seed, dataclasses.replace(F.BASE, **changes), fault)
             for f in FAMILIES for fault, (changes, seeds) in FAULTS.items() for seed in seeds]
     return out
 
@@ -90,7 +91,7 @@ def _folder(out: Path, family: str, name: str, seed: int) -> Path:
     return out / family / name / f"s{seed}"
 
 
-def train(family: str, setting: dict, seed: int, folder: Path, fault: str | None) -> None:
+def train(family: str, setting: F.FamilySetting, seed: int, folder: Path, fault: str | None) -> None:
     import torch
 
     torch.set_num_threads(1)

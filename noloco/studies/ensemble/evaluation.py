@@ -49,7 +49,7 @@ def _logsumexp(a: np.ndarray) -> np.ndarray:
 
 def domain_rows() -> list[DomainStat]:
     """The domain table's rows (:func:`noloco.llm_check.domains.sizes`) as records."""
-    return [DomainStat.from_json(r) for r in domains.sizes()]
+    return [DomainStat.from_json(r.to_json()) for r in domains.sizes()]
 
 
 def evaluated(study: Study) -> list:
