@@ -33,7 +33,7 @@ def test_the_study_judges_the_n_axes_and_counts_the_seen_seeds_apart(tmp_path):
         assert row.as_ratio == pytest.approx(off[axis], rel=1e-6) or row.as_flags
         for name, cfg in cfgs.items():  # the pilots back as they were
             _run(tmp_path, name, cfg, replayed_weight_std(cfg, write_run(tmp_path / "ph" / name, cfg), own=True))
-    flagged = {a for (p, t, a) in G.AXES if predicted[p, t]["flags"]}
+    flagged = {a for (p, t, a) in G.AXES if predicted[p, t].flags}
     assert flagged == {"n down"}  # tilt about 2 there: extrapolates
     assert verdicts == {"N up": "agrees", "N down": "misses", "n up": "agrees", "n down": "flagged"}
     rep = G.evaluate(tmp_path, families=("fx",), seeds=(7,))

@@ -78,9 +78,9 @@ def attribute(family: str, seed: int, changes: dict, folder: Path) -> dict:
 
     F.train_hf(F.FAMILIES[family], setting, seed, folder, F.GAP_WINDOWS, at_end=at_end)
     gap = equipartition_gap(folder)
-    groups = predict(folder)["groups"]  # each tensor's c as the theory reads it, second half
+    groups = predict(folder).groups  # each tensor's c as the theory reads it, second half
     per_root = gap["predicted"] / gap["sum_sqrt_v"]
-    rows = [{"tensor": k, **r, "predicted": r["sum_sqrt_v"] * per_root, "c_late": groups[k]["c_late"]}
+    rows = [{"tensor": k, **r, "predicted": r["sum_sqrt_v"] * per_root, "c_late": groups[k].c_late}
             for k, r in held["rows"].items()]
     explained = sum(r["measured"] for r in rows)
     # does the over-count follow the tensor's c? log(predicted / measured) against c, the large tensors
