@@ -183,6 +183,7 @@ def test_a_malformed_advice_report_is_a_data_error():
 # ------------------------------------------------------------------ the advice's own reports (made in code only)
 
 from noloco.advice import fork as advice_fork, forecast as advice_forecast, predict as advice_predict  # noqa: E402
+from noloco.advice.record import OtherSettings  # noqa: E402
 
 
 def _prediction(groups_along="own") -> advice_predict.Prediction:
@@ -219,7 +220,8 @@ def test_the_prediction_and_the_transfer_write_the_keys_in_the_order_they_always
 
 
 @pytest.mark.parametrize("record", [_prediction(), _prediction(None), _transfer(),
-                                    advice_fork.ForkOrigin(fork_of="p", fork_at=40, fork_len=80)],
+                                    advice_fork.ForkOrigin(fork_of="p", fork_at=40, fork_len=80),
+                                    OtherSettings(seed=3, adam_beta1=0.8)],
                          ids=lambda r: type(r).__name__)
 def test_an_advice_record_round_trips(record):
     obj = json.loads(json.dumps(record.to_json()))

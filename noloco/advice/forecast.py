@@ -518,7 +518,8 @@ def first_moment_memory(setting) -> float | None:
     setting where it wrote one, else the harness's); None for SGD (no first moment)."""
     if setting.inner_optimizer != "adamw":
         return None
-    return round(1 / (1 - float(dict(setting.other).get("adam_beta1", ADAM_BETA1))), 9)  # 1 / (1 - 0.9) is 9.999...
+    beta1 = setting.recorded().adam_beta1
+    return round(1 / (1 - float(ADAM_BETA1 if beta1 is None else beta1)), 9)  # 1 / (1 - 0.9) is 9.999...
 
 
 def short_phase(pilot, target) -> str | None:

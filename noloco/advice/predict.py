@@ -153,9 +153,9 @@ def groups_inputs(rows: list, names: list[str]) -> dict[str, GroupSeries]:
 def groups_seed(setting) -> int | None:
     """The seed of the run's groups as its folder's config records it (``seed``, written by noloco.Observer and the
     harness), or None: not recorded, or several pipeline stages (each draws its own groups)."""
-    other = dict(setting.other)
-    seed = other.get("seed")
-    if other.get("stages", 1) != 1 or isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+    other = setting.recorded()
+    seed = other.seed
+    if other.stages not in (None, 1) or isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         return None
     return seed
 

@@ -17,11 +17,13 @@ import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from noloco.advice.run_rows import InputsRow, MetricsRow, RunResult
 from noloco.infra.checks import check_choice, check_fields, check_integer, check_real
 from noloco.infra.errors import ConfigError, DataError
 from noloco.infra.files import NUMBER, input_dir, read_json, read_jsonl
+from noloco.infra.record import JsonRecord
 from noloco.theory.config import OuterConfig
 from noloco.theory.methods import METHODS, check_outer, outer_from_record
 from noloco.theory.schedules import SCHEDULES, learning_rate
@@ -46,6 +48,17 @@ RESULT_TYPES = {"config": dict, "n_params": int, "wall_s": NUMBER, "world_size":
 #: the settings the advice reads by name; every other setting of a run is kept in ``RunSetting.other``
 NAMED = ("method", "outer", "inner_steps", "outer_steps", "lr", "schedule", "warmup", "min_lr_frac",
          "inner_optimizer", "adam_beta2", "noniid", "val_windows")
+
+
+@dataclass(frozen=True)
+class OtherSettings(JsonRecord):
+    """The settings among :attr:`RunSetting.other` that the advice reads by name, None where the run records none:
+    the seed its groups were drawn from, its pipeline stages, the inner AdamW's beta1. As recorded (a run folder is
+    user input): their readers check them."""
+
+    seed: Any = None
+    stages: Any = None
+    adam_beta1: Any = None
 
 
 @dataclass(frozen=True)
@@ -121,6 +134,10 @@ class RunSetting:
         outer_names = {f.name for f in dataclasses.fields(OuterConfig)}
         outer = dataclasses.replace(self.outer, **{k: v for k, v in changes.items() if k in outer_names})
         return dataclasses.replace(self, outer=outer, **{k: v for k, v in changes.items() if k not in outer_names})
+
+    def recorded(self) -> OtherSettings:
+        """The other settings the advice reads by name (:class:`OtherSettings`)."""
+        return OtherSettings.from_json(dict(self.other))
 
     def training(self) -> dict:
         """Every setting but the method and the outer step, flat (``replicas`` among them)."""
