@@ -83,8 +83,8 @@ def test_a_hugging_face_family_trains_through_the_api_and_the_advice_reads_it(tm
     run = noloco.read_run(tmp_path)
     assert run.finished and run.setting.outer_steps == 6 and len(run.inputs) == 6  # (a run this small and noisy may warn)
     assert run.metrics[-1]["val_loss_avg_model"] < 5.6  # below the uniform byte's log 256 = 5.55 + noise
-    rows = predict(tmp_path)["rows"]
-    assert rows[-1]["measured"] > 0 and rows[-1]["predicted"] > 0
+    rows = predict(tmp_path).rows
+    assert rows[-1].measured > 0 and rows[-1].predicted > 0
     assert run.result["adam_second_moment"]["outer_step"] == 6  # the observer wrote what --gap reads
     gap = F._gap(tmp_path, family, 0)
     assert gap.predicted > 0 and gap.measured is not None

@@ -35,7 +35,7 @@ def write_run(path, cfg: TrainConfig, groups=GROUPS, c_scale=1.0, measured_to=No
     from dataclasses import asdict
 
     ph = F.schedule_functionals(cfg)
-    base = F.noise_base(cfg) if grow else ph["L2"]
+    base = F.noise_base(cfg) if grow else ph.L2
     T = measured_to or cfg.outer_steps
     rows = []
     cum = {name: 0.0 for name in groups}
@@ -64,7 +64,7 @@ def replayed_weight_std(cfg, ph, groups=GROUPS, outer=None, own: bool = False, g
     for c0, s0, numel in groups.values():
         c = np.full(cfg.outer_steps, c0)
         c[0] = 0.0
-        base = F.noise_base(cfg) if grow else ph["L2"]
+        base = F.noise_base(cfg) if grow else ph.L2
         _, spread, _, _ = replay(outer, c, s0 * base, np.zeros(cfg.outer_steps), groups=along)
         level = level + numel * spread[1:]
     return np.sqrt(level / sum(g[2] for g in groups.values()))
@@ -97,11 +97,11 @@ def test_the_forecast_would_see_c_that_follows_the_rate(tmp_path):
     second half. The check can fail."""
     cfg, groups = config(), {"curved": (0.3, 5.0, 1000)}
     ph = write_run(tmp_path, cfg, groups, grow=True)
-    ref = ph["L1"][9]
+    ref = ph.L1[9]
     rows = [json.loads(x) for x in (tmp_path / "inputs.jsonl").read_text().splitlines()]
     for t, r in enumerate(rows):
         for g in r["groups"].values():
-            g["c"] *= ph["L1"][t] / ref
+            g["c"] *= ph.L1[t] / ref
     (tmp_path / "inputs.jsonl").write_text("".join(dumps(r) + "\n" for r in rows))
     c = np.array([r["groups"]["curved"]["c"] for r in rows])
     truth = np.sqrt(replay(OUTER, c, 5.0 * F.noise_base(cfg), np.zeros(cfg.outer_steps))[1][1:])
@@ -139,17 +139,17 @@ def test_the_own_input_prediction_along_the_runs_own_groups(tmp_path):
     cfg = config(seed=5)
     ph = write_run(tmp_path, cfg)
     own, average = predict(tmp_path, along="own"), predict(tmp_path)
-    assert (own["groups_along"], average["groups_along"]) == ("own", "average")
-    steps = [r["outer_step"] for r in own["rows"]]
+    assert (own.groups_along, average.groups_along) == ("own", "average")
+    steps = [r.outer_step for r in own.rows]
     for report, exact in ((own, replayed_weight_std(cfg, ph, own=True)), (average, replayed_weight_std(cfg, ph))):
-        np.testing.assert_allclose([r["predicted"] for r in report["rows"][1:]], exact[np.array(steps[1:]) - 1],
+        np.testing.assert_allclose([r.predicted for r in report.rows[1:]], exact[np.array(steps[1:]) - 1],
                                    rtol=1e-9)
-    assert own["rows"][-1]["predicted"] != pytest.approx(average["rows"][-1]["predicted"], rel=1e-3)
+    assert own.rows[-1].predicted != pytest.approx(average.rows[-1].predicted, rel=1e-3)
     wide = tmp_path / "wide"
     write_run(wide, config(outer=OuterConfig(replicas=32, group_size=2, alpha=0.5, beta=0.7, gamma=0.7),
                            outer_steps=12), measured_to=12)
     rep = predict(wide, along="own")
-    assert rep["groups_along"] == "average" and any("N = 32 > 16" in n for n in rep["notes"])
+    assert rep.groups_along == "average" and any("N = 32 > 16" in n for n in rep.notes)
 
 
 def test_a_window_whose_c_falls_is_flagged(tmp_path):
@@ -213,11 +213,11 @@ def test_a_transfer_with_no_change_is_the_pilots_replay_and_the_rate_scales_it_e
     ph = write_run(tmp_path, cfg)
     _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph, own=True))  # a pilot the model reproduces
     same = F.transfer(tmp_path, alpha=OUTER.alpha)
-    assert same["second_half_rms"] == pytest.approx(same["pilot_replayed_rms"], rel=1e-12)
-    assert same["tilt"] == pytest.approx(1.0) and same["flags"] == []
+    assert same.second_half_rms == pytest.approx(same.pilot_replayed_rms, rel=1e-12)
+    assert same.tilt == pytest.approx(1.0) and same.flags == []
     double = F.transfer(tmp_path, lr=2e-3)  # s2 ~ L2 = 4x, c unchanged: the spread doubles, step by step
-    np.testing.assert_allclose([r["predicted"] for r in double["rows"]],
-                               [2 * r["predicted"] for r in same["rows"]], rtol=1e-9)
+    np.testing.assert_allclose([r.predicted for r in double.rows],
+                               [2 * r.predicted for r in same.rows], rtol=1e-9)
 
 
 def test_a_pilot_its_own_inputs_do_not_reproduce_flags_the_transfer(tmp_path):
@@ -227,7 +227,7 @@ def test_a_pilot_its_own_inputs_do_not_reproduce_flags_the_transfer(tmp_path):
     ph = write_run(tmp_path, cfg)
     for factor, flagged in ((1.5, True), (1.1, False)):
         _measured_as(tmp_path, cfg, factor * replayed_weight_std(cfg, ph, own=True))
-        flags = F.transfer(tmp_path, alpha=0.4)["flags"]
+        flags = F.transfer(tmp_path, alpha=0.4).flags
         assert any(f.startswith("not reproduced") for f in flags) == flagged, flags
 
 
@@ -240,8 +240,8 @@ def test_a_transfer_is_divided_by_its_pilots_own_replay_ratio(tmp_path):
     exact = F.transfer(tmp_path, alpha=0.4)
     _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph, own=True) / 1.2)
     rep = F.transfer(tmp_path, alpha=0.4)
-    assert rep["pilot_replay_ratio"] == pytest.approx(1.2, rel=1e-9) and rep["flags"] == []
-    assert rep["second_half_rms"] == pytest.approx(exact["second_half_rms"] / 1.2, rel=1e-9)
+    assert rep.pilot_replay_ratio == pytest.approx(1.2, rel=1e-9) and rep.flags == []
+    assert rep.second_half_rms == pytest.approx(exact.second_half_rms / 1.2, rel=1e-9)
 
 
 def test_a_transfer_near_the_stability_edge_is_flagged_with_the_decay_factor_it_prints(tmp_path):
@@ -249,12 +249,12 @@ def test_a_transfer_near_the_stability_edge_is_flagged_with_the_decay_factor_it_
     ph = write_run(tmp_path, cfg)
     _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph, own=True))
     near = F.transfer(tmp_path, alpha=0.65)
-    edge = [f for f in near["flags"] if f.startswith("near the edge")]
-    assert len(edge) == 1 and near["decay_factor"] > F.EDGE_LIMIT > near["pilot_decay_factor"]
-    assert f"is {near['decay_factor']:.3f} per outer step" in edge[0]  # the number printed beside it
-    assert f"decay factor at the flattest c {near['decay_factor']:.4f}" in F.format_transfer(near)
+    edge = [f for f in near.flags if f.startswith("near the edge")]
+    assert len(edge) == 1 and near.decay_factor > F.EDGE_LIMIT > near.pilot_decay_factor
+    assert f"is {near.decay_factor:.3f} per outer step" in edge[0]  # the number printed beside it
+    assert f"decay factor at the flattest c {near.decay_factor:.4f}" in F.format_transfer(near)
     below = F.transfer(tmp_path, alpha=0.55)  # a neighbour below the limit
-    assert below["decay_factor"] < F.EDGE_LIMIT and below["flags"] == []
+    assert below.decay_factor < F.EDGE_LIMIT and below.flags == []
 
 
 def test_a_change_of_h_to_or_from_a_phase_shorter_than_adams_memory_is_flagged(tmp_path):
@@ -265,9 +265,9 @@ def test_a_change_of_h_to_or_from_a_phase_shorter_than_adams_memory_is_flagged(t
     cfg = config(schedule="constant", warmup=20)
     ph = write_run(tmp_path, cfg)
     _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph, own=True))
-    short = [f for f in F.transfer(tmp_path, inner_steps=5, outer_steps=80)["flags"] if f.startswith("short phase")]
+    short = [f for f in F.transfer(tmp_path, inner_steps=5, outer_steps=80).flags if f.startswith("short phase")]
     assert len(short) == 1 and "H 5 is below" in short[0] and "from 10 to 5" in short[0]
-    assert F.transfer(tmp_path, inner_steps=20, outer_steps=20)["flags"] == []  # both phases at or past the memory
+    assert F.transfer(tmp_path, inner_steps=20, outer_steps=20).flags == []  # both phases at or past the memory
     pilot = read_run(tmp_path).setting
     assert F.short_phase(pilot.changed(inner_steps=5), pilot).startswith("short phase: the pilot's H 5")
     assert F.short_phase(pilot.changed(inner_steps=5), pilot.changed(inner_steps=5, outer_steps=80)) is None
@@ -283,9 +283,9 @@ def test_a_transfer_to_another_outer_step_is_that_steps_recursion_with_the_pilot
     target = OuterConfig(replicas=16, group_size=4, alpha=0.3, beta=0.9, gamma=0.5)
     rep = F.transfer(tmp_path, replicas=16, group_size=4, alpha=0.3, beta=0.9, gamma=0.5)
     # along the groups the target's N and n draw from the pilot's seed, times the tilt's correction
-    assert rep["groups"] == {"along": "own", "seed": cfg.seed, "why": None} and rep["tilt"] != pytest.approx(1.0)
-    np.testing.assert_allclose([r["predicted"] for r in rep["rows"]],
-                               replayed_weight_std(cfg, ph, outer=target, own=True) * rep["tilt"] ** F.TILT_EXPONENT,
+    assert rep.groups.to_json() == {"along": "own", "seed": cfg.seed, "why": None} and rep.tilt != pytest.approx(1.0)
+    np.testing.assert_allclose([r.predicted for r in rep.rows],
+                               replayed_weight_std(cfg, ph, outer=target, own=True) * rep.tilt ** F.TILT_EXPONENT,
                                rtol=1e-9)
 
 
@@ -296,13 +296,13 @@ def test_a_transfer_is_corrected_by_the_tilt_to_the_power_and_unchanged_without_
     ph = write_run(tmp_path, cfg)
     _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph, own=True))
     n4 = F.transfer(tmp_path, group_size=4)
-    assert n4["tilt"] < 0.8 and n4["flags"] == []
+    assert n4.tilt < 0.8 and n4.flags == []
     target = OuterConfig(replicas=8, group_size=4, alpha=0.5, beta=0.7, gamma=0.7)
     uncorrected = replayed_weight_std(cfg, ph, outer=target)[cfg.outer_steps // 2:]
-    assert n4["second_half_rms_average"] == pytest.approx(
-        np.sqrt(np.mean(uncorrected ** 2)) * n4["tilt"] ** F.TILT_EXPONENT, rel=1e-9)
+    assert n4.second_half_rms_average == pytest.approx(
+        np.sqrt(np.mean(uncorrected ** 2)) * n4.tilt ** F.TILT_EXPONENT, rel=1e-9)
     same = F.transfer(tmp_path, alpha=OUTER.alpha)
-    assert same["second_half_rms"] == pytest.approx(same["pilot_replayed_rms"], rel=1e-12)
+    assert same.second_half_rms == pytest.approx(same.pilot_replayed_rms, rel=1e-12)
 
 
 def test_a_change_of_n_or_n_without_the_groups_seed_is_flagged_with_the_calibration_it_prints(tmp_path):
@@ -317,13 +317,13 @@ def test_a_change_of_n_or_n_without_the_groups_seed_is_flagged_with_the_calibrat
     write_json(tmp_path / "result.json", result)
     for changes, flagged in ((dict(group_size=4), True), (dict(replicas=4), True), (dict(alpha=0.4), False)):
         rep = F.transfer(tmp_path, **changes)
-        group = [f for f in rep["flags"] if f.startswith("group change")]
-        assert len(group) == int(flagged) and rep["groups"]["along"] == "average", rep["flags"]
+        group = [f for f in rep.flags if f.startswith("group change")]
+        assert len(group) == int(flagged) and rep.groups.along == "average", rep.flags
         if flagged:
-            assert f"replayed / measured {rep['pilot_replay_ratio']:.3f}" in group[0]
-            assert rep["pilot_replay_ratio"] == pytest.approx(1 / 1.1, rel=1e-9)
+            assert f"replayed / measured {rep.pilot_replay_ratio:.3f}" in group[0]
+            assert rep.pilot_replay_ratio == pytest.approx(1 / 1.1, rel=1e-9)
     given = F.transfer(tmp_path, seed=cfg.seed, group_size=4)
-    assert given["groups"] == {"along": "own", "seed": cfg.seed, "why": None} and given["flags"] == []
+    assert given.groups.to_json() == {"along": "own", "seed": cfg.seed, "why": None} and given.flags == []
     assert "along the groups of groups seed" in F.format_transfer(given)
 
 
@@ -331,7 +331,7 @@ def test_a_transfer_that_amplifies_flat_directions_is_flagged(tmp_path):
     cfg = config(schedule="constant", warmup=20)
     write_run(tmp_path, cfg)
     assert F.amplification_tilt(OUTER, OUTER, 0.02) == pytest.approx(1.0)
-    flags = F.transfer(tmp_path, gamma=0.0)["flags"]
+    flags = F.transfer(tmp_path, gamma=0.0).flags
     assert any(f.startswith("extrapolates") for f in flags)
     with pytest.raises(Exception, match="cannot transfer"):
         F.transfer(tmp_path, weight_decay=0.1)

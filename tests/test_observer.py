@@ -108,12 +108,12 @@ def test_the_run_folder_format(run_folder):
 def test_the_advice_reads_it(run_folder, capsys):
     folder, _ = run_folder
     report = predict(folder)
-    ratios = [r["ratio"] for r in report["rows"][1:]]
+    ratios = [r.ratio for r in report.rows[1:]]
     assert all(r is not None and 0.2 < r < 5 for r in ratios), ratios  # a prediction, not an agreement claim
     fc = forecast(folder)
     assert fc["from_step"] == 6 and len(fc["rows"]) == T - 6 and all(r["forecast"] > 0 for r in fc["rows"])
     other = transfer(folder, beta=0.5)
-    assert other["rows"][-1]["predicted"] > 0
+    assert other.rows[-1].predicted > 0
     tuned = tune([folder])
     assert tuned.recommendation is not None and tuned.rows[0].stability_margin > 0
     for argv in (["llm", "predict", str(folder)], ["llm", "predict", str(folder), "--forecast"],
@@ -240,7 +240,7 @@ def test_two_ranks_gather_the_sample(tmp_path):
             assert g["spread"] == pytest.approx(b["groups"][name]["spread"], rel=1e-9, abs=1e-15)
     assert [r["weight_std"] for r in dist_run.metrics] == pytest.approx([r["weight_std"] for r in one.metrics],
                                                                         rel=1e-9)
-    assert predict(tmp_path / "dist")["rows"][-1]["predicted"] > 0
+    assert predict(tmp_path / "dist").rows[-1].predicted > 0
 
 
 @pytest.mark.slow  # 4 processes: about 25 s on 2 cores
@@ -263,7 +263,7 @@ def test_one_replica_per_rank_writes_what_one_process_samples(tmp_path):
                 assert g[key] == pytest.approx(b["groups"][name][key], rel=1e-9, abs=1e-15), (name, key)
     assert [r["weight_std"] for r in dist_run.metrics] == pytest.approx([r["weight_std"] for r in one.metrics],
                                                                         rel=1e-9)
-    assert predict(tmp_path / "dist")["rows"][-1]["predicted"] > 0
+    assert predict(tmp_path / "dist").rows[-1].predicted > 0
     assert forecast(tmp_path / "dist")["rows"]
     assert main(["llm", "predict", str(tmp_path / "dist"), "--forecast"]) == 0
     row = tune([tmp_path / "dist"], compute_seconds=0.01).rows[0]  # read; no loss was logged to rank on

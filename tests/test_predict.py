@@ -232,20 +232,20 @@ def test_predict_follows_a_synthetic_run_with_no_fitted_constant(tmp_path):
         write_run(tmp_path / f"r{k}", outer, groups, 41, 10, seed=100 * k)
         reports.append(predict(tmp_path / f"r{k}"))
     rep = reports[0]
-    assert rep["schema_version"] == 2 and rep["fitted_constants"] == 0 and rep["inputs_logged"]
-    assert [r["outer_step"] for r in rep["rows"]] == [10, 20, 30, 40]
-    assert rep["flattest_group"] == "flat"
-    assert rep["decay_factor"] == pytest.approx(X.decay_factor(outer, rep["flattest_c"]), rel=1e-12)
-    assert rep["decay_factor"] == pytest.approx(X.decay_factor(outer, 0.0), abs=0.01)
+    assert rep.schema_version == 2 and rep.fitted_constants == 0 and rep.inputs_logged
+    assert [r.outer_step for r in rep.rows] == [10, 20, 30, 40]
+    assert rep.flattest_group == "flat"
+    assert rep.decay_factor == pytest.approx(X.decay_factor(outer, rep.flattest_c), rel=1e-12)
+    assert rep.decay_factor == pytest.approx(X.decay_factor(outer, 0.0), abs=0.01)
     for i, step in enumerate((10, 20, 30, 40)):
-        pred = np.array([r["rows"][i]["predicted"] for r in reports]) ** 2  # variances: unbiased
-        meas = np.array([r["rows"][i]["measured"] for r in reports]) ** 2
+        pred = np.array([r.rows[i].predicted for r in reports]) ** 2  # variances: unbiased
+        meas = np.array([r.rows[i].measured for r in reports]) ** 2
         exact = _exact(outer, groups, step) ** 2
-        for model in ("predicted_lag1", "predicted_long_run"):  # white noise: the two models agree
-            assert np.allclose([r["rows"][i][model] for r in reports], np.sqrt(pred), rtol=0.02)
+        for model in ([r.rows[i].predicted_lag1 for r in reports], [r.rows[i].predicted_long_run for r in reports]):
+            assert np.allclose(model, np.sqrt(pred), rtol=0.02)  # white noise: the two models agree
         assert abs(z(pred, exact)) < 4 and abs(z(meas, exact)) < 4 and abs(z(pred - meas, 0.0)) < 4
         assert abs(z(meas, 1.05 * exact)) > 4 and abs(z(pred, 1.05 * exact)) > 4  # 5% off would be seen
-        assert rep["rows"][i]["ratio"] == pytest.approx(rep["rows"][i]["measured"] / rep["rows"][i]["predicted"])
+        assert rep.rows[i].ratio == pytest.approx(rep.rows[i].measured / rep.rows[i].predicted)
     assert "inputs" not in format_predict(rep).split("\n")[-1]
 
 
@@ -261,16 +261,16 @@ def test_predict_with_correlated_noise_and_drift(tmp_path, c, rho, drift_var):
     for k in range(8):
         write_run(tmp_path / f"r{k}", outer, groups, 41, 20, seed=7 + 50 * k)
         rep = predict(tmp_path / f"r{k}", noise_model="lag1")
-        meas.append(rep["rows"][-1]["measured"] ** 2)
-        pred.append(rep["rows"][-1]["predicted"] ** 2)
-        inputs = read_run(tmp_path / f"r{k}").inputs
-        s2, rho_t, D = group_inputs(inputs, "w")["lag1"]
-        plain.append(X.varying_trajectory(outer, group_inputs(inputs, "w")["c"], s2, rho_t, D)[-1])
+        meas.append(rep.rows[-1].measured ** 2)
+        pred.append(rep.rows[-1].predicted ** 2)
+        inputs = read_run(tmp_path / f"r{k}").input_rows
+        s2, rho_t, D = group_inputs(inputs, "w").lag1
+        plain.append(X.varying_trajectory(outer, group_inputs(inputs, "w").c, s2, rho_t, D)[-1])
         if drift_var:
-            assert rep["groups"]["w"]["drift_var"] > 0.5 * drift_var
-        g = rep["groups"]["w"]  # the reading removes most, not all, of the regression's bias (rho and
+            assert rep.groups["w"].drift_var > 0.5 * drift_var
+        g = rep.groups["w"]  # the reading removes most, not all, of the regression's bias (rho and
         # drift_var come from the regression's residuals, which keep a part of z)
-        assert abs(g["c_late"] - c) < 0.25 * abs(g["c_regression_late"] - c)
+        assert abs(g.c_late - c) < 0.25 * abs(g.c_regression_late - c)
     meas, pred, plain = map(np.array, (meas, pred, plain))
     assert abs(z(meas, _exact(outer, groups, 40) ** 2)) < 4
     assert abs(z(pred - meas, 0.0)) < 4
@@ -289,18 +289,18 @@ def test_old_run_without_inputs(tmp_path):
     (run / "metrics.jsonl").write_text("".join(json.dumps({"outer_step": s, "weight_std": v, "train_loss": math.nan})
                                                + "\n" for s, v in ws.items()))
     rep = predict(run)
-    assert not rep["inputs_logged"] and all(r["predicted"] is None and r["ratio"] is None for r in rep["rows"])
+    assert not rep.inputs_logged and all(r.predicted is None and r.ratio is None for r in rep.rows)
     slope = np.polyfit([40, 50, 60], np.log(np.array([0.123, 0.17, 0.215]) ** 2), 1)[0]
-    assert rep["measured_growth"] == pytest.approx(math.exp(slope))
-    assert rep["decay_factor"] == pytest.approx(X.decay_factor(OuterConfig(alpha=0.9, beta=0.7, gamma=0.0), 0.0))
-    assert any("before the meter" in n for n in rep["notes"])
-    json.loads(dumps(rep))
+    assert rep.measured_growth == pytest.approx(math.exp(slope))
+    assert rep.decay_factor == pytest.approx(X.decay_factor(OuterConfig(alpha=0.9, beta=0.7, gamma=0.0), 0.0))
+    assert any("before the meter" in n for n in rep.notes)
+    json.loads(dumps(rep.to_json()))
     assert "predicted" in format_predict(rep)
     diloco = tmp_path / "diloco"
     diloco.mkdir()
     write_json(diloco / "result.json", {"config": {"method": "diloco", "replicas": 8, "warmup": 0}})
     (diloco / "metrics.jsonl").write_text(json.dumps({"outer_step": 4, "weight_std": 0.0}) + "\n")
-    assert predict(diloco)["rows"][0]["predicted"] == 0.0
+    assert predict(diloco).rows[0].predicted == 0.0
 
 
 def test_long_run_rho_solves_the_ar1_sum_at_every_step_at_once():

@@ -307,3 +307,60 @@ def test_the_all_result_keeps_each_suite_s_keys_in_order():
     suite = bench_all.Suite(load_average_before=[0.5], extra={"b": 1, "a": 2})
     assert list(suite.to_json()) == ["load_average_before", "b", "a"]
     assert bench_all.Suite(skipped="no torch").to_json() == {"skipped": "no torch"}
+
+
+# ------------------------------------------------------------------ the advice's own reports (made in code only)
+
+from noloco.advice import fork as advice_fork, forecast as advice_forecast, predict as advice_predict  # noqa: E402
+from noloco.advice.record import OtherSettings  # noqa: E402
+
+
+def _prediction(groups_along="own") -> advice_predict.Prediction:
+    P = advice_predict
+    outer = P.PredictOuter(replicas=4, group_size=2, alpha=0.5, beta=0.7, gamma=0.7, momentum="heavy-ball")
+    group = P.PredictGroup(numel=10, c_late=0.1, c_regression_late=0.05, s2_late=1e-6, drift_var=None,
+                           rho_lag1_late=0.2, rho_long_run_final=0.3)
+    row = P.PredictRow(outer_step=2, measured=1e-3, predicted=1.1e-3, ratio=1 / 1.1, predicted_lag1=1e-3,
+                       predicted_long_run=1.1e-3)
+    return P.Prediction(schema_version=2, run="r", method="noloco", outer=outer, noise_model="long-run",
+                        fitted_constants=0, inputs_logged=True, measured_growth=1.01, notes=["n"], decay_factor=0.6,
+                        flattest_group="w", flattest_c=0.1, groups={"w": group}, groups_along=groups_along,
+                        rows=[row], predicted_growth=None)
+
+
+def _transfer() -> advice_forecast.Transfer:
+    F = advice_forecast
+    return F.Transfer(run="r", changes={"alpha": 0.3}, flags=[], decay_factor=0.5, pilot_decay_factor=0.6,
+                      flattest_c=0.05, tilt=1.1, second_half_rms=1e-3, second_half_rms_average=1.1e-3,
+                      groups=F.TransferGroups(along="average", seed=None, why="no seed"), pilot_replayed_rms=9e-4,
+                      pilot_replay_ratio=None, interval={"quantiles": [0.9, 1.1], "from": "x"},
+                      rows=[F.TransferRow(outer_step=1, predicted=1e-3, low=9e-4, high=1.1e-3)])
+
+
+def test_the_prediction_and_the_transfer_write_the_keys_in_the_order_they_always_did():
+    assert list(_prediction().to_json()) == [
+        "schema_version", "run", "method", "outer", "noise_model", "fitted_constants", "inputs_logged",
+        "measured_growth", "notes", "decay_factor", "flattest_group", "flattest_c", "groups", "groups_along", "rows",
+        "predicted_growth"]
+    assert "groups_along" not in _prediction(groups_along=None).to_json()  # n = N, or no inputs: never written
+    assert list(_transfer().to_json()) == [
+        "run", "changes", "flags", "decay_factor", "pilot_decay_factor", "flattest_c", "tilt", "second_half_rms",
+        "second_half_rms_average", "groups", "pilot_replayed_rms", "pilot_replay_ratio", "interval", "rows"]
+
+
+@pytest.mark.parametrize("record", [_prediction(), _prediction(None), _transfer(),
+                                    advice_fork.ForkOrigin(fork_of="p", fork_at=40, fork_len=80),
+                                    OtherSettings(seed=3, adam_beta1=0.8)],
+                         ids=lambda r: type(r).__name__)
+def test_an_advice_record_round_trips(record):
+    obj = json.loads(json.dumps(record.to_json()))
+    assert type(record).from_json(obj) == record
+    assert json.dumps(type(record).from_json(obj).to_json()) == json.dumps(obj)
+    for part in _records(record):
+        assert type(part).from_json(part.to_json()) == part
+
+
+def test_a_fork_origin_keeps_the_rest_of_the_config():
+    config = {"method": "noloco", "fork_of": "/p", "fork_at": 40, "fork_len": 80, "seed": 1}
+    origin = advice_fork.ForkOrigin.from_json(config)
+    assert (origin.fork_of, origin.fork_at, origin.fork_len) == ("/p", 40, 80) and origin.to_json() == config

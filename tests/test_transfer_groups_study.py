@@ -27,13 +27,13 @@ def test_the_study_judges_the_n_axes_and_counts_the_seen_seeds_apart(tmp_path):
     # target, so the second half of the pilots' rows is replaced: rebuilt per transfer, judged one at a time
     verdicts = {}
     for p, t, axis in G.AXES:
-        _run(tmp_path, t, cfgs[t], [predicted[p, t]["second_half_rms"] / off[axis]] * cfgs[t].outer_steps)
+        _run(tmp_path, t, cfgs[t], [predicted[p, t].second_half_rms / off[axis]] * cfgs[t].outer_steps)
         row = G.transfers.as_row(tmp_path, "fx", 7, p, t, axis)
         verdicts[axis] = row.as_verdict
         assert row.as_ratio == pytest.approx(off[axis], rel=1e-6) or row.as_flags
         for name, cfg in cfgs.items():  # the pilots back as they were
             _run(tmp_path, name, cfg, replayed_weight_std(cfg, write_run(tmp_path / "ph" / name, cfg), own=True))
-    flagged = {a for (p, t, a) in G.AXES if predicted[p, t]["flags"]}
+    flagged = {a for (p, t, a) in G.AXES if predicted[p, t].flags}
     assert flagged == {"n down"}  # tilt about 2 there: extrapolates
     assert verdicts == {"N up": "agrees", "N down": "misses", "n up": "agrees", "n down": "flagged"}
     rep = G.evaluate(tmp_path, families=("fx",), seeds=(7,))

@@ -27,7 +27,7 @@ def test_the_study_counts_agreements_misses_and_flags(tmp_path):
     predicted = {}
     for name in ("a0.3_b0.7_H10", "g0.35", "a0.5_b0.7_H5"):
         rep = transfer(pilot, **O._changes(O.PILOT, name))
-        predicted[name] = rep["second_half_rms"]
+        predicted[name] = rep.second_half_rms
     # the targets measure a constant spread: the prediction's second-half RMS times the factor off
     for name, off in (("a0.3_b0.7_H10", 1.0), ("g0.35", 1.3), ("a0.5_b0.7_H5", 1.0)):
         target = cfg if name != "a0.5_b0.7_H5" else config(schedule="constant", warmup=20, inner_steps=5,

@@ -36,8 +36,8 @@ def test_a_noisy_small_tensor_no_longer_fires():
     # at two checks in a row; on this healthy run it fired (a 96-coordinate LayerNorm bias, c -0.64 then -0.72)
     old = []
     for step in (4, 6):
-        groups = predict(dataclasses.replace(run, inputs=run.inputs[:step + 1]))["groups"]
-        old.append(decay_factor(run.outer, min(g["c_late"] for g in groups.values() if g["numel"] >= 64)))
+        groups = predict(dataclasses.replace(run, inputs=run.inputs[:step + 1])).groups
+        old.append(decay_factor(run.outer, min(g.c_late for g in groups.values() if g.numel >= 64)))
     assert min(old) > 1.0
     assert _checks(run) == [None, None, None]  # the scatter of its c over the window says the interval holds stable c
 
@@ -52,14 +52,15 @@ def test_the_checks_faster_forms_give_the_same_numbers():
     from noloco.advice.predict import group_inputs, groups_inputs
 
     run = read_run(WOLF)
-    names = list(run.inputs[0]["groups"])
-    for T in range(1, len(run.inputs) + 1):
-        many = groups_inputs(run.inputs[:T], names)
+    rows = run.input_rows
+    names = list(rows[0].groups)
+    for T in range(1, len(rows) + 1):
+        many = groups_inputs(rows[:T], names)
         for name in names:
-            one = group_inputs(run.inputs[:T], name)
-            assert np.array_equal(one["long-run"][1], many[name]["long-run"][1])
-            assert np.array_equal(one["c"], many[name]["c"]) and np.array_equal(one["lag1"][1], many[name]["lag1"][1])
-    assert any(np.any(group_inputs(run.inputs, n)["long-run"][1] != 0) for n in names)  # rho is not all zero
+            one = group_inputs(rows[:T], name)
+            assert np.array_equal(one.long_run.rho, many[name].long_run.rho)
+            assert np.array_equal(one.c, many[name].c) and np.array_equal(one.lag1.rho, many[name].lag1.rho)
+    assert any(np.any(group_inputs(rows, n).long_run.rho != 0) for n in names)  # rho is not all zero
     for df in range(1, 12):
         for tested in range(1, 60):
             q = 1 - W.FALSE_ALARM / tested

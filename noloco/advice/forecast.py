@@ -56,10 +56,13 @@ fewer runs than it claims (docs/advice.md).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import NamedTuple, Optional
 
 import numpy as np
 
 from noloco.infra.checks import did_you_mean
+from noloco.infra.record import JsonRecord
 from noloco.infra.errors import ConfigError, DataError
 from noloco.advice.predict import groups_seed, groups_seed_of, own_groups
 from noloco.theory import conditional, exchangeable
@@ -126,7 +129,16 @@ def require_memory(setting, tensors: int, what: str) -> None:
                    f"{setting.inner_steps} inner steps", "give fewer outer-steps or inner-steps")
 
 
-def phase_functionals(lrs: np.ndarray, inner_steps: int, beta1: float = ADAM_BETA1) -> dict:
+class Phases(NamedTuple):
+    """Per outer step (index t - 1) of a schedule: the sum of its inner learning rates, of their squares, and the
+    exponential average's variance (:func:`phase_functionals`)."""
+
+    L1: np.ndarray
+    L2: np.ndarray
+    EMA: np.ndarray
+
+
+def phase_functionals(lrs: np.ndarray, inner_steps: int, beta1: float = ADAM_BETA1) -> Phases:
     """Per outer step (index t - 1) of the learning rates ``lrs`` of every inner step: ``L1`` (sum of the phase's
     rates), ``L2`` (sum of their squares) and ``EMA`` = Var(sum_k lr_k m_k) / sigma^2, m an exponential average
     (decay beta1) of white noise of variance sigma^2 in its stationary state, Cov(m_j, m_k) = (1 - b)/(1 + b)
@@ -135,10 +147,10 @@ def phase_functionals(lrs: np.ndarray, inner_steps: int, beta1: float = ADAM_BET
     P = np.asarray(lrs[: T * inner_steps], dtype=float).reshape(T, inner_steps)
     k = np.arange(inner_steps)
     C = (1 - beta1) / (1 + beta1) * beta1 ** np.abs(k[:, None] - k[None, :])
-    return {"L1": P.sum(1), "L2": (P * P).sum(1), "EMA": np.einsum("tj,jk,tk->t", P, C, P)}
+    return Phases(L1=P.sum(1), L2=(P * P).sum(1), EMA=np.einsum("tj,jk,tk->t", P, C, P))
 
 
-def schedule_functionals(cfg) -> dict:
+def schedule_functionals(cfg) -> Phases:
     """:func:`phase_functionals` of every outer step of the run configured by ``cfg`` (its whole schedule)."""
     lrs = np.asarray(cfg.inner_lr(np.arange(cfg.outer_steps * cfg.inner_steps)), dtype=float)
     return phase_functionals(lrs, cfg.inner_steps)
@@ -147,17 +159,17 @@ def schedule_functionals(cfg) -> dict:
 def noise_base(cfg) -> np.ndarray:
     """Per outer step (index t - 1): what the forecast's noise is per unit of, ``L2_t exp(NOISE_GROWTH t / T)``."""
     T = cfg.outer_steps
-    return schedule_functionals(cfg)["L2"] * np.exp(NOISE_GROWTH * np.arange(1, T + 1) / T)
+    return schedule_functionals(cfg).L2 * np.exp(NOISE_GROWTH * np.arange(1, T + 1) / T)
 
 
 def _measured(run_dir, from_step: int | None, finished_from_quarter: bool = False):
     """The run, its per-tensor inputs and the measured outer steps used (1..t0: ``from_step``, by default every
     measured step or, with ``finished_from_quarter``, the first quarter of a finished run)."""
-    from noloco.advice.predict import group_inputs
+    from noloco.advice.predict import group_inputs, input_rows
     from noloco.advice.record import read_run
 
     run = read_run(run_dir)
-    inputs = run.inputs
+    inputs = None if run.inputs is None else input_rows(run)
     if run.outer.group_size == run.outer.replicas:
         raise DataError(f"{run.folder}: method {run.method} leaves the replicas identical (n = N): its spread is 0 "
                         "at every step, there is nothing to forecast or transfer")
@@ -176,25 +188,43 @@ def _measured(run_dir, from_step: int | None, finished_from_quarter: bool = Fals
     if not 1 <= t0 <= len(inputs):
         raise ConfigError(f"from_step={from_step!r} is out of range; allowed: 1 <= from_step <= {len(inputs)} "
                           "(the measured outer steps)")
-    names = list(inputs[0]["groups"])
+    names = list(inputs[0].groups)
     try:
         groups = {name: group_inputs(inputs[:t0], name) for name in names}
-    except (KeyError, TypeError, ValueError) as err:
+    except (KeyError, TypeError, ValueError, AttributeError) as err:
         raise DataError(f"{run.folder / 'inputs.jsonl'}: a tensor lacks or garbles {err} in some row") from None
     return run, groups, t0
 
 
-def _replayed(outer, groups: dict, along=None) -> dict:
-    """Per tensor: the recursion's state after the measured steps and the inputs as the theory reads them;
+@dataclass(frozen=True)
+class ReplayedTensor:
+    """One tensor replayed over the measured steps: the recursion's state after them, the inputs as the theory
+    reads them (c_t, s2_t) and the last long-run rho."""
+
+    numel: int
+    S: np.ndarray
+    c: np.ndarray
+    s2: np.ndarray
+    rho: float
+
+
+def replayed_tensors(outer, groups: dict, along=None) -> dict[str, ReplayedTensor]:
+    """Per tensor of ``groups`` (:func:`noloco.advice.predict.group_inputs`): its :class:`ReplayedTensor`;
     ``along``: the measured steps' averaging matrices (the run's own groups), else averaged over groups."""
     from noloco.advice.predict import replay
 
     out = {}
     for name, g in groups.items():
-        s2, rho, _ = g["long-run"]
-        S, _, c_true, s2_true = replay(outer, g["c"], s2, rho, groups=along)
-        out[name] = {"numel": g["numel"], "S": S, "c": c_true, "s2": s2_true, "rho": float(rho[-1])}
+        s2, rho, _ = g.long_run
+        S, _, c_true, s2_true = replay(outer, g.c, s2, rho, groups=along)
+        out[name] = ReplayedTensor(numel=g.numel, S=S, c=c_true, s2=s2_true, rho=float(rho[-1]))
     return out
+
+
+def _replayed(outer, groups: dict, along=None) -> dict:
+    """:func:`replayed_tensors` in the forecast's form, a dict per tensor."""
+    return {name: {"numel": t.numel, "S": t.S, "c": t.c, "s2": t.s2, "rho": t.rho}
+            for name, t in replayed_tensors(outer, groups, along).items()}
 
 
 def _step_forward(outer, S, c, s2, rho, along=None) -> np.ndarray:
@@ -227,9 +257,16 @@ def amplification_tilt(pilot, target, c_flat: float, rho: float = 0.0) -> float:
     return R(target, c_flat, 1.0, rho) / R(pilot, c_flat, 1.0, rho) / stiff
 
 
-def _interval(values: np.ndarray, error: tuple[float, float]) -> dict:
+def interval_bounds(values: np.ndarray, error: tuple[float, float]) -> tuple[list, list]:
+    """The 80 % interval's low and high ends about ``values``, from the (low, high) quantiles of predicted /
+    measured ``error``."""
     lo, hi = error
-    return {"low": (values / hi).tolist(), "high": (values / lo).tolist()}
+    return (values / hi).tolist(), (values / lo).tolist()
+
+
+def _interval(values: np.ndarray, error: tuple[float, float]) -> dict:
+    low, high = interval_bounds(values, error)
+    return {"low": low, "high": high}
 
 
 def _measured_rows(run) -> dict:
@@ -318,7 +355,49 @@ SCHEDULE_FIELDS = {"lr": float, "inner_steps": int, "outer_steps": int}
 TRANSFER_FIELDS = {**OUTER_CHANGES, **SCHEDULE_FIELDS}
 
 
-def transfer(run_dir, seed: int | None = None, **changes) -> dict:
+@dataclass(frozen=True)
+class TransferGroups(JsonRecord):
+    """The groups a transfer stepped along: ``"own"`` (the pilot's groups seed, and the target's drawn from it) or
+    ``"average"`` (over random groups, and why)."""
+
+    along: str
+    seed: Optional[int]
+    why: Optional[str]
+
+
+@dataclass(frozen=True)
+class TransferRow(JsonRecord):
+    """The transfer's predicted weight_std after one outer step of the target, with its 80 % interval."""
+
+    outer_step: int
+    predicted: float
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class Transfer(JsonRecord):
+    """:func:`transfer`'s report (``noloco llm predict --as ... --json``)."""
+
+    NESTED = {"groups": TransferGroups, "rows": (list, TransferRow)}
+
+    run: str
+    changes: dict
+    flags: list
+    decay_factor: float
+    pilot_decay_factor: float
+    flattest_c: float
+    tilt: float
+    second_half_rms: float
+    second_half_rms_average: float
+    groups: TransferGroups
+    pilot_replayed_rms: float
+    pilot_replay_ratio: Optional[float]
+    interval: dict  # {"quantiles", "from"}: where the interval was measured
+    rows: list
+
+
+def transfer(run_dir, seed: int | None = None, **changes) -> Transfer:
     """The spread of the pilot run's setting with ``changes`` (outer fields: alpha, beta, gamma, group_size,
     replicas, momentum; schedule: lr, inner_steps, outer_steps) predicted from the pilot's measured inputs
     (module docstring), the pilot's own prediction beside it, and the flags of what it extrapolates. The pilot is
@@ -338,11 +417,11 @@ def transfer(run_dir, seed: int | None = None, **changes) -> dict:
     outer_b = target_cfg.outer
     Tb = target_cfg.outer_steps
     pilot_mats, target_mats, why = target_groups(run, target_cfg, t0, seed)
-    tensors = _replayed(run.outer, groups, pilot_mats)
+    tensors = replayed_tensors(run.outer, groups, pilot_mats)
     pilot_ph, target_ph = schedule_functionals(pilot_cfg), schedule_functionals(target_cfg)
     # the pilot's step covering the same fraction of training (0-based), within what was measured
     src = np.minimum(np.ceil((np.arange(Tb) + 1) * pilot_cfg.outer_steps / Tb).astype(int) - 1, t0 - 1)
-    l2_ratio = target_ph["L2"] / pilot_ph["L2"][src]
+    l2_ratio = target_ph.L2 / pilot_ph.L2[src]
     flags = []
     if t0 < pilot_cfg.outer_steps:
         flags.append(f"the pilot is measured to outer step {t0} of {pilot_cfg.outer_steps}: later steps reuse its "
@@ -351,25 +430,25 @@ def transfer(run_dir, seed: int | None = None, **changes) -> dict:
         flags.append("the pilot trains on non-IID shards: its drift is carried over as it was measured")
     per, per_pilot, per_average = [], [], []
     for t in tensors.values():
-        start = exchangeable.initial(float(t["s2"][0]), 0.0, 0.0)
-        c, s2 = t["c"][src], t["s2"][src] * l2_ratio
-        per_average.append((t["numel"], _step_forward(outer_b, start, c, s2, t["rho"])))
+        start = exchangeable.initial(float(t.s2[0]), 0.0, 0.0)
+        c, s2 = t.c[src], t.s2[src] * l2_ratio
+        per_average.append((t.numel, _step_forward(outer_b, start, c, s2, t.rho)))
         if target_mats is None:
             per.append(per_average[-1])
-            per_pilot.append((t["numel"], _step_forward(run.outer, start, t["c"], t["s2"], t["rho"])))
+            per_pilot.append((t.numel, _step_forward(run.outer, start, t.c, t.s2, t.rho)))
         else:
-            per.append((t["numel"], _step_forward(outer_b, conditional.lift(start, outer_b.replicas), c, s2, t["rho"],
-                                                  target_mats)))
-            per_pilot.append((t["numel"], _step_forward(run.outer, conditional.lift(start, run.outer.replicas),
-                                                        t["c"], t["s2"], t["rho"], pilot_mats)))
+            per.append((t.numel, _step_forward(outer_b, conditional.lift(start, outer_b.replicas), c, s2, t.rho,
+                                               target_mats)))
+            per_pilot.append((t.numel, _step_forward(run.outer, conditional.lift(start, run.outer.replicas),
+                                                     t.c, t.s2, t.rho, pilot_mats)))
     ws, ws_pilot, ws_average = _weight_std(per), _weight_std(per_pilot), _weight_std(per_average)
-    flattest = min(float(np.median(t["c"][max(t0 // 2, 1):])) for t in tensors.values())
+    flattest = min(float(np.median(t.c[max(t0 // 2, 1):])) for t in tensors.values())
     radius = exchangeable.decay_factor(outer_b, max(flattest, 0.0))
     if not radius < 1:
         flags.append(f"unstable: the target's decay factor at the pilot's flattest c ({flattest:.3g}) is "
                      f"{radius:.4g} >= 1; its spread grows without bound and no level is predicted")
     tilt = amplification_tilt(run.outer, outer_b, max(flattest, TILT_FLAT_C), float(np.median(
-        [t["rho"] for t in tensors.values()])))
+        [t.rho for t in tensors.values()])))
     if not tilt <= TILT_LIMIT and not (radius >= 1 and not math.isfinite(tilt)):  # an unstable target: flagged above
         flags.append(f"extrapolates: the new outer step amplifies the flat directions {_tilt(tilt)} more, relative to "
                      f"the stiff ones, than the pilot's (limit {TILT_LIMIT:g}); a tensor's pooled c and s2 mix "
@@ -405,18 +484,17 @@ def transfer(run_dir, seed: int | None = None, **changes) -> dict:
     late = slice(Tb // 2, None)
     level = float(math.sqrt(np.mean(ws[late] ** 2))) if np.all(np.isfinite(ws)) else math.inf
     average = float(math.sqrt(np.mean(ws_average[late] ** 2))) if np.all(np.isfinite(ws_average)) else math.inf
-    band = _interval(ws, TRANSFER_ERROR)
-    rows = [{"outer_step": s + 1, "predicted": float(v), "low": lo, "high": hi}
-            for s, v, lo, hi in zip(range(Tb), ws, band["low"], band["high"])]
-    return {"run": str(run.folder), "changes": changes, "flags": flags, "decay_factor": radius,
-            "pilot_decay_factor": radius_pilot, "flattest_c": flattest, "tilt": tilt, "second_half_rms": level,
-            "second_half_rms_average": average,
-            "groups": {"along": "average" if target_mats is None else "own",
-                       "seed": None if target_mats is None else groups_seed_of(run, seed), "why": why},
-            "pilot_replayed_rms": float(math.sqrt(np.mean(ws_pilot[len(ws_pilot) // 2:] ** 2))),
-            "pilot_replay_ratio": replay,
-            "interval": {"quantiles": list(TRANSFER_ERROR), "from": "docs/data/advice_development.json"},
-            "rows": rows}
+    rows = [TransferRow(outer_step=s + 1, predicted=float(v), low=lo, high=hi)
+            for s, v, lo, hi in zip(range(Tb), ws, *interval_bounds(ws, TRANSFER_ERROR))]
+    return Transfer(run=str(run.folder), changes=changes, flags=flags, decay_factor=radius,
+                    pilot_decay_factor=radius_pilot, flattest_c=flattest, tilt=tilt, second_half_rms=level,
+                    second_half_rms_average=average,
+                    groups=TransferGroups(along="average" if target_mats is None else "own",
+                                          seed=None if target_mats is None else groups_seed_of(run, seed), why=why),
+                    pilot_replayed_rms=float(math.sqrt(np.mean(ws_pilot[len(ws_pilot) // 2:] ** 2))),
+                    pilot_replay_ratio=replay,
+                    interval={"quantiles": list(TRANSFER_ERROR), "from": "docs/data/advice_development.json"},
+                    rows=rows)
 
 
 def target_groups(run, target_cfg, t0: int, seed: int | None = None):
@@ -440,7 +518,8 @@ def first_moment_memory(setting) -> float | None:
     setting where it wrote one, else the harness's); None for SGD (no first moment)."""
     if setting.inner_optimizer != "adamw":
         return None
-    return round(1 / (1 - float(dict(setting.other).get("adam_beta1", ADAM_BETA1))), 9)  # 1 / (1 - 0.9) is 9.999...
+    beta1 = setting.recorded().adam_beta1
+    return round(1 / (1 - float(ADAM_BETA1 if beta1 is None else beta1)), 9)  # 1 / (1 - 0.9) is 9.999...
 
 
 def short_phase(pilot, target) -> str | None:
@@ -462,8 +541,8 @@ def _replay_ratio(run, replayed: np.ndarray, t0: int) -> float | None:
     """RMS of the pilot's replayed weight_std over its measured second half (evaluations up to outer step ``t0``)
     divided by the RMS of what it measured there; None without such evaluations."""
     T = run.setting.outer_steps
-    pairs = [(replayed[int(m["outer_step"]) - 1], m["weight_std"]) for m in run.metrics
-             if T / 2 < int(m["outer_step"]) <= min(t0, len(replayed)) and m.get("weight_std")]
+    pairs = [(replayed[int(m.outer_step) - 1], m.weight_std) for m in run.metric_rows
+             if T / 2 < int(m.outer_step) <= min(t0, len(replayed)) and m.weight_std]
     if not pairs or not all(math.isfinite(a) for a, _ in pairs):
         return None
     got, seen = np.array(pairs, dtype=float).T
@@ -514,22 +593,21 @@ def format_forecast(report: dict) -> str:
     return "\n".join(lines)
 
 
-def format_transfer(report: dict) -> str:
-    changes = ", ".join(f"{k}={v}" for k, v in report["changes"].items())
-    lines = [f"{report['run']} as {changes}: predicted weight_std from the pilot's measured inputs; 80 % interval "
+def format_transfer(report: Transfer) -> str:
+    changes = ", ".join(f"{k}={v}" for k, v in report.changes.items())
+    lines = [f"{report.run} as {changes}: predicted weight_std from the pilot's measured inputs; 80 % interval "
              "from the development sweep's errors",
              f"{'outer':>6} {'predicted':>11} {'low':>11} {'high':>11}"]
-    lines += [f"{r['outer_step']:>6} {_fmt(r['predicted'], '11.4e')} {_fmt(r['low'], '11.4e')} "
-              f"{_fmt(r['high'], '11.4e')}" for r in report["rows"]]
-    lines.append(f"second-half RMS: predicted {_fmt(report['second_half_rms'], '.4e')} (divided by the pilot's "
-                 f"replayed / measured {_fmt(report.get('pilot_replay_ratio'), '.3f')}), the pilot's own (replayed) "
-                 f"{_fmt(report['pilot_replayed_rms'], '.4e')}; decay factor at the flattest c "
-                 f"{_fmt(report['decay_factor'], '.4f')} (the pilot's {_fmt(report.get('pilot_decay_factor'), '.4f')}, "
-                 f"limit {EDGE_LIMIT:g}); tilt {_tilt(report['tilt'])} (limit {TILT_LIMIT:g}; the prediction times "
+    lines += [f"{r.outer_step:>6} {_fmt(r.predicted, '11.4e')} {_fmt(r.low, '11.4e')} "
+              f"{_fmt(r.high, '11.4e')}" for r in report.rows]
+    lines.append(f"second-half RMS: predicted {_fmt(report.second_half_rms, '.4e')} (divided by the pilot's "
+                 f"replayed / measured {_fmt(report.pilot_replay_ratio, '.3f')}), the pilot's own (replayed) "
+                 f"{_fmt(report.pilot_replayed_rms, '.4e')}; decay factor at the flattest c "
+                 f"{_fmt(report.decay_factor, '.4f')} (the pilot's {_fmt(report.pilot_decay_factor, '.4f')}, "
+                 f"limit {EDGE_LIMIT:g}); tilt {_tilt(report.tilt)} (limit {TILT_LIMIT:g}; the prediction times "
                  f"its {TILT_EXPONENT:g} power)")
-    groups = report.get("groups") or {}
-    if groups.get("along") == "own":
-        lines.append(f"along the groups of groups seed {groups['seed']} (the pilot's own, and the target's drawn from "
-                     f"it); averaged over random groups: {_fmt(report.get('second_half_rms_average'), '.4e')}")
-    lines += [f"flag: {f}" for f in report["flags"]]
+    if report.groups.along == "own":
+        lines.append(f"along the groups of groups seed {report.groups.seed} (the pilot's own, and the target's drawn "
+                     f"from it); averaged over random groups: {_fmt(report.second_half_rms_average, '.4e')}")
+    lines += [f"flag: {f}" for f in report.flags]
     return "\n".join(lines)

@@ -104,16 +104,32 @@ class ForkSpread(JsonRecord):
     rows: list
 
 
+@dataclass(frozen=True)
+class ForkOrigin(JsonRecord):
+    """Where a fork starts, as its config records it (the run's other settings kept in ``extra``): the pilot's
+    folder, the pilot's inner step it starts from and its length in inner steps."""
+
+    fork_of: str
+    fork_at: int
+    fork_len: int
+
+
+def fork_origin(run) -> ForkOrigin:
+    """The :class:`ForkOrigin` of ``run`` (a run record); DataError where its config is not a fork's."""
+    try:
+        return ForkOrigin.from_json(run.result_record.config)
+    except DataError:
+        raise DataError(f"{run.folder}: not a fork (its config has no fork_of, fork_at, fork_len)") from None
+
+
 def read_fork(folder):
     """The fork's run record (:func:`noloco.advice.record.read_run`), its pilot's, and ``(fork_at, fork_len)``."""
     from noloco.advice.record import read_run
 
     fork = read_run(folder)
-    cfg = fork.result["config"]
-    if not all(k in cfg for k in ("fork_of", "fork_at", "fork_len")):
-        raise DataError(f"{fork.folder}: not a fork (its config has no fork_of, fork_at, fork_len)")
-    pilot = read_run(cfg["fork_of"])
-    at, length = int(cfg["fork_at"]), int(cfg["fork_len"])
+    origin = fork_origin(fork)
+    pilot = read_run(origin.fork_of)
+    at, length = int(origin.fork_at), int(origin.fork_len)
     for run in (fork, pilot):
         if at % run.setting.inner_steps or (run is fork and length % run.setting.inner_steps):
             raise DataError(f"{run.folder}: the fork at inner step {at} is not at an outer-step boundary of H "
@@ -196,12 +212,12 @@ def _pilot_state(pilot, upto: int) -> dict[str, _PilotTensor]:
     from noloco.advice.predict import group_inputs, replay
 
     out = {}
-    for name in pilot.inputs[0]["groups"]:
-        g = group_inputs(pilot.inputs, name)
-        s2, rho, _ = g["long-run"]
-        _, _, c_all, s2_all = replay(pilot.outer, g["c"], s2, rho)
-        S = replay(pilot.outer, g["c"][:upto], s2[:upto], rho[:upto])[0] if upto else None  # None: replicas equal
-        out[name] = _PilotTensor(numel=g["numel"], c=c_all, s2=s2_all, rho=float(rho[-1]), S=S)
+    for name in pilot.input_rows[0].groups:
+        g = group_inputs(pilot.input_rows, name)
+        s2, rho, _ = g.long_run
+        _, _, c_all, s2_all = replay(pilot.outer, g.c, s2, rho)
+        S = replay(pilot.outer, g.c[:upto], s2[:upto], rho[:upto])[0] if upto else None  # None: replicas equal
+        out[name] = _PilotTensor(numel=g.numel, c=c_all, s2=s2_all, rho=float(rho[-1]), S=S)
     return out
 
 
@@ -223,7 +239,7 @@ def fork_spread(folder) -> ForkSpread:
     ph_p, ph_b = schedule_functionals(base), schedule_functionals(target)
     # before the fork: the pilot's step covering the same fraction of training (the transfer's mapping)
     src = np.minimum(np.ceil((np.arange(t_fork) + 1) * base.outer_steps / Tb).astype(int) - 1, len(pilot.inputs) - 1)
-    rows_f = [r for r in fork.inputs]
+    rows_f = list(fork.input_rows)
     if len(rows_f) < k:
         raise DataError(f"{fork.folder}: {len(rows_f)} measured outer steps, the fork has {k}")
     hold = np.arange(min(k // 2, max(k - HOLD_MIN, 0)), k)  # the fork's second half, at least HOLD_MIN steps
@@ -231,16 +247,16 @@ def fork_spread(folder) -> ForkSpread:
     per, flags = [], []
     for name, p in pilot_tensors.items():
         g = group_inputs(rows_f, name)
-        s2_f, rho_f, _ = g["long-run"]
-        _, _, c_f, s2_true = replay(target.outer, g["c"], s2_f, rho_f, S=p.S)
+        s2_f, rho_f, _ = g.long_run
+        _, _, c_f, s2_true = replay(target.outer, g.c, s2_f, rho_f, S=p.S)
         start = exchangeable.initial(float((p.s2 if t_fork else s2_true)[0]), 0.0, 0.0)
         c_before = p.c[src]
-        s2_before = p.s2[src] * ph_b["L2"][:t_fork] / ph_p["L2"][src]
+        s2_before = p.s2[src] * ph_b.L2[:t_fork] / ph_p.L2[src]
         idx = t_fork + hold
-        c_hat = float(np.median(c_f[hold] / np.sqrt(ph_b["L1"][idx])))
-        s_hat = float(np.median(s2_true[hold] / ph_b["L2"][idx]))
-        c = np.concatenate([c_before, c_f[:k], c_hat * np.sqrt(ph_b["L1"][after])])
-        s2 = np.concatenate([s2_before, s2_true[:k], s_hat * ph_b["L2"][after]])
+        c_hat = float(np.median(c_f[hold] / np.sqrt(ph_b.L1[idx])))
+        s_hat = float(np.median(s2_true[hold] / ph_b.L2[idx]))
+        c = np.concatenate([c_before, c_f[:k], c_hat * np.sqrt(ph_b.L1[after])])
+        s2 = np.concatenate([s2_before, s2_true[:k], s_hat * ph_b.L2[after]])
         per.append((p.numel, _step_forward(target.outer, start, c, s2, float(rho_f[-1]))))
     # the pilot's own inputs, stepped through its own outer step, against its measured spread: the theory's error on
     # this model, which a fork's prediction shares (on the development seed the pilot replayed 1.16x its spread)

@@ -96,7 +96,7 @@ def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int,
     if step < 1:
         raise DataError(f"{path} is at outer step 0: no phase has run yet")
     require_memory(cfg, 0, "the gap's learning-rate schedule")  # a tampered outer_steps: refused, not allocated
-    rate = float(schedule_functionals(cfg)["L1"][step - 1] / cfg.inner_steps)
+    rate = float(schedule_functionals(cfg).L1[step - 1] / cfg.inner_steps)
     r1 = exchangeable.stationary_spread(outer, 1.0, 1.0)
     predicted = r1 / 4 * rate * root
     # the measured gap at every evaluation that logged both losses: a small difference of two validation losses;

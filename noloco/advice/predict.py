@@ -39,6 +39,9 @@ null: the level needs the measured noise.
 from __future__ import annotations
 
 import math
+import dataclasses
+from dataclasses import dataclass
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -47,6 +50,7 @@ from noloco.theory import conditional, exchangeable
 from noloco.infra.errors import ConfigError
 from noloco.infra.files import SCHEMA_VERSION
 from noloco.infra.errors import DataError
+from noloco.infra.record import JsonRecord
 
 NOISE_MODELS = ("lag1", "long-run")
 RHO_CAP = 0.99  # |rho| fed to the recursion (the AR(1) noise needs |rho| < 1)
@@ -77,23 +81,52 @@ def _value(x, default=0.0) -> float:
     return default if x is None or not math.isfinite(x) else float(x)
 
 
-def group_inputs(rows: list[dict], name: str) -> dict:
-    """Per-step arrays of one group and both models' (s2, rho, drift_var) inputs."""
+class NoiseInputs(NamedTuple):
+    """One noise model's per-step inputs to the recursion: s2_t, rho_t (None until solved) and the drift."""
+
+    s2: np.ndarray
+    rho: Optional[np.ndarray]
+    drift: float
+
+
+@dataclass(frozen=True)
+class GroupSeries:
+    """One tensor group's measured inputs over the outer steps, and both noise models' readings of them."""
+
+    numel: int
+    c: np.ndarray
+    s2: np.ndarray
+    measured_drift: Optional[float]
+    lag1: NoiseInputs
+    long_run: NoiseInputs
+
+    def noise(self, model: str) -> NoiseInputs:
+        """The inputs of noise model ``model`` (one of :data:`NOISE_MODELS`)."""
+        return self.lag1 if model == "lag1" else self.long_run
+
+
+def group_inputs(rows: list, name: str) -> GroupSeries:
+    """Per-step arrays of one group of the inputs.jsonl rows ``rows`` (:class:`noloco.advice.run_rows.InputsRow`)
+    and both models' (s2, rho, drift_var) inputs."""
     return groups_inputs(rows, [name])[name]
 
 
-def groups_inputs(rows: list[dict], names: list[str]) -> dict:
+def groups_inputs(rows: list, names: list[str]) -> dict[str, GroupSeries]:
     """:func:`group_inputs` of several groups, their long-run rho solved in one bisection (the same values: each
-    element's bisection is independent of the others')."""
+    element's bisection is independent of the others'). KeyError, TypeError or ValueError where a row lacks or
+    garbles a group's inputs."""
     parts, ratios = {}, []
     for name in names:
-        entries = [r["groups"][name] for r in rows]
+        entries = [r.groups[name] for r in rows]
         T = len(entries)
-        c = np.array([_value(e["c"]) for e in entries])
-        v = np.array([max(_value(e["s2"]), 0.0) for e in entries])
-        a = np.array([_value(e.get("lag1_cov")) for e in entries])
-        q = np.array([_value(e.get("sum_var")) for e in entries])
-        drift = [e.get("drift_var") for e in entries if e.get("drift_var") is not None]
+        for key, values in (("c", [e.c for e in entries]), ("s2", [e.s2 for e in entries])):
+            if any(x is None for x in values):  # what every row must hold (a missing lag1_cov or sum_var reads 0)
+                raise KeyError(key)
+        c = np.array([_value(e.c) for e in entries])
+        v = np.array([max(_value(e.s2), 0.0) for e in entries])
+        a = np.array([_value(e.lag1_cov) for e in entries])
+        q = np.array([_value(e.sum_var) for e in entries])
+        drift = [e.drift_var for e in entries if e.drift_var is not None]
         measured_drift = drift[-1] if drift else None
         D = max(measured_drift, 0.0) if measured_drift is not None else 0.0
         s2_lag1 = np.maximum(v - D, 0.0)
@@ -104,23 +137,25 @@ def groups_inputs(rows: list[dict], names: list[str]) -> dict:
         cum_v = np.cumsum(v)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratios.append(np.where(cum_v > 0, q / np.where(cum_v > 0, cum_v, 1.0), np.nan))
-        parts[name] = {"numel": int(entries[-1]["numel"]), "c": c, "s2": v, "measured_drift": measured_drift,
-                       "lag1": (s2_lag1, rho_lag1, D), "long-run": (v, None, 0.0)}
+        if entries and entries[-1].numel is None:
+            raise KeyError("numel")
+        parts[name] = GroupSeries(numel=int(entries[-1].numel), c=c, s2=v, measured_drift=measured_drift,
+                                  lag1=NoiseInputs(s2_lag1, rho_lag1, D), long_run=NoiseInputs(v, None, 0.0))
     if not names:
         return parts
     rho_long = _long_run_rho(np.arange(1, len(rows) + 1), np.array(ratios))
     for name, rho in zip(names, rho_long):
-        v = parts[name]["s2"]
-        parts[name]["long-run"] = (v, rho, 0.0)
+        g = parts[name]
+        parts[name] = dataclasses.replace(g, long_run=NoiseInputs(g.s2, rho, 0.0))
     return parts
 
 
 def groups_seed(setting) -> int | None:
     """The seed of the run's groups as its folder's config records it (``seed``, written by noloco.Observer and the
     harness), or None: not recorded, or several pipeline stages (each draws its own groups)."""
-    other = dict(setting.other)
-    seed = other.get("seed")
-    if other.get("stages", 1) != 1 or isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+    other = setting.recorded()
+    seed = other.seed
+    if other.stages not in (None, 1) or isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         return None
     return seed
 
@@ -187,7 +222,78 @@ def _growth(steps, values):
     return float(math.exp(np.polyfit(x, y, 1)[0]))
 
 
-def predict(run_dir, noise_model: str = "long-run", along: str = "average", seed: int | None = None) -> dict:
+@dataclass(frozen=True)
+class PredictOuter(JsonRecord):
+    """The run's outer step as the report shows it."""
+
+    replicas: int
+    group_size: int
+    alpha: float
+    beta: float
+    gamma: float
+    momentum: str
+
+
+@dataclass(frozen=True)
+class PredictGroup(JsonRecord):
+    """One tensor group's inputs over the second half of the run, as the theory reads them (``c_late``) and as
+    measured."""
+
+    numel: int
+    c_late: float
+    c_regression_late: float
+    s2_late: float
+    drift_var: Optional[float]
+    rho_lag1_late: float
+    rho_long_run_final: float
+
+
+@dataclass(frozen=True)
+class PredictRow(JsonRecord):
+    """One evaluation: the measured weight_std, the chosen noise model's prediction, their ratio, and both models'."""
+
+    outer_step: int
+    measured: Optional[float]
+    predicted: Optional[float]
+    ratio: Optional[float]
+    predicted_lag1: Optional[float]
+    predicted_long_run: Optional[float]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Prediction(JsonRecord):
+    """:func:`predict`'s report (``noloco llm predict --json``); ``groups_along`` only where inputs were measured."""
+
+    NESTED = {"outer": PredictOuter, "groups": (dict, PredictGroup), "rows": (list, PredictRow)}
+    OPTIONAL_KEYS = ("groups_along",)
+
+    schema_version: int
+    run: str
+    method: str
+    outer: PredictOuter
+    noise_model: str
+    fitted_constants: int
+    inputs_logged: bool
+    measured_growth: Optional[float]
+    notes: list
+    decay_factor: Optional[float]
+    flattest_group: Optional[str]
+    flattest_c: Optional[float]
+    groups: dict
+    groups_along: Optional[str] = None
+    rows: list
+    predicted_growth: Optional[float]
+
+
+def input_rows(run) -> list:
+    """The run's inputs.jsonl rows as records; DataError naming the file where a row is not one."""
+    try:
+        return run.input_rows
+    except DataError as err:
+        raise DataError(f"{run.folder / 'inputs.jsonl'}: {err}") from None
+
+
+def predict(run_dir, noise_model: str = "long-run", along: str = "average", seed: int | None = None) -> Prediction:
     """The report of one run (see the module docstring); ``noise_model`` chooses ``predicted``; ``along``:
     ``"average"`` the exchangeable recursion (averaged over groups), ``"own"`` the run's own groups
     (:mod:`noloco.theory.conditional`, from the groups seed its folder records, or ``seed`` where it records none;
@@ -197,102 +303,102 @@ def predict(run_dir, noise_model: str = "long-run", along: str = "average", seed
     if along not in ("own", "average"):
         raise ConfigError(f"along={along!r} is not allowed; allowed: own, average")
     run = read_run(run_dir)
-    outer, method, metrics, inputs = run.outer, run.method, run.metrics, run.inputs
-    steps = [int(r["outer_step"]) for r in metrics]
-    measured = [r.get("weight_std") for r in metrics]
-    report = {"schema_version": SCHEMA_VERSION, "run": str(run.folder), "method": method,
-              "outer": {k: getattr(outer, k) for k in ("replicas", "group_size", "alpha", "beta", "gamma",
-                                                       "momentum")},
-              "noise_model": noise_model, "fitted_constants": 0, "inputs_logged": inputs is not None,
-              "measured_growth": _growth(steps, measured) if steps else None, "notes": []}
-    notes = report["notes"]
+    outer, method, metrics = run.outer, run.method, run.metric_rows
+    steps = [int(r.outer_step) for r in metrics]
+    measured = [r.weight_std for r in metrics]
+    notes: list[str] = []
     predictions: dict[str, list] = {m: [None] * len(steps) for m in NOISE_MODELS}
-    report.update(decay_factor=None, flattest_group=None, flattest_c=None, groups={})
+    decay_factor = flattest_c = flattest_group = groups_along = None
+    groups: dict[str, PredictGroup] = {}
     if outer.group_size == outer.replicas:
         notes.append(f"method {method}: n = N, every outer step leaves the replicas identical; predicted 0")
         for m in NOISE_MODELS:
             predictions[m] = [0.0] * len(steps)
-    elif inputs is None:
-        report["decay_factor"] = exchangeable.decay_factor(outer, 0.0)
-        report["flattest_c"] = 0.0
+    elif run.inputs is None:
+        decay_factor, flattest_c = exchangeable.decay_factor(outer, 0.0), 0.0
         why = (f"a torchrun run ({run.world_size} ranks, one replica per rank) measures no inputs in `noloco llm "
                "train`; noloco.Observer measures them across ranks, docs/own_run.md"
                if run.world_size > 1 else "a run made before the meter")
         notes.append(f"no inputs.jsonl ({why}): measured_growth and the decay factor at "
                      "c = 0 are given; the level of weight_std needs the measured noise, so predicted is null")
     else:
-        known = [int(r["outer_step"]) for r in inputs]
+        inputs = input_rows(run)
+        known = [int(r.outer_step) for r in inputs]
         if known != list(range(1, len(known) + 1)):
             raise DataError(f"{run.folder / 'inputs.jsonl'}: outer steps are not 1, 2, ..., {len(known)}")
-        names = list(inputs[0]["groups"])
+        names = list(inputs[0].groups)
         mats, why = own_groups(run, len(inputs), seed) if along == "own" else (None, None)
         if why:
             notes.append(why)
-        report["groups_along"] = "own" if mats is not None else "average"
+        groups_along = "own" if mats is not None else "average"
         total = 0
         level = {m: np.zeros(len(inputs) + 1) for m in NOISE_MODELS}
         flattest = (math.inf, None)
         for name in names:
             try:
                 g = group_inputs(inputs, name)
-            except (KeyError, TypeError, ValueError) as err:  # a hand-edited or foreign file
+            except (KeyError, TypeError, ValueError, AttributeError) as err:  # a hand-edited or foreign file
                 raise DataError(f"{run.folder / 'inputs.jsonl'}: tensor {name!r} lacks or garbles {err} "
                                 f"in some row") from None
-            total += g["numel"]
+            total += g.numel
             c_model = {}
             for m in NOISE_MODELS:
-                s2, rho, D = g[m]
-                spread, c_model[m] = trajectory(outer, g["c"], s2, rho, D, mats)
-                level[m] += g["numel"] * spread
+                s2, rho, D = g.noise(m)
+                spread, c_model[m] = trajectory(outer, g.c, s2, rho, D, mats)
+                level[m] += g.numel * spread
             late = slice(len(inputs) // 2, None)  # the second half of the run
             c_late = float(c_model[noise_model][late].mean())
             flattest = min(flattest, (c_late, name))
-            report["groups"][name] = {"numel": g["numel"], "c_late": c_late,
-                                      "c_regression_late": float(g["c"][late].mean()),
-                                      "s2_late": float(g["s2"][late].mean()),
-                                      "drift_var": g["measured_drift"],
-                                      "rho_lag1_late": float(g["lag1"][1][late].mean()),
-                                      "rho_long_run_final": float(g["long-run"][1][-1])}
-        report["flattest_c"], report["flattest_group"] = flattest
-        report["decay_factor"] = exchangeable.decay_factor(outer, flattest[0])
+            groups[name] = PredictGroup(numel=g.numel, c_late=c_late, c_regression_late=float(g.c[late].mean()),
+                                        s2_late=float(g.s2[late].mean()), drift_var=g.measured_drift,
+                                        rho_lag1_late=float(g.lag1.rho[late].mean()),
+                                        rho_long_run_final=float(g.long_run.rho[-1]))
+        flattest_c, flattest_group = flattest
+        decay_factor = exchangeable.decay_factor(outer, flattest[0])
         for m in NOISE_MODELS:
             std = np.sqrt(np.maximum(level[m], 0.0) / total)
             predictions[m] = [float(std[s]) if s <= len(inputs) else None for s in steps]
         if any(s > len(inputs) for s in steps):
             notes.append(f"inputs.jsonl ends at outer step {len(inputs)}: later evaluations are not predicted")
-        negative = [n for n, g in report["groups"].items() if g["drift_var"] is not None and g["drift_var"] < 0]
+        negative = [n for n, g in groups.items() if g.drift_var is not None and g.drift_var < 0]
         if negative:
             notes.append(f"drift_var < 0 in {len(negative)} of {len(names)} groups (residual less persistent than "
                          f"an AR(1) with its lag-1 correlation): lag1 uses drift 0 there")
     rows = []
+    lag1, long_run = (predictions[m] for m in NOISE_MODELS)
     for i, s in enumerate(steps):
         pred = predictions[noise_model][i]
         meas = measured[i]
-        rows.append({"outer_step": s, "measured": meas, "predicted": pred,
-                     "ratio": meas / pred if meas is not None and pred else None,
-                     "predicted_lag1": predictions["lag1"][i], "predicted_long_run": predictions["long-run"][i]})
-    report["rows"] = rows
-    report["predicted_growth"] = _growth(steps, predictions[noise_model]) if steps else None
-    return report
+        rows.append(PredictRow(outer_step=s, measured=meas, predicted=pred,
+                               ratio=meas / pred if meas is not None and pred else None,
+                               predicted_lag1=lag1[i], predicted_long_run=long_run[i]))
+    return Prediction(schema_version=SCHEMA_VERSION, run=str(run.folder), method=method,
+                      outer=PredictOuter(replicas=outer.replicas, group_size=outer.group_size, alpha=outer.alpha,
+                                         beta=outer.beta, gamma=outer.gamma, momentum=outer.momentum),
+                      noise_model=noise_model, fitted_constants=0, inputs_logged=run.inputs is not None,
+                      measured_growth=_growth(steps, measured) if steps else None, notes=notes,
+                      decay_factor=decay_factor, flattest_group=flattest_group, flattest_c=flattest_c, groups=groups,
+                      groups_along=groups_along, rows=rows,
+                      predicted_growth=_growth(steps, predictions[noise_model]) if steps else None)
 
 
-def format_predict(report: dict) -> str:
+def format_predict(report: Prediction) -> str:
     """The report as a table (measured / predicted = ratio)."""
-    o = report["outer"]
+    o = report.outer
     fmt = lambda x, spec: "-" if x is None else format(x, spec)  # noqa: E731
-    lines = [f"{report['run']}: {report['method']} N={o['replicas']} n={o['group_size']} alpha={o['alpha']} "
-             f"beta={o['beta']} gamma={o['gamma']} {o['momentum']}; inputs logged: "
-             f"{'yes' if report['inputs_logged'] else 'no'}; noise model {report['noise_model']}; "
-             f"fitted constants {report['fitted_constants']}",
+    lines = [f"{report.run}: {report.method} N={o.replicas} n={o.group_size} alpha={o.alpha} "
+             f"beta={o.beta} gamma={o.gamma} {o.momentum}; inputs logged: "
+             f"{'yes' if report.inputs_logged else 'no'}; noise model {report.noise_model}; "
+             f"fitted constants {report.fitted_constants}",
              f"{'outer':>6} {'measured':>11} {'predicted':>11} {'ratio':>6} {'lag1':>11} {'long-run':>11}"]
-    for r in report["rows"]:
-        lines.append(f"{r['outer_step']:>6} {fmt(r['measured'], '11.4e')} {fmt(r['predicted'], '11.4e')} "
-                     f"{fmt(r['ratio'], '6.3f')} {fmt(r['predicted_lag1'], '11.4e')} "
-                     f"{fmt(r['predicted_long_run'], '11.4e')}")
-    where = f" (flattest group {report['flattest_group']}, c {report['flattest_c']:.4g})" \
-        if report["flattest_group"] else (" (c = 0)" if report["flattest_c"] == 0.0 else "")
-    lines.append(f"decay factor (theory, noise-free, per outer step){where}: {fmt(report['decay_factor'], '.4f')}")
-    lines.append(f"variance growth per outer step, second half: measured {fmt(report['measured_growth'], '.4f')}, "
-                 f"predicted {fmt(report['predicted_growth'], '.4f')}")
-    lines.extend(f"note: {n}" for n in report["notes"])
+    for r in report.rows:
+        lines.append(f"{r.outer_step:>6} {fmt(r.measured, '11.4e')} {fmt(r.predicted, '11.4e')} "
+                     f"{fmt(r.ratio, '6.3f')} {fmt(r.predicted_lag1, '11.4e')} "
+                     f"{fmt(r.predicted_long_run, '11.4e')}")
+    where = f" (flattest group {report.flattest_group}, c {report.flattest_c:.4g})" \
+        if report.flattest_group else (" (c = 0)" if report.flattest_c == 0.0 else "")
+    lines.append(f"decay factor (theory, noise-free, per outer step){where}: {fmt(report.decay_factor, '.4f')}")
+    lines.append(f"variance growth per outer step, second half: measured {fmt(report.measured_growth, '.4f')}, "
+                 f"predicted {fmt(report.predicted_growth, '.4f')}")
+    lines.extend(f"note: {n}" for n in report.notes)
     return "\n".join(lines)

@@ -13,13 +13,17 @@ The folders :class:`noloco.training.observer.Observer` writes on a user's own ru
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from noloco.advice.run_rows import InputsRow, MetricsRow, RunResult
 from noloco.infra.checks import check_choice, check_fields, check_integer, check_real
 from noloco.infra.errors import ConfigError, DataError
 from noloco.infra.files import NUMBER, input_dir, read_json, read_jsonl
+from noloco.infra.record import JsonRecord
 from noloco.theory.config import OuterConfig
 from noloco.theory.methods import METHODS, check_outer, outer_from_record
 from noloco.theory.schedules import SCHEDULES, learning_rate
@@ -44,6 +48,17 @@ RESULT_TYPES = {"config": dict, "n_params": int, "wall_s": NUMBER, "world_size":
 #: the settings the advice reads by name; every other setting of a run is kept in ``RunSetting.other``
 NAMED = ("method", "outer", "inner_steps", "outer_steps", "lr", "schedule", "warmup", "min_lr_frac",
          "inner_optimizer", "adam_beta2", "noniid", "val_windows")
+
+
+@dataclass(frozen=True)
+class OtherSettings(JsonRecord):
+    """The settings among :attr:`RunSetting.other` that the advice reads by name, None where the run records none:
+    the seed its groups were drawn from, its pipeline stages, the inner AdamW's beta1. As recorded (a run folder is
+    user input): their readers check them."""
+
+    seed: Any = None
+    stages: Any = None
+    adam_beta1: Any = None
 
 
 @dataclass(frozen=True)
@@ -120,6 +135,10 @@ class RunSetting:
         outer = dataclasses.replace(self.outer, **{k: v for k, v in changes.items() if k in outer_names})
         return dataclasses.replace(self, outer=outer, **{k: v for k, v in changes.items() if k not in outer_names})
 
+    def recorded(self) -> OtherSettings:
+        """The other settings the advice reads by name (:class:`OtherSettings`)."""
+        return OtherSettings.from_json(dict(self.other))
+
     def training(self) -> dict:
         """Every setting but the method and the outer step, flat (``replicas`` among them)."""
         named = {k: getattr(self, k) for k in NAMED if k not in ("method", "outer")}
@@ -158,11 +177,13 @@ class RunRecord:
     Attributes:
         folder: the run folder.
         setting: its :class:`RunSetting` (``method`` and ``outer`` are its shortcuts).
-        metrics: the rows of metrics.jsonl (each evaluation: ``outer_step``, ``weight_std``, losses...).
-        inputs: the rows of inputs.jsonl (the theory's inputs measured every outer step), None where absent.
+        metrics: the rows of metrics.jsonl as read (each evaluation: ``outer_step``, ``weight_std``, losses...);
+            ``metric_rows`` holds them as :class:`noloco.advice.run_rows.MetricsRow` records.
+        inputs: the rows of inputs.jsonl as read (the theory's inputs measured every outer step), None where
+            absent; ``input_rows`` holds them as :class:`noloco.advice.run_rows.InputsRow` records.
         world_size: the number of processes it ran on.
-        result: the result.json it ended with (or is writing while it runs); ``finished``, ``diverged``
-            and ``wall_s`` read it.
+        result: the result.json it ended with (or is writing while it runs), as read; ``result_record`` holds it
+            as a :class:`noloco.advice.run_rows.RunResult`, which ``finished``, ``diverged`` and ``wall_s`` read.
 
     Returns:
         Made by :func:`read_run` (frozen).
@@ -198,17 +219,30 @@ class RunRecord:
     def outer(self) -> OuterConfig:
         return self.setting.outer
 
+    # the files' JSON converted once, where the advice first reads it as records
+    @functools.cached_property
+    def metric_rows(self) -> list[MetricsRow]:
+        return [MetricsRow.from_json(r) for r in self.metrics]
+
+    @functools.cached_property
+    def input_rows(self) -> list[InputsRow] | None:
+        return None if self.inputs is None else [InputsRow.from_json(r) for r in self.inputs]
+
+    @functools.cached_property
+    def result_record(self) -> RunResult:
+        return RunResult.from_json(self.result)
+
     @property
     def finished(self) -> bool:
-        return self.result.get("finished") is True
+        return self.result_record.finished is True
 
     @property
     def diverged(self) -> bool:
-        return bool(self.result.get("diverged"))
+        return bool(self.result_record.diverged)
 
     @property
     def wall_s(self) -> float | None:
-        return self.result.get("wall_s")
+        return self.result_record.wall_s
 
 
 def read_run(run_dir) -> RunRecord:

@@ -47,10 +47,16 @@ SMOOTH = 3
 GOALS = ("time", "loss")
 
 
-def rms_second_half(rows: list[dict], key: str, outer_steps: int) -> float:
-    """Root mean square of ``key`` over the rows after outer step T/2 (the spread a run settles at)."""
-    values = [r[key] for r in rows if r["outer_step"] > outer_steps / 2 and r.get(key) is not None]
+def rms_second_half(points, outer_steps: int) -> float:
+    """Root mean square of the values of ``points``, (outer step, value) pairs, after outer step T/2 (None values
+    left out): the spread a run settles at."""
+    values = [v for t, v in points if t > outer_steps / 2 and v is not None]
     return math.sqrt(float(np.mean(np.square(values)))) if values else math.nan
+
+
+def second_half_spread(run) -> float:
+    """:func:`rms_second_half` of the run's measured weight_std."""
+    return rms_second_half(((r.outer_step, r.weight_std) for r in run.metric_rows), run.setting.outer_steps)
 
 
 def smoothed(values) -> np.ndarray:
@@ -103,15 +109,13 @@ class Setting:
                                if evaluated(run) else math.nan for run in self.runs])
 
     def spread(self) -> tuple[float, float]:
-        T = self.config.outer_steps
-        return finite_mean_se([rms_second_half(run.metrics, "weight_std", T) for run in self.runs])
+        return finite_mean_se([second_half_spread(run) for run in self.runs])
 
 
 def evaluated(run) -> list[MetricsRow]:
     """The metrics rows that hold the averaged model's validation loss (a run written by
     :class:`noloco.Observer` has a row every outer step, with the losses the user logged)."""
-    rows = (MetricsRow.from_json(r) for r in run.metrics)
-    return [r for r in rows if isinstance(r.val_loss_avg_model, (int, float))]
+    return [r for r in run.metric_rows if isinstance(r.val_loss_avg_model, (int, float))]
 
 
 def _key(cfg) -> tuple:
@@ -121,9 +125,8 @@ def _key(cfg) -> tuple:
 
 def _shared(cfg) -> dict:
     """The training settings a pilot must share with the reference (the tokens seen: H x outer steps)."""
-    d = {k: v for k, v in cfg.training().items() if k not in TUNED + NOT_TRAINING}
-    d["tokens"] = cfg.inner_steps * cfg.outer_steps
-    return d
+    shared = {k: v for k, v in cfg.training().items() if k not in TUNED + NOT_TRAINING}
+    return {**shared, "tokens": cfg.inner_steps * cfg.outer_steps}
 
 
 def _run_folders(paths) -> list[Path]:
@@ -183,7 +186,7 @@ def _name(folder: Path, cfg) -> str:
 
 def sync_seconds(setting: Setting, net, bytes_per_value: float) -> float:
     """One synchronisation of this setting on ``net`` (:func:`outer_sync_seconds`)."""
-    return outer_sync_seconds(setting.outer, setting.runs[0].result["n_params"], net, bytes_per_value)
+    return outer_sync_seconds(setting.outer, setting.runs[0].result_record.n_params, net, bytes_per_value)
 
 
 def outer_sync_seconds(o, n_params: int, net, bytes_per_value: float) -> float:
@@ -222,7 +225,7 @@ def _margin(setting: Setting) -> float | None:
     from noloco.advice.predict import predict
 
     try:
-        factor = predict(setting.runs[0].folder)["decay_factor"]
+        factor = predict(setting.runs[0].folder).decay_factor
     except (DataError, KeyError):
         return None
     return None if factor is None else 1.0 - float(factor)
@@ -403,11 +406,11 @@ def tune_forks(path, latency: float = 0.05, bandwidth: float = 1e9, compute_seco
     folders = _fork_folders(path)
     if not folders:
         raise DataError(f"{path}: no fork (a run folder whose config names fork_of) in it or up to three levels below")
-    pilots = {str(read_run(f).result["config"]["fork_of"]) for f in folders}
+    pilots = {str(forks_.fork_origin(read_run(f)).fork_of) for f in folders}
     if len(pilots) > 1:
         raise DataError(f"{path}: forks of {len(pilots)} pilots ({', '.join(sorted(pilots))}); give one pilot's forks")
     pilot = read_run(pilots.pop())
-    n_params = pilot.result.get("n_params")
+    n_params = pilot.result_record.n_params
     tokens = pilot.setting.inner_steps * pilot.setting.outer_steps
     if compute_seconds is None:
         if not isinstance(pilot.wall_s, (int, float)) or not pilot.finished:
@@ -427,11 +430,10 @@ def tune_forks(path, latency: float = 0.05, bandwidth: float = 1e9, compute_seco
                        fork_lead=loss.fork_lead, spread=spread, spread_flags=list(flags),
                        seconds=tokens * (compute_seconds + sync / H), excluded=excluded)
 
-    T = pilot.setting.outer_steps
     own = forks_._final_loss(pilot)
     low, high = forks_.loss_interval(pilot, own)
     rows.append(row(pilot, forks_.ForkLoss(predicted=own, low=low, high=high, fork_lead=0.0),
-                    rms_second_half(pilot.metrics, "weight_std", T), [], None))
+                    second_half_spread(pilot), [], None))
     fork_tokens = 0
     for f in folders:
         run = read_run(f)
@@ -441,9 +443,8 @@ def tune_forks(path, latency: float = 0.05, bandwidth: float = 1e9, compute_seco
         changes = {k: getattr(run.setting, k) for k in ("inner_steps", "outer_steps")}
         changes.update({k: getattr(run.outer, k) for k in ("alpha", "beta", "gamma", "group_size", "momentum")})
         loss, spread = forks_.fork_loss(f), transfer(pilot.folder, **changes)
-        fork_tokens += int(run.result["config"]["fork_len"])
-        # the transfer's report stays a dict (its own layer): read here, at the boundary
-        rows.append(row(run, loss, spread["second_half_rms"], spread["flags"], str(f)))
+        fork_tokens += int(forks_.fork_origin(run).fork_len)
+        rows.append(row(run, loss, spread.second_half_rms, spread.flags, str(f)))
     rows.sort(key=lambda r: (bool(r.excluded), r.predicted))
     eligible = [r for r in rows if not r.excluded]
     best = eligible[0] if eligible else None

@@ -154,10 +154,10 @@ def _predicted(run: Path) -> dict:
         from noloco.infra.errors import ConfigError, DataError
         from noloco.advice.predict import predict
 
-        rows = predict(run)["rows"]
+        rows = predict(run).rows
     except (ImportError, ConfigError, DataError, KeyError, TypeError, ValueError):
         return {}
-    return {r["outer_step"]: r["predicted"] for r in rows if r["predicted"] is not None}
+    return {r.outer_step: r.predicted for r in rows if r.predicted is not None}
 
 
 def _forecast(run: Path, cfg: dict | None) -> RunForecast | None:

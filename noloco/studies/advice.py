@@ -21,6 +21,7 @@ finished runs reused) and writes ``advice_holdout.json`` into DIR (copy it to do
 
 from __future__ import annotations
 
+import dataclasses
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -34,6 +35,8 @@ from noloco.infra.files import read_json, write_json
 from noloco.infra.record import JsonRecord
 from noloco.theory.config import OUTER_FIELDS
 from noloco.advice.forecast import FORECAST_ERROR, SCHEDULE_FIELDS, TRANSFER_ERROR
+from noloco.advice.record import RunSetting
+from noloco.advice.run_rows import RunResult
 from noloco.advice.tune import rms_second_half
 
 SEEDS = (0, 1, 2)
@@ -81,7 +84,7 @@ def flags(name: str, seed: int, folder: Path, settings: dict | None = None) -> l
 
 def _finished(folder: Path) -> bool:
     try:
-        return read_json(folder / "result.json").get("finished") is True
+        return RunResult.from_json(read_json(folder / "result.json")).finished is True
     except Exception:  # noqa: BLE001 (missing or partial: train it)
         return False
 
@@ -227,7 +230,8 @@ def forecast_check(folder: Path, setting: str, seed: int) -> ForecastCheck:
     T = read_run(folder).setting.outer_steps
     fc = forecast(folder, from_step=T // 4)
     measured = [r for r in fc["rows"] if r["measured"] is not None]
-    ratio = rms_second_half(measured, "forecast", T) / rms_second_half(measured, "measured", T)
+    ratio = (rms_second_half([(r["outer_step"], r["forecast"]) for r in measured], T)
+             / rms_second_half([(r["outer_step"], r["measured"]) for r in measured], T))
     flagged = any(f.startswith(EXTRAPOLATING) for f in fc["flags"])
     return ForecastCheck(setting=setting, seed=seed, from_step=fc["from_step"], outer_steps=T, ratio=ratio,
                          flags=fc["flags"], verdict=_verdict(ratio, flagged),
@@ -238,12 +242,12 @@ def _runs_with_spread(root: Path):
     """The finished runs ``root/SETTING/sSEED`` with measured inputs and a spread to predict (n < N)."""
     for folder in sorted(root.glob("*/s[0-9]*")):
         try:
-            result = read_json(folder / "result.json")
-            outer = result["config"]["outer"]
-            spread = outer["group_size"] < outer["replicas"]
+            result = RunResult.from_json(read_json(folder / "result.json"))
+            outer = RunSetting.from_config(result.config).outer
+            spread = outer.group_size < outer.replicas
         except Exception:  # noqa: BLE001 (missing, partial or foreign: not a run of the sweep)
             continue
-        if result.get("finished") is True and spread and (folder / "inputs.jsonl").exists():
+        if result.finished is True and spread and (folder / "inputs.jsonl").exists():
             yield folder
 
 
@@ -263,8 +267,9 @@ def development(root: Path) -> DevelopmentChecks:
 
 def changes_between(pilot, target) -> dict | None:
     """The transferable changes that turn config ``pilot`` into ``target`` (None when anything else differs)."""
+    outer_a, outer_b = dataclasses.asdict(pilot.outer), dataclasses.asdict(target.outer)
+    changes = {k: outer_b[k] for k in OUTER_FIELDS if outer_a[k] != outer_b[k]}
     a, b = pilot.as_dict(), target.as_dict()
-    changes = {k: b["outer"][k] for k in OUTER_FIELDS if a["outer"][k] != b["outer"][k]}
     changes.update({k: b[k] for k in SCHEDULE_FIELDS if a[k] != b[k]})
     ignored = {"outer", *SCHEDULE_FIELDS, "seed", "eval_every", "ckpt_every", "val_windows"}
     if any(a[k] != b[k] for k in a if k not in ignored):
@@ -280,12 +285,11 @@ def transfer_check(pilot: Path, target: Path, setting: str, seed: int, changes: 
     pred = transfer(pilot, **changes)
     run = read_run(target)
     T = run.setting.outer_steps
-    predicted = {r["outer_step"]: r["predicted"] for r in pred["rows"]}
-    rows = [{"outer_step": int(m["outer_step"]), "measured": m["weight_std"],
-             "predicted": predicted.get(int(m["outer_step"]))} for m in run.metrics]
-    ratio = rms_second_half(rows, "predicted", T) / rms_second_half(rows, "measured", T)
-    flagged = any(f.startswith(EXTRAPOLATING) for f in pred["flags"])
-    return TransferCheck(target=setting, seed=seed, changes=changes, ratio=ratio, flags=pred["flags"],
+    predicted = {r.outer_step: r.predicted for r in pred.rows}
+    measured = [(int(m.outer_step), m.weight_std) for m in run.metric_rows]
+    ratio = rms_second_half([(t, predicted.get(t)) for t, _ in measured], T) / rms_second_half(measured, T)
+    flagged = any(f.startswith(EXTRAPOLATING) for f in pred.flags)
+    return TransferCheck(target=setting, seed=seed, changes=changes, ratio=ratio, flags=pred.flags,
                          verdict=_verdict(ratio, flagged), inside_interval=_inside(ratio, TRANSFER_ERROR))
 
 

@@ -501,13 +501,14 @@ def _own(folder: Path, family: str, seed: int, along: str = "average", run: str 
     from noloco.advice.record import read_run
 
     rep = predict(folder, along=along, seed=seed)
-    rows = [r for r in rep["rows"] if r.get("predicted") is not None and r.get("measured") is not None]
+    rows = [r for r in rep.rows if r.predicted is not None and r.measured is not None]
     T = read_run(folder).setting.outer_steps
-    ratio = (rms_second_half(rows, "predicted", T) / rms_second_half(rows, "measured", T)) if rows else None
-    decay = rep.get("decay_factor")
+    ratio = (rms_second_half([(r.outer_step, r.predicted) for r in rows], T)
+             / rms_second_half([(r.outer_step, r.measured) for r in rows], T)) if rows else None
+    decay = rep.decay_factor
     flags = [f"unstable: decay factor {decay:.4g} >= 1"] if decay is not None and decay >= 1 else []
     ok = within(ratio, OWN_RULE, relative=False)
-    return OwnRow(family=family, seed=seed, ratio=ratio, flags=flags, along=rep.get("groups_along"),
+    return OwnRow(family=family, seed=seed, ratio=ratio, flags=flags, along=rep.groups_along,
                   verdict="flagged" if flags else ("agrees" if ok else "misses"), run=run)
 
 

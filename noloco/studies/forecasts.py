@@ -403,7 +403,7 @@ def noise_fit(out: Path) -> dict[str, NoiseFit]:
     for i, (f, run, s) in enumerate(development_runs()):
         record, groups, T = FC._measured(F._folder(out, f, run, s), None)
         tensors = FC._replayed(record.outer, groups, own_groups(record, T, s)[0])
-        L2 = FC.schedule_functionals(record.setting)["L2"]
+        L2 = FC.schedule_functionals(record.setting).L2
         steps = np.arange(8, T + 1)
         s2 = FC._pooled(tensors, "s2", steps - 1)
         X += list(zip(steps / T, np.log(L2[steps - 1])))

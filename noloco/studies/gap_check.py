@@ -152,10 +152,10 @@ def attribute(family: str, seed: int, changes: dict, folder: Path) -> GapRun:
 
     F.train_hf(F.FAMILIES[family], setting, seed, folder, F.GAP_WINDOWS, at_end=at_end)
     gap = equipartition_gap(folder)
-    groups = predict(folder)["groups"]  # each tensor's c as the theory reads it, second half
+    groups = predict(folder).groups  # each tensor's c as the theory reads it, second half
     per_root = gap.predicted / gap.sum_sqrt_v
     rows = [TensorRow(tensor=k, numel=numel, sum_sqrt_v=root, measured=measured, predicted=root * per_root,
-                      c_late=groups[k]["c_late"]) for k, (numel, root, measured) in costs.items()]
+                      c_late=groups[k].c_late) for k, (numel, root, measured) in costs.items()]
     explained = sum(r.measured for r in rows)
     # does the over-count follow the tensor's c? log(predicted / measured) against c, the large tensors
     large = [r for r in rows if r.numel >= LARGE and r.measured > 0]

@@ -151,10 +151,10 @@ def _measured(path: Path) -> tuple[float, float]:
     """``(final validation loss of the averaged model, RMS weight_std over the second half)`` of a finished run."""
     from noloco.advice.fork import _final_loss
     from noloco.advice.record import read_run
-    from noloco.advice.tune import rms_second_half
+    from noloco.advice.tune import second_half_spread
 
     run = read_run(path)
-    return _final_loss(run), rms_second_half(run.metrics, "weight_std", run.setting.outer_steps)
+    return _final_loss(run), second_half_spread(run)
 
 
 def _changes(pilot: str, target: str) -> dict:
@@ -176,13 +176,12 @@ def as_row(out, family: str, seed: int, pilot: str, target: str, axis: str) -> T
     if not (finished(folder(out, family, pilot, seed)) and finished(folder(out, family, target, seed))):
         return None
     _, measured = _measured(folder(out, family, target, seed))
-    # the transfer's report stays a dict (its own layer): read here, at the boundary
     carried = transfer(folder(out, family, pilot, seed), seed=seed, **_changes(pilot, target))
-    ratio = carried["second_half_rms"] / measured
+    ratio = carried.second_half_rms / measured
     return TransferRow(family=family, seed=seed, axis=axis, pilot=pilot, target=target, measured=measured,
-                       as_ratio=ratio, as_flags=carried["flags"], pilot_replay_ratio=carried["pilot_replay_ratio"],
-                       decay_factor=carried["decay_factor"], pilot_decay_factor=carried["pilot_decay_factor"],
-                       tilt=carried["tilt"], as_verdict=_verdict(ratio, carried["flags"]))
+                       as_ratio=ratio, as_flags=carried.flags, pilot_replay_ratio=carried.pilot_replay_ratio,
+                       decay_factor=carried.decay_factor, pilot_decay_factor=carried.pilot_decay_factor,
+                       tilt=carried.tilt, as_verdict=_verdict(ratio, carried.flags))
 
 
 def transfer_rows(out, family: str, seed: int) -> list[TransferRow]:

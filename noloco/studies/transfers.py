@@ -217,12 +217,12 @@ def as_row(out, family: str, seed: int, pilot: str, target: str, axis: str) -> A
         return None
     _, measured = one_pilot._measured(one_pilot.folder(out, family, target, seed))
     rep = transfer(one_pilot.folder(out, family, pilot, seed), seed=seed, **one_pilot._changes(pilot, target))
-    ratio = rep["second_half_rms"] / measured
+    ratio = rep.second_half_rms / measured
     return AsRow(family=family, seed=seed, axis=axis, pilot=pilot, target=target, measured=measured, as_ratio=ratio,
-                 as_flags=rep["flags"], as_verdict=one_pilot._verdict(ratio, rep["flags"]),
-                 pilot_replay_ratio=rep["pilot_replay_ratio"], decay_factor=rep["decay_factor"],
-                 pilot_decay_factor=rep["pilot_decay_factor"], tilt=rep["tilt"],
-                 average_ratio=rep["second_half_rms_average"] / measured)
+                 as_flags=rep.flags, as_verdict=one_pilot._verdict(ratio, rep.flags),
+                 pilot_replay_ratio=rep.pilot_replay_ratio, decay_factor=rep.decay_factor,
+                 pilot_decay_factor=rep.pilot_decay_factor, tilt=rep.tilt,
+                 average_ratio=rep.second_half_rms_average / measured)
 
 
 def seen_rows(out, families=FAMILIES, report=SEEN_REPORT) -> list[SeenRow]:
@@ -239,11 +239,11 @@ def seen_rows(out, families=FAMILIES, report=SEEN_REPORT) -> list[SeenRow]:
         if r.family not in families or not one_pilot.finished(pilot):
             continue
         rep = transfer(pilot, seed=r.seed, **one_pilot._changes(r.pilot, r.target))
-        ratio = rep["second_half_rms"] / r.measured
+        ratio = rep.second_half_rms / r.measured
         rows.append(SeenRow(family=r.family, seed=r.seed, axis=r.axis, pilot=r.pilot, target=r.target,
-                            measured=r.measured, as_ratio=ratio, as_flags=rep["flags"],
-                            as_verdict=one_pilot._verdict(ratio, rep["flags"]), old_as_ratio=r.as_ratio,
-                            old_as_verdict=r.as_verdict, pilot_replay_ratio=rep["pilot_replay_ratio"]))
+                            measured=r.measured, as_ratio=ratio, as_flags=rep.flags,
+                            as_verdict=one_pilot._verdict(ratio, rep.flags), old_as_ratio=r.as_ratio,
+                            old_as_verdict=r.as_verdict, pilot_replay_ratio=rep.pilot_replay_ratio))
     return rows
 
 

@@ -38,7 +38,7 @@ import numpy as np
 from noloco.infra.files import write_json
 from noloco.infra.record import JsonRecord
 from noloco.advice.run_rows import MetricsRow
-from noloco.advice.tune import SMOOTH, rms_second_half, tune
+from noloco.advice.tune import SMOOTH, second_half_spread, tune
 from noloco.advice.tune_rows import TuneResult, TuneRow
 
 SEEDS = (10, 11, 12)
@@ -139,7 +139,7 @@ def evaluate(runs: Path, tuned: TuneResult) -> HeldOut:
         target = final(ref_run.metrics)
         t_ref, t_rec = _time_to(ref_run, target, tuned), _time_to(run, target, tuned)
         per_seed.append(SeedTiming(seed=seed, target=target, t_ref=t_ref, t_rec=t_rec,
-                                   spread=rms_second_half(run.metrics, "weight_std", run.setting.outer_steps),
+                                   spread=second_half_spread(run),
                                    final_loss_rec=final(run.metrics), ref_wall_s=ref_run.wall_s))
     reached = all(p.t_rec is not None and p.t_ref is not None for p in per_seed)
     times = {}

@@ -165,12 +165,11 @@ def zero_constant(run_dir: Path) -> ZeroConstant | None:
     from noloco.advice.predict import predict
 
     report = predict(run_dir)
-    last = report["rows"][-1]["outer_step"] if report["rows"] else 0
-    values = [r["predicted"] for r in report["rows"] if r["outer_step"] > last / 2 and r["predicted"] is not None]
+    last = report.rows[-1].outer_step if report.rows else 0
+    values = [r.predicted for r in report.rows if r.outer_step > last / 2 and r.predicted is not None]
     if not values:
         return None
-    return ZeroConstant(rms_se(values)[0], *(report.get(k) for k in ("decay_factor", "measured_growth",
-                                                                     "predicted_growth")))
+    return ZeroConstant(rms_se(values)[0], report.decay_factor, report.measured_growth, report.predicted_growth)
 
 
 def unit_variance(cfg: TrainConfig) -> float:

@@ -132,9 +132,9 @@ def c_estimates(run, outer) -> list[CEstimate]:
     first = max(1, len(inputs) - C_WINDOW)  # index 0 is outer step 1, where c is 0 by definition
     latest = [InputsRow.from_json(row).groups for row in inputs[first:]]
     series = []
-    for name, g in groups_inputs(inputs, list(latest[0])).items():
-        s2, rho, drift = g["long-run"]
-        c = trajectory(outer, g["c"], s2, rho, drift)[1][first:]
+    for name, g in groups_inputs(run.input_rows, list(latest[0])).items():
+        s2, rho, drift = g.long_run
+        c = trajectory(outer, g.c, s2, rho, drift)[1][first:]
         se = np.array([_coordinate_se(groups[name]) for groups in latest])
         series.append((name, latest[0][name].numel, c, se))
     small = [x for x in series if x[1] < MIN_NUMEL]
