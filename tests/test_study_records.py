@@ -25,6 +25,8 @@ FILES = [(reports.PaperGptReport, "paper_gpt"), (reports.RoutingReport, "routing
 def _made():
     """Records no committed file holds, made in code as their writers make them."""
     from noloco.llm_check.evaluation import StageEvaluation
+    from noloco.paper_figs.fig_paper_maps import Comparison, Counterexample
+    from noloco.paper_figs.reports import MissingStudy
 
     cell = comm_measure.Cell(op="pingpong", ranks=2, bytes=1024, times_s=[1e-4, 2e-4], median_s=1.5e-4, p10_s=1e-4,
                              p90_s=2e-4, rel_iqr=0.5)
@@ -41,7 +43,10 @@ def _made():
             validate.ValidateReport(schema_version=2, preset="cpu-tiny", base={}, diverged="run00: diverged"),
             tune.TuneReport(tune=dataclasses.replace(  # the tuner recommended nothing: no rules, no verdicts
                 tune.TuneReport.from_json(json.loads((DATA / "tune_holdout.json").read_text())).tune,
-                recommendation=None), held_out=None)]
+                recommendation=None), held_out=None),
+            MissingStudy(path="docs/data/routing.json", missing="docs/data/routing.json: no such file"),
+            Comparison(agreement=0.9, paper_stable_exact_unstable=Counterexample(alpha=0.5, gamma=1.2, spectral_radius=1.1),
+                       paper_unstable_exact_stable=None)]
 
 
 def _records(x):

@@ -132,14 +132,14 @@ class NoLoCoCallback(TrainerCallback):
         args.average_tokens_across_devices = False
         if state.global_step > 0:  # resumed: every rank's own weights and inner state, not rank 0's
             saved = self._load(args, state)
-            model.load_state_dict(saved["model"])
-            optimizer.load_state_dict(saved["optimizer"])
+            model.load_state_dict(saved["model"])  # edge: the checkpoint torch.load hands back
+            optimizer.load_state_dict(saved["optimizer"])  # edge: the checkpoint torch.load hands back
         self.outer = OuterOptimizer(model, **self.settings)
         # the Trainer's steps are counted here (on_step_end), so the optimizer is not hooked, only read: its
         # Adam state is what `noloco llm predict --gap` needs from the observer's folder
         self.outer.inner_optimizer = torch_optimizer(optimizer)
         if state.global_step > 0:
-            self.outer.load_state_dict(saved["outer"])
+            self.outer.load_state_dict(saved["outer"])  # edge: the checkpoint torch.load hands back
         if state.max_steps % self.outer.inner_steps:
             warn(f"max_steps={state.max_steps} is not a multiple of inner_steps={self.outer.inner_steps}: the "
                  f"last {state.max_steps % self.outer.inner_steps} steps end without an outer step")
@@ -154,7 +154,7 @@ class NoLoCoCallback(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.observer is not None and logs and "loss" in logs:
-            self.observer.log(self.outer.outer_done, train_loss=logs["loss"])
+            self.observer.log(self.outer.outer_done, train_loss=logs["loss"])  # edge: Hugging Face's logs
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.observer is not None:
