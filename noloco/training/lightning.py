@@ -36,12 +36,13 @@ def _run_schedule(trainer, optimizer, inner_steps: int, options: dict) -> dict:
     if total == float("inf") and "outer_steps" not in options:
         raise ConfigError("the Trainer has no max_steps or max_epochs: give observer_options={'outer_steps': T}")
     lr = group.get("initial_lr", group["lr"])  # edge: torch's param_groups
-    described = dict(lr=lr, schedule="constant",
-                     inner_optimizer="adamw" if "adam" in type(optimizer).__name__.lower() else "sgd")
+    described = {"lr": lr, "schedule": "constant",
+                 "inner_optimizer": "adamw" if "adam" in type(optimizer).__name__.lower() else "sgd"}
     if total != float("inf"):
-        described.update(outer_steps=max(1, int(total) // inner_steps))
+        described["outer_steps"] = max(1, int(total) // inner_steps)
     if "betas" in group:
-        described.update(adam_beta2=group["betas"][1])  # edge: torch's param_groups
+        beta2 = group["betas"][1]  # edge: torch's param_groups
+        described["adam_beta2"] = beta2
     return {**described, **options}
 
 
