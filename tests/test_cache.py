@@ -49,7 +49,7 @@ def test_editing_any_source_invalidates_a_simulation(tree_copy, tmp_path, edited
 
 @pytest.mark.parametrize("edited", ["paper_figs/common.py", "theory/conditions.py"])
 def test_editing_any_source_invalidates_a_figure(tree_copy, tmp_path, edited):
-    run = lambda: make("stability", quick=True, out=tmp_path / "out", cache_dir=tmp_path / "cache")["cached"]
+    run = lambda: make("stability", quick=True, out=tmp_path / "out", cache_dir=tmp_path / "cache").cached
     assert not run() and run()
     _edit(tree_copy / edited)
     assert not run() and run()
@@ -75,7 +75,7 @@ def test_an_unwritable_cache_only_costs_the_computation(tmp_path, capsys, kind):
     assert not hit and first["summary"]["stationary_variance_mc"] > 0
     second, hit = cached_compare(SMALL, directory=cache)
     assert not hit and second == first
-    assert not make("stability", quick=True, out=tmp_path / "out", cache_dir=cache)["cached"]
+    assert not make("stability", quick=True, out=tmp_path / "out", cache_dir=cache).cached
     assert (tmp_path / "out" / "stability.png").exists()
     assert not (cache.exists() and any(cache.iterdir()))
     assert capsys.readouterr().err == ""
@@ -115,7 +115,7 @@ def test_nothing_is_written_inside_the_repository(tmp_path, monkeypatch):
     files = lambda: {p for p in REPO.rglob("*") if ".git" not in p.parts and "__pycache__" not in p.parts}
     before = files()
     assert not cached_compare(SMALL)[1]
-    assert not make("stability", quick=True, out=tmp_path / "out")["cached"]
+    assert not make("stability", quick=True, out=tmp_path / "out").cached
     assert files() - before == set()
     home = tmp_path / "home" / ".cache" / "noloco"
     assert [p.parent.name for p in sorted(home.glob("*/*.json"))] == ["figure-stability", "simulate"]

@@ -59,7 +59,7 @@ def test_png_valid_non_blank_expected_size(figs, name):
 def test_second_run_reads_the_cache(tmp_path):
     first = make("transient", quick=True, out=tmp_path, cache_dir=tmp_path / "cache")
     second = make("transient", quick=True, out=tmp_path, cache_dir=tmp_path / "cache")
-    assert not first["cached"] and second["cached"] and (tmp_path / "transient.png").exists()
+    assert not first.cached and second.cached and (tmp_path / "transient.png").exists()
 
 
 def test_llm_figure_says_when_there_is_no_run_and_how_to_make_one(tmp_path):

@@ -56,9 +56,9 @@ def test_the_simulated_late_spread_is_the_exact_one(curvatures, momentum, alpha)
     w = run.window_spread
     se = w.std(ddof=1) / np.sqrt(w.size)
     cost = delay_cost(outer, inner, curvatures)
-    assert abs(w.mean() - cost["late"]["stationary_variance"]) < Z * se
+    assert abs(w.mean() - cost.late.stationary_variance) < Z * se
     # and the delay is seen: the prompt value is outside the same band (the late spread is about 15 % above it)
-    assert abs(w.mean() - cost["prompt"]["stationary_variance"]) > Z * se
+    assert abs(w.mean() - cost.prompt.stationary_variance) > Z * se
 
 
 def test_the_simulated_late_mean_follows_the_exact_trajectory():
@@ -82,10 +82,10 @@ def test_the_delay_cost_at_the_paper_preset():
     """The numbers docs/performance.md quotes (curvature 1, the paper preset)."""
     _, outer, inner = noloco.resolve("paper")
     cost = delay_cost(outer, inner, [1.0])
-    assert round(cost["prompt"]["stationary_variance"], 8) == 0.00152063  # noloco check --preset paper
-    assert round(cost["ratio"]["stationary_variance"], 3) == 1.144
-    assert round(cost["prompt"]["mean_spectral_radius"], 3) == 0.707
-    assert round(cost["late"]["mean_spectral_radius"], 3) == 0.793
+    assert round(cost.prompt.stationary_variance, 8) == 0.00152063  # noloco check --preset paper
+    assert round(cost.ratio.stationary_variance, 3) == 1.144
+    assert round(cost.prompt.mean_spectral_radius, 3) == 0.707
+    assert round(cost.late.mean_spectral_radius, 3) == 0.793
     assert "| 0.00152063 | 0.00174026 | 1.1444 |" in table()  # python -m noloco.theory.late
 
 

@@ -27,6 +27,8 @@ FILES = [(reports.PaperGptReport, "paper_gpt"), (reports.RoutingReport, "routing
 def _made():
     """Records no committed file holds, made in code as their writers make them."""
     from noloco.llm_check.evaluation import StageEvaluation
+    from noloco.paper_figs.fig_paper_maps import Comparison, Counterexample
+    from noloco.paper_figs.reports import MissingStudy
 
     cell = comm_measure.Cell(op="pingpong", ranks=2, bytes=1024, times_s=[1e-4, 2e-4], median_s=1.5e-4, p10_s=1e-4,
                              p90_s=2e-4, rel_iqr=0.5)
@@ -46,7 +48,10 @@ def _made():
                 recommendation=None), held_out=None),
             _ensemble_stopped(), ensemble.StudyFile(schema_version=2, settings={"seeds": [0]}),
             ensemble.Winner("noloco", None, {"noloco": 2.5}),  # one configuration: no runner-up, no margin
-            ensemble.Winner.paired("ddp", "noloco", {"ddp": 2.0, "noloco": 2.5}, 0.5, None, False)]  # one seed
+            ensemble.Winner.paired("ddp", "noloco", {"ddp": 2.0, "noloco": 2.5}, 0.5, None, False),  # one seed
+            MissingStudy(path="docs/data/routing.json", missing="docs/data/routing.json: no such file"),
+            Comparison(agreement=0.9, paper_stable_exact_unstable=Counterexample(alpha=0.5, gamma=1.2, spectral_radius=1.1),
+                       paper_unstable_exact_stable=None)]
 
 
 def _ensemble_stopped():

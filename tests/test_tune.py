@@ -77,9 +77,9 @@ def test_recommendation_is_locally_optimal():
     x = np.array([best.alpha, best.beta, best.gamma]) + 0.02 * rng.standard_normal((4000, 3))
     x = np.clip(x, 0, [0.95, np.inf, np.inf])
     r = evaluate(problem, x[:, 0], x[:, 1], x[:, 2], best.group_size, best.inner_steps)
-    feasible = np.isfinite(r["rate"]) & (r["spread"] <= problem.budget)
+    feasible = np.isfinite(r.rate) & (r.spread <= problem.budget)
     assert best.spread <= problem.budget * (1 + 1e-9)
-    assert not np.any(r["rate"][feasible] < best.rate - 2e-3)
+    assert not np.any(r.rate[feasible] < best.rate - 2e-3)
 
 
 def test_pareto_front():

@@ -25,7 +25,7 @@ from noloco.infra.errors import ConfigError, DataError
 from noloco.infra.files import NUMBER, input_dir, read_json, read_jsonl
 from noloco.infra.record import JsonRecord
 from noloco.theory.config import OuterConfig
-from noloco.theory.methods import METHODS, check_outer, outer_from_record
+from noloco.theory.methods import METHODS, check_outer, outer_from_json
 from noloco.theory.schedules import SCHEDULES, learning_rate
 
 #: what a run record's setting defaults to where an older run folder lacks the field (the harness's
@@ -157,7 +157,7 @@ class RunSetting:
             raise ConfigError(f"config={data!r} is not a mapping of settings")
         values = {**RECORD_DEFAULTS, **data}
         method = values["method"]
-        outer = outer_from_record(method, values)
+        outer = outer_from_json(method, values)
         outer_names = {f.name for f in dataclasses.fields(OuterConfig)}
         other = tuple(sorted((k, _hashable(v)) for k, v in data.items() if k not in NAMED and k not in outer_names))
         return cls(outer=outer, other=other, **{k: values[k] for k in NAMED if k != "outer"})

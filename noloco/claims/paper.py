@@ -50,7 +50,7 @@ from noloco.claims.paper_directions import (FLAT_LIMIT, Direction, audit_directi
                                             few_directions, mean_state, spread_state)
 from noloco.claims.paper_mc import (burn_in_steps, inner_phase_mc, ratio_se, seed_stream, simulate_moments,
                                     trial_count)
-from noloco.claims.paper_verdicts import (ASYMPTOTIC, HOLDS, NA, VERDICT_ORDER, Audit, Part, Statement, agreement,
+from noloco.claims.paper_verdicts import (ASYMPTOTIC, HOLDS, NA, VERDICT_ORDER, Audit, AuditSetting, Part, Statement, agreement,
                                           graded, join_notes, pick_worst, relative_error, summarise, worst_part)
 
 def _slope(values, lrs) -> float:
@@ -539,7 +539,6 @@ def audit(outer: OuterConfig, inner: InnerConfig, spectrum=1.0, *, seed: int = 0
         eq_55(outer, moments, flat),
         independence(outer, inner, moments, flat),
     )
-    setting = {"outer": dataclasses.asdict(outer), "inner": dataclasses.asdict(inner), "curvature": top.curvature,
-               "c": top.c, "s2": top.s2, "kappa": outer.kappa, "spectrum_count": spectrum.count,
-               "curvatures": [d.curvature for d in dirs], "flat_limit": True}
+    setting = AuditSetting(outer, inner, top.curvature, top.c, top.s2, outer.kappa, spectrum.count,
+                           [d.curvature for d in dirs])
     return Audit(setting, statements, seed, quick, time.perf_counter() - start)

@@ -26,13 +26,12 @@ def format_audit(report: Audit) -> str:
     """The audit as a table: one row per part (the headline first, the others indented), the direction it
     was judged in (the worst, where it covers several), its note below."""
     s = report.setting
-    o, i = s["outer"], s["inner"]
-    curv = s.get("curvatures", [s["curvature"]])
-    where = f"curvature {curv[0]:g}: c = {s['c']:.4g}, s2 = {s['s2']:.4g}" if len(curv) == 1 else \
-        f"{s.get('spectrum_count', len(curv))} directions, curvature {min(curv):g}..{max(curv):g}" + \
-        (f" ({len(curv)} audited one by one)" if s.get("spectrum_count", len(curv)) > len(curv) else "")
-    lines = [f"setting: N={o['replicas']} n={o['group_size']} alpha={o['alpha']:g} beta={o['beta']:g} "
-             f"gamma={o['gamma']:g} {o['momentum']} | inner SGD eta={i['lr']:g} H={i['steps']} sigma={i['noise']:g} "
+    o, i, curv = s.outer, s.inner, s.curvatures
+    where = f"curvature {curv[0]:g}: c = {s.c:.4g}, s2 = {s.s2:.4g}" if len(curv) == 1 else \
+        f"{s.spectrum_count} directions, curvature {min(curv):g}..{max(curv):g}" + \
+        (f" ({len(curv)} audited one by one)" if s.spectrum_count > len(curv) else "")
+    lines = [f"setting: N={o.replicas} n={o.group_size} alpha={o.alpha:g} beta={o.beta:g} "
+             f"gamma={o.gamma:g} {o.momentum} | inner SGD eta={i.lr:g} H={i.steps} sigma={i.noise:g} "
              f"| {where}, and the flat limit c -> 0 | seed {report.seed}"]
     rows = [("statement / part", "direction (worst)", "paper", "exact", "measured +- se (z)", "verdict")]
     notes = [None]

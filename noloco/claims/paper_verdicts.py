@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from noloco.claims.judge import TOLERANCE
 from noloco.infra.files import SCHEMA_VERSION
 from noloco.theory import stats
+from noloco.theory.config import InnerConfig, OuterConfig
 from noloco.theory.stability import TOLERANCE as TOL
 
 #: relative error up to which the paper's form "holds" and "approximates" the exact value
@@ -59,15 +60,36 @@ class Statement:
 
 
 @dataclass(frozen=True)
+class AuditSetting:
+    """The setting audited, as the report writes it: the outer and inner configs, the worst direction's
+    curvature, c and s2, kappa, the spectrum's size and the curvatures audited one by one."""
+
+    outer: OuterConfig
+    inner: InnerConfig
+    curvature: float
+    c: float
+    s2: float
+    kappa: float
+    spectrum_count: int
+    curvatures: list
+    flat_limit: bool = True
+
+    def to_json(self) -> dict:
+        return {"outer": dataclasses.asdict(self.outer), "inner": dataclasses.asdict(self.inner),
+                "curvature": self.curvature, "c": self.c, "s2": self.s2, "kappa": self.kappa,
+                "spectrum_count": self.spectrum_count, "curvatures": self.curvatures, "flat_limit": self.flat_limit}
+
+
+@dataclass(frozen=True)
 class Audit:
-    setting: dict
+    setting: AuditSetting
     statements: tuple
     seed: int
     quick: bool
     seconds: float
 
     def to_json(self) -> dict:
-        return {"schema_version": SCHEMA_VERSION, "setting": self.setting, "seed": self.seed, "quick": self.quick,
+        return {"schema_version": SCHEMA_VERSION, "setting": self.setting.to_json(), "seed": self.seed, "quick": self.quick,
                 "verdict_rule": VERDICT_RULE, "stability_tolerance": TOL, "seconds": self.seconds,
                 "statements": [s.as_dict() for s in self.statements]}
 

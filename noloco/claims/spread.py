@@ -13,11 +13,10 @@ from noloco.claims.judge import Claim, judge, judge_path
 from noloco.quadratic.scalar import simulate_scalar
 from noloco.theory import numeric, stats
 from noloco.theory.config import OuterConfig
-from noloco.theory.methods import PRESETS
+from noloco.theory.methods import PAPER_PRESET as PAPER
 
 #: the enumeration and the recursion agree to floating-point error: 1e-12 of the moments' scale
 ENUMERATION_ATOL = 1e-12
-PAPER = PRESETS["paper"]
 
 
 # ------------------------------------------------------------------ settings and estimators

@@ -58,8 +58,8 @@ def run(args) -> int:
     for name in bar:
         bar.set_postfix_str(name)
         r = _make(make, name, args, options.get(name))
-        made.append({"name": name, "seconds": r["seconds"], "cached": r["cached"], "files": [str(f) for f in r["files"]]})
-        tqdm.write(f"{name:<10} {r['seconds']:6.1f} s {'(cache)' if r['cached'] else '':<8} {r['files'][0]}",
+        made.append(r.to_json())
+        tqdm.write(f"{name:<10} {r.seconds:6.1f} s {'(cache)' if r.cached else '':<8} {r.files[0]}",
                    file=sys.stderr if args.json else sys.stdout)
     if args.json:
         from noloco.infra.files import print_json

@@ -33,7 +33,7 @@ from noloco.infra.checks import (check_at_least, check_choice, check_divides, ch
 from noloco.llm_check.architecture import GPTConfig
 from noloco.llm_check.domains import check_spec as check_domain
 from noloco.llm_check.routing import ROUTINGS, check_skip_prob
-from noloco.theory.methods import (METHODS, PRESETS as THEORY_PRESETS, check_outer, method_of, outer_from_record,
+from noloco.theory.methods import (METHODS, PRESETS as THEORY_PRESETS, check_outer, method_of, outer_from_json,
                                    resolve)
 
 DTYPES = ("float32", "float64", "bfloat16")
@@ -186,9 +186,9 @@ class TrainConfig:
     @classmethod
     def from_dict(cls, data: dict) -> "TrainConfig":
         """Inverse of :meth:`as_dict`; also reads the flat form written before the outer step was nested
-        (:func:`noloco.theory.methods.outer_from_record`)."""
+        (:func:`noloco.theory.methods.outer_from_json`)."""
         method = data.get("method", "noloco")
-        outer = outer_from_record(method, data)
+        outer = outer_from_json(method, data)
         names = {f.name for f in dataclasses.fields(cls)} - set(OUTER_FIELDS) - {"outer"}
         return cls(**{k: v for k, v in data.items() if k in names}, outer=outer)
 

@@ -6,9 +6,8 @@ from __future__ import annotations
 import dataclasses
 
 from noloco.theory import numeric
-from noloco.theory.methods import PRESETS
+from noloco.theory.methods import PAPER_PRESET as PAPER  # pairs, alpha 0.5, beta = gamma = 0.7, H 50, N 8
 
-PAPER = PRESETS["paper"]          # pairs, alpha 0.5, beta = gamma = 0.7, H 50, N 8, eta 0.01, sigma 1
 CURVATURE = 1.0
 
 

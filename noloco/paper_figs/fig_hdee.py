@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from noloco.paper_figs import style
-from noloco.paper_figs.reports import HdeeReport
+from noloco.paper_figs.reports import HdeeReport, MissingStudy
 
 NAME = "hdee"
 CACHED = False  # the study's JSON is the cache
@@ -44,13 +44,13 @@ def compute(data: str) -> dict:
         doc = read_json(data, required=("per_domain", "averages", "communication", "settings", "evaluated", "domains"))
         return {"path": data, **HdeeReport.from_json(doc).to_json()}
     except DataError as err:
-        return {"path": data, "missing": str(err)}
+        return MissingStudy(path=data, missing=str(err)).to_json()
 
 
-def _missing(fig, axs, data: dict):
+def _missing(fig, axs, missing: MissingStudy):
     for ax in axs:
         ax.set_axis_off()
-    fig.text(0.5, 0.5, f"no ensemble study at {data['path']}\nrun: {COMMAND}", ha="center", va="center",
+    fig.text(0.5, 0.5, f"no ensemble study at {missing.path}\nrun: {COMMAND}", ha="center", va="center",
              fontsize=10, wrap=True, bbox={"facecolor": "white", "edgecolor": style.VERMILION})
     return fig
 
@@ -58,8 +58,9 @@ def _missing(fig, axs, data: dict):
 def draw(data: dict):
     fig, axs = style.figure(2)
     a, b = axs[0]
-    if "missing" in data:
-        return _missing(fig, (a, b), data)
+    missing = MissingStudy.of(data)
+    if missing:
+        return _missing(fig, (a, b), missing)
     report = HdeeReport.from_json(data)
     configs = report.settings.configs
     sent_by = {c: report.communication[c].bytes_per_replica for c in configs}

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from noloco.paper_figs import style
+from noloco.paper_figs.reports import MissingStudy
 from noloco.studies.reports import Estimate, Fig3b, Fig4, PaperGptReport, Table2
 
 NAME = "paper_gpt"
@@ -38,7 +39,7 @@ def compute(data: str) -> dict:
         doc = read_json(data, required=("fig3b", "fig4", "table2", "settings"))
         return {"path": data, **PaperGptReport.from_json(doc).to_json()}
     except DataError as err:
-        return {"path": data, "missing": str(err)}
+        return MissingStudy(path=data, missing=str(err)).to_json()
 
 
 def _band(ax, x, band: Estimate, colour, label, scale=1.0):
@@ -106,10 +107,11 @@ def _table2(ax, d: Table2) -> None:
 
 def draw(data: dict):
     fig, axs = style.figure(3)
-    if "missing" in data:
+    missing = MissingStudy.of(data)
+    if missing:
         for ax in axs[0]:
             ax.set_axis_off()
-        path = str(data["path"])
+        path = str(missing.path)
         path = path if len(path) <= 80 else "..." + path[-77:]  # a long path would run off the canvas
         fig.text(0.5, 0.5, f"no GPT paper study at\n{path}\nrun: noloco llm study paper "
                            f"--out runs/paper-study\nand copy runs/paper-study/paper_gpt.json there",

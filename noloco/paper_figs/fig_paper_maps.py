@@ -19,7 +19,7 @@ gives the share of the grid where the paper and the exact theory agree."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 import numpy as np
@@ -34,13 +34,28 @@ PAD = 0.04
 
 
 @dataclass(frozen=True)
+class Counterexample(JsonRecord):
+    """A grid point where the two regions disagree: alpha, the grid's other axis (gamma or beta) and the
+    spectral radius there."""
+
+    OPTIONAL_KEYS = ("gamma", "beta")
+
+    alpha: float
+    gamma: Optional[float] = None
+    beta: Optional[float] = None
+    spectral_radius: float = field(kw_only=True)
+
+
+@dataclass(frozen=True)
 class Comparison(JsonRecord):
     """The paper's region against the exact one (:func:`noloco.claims.paper_maps.compare_regions`): the share of
     the grid where they agree, and a counterexample each way (its coordinates and spectral radius; None: none)."""
 
+    NESTED = {"paper_stable_exact_unstable": Counterexample, "paper_unstable_exact_stable": Counterexample}
+
     agreement: float
-    paper_stable_exact_unstable: Optional[dict]
-    paper_unstable_exact_stable: Optional[dict]
+    paper_stable_exact_unstable: Optional[Counterexample]
+    paper_unstable_exact_stable: Optional[Counterexample]
 
 
 @dataclass(frozen=True)
@@ -96,10 +111,11 @@ def _padded(values) -> tuple:
     return lo - PAD * (hi - lo), hi + PAD * (hi - lo)
 
 
-def _mark(ax, comparison: Comparison, y: str) -> None:
+def _mark(ax, comparison: Comparison) -> None:
     for point, marker in ((comparison.paper_stable_exact_unstable, "x"), (comparison.paper_unstable_exact_stable, "+")):
-        if point is not None:  # a counterexample's coordinates, by the grid's axis names
-            ax.plot(point["alpha"], point[y], marker, color=style.BLACK, ms=8, mew=1.8, zorder=5)
+        if point is not None:  # on the (alpha, gamma) or the (alpha, beta) grid
+            y = point.gamma if point.gamma is not None else point.beta
+            ax.plot(point.alpha, y, marker, color=style.BLACK, ms=8, mew=1.8, zorder=5)
 
 
 def _line(colour, ls="-", label=None, marker=None):
@@ -130,7 +146,7 @@ def draw(data: dict):
             exact = np.array(w.exact, dtype=float).T
             if N == 8:
                 ax.contourf(A, G, exact, levels=[0.5, 1.5], colors=[style.SKY], alpha=0.45)
-                _mark(ax, w.power2, "gamma")
+                _mark(ax, w.power2)
             ax.contour(A, G, exact, levels=[0.5], colors=[colours[N]], linewidths=1.3)
             shares.append(_line(colours[N], label=f"exact edge, N = {N}: agree {w.power2.agreement:.0%}"))
         for power, ls in ((2, "-"), (1, "--")):
@@ -146,7 +162,7 @@ def draw(data: dict):
     ax.contourf(A, Bg, np.array(m.exact, dtype=float).T, levels=[0.5, 1.5], colors=[style.SKY], alpha=0.45)
     ax.contour(A, Bg, np.array(m_high.exact, dtype=float).T, levels=[0.5], colors=[style.GREEN], linewidths=1.3)
     ax.plot(A, A, "-", color=style.VERMILION, lw=1.4)
-    _mark(ax, m.sufficient, "beta")
+    _mark(ax, m.sufficient)
     ax.set(title="(c) mean, Theorem 2", xlabel="momentum alpha", ylabel="outer learning rate beta", xlim=_padded(A),
            ylim=_padded(Bg))
     share = m.sufficient.agreement

@@ -20,6 +20,7 @@ import numpy as np
 
 from noloco.infra.files import NUMBER
 from noloco.paper_figs import style
+from noloco.paper_figs.reports import MissingStudy
 from noloco.studies.reports import RoutingReport
 
 NAME = "routing"
@@ -43,24 +44,32 @@ SHAPE = {"settings": {"stages": int, "replicas": int},
 
 def compute(data: str) -> dict:
     from noloco.infra.errors import DataError
-    from noloco.infra.files import read_json
 
     try:
-        doc = read_json(data, required=("curves", "skipping", "settings", "ratios"), types=SHAPE)
-        stages = doc["settings"]["stages"]
-        for name, series in [(f"ratios.{v}.{k}", x) for v, row in doc["ratios"].items() for k, x in row.items()] + \
-                [(f"skipping.{p}.{k}", x) for p, row in doc["skipping"].items() for k, x in row.items()]:
-            if not series["mean"] or len(series["mean"]) != len(series["se"]) or (
-                    name.startswith("ratios") and name.endswith("fixed") and "theta" in name
-                    and len(series["mean"]) != stages):
-                raise DataError(f"{data} has {name} of {len(series['mean'])} means and {len(series['se'])} standard "
-                                f"errors; expected as many, one per stage ({stages}) for a spread ratio")
-        bad = [p for p in doc["skipping"] if not _is_number(p)]
-        if bad:
-            raise DataError(f"{data} has skipping.{bad[0]!r}; expected a skip probability")
-        return {"path": data, **RoutingReport.from_json(doc).to_json()}
+        return {"path": data, **_read_study(data).to_json()}
     except DataError as err:  # a record's own error names the class, not the file: the file goes first
-        return {"path": data, "missing": str(err) if data in str(err) else f"{data}: {err}"}
+        return MissingStudy(path=data, missing=str(err) if data in str(err) else f"{data}: {err}").to_json()
+
+
+def _read_study(data: str) -> RoutingReport:
+    """The study's file, its series checked: as many standard errors as means, one per stage for a spread ratio
+    (DataError otherwise)."""
+    from noloco.infra.errors import DataError
+    from noloco.infra.files import read_json
+
+    doc = read_json(data, required=("curves", "skipping", "settings", "ratios"), types=SHAPE)
+    stages = doc["settings"]["stages"]
+    for name, series in [(f"ratios.{v}.{k}", x) for v, row in doc["ratios"].items() for k, x in row.items()] + \
+            [(f"skipping.{p}.{k}", x) for p, row in doc["skipping"].items() for k, x in row.items()]:
+        if not series["mean"] or len(series["mean"]) != len(series["se"]) or (
+                name.startswith("ratios") and name.endswith("fixed") and "theta" in name
+                and len(series["mean"]) != stages):
+            raise DataError(f"{data} has {name} of {len(series['mean'])} means and {len(series['se'])} standard "
+                            f"errors; expected as many, one per stage ({stages}) for a spread ratio")
+    bad = [p for p in doc["skipping"] if not _is_number(p)]
+    if bad:
+        raise DataError(f"{data} has skipping.{bad[0]!r}; expected a skip probability")
+    return RoutingReport.from_json(doc)
 
 
 def _is_number(text: str) -> bool:
@@ -77,10 +86,11 @@ NAMES = {"noloco": "NoLoCo", "diloco": "DiLoCo", "no-sync": "no synchronisation"
 def draw(data: dict):
     fig, axs = style.figure(2)
     a, b = axs[0]
-    if "missing" in data:
+    missing = MissingStudy.of(data)
+    if missing:
         for ax in (a, b):
             ax.set_axis_off()
-        fig.text(0.5, 0.5, f"no routing study at {data['path']}\nrun: noloco llm study routing",
+        fig.text(0.5, 0.5, f"no routing study at {missing.path}\nrun: noloco llm study routing",
                  ha="center", va="center", fontsize=10, wrap=True,
                  bbox={"facecolor": "white", "edgecolor": style.VERMILION})
         return fig

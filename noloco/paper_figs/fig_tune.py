@@ -59,27 +59,26 @@ class TuneFigure(JsonRecord):
 
 
 def compute(grid: int) -> dict:
-    from noloco.theory.methods import PRESETS
+    from noloco.theory.methods import PAPER_PRESET as p
     from noloco.theory.spectrum import Spectrum
     from noloco.theory.tune import TuneProblem, evaluate, tune
 
-    p = PRESETS["paper"]
     o = p.outer
     budget = float(evaluate(TuneProblem(o, p.inner, Spectrum((1.0,)), 1.0), o.alpha, o.beta, o.gamma,
-                            o.group_size, p.inner.steps)["spread"])
+                            o.group_size, p.inner.steps).spread)
     return result_data(tune(TuneProblem(o, p.inner, Spectrum((1.0,)), budget, grid=grid)))
 
 
 def result_data(result) -> dict:
     """What the figure needs from a :class:`noloco.theory.tune.TuneResult`, as JSON."""
-    L = result.landscape  # noloco.theory.tune.landscape's arrays
+    L = result.landscape
     pt = lambda q: FrontierPoint(rate=q.rate, spread=q.spread, alpha=q.alpha, beta=q.beta, gamma=q.gamma,  # noqa: E731
                                  group_size=q.group_size, inner_steps=q.inner_steps)
     p = result.paper
     # the paper's (n, H) may have another landscape: its point then goes with its own frontier
-    other = (p.group_size, p.inner_steps) != (L["group_size"], L["inner_steps"])
-    return TuneFigure(alpha=L["alpha"], beta=L["beta"], rate=L["rate"], min_spread=L["min_spread"],
-                      budget=result.problem.budget, group_size=L["group_size"], inner_steps=L["inner_steps"],
+    other = (p.group_size, p.inner_steps) != (L.group_size, L.inner_steps)
+    return TuneFigure(alpha=L.alpha, beta=L.beta, rate=L.rate, min_spread=L.min_spread,
+                      budget=result.problem.budget, group_size=L.group_size, inner_steps=L.inner_steps,
                       frontier=[pt(q) for q in result.frontier], best=pt(result.best), paper=pt(p),
                       given=pt(result.start), paper_frontier=_frontier(result.problem, p) if other else None).to_json()
 
@@ -88,9 +87,9 @@ def _frontier(problem, point) -> RateSpread:
     """The rate-vs-spread frontier at ``point``'s (n, H) (as :func:`noloco.theory.tune.landscape` finds it)."""
     from noloco.theory.tune import evaluate, landscape
 
-    alpha, beta, gamma = np.array(landscape(problem, point, point)["frontier"], dtype=float).T
+    alpha, beta, gamma = np.array(landscape(problem, point, point).frontier, dtype=float).T
     r = evaluate(problem, alpha, beta, gamma, point.group_size, point.inner_steps)
-    return RateSpread(rate=r["rate"], spread=r["spread"])
+    return RateSpread(rate=r.rate, spread=r.spread)
 
 
 def _array(values) -> np.ndarray:

@@ -14,6 +14,20 @@ from noloco.infra.record import JsonRecord
 from noloco.studies.reports import Estimate
 
 
+@dataclass(frozen=True)
+class MissingStudy(JsonRecord):
+    """A study figure's data when the study's file is absent or of another shape: its path and what is wrong
+    (the figure draws a placeholder naming both)."""
+
+    path: str
+    missing: str
+
+    @classmethod
+    def of(cls, data: dict) -> MissingStudy | None:
+        """The record of a study figure's data when it says the study is missing, else None."""
+        return cls.from_json(data) if "missing" in data else None
+
+
 # ------------------------------------------------------------------ hdee.json
 
 

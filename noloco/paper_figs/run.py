@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from noloco.paper_figs import style
@@ -58,8 +59,22 @@ def require_time(names, *, quick: bool = False, cache_dir=None, refresh: bool = 
     return seconds
 
 
+@dataclass(frozen=True)
+class MadeFigure:
+    """One figure drawn: its name, the seconds it took, whether its data came from the cache, its files."""
+
+    name: str
+    seconds: float
+    cached: bool
+    files: list
+
+    def to_json(self) -> dict:
+        """The figure as ``noloco figs --json`` reports it."""
+        return {"name": self.name, "seconds": self.seconds, "cached": self.cached, "files": [str(f) for f in self.files]}
+
+
 def make(name: str, *, quick: bool = False, out=DEFAULT_OUT, cache_dir=None, refresh: bool = False,
-         options: dict | None = None) -> dict:
+         options: dict | None = None) -> MadeFigure:
     """Compute (or load) one figure's data and write ``out/NAME.png`` and ``.pdf``."""
     m = module(name)
     start = time.perf_counter()
@@ -71,4 +86,4 @@ def make(name: str, *, quick: bool = False, out=DEFAULT_OUT, cache_dir=None, ref
     else:
         data, hit = jsonable(compute()), False
     files = style.save(m.draw(data), Path(out) / name)
-    return {"name": name, "files": files, "cached": hit, "seconds": time.perf_counter() - start}
+    return MadeFigure(name=name, seconds=time.perf_counter() - start, cached=hit, files=files)

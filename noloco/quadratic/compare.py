@@ -26,6 +26,7 @@ from noloco.infra.files import SCHEMA_VERSION, jsonable
 from noloco.infra.record import JsonRecord
 from noloco.theory import numeric, stats
 from noloco.theory.conditions import analyse
+from noloco.theory.config import InnerConfig, OuterConfig
 from noloco.theory.spectrum import Spectrum
 
 #: the measured decay ratio spans at most 40 steps after a 20-step settling, so the
@@ -85,7 +86,24 @@ def noise_per_direction(sigma, eigvecs, noise_cov):
     return variance + np.einsum("ik,ij,jk->k", eigvecs, noise_cov, eigvecs)
 
 
-def exact(cfg: SimConfig, eigvals, noise_var, start, directions=None) -> dict:
+@dataclass(frozen=True)
+class Expected:
+    """The theory's expected trajectories: the mean distance per step and direction, the total spread per step."""
+
+    mean_distance: np.ndarray
+    spread: np.ndarray
+
+
+@dataclass(frozen=True)
+class ClosedForms:
+    """The closed forms for a constant learning rate (None where the schedule has none)."""
+
+    stationary_variance: Optional[float] = None
+    decay_factor: Optional[float] = None
+    mean_spectral_radius: Optional[float] = None
+
+
+def exact(cfg: SimConfig, eigvals, noise_var, start, directions=None) -> Expected:
     """Exact expected trajectories of the linear model, one outer step at a time with that
     step's (c_t, s2_t): the mean distance of the eigen-directions ``directions`` (default all)
     from ``start`` (the initial distance per direction) and the total spread over all of them.
@@ -108,24 +126,25 @@ def exact(cfg: SimConfig, eigvals, noise_var, start, directions=None) -> dict:
         v = numeric.second_moment_step(T, v, s2, outer.replicas, outer.group_size, f)
         means.append(x[:, 0].copy())
         spreads.append(v[:, 0].sum())
-    return {"mean_distance": np.array(means), "spread": np.array(spreads)}
+    return Expected(mean_distance=np.array(means), spread=np.array(spreads))
 
 
-def stationary(cfg: SimConfig, eigvals, noise_var) -> dict:
+def stationary(cfg: SimConfig, eigvals, noise_var) -> ClosedForms:
     """Closed forms for a constant learning rate: stationary spread, decay factor, mean rate."""
     outer, inner = cfg.effective()
     c, s2 = numeric.inner_sgd(inner.lr, eigvals, inner.steps, 1.0)
     rule = (outer.alpha, outer.beta, outer.gamma)
     variance = numeric.stationary_variance(*rule, c, s2 * noise_var, outer.replicas, outer.group_size,
                                            outer.momentum)
-    return {
-        "stationary_variance": float(np.sum(variance)),
-        "decay_factor": float(np.max(numeric.variance_decay_factor(*rule, c, outer.kappa, outer.momentum))),
-        "mean_spectral_radius": float(np.max(numeric.mean_spectral_radius(*rule, c, outer.momentum))),
-    }
+    return ClosedForms(
+        stationary_variance=float(np.sum(variance)),
+        decay_factor=float(np.max(numeric.variance_decay_factor(*rule, c, outer.kappa, outer.momentum))),
+        mean_spectral_radius=float(np.max(numeric.mean_spectral_radius(*rule, c, outer.momentum))),
+    )
 
 
-def extended(cfg: SimConfig, model, analysis, eigvals, noise_var, start, directions) -> tuple[dict, dict]:
+def extended(cfg: SimConfig, model, analysis, eigvals, noise_var, start,
+             directions) -> tuple[Expected, ClosedForms]:
     """Expected trajectories and closed forms of the carried-state / drift model, per direction
     (replicas identical at the start, buffers at zero), summed like :func:`exact`."""
     from noloco.theory import exchangeable as X
@@ -138,9 +157,9 @@ def extended(cfg: SimConfig, model, analysis, eigvals, noise_var, start, directi
                                      spread0=cfg.init_spread ** 2, phase=phase, stationary_state=False)
                  for phase in phases)
     means = np.stack([X.mean_trajectory(outer, phases[k], float(start[k]), steps) for k in directions], axis=-1)
-    closed = {"stationary_variance": analysis.stationary_variance, "decay_factor": analysis.variance_decay_factor,
-              "mean_spectral_radius": analysis.mean_spectral_radius}
-    return {"spread": spread, "mean_distance": means}, closed
+    closed = ClosedForms(stationary_variance=analysis.stationary_variance, decay_factor=analysis.variance_decay_factor,
+                         mean_spectral_radius=analysis.mean_spectral_radius)
+    return Expected(mean_distance=means, spread=spread), closed
 
 
 @dataclass(frozen=True)
@@ -175,6 +194,10 @@ class Effective(JsonRecord):
     inner: dict
     inner_mode: str
     dtype: str
+
+    def configs(self) -> tuple[OuterConfig, InnerConfig]:
+        """The outer and inner configs these fields were written from."""
+        return OuterConfig(**self.outer), InnerConfig(**self.inner)
 
 
 @dataclass(frozen=True)
@@ -256,7 +279,7 @@ def measure_decay(cfg: SimConfig, *, progress: bool = False) -> DecayCheck:
     early, late = run.spread_trials[t1], run.spread_trials[t2]
     if not (early.mean() > 0 and late.mean() > 0):
         return DecayCheck(ratio_mc=0.0, ratio_se=0.0, steps=[t1, t2], note="spread is exactly zero")
-    theory = exact(quiet, run.eigvals, 0.0, np.zeros(run.eigvals.size), np.arange(0))["spread"]
+    theory = exact(quiet, run.eigvals, 0.0, np.zeros(run.eigvals.size), np.arange(0)).spread
     ratio, se = stats.decay_ratio(early, late, t2 - t1)
     expected = float((theory[t2] / theory[t1]) ** (1 / (t2 - t1)))
     return DecayCheck(ratio_mc=ratio, ratio_se=se, steps=[t1, t2], ratio_theory=expected,
@@ -278,20 +301,20 @@ def compare(cfg: SimConfig, *, progress: bool = False, decay: bool = True) -> di
         theory, closed = extended(cfg, model, analysis, run.eigvals, noise_var, start, run.directions)
     else:
         theory = exact(cfg, run.eigvals, noise_var, start, run.directions)
-        closed = stationary(cfg, run.eigvals, noise_var) if cfg.schedule == "constant" else {}
+        closed = stationary(cfg, run.eigvals, noise_var) if cfg.schedule == "constant" else ClosedForms()
     steps = run.steps_done if run.diverged_at is None else run.diverged_at - 1
 
     series = lambda stat, **more: Series(mc=stat.mean.tolist(), se=stat.se.tolist(), **more)  # noqa: E731
     trajectories = Trajectories(
         step=list(range(steps + 1)),
-        mean_distance=series(run.mean_distance, theory=theory["mean_distance"][: steps + 1].tolist(),
+        mean_distance=series(run.mean_distance, theory=theory.mean_distance[: steps + 1].tolist(),
                              directions=run.directions.tolist()),
-        spread=series(run.spread, theory=theory["spread"][: steps + 1].tolist()),
+        spread=series(run.spread, theory=theory.spread[: steps + 1].tolist()),
         loss_at_mean=series(run.loss_at_mean), loss_replicas=series(run.loss_replicas))
     summary = Summary(
-        stationary_variance_theory=closed.get("stationary_variance"),
-        variance_decay_factor_theory=closed.get("decay_factor"),
-        mean_spectral_radius_theory=closed.get("mean_spectral_radius"),
+        stationary_variance_theory=closed.stationary_variance,
+        variance_decay_factor_theory=closed.decay_factor,
+        mean_spectral_radius_theory=closed.mean_spectral_radius,
         final_loss_at_mean=float(run.loss_at_mean.mean[-1]), final_loss_at_mean_se=float(run.loss_at_mean.se[-1]),
         final_loss_replicas=float(run.loss_replicas.mean[-1]), inner_steps_total=steps * inner.steps)
     diverged = check = None
@@ -300,7 +323,7 @@ def compare(cfg: SimConfig, *, progress: bool = False, decay: bool = True) -> di
                               violated_conditions=[c.name for c in analysis.conditions if not c.holds])
     else:
         mc, se = stats.mean_se(run.window_spread)
-        expected = float(theory["spread"][cfg.window_start:].mean())
+        expected = float(theory.spread[cfg.window_start:].mean())
         # the window's exact expectation: the stationary value once the transient has died out, and exact for
         # decaying schedules
         summary = dataclasses.replace(summary, stationary_variance_mc=mc, stationary_variance_se=se,
@@ -374,7 +397,8 @@ class Simulation:
     @property
     def diverged(self) -> dict | None:
         """None, or where and why the run diverged (``step``, ``reason``, ``violated_conditions``)."""
-        return self.result["diverged"]
+        diverged = SimulateReport.from_json(self.result).diverged
+        return None if diverged is None else diverged.to_json()
 
 
 def simulate(method: str, outer, inner, spectrum, *, objective: str = "quadratic", rotate: bool = False,
@@ -474,11 +498,11 @@ def format_text(result: dict, cfg: SimConfig, hit: bool = False) -> str:
     :class:`SimulateReport`, as :func:`compare` or the cache gives it)."""
     r = SimulateReport.from_json(result)
     lines = []
-    o, i = r.effective.outer, r.effective.inner  # the OuterConfig's and InnerConfig's fields
+    o, i = r.effective.configs()
     s = r.summary
-    lines.append(f"{cfg.method} on {cfg.objective}: N={o['replicas']} n={o['group_size']} alpha={o['alpha']:g} "
-          f"beta={o['beta']:g} gamma={o['gamma']:g} {o['momentum']} | inner {cfg.optimizer} lr={i['lr']:g} "
-          f"({cfg.schedule}) H={i['steps']} sigma={i['noise']:g} | {cfg.trials} trials x {cfg.outer_steps} "
+    lines.append(f"{cfg.method} on {cfg.objective}: N={o.replicas} n={o.group_size} alpha={o.alpha:g} "
+          f"beta={o.beta:g} gamma={o.gamma:g} {o.momentum} | inner {cfg.optimizer} lr={i.lr:g} "
+          f"({cfg.schedule}) H={i.steps} sigma={i.noise:g} | {cfg.trials} trials x {cfg.outer_steps} "
           f"outer steps{' (cached)' if hit else ''}")
     for note in r.scope:
         lines.append(f"note: {note}")

@@ -409,9 +409,9 @@ class _CompiledExactStep:
 
     def __init__(self, driver: _Driver, block: _Block):
         self.block, self.law = block, _ExactLaw(driver, block)
-        rule, dtype = driver.outer.rule(), block.dtype
-        self.constants = (dtype.type(driver.outer.group_size), *(dtype.type(rule[k]) for k in ("alpha", "beta", "gamma")),
-                          rule["momentum"] == "nesterov")
+        o, dtype = driver.outer, block.dtype
+        self.constants = (dtype.type(o.group_size), *(dtype.type(v) for v in (o.alpha, o.beta, o.gamma)),
+                          o.momentum == "nesterov")
         self.empty = np.empty((0, 0, 0), dtype)
         self.spare = [np.empty(block.shape, dtype), np.empty(block.shape, dtype),
                       self.empty if block.shift is None else np.empty(block.shape, dtype)]

@@ -27,6 +27,7 @@ from noloco.theory import numeric
 from noloco.infra.checks import check_integer
 from noloco.infra.files import SCHEMA_VERSION
 from noloco.infra.record import JsonRecord
+from noloco.theory.config import InnerConfig
 from noloco.theory.stats import burn_in, jackknife, mean_se, z_score
 from noloco.theory.tune import Point, TuneProblem, TuneResult, tune
 
@@ -95,6 +96,10 @@ class ProblemSummary(JsonRecord):
     target: float
     tune_n: bool
     tune_h: list
+
+    def inner_config(self) -> InnerConfig:
+        """The inner phase these fields were written from."""
+        return InnerConfig(**self.inner)
 
 
 @dataclass(frozen=True)
@@ -259,21 +264,20 @@ def tune_and_verify(problem: TuneProblem, *, verify: bool = True, trials: int = 
     budget.require_time(seconds, max_time, what, "fewer directions, a smaller --grid or --no-verify",
                         "at the search's measured costs, idle machine")
     result = tune(problem, progress=progress)
-    checks = {}
+    recommended = paper = None
     if verify:
         kw = dict(trials=trials, seed=seed, progress=progress)
-        checks["recommended"] = verify_point(problem, result.best, **kw)
+        recommended = verify_point(problem, result.best, **kw)
         if math.isfinite(result.paper.spread):
-            checks["paper"] = verify_point(problem, result.paper, **kw)
-    return result, report(result, checks)
+            paper = verify_point(problem, result.paper, **kw)
+    return result, report(result, recommended, paper)
 
 
-def report(result: TuneResult, checks: dict) -> TuneReport:
+def report(result: TuneResult, rec: PointCheck | None = None, paper: PointCheck | None = None) -> TuneReport:
     """Everything `noloco tune` prints, as a record (strict JSON through ``to_json`` and
-    :func:`noloco.infra.files.print_json`); ``checks``: :func:`verify_point` by ``"recommended"`` / ``"paper"``."""
+    :func:`noloco.infra.files.print_json`); ``rec`` and ``paper``: :func:`verify_point` of the recommended and
+    the paper setting (None: not verified)."""
     b, pr = result.best, result.problem
-    rec = checks.get("recommended")
-    pick = lambda name: None if rec is None else getattr(rec, name)  # noqa: E731
     return TuneReport(
         schema_version=SCHEMA_VERSION,
         problem=ProblemSummary(replicas=pr.outer.replicas, group_size=pr.outer.group_size,
@@ -283,9 +287,9 @@ def report(result: TuneResult, checks: dict) -> TuneReport:
         recommended=Recommended(alpha=b.alpha, beta=b.beta, gamma=b.gamma, group_size=b.group_size,
                                 inner_steps=b.inner_steps),
         predicted_rate=b.rate, predicted_spread=b.spread, predicted_decay=b.decay, predicted_outer_steps=b.outer_steps,
-        simulated_rate=pick("rate"), simulated_rate_se=pick("rate_se"), simulated_spread=pick("spread"),
-        simulated_spread_se=pick("spread_se"), rate_z=pick("rate_z"), spread_z=pick("spread_z"),
-        given=result.start, paper=result.paper, paper_simulated=checks.get("paper"), recommended_check=rec,
+        simulated_rate=rec and rec.rate, simulated_rate_se=rec and rec.rate_se, simulated_spread=rec and rec.spread,
+        simulated_spread_se=rec and rec.spread_se, rate_z=rec and rec.rate_z, spread_z=rec and rec.spread_z,
+        given=result.start, paper=result.paper, paper_simulated=paper, recommended_check=rec,
         frontier=[FrontierPoint(rate=p.rate, spread=p.spread, alpha=p.alpha, beta=p.beta, gamma=p.gamma,
                                 group_size=p.group_size, inner_steps=p.inner_steps) for p in result.frontier],
         evaluations=result.evaluations)
@@ -323,9 +327,10 @@ def _charpoly(name: str, check: PointCheck | None) -> list[str]:
 def format_report(r: TuneReport, figure: str | None = None) -> str:
     """The report of :func:`report` as the text `noloco tune` prints."""
     p, rec = r.problem, r.recommended
+    i = p.inner_config()
     lines = [
-        f"problem: N={p.replicas} {p.momentum}, inner SGD eta={p.inner['lr']:g} H={p.inner['steps']} "
-        f"sigma={p.inner['noise']:g}, {len(p.curvatures)} direction(s) {min(p.curvatures):g}.."
+        f"problem: N={p.replicas} {p.momentum}, inner SGD eta={i.lr:g} H={i.steps} "
+        f"sigma={i.noise:g}, {len(p.curvatures)} direction(s) {min(p.curvatures):g}.."
         f"{max(p.curvatures):g}; spread budget {p.spread_budget:.4g}; objective {p.objective}",
         f"recommended: n={rec.group_size} H={rec.inner_steps} alpha={rec.alpha:.4f} "
         f"beta={rec.beta:.4f} gamma={rec.gamma:.4f}",

@@ -372,12 +372,21 @@ def mean_trajectory(outer: OuterConfig, phase: InnerPhase, start: float, steps: 
     return np.array(out)
 
 
-def summary(outer: OuterConfig, phase: InnerPhase, drift_var: float = 0.0) -> dict:
+@dataclass(frozen=True)
+class Summary:
+    """The stationary spread (inf where unstable), the mean's rate and the spread's decay factor."""
+
+    stationary_variance: float
+    mean_spectral_radius: float
+    variance_decay_factor: float
+
+
+def summary(outer: OuterConfig, phase: InnerPhase, drift_var: float = 0.0) -> Summary:
     """Per direction: the mean's rate, the spread's decay factor (with the drift's cross moments
     when there is drift) and the stationary spread (inf where unstable)."""
-    return {"mean_spectral_radius": mean_radius(outer, phase),
-            "variance_decay_factor": decay_factor(outer, phase=phase, with_drift=drift_var > 0),
-            "stationary_variance": stationary_spread(outer, phase=phase, drift_var=drift_var)}
+    return Summary(mean_spectral_radius=mean_radius(outer, phase),
+                   variance_decay_factor=decay_factor(outer, phase=phase, with_drift=drift_var > 0),
+                   stationary_variance=stationary_spread(outer, phase=phase, drift_var=drift_var))
 
 
 @dataclass(frozen=True)

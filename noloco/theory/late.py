@@ -20,6 +20,8 @@ replica trains from are phi + P. Heterogeneous optima (a drift entering P) are n
 
 from __future__ import annotations
 
+from dataclasses import astuple, dataclass
+
 import numpy as np
 
 from noloco.infra.errors import ConfigError
@@ -37,7 +39,16 @@ def late_phase(phase: X.InnerPhase) -> X.InnerPhase:
     return X.InnerPhase(0.0, k, b, Q, L)
 
 
-def delay_cost(outer: OuterConfig, inner: InnerConfig, curvatures, model=None) -> dict:
+@dataclass(frozen=True)
+class DelayCost:
+    """:func:`delay_cost`: each step applied at its own sync, one phase late, and late / prompt."""
+
+    prompt: X.Summary
+    late: X.Summary
+    ratio: X.Summary
+
+
+def delay_cost(outer: OuterConfig, inner: InnerConfig, curvatures, model=None) -> DelayCost:
     """``prompt`` (each step applied at its own sync) against ``late`` (one phase late), in the directions
     ``curvatures``: the stationary spread of phi per coordinate (summed), the mean's spectral radius and the
     spread's decay factor (the worst direction), and the ratios late / prompt.
@@ -46,22 +57,22 @@ def delay_cost(outer: OuterConfig, inner: InnerConfig, curvatures, model=None) -
         >>> import noloco
         >>> _, outer, inner = noloco.resolve("paper")
         >>> cost = delay_cost(outer, inner, [1.0])
-        >>> round(cost["prompt"]["mean_spectral_radius"], 6)   # noloco check's value
+        >>> round(cost.prompt.mean_spectral_radius, 6)   # noloco check's value
         0.707107
     """
     model = model or X.InnerModel()
     if model.zeta:
         raise ConfigError("zeta > 0: the one-phase-late theory does not model heterogeneous optima (a drift in the "
                           "pending progress); give zeta=0")
-    out = {}
-    for name, form in (("prompt", lambda ph: ph), ("late", late_phase)):
+    out = []
+    for form in (lambda ph: ph, late_phase):
         rows = [X.summary(outer, form(model.phase(inner.lr, float(lam), inner.steps, inner.noise)))
                 for lam in np.atleast_1d(np.asarray(curvatures, dtype=float))]
-        out[name] = {"stationary_variance": float(sum(r["stationary_variance"] for r in rows)),
-                     "mean_spectral_radius": max(r["mean_spectral_radius"] for r in rows),
-                     "variance_decay_factor": max(r["variance_decay_factor"] for r in rows)}
-    out["ratio"] = {key: out["late"][key] / out["prompt"][key] for key in out["prompt"]}
-    return out
+        out.append(X.Summary(stationary_variance=float(sum(r.stationary_variance for r in rows)),
+                             mean_spectral_radius=max(r.mean_spectral_radius for r in rows),
+                             variance_decay_factor=max(r.variance_decay_factor for r in rows)))
+    prompt, late = out
+    return DelayCost(prompt, late, X.Summary(*(b / a for a, b in zip(astuple(prompt), astuple(late)))))
 
 
 def table() -> str:
@@ -72,10 +83,9 @@ def table() -> str:
     _, outer, inner = resolve("paper")
     cost = delay_cost(outer, inner, [DEFAULT_CURVATURE])
     rows = ["| the paper preset, curvature 1 | prompt | one phase late | late / prompt |", "|---|---|---|---|"]
-    for key, name in (("stationary_variance", "stationary spread of phi per coordinate"),
-                      ("mean_spectral_radius", "the mean's spectral radius"),
-                      ("variance_decay_factor", "the spread's decay factor")):
-        rows.append(f"| {name} | {cost['prompt'][key]:.6g} | {cost['late'][key]:.6g} | {cost['ratio'][key]:.4f} |")
+    names = ("stationary spread of phi per coordinate", "the mean's spectral radius", "the spread's decay factor")
+    for name, prompt, late, ratio in zip(names, astuple(cost.prompt), astuple(cost.late), astuple(cost.ratio)):
+        rows.append(f"| {name} | {prompt:.6g} | {late:.6g} | {ratio:.4f} |")
     return "\n".join(rows)
 
 

@@ -88,16 +88,18 @@ class Preset:
                 "inner": dataclasses.asdict(self.inner), "note": self.note}
 
 
+#: the paper's setting (the NoLoCo reference), the preset ``paper``
+PAPER_PRESET = Preset(
+    "noloco",
+    OuterConfig(replicas=8, group_size=2, alpha=0.5, beta=0.7, gamma=0.7, momentum="heavy-ball"),
+    InnerConfig(lr=0.01, steps=50, noise=1.0),
+    "NoLoCo reference configuration: pairs, alpha 0.5, beta = gamma = 0.7, H 50, heavy-ball",
+)
 #: the presets by name (``--preset``, :func:`resolve`'s first argument): a method with its outer and inner
 #: settings: paper (the NoLoCo reference), diloco (as the NoLoCo reference code runs it), diloco-nesterov
 #: (as torch implementations run it)
 PRESETS: dict[str, Preset] = {
-    "paper": Preset(
-        "noloco",
-        OuterConfig(replicas=8, group_size=2, alpha=0.5, beta=0.7, gamma=0.7, momentum="heavy-ball"),
-        InnerConfig(lr=0.01, steps=50, noise=1.0),
-        "NoLoCo reference configuration: pairs, alpha 0.5, beta = gamma = 0.7, H 50, heavy-ball",
-    ),
+    "paper": PAPER_PRESET,
     "diloco": Preset(
         "diloco",
         OuterConfig(replicas=8, group_size=8, alpha=0.3, beta=0.7, gamma=0.0, momentum="heavy-ball"),
@@ -114,10 +116,8 @@ PRESETS: dict[str, Preset] = {
 def constrain(name: str, outer: OuterConfig, inner: InnerConfig | None = None):
     """The method's constraints applied to a setting: ``(outer, inner)`` (``inner`` may be None)."""
     m = method_of(name)
-    forced = dict(m.fixed)
-    if m.groups != "given":
-        forced["group_size"] = m.group_size(outer.replicas)
-    outer = dataclasses.replace(outer, **forced)
+    implied = {} if m.groups == "given" else {"group_size": m.group_size(outer.replicas)}
+    outer = dataclasses.replace(outer, **{**dict(m.fixed), **implied})
     if m.synchronous and inner is not None:
         inner = dataclasses.replace(inner, steps=1)
     return outer, inner
@@ -135,8 +135,8 @@ def check_outer(name: str, value, method: str) -> OuterConfig:
     return value
 
 
-def outer_from_record(method: str, data: dict) -> OuterConfig:
-    """The outer step of a run record's settings ``data``: nested under ``"outer"``, or the flat form written
+def outer_from_json(method: str, data: dict) -> OuterConfig:
+    """The outer step of a run record's settings ``data`` (as result.json holds them): nested under ``"outer"``, or the flat form written
     before it was nested (replicas, group_size, alpha, ... at the top). There the method's constraints were
     applied when the run used them (diloco and ddp ignored group_size, ddp every outer field), so they are
     applied here too: the result is the setting that old run really trained with."""

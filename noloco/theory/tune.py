@@ -137,7 +137,7 @@ class TuneResult:
     start: Point                                  # the given setting
     paper: Point                                  # pairs, alpha 0.5, beta = gamma = 0.7 on the same problem
     frontier: list = field(default_factory=list)  # Points: best rate at each spread (Pareto), dense grid
-    landscape: dict = field(default_factory=dict)  # see :func:`landscape`, for figures
+    landscape: Landscape | None = None            # see :func:`landscape`, for figures
     evaluations: int = 0
 
     def recommended(self) -> tuple[OuterConfig, InnerConfig]:
@@ -150,7 +150,31 @@ def _directions(problem: TuneProblem, steps: int):
     return numeric.inner_sgd(problem.inner.lr, problem.spectrum.array, steps, problem.inner.noise)
 
 
-def evaluate(problem: TuneProblem, alpha, beta, gamma, group_size: int, steps: int) -> dict:
+@dataclass(frozen=True)
+class Evaluation:
+    """:func:`evaluate`'s arrays: the mean's rate (inf where unstable), the stationary spread (inf where it
+    does not settle) and the spread's decay factor."""
+
+    rate: np.ndarray
+    spread: np.ndarray
+    decay: np.ndarray
+
+
+@dataclass(frozen=True)
+class Landscape:
+    """:func:`landscape`'s trade-off at one (n, H): the (alpha, beta) grid, the mean's rate and the smallest
+    spread over gamma on it, and the rate-vs-spread frontier as (alpha, beta, gamma) triples."""
+
+    alpha: np.ndarray
+    beta: np.ndarray
+    rate: np.ndarray
+    min_spread: np.ndarray
+    group_size: int
+    inner_steps: int
+    frontier: list
+
+
+def evaluate(problem: TuneProblem, alpha, beta, gamma, group_size: int, steps: int) -> Evaluation:
     """Rate, spread and decay on arrays of (alpha, beta, gamma) (broadcast), worst/summed
     over the directions (last axis)."""
     c, s2 = _directions(problem, steps)
@@ -166,7 +190,7 @@ def evaluate(problem: TuneProblem, alpha, beta, gamma, group_size: int, steps: i
     spread_ok = np.isfinite(spread) & (spread >= 0) & (is_stable(decay) | (group_size == N))
     rate = np.where(stable & is_stable(rate) & spread_ok, rate, np.inf)
     spread = np.where(spread_ok, spread, np.inf)
-    return {"rate": rate, "spread": spread, "decay": decay}
+    return Evaluation(rate, spread, decay)
 
 
 def outer_steps_to(rate, target):
@@ -192,7 +216,7 @@ def _score(problem: TuneProblem, rate, spread, steps: int):
 
 def _point(problem: TuneProblem, alpha, beta, gamma, n, h) -> Point:
     r = evaluate(problem, alpha, beta, gamma, n, h)
-    rate, spread, decay = (float(r[k]) for k in ("rate", "spread", "decay"))
+    rate, spread, decay = float(r.rate), float(r.spread), float(r.decay)
     return Point(float(alpha), float(beta), float(gamma), n, h, rate, spread, decay,
                  float(outer_steps_to(rate, problem.target)), float(_score(problem, rate, spread, h)))
 
@@ -231,7 +255,7 @@ def tune(problem: TuneProblem, *, starts: int = 3, progress: bool = False) -> Tu
     for n, h in tqdm(problem.candidates(), desc="tune", unit="(n,H)", disable=not progress, leave=False):
         A, B, G = axes(problem, h)
         grid = evaluate(problem, A[:, None, None], B[None, :, None], G[None, None, :], n, h)
-        score = _score(problem, grid["rate"], grid["spread"], h)
+        score = _score(problem, grid.rate, grid.spread, h)
         evaluations += score.size
         flat = np.argsort(score, axis=None)[:starts]
         lo = np.array([0.0, 0.0, 0.0])
@@ -240,7 +264,7 @@ def tune(problem: TuneProblem, *, starts: int = 3, progress: bool = False) -> Tu
         def f(x):
             x = np.clip(x, lo, hi)
             r = evaluate(problem, *x, n, h)
-            return float(_score(problem, r["rate"], r["spread"], h))
+            return float(_score(problem, r.rate, r.spread, h))
 
         local = None
         for index in flat:
@@ -264,11 +288,11 @@ def tune(problem: TuneProblem, *, starts: int = 3, progress: bool = False) -> Tu
         raise ConfigError(f"spread_budget={problem.budget:g}: no stable setting in the search range meets it "
                           f"(the given setting's spread is {start.spread:.3g}); raise the budget")
     view = landscape(problem, best, paper)
-    frontier = [_point(problem, a, b, g, best.group_size, best.inner_steps) for a, b, g in view.pop("frontier")]
+    frontier = [_point(problem, a, b, g, best.group_size, best.inner_steps) for a, b, g in view.frontier]
     return TuneResult(problem, best, start, paper, frontier, view, evaluations)
 
 
-def landscape(problem: TuneProblem, best: Point, paper: Point, resolution: int = 80) -> dict:
+def landscape(problem: TuneProblem, best: Point, paper: Point, resolution: int = 80) -> Landscape:
     """The trade-off at the best (n, H) on a dense (alpha, beta) grid around the answer and the
     paper setting: the mean's rate (M has no gamma in it), the smallest stationary spread
     over gamma, and the rate-vs-spread frontier as (alpha, beta, gamma) triples."""
@@ -277,7 +301,7 @@ def landscape(problem: TuneProblem, best: Point, paper: Point, resolution: int =
     B = np.linspace(0, 2.2 * max(best.beta, paper.beta), resolution + 1)[1:]
     G = np.linspace(0, max(4.0, 1.5 * best.gamma), 41)
     r = evaluate(problem, A[:, None, None], B[None, :, None], G[None, None, :], n, h)
-    spread = np.where(np.isfinite(r["spread"]), r["spread"], np.inf)
+    spread = np.where(np.isfinite(r.spread), r.spread, np.inf)
     k = spread.argmin(-1)
     min_spread = np.take_along_axis(spread, k[..., None], -1)[..., 0]
     c, _ = _directions(problem, h)
@@ -285,5 +309,4 @@ def landscape(problem: TuneProblem, best: Point, paper: Point, resolution: int =
     stable = np.isfinite(min_spread) & is_stable(rate)
     front = pareto(np.where(stable, rate, np.inf).ravel(), np.where(stable, min_spread, np.inf).ravel())
     i, j = np.unravel_index(front, rate.shape)
-    return {"alpha": A, "beta": B, "rate": rate, "min_spread": min_spread, "group_size": n, "inner_steps": h,
-            "frontier": list(zip(A[i], B[j], G[k[i, j]]))}
+    return Landscape(A, B, rate, min_spread, n, h, list(zip(A[i], B[j], G[k[i, j]])))

@@ -28,8 +28,9 @@ def check_settings(owner: str, settings: dict, steps: str) -> None:
             raise ConfigError(f"{name}= is not a setting of {owner}; allowed: {', '.join(SETTINGS)}")
     values = {k: settings.get(k) for k in ("alpha", "beta", "gamma", "momentum")}
     resolve(settings.get("preset"), settings.get("method"), steps=settings.get("inner_steps"), **values)
-    if settings.get("group_size") is not None:
-        check_integer("group_size", settings["group_size"], "an integer >= 1", lambda v: v >= 1)
+    group_size = settings.get("group_size")
+    if group_size is not None:
+        check_integer("group_size", group_size, "an integer >= 1", lambda v: v >= 1)
     check_seed("seed", settings.get("seed", 0))
     check_timeout("timeout", settings.get("timeout", 600.0))
 

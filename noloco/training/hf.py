@@ -21,6 +21,7 @@ state; a resumed run loads them when training begins (after the Trainer loaded r
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 
 import torch
 
@@ -37,6 +38,16 @@ from noloco.training.outer_optimizer import OuterOptimizer, torch_optimizer  # n
 
 #: the file each rank writes into a Trainer checkpoint folder
 STATE_FILE = "noloco-rank{rank}.pt"
+
+
+@dataclass(frozen=True)
+class RankState:
+    """One rank's checkpoint as :meth:`NoLoCoCallback.on_save` writes it: the step and three state_dicts."""
+
+    global_step: int
+    model: dict
+    optimizer: dict
+    outer: dict
 
 #: the Trainer's learning-rate schedules the advice models (the others need observer_options={"schedule": ...})
 SCHEDULES = {"constant": "constant", "constant_with_warmup": "constant", "cosine": "cosine"}
@@ -132,14 +143,14 @@ class NoLoCoCallback(TrainerCallback):
         args.average_tokens_across_devices = False
         if state.global_step > 0:  # resumed: every rank's own weights and inner state, not rank 0's
             saved = self._load(args, state)
-            model.load_state_dict(saved["model"])
-            optimizer.load_state_dict(saved["optimizer"])
+            model.load_state_dict(saved.model)
+            optimizer.load_state_dict(saved.optimizer)
         self.outer = OuterOptimizer(model, **self.settings)
         # the Trainer's steps are counted here (on_step_end), so the optimizer is not hooked, only read: its
         # Adam state is what `noloco llm predict --gap` needs from the observer's folder
         self.outer.inner_optimizer = torch_optimizer(optimizer)
         if state.global_step > 0:
-            self.outer.load_state_dict(saved["outer"])
+            self.outer.load_state_dict(saved.outer)
         if state.max_steps % self.outer.inner_steps:
             warn(f"max_steps={state.max_steps} is not a multiple of inner_steps={self.outer.inner_steps}: the "
                  f"last {state.max_steps % self.outer.inner_steps} steps end without an outer step")
@@ -154,7 +165,7 @@ class NoLoCoCallback(TrainerCallback):
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if self.observer is not None and logs and "loss" in logs:
-            self.observer.log(self.outer.outer_done, train_loss=logs["loss"])
+            self.observer.log(self.outer.outer_done, train_loss=logs["loss"])  # edge: Hugging Face's logs
 
     def on_train_end(self, args, state, control, **kwargs):
         if self.observer is not None:
@@ -169,7 +180,7 @@ class NoLoCoCallback(TrainerCallback):
         atomic_write(os.path.join(folder, STATE_FILE.format(rank=dist.get_rank())),
                      lambda tmp: torch.save(saved, tmp))
 
-    def _load(self, args, state) -> dict:
+    def _load(self, args, state) -> RankState:
         import torch.distributed as dist
 
         folder = self.resume_from or os.path.join(args.output_dir, f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}")
@@ -183,4 +194,4 @@ class NoLoCoCallback(TrainerCallback):
         if saved.get("global_step") != state.global_step:
             raise DataError(f"{path} was written at step {saved.get('global_step')}, the run resumes at step "
                             f"{state.global_step}")
-        return saved
+        return RankState(saved["global_step"], saved["model"], saved["optimizer"], saved["outer"])

@@ -35,12 +35,14 @@ def _run_schedule(trainer, optimizer, inner_steps: int, options: dict) -> dict:
     total = trainer.estimated_stepping_batches
     if total == float("inf") and "outer_steps" not in options:
         raise ConfigError("the Trainer has no max_steps or max_epochs: give observer_options={'outer_steps': T}")
-    described = {"lr": group.get("initial_lr", group["lr"]), "schedule": "constant",
+    lr = group.get("initial_lr", group["lr"])  # edge: torch's param_groups
+    described = {"lr": lr, "schedule": "constant",
                  "inner_optimizer": "adamw" if "adam" in type(optimizer).__name__.lower() else "sgd"}
     if total != float("inf"):
         described["outer_steps"] = max(1, int(total) // inner_steps)
     if "betas" in group:
-        described["adam_beta2"] = group["betas"][1]
+        beta2 = group["betas"][1]  # edge: torch's param_groups
+        described["adam_beta2"] = beta2
     return {**described, **options}
 
 

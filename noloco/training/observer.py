@@ -430,7 +430,7 @@ class Observer:
         if not states or self.setting.inner_optimizer != "adamw":
             return None
         beta2 = self.setting.adam_beta2
-        root = torch.tensor(sum(float((st["exp_avg_sq"].double() / (1 - beta2 ** float(st["step"]))).sqrt().sum())
+        root = torch.tensor(sum(float((st["exp_avg_sq"].double() / (1 - beta2 ** float(st["step"]))).sqrt().sum())  # edge: torch's Adam state
                                 for st in states), dtype=torch.float64)
         if not self.batched:
             import torch.distributed as dist
