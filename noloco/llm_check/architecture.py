@@ -9,6 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+#: the names of the parameters outside the blocks (a block's are ``h{i}.<name>``): the model's tensor map keys
+WTE, WPE, LNF_W, LNF_B, HEAD_W = "wte", "wpe", "lnf.w", "lnf.b", "head.w"
+
 
 @dataclass(frozen=True)
 class GPTConfig:
@@ -58,7 +61,7 @@ class GPTConfig:
 
 def param_shapes(cfg: GPTConfig) -> dict[str, tuple]:
     C, M = cfg.width, cfg.mlp
-    shapes = {"wte": (cfg.vocab, C), "wpe": (cfg.ctx, C)}
+    shapes = {WTE: (cfg.vocab, C), WPE: (cfg.ctx, C)}
     for i in range(cfg.layers):
         shapes.update({
             f"h{i}.ln1.w": (C,), f"h{i}.ln1.b": (C,),
@@ -68,7 +71,7 @@ def param_shapes(cfg: GPTConfig) -> dict[str, tuple]:
             f"h{i}.fc.w": (C, M), f"h{i}.fc.b": (M,),
             f"h{i}.fc2.w": (M, C), f"h{i}.fc2.b": (C,),
         })
-    shapes.update({"lnf.w": (C,), "lnf.b": (C,)})
+    shapes.update({LNF_W: (C,), LNF_B: (C,)})
     if not cfg.tied:
-        shapes["head.w"] = (cfg.vocab, C)
+        shapes[HEAD_W] = (cfg.vocab, C)
     return shapes

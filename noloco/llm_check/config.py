@@ -33,7 +33,7 @@ from noloco.infra.checks import (check_at_least, check_choice, check_divides, ch
 from noloco.llm_check.architecture import GPTConfig
 from noloco.llm_check.domains import check_spec as check_domain
 from noloco.llm_check.routing import ROUTINGS, check_skip_prob
-from noloco.theory.methods import (METHODS, PRESETS as THEORY_PRESETS, check_outer, method_of, outer_from_json,
+from noloco.theory.methods import (METHODS, PAPER_PRESET, PRESETS as THEORY_PRESETS, check_outer, method_of, outer_from_json,
                                    resolve)
 
 DTYPES = ("float32", "float64", "bfloat16")
@@ -81,7 +81,7 @@ def _default_then(name: str, value, default, checker, *args):
 @dataclass(frozen=True)
 class TrainConfig:
     method: str = "noloco"
-    outer: OuterConfig = field(default_factory=lambda: THEORY_PRESETS["paper"].outer)
+    outer: OuterConfig = field(default_factory=lambda: PAPER_PRESET.outer)
     inner_steps: int = 25          # H
     outer_steps: int = 40
     lr: float = 2e-3               # inner AdamW peak learning rate

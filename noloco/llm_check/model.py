@@ -22,7 +22,7 @@ import math
 import torch
 import torch.nn.functional as F
 
-from noloco.llm_check.architecture import GPTConfig, param_shapes  # noqa: F401 - the model's names
+from noloco.llm_check.architecture import HEAD_W, LNF_B, LNF_W, WPE, WTE, GPTConfig, param_shapes  # noqa: F401 - the model's names
 
 
 def init_params(cfg: GPTConfig, replicas: int, seed: int, dtype=torch.float32, device="cpu") -> dict:
@@ -30,12 +30,12 @@ def init_params(cfg: GPTConfig, replicas: int, seed: int, dtype=torch.float32, d
     gen = torch.Generator().manual_seed(seed)
     params = {}
     for name, shape in param_shapes(cfg).items():
-        if name == "head.w":  # untied head: the embedding's values, no new draw
-            params[name] = params["wte"].clone()
+        if name == HEAD_W:  # untied head: the embedding's values, no new draw
+            params[name] = params[WTE].clone()
             continue
         if name.endswith(".b"):
             p = torch.zeros(shape, dtype=torch.float64)
-        elif name.endswith("ln1.w") or name.endswith("ln2.w") or name == "lnf.w":
+        elif name.endswith("ln1.w") or name.endswith("ln2.w") or name == LNF_W:
             p = torch.ones(shape, dtype=torch.float64)
         else:
             std = 0.02 / math.sqrt(2 * cfg.layers) if name.endswith(("proj.w", "fc2.w")) else 0.02
@@ -56,8 +56,8 @@ def _linear(x, w, b):
 
 def _embed(params: dict, idx: torch.Tensor, cfg: GPTConfig) -> torch.Tensor:
     R, B, T = idx.shape
-    x = torch.gather(params["wte"], 1, idx.reshape(R, B * T, 1).expand(R, B * T, cfg.width)).view(R, B, T, cfg.width)
-    return x + params["wpe"][:, None, :T]
+    x = torch.gather(params[WTE], 1, idx.reshape(R, B * T, 1).expand(R, B * T, cfg.width)).view(R, B, T, cfg.width)
+    return x + params[WPE][:, None, :T]
 
 
 def _block(params: dict, i: int, x: torch.Tensor, cfg: GPTConfig) -> torch.Tensor:
@@ -74,8 +74,8 @@ def _block(params: dict, i: int, x: torch.Tensor, cfg: GPTConfig) -> torch.Tenso
 
 def _head(params: dict, x: torch.Tensor, cfg: GPTConfig) -> torch.Tensor:
     R, B, T, C = x.shape
-    x = _layer_norm(x, params["lnf.w"], params["lnf.b"])
-    w = params["wte" if cfg.tied else "head.w"]
+    x = _layer_norm(x, params[LNF_W], params[LNF_B])
+    w = params[WTE if cfg.tied else HEAD_W]
     return torch.bmm(x.reshape(R, B * T, C), w.transpose(1, 2)).view(R, B, T, -1)
 
 

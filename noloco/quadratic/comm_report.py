@@ -13,7 +13,7 @@ from typing import Optional
 from noloco.infra import budget
 from noloco.infra.checks import check_at_least, check_choice, check_seed, check_nonnegative, check_positive, check_real
 from noloco.infra.files import SCHEMA_VERSION
-from noloco.infra.errors import ConfigError
+from noloco.infra.errors import ConfigError, DataError
 from noloco.infra.record import JsonRecord
 from noloco.quadratic.idle import (SYNC_MAX, check_idle_inputs, idle_compiled, idle_memory_estimate, idle_time_estimate,
                                    idle_workers, simulate_idle)
@@ -70,11 +70,29 @@ class IdleReport(JsonRecord):
 
 
 @dataclass(frozen=True)
-class CommReport(JsonRecord):
-    """Everything `noloco comm` prints (its JSON: ``to_json``; its table: :func:`format_report`).
-    ``payload_bytes_where_speedup_vs_tree`` maps ``"half_log2N"`` and ``"1"`` to a payload (None: never)."""
+class Crossings:
+    """The payloads (bytes; None: never) where the speed-up vs a tree falls to log2(N)/2 and to 1: the JSON
+    object ``{"half_log2N": ..., "1": ...}`` (a key that is no field name, hence its own to_json)."""
 
-    NESTED = {"inputs": CommInputs, "latency_share": LatencyShare, "idle": IdleReport}
+    half_log2N: float | None  # the JSON key
+    one: float | None
+
+    def to_json(self) -> dict:
+        return {"half_log2N": self.half_log2N, "1": self.one}
+
+    @classmethod
+    def from_json(cls, obj) -> "Crossings":
+        if not isinstance(obj, dict) or not {"half_log2N", "1"} <= set(obj):
+            raise DataError(f"Crossings: expected a JSON object with half_log2N and 1, got {obj!r}")
+        return cls(half_log2N=obj["half_log2N"], one=obj["1"])
+
+
+@dataclass(frozen=True)
+class CommReport(JsonRecord):
+    """Everything `noloco comm` prints (its JSON: ``to_json``; its table: :func:`format_report`)."""
+
+    NESTED = {"inputs": CommInputs, "latency_share": LatencyShare, "idle": IdleReport,
+              "payload_bytes_where_speedup_vs_tree": Crossings}
 
     schema_version: int
     inputs: CommInputs
@@ -88,7 +106,7 @@ class CommReport(JsonRecord):
     log2_replicas: float
     bandwidth_delay_bytes: float
     latency_share: LatencyShare
-    payload_bytes_where_speedup_vs_tree: dict
+    payload_bytes_where_speedup_vs_tree: Crossings
     idle_fraction_barrier: float
     idle_fraction_noloco: float
     idle: IdleReport
@@ -168,10 +186,9 @@ def report(*, params: float = 1e6, bytes_per_value: float = 2.0, replicas: int =
         latency_share=LatencyShare(
             group_exchange=share(latency_only.group_exchange_seconds, cost.group_exchange_seconds),
             tree=share(latency_only.tree_seconds, cost.tree_seconds)),
-        payload_bytes_where_speedup_vs_tree={
-            "half_log2N": payload_at_speedup(net, replicas, log2n / 2, group_size, exchange),
-            "1": payload_at_speedup(net, replicas, 1.0, group_size, exchange),
-        },
+        payload_bytes_where_speedup_vs_tree=Crossings(
+            half_log2N=payload_at_speedup(net, replicas, log2n / 2, group_size, exchange),
+            one=payload_at_speedup(net, replicas, 1.0, group_size, exchange)),
         idle_fraction_barrier=sim.barrier_idle_fraction,
         idle_fraction_noloco=sim.noloco_idle_fraction,
         idle=IdleReport(
@@ -217,7 +234,7 @@ def format_report(r: CommReport) -> str:
         f"speed-up vs tree {r.speedup_vs_tree:.3g} (log2 N = {r.log2_replicas:.3g}), vs ring "
         f"{r.speedup_vs_ring:.3g}, vs fastest all-reduce {r.speedup_vs_best:.3g}",
         f"exchange is {'latency' if share >= 0.5 else 'bandwidth'}-bound ({share:.0%} of it is latency); "
-        f"speed-up vs tree falls to log2(N)/2 at {_humancheck_payload(cross['half_log2N'])}, to 1 at {_humancheck_payload(cross['1'])}",
+        f"speed-up vs tree falls to log2(N)/2 at {_humancheck_payload(cross.half_log2N)}, to 1 at {_humancheck_payload(cross.one)}",
         "",
         f"idle fraction ({i.compute_seconds:g} s compute/outer step, {i.jitter} cv {i.jitter_cv:g}, "
         f"barrier pays {i.algorithm}):",

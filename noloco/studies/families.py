@@ -44,14 +44,13 @@ class Family:
 
 #: the families and the base run each is trained with (the pilot); the transfer's target changes the outer step.
 #: cpu-tiny is the harness's own small GPT (noloco llm train, the same meter), at the base run's setting
-FAMILIES = {
-    "gpt2": Family("gpt2", width=64, layers=2, heads=4),
-    "llama": Family("llama", width=64, layers=2, heads=4),
-    "cpu-tiny": Family("cpu-tiny", width=32, layers=1, heads=2),
-    # the fourth, added later and held out from every calibration: Hugging Face's GPT-NeoX (parallel attention
-    # and MLP, LayerNorm, rotary on a quarter of each head), code the project did not write
-    "neox": Family("neox", width=64, layers=2, heads=4),
-}
+GPT2 = Family("gpt2", width=64, layers=2, heads=4)
+LLAMA = Family("llama", width=64, layers=2, heads=4)
+CPU_TINY = Family("cpu-tiny", width=32, layers=1, heads=2)
+# the fourth, added later and held out from every calibration: Hugging Face's GPT-NeoX (parallel attention
+# and MLP, LayerNorm, rotary on a quarter of each head), code the project did not write
+NEOX = Family("neox", width=64, layers=2, heads=4)
+FAMILIES = {f.name: f for f in (GPT2, LLAMA, CPU_TINY, NEOX)}
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,7 @@ from noloco.infra.record import JsonRecord
 from noloco.studies import families as F
 
 #: the families: the families study's GPT-2, Llama and GPT-NeoX, and GPT-2 at width 96
-FAMILIES = {"gpt2": F.FAMILIES["gpt2"], "gpt2-96": F.Family("gpt2", width=96, layers=2, heads=4),
-            "llama": F.FAMILIES["llama"], "neox": F.FAMILIES["neox"]}
+FAMILIES = {"gpt2": F.GPT2, "gpt2-96": F.Family("gpt2", width=96, layers=2, heads=4), "llama": F.LLAMA, "neox": F.NEOX}
 #: outer steps trained of the 32-step schedule: the observer's last check is at outer step 10 (WARN_STEPS)
 STOP = 12
 #: the clean settings (changes to the families' base run) and their seeds: the base at N 4 and 8, the families

@@ -24,7 +24,10 @@ from dataclasses import asdict, dataclass
 from noloco.infra.checks import (check_at_least, check_choice, check_divides, check_nonnegative,
                                  check_positive)
 
-TREE_ALGORITHMS = ("binary_tree", "double_binary_tree")
+#: the all-reduce algorithms' names, the keys of :data:`ALLREDUCE` and of ``SyncCost.allreduce_seconds``
+RING, RECURSIVE_DOUBLING, RABENSEIFNER, BINARY_TREE, DOUBLE_BINARY_TREE = (
+    "ring", "recursive_doubling", "rabenseifner", "binary_tree", "double_binary_tree")
+TREE_ALGORITHMS = (BINARY_TREE, DOUBLE_BINARY_TREE)
 EXCHANGES = ("root", "direct")
 
 
@@ -182,11 +185,11 @@ def double_binary_tree_allreduce(net: Network, nbytes: float, ranks: int, segmen
 
 
 ALLREDUCE = {
-    "ring": ring_allreduce,
-    "recursive_doubling": recursive_doubling_allreduce,
-    "rabenseifner": rabenseifner_allreduce,
-    "binary_tree": binary_tree_allreduce,
-    "double_binary_tree": double_binary_tree_allreduce,
+    RING: ring_allreduce,
+    RECURSIVE_DOUBLING: recursive_doubling_allreduce,
+    RABENSEIFNER: rabenseifner_allreduce,
+    BINARY_TREE: binary_tree_allreduce,
+    DOUBLE_BINARY_TREE: double_binary_tree_allreduce,
 }
 
 
@@ -258,7 +261,7 @@ class SyncCost:
 
     @property
     def speedup_vs_ring(self) -> float:
-        return self.speedup(self.allreduce_seconds["ring"])
+        return self.speedup(self.allreduce_seconds[RING])
 
     @property
     def speedup_vs_best(self) -> float:
