@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from noloco.infra.checks import check_choice
+from noloco.infra.record import JsonRecord
 from noloco.theory import stats
 
 #: standard errors a Monte Carlo claim may miss by (a false alarm per claim about 6e-5)
@@ -62,6 +63,17 @@ def judge(name: str, statement: str, reference: str, predicted, measured, se, *,
                  bool(ok and also), dict(details or {}))
 
 
+@dataclass(frozen=True)
+class Paths(JsonRecord):
+    """A path claim's trajectories (steps 0..t) and the step it is judged at: these keys of its ``details``
+    (read back with ``Paths.from_json(claim.details)``; the claim's other details stay in ``extra``)."""
+
+    worst_step: int
+    predicted_path: np.ndarray
+    measured_path: np.ndarray
+    se_path: np.ndarray
+
+
 def judge_path(name: str, statement: str, reference: str, predicted, measured, se, *,
                tolerance: float = TOLERANCE, details: dict | None = None) -> Claim:
     """A claim about a trajectory (steps 1..t; step 0 is the start): judged at its worst step,
@@ -69,6 +81,6 @@ def judge_path(name: str, statement: str, reference: str, predicted, measured, s
     predicted, measured, se = (np.asarray(x, dtype=float) for x in (predicted, measured, se))
     z = [stats.z_score(m, s, p) for p, m, s in zip(predicted[1:], measured[1:], se[1:])]
     worst = 1 + max(range(len(z)), key=lambda i: math.inf if z[i] is None else abs(z[i]))
-    paths = {"worst_step": worst, "predicted_path": predicted, "measured_path": measured, "se_path": se}
+    paths = Paths(worst_step=worst, predicted_path=predicted, measured_path=measured, se_path=se)
     return judge(name, statement, reference, predicted[worst], measured[worst], se[worst], tolerance=tolerance,
-                 also=all(stats.holds(v, tolerance) for v in z), details={**(details or {}), **paths})
+                 also=all(stats.holds(v, tolerance) for v in z), details={**(details or {}), **paths.to_json()})

@@ -23,11 +23,13 @@ NAME = "hdee"
 CACHED = False  # the study's JSON is the cache
 DEFAULT_DATA = Path(__file__).resolve().parents[2] / "docs" / "data" / "hdee.json"
 COMMAND = "noloco llm ensemble --out DIR, then copy DIR/hdee.json to docs/data/"
+#: the study's data-parallel configuration (its name in hdee.json), the right panel's reference
+DDP = "ddp"
 LABELS = {"homogeneous": "homogeneous", "size-heterogeneous": "size-heterogeneous",
-          "step-heterogeneous": "step-heterogeneous", "combined": "combined (extension)", "ddp": "data parallel",
+          "step-heterogeneous": "step-heterogeneous", "combined": "combined (extension)", DDP: "data parallel",
           "diloco": "DiLoCo", "noloco": "NoLoCo"}
 COLOURS = {"homogeneous": style.GREEN, "size-heterogeneous": style.PURPLE, "step-heterogeneous": style.ORANGE,
-           "combined": style.SKY, "ddp": style.BLACK, "diloco": style.BLUE, "noloco": style.VERMILION}
+           "combined": style.SKY, DDP: style.BLACK, "diloco": style.BLUE, "noloco": style.VERMILION}
 #: the part of the domains the left panel averages over, filled and open markers
 PARTS = (("expert_domains", "o", "trained by an expert"), ("held_out", "s", "held out"))
 
@@ -76,7 +78,7 @@ def draw(data: dict):
             se = row.se or 0.0
             y, low, high = (math.exp(row.mean + k * 2 * se) for k in (0, -1, 1))
             a.errorbar([x], [y], yerr=[[y - low], [high - y]], color=COLOURS[c], marker=marker, mfc=fill, ms=6,
-                       capsize=3, lw=1.2, label=LABELS[c] if part == PARTS[0][0] and c == "ddp" else None)
+                       capsize=3, lw=1.2, label=LABELS[c] if part == PARTS[0][0] and c == DDP else None)
     a.set_xscale("log")
     ticks = [zero] + [10.0 ** k for k in range(math.ceil(math.log10(min(sent) if sent else 10)),
                                               math.floor(math.log10(max(sent) if sent else 10)) + 1)]
@@ -94,17 +96,17 @@ def draw(data: dict):
     names = report.evaluated
     held = {r.name for r in report.domains if r.held_out}
     x = np.arange(len(names))
-    others = [c for c in configs if c != "ddp"]
+    others = [c for c in configs if c != DDP]
     width = 0.7 / max(len(others), 1)
-    if "ddp" in configs:
-        ddp = np.array([report.per_domain["ddp"][d].perplexity for d in names])
+    if DDP in configs:
+        ddp = np.array([report.per_domain[DDP][d].perplexity for d in names])
         top = 1.0
         for k, c in enumerate(others):
             ratio = np.array([report.per_domain[c][d].perplexity for d in names]) / ddp
             top = max(top, float(np.nanmax(ratio)))
             b.plot(x + (k - (len(others) - 1) / 2) * width, ratio, ls="none", marker=style.MARKERS[k],
                    color=COLOURS[c], label=LABELS[c])
-        b.axhline(1, color=COLOURS["ddp"], lw=0.8, ls=":")
+        b.axhline(1, color=COLOURS[DDP], lw=0.8, ls=":")
         b.set_ylim(top=top + 0.45 * (top - b.get_ylim()[0]))  # room above the highest domain for the legend
     for lo, hi in _runs([d in held for d in names]):
         b.axvspan(lo - 0.5, hi + 0.5, color="grey", alpha=0.12, lw=0)

@@ -52,14 +52,15 @@ class TransientFigure(JsonRecord):
 
 def compute(trials: int, steps: int) -> dict:
     from noloco.claims import transient_spread
+    from noloco.claims.judge import Paths
 
     cases = []
     for i, (label, changes, scatter) in enumerate(CASES):
         claim = transient_spread(outer=common.outer(**changes), curvature=common.CURVATURE, scatter=scatter, steps=steps, trials=trials,
                                  seed=100 + i)
-        d = claim.details
-        cases.append(Case(label=label, theory=d["predicted_path"], mc=d["measured_path"], se=d["se_path"],
-                          worst_z=claim.z))  # the claim's details: its own JSON-ready data
+        paths = Paths.from_json(claim.details)
+        cases.append(Case(label=label, theory=paths.predicted_path, mc=paths.measured_path, se=paths.se_path,
+                          worst_z=claim.z))
     return TransientFigure(steps=steps, cases=cases).to_json()
 
 
