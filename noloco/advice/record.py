@@ -156,7 +156,7 @@ class RunSetting:
         if not isinstance(data, dict):
             raise ConfigError(f"config={data!r} is not a mapping of settings")
         values = {**RECORD_DEFAULTS, **data}
-        method = values["method"]
+        method = values["method"]  # edge: result.json's "config" object (JSON form), read into the record here
         outer = outer_from_json(method, values)
         outer_names = {f.name for f in dataclasses.fields(OuterConfig)}
         other = tuple(sorted((k, _hashable(v)) for k, v in data.items() if k not in NAMED and k not in outer_names))

@@ -36,14 +36,13 @@ def _run_schedule(trainer, optimizer, inner_steps: int, options: dict) -> dict:
     if total == float("inf") and "outer_steps" not in options:
         raise ConfigError("the Trainer has no max_steps or max_epochs: give observer_options={'outer_steps': T}")
     lr = group.get("initial_lr", group["lr"])  # edge: torch's param_groups
-    described = {"lr": lr, "schedule": "constant",
-                 "inner_optimizer": "adamw" if "adam" in type(optimizer).__name__.lower() else "sgd"}
-    if total != float("inf"):
-        described["outer_steps"] = max(1, int(total) // inner_steps)
-    if "betas" in group:
-        beta2 = group["betas"][1]  # edge: torch's param_groups
-        described["adam_beta2"] = beta2
-    return {**described, **options}
+    outer_steps = max(1, int(total) // inner_steps) if total != float("inf") else None
+    beta2 = group["betas"][1] if "betas" in group else None  # edge: torch's param_groups
+    described = dict(lr=lr, schedule="constant",
+                     inner_optimizer="adamw" if "adam" in type(optimizer).__name__.lower() else "sgd",
+                     outer_steps=outer_steps, adam_beta2=beta2)
+    # Observer's keyword arguments: what the Trainer cannot tell is left to the Observer's defaults
+    return {**{k: v for k, v in described.items() if v is not None}, **options}
 
 
 class NoLoCoLightningCallback(pl.Callback):

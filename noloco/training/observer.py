@@ -352,9 +352,9 @@ class Observer:
 
     def _metric(self, step: int, ws: float, se: float) -> None:
         row = self.rows.setdefault(step, {"outer_step": step})
-        row["weight_std"] = ws
+        row["weight_std"] = ws  # edge: metrics.jsonl's row in the file's form, the user's own keys in their order
         if self.sampled:
-            row["weight_std_se"] = se
+            row["weight_std_se"] = se  # edge: as above
 
     def _raise(self, flag: early_warning.Flag | None) -> None:
         if flag is not None and flag.flag not in self._kinds:  # the first of each kind
