@@ -3,6 +3,7 @@ count against a hand count and torch's counter, one budget for every configurati
 size and step allocations, the chains of branch-train-merge, the domain posterior and the cached prior,
 resume == uninterrupted, bad input exits 2, the figure without data."""
 
+import json
 import math
 
 import numpy as np
@@ -315,6 +316,23 @@ def test_figure_without_data_names_the_command(tmp_path):
 
     fig = fig_hdee.draw(fig_hdee.compute(str(tmp_path / "none.json")))
     assert any("noloco llm ensemble" in t.get_text() for t in fig.texts)
+    assert not any(ax.axison for ax in fig.axes)
+    plt.close(fig)
+
+
+def test_figure_of_a_study_with_settings_out_of_range_is_the_placeholder(tmp_path):
+    """The figure reads hdee.json with the study's own record, whose settings refuse a configuration it does not
+    know (a ConfigError): the figure draws "no study" naming the reason rather than failing."""
+    import matplotlib.pyplot as plt
+
+    from noloco.paper_figs import fig_hdee
+
+    doc = json.loads(fig_hdee.DEFAULT_DATA.read_text())
+    doc["settings"]["configs"] = ["nonsense"]
+    (tmp_path / "hdee.json").write_text(json.dumps(doc))
+    data = fig_hdee.compute(str(tmp_path / "hdee.json"))
+    assert "nonsense" in data["missing"]
+    fig = fig_hdee.draw(data)
     assert not any(ax.axison for ax in fig.axes)
     plt.close(fig)
 

@@ -99,10 +99,10 @@ def test_strict_json_writes_a_record_by_its_keys():
 
 def test_the_studies_the_figures_read_round_trip():
     """The typed readers of docs/data's paper GPT, routing and ensemble studies keep every key, in order."""
-    from noloco.paper_figs.reports import HdeeReport
+    from noloco.studies.ensemble.records import EnsembleReport
     from noloco.studies.reports import PaperGptReport, RoutingReport
 
-    for record_class, name in ((PaperGptReport, "paper_gpt"), (RoutingReport, "routing"), (HdeeReport, "hdee")):
+    for record_class, name in ((PaperGptReport, "paper_gpt"), (RoutingReport, "routing"), (EnsembleReport, "hdee")):
         _same(record_class, json.loads((DATA / f"{name}.json").read_text()))
     routing = json.loads((DATA / "routing.json").read_text())
     del routing["settings"]["stages"]

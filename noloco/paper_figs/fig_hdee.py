@@ -17,7 +17,8 @@ from pathlib import Path
 import numpy as np
 
 from noloco.paper_figs import style
-from noloco.paper_figs.reports import HdeeReport, MissingStudy
+from noloco.paper_figs.reports import MissingStudy
+from noloco.studies.ensemble.records import EnsembleReport
 
 NAME = "hdee"
 CACHED = False  # the study's JSON is the cache
@@ -39,13 +40,13 @@ def params(quick: bool, data: str | None = None) -> dict:
 
 
 def compute(data: str) -> dict:
-    from noloco.infra.errors import DataError
+    from noloco.infra.errors import ConfigError, DataError
     from noloco.infra.files import read_json
 
     try:
         doc = read_json(data, required=("per_domain", "averages", "communication", "settings", "evaluated", "domains"))
-        return {"path": data, **HdeeReport.from_json(doc).to_json()}
-    except DataError as err:
+        return {"path": data, **EnsembleReport.from_json(doc).to_json()}
+    except (DataError, ConfigError) as err:  # the study's settings out of range read as "no study" too
         return MissingStudy(path=data, missing=str(err)).to_json()
 
 
@@ -63,7 +64,7 @@ def draw(data: dict):
     missing = MissingStudy.of(data)
     if missing:
         return _missing(fig, (a, b), missing)
-    report = HdeeReport.from_json(data)
+    report = EnsembleReport.from_json(data)
     configs = report.settings.configs
     sent_by = {c: report.communication[c].bytes_per_replica for c in configs}
     sent = [b for b in sent_by.values() if b > 0]
