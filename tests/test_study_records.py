@@ -28,7 +28,9 @@ def _made():
     """Records no committed file holds, made in code as their writers make them."""
     from noloco.llm_check.evaluation import StageEvaluation
     from noloco.paper_figs.fig_paper_maps import Comparison, Counterexample
+    from noloco.claims.judge import Paths
     from noloco.paper_figs.reports import MissingStudy
+    from noloco.quadratic.comm_report import Crossings
 
     cell = comm_measure.Cell(op="pingpong", ranks=2, bytes=1024, times_s=[1e-4, 2e-4], median_s=1.5e-4, p10_s=1e-4,
                              p90_s=2e-4, rel_iqr=0.5)
@@ -50,6 +52,8 @@ def _made():
             ensemble.Winner("noloco", None, {"noloco": 2.5}),  # one configuration: no runner-up, no margin
             ensemble.Winner.paired("ddp", "noloco", {"ddp": 2.0, "noloco": 2.5}, 0.5, None, False),  # one seed
             MissingStudy(path="docs/data/routing.json", missing="docs/data/routing.json: no such file"),
+            Paths(worst_step=1, predicted_path=[1.0, 0.5], measured_path=[1.0, 0.52], se_path=[0.0, 0.01]),
+            Crossings(half_log2N=1.6e7, one=None),  # "1": a JSON key that is no field name
             Comparison(agreement=0.9, paper_stable_exact_unstable=Counterexample(alpha=0.5, gamma=1.2, spectral_radius=1.1),
                        paper_unstable_exact_stable=None)]
 
