@@ -194,8 +194,8 @@ def test_a_forecast_row_is_made_along_the_runs_own_groups_and_averaged(tmp_path)
     own, average = FC.forecast(tmp_path, 12, seed=2), FC.forecast(tmp_path, 12, along="average")
     assert (row.groups, row.average.groups) == ("own", "average")
     for got, fc in ((row, own), (row.average, average)):
-        rows = [r for r in fc["rows"] if r["outer_step"] > 20 and r["measured"] is not None]
-        ratio = S._rms([r["forecast"] for r in rows]) / S._rms([r["measured"] for r in rows])
+        rows = [r for r in fc.rows if r.outer_step > 20 and r.measured is not None]
+        ratio = S._rms([r.forecast for r in rows]) / S._rms([r.measured for r in rows])
         assert got.ratio == pytest.approx(ratio) and got.holds == (abs(ratio - 1) <= S.TOLERANCE)
     assert row.own_over_average == pytest.approx(row.ratio / row.average.ratio)
     assert row.ratio != pytest.approx(row.average.ratio, rel=1e-3)

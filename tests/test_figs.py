@@ -427,10 +427,10 @@ def test_llm_figure_of_pilot_runs_marks_a_forecast_it_cannot_stand_behind(pilots
     noloco = by_method["noloco"]
     assert noloco["outer_step"][-1] == PILOT_STEPS and noloco["tokens"][-1] > noloco["tokens"][0] > 0
     reports = [forecast(pilots / run, from_step=PILOT_STEPS // 4) for run in noloco["dirs"]]
-    outside = [r["outer_step"] for rep in reports for r in rep["rows"]
-               if r["measured"] is not None and not r["low"] <= r["measured"] <= r["high"]]
+    outside = [r.outer_step for rep in reports for r in rep.rows
+               if r.measured is not None and not r.low <= r.measured <= r.high]
     f = noloco["forecast"]
-    assert f["flagged"] == bool(outside or any(rep["flags"] for rep in reports))
+    assert f["flagged"] == bool(outside or any(rep.flags for rep in reports))
     assert sorted(set(outside)) == f["outside"]
     for flagged in (f["flagged"], not f["flagged"]):
         f["flagged"] = flagged

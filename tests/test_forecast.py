@@ -77,18 +77,18 @@ def test_a_forecast_of_inputs_that_follow_its_model_is_the_replay_of_the_whole_r
     cfg = config()
     ph = write_run(tmp_path, cfg, grow=True)
     average = F.forecast(tmp_path, from_step=from_step, along="average")
-    np.testing.assert_allclose([r["forecast"] for r in average["rows"]], replayed_weight_std(cfg, ph, grow=True)[from_step:],
+    np.testing.assert_allclose([r.forecast for r in average.rows], replayed_weight_std(cfg, ph, grow=True)[from_step:],
                                rtol=1e-9)
     rep = F.forecast(tmp_path, from_step=from_step)
-    assert rep["groups"] == {"along": "own", "seed": cfg.seed, "why": None}
+    assert rep.groups == F.StepGroups(along="own", seed=cfg.seed, why=None)
     exact = replayed_weight_std(cfg, ph, own=True, grow=True)
-    got = np.array([r["forecast"] for r in rep["rows"]])
-    assert [r["outer_step"] for r in rep["rows"]] == list(range(from_step + 1, cfg.outer_steps + 1))
+    got = np.array([r.forecast for r in rep.rows])
+    assert [r.outer_step for r in rep.rows] == list(range(from_step + 1, cfg.outer_steps + 1))
     np.testing.assert_allclose(got, exact[from_step:], rtol=1e-9)
-    assert not [f for f in rep["flags"] if f.startswith(("not settled", "too few"))]
+    assert not [f for f in rep.flags if f.startswith(("not settled", "too few"))]
     lo, hi = F.FORECAST_ERROR
-    for r in rep["rows"]:
-        assert r["low"] == pytest.approx(r["forecast"] / hi) and r["high"] == pytest.approx(r["forecast"] / lo)
+    for r in rep.rows:
+        assert r.low == pytest.approx(r.forecast / hi) and r.high == pytest.approx(r.forecast / lo)
 
 
 def test_the_forecast_would_see_c_that_follows_the_rate(tmp_path):
@@ -106,7 +106,7 @@ def test_the_forecast_would_see_c_that_follows_the_rate(tmp_path):
     c = np.array([r["groups"]["curved"]["c"] for r in rows])
     truth = np.sqrt(replay(OUTER, c, 5.0 * F.noise_base(cfg), np.zeros(cfg.outer_steps))[1][1:])
     rep = F.forecast(tmp_path, from_step=10)
-    got = np.array([r["forecast"] for r in rep["rows"]])
+    got = np.array([r.forecast for r in rep.rows])
     half = slice(cfg.outer_steps // 2 - 10, None)  # the steps of the rule: the second half
     ratio = math.sqrt(np.mean(got[half] ** 2) / np.mean(truth[10:][half] ** 2))
     assert ratio < 0.9
@@ -121,11 +121,11 @@ def test_a_folder_without_its_groups_seed_is_forecast_averaged_over_groups_and_s
     del result["config"]["seed"]
     (tmp_path / "result.json").write_text(json.dumps(result))
     rep = F.forecast(tmp_path, from_step=10)
-    assert rep["groups"]["along"] == "average" and "records no groups seed" in rep["groups"]["why"]
-    np.testing.assert_allclose([r["forecast"] for r in rep["rows"]], replayed_weight_std(cfg, ph, grow=True)[10:], rtol=1e-9)
+    assert rep.groups.along == "average" and "records no groups seed" in rep.groups.why
+    np.testing.assert_allclose([r.forecast for r in rep.rows], replayed_weight_std(cfg, ph, grow=True)[10:], rtol=1e-9)
     assert "records no groups seed" in F.format_forecast(rep)
     given = F.forecast(tmp_path, from_step=10, seed=3)
-    np.testing.assert_allclose([r["forecast"] for r in given["rows"]],
+    np.testing.assert_allclose([r.forecast for r in given.rows],
                                replayed_weight_std(cfg, ph, own=True, grow=True)[10:], rtol=1e-9)
     with pytest.raises(Exception, match="along='mine' is not allowed"):
         F.forecast(tmp_path, along="mine")
@@ -162,16 +162,16 @@ def test_a_window_whose_c_falls_is_flagged(tmp_path):
             g["c"] *= 4 - 0.48 * t  # across the window (steps 6 to 10) from 1.6x to -0.3x: 2.25 times its mean
     (tmp_path / "inputs.jsonl").write_text("".join(dumps(r) + "\n" for r in rows))
     rep = F.forecast(tmp_path, from_step=10)
-    assert rep["c_rise"] < -F.SETTLED_FALL
-    assert any(f.startswith("not settled: the pooled c fell") for f in rep["flags"])
+    assert rep.c_rise < -F.SETTLED_FALL
+    assert any(f.startswith("not settled: the pooled c fell") for f in rep.flags)
 
 
 def test_a_running_run_is_forecast_from_what_it_has_written(tmp_path):
     cfg = config()
     write_run(tmp_path, cfg, measured_to=12)
     rep = F.forecast(tmp_path)
-    assert rep["from_step"] == 12 and rep["rows"][-1]["outer_step"] == cfg.outer_steps
-    assert rep["rows"][0]["measured"] is None  # later than the run's last evaluation
+    assert rep.from_step == 12 and rep.rows[-1].outer_step == cfg.outer_steps
+    assert rep.rows[0].measured is None  # later than the run's last evaluation
 
 
 def test_a_finished_run_is_forecast_from_its_first_quarter(tmp_path):
@@ -180,17 +180,17 @@ def test_a_finished_run_is_forecast_from_its_first_quarter(tmp_path):
     cfg = config()
     ph = write_run(tmp_path, cfg, grow=True)
     rep = F.forecast(tmp_path)
-    assert rep["from_step"] == cfg.outer_steps // 4 == 10
-    assert [r["outer_step"] for r in rep["rows"]] == list(range(11, cfg.outer_steps + 1))
-    np.testing.assert_allclose([r["forecast"] for r in rep["rows"]], replayed_weight_std(cfg, ph, own=True, grow=True)[10:],
+    assert rep.from_step == cfg.outer_steps // 4 == 10
+    assert [r.outer_step for r in rep.rows] == list(range(11, cfg.outer_steps + 1))
+    np.testing.assert_allclose([r.forecast for r in rep.rows], replayed_weight_std(cfg, ph, own=True, grow=True)[10:],
                                rtol=1e-9)
-    assert rep["rows"][1]["measured"] == 1.0  # outer step 12, an evaluation
+    assert rep.rows[1].measured == 1.0  # outer step 12, an evaluation
 
 
 def test_flags_early_steps_and_unsettled_inputs(tmp_path):
     cfg = config()
     write_run(tmp_path, cfg)
-    assert any(f.startswith("too few steps") for f in F.forecast(tmp_path, from_step=4)["flags"])
+    assert any(f.startswith("too few steps") for f in F.forecast(tmp_path, from_step=4).flags)
     with pytest.raises(Exception, match="at least 3"):
         F.forecast(tmp_path, from_step=2)
     rows = [json.loads(x) for x in (tmp_path / "inputs.jsonl").read_text().splitlines()]
@@ -198,7 +198,7 @@ def test_flags_early_steps_and_unsettled_inputs(tmp_path):
         for g in r["groups"].values():
             g["c"] *= (t / 10) ** 4
     (tmp_path / "inputs.jsonl").write_text("".join(dumps(r) + "\n" for r in rows))
-    assert any(f.startswith("not settled") for f in F.forecast(tmp_path, from_step=10)["flags"])
+    assert any(f.startswith("not settled") for f in F.forecast(tmp_path, from_step=10).flags)
 
 
 def _measured_as(path, cfg, values):
@@ -445,10 +445,10 @@ def test_without_the_noise_growth_a_run_whose_noise_grows_is_forecast_low(tmp_pa
     cfg = config()
     ph = write_run(tmp_path, cfg, grow=True)
     exact = replayed_weight_std(cfg, ph, own=True, grow=True)[10:]
-    grown = np.array([r["forecast"] for r in F.forecast(tmp_path, from_step=10)["rows"]])
+    grown = np.array([r.forecast for r in F.forecast(tmp_path, from_step=10).rows])
     np.testing.assert_allclose(grown, exact, rtol=1e-9)
     monkeypatch.setattr(F, "NOISE_GROWTH", 0.0)
-    held = np.array([r["forecast"] for r in F.forecast(tmp_path, from_step=10)["rows"]])
+    held = np.array([r.forecast for r in F.forecast(tmp_path, from_step=10).rows])
     half = slice(cfg.outer_steps // 2 - 10, None)
     assert math.sqrt(np.mean(held[half] ** 2) / np.mean(exact[half] ** 2)) < 0.9
 
@@ -458,18 +458,18 @@ def test_a_window_whose_pooled_c_is_below_the_level_is_flagged(tmp_path):
     cfg = config()
     write_run(tmp_path, cfg, c_scale=0.4)  # pooled c 0.4 (0.05 * 3000 + 0.5 * 1000) / 4000 = 0.065
     rep = F.forecast(tmp_path, from_step=20)
-    assert rep["c_level"] == pytest.approx(0.065)
-    assert [f[:36] for f in rep["flags"]] == ["not settled: the pooled c is 0.065 o"] and "below 0.075" in rep["flags"][0]
+    assert rep.c_level == pytest.approx(0.065)
+    assert [f[:36] for f in rep.flags] == ["not settled: the pooled c is 0.065 o"] and "below 0.075" in rep.flags[0]
     write_run(tmp_path, cfg)
-    assert not F.forecast(tmp_path, from_step=20)["flags"]
+    assert not F.forecast(tmp_path, from_step=20).flags
 
 
 def test_a_forecast_from_before_half_the_run_is_flagged_early(tmp_path):
     """``early``: from outer step 19 of 40 the forecast is withdrawn, with the step; from step 20 (half) it is not."""
     write_run(tmp_path, config())
-    flags = F.forecast(tmp_path, from_step=19)["flags"]
+    flags = F.forecast(tmp_path, from_step=19).flags
     assert len(flags) == 1 and flags[0].startswith("early: forecast from outer step 19 of 40, before 50% of the run")
-    assert not F.forecast(tmp_path, from_step=20)["flags"]
+    assert not F.forecast(tmp_path, from_step=20).flags
 
 
 @pytest.mark.parametrize("writer, replicas, one_sided", [("noloco-run", 8, True), (None, 8, False),
@@ -517,11 +517,11 @@ def test_the_forecast_with_the_runs_own_later_noise_is_the_replay_of_the_whole_r
         s2 = np.array([r["groups"][name]["s2"] for r in rows])
         level = level + numel * replay(OUTER, c, s2, np.zeros(cfg.outer_steps), groups=along)[1][1:]
     exact = np.sqrt(level / sum(g[2] for g in GROUPS.values()))[10:]
-    later = [r["forecast"] for r in F.forecast(tmp_path, from_step=10, measured_later="s2")["rows"]]
+    later = [r.forecast for r in F.forecast(tmp_path, from_step=10, measured_later="s2").rows]
     np.testing.assert_allclose(later, exact, rtol=1e-9)
-    held = np.array([r["forecast"] for r in F.forecast(tmp_path, from_step=10)["rows"]])
+    held = np.array([r.forecast for r in F.forecast(tmp_path, from_step=10).rows])
     assert held[-1] < 0.8 * exact[-1]
-    np.testing.assert_allclose([r["forecast"] for r in F.forecast(tmp_path, 10, measured_later="c")["rows"]], held,
+    np.testing.assert_allclose([r.forecast for r in F.forecast(tmp_path, 10, measured_later="c").rows], held,
                                rtol=1e-9)
     with pytest.raises(Exception, match="measured_later='rho' is not allowed"):
         F.forecast(tmp_path, measured_later="rho")

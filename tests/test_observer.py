@@ -111,7 +111,7 @@ def test_the_advice_reads_it(run_folder, capsys):
     ratios = [r.ratio for r in report.rows[1:]]
     assert all(r is not None and 0.2 < r < 5 for r in ratios), ratios  # a prediction, not an agreement claim
     fc = forecast(folder)
-    assert fc["from_step"] == 6 and len(fc["rows"]) == T - 6 and all(r["forecast"] > 0 for r in fc["rows"])
+    assert fc.from_step == 6 and len(fc.rows) == T - 6 and all(r.forecast > 0 for r in fc.rows)
     other = transfer(folder, beta=0.5)
     assert other.rows[-1].predicted > 0
     tuned = tune([folder])
@@ -264,7 +264,7 @@ def test_one_replica_per_rank_writes_what_one_process_samples(tmp_path):
     assert [r["weight_std"] for r in dist_run.metrics] == pytest.approx([r["weight_std"] for r in one.metrics],
                                                                         rel=1e-9)
     assert predict(tmp_path / "dist").rows[-1].predicted > 0
-    assert forecast(tmp_path / "dist")["rows"]
+    assert forecast(tmp_path / "dist").rows
     assert main(["llm", "predict", str(tmp_path / "dist"), "--forecast"]) == 0
     row = tune([tmp_path / "dist"], compute_seconds=0.01).rows[0]  # read; no loss was logged to rank on
     assert row.stability_margin > 0 and "no evaluation" in row.excluded
@@ -331,7 +331,7 @@ def test_a_forecast_that_crosses_the_spread_budget(tmp_path, run_folder):
     folder, _ = run_folder
     at3 = forecast(folder, from_step=3)
     measured = noloco.read_run(folder).metrics[2]["weight_std"]
-    peak = max(r["forecast"] for r in at3["rows"])
+    peak = max(r.forecast for r in at3.rows)
     assert peak > 1.05 * measured  # this run's spread still grows after outer step 3
     budget = (peak + measured) / 2  # above the spread at step 2, below the forecast
     observer, _ = train_batched(tmp_path / "tight", spread_budget=budget)

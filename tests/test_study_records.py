@@ -341,9 +341,27 @@ def _transfer() -> advice_forecast.Transfer:
     F = advice_forecast
     return F.Transfer(run="r", changes={"alpha": 0.3}, flags=[], decay_factor=0.5, pilot_decay_factor=0.6,
                       flattest_c=0.05, tilt=1.1, second_half_rms=1e-3, second_half_rms_average=1.1e-3,
-                      groups=F.TransferGroups(along="average", seed=None, why="no seed"), pilot_replayed_rms=9e-4,
+                      groups=F.StepGroups(along="average", seed=None, why="no seed"), pilot_replayed_rms=9e-4,
                       pilot_replay_ratio=None, interval={"quantiles": [0.9, 1.1], "from": "x"},
                       rows=[F.TransferRow(outer_step=1, predicted=1e-3, low=9e-4, high=1.1e-3)])
+
+
+def _forecast(measured=None) -> advice_forecast.Forecast:
+    F = advice_forecast
+    return F.Forecast(run="r", method="noloco", from_step=8, outer_steps=32, window=[4, 8], c_rise=0.1, c_level=0.2,
+                      flags=["early: x"], groups=F.StepGroups(along="own", seed=3, why=None),
+                      rows=[F.ForecastStep(outer_step=9, forecast=1e-3, low=9e-4, high=1.1e-3, measured=measured)],
+                      interval={"quantiles": [0.9, 1.1], "from": "x"},
+                      recipe=F.ForecastRecipe(window=5, c_scaling="held", s2_scaling="L2 exp(1.3 t / T)"))
+
+
+def test_the_forecast_writes_the_keys_in_the_order_it_always_did():
+    obj = _forecast().to_json()
+    assert list(obj) == ["run", "method", "from_step", "outer_steps", "window", "c_rise", "c_level", "flags", "groups",
+                         "rows", "interval", "recipe"]
+    assert obj["rows"] == [{"outer_step": 9, "forecast": 1e-3, "low": 9e-4, "high": 1.1e-3, "measured": None}]
+    assert obj["groups"] == {"along": "own", "seed": 3, "why": None}
+    assert list(obj["recipe"]) == ["window", "c_scaling", "s2_scaling"]
 
 
 def test_the_prediction_and_the_transfer_write_the_keys_in_the_order_they_always_did():
@@ -357,7 +375,7 @@ def test_the_prediction_and_the_transfer_write_the_keys_in_the_order_they_always
         "second_half_rms_average", "groups", "pilot_replayed_rms", "pilot_replay_ratio", "interval", "rows"]
 
 
-@pytest.mark.parametrize("record", [_prediction(), _prediction(None), _transfer(),
+@pytest.mark.parametrize("record", [_prediction(), _prediction(None), _transfer(), _forecast(), _forecast(1e-3),
                                     advice_fork.ForkOrigin(fork_of="p", fork_at=40, fork_len=80),
                                     OtherSettings(seed=3, adam_beta1=0.8)],
                          ids=lambda r: type(r).__name__)

@@ -221,12 +221,6 @@ def replayed_tensors(outer, groups: dict, along=None) -> dict[str, ReplayedTenso
     return out
 
 
-def _replayed(outer, groups: dict, along=None) -> dict:
-    """:func:`replayed_tensors` in the forecast's form, a dict per tensor."""
-    return {name: {"numel": t.numel, "S": t.S, "c": t.c, "s2": t.s2, "rho": t.rho}
-            for name, t in replayed_tensors(outer, groups, along).items()}
-
-
 def _step_forward(outer, S, c, s2, rho, along=None) -> np.ndarray:
     """E z^2 after each of the given steps (inputs as the theory reads them: no correction); ``along``: the
     steps' averaging matrices (S then the replicas' full deviation covariance), else averaged over groups."""
@@ -242,9 +236,10 @@ def _weight_std(per_tensor: list[tuple[int, np.ndarray]]) -> np.ndarray:
     return np.sqrt(np.maximum(sum(n * v for n, v in per_tensor), 0.0) / total)
 
 
-def _pooled(tensors: dict, key: str, idx) -> np.ndarray:
-    total = sum(t["numel"] for t in tensors.values())
-    return sum(t["numel"] * t[key][idx] for t in tensors.values()) / total
+def _pooled(tensors: dict[str, ReplayedTensor], series, idx) -> np.ndarray:
+    """``series(tensor)`` (an input per step, e.g. ``lambda t: t.c``) at steps ``idx``, weighted by the tensors' sizes."""
+    total = sum(t.numel for t in tensors.values())
+    return sum(t.numel * series(t)[idx] for t in tensors.values()) / total
 
 
 def amplification_tilt(pilot, target, c_flat: float, rho: float = 0.0) -> float:
@@ -264,17 +259,63 @@ def interval_bounds(values: np.ndarray, error: tuple[float, float]) -> tuple[lis
     return (values / hi).tolist(), (values / lo).tolist()
 
 
-def _interval(values: np.ndarray, error: tuple[float, float]) -> dict:
-    low, high = interval_bounds(values, error)
-    return {"low": low, "high": high}
+@dataclass(frozen=True)
+class StepGroups(JsonRecord):
+    """The groups a forecast or transfer stepped along: ``"own"`` (the run's groups seed; a transfer's target draws
+    from the pilot's) or ``"average"`` (over random groups, and why)."""
+
+    along: str
+    seed: Optional[int]
+    why: Optional[str]
+
+
+@dataclass(frozen=True)
+class ForecastStep(JsonRecord):
+    """The forecast weight_std after one future outer step, its 80 % interval, and what the run measured there
+    (None where it has no evaluation)."""
+
+    outer_step: int
+    forecast: float
+    low: float
+    high: float
+    measured: Optional[float]
+
+
+@dataclass(frozen=True)
+class ForecastRecipe(JsonRecord):
+    """What the forecast held: its window's length, and how c and s2 go on past it."""
+
+    window: int
+    c_scaling: str
+    s2_scaling: str
+
+
+@dataclass(frozen=True)
+class Forecast(JsonRecord):
+    """:func:`forecast`'s report (``noloco llm predict --forecast --json``)."""
+
+    NESTED = {"groups": StepGroups, "rows": (list, ForecastStep), "recipe": ForecastRecipe}
+
+    run: str
+    method: str
+    from_step: int
+    outer_steps: int
+    window: list  # [first, last]: the outer steps whose inputs are held
+    c_rise: float
+    c_level: float
+    flags: list
+    groups: StepGroups
+    rows: list
+    interval: dict  # {"quantiles", "from"}: where the interval was measured
+    recipe: ForecastRecipe
 
 
 def _measured_rows(run) -> dict:
-    return {int(m["outer_step"]): m.get("weight_std") for m in run.metrics}
+    return {int(m.outer_step): m.weight_std for m in run.metric_rows}
 
 
 def forecast(run_dir, from_step: int | None = None, along: str = "own", seed: int | None = None,
-             measured_later: str | None = None) -> dict:
+             measured_later: str | None = None) -> Forecast:
     """The spread of a run forecast from its measured outer steps 1..``from_step`` to its last outer step (module
     docstring). ``from_step`` defaults to every step measured in a run still going and, in a finished run, to its
     first quarter (at least 3 steps), the point the held-out evaluation validated. Rows for every future step,
@@ -296,12 +337,12 @@ def forecast(run_dir, from_step: int | None = None, along: str = "own", seed: in
                         "is 0 by definition)")
     mats, why = own_groups(run, T, seed) if along == "own" else (None, "asked")
     own = mats is not None
-    tensors = _replayed(outer, groups, mats[:t0] if own else None)
+    tensors = replayed_tensors(outer, groups, mats[:t0] if own else None)
     base = noise_base(cfg)
     window = np.arange(max(t0 - WINDOW, 1), t0)  # 0-based steps, never the first
     future = np.arange(t0, T)
     flags = []
-    c_pooled = _pooled(tensors, "c", window)
+    c_pooled = _pooled(tensors, lambda t: t.c, window)
     rise = (c_pooled[-2:].mean() - c_pooled[:2].mean()) / abs(c_pooled.mean()) if c_pooled.mean() else math.inf
     c_level = float(np.median(c_pooled))
     if c_level < SETTLED_C:
@@ -323,46 +364,35 @@ def forecast(run_dir, from_step: int | None = None, along: str = "own", seed: in
     later = None
     if measured_later:  # the inputs of every measured step, as the theory reads them
         _, every, _ = _measured(run_dir, T)
-        later = _replayed(outer, every, mats if own else None)
+        later = replayed_tensors(outer, every, mats if own else None)
     per = []
     for name, t in tensors.items():
-        c = np.full(future.size, float(np.median(t["c"][window])))
-        s2 = float(np.median(t["s2"][window] / base[window])) * base[future]
+        c = np.full(future.size, float(np.median(t.c[window])))
+        s2 = float(np.median(t.s2[window] / base[window])) * base[future]
         if measured_later == "c":
-            c = later[name]["c"][future]
+            c = later[name].c[future]
         elif measured_later == "s2":
-            s2 = later[name]["s2"][future]
-        per.append((t["numel"], _step_forward(outer, t["S"], c, s2, t["rho"], mats[t0:] if own else None)))
+            s2 = later[name].s2[future]
+        per.append((t.numel, _step_forward(outer, t.S, c, s2, t.rho, mats[t0:] if own else None)))
     ws = _weight_std(per) if future.size else np.zeros(0)
     if future.size and not np.all(np.isfinite(ws)):
         flags.append("the forecast recursion diverges: the held inputs make this outer setting unstable")
-    band = _interval(ws, FORECAST_ERROR)
     measured = _measured_rows(run)
-    rows = [{"outer_step": int(s + 1), "forecast": float(v), "low": lo, "high": hi,
-             "measured": measured.get(int(s + 1))} for s, v, lo, hi in zip(future, ws, band["low"], band["high"])]
-    return {"run": str(run.folder), "method": run.method, "from_step": t0, "outer_steps": T,
-            "window": [int(window[0] + 1), t0], "c_rise": float(rise), "c_level": c_level, "flags": flags,
-            "groups": {"along": "own" if own else "average",
-                       "seed": (groups_seed(cfg) if seed is None else seed) if own else None, "why": why},
-            "rows": rows,
-            "interval": {"quantiles": list(FORECAST_ERROR), "from": "docs/data/forecasts.json"},
-            "recipe": {"window": WINDOW, "c_scaling": "held", "s2_scaling": f"L2 exp({NOISE_GROWTH:g} t / T)"}}
+    rows = [ForecastStep(outer_step=int(s + 1), forecast=float(v), low=lo, high=hi, measured=measured.get(int(s + 1)))
+            for s, v, lo, hi in zip(future, ws, *interval_bounds(ws, FORECAST_ERROR))]
+    return Forecast(run=str(run.folder), method=run.method, from_step=t0, outer_steps=T,
+                    window=[int(window[0] + 1), t0], c_rise=float(rise), c_level=c_level, flags=flags,
+                    groups=StepGroups(along="own" if own else "average",
+                                      seed=(groups_seed(cfg) if seed is None else seed) if own else None, why=why),
+                    rows=rows, interval={"quantiles": list(FORECAST_ERROR), "from": "docs/data/forecasts.json"},
+                    recipe=ForecastRecipe(window=WINDOW, c_scaling="held",
+                                          s2_scaling=f"L2 exp({NOISE_GROWTH:g} t / T)"))
 
 
 #: the fields a transfer may change, with their types: the outer step's, then the schedule's
 OUTER_CHANGES = {name: type(getattr(OuterConfig, name)) for name in OUTER_FIELDS}
 SCHEDULE_FIELDS = {"lr": float, "inner_steps": int, "outer_steps": int}
 TRANSFER_FIELDS = {**OUTER_CHANGES, **SCHEDULE_FIELDS}
-
-
-@dataclass(frozen=True)
-class TransferGroups(JsonRecord):
-    """The groups a transfer stepped along: ``"own"`` (the pilot's groups seed, and the target's drawn from it) or
-    ``"average"`` (over random groups, and why)."""
-
-    along: str
-    seed: Optional[int]
-    why: Optional[str]
 
 
 @dataclass(frozen=True)
@@ -379,7 +409,7 @@ class TransferRow(JsonRecord):
 class Transfer(JsonRecord):
     """:func:`transfer`'s report (``noloco llm predict --as ... --json``)."""
 
-    NESTED = {"groups": TransferGroups, "rows": (list, TransferRow)}
+    NESTED = {"groups": StepGroups, "rows": (list, TransferRow)}
 
     run: str
     changes: dict
@@ -390,7 +420,7 @@ class Transfer(JsonRecord):
     tilt: float
     second_half_rms: float
     second_half_rms_average: float
-    groups: TransferGroups
+    groups: StepGroups
     pilot_replayed_rms: float
     pilot_replay_ratio: Optional[float]
     interval: dict  # {"quantiles", "from"}: where the interval was measured
@@ -489,7 +519,7 @@ def transfer(run_dir, seed: int | None = None, **changes) -> Transfer:
     return Transfer(run=str(run.folder), changes=changes, flags=flags, decay_factor=radius,
                     pilot_decay_factor=radius_pilot, flattest_c=flattest, tilt=tilt, second_half_rms=level,
                     second_half_rms_average=average,
-                    groups=TransferGroups(along="average" if target_mats is None else "own",
+                    groups=StepGroups(along="average" if target_mats is None else "own",
                                           seed=None if target_mats is None else groups_seed_of(run, seed), why=why),
                     pilot_replayed_rms=float(math.sqrt(np.mean(ws_pilot[len(ws_pilot) // 2:] ** 2))),
                     pilot_replay_ratio=replay,
@@ -577,19 +607,18 @@ def _tilt(x) -> str:
     return f"{x:.3g}x" if x is not None and math.isfinite(x) else "unbounded (the target does not settle there)"
 
 
-def format_forecast(report: dict) -> str:
-    lines = [f"{report['run']}: {report['method']}; forecast from outer steps 1 to {report['from_step']} "
-             f"(window {report['window'][0]} to {report['window'][1]}) to step {report['outer_steps']}; "
+def format_forecast(report: Forecast) -> str:
+    lines = [f"{report.run}: {report.method}; forecast from outer steps 1 to {report.from_step} "
+             f"(window {report.window[0]} to {report.window[1]}) to step {report.outer_steps}; "
              f"80 % interval from the development sweep's errors",
              f"{'outer':>6} {'forecast':>11} {'low':>11} {'high':>11} {'measured':>11}"]
-    lines += [f"{r['outer_step']:>6} {_fmt(r['forecast'], '11.4e')} {_fmt(r['low'], '11.4e')} "
-              f"{_fmt(r['high'], '11.4e')} {_fmt(r['measured'], '11.4e')}" for r in report["rows"]]
-    groups = report.get("groups") or {}
-    if groups.get("along") == "own":
-        lines.append(f"along the run's own groups (groups seed {groups['seed']})")
-    elif groups.get("why"):
-        lines.append(f"note: {groups['why'] if groups['why'] != 'asked' else 'averaged over random groups'}")
-    lines += [f"flag: {f}" for f in report["flags"]]
+    lines += [f"{r.outer_step:>6} {_fmt(r.forecast, '11.4e')} {_fmt(r.low, '11.4e')} "
+              f"{_fmt(r.high, '11.4e')} {_fmt(r.measured, '11.4e')}" for r in report.rows]
+    if report.groups.along == "own":
+        lines.append(f"along the run's own groups (groups seed {report.groups.seed})")
+    elif report.groups.why:
+        lines.append(f"note: {report.groups.why if report.groups.why != 'asked' else 'averaged over random groups'}")
+    lines += [f"flag: {f}" for f in report.flags]
     return "\n".join(lines)
 
 

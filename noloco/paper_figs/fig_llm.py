@@ -171,12 +171,12 @@ def _forecast(run: Path, cfg: dict | None) -> RunForecast | None:
         rep = forecast(run, from_step=int(cfg["outer_steps"]) // 4)
     except (ImportError, ConfigError, DataError, KeyError, TypeError, ValueError):
         return None
-    finite = [r for r in rep["rows"] if all(np.isfinite(r[k]) for k in ("forecast", "low", "high"))]
+    finite = [r for r in rep.rows if all(np.isfinite((r.forecast, r.low, r.high)))]
     if not finite:
         return None
-    return RunForecast(rows={r["outer_step"]: (r["forecast"], r["low"], r["high"]) for r in finite},
-                       flags=rep["flags"], outside=[r["outer_step"] for r in finite if r["measured"] is not None
-                                                    and not r["low"] <= r["measured"] <= r["high"]])
+    return RunForecast(rows={r.outer_step: (r.forecast, r.low, r.high) for r in finite},
+                       flags=rep.flags, outside=[r.outer_step for r in finite if r.measured is not None
+                                                 and not r.low <= r.measured <= r.high])
 
 
 def _forecast_line(runs: list) -> ForecastLine | None:

@@ -229,12 +229,12 @@ def forecast_check(folder: Path, setting: str, seed: int) -> ForecastCheck:
 
     T = read_run(folder).setting.outer_steps
     fc = forecast(folder, from_step=T // 4)
-    measured = [r for r in fc["rows"] if r["measured"] is not None]
-    ratio = (rms_second_half([(r["outer_step"], r["forecast"]) for r in measured], T)
-             / rms_second_half([(r["outer_step"], r["measured"]) for r in measured], T))
-    flagged = any(f.startswith(EXTRAPOLATING) for f in fc["flags"])
-    return ForecastCheck(setting=setting, seed=seed, from_step=fc["from_step"], outer_steps=T, ratio=ratio,
-                         flags=fc["flags"], verdict=_verdict(ratio, flagged),
+    measured = [r for r in fc.rows if r.measured is not None]
+    ratio = (rms_second_half([(r.outer_step, r.forecast) for r in measured], T)
+             / rms_second_half([(r.outer_step, r.measured) for r in measured], T))
+    flagged = any(f.startswith(EXTRAPOLATING) for f in fc.flags)
+    return ForecastCheck(setting=setting, seed=seed, from_step=fc.from_step, outer_steps=T, ratio=ratio,
+                         flags=fc.flags, verdict=_verdict(ratio, flagged),
                          inside_interval=_inside(ratio, FORECAST_ERROR))
 
 

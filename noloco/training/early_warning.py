@@ -206,12 +206,12 @@ def spread_budget(run, outer, budget: float, measured: float, step: int, outer_s
     from noloco.advice.forecast import forecast
 
     report = forecast(run, from_step=measured_steps)
-    every, own_flags = report["rows"], report["flags"]  # the forecast's report (its rows: outer_step, forecast, low, high)
-    rows = [r for r in every if math.isfinite(r["forecast"])]
-    over = next((r for r in rows if r["forecast"] > budget), None)
+    every, own_flags = report.rows, report.flags
+    rows = [r for r in every if math.isfinite(r.forecast)]
+    over = next((r for r in rows if r.forecast > budget), None)
     if over is None and len(rows) == len(every):
         return None
-    at, value, low, high = (over["outer_step"], over["forecast"], over["low"], over["high"]) if over else (None,) * 4
+    at, value, low, high = (over.outer_step, over.forecast, over.low, over.high) if over else (None,) * 4
     # forecast_step and forecast are null where the forecast diverges before crossing: the keys are always written
     return Flag("spread_budget", step, forecast_step=at, forecast=value, forecast_flags=own_flags,
                 message=f"the spread forecast from outer step {measured_steps} crosses the budget {budget:.3g} at outer "
