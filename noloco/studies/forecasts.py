@@ -265,14 +265,14 @@ def forecast_row(folder: Path, K: int, seed: int | None = None, alongs=("own", "
     metrics = run.metrics
     out = {}
     for along in alongs:
-        fc = forecast(folder, from_step=K, along=along, seed=seed)  # the advice layer's dict, read here
-        T = fc["outer_steps"]
-        rows = [r for r in fc["rows"] if r["outer_step"] > T / 2 and r["measured"] is not None]
-        seen = _rms([r["measured"] for r in rows])
-        ratio = _rms([r["forecast"] for r in rows]) / seen
-        low, high = _rms([r["low"] for r in rows]), _rms([r["high"] for r in rows])
-        out[along] = Along(ratio=ratio, c_rise=fc["c_rise"], c_level=fc["c_level"], groups=fc["groups"]["along"],
-                           flagged=bool(fc["flags"]), always=[f for f in fc["flags"] if f.startswith(ALWAYS)],
+        fc = forecast(folder, from_step=K, along=along, seed=seed)
+        T = fc.outer_steps
+        rows = [r for r in fc.rows if r.outer_step > T / 2 and r.measured is not None]
+        seen = _rms([r.measured for r in rows])
+        ratio = _rms([r.forecast for r in rows]) / seen
+        low, high = _rms([r.low for r in rows]), _rms([r.high for r in rows])
+        out[along] = Along(ratio=ratio, c_rise=fc.c_rise, c_level=fc.c_level, groups=fc.groups.along,
+                           flagged=bool(fc.flags), always=[f for f in fc.flags if f.startswith(ALWAYS)],
                            inside=low <= seen <= high, holds=abs(ratio - 1) <= TOLERANCE)
     # the naive baseline: the last weight_std measured at or before outer step K, carried forward
     logged = [(int(m["outer_step"]), m["weight_std"]) for m in metrics if m.get("weight_std")]
@@ -402,10 +402,10 @@ def noise_fit(out: Path) -> dict[str, NoiseFit]:
     X, y, ids = [], [], []
     for i, (f, run, s) in enumerate(development_runs()):
         record, groups, T = FC._measured(F._folder(out, f, run, s), None)
-        tensors = FC._replayed(record.outer, groups, own_groups(record, T, s)[0])
+        tensors = FC.replayed_tensors(record.outer, groups, own_groups(record, T, s)[0])
         L2 = FC.schedule_functionals(record.setting).L2
         steps = np.arange(8, T + 1)
-        s2 = FC._pooled(tensors, "s2", steps - 1)
+        s2 = FC._pooled(tensors, lambda t: t.s2, steps - 1)
         X += list(zip(steps / T, np.log(L2[steps - 1])))
         y += list(np.log(s2 / L2[steps - 1]))
         ids += [i] * len(steps)
