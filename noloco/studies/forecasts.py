@@ -359,21 +359,34 @@ def claimed_by(row: ForecastRow, c_min: float, rise: float, fall: float, share: 
     return bool(_claimed(_columns([row]), c_min, rise, fall, share, exponent, noise, edge)[0])
 
 
-def _columns(rows: list[ForecastRow]) -> dict:
-    """What the flags read of ``rows``, as arrays."""
+@dataclass(frozen=True)
+class _Columns:
+    """What the flags read of a list of rows, as arrays (no flag that always withdraws: ``free``)."""
+
+    free: np.ndarray
+    c: np.ndarray
+    rise: np.ndarray
+    K: np.ndarray
+    T: np.ndarray
+    H: np.ndarray
+    noise: np.ndarray
+    edge: np.ndarray
+
+
+def _columns(rows: list[ForecastRow]) -> _Columns:
     def col(get, missing=math.nan):
         return np.array([missing if get(r) is None else get(r) for r in rows], dtype=float)
 
-    return {"free": np.array([not r.always for r in rows], dtype=bool), "c": col(lambda r: r.c_level),
-            "rise": col(lambda r: r.c_rise), "K": col(lambda r: r.from_step), "T": col(lambda r: r.outer_steps),
-            "H": col(lambda r: r.inner_steps or REFERENCE_H), "noise": col(lambda r: r.noise_scatter, math.inf),
-            "edge": col(lambda r: r.decay_factor, 0.0)}
+    return _Columns(free=np.array([not r.always for r in rows], dtype=bool), c=col(lambda r: r.c_level),
+                    rise=col(lambda r: r.c_rise), K=col(lambda r: r.from_step), T=col(lambda r: r.outer_steps),
+                    H=col(lambda r: r.inner_steps or REFERENCE_H), noise=col(lambda r: r.noise_scatter, math.inf),
+                    edge=col(lambda r: r.decay_factor, 0.0))
 
 
-def _claimed(cols: dict, c_min, rise, fall, share=0.0, exponent=0.0, noise=0.0, edge=math.inf) -> np.ndarray:
-    c = cols["c"] * (REFERENCE_H / cols["H"]) ** exponent
-    late = (cols["K"] >= share * cols["T"]) | (cols["noise"] <= noise)
-    return cols["free"] & (c >= c_min) & (cols["rise"] >= -fall) & (cols["rise"] <= rise) & late & (cols["edge"] <= edge)
+def _claimed(cols: _Columns, c_min, rise, fall, share=0.0, exponent=0.0, noise=0.0, edge=math.inf) -> np.ndarray:
+    c = cols.c * (REFERENCE_H / cols.H) ** exponent
+    late = (cols.K >= share * cols.T) | (cols.noise <= noise)
+    return cols.free & (c >= c_min) & (cols.rise >= -fall) & (cols.rise <= rise) & late & (cols.edge <= edge)
 
 
 def choose_flags(rows: list[ForecastRow], max_missed: float = MAX_MISSED, shares=(0.0,), exponents=(0.0,),
@@ -409,7 +422,7 @@ def _inner_steps(row: ForecastRow) -> int:
 
 def stored_rows(paths=(_DATA / "forecasts.json", _DATA / "forecasts_fresh.json")) -> list[ForecastRow]:
     """The development forecasts of the second round (module docstring), each with its run's H."""
-    rows = [ForecastRow.from_json(r) for p in paths for r in read_json(p)["rows"]]
+    rows = [r for p in paths for r in ForecastsReport.from_json(read_json(p)).rows]
     return [dataclasses.replace(r, inner_steps=r.inner_steps or _inner_steps(r)) for r in rows]
 
 
@@ -445,9 +458,9 @@ def remake_development(runs_dirs: dict[str, Path], names=DEVELOPMENT3) -> Foreca
 
     rows = []
     for name in names:
-        for old in read_json(_DATA / name)["rows"]:
-            folder = F._folder(Path(runs_dirs[name]), old["family"], old["run"], old["seed"])
-            rows.append(forecast_row(folder, old["from_step"], old["seed"], ("own",), old["family"], old["run"]))
+        for old in ForecastsReport.from_json(read_json(_DATA / name)).rows:
+            folder = F._folder(Path(runs_dirs[name]), old.family, old.run, old.seed)
+            rows.append(forecast_row(folder, old.from_step, old.seed, ("own",), old.family, old.run))
     return ForecastsReport(schema="forecasts-development", tolerance=TOLERANCE, noise_growth=FC.NOISE_GROWTH,
                            rows=rows, summary=verdicts(rows), per_family=_per_family(rows))
 
@@ -456,7 +469,7 @@ def choice3(rows: list[ForecastRow] | None = None) -> Choice:
     """The third round's flags and interval chosen on its development forecasts (module docstring; default the
     stored docs/data/forecasts_dev3.json)."""
     if rows is None:
-        rows = [ForecastRow.from_json(r) for r in read_json(_DATA / "forecasts_dev3.json")["rows"]]
+        rows = ForecastsReport.from_json(read_json(_DATA / "forecasts_dev3.json")).rows
     limits = choose_flags(rows, MAX_MISSED_2, SHARE_GRID, C_EXPONENTS, NOISE_GRID, EDGE_GRID)
     mine = [r for r in rows if claimed_by(r, *limits)]
     return Choice(chosen=Limits(**{k: None if v == math.inf else v for k, v in zip(LIMITS, limits)},
