@@ -118,7 +118,7 @@ from noloco.studies import families, forecasts, transfers  # noqa: E402
 ADVICE_FILES = [(families.FamiliesReport, "families", False), (forecasts.ForecastsReport, "forecasts", True),
                 (forecasts.ForecastsReport, "forecasts_fresh", True),
                 (forecasts.ForecastsReport, "forecasts_fresh6", True), (forecasts.ForecastsReport, "forecasts_dev3", True),
-                (forecasts.ForecastsReport, "forecasts_fresh9", True),
+                (forecasts.ForecastsReport, "forecasts_fresh9", True), (forecasts.ForecastsReport, "forecasts_fresh10", True),
                 (transfers.TransfersReport, "transfers", True), (transfers.TransfersReport, "transfers_fresh6", True),
                 (transfers.TransfersReport, "transfer_groups", True)]
 
