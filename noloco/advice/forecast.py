@@ -57,10 +57,13 @@ fewer runs than it claims (docs/advice.md).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
+from typing import Optional
 
 import numpy as np
 
 from noloco.infra.checks import did_you_mean
+from noloco.infra.record import JsonRecord
 from noloco.infra.errors import ConfigError, DataError
 from noloco.advice.predict import groups_seed, groups_seed_of, own_groups
 from noloco.theory import conditional, exchangeable
@@ -242,16 +245,73 @@ def amplification_tilt(pilot, target, c_flat: float, rho: float = 0.0) -> float:
 
 
 def _interval(values: np.ndarray, error: tuple[float, float]) -> dict:
+    low, high = _interval_bounds(values, error)
+    return {"low": low, "high": high}
+
+
+def _interval_bounds(values: np.ndarray, error: tuple[float, float]) -> tuple[list, list]:
     lo, hi = error
-    return {"low": (values / hi).tolist(), "high": (values / lo).tolist()}
+    return (values / hi).tolist(), (values / lo).tolist()
 
 
 def _measured_rows(run) -> dict:
     return {int(m["outer_step"]): m.get("weight_std") for m in run.metrics}
 
 
+@dataclass(frozen=True)
+class ForecastStep(JsonRecord):
+    """One future outer step of a forecast: the forecast weight_std, its interval and what the run measured there."""
+
+    outer_step: int
+    forecast: float
+    low: float
+    high: float
+    measured: Optional[float]
+
+
+@dataclass(frozen=True)
+class ForecastGroups(JsonRecord):
+    """The groups a forecast stepped along (``own`` or ``average``), their seed, and why not the run's own."""
+
+    along: str
+    seed: Optional[int]
+    why: Optional[str]
+
+
+@dataclass(frozen=True)
+class Forecast(JsonRecord):
+    """A forecast (:func:`forecast_record`); its JSON (``to_json``) is what ``--forecast --json`` prints."""
+
+    NESTED = {"groups": ForecastGroups, "rows": (list, ForecastStep)}
+
+    run: str
+    method: str
+    from_step: int
+    outer_steps: int
+    window: list
+    c_rise: float
+    c_level: float
+    noise_scatter: float
+    decay_factor: float
+    flags: list
+    groups: ForecastGroups
+    rows: list
+    interval: dict
+    recipe: dict
+
+    def second_half(self) -> list:
+        """The forecast steps of the run's second half that it measured."""
+        return [r for r in self.rows if r.outer_step > self.outer_steps / 2 and r.measured is not None]
+
+
 def forecast(run_dir, from_step: int | None = None, along: str = "own", seed: int | None = None,
              measured_later: str | None = None) -> dict:
+    """:func:`forecast_record` as JSON (the dict the command line prints and the callers read)."""
+    return forecast_record(run_dir, from_step, along, seed, measured_later).to_json()
+
+
+def forecast_record(run_dir, from_step: int | None = None, along: str = "own", seed: int | None = None,
+                    measured_later: str | None = None) -> Forecast:
     """The spread of a run forecast from its measured outer steps 1..``from_step`` to its last outer step (module
     docstring). ``from_step`` defaults to every step measured in a run still going and, in a finished run, to its
     first quarter (at least 3 steps), the point the held-out evaluation validated. Rows for every future step,
@@ -318,18 +378,17 @@ def forecast(run_dir, from_step: int | None = None, along: str = "own", seed: in
     ws = _weight_std(per) if future.size else np.zeros(0)
     if future.size and not np.all(np.isfinite(ws)):
         flags.append("the forecast recursion diverges: the held inputs make this outer setting unstable")
-    band = _interval(ws, FORECAST_ERROR)
     measured = _measured_rows(run)
-    rows = [{"outer_step": int(s + 1), "forecast": float(v), "low": lo, "high": hi,
-             "measured": measured.get(int(s + 1))} for s, v, lo, hi in zip(future, ws, band["low"], band["high"])]
-    return {"run": str(run.folder), "method": run.method, "from_step": t0, "outer_steps": T,
-            "window": [int(window[0] + 1), t0], "c_rise": float(rise), "c_level": c_level, "noise_scatter": scatter,
-            "decay_factor": edge, "flags": flags,
-            "groups": {"along": "own" if own else "average",
-                       "seed": (groups_seed(cfg) if seed is None else seed) if own else None, "why": why},
-            "rows": rows,
-            "interval": {"quantiles": list(FORECAST_ERROR), "from": "docs/data/forecasts.json"},
-            "recipe": {"window": WINDOW, "c_scaling": "held", "s2_scaling": f"L2 exp({NOISE_GROWTH:g} t / T)"}}
+    rows = [ForecastStep(outer_step=int(s + 1), forecast=float(v), low=lo, high=hi, measured=measured.get(int(s + 1)))
+            for s, v, lo, hi in zip(future, ws, *_interval_bounds(ws, FORECAST_ERROR))]
+    return Forecast(run=str(run.folder), method=run.method, from_step=t0, outer_steps=T,
+                    window=[int(window[0] + 1), t0], c_rise=float(rise), c_level=c_level, noise_scatter=scatter,
+                    decay_factor=edge, flags=flags,
+                    groups=ForecastGroups(along="own" if own else "average",
+                                          seed=(groups_seed(cfg) if seed is None else seed) if own else None, why=why),
+                    rows=rows,
+                    interval={"quantiles": list(FORECAST_ERROR), "from": "docs/data/forecasts.json"},
+                    recipe={"window": WINDOW, "c_scaling": "held", "s2_scaling": f"L2 exp({NOISE_GROWTH:g} t / T)"})
 
 
 #: the fields a transfer may change, with their types: the outer step's, then the schedule's

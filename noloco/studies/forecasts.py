@@ -79,6 +79,7 @@ import numpy as np
 from noloco.infra.files import read_json, write_json
 from noloco.infra.record import JsonRecord
 from noloco.advice.forecast import EDGE_LIMIT as FC_EDGE_LIMIT
+from noloco.advice.run_rows import RunResult
 from noloco.studies import families as F
 
 TOLERANCE = 0.15
@@ -287,24 +288,23 @@ def forecast_row(folder: Path, K: int, seed: int | None = None, alongs=("own", "
     """One forecast from outer step ``K`` along the run's own groups (``seed``: the groups seed where the folder
     records none) against what the run measured, with what its flags are decided on; the same forecast averaged
     over groups under ``average``."""
-    from noloco.advice.forecast import forecast
+    from noloco.advice.forecast import forecast_record
 
     from noloco.advice.record import read_run
 
     run = read_run(folder)
     metrics = run.metrics
-    out, extra = {}, {}
+    out, first_fc = {}, None
     for along in alongs:
-        fc = forecast(folder, from_step=K, along=along, seed=seed)  # the advice layer's dict, read here
-        T = fc["outer_steps"]
-        extra.setdefault("noise_scatter", fc["noise_scatter"])
-        extra.setdefault("decay_factor", fc["decay_factor"])
-        rows = [r for r in fc["rows"] if r["outer_step"] > T / 2 and r["measured"] is not None]
-        seen = _rms([r["measured"] for r in rows])
-        ratio = _rms([r["forecast"] for r in rows]) / seen
-        low, high = _rms([r["low"] for r in rows]), _rms([r["high"] for r in rows])
-        out[along] = Along(ratio=ratio, c_rise=fc["c_rise"], c_level=fc["c_level"], groups=fc["groups"]["along"],
-                           flagged=bool(fc["flags"]), always=[f for f in fc["flags"] if f.startswith(ALWAYS)],
+        fc = forecast_record(folder, from_step=K, along=along, seed=seed)
+        first_fc = first_fc or fc
+        T = fc.outer_steps
+        rows = fc.second_half()
+        seen = _rms([r.measured for r in rows])
+        ratio = _rms([r.forecast for r in rows]) / seen
+        low, high = _rms([r.low for r in rows]), _rms([r.high for r in rows])
+        out[along] = Along(ratio=ratio, c_rise=fc.c_rise, c_level=fc.c_level, groups=fc.groups.along,
+                           flagged=bool(fc.flags), always=[f for f in fc.flags if f.startswith(ALWAYS)],
                            inside=low <= seen <= high, holds=abs(ratio - 1) <= TOLERANCE)
     # the naive baseline: the last weight_std measured at or before outer step K, carried forward
     logged = [(int(m["outer_step"]), m["weight_std"]) for m in metrics if m.get("weight_std")]
@@ -313,7 +313,8 @@ def forecast_row(folder: Path, K: int, seed: int | None = None, alongs=("own", "
     average = out["average"] if "average" in out and alongs[0] != "average" else None
     return ForecastRow(family=family, run=run_name, seed=seed, from_step=K, outer_steps=T,
                        inner_steps=run.setting.inner_steps, ratio=first.ratio, c_rise=first.c_rise,
-                       c_level=first.c_level, **extra, groups=first.groups, always=first.always, inside=first.inside,
+                       c_level=first.c_level, noise_scatter=first_fc.noise_scatter,
+                       decay_factor=first_fc.decay_factor, groups=first.groups, always=first.always, inside=first.inside,
                        holds=first.holds, naive=(last / seen) if last else None, average=average,
                        own_over_average=None if average is None else out["own"].ratio / average.ratio,
                        claimed=not first.flagged)
@@ -545,9 +546,9 @@ def attribution(out: Path) -> dict:
             for f, run, s in development_runs():
                 folder = F._folder(out, f, run, s)
                 for K in FROM_STEPS[1:]:
-                    fc = FC.forecast(folder, from_step=K, seed=s, measured_later=what)
-                    rows = [r for r in fc["rows"] if r["outer_step"] > fc["outer_steps"] / 2 and r["measured"]]
-                    ratios[s].append(_rms([r["forecast"] for r in rows]) / _rms([r["measured"] for r in rows]))
+                    fc = FC.forecast_record(folder, from_step=K, seed=s, measured_later=what)
+                    rows = [r for r in fc.rows if r.outer_step > fc.outer_steps / 2 and r.measured]
+                    ratios[s].append(_rms([r.forecast for r in rows]) / _rms([r.measured for r in rows]))
             medians[what or "held"] = {str(s): float(np.median(v)) for s, v in ratios.items()}
     finally:
         FC.NOISE_GROWTH = with_growth
@@ -601,7 +602,7 @@ def judge_fresh(out: Path, seed: int = FRESH_SEED, development: list | None = No
     chosen = (choice3 if third else choice)(development) if second else None
     rows = []
     for family, setting, folder in fresh_runs(out, seed):
-        for K in from_steps(int(read_json(folder / "result.json")["config"]["outer_steps"])):
+        for K in from_steps(int(RunResult.from_json(read_json(folder / "result.json")).config.get("outer_steps"))):
             r = forecast_row(folder, K, seed, ("own",), family, setting)
             if chosen is not None and not third:
                 r = dataclasses.replace(r, claimed_at_5=claimed_by(r, *chosen.at_5.limits()))
