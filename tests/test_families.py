@@ -3,6 +3,7 @@ config through the public API that the advice then reads (nothing downloaded).""
 
 import dataclasses
 import json
+import math
 
 import numpy as np
 import pytest
@@ -21,12 +22,13 @@ def test_the_rules_are_the_ones_stated():
 def test_the_second_fresh_round_judges_seed_6_with_the_5_percent_rule_beside(tmp_path):
     """noloco.studies.forecasts.judge_fresh at seed 6: that seed's finished runs only, each row claimed by the
     forecast's own flags and, beside, by the 5 % rule's limits chosen on the development rows given."""
-    from test_forecast import config, write_run
+    from test_forecast import _scatter_noise, config, write_run
 
     from noloco.studies import forecasts as S
 
     for name in ("llama/a0.5_b0.7_H10/s6", "llama/a0.5_b0.7_H10/s5"):
         write_run(tmp_path / name, config(seed=6))
+        _scatter_noise(tmp_path / name, 0.1)  # the window's noise scatters: ``early`` is not lifted
         result = json.loads((tmp_path / name / "result.json").read_text())
         (tmp_path / name / "result.json").write_text(json.dumps({**result, "finished": True}))
     dev = [_row(S, from_step=K, inner_steps=10) for K in (8, 16, 24)]
@@ -36,6 +38,52 @@ def test_the_second_fresh_round_judges_seed_6_with_the_5_percent_rule_beside(tmp
     assert [r.claimed for r in rep.rows] == [False, False, True, True, True]
     assert all(r.claimed_at_5 for r in rep.rows) and rep.summary_at_5.claimed == 5
     assert rep.summary.claimed == 3 and rep.choice.at_5.early_share == 0.0
+
+
+def test_the_third_round_lifts_early_where_the_windows_noise_is_steady_by_its_rule():
+    """noloco.studies.forecasts.choice3: early forecasts whose window's noise scatters little hold, those that scatter
+    more miss; the 2 % rule claims the late ones and the steady early ones (early at half, lifted below a scatter of
+    0.075), and the near-the-edge flag, which would withdraw holding forecasts too, is not chosen."""
+    from noloco.studies import forecasts as S
+
+    def row(ratio, K, noise, edge=0.6):
+        return _row(S, ratio=ratio, from_step=K, inner_steps=10, noise_scatter=noise, decay_factor=edge,
+                    holds=abs(ratio - 1) <= S.TOLERANCE)
+
+    rows = ([row(1.0 + 0.01 * i, 16 + i % 8, 0.2) for i in range(16)] + [row(0.97, 8, 0.06)] * 4
+            + [row(1.3, 8, 0.09), row(1.25, 12, 0.3)] + [row(1.02, 20, 0.1, edge=0.83)] * 3)
+    ch = S.choice3(rows).chosen
+    assert (ch.early_share, ch.early_noise, ch.edge_limit, ch.claimed, ch.missed) == (0.5, 0.075, None, 23, 0)
+    assert ch.interval == pytest.approx(np.quantile([r.ratio for r in rows if r.from_step >= 16 or r.noise_scatter
+                                                     < 0.07], [0.1, 0.9]))
+    assert S.claimed_by(rows[16], *S.Limits.from_json(ch.to_json()).limits())
+    # a row written before the scatter was read is never lifted from early
+    assert not S.claimed_by(dataclasses.replace(rows[16], noise_scatter=None), *ch.limits())
+
+
+def test_the_third_round_judges_seed_9_and_names_the_grids_missing_runs(tmp_path):
+    """noloco.studies.forecasts.judge_fresh at seed 9: that seed's finished runs only, claimed by the forecast's own
+    flags, the third round's choice beside and every other setting of the grid named as missing."""
+    from test_forecast import config, write_run
+
+    from noloco.advice import forecast as FC
+    from noloco.studies import forecasts as S, one_pilot
+
+    for name in ("llama/a0.5_b0.7_H10/s9", "llama/a0.5_b0.7_H10/s10"):
+        write_run(tmp_path / name, config(seed=9), grow=True)
+        result = json.loads((tmp_path / name / "result.json").read_text())
+        (tmp_path / name / "result.json").write_text(json.dumps({**result, "finished": True}))
+    dev = [_row(S, from_step=K, inner_steps=10, noise_scatter=0.01, decay_factor=0.5) for K in (8, 16, 24)]
+    rep = S.judge_fresh(tmp_path, 9, dev)
+    assert [(r.run, r.seed, r.from_step) for r in rep.rows] == [("a0.5_b0.7_H10", 9, K) for K in (10, 15, 20, 25, 30)]
+    # the noise follows the model exactly (scatter 0): no forecast is early
+    assert all(r.claimed and r.noise_scatter == pytest.approx(0, abs=1e-9) for r in rep.rows)
+    assert all(r.claimed_at_5 is None for r in rep.rows) and rep.summary_at_5 is None
+    assert (rep.flags.early_share, rep.flags.early_noise) == (FC.EARLY_SHARE, FC.EARLY_NOISE)
+    assert rep.choice.chosen.claimed == 3 and rep.choice.at_5 is None
+    assert len(rep.missing) == 2 * len(one_pilot.JUDGED) - 1 and "llama/a0.5_b0.7_H10" not in rep.missing
+    assert "cpu-tiny/a0.5_b0.7_H10" in rep.missing
+    assert "missing (no finished run of seed 9): cpu-tiny/" in S.format_report(rep)
 
 
 def _row(S, **fields):
@@ -102,8 +150,8 @@ def test_the_forecast_flags_are_chosen_and_the_fresh_verdicts_counted_as_stated(
 
     rows = [row(1.02, 0.2, 0.05), row(0.95, 0.15, 0.6), row(1.04, 0.3, -0.35), row(1.4, 0.04, 0.1),
             row(1.3, 0.3, -2.5), row(1.0, 0.2, 0.1, ["too few steps"])]
-    c_min, rise, fall, share, exponent = S.choose_flags(rows)
-    assert (c_min, rise, fall, share, exponent) == (0.15, 0.75, 0.4, 0.0, 0.0)  # the first three claimed; the
+    c_min, rise, fall, share, exponent, noise, edge = S.choose_flags(rows)
+    assert (c_min, rise, fall, share, exponent, noise, edge) == (0.15, 0.75, 0.4, 0.0, 0.0, 0.0, math.inf)  # the first three claimed; the
     # fourth (c 0.04), fifth miss
     claimed = [S.claimed_by(r, c_min, rise, fall) for r in rows]
     assert claimed == [True, True, True, False, False, False]

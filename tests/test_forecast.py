@@ -456,20 +456,48 @@ def test_without_the_noise_growth_a_run_whose_noise_grows_is_forecast_low(tmp_pa
 def test_a_window_whose_pooled_c_is_below_the_level_is_flagged(tmp_path):
     """The early transient: the window's pooled c (median) below SETTLED_C withdraws the forecast, with the number."""
     cfg = config()
-    write_run(tmp_path, cfg, c_scale=0.4)  # pooled c 0.4 (0.05 * 3000 + 0.5 * 1000) / 4000 = 0.065
+    write_run(tmp_path, cfg, c_scale=0.3)  # pooled c 0.3 (0.05 * 3000 + 0.5 * 1000) / 4000 = 0.04875
     rep = F.forecast(tmp_path, from_step=20)
-    assert rep.c_level == pytest.approx(0.065)
-    assert [f[:36] for f in rep.flags] == ["not settled: the pooled c is 0.065 o"] and "below 0.075" in rep.flags[0]
+    assert rep.c_level == pytest.approx(0.04875)
+    assert [f[:37] for f in rep.flags] == ["not settled: the pooled c is 0.0488 o"] and "below 0.05" in rep.flags[0]
     write_run(tmp_path, cfg)
     assert not F.forecast(tmp_path, from_step=20).flags
 
 
-def test_a_forecast_from_before_half_the_run_is_flagged_early(tmp_path):
-    """``early``: from outer step 19 of 40 the forecast is withdrawn, with the step; from step 20 (half) it is not."""
-    write_run(tmp_path, config())
-    flags = F.forecast(tmp_path, from_step=19).flags
-    assert len(flags) == 1 and flags[0].startswith("early: forecast from outer step 19 of 40, before 50% of the run")
+def _scatter_noise(path, amplitude):
+    """inputs.jsonl's s2 times exp(+-amplitude), alternating by step: the window's noise scatters by ~amplitude."""
+    rows = [json.loads(x) for x in (path / "inputs.jsonl").read_text().splitlines()]
+    for t, r in enumerate(rows):
+        for g in r["groups"].values():
+            g["s2"] *= math.exp(amplitude * (-1) ** t)
+    (path / "inputs.jsonl").write_text("".join(dumps(r) + "\n" for r in rows))
+
+
+def test_a_forecast_from_before_half_the_run_is_flagged_early_where_its_noise_scatters(tmp_path):
+    """``early``: from outer step 19 of 40, with the window's noise scattering by 0.1 (> EARLY_NOISE), the forecast
+    is withdrawn, with the step and the scatter; from step 20 (half) it is not. The same early forecast of a run whose
+    noise follows the model's growth (scatter 0) is claimed."""
+    write_run(tmp_path, config(), grow=True)
+    rep = F.forecast(tmp_path, from_step=19)
+    assert rep.noise_scatter == pytest.approx(0.0, abs=1e-9) and not rep.flags
+    _scatter_noise(tmp_path, 0.1)
+    rep = F.forecast(tmp_path, from_step=19)
+    assert rep.noise_scatter == pytest.approx(0.1, rel=0.15) and rep.noise_scatter > F.EARLY_NOISE
+    assert len(rep.flags) == 1 and rep.flags[0].startswith(
+        "early: forecast from outer step 19 of 40, before 50% of the run, and the window's noise scatters by "
+        f"{rep.noise_scatter:.3g}")
     assert not F.forecast(tmp_path, from_step=20).flags
+
+
+def test_the_forecast_reports_the_decay_factor_at_the_flattest_c_as_the_transfer_reads_it(tmp_path):
+    """The forecast's ``decay_factor``: the outer step's at the flattest tensor's c (median over the second half of
+    the measured steps; here the flat group's 0.05), the quantity of --as's ``near the edge``; no flag of its own."""
+    from noloco.theory import exchangeable
+
+    write_run(tmp_path, config())
+    rep = F.forecast(tmp_path, from_step=20)
+    assert rep.decay_factor == pytest.approx(exchangeable.decay_factor(OUTER, 0.05), rel=1e-12)
+    assert rep.decay_factor == pytest.approx(F.transfer(tmp_path).decay_factor, rel=1e-12)
 
 
 @pytest.mark.parametrize("writer, replicas, one_sided", [("noloco-run", 8, True), (None, 8, False),

@@ -157,7 +157,8 @@ from noloco.studies import families, forecasts, transfers, tune_fresh  # noqa: E
 #: transfers.json's tuner rows hold grid_runs before ranked, the typed tuner row writes ranked first)
 ADVICE_FILES = [(families.FamiliesReport, "families", False), (forecasts.ForecastsReport, "forecasts", True),
                 (forecasts.ForecastsReport, "forecasts_fresh", True),
-                (forecasts.ForecastsReport, "forecasts_fresh6", True),
+                (forecasts.ForecastsReport, "forecasts_fresh6", True), (forecasts.ForecastsReport, "forecasts_dev3", True),
+                (forecasts.ForecastsReport, "forecasts_fresh9", True), (forecasts.ForecastsReport, "forecasts_fresh10", True),
                 (transfers.TransfersReport, "transfers", False), (transfers.TransfersReport, "transfers_fresh6", True),
                 (transfers.TransfersReport, "transfer_groups", True),
                 (tune_fresh.IntervalData, "tune_interval", True)]
@@ -349,16 +350,16 @@ def _transfer() -> advice_forecast.Transfer:
 def _forecast(measured=None) -> advice_forecast.Forecast:
     F = advice_forecast
     return F.Forecast(run="r", method="noloco", from_step=8, outer_steps=32, window=[4, 8], c_rise=0.1, c_level=0.2,
-                      flags=["early: x"], groups=F.StepGroups(along="own", seed=3, why=None),
+                      noise_scatter=0.05, decay_factor=0.7, flags=["early: x"], groups=F.StepGroups(along="own", seed=3, why=None),
                       rows=[F.ForecastStep(outer_step=9, forecast=1e-3, low=9e-4, high=1.1e-3, measured=measured)],
                       interval={"quantiles": [0.9, 1.1], "from": "x"},
                       recipe=F.ForecastRecipe(window=5, c_scaling="held", s2_scaling="L2 exp(1.3 t / T)"))
 
 
-def test_the_forecast_writes_the_keys_in_the_order_it_always_did():
+def test_the_forecast_writes_the_keys_in_the_order_of_its_report():
     obj = _forecast().to_json()
-    assert list(obj) == ["run", "method", "from_step", "outer_steps", "window", "c_rise", "c_level", "flags", "groups",
-                         "rows", "interval", "recipe"]
+    assert list(obj) == ["run", "method", "from_step", "outer_steps", "window", "c_rise", "c_level", "noise_scatter",
+                         "decay_factor", "flags", "groups", "rows", "interval", "recipe"]
     assert obj["rows"] == [{"outer_step": 9, "forecast": 1e-3, "low": 9e-4, "high": 1.1e-3, "measured": None}]
     assert obj["groups"] == {"along": "own", "seed": 3, "why": None}
     assert list(obj["recipe"]) == ["window", "c_scaling", "s2_scaling"]

@@ -42,6 +42,26 @@ was evaluated):
 
 ``noloco llm study forecasts --runs DIR --fresh-seed 6`` writes that judgement, ``DIR/forecasts_fresh6.json``.
 
+The third round (the rule fixed here, and the model, flags and interval committed, before any run of seeds 9 or 10
+was evaluated):
+
+* the development forecasts, all seen: the 810 rows of :data:`DEVELOPMENT3` (the families, seeds 4 and 6), each
+  forecast again from its run folder with the model unchanged (:func:`remake_development`:
+  docs/data/forecasts_dev3.json), with two readings of the window beside: its noise scatter (the standard deviation
+  of log(pooled s2 / (L2 G)) over the window: how well the noise the forecast holds is known) and the decay factor
+  at the flattest tensor's c (the quantity of `--as`'s ``near the edge``);
+* the flags: of the second round's grid times :data:`NOISE_GRID` (``early`` lifted where the window's noise scatters
+  by at most this) times :data:`EDGE_GRID` (no edge flag, or `--as`'s limit), the one that claims the most with at
+  most :data:`MAX_MISSED_2` (2 %) of the claims outside 15 % (ties: the stricter); the interval: the 10 % and 90 %
+  quantiles of forecast / measured over those claimed (:func:`choice3`);
+* the fresh judgement (:func:`judge_fresh`), once per seed: every finished run of seeds 9 and 10 of the 29-setting
+  grid (:data:`noloco.studies.one_pilot.JUDGED`, cpu-tiny and Llama, trained as the seed-6 grid) in the folder
+  given, ``noloco llm study forecasts --runs DIR --fresh-seed 9`` (and 10) → ``DIR/forecasts_fresh9.json`` (10),
+  the grid's runs not finished named (``missing``); from :data:`FRACTIONS`, with the first rounds' verdicts (holds
+  within 15 %, flagged = not claimed, per family: forecasts, claimed, within, flagged, missed unflagged, would have
+  held but flagged, the naive baseline) and the interval's coverage of the claimed. The goal: most forecasts
+  claimed, and none of the claimed outside 15 %.
+
 ``noloco llm study forecasts --runs DIR`` on a families layout trains what is missing (finished runs reused), evaluates the development runs and writes ``DIR/forecasts.json``; on a folder of the transfers study
 (one holding ``transfers.json``) it trains nothing and writes the fresh judgement, ``DIR/forecasts_fresh.json``.
 """
@@ -58,6 +78,8 @@ import numpy as np
 
 from noloco.infra.files import read_json, write_json
 from noloco.infra.record import JsonRecord
+from noloco.advice.forecast import EDGE_LIMIT as FC_EDGE_LIMIT
+from noloco.advice.run_rows import RunResult
 from noloco.studies import families as F
 
 TOLERANCE = 0.15
@@ -104,9 +126,11 @@ def _opt():
 class ForecastRow(JsonRecord):
     """One forecast from outer step ``from_step`` against the run's measured second half, along the run's own
     groups (``average``: the same averaged over groups); ``claimed`` when no flag withdraws it, ``claimed_at_5``
-    by the 5 % rule's limits. ``inner_steps`` and ``c_level`` are absent from reports written before them."""
+    by the 5 % rule's limits. ``inner_steps``, ``c_level``, ``noise_scatter`` (the window's, :func:`noloco.advice.
+    forecast.noise_scatter`) and ``decay_factor`` (at the flattest c) are absent from reports written before them."""
 
-    OPTIONAL_KEYS = ("inner_steps", "c_level", "average", "own_over_average", "claimed_at_5")
+    OPTIONAL_KEYS = ("inner_steps", "c_level", "noise_scatter", "decay_factor", "average", "own_over_average",
+                     "claimed_at_5")
     NESTED = {"average": Along}
 
     family: str
@@ -118,6 +142,8 @@ class ForecastRow(JsonRecord):
     ratio: float
     c_rise: float
     c_level: Optional[float] = _opt()
+    noise_scatter: Optional[float] = _opt()
+    decay_factor: Optional[float] = _opt()
     groups: str
     always: list
     inside: bool
@@ -150,13 +176,16 @@ class Verdicts(JsonRecord):
 class Limits(JsonRecord):
     """The flags' limits (:data:`LIMITS`; no limit: None) and interval, and, of a choice, what they claim."""
 
-    OPTIONAL_KEYS = ("early_share", "c_exponent", "interval", "max_missed", "claimed", "missed", "forecasts")
+    OPTIONAL_KEYS = ("early_share", "c_exponent", "early_noise", "edge_limit", "interval", "max_missed", "claimed",
+                     "missed", "forecasts")
 
     settled_c: Optional[float]
     settled_rise: Optional[float]
     settled_fall: Optional[float]
     early_share: Optional[float] = None
     c_exponent: Optional[float] = None
+    early_noise: Optional[float] = None
+    edge_limit: Optional[float] = None
     interval: Optional[list] = None
     max_missed: Optional[float] = None
     claimed: Optional[int] = None
@@ -164,18 +193,19 @@ class Limits(JsonRecord):
     forecasts: Optional[int] = None
 
     def limits(self) -> tuple:
-        """The limits in :func:`claimed_by`'s order, no limit as inf."""
-        return tuple(math.inf if (v := getattr(self, k)) is None else v for k in LIMITS)
+        """The limits in :func:`claimed_by`'s order, no limit as inf (no noise that lifts ``early``: 0)."""
+        return tuple(NO_LIMIT.get(k, math.inf) if (v := getattr(self, k)) is None else v for k in LIMITS)
 
 
 @dataclass(frozen=True)
 class Choice(JsonRecord):
-    """The second round's limits (``chosen``, at most :data:`MAX_MISSED_2` missed) and the 5 % rule's."""
+    """A round's limits (``chosen``, at most :data:`MAX_MISSED_2` missed) and, in the second round, the 5 % rule's."""
 
+    OPTIONAL_KEYS = ("at_5",)
     NESTED = {"chosen": Limits, "at_5": Limits}
 
     chosen: Limits
-    at_5: Limits
+    at_5: Optional[Limits] = None
 
 
 @dataclass(frozen=True)
@@ -189,11 +219,11 @@ class NoiseFit(JsonRecord):
 @dataclass(frozen=True)
 class ForecastsReport(JsonRecord):
     """``forecasts.json`` (the development runs: ``from_steps`` to ``module``, ``noise_fit``, ``attribution``) and
-    ``forecasts_fresh*.json`` (a fresh seed: ``seed`` to ``interval``; from the second round ``choice`` and the
-    5 % rule's counts)."""
+    ``forecasts_fresh*.json`` (a fresh seed: ``seed`` to ``interval``; from the second round ``choice`` and, in the
+    second, the 5 % rule's counts; in the third, the grid's runs ``missing``)."""
 
     OPTIONAL_KEYS = ("from_steps", "seed", "fractions", "flags", "interval", "max_missed", "chosen", "module",
-                     "noise_fit", "attribution", "choice", "summary_at_5", "per_family_at_5")
+                     "noise_fit", "attribution", "choice", "summary_at_5", "per_family_at_5", "missing")
     NESTED = {"flags": Limits, "chosen": Limits, "module": Limits, "rows": (list, ForecastRow), "summary": Verdicts,
               "per_family": (dict, Verdicts), "noise_fit": (dict, NoiseFit), "choice": Choice,
               "summary_at_5": Verdicts, "per_family_at_5": (dict, Verdicts)}
@@ -217,6 +247,7 @@ class ForecastsReport(JsonRecord):
     choice: Optional[Choice] = _opt()
     summary_at_5: Optional[Verdicts] = _opt()
     per_family_at_5: Optional[dict] = _opt()
+    missing: Optional[list] = _opt()
 
 
 def runs(families=CALIBRATION, extra: bool = True, seeds=SEEDS) -> list[tuple[str, str, int, dict, int]]:
@@ -258,16 +289,16 @@ def forecast_row(folder: Path, K: int, seed: int | None = None, alongs=("own", "
     records none) against what the run measured, with what its flags are decided on; the same forecast averaged
     over groups under ``average``."""
     from noloco.advice.forecast import forecast
-
     from noloco.advice.record import read_run
 
     run = read_run(folder)
     metrics = run.metrics
-    out = {}
+    out, first_fc = {}, None
     for along in alongs:
         fc = forecast(folder, from_step=K, along=along, seed=seed)
+        first_fc = first_fc or fc
         T = fc.outer_steps
-        rows = [r for r in fc.rows if r.outer_step > T / 2 and r.measured is not None]
+        rows = fc.second_half()
         seen = _rms([r.measured for r in rows])
         ratio = _rms([r.forecast for r in rows]) / seen
         low, high = _rms([r.low for r in rows]), _rms([r.high for r in rows])
@@ -281,7 +312,8 @@ def forecast_row(folder: Path, K: int, seed: int | None = None, alongs=("own", "
     average = out["average"] if "average" in out and alongs[0] != "average" else None
     return ForecastRow(family=family, run=run_name, seed=seed, from_step=K, outer_steps=T,
                        inner_steps=run.setting.inner_steps, ratio=first.ratio, c_rise=first.c_rise,
-                       c_level=first.c_level, groups=first.groups, always=first.always, inside=first.inside,
+                       c_level=first.c_level, noise_scatter=first_fc.noise_scatter,
+                       decay_factor=first_fc.decay_factor, groups=first.groups, always=first.always, inside=first.inside,
                        holds=first.holds, naive=(last / seen) if last else None, average=average,
                        own_over_average=None if average is None else out["own"].ratio / average.ratio,
                        claimed=not first.flagged)
@@ -321,31 +353,65 @@ _DATA = Path(__file__).resolve().parents[2] / "docs" / "data"
 
 
 def claimed_by(row: ForecastRow, c_min: float, rise: float, fall: float, share: float = 0.0,
-               exponent: float = 0.0) -> bool:
-    """Whether the flags with these limits leave the forecast ``row`` claimed."""
-    c = row.c_level * (REFERENCE_H / (row.inner_steps or REFERENCE_H)) ** exponent
-    return not row.always and c >= c_min and -fall <= row.c_rise <= rise and row.from_step >= share * row.outer_steps
+               exponent: float = 0.0, noise: float = 0.0, edge: float = math.inf) -> bool:
+    """Whether the flags with these limits leave the forecast ``row`` claimed (a row without the noise scatter or the
+    decay factor, written before them, is never lifted from ``early`` and never near the edge)."""
+    return bool(_claimed(_columns([row]), c_min, rise, fall, share, exponent, noise, edge)[0])
 
 
-def choose_flags(rows: list[ForecastRow], max_missed: float = MAX_MISSED, shares=(0.0,), exponents=(0.0,)) -> tuple:
-    """``(c_min, rise, fall, share, exponent)``: of the grids' limits under which at most ``max_missed`` of the
-    claimed rows miss, the one that claims the most (ties: the stricter, larger c_min, smaller rise and fall, larger
-    share, smaller exponent)."""
+@dataclass(frozen=True)
+class _Columns:
+    """What the flags read of a list of rows, as arrays (no flag that always withdraws: ``free``)."""
+
+    free: np.ndarray
+    c: np.ndarray
+    rise: np.ndarray
+    K: np.ndarray
+    T: np.ndarray
+    H: np.ndarray
+    noise: np.ndarray
+    edge: np.ndarray
+
+
+def _columns(rows: list[ForecastRow]) -> _Columns:
+    def col(get, missing=math.nan):
+        return np.array([missing if get(r) is None else get(r) for r in rows], dtype=float)
+
+    return _Columns(free=np.array([not r.always for r in rows], dtype=bool), c=col(lambda r: r.c_level),
+                    rise=col(lambda r: r.c_rise), K=col(lambda r: r.from_step), T=col(lambda r: r.outer_steps),
+                    H=col(lambda r: r.inner_steps or REFERENCE_H), noise=col(lambda r: r.noise_scatter, math.inf),
+                    edge=col(lambda r: r.decay_factor, 0.0))
+
+
+def _claimed(cols: _Columns, c_min, rise, fall, share=0.0, exponent=0.0, noise=0.0, edge=math.inf) -> np.ndarray:
+    c = cols.c * (REFERENCE_H / cols.H) ** exponent
+    late = (cols.K >= share * cols.T) | (cols.noise <= noise)
+    return cols.free & (c >= c_min) & (cols.rise >= -fall) & (cols.rise <= rise) & late & (cols.edge <= edge)
+
+
+def choose_flags(rows: list[ForecastRow], max_missed: float = MAX_MISSED, shares=(0.0,), exponents=(0.0,),
+                 noises=(0.0,), edges=(math.inf,)) -> tuple:
+    """``(c_min, rise, fall, share, exponent, noise, edge)``: of the grids' limits under which at most ``max_missed``
+    of the claimed rows miss, the one that claims the most (ties: the stricter, larger c_min, smaller rise and fall,
+    larger share, smaller exponent, noise and edge limit)."""
     import itertools
 
-    holds = np.array([r.holds for r in rows])
+    holds, cols = np.array([r.holds for r in rows]), _columns(rows)
     best = None
-    for c_min, rise, fall, share, exponent in itertools.product(C_GRID, RISE_GRID, FALL_GRID, shares, exponents):
-        mine = np.array([claimed_by(r, c_min, rise, fall, share, exponent) for r in rows])
+    for limits in itertools.product(C_GRID, RISE_GRID, FALL_GRID, shares, exponents, noises, edges):
+        mine = _claimed(cols, *limits)
         if (mine & ~holds).sum() <= max_missed * mine.sum():
-            key = (int(mine.sum()), c_min, -rise, -fall, share, -exponent)
+            c_min, rise, fall, share, exponent, noise, edge = limits
+            key = (int(mine.sum()), c_min, -rise, -fall, share, -exponent, -noise, -edge)
             if best is None or key > best[0]:
-                best = (key, (c_min, rise, fall, share, exponent))
+                best = (key, limits)
     return best[1]
 
 
-#: the names of :func:`choose_flags`' limits, in :func:`claimed_by`'s order
-LIMITS = ("settled_c", "settled_rise", "settled_fall", "early_share", "c_exponent")
+#: the names of :func:`choose_flags`' limits, in :func:`claimed_by`'s order, and what a limit absent from an older
+#: report means where it is not inf
+LIMITS = ("settled_c", "settled_rise", "settled_fall", "early_share", "c_exponent", "early_noise", "edge_limit")
+NO_LIMIT = {"early_noise": 0.0}
 
 
 def _inner_steps(row: ForecastRow) -> int:
@@ -356,7 +422,7 @@ def _inner_steps(row: ForecastRow) -> int:
 
 def stored_rows(paths=(_DATA / "forecasts.json", _DATA / "forecasts_fresh.json")) -> list[ForecastRow]:
     """The development forecasts of the second round (module docstring), each with its run's H."""
-    rows = [ForecastRow.from_json(r) for p in paths for r in read_json(p)["rows"]]
+    rows = [r for p in paths for r in ForecastsReport.from_json(read_json(p)).rows]
     return [dataclasses.replace(r, inner_steps=r.inner_steps or _inner_steps(r)) for r in rows]
 
 
@@ -366,13 +432,59 @@ def choice(rows: list[ForecastRow] | None = None) -> Choice:
     rows = stored_rows() if rows is None else rows
     out = {}
     for name, missed in (("chosen", MAX_MISSED_2), ("at_5", MAX_MISSED)):
-        limits = choose_flags(rows, missed, SHARE_GRID, C_EXPONENTS)
+        limits = choose_flags(rows, missed, SHARE_GRID, C_EXPONENTS)[:5]
         mine = [r for r in rows if claimed_by(r, *limits)]
         # strict JSON: no limit (inf) written as None
         out[name] = Limits(**{k: None if v == math.inf else v for k, v in zip(LIMITS, limits)},
                            interval=np.quantile([r.ratio for r in mine], [0.1, 0.9]).tolist(), max_missed=missed,
                            claimed=len(mine), missed=sum(not r.holds for r in mine), forecasts=len(rows))
     return Choice(**out)
+
+
+#: the third round (module docstring): the noise scatter below which ``early`` is lifted (0: never; lifting every
+#: early forecast is the share 0), the decay factor at the flattest c beyond which a forecast is near the edge (the
+#: `--as` limit, or none), the stored development reports and the runs folders they were made from, the fresh seeds
+NOISE_GRID = (0.0, 0.05, 0.075, 0.1, 0.125, 0.15, 0.2)
+EDGE_GRID = (math.inf, FC_EDGE_LIMIT)
+DEVELOPMENT3 = ("forecasts.json", "forecasts_fresh.json", "forecasts_fresh6.json")
+FRESH3_SEEDS = (9, 10)
+
+
+def remake_development(runs_dirs: dict[str, Path], names=DEVELOPMENT3) -> ForecastsReport:
+    """The third round's development forecasts: every row of the stored reports ``names`` (docs/data) forecast again
+    from its run folder (``runs_dirs[name] / FAMILY / RUN / sSEED``) with the forecast as committed, its noise scatter
+    and decay factor at the flattest c beside (written to docs/data/forecasts_dev3.json)."""
+    from noloco.advice import forecast as FC
+
+    rows = []
+    for name in names:
+        for old in ForecastsReport.from_json(read_json(_DATA / name)).rows:
+            folder = F._folder(Path(runs_dirs[name]), old.family, old.run, old.seed)
+            rows.append(forecast_row(folder, old.from_step, old.seed, ("own",), old.family, old.run))
+    return ForecastsReport(schema="forecasts-development", tolerance=TOLERANCE, noise_growth=FC.NOISE_GROWTH,
+                           rows=rows, summary=verdicts(rows), per_family=_per_family(rows))
+
+
+def choice3(rows: list[ForecastRow] | None = None) -> Choice:
+    """The third round's flags and interval chosen on its development forecasts (module docstring; default the
+    stored docs/data/forecasts_dev3.json)."""
+    if rows is None:
+        rows = ForecastsReport.from_json(read_json(_DATA / "forecasts_dev3.json")).rows
+    limits = choose_flags(rows, MAX_MISSED_2, SHARE_GRID, C_EXPONENTS, NOISE_GRID, EDGE_GRID)
+    mine = [r for r in rows if claimed_by(r, *limits)]
+    return Choice(chosen=Limits(**{k: None if v == math.inf else v for k, v in zip(LIMITS, limits)},
+                                interval=np.quantile([r.ratio for r in mine], [0.1, 0.9]).tolist(),
+                                max_missed=MAX_MISSED_2, claimed=len(mine), missed=sum(not r.holds for r in mine),
+                                forecasts=len(rows)))
+
+
+def missing_runs(out: Path, seed: int) -> list[str]:
+    """``FAMILY/SETTING`` of the third round's grid (:data:`noloco.studies.one_pilot.JUDGED` of its two families)
+    without a finished run of ``seed`` in ``out``."""
+    from noloco.studies import one_pilot
+
+    found = {(f, name) for f, name, _ in fresh_runs(out, seed)}
+    return [f"{f}/{name}" for f in one_pilot.FAMILIES for name in one_pilot.JUDGED if (f, name) not in found]
 
 
 def verdicts(rows: list[ForecastRow]) -> Verdicts:
@@ -434,8 +546,8 @@ def attribution(out: Path) -> dict:
                 folder = F._folder(out, f, run, s)
                 for K in FROM_STEPS[1:]:
                     fc = FC.forecast(folder, from_step=K, seed=s, measured_later=what)
-                    rows = [r for r in fc["rows"] if r["outer_step"] > fc["outer_steps"] / 2 and r["measured"]]
-                    ratios[s].append(_rms([r["forecast"] for r in rows]) / _rms([r["measured"] for r in rows]))
+                    rows = [r for r in fc.rows if r.outer_step > fc.outer_steps / 2 and r.measured]
+                    ratios[s].append(_rms([r.forecast for r in rows]) / _rms([r.measured for r in rows]))
             medians[what or "held"] = {str(s): float(np.median(v)) for s, v in ratios.items()}
     finally:
         FC.NOISE_GROWTH = with_growth
@@ -449,7 +561,7 @@ def evaluate(out: Path) -> ForecastsReport:
 
     rows = [forecast_row(F._folder(out, f, run, s), K, s, ("own",), f, run)
             for f, run, s in development_runs() for K in FROM_STEPS]
-    c_min, rise, fall, _, _ = choose_flags(rows)  # the first round's grid: no early share, c per outer step
+    c_min, rise, fall, *_ = choose_flags(rows)  # the first round's grid: no early share, c per outer step
     mine = [r for r in rows if claimed_by(r, c_min, rise, fall)]
     q = np.quantile([r.ratio for r in mine], [0.1, 0.9]).tolist()
     return ForecastsReport(
@@ -485,22 +597,24 @@ def judge_fresh(out: Path, seed: int = FRESH_SEED, development: list | None = No
     (``claimed_at_5``)."""
     from noloco.advice import forecast as FC
 
-    second = seed != FRESH_SEED
-    chosen = choice(development) if second else None
+    second, third = seed != FRESH_SEED, seed in FRESH3_SEEDS
+    chosen = (choice3 if third else choice)(development) if second else None
     rows = []
     for family, setting, folder in fresh_runs(out, seed):
-        for K in from_steps(int(read_json(folder / "result.json")["config"]["outer_steps"])):
+        for K in from_steps(int(RunResult.from_json(read_json(folder / "result.json")).config.get("outer_steps"))):
             r = forecast_row(folder, K, seed, ("own",), family, setting)
-            if chosen is not None:
+            if chosen is not None and not third:
                 r = dataclasses.replace(r, claimed_at_5=claimed_by(r, *chosen.at_5.limits()))
             rows.append(r)
     report = ForecastsReport(
         schema="forecasts-fresh", tolerance=TOLERANCE, seed=seed, fractions=list(FRACTIONS),
         flags=Limits(settled_c=FC.SETTLED_C, settled_rise=FC.SETTLED_RISE, settled_fall=FC.SETTLED_FALL,
-                     early_share=FC.EARLY_SHARE if second else None),
+                     early_share=FC.EARLY_SHARE if second else None, early_noise=FC.EARLY_NOISE if third else None),
         interval=list(FC.FORECAST_ERROR), noise_growth=FC.NOISE_GROWTH, rows=rows, summary=verdicts(rows),
         per_family=_per_family(rows))
-    if second:
+    if third:
+        report = dataclasses.replace(report, choice=chosen, missing=missing_runs(out, seed))
+    elif second:
         at5 = [dataclasses.replace(r, claimed=r.claimed_at_5) for r in rows]
         report = dataclasses.replace(report, choice=chosen, summary_at_5=verdicts(at5),
                                      per_family_at_5=_per_family(at5))
@@ -538,9 +652,13 @@ def format_report(rep: ForecastsReport) -> str:
         lines.append(f"s2 / L2 held, {'later ' + what if what != 'held' else 'as it was'}: median ratio per seed "
                      + ", ".join(f"{v:.3f}" for v in m.values()))
     for name, ch in ((("chosen", rep.choice.chosen), ("at_5", rep.choice.at_5)) if rep.choice else ()):
+        if ch is None:
+            continue
+        lift = f" unless the noise scatters by at most {ch.early_noise:g}" if ch.early_noise else ""
+        edge = f", near the edge above {ch.edge_limit:g}" if ch.edge_limit is not None else ""
         lines.append(f"{name} (at most {ch.max_missed:.0%} of the claims outside): c {ch.settled_c:g} (times "
                      f"(10 / H) ** {ch.c_exponent:g}), rise {ch.settled_rise}, fall {ch.settled_fall}, early "
-                     f"before {ch.early_share:g} of the run; {ch.claimed} of {ch.forecasts} development "
+                     f"before {ch.early_share:g} of the run{lift}{edge}; {ch.claimed} of {ch.forecasts} development "
                      f"forecasts claimed, {ch.missed} outside; interval {ch.interval[0]:.3f} to "
                      f"{ch.interval[1]:.3f}")
     at5 = [(f"{name}, 5 % rule", s) for name, s in [("all", rep.summary_at_5), *(rep.per_family_at_5 or {}).items()]
@@ -551,4 +669,6 @@ def format_report(rep: ForecastsReport) -> str:
                      f"flagged {s.flagged}, missed unflagged {s.missed_unflagged}, would have held but flagged "
                      f"{s.would_hold_flagged}; naive within: {s.naive_within}; the forecast nearer than naive: "
                      f"{s.forecast_beats_naive}")
+    if rep.missing:
+        lines.append(f"missing (no finished run of seed {rep.seed}): {', '.join(rep.missing)}")
     return "\n".join(lines)
