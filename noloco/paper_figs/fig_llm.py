@@ -160,15 +160,15 @@ def _predicted(run: Path) -> dict:
     return {r.outer_step: r.predicted for r in rows if r.predicted is not None}
 
 
-def _forecast(run: Path, cfg: dict | None) -> RunForecast | None:
-    """The run's forecast from its first quarter (``cfg``: its configuration, as :func:`_config` reads it),
-    ``outside`` the steps whose measured spread leaves the interval; None when none can be made or none of it is
+def _forecast(run: Path) -> RunForecast | None:
+    """The run's forecast from its first quarter, ``outside`` the steps whose measured spread leaves the interval; None when none can be made or none of it is
     finite."""
     try:
         from noloco.infra.errors import ConfigError, DataError
         from noloco.advice.forecast import forecast
+        from noloco.advice.record import read_run
 
-        rep = forecast(run, from_step=int(cfg["outer_steps"]) // 4)
+        rep = forecast(run, from_step=read_run(run).setting.outer_steps // 4)
     except (ImportError, ConfigError, DataError, KeyError, TypeError, ValueError):
         return None
     finite = [r for r in rep.rows if all(np.isfinite((r.forecast, r.low, r.high)))]
@@ -280,7 +280,7 @@ def compute(runs: str) -> dict:
         key = json.dumps({k: v for k, v in cfg.items() if k != "seed"}, sort_keys=True) if cfg else where
         config, runs_of = groups.setdefault(key, (cfg or {"method": where}, []))
         runs_of.append(Run(dir=where, rows=rows, predicted=_predicted(path.parent),
-                           forecast=_forecast(path.parent, cfg)))
+                           forecast=_forecast(path.parent)))
     # method comparisons (`noloco llm train`) first, then sweep runs
     ordered = sorted(groups.values(), key=lambda g: ("validate" in g[1][0].dir, g[1][0].dir))
     settings = []

@@ -292,7 +292,6 @@ def forecast_row(folder: Path, K: int, seed: int | None = None, alongs=("own", "
     from noloco.advice.record import read_run
 
     run = read_run(folder)
-    metrics = run.metrics
     out, first_fc = {}, None
     for along in alongs:
         fc = forecast(folder, from_step=K, along=along, seed=seed)
@@ -306,16 +305,16 @@ def forecast_row(folder: Path, K: int, seed: int | None = None, alongs=("own", "
                            flagged=bool(fc.flags), always=[f for f in fc.flags if f.startswith(ALWAYS)],
                            inside=low <= seen <= high, holds=abs(ratio - 1) <= TOLERANCE)
     # the naive baseline: the last weight_std measured at or before outer step K, carried forward
-    logged = [(int(m["outer_step"]), m["weight_std"]) for m in metrics if m.get("weight_std")]
+    logged = [(int(m.outer_step), m.weight_std) for m in run.metric_rows if m.weight_std]
     last = max((x for x in logged if x[0] <= K), default=(0, None))[1]
-    first = out[alongs[0]]
-    average = out["average"] if "average" in out and alongs[0] != "average" else None
+    first, *rest = (out[along] for along in alongs)
+    average = rest[0] if rest and alongs[0] == "own" else None  # own first, the average beside it
     return ForecastRow(family=family, run=run_name, seed=seed, from_step=K, outer_steps=T,
                        inner_steps=run.setting.inner_steps, ratio=first.ratio, c_rise=first.c_rise,
                        c_level=first.c_level, noise_scatter=first_fc.noise_scatter,
                        decay_factor=first_fc.decay_factor, groups=first.groups, always=first.always, inside=first.inside,
                        holds=first.holds, naive=(last / seen) if last else None, average=average,
-                       own_over_average=None if average is None else out["own"].ratio / average.ratio,
+                       own_over_average=None if average is None else first.ratio / average.ratio,
                        claimed=not first.flagged)
 
 

@@ -202,14 +202,14 @@ def resolve(preset: str | None = None, method: str | None = None, *, gamma_tied:
         raise TypeError(f"unknown setting(s): {', '.join(sorted(unknown))}")
     if gamma_tied:
         if "gamma" in given:
-            raise ConfigError(f"gamma={given['gamma']!r} conflicts with gamma_tied (gamma = beta); give one")
-        given["gamma"] = given.get("beta", base.outer.beta)
+            raise ConfigError(f"gamma={given['gamma']!r} conflicts with gamma_tied (gamma = beta); give one")  # edge: kwargs
+        given["gamma"] = given.get("beta", base.outer.beta)  # edge: the caller's **overrides, completed before validation
     outer_values = {k: v for k, v in given.items() if k in outer_names}
     if "group_size" not in outer_values:  # the group size the method implies follows a new N
         N = outer_values.get("replicas", base.outer.replicas)
         implied = METHOD_TABLE[method].group_size(N)
         if implied is not None or (base.method == "diloco" and "replicas" in outer_values):
-            outer_values["group_size"] = implied if implied is not None else N
+            outer_values["group_size"] = implied if implied is not None else N  # edge: **overrides, completed
     outer = dataclasses.replace(base.outer, **outer_values)
     inner = dataclasses.replace(base.inner, **{k: v for k, v in given.items() if k in inner_names})
     constrained_outer, constrained_inner = constrain(method, outer, inner)
