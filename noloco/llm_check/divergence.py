@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Optional
-
-import torch
+from typing import TYPE_CHECKING, Optional
 
 from noloco.advice.run_rows import MetricsRow
 from noloco.infra.record import JsonRecord
+
+if TYPE_CHECKING:
+    import torch
 
 #: what a divergence can be found in, in the order it is checked
 QUANTITIES = ("training loss", "weights", "outer momentum", "optimizer state", "validation loss")
@@ -22,6 +23,8 @@ QUANTITIES = ("training loss", "weights", "outer momentum", "optimizer state", "
 
 def first_bad(x: torch.Tensor) -> int | None:
     """Index along dimension 0 of the first slice of ``x`` holding a non-finite value, or None."""
+    import torch  # here, so that the run's divergence record reads without torch
+
     if x.dim() == 0:
         return None if bool(torch.isfinite(x)) else 0
     bad = ~torch.isfinite(x.reshape(x.shape[0], -1)).all(1)
@@ -85,7 +88,7 @@ class Divergence:
             for name, x in tensors.items():
                 r = first_bad(x)
                 if r is not None:
-                    bad = x[r][~torch.isfinite(x[r])].flatten()[0].item()
+                    bad = x[r][~x[r].isfinite()].flatten()[0].item()
                     return self.record(outer_step, None, r, quantity, name, bad)
 
     def check_evaluation(self, outer_step: int, row: MetricsRow) -> None:

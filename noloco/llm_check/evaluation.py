@@ -11,9 +11,6 @@ from noloco.advice.run_rows import RunResult
 from noloco.infra.errors import ConfigError, DataError
 from noloco.infra.files import read_json
 from noloco.infra.record import JsonRecord
-from noloco.llm_check.config import TrainConfig
-from noloco.llm_check.lifecycle import Lifecycle, run_folder
-from noloco.llm_check.trainer import Trainer, set_threads
 
 
 @dataclass(frozen=True)
@@ -32,7 +29,10 @@ def evaluate_run(out: str | Path, removed=(), threads: int | None = None) -> Sta
     """The validation losses of the model in ``out``'s checkpoint (a one-process run) with the middle
     stages ``removed`` (stage numbers, or their comma-separated text) left out of every path. A ConfigError
     for a stage that is not a middle stage."""
+    from noloco.llm_check.config import TrainConfig
+    from noloco.llm_check.lifecycle import Lifecycle, run_folder
     from noloco.llm_check.routing import middle_stages
+    from noloco.llm_check.trainer import Trainer, set_threads  # torch: imported where a run is evaluated
 
     if isinstance(removed, str):
         try:
