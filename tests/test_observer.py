@@ -145,7 +145,7 @@ def _sampled_rows(data, K, seed):
     phi = sample.take({k: p for k, (p, _) in data.items()}, stacked=True)
     prog = sample.take({k: q for k, (_, q) in data.items()}, stacked=True)
     groups = SpreadMeter(N).update(phi, prog)["groups"]
-    return {k: {**g, "se": standard_errors(phi[k], prog[k], g["c"], sample.exact(k))} for k, g in groups.items()}
+    return {k: {**g, "se": standard_errors(phi[k], prog[k], g["c"], sample.exact(k)).to_json()} for k, g in groups.items()}
 
 
 def test_the_sample_agrees_with_the_full_measurement_within_its_stated_error():

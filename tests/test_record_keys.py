@@ -1,6 +1,7 @@
-"""Records are typed: a string-key lookup (``d["key"]``, read or written) in the library sits at a file's edge, in a
-function that reads or writes a file's JSON form, or on a dict a foreign library hands over or asks for (torch's
-optimizer state, Hugging Face's logs, a caller's ``**kwargs``, os.environ), marked on its line ``# edge: why``."""
+"""Records are typed: a string-key lookup (``d["key"]``, read or written, or ``d.get("key")``) in the library sits
+at a file's edge, in a function that reads or writes a file's JSON form, or on a dict a foreign library hands over
+or asks for (torch's optimizer state, Hugging Face's logs, Lightning's step outputs, a caller's ``**kwargs``,
+os.environ), marked on its line ``# edge: why``."""
 
 import ast
 import re
@@ -21,16 +22,29 @@ def lookups_elsewhere() -> list[str]:
         def walk(node, names):
             for child in ast.iter_child_nodes(node):
                 inner = names + [child.name] if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else names
-                if (isinstance(child, ast.Subscript) and isinstance(child.slice, ast.Constant)
-                        and isinstance(child.slice.value, str)
+                looked_in = _keyed(child)
+                if (looked_in is not None
                         and not any(EDGE.match(n) for n in inner)
                         and "# edge:" not in lines[child.lineno - 1]
-                        and not ast.unparse(child.value).endswith("environ")):
+                        and not ast.unparse(looked_in).endswith("environ")):
                     found.append(f"{path.relative_to(LIBRARY.parent)}:{child.lineno}")
                 walk(child, inner)
 
         walk(ast.parse(path.read_text()), [])
     return found
+
+
+def _keyed(node):
+    """What ``node`` looks a string key up in (``d`` of ``d["key"]`` or ``d.get("key", ...)``), else None."""
+    if isinstance(node, ast.Subscript):
+        key = node.slice
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get" and node.args:
+        key = node.args[0]
+    else:
+        return None
+    if isinstance(key, ast.Constant) and isinstance(key.value, str):
+        return node.value if isinstance(node, ast.Subscript) else node.func.value
+    return None
 
 
 def test_string_key_lookups_stay_at_the_file_edge():
@@ -45,6 +59,10 @@ def test_every_edge_mark_says_why():
 
 def test_the_scan_finds_a_lookup_outside_the_edge(tmp_path, monkeypatch):
     (tmp_path / "noloco").mkdir()
-    (tmp_path / "noloco" / "m.py").write_text('def f(r):\n    return r["a"]\n\n\ndef read_x(d):\n    return d["b"]\n')
+    (tmp_path / "noloco" / "m.py").write_text(
+        'import os\n\n\ndef f(r, k):\n    return r["a"], r.get("c", 0), r.get(k), os.environ.get("HOME")\n\n\n'
+        'def read_x(d):\n    return d["b"], d.get("b")\n\n\n'
+        'def g(kw):\n    return kw.get("d")  # edge: a caller\'s **kwargs\n\n\n'
+        'def h(kw):\n    return kw.get("e")\n')
     monkeypatch.setattr(sys.modules[__name__], "LIBRARY", tmp_path / "noloco")
-    assert lookups_elsewhere() == ["noloco/m.py:2"]
+    assert lookups_elsewhere() == ["noloco/m.py:5", "noloco/m.py:5", "noloco/m.py:17"]

@@ -36,10 +36,21 @@ class MetricsRow(JsonRecord):
 
 
 @dataclass(frozen=True)
+class SampleErrors(JsonRecord):
+    """A sampled group's standard errors (:func:`noloco.training.sample.standard_errors`); zeros where the tensor
+    was taken whole."""
+
+    spread: Optional[float] = None
+    c: Optional[float] = None
+    s2: Optional[float] = None
+
+
+@dataclass(frozen=True)
 class GroupInputs(JsonRecord):
     """One tensor group's measured inputs at an outer step (:data:`noloco.training.measure.ROW_KEYS`), and the
     observer's additions: the coordinates sampled and their standard errors, or c's over every coordinate."""
 
+    NESTED = {"se": SampleErrors}
     OPTIONAL_KEYS = ("sampled", "se", "c_se")
 
     numel: Optional[int] = None
@@ -54,7 +65,7 @@ class GroupInputs(JsonRecord):
     s2_noise: Optional[float] = None
     rho_noise: Optional[float] = None
     sampled: Optional[int] = None
-    se: Optional[dict] = None  # noloco.training.sample.standard_errors: {"spread", "c", ...}
+    se: Optional[SampleErrors] = None
     c_se: Optional[float] = None
 
 

@@ -378,9 +378,14 @@ def _flags_line(best: TuneRow | ForkRow) -> str:
 
 def _fork_folders(path) -> list[Path]:
     """The fork run folders (config with ``fork_of``) at or below ``path`` (up to three levels)."""
+    return [f for f in _run_folders([path]) if "fork_of" in _read_config(f)]
+
+
+def _read_config(folder: Path) -> dict:
+    """result.json's config, {} where it has none (a folder that is then no fork, not an error)."""
     from noloco.infra.files import read_json
 
-    return [f for f in _run_folders([path]) if "fork_of" in read_json(f / "result.json").get("config", {})]
+    return read_json(folder / "result.json").get("config", {})
 
 
 def tune_forks(path, latency: float = 0.05, bandwidth: float = 1e9, compute_seconds: float | None = None,

@@ -71,7 +71,7 @@ OTHERS = (("comm_idle_vs_replicas", "comm idle vs replicas"), ("comm_idle_compil
 def scaling_of(result: dict) -> Scaling:
     """The scaling series of a scaling result, or of the ``all`` result holding one."""
     results = BenchResult.from_json(result).results
-    return Scaling.from_json(results.get("scaling", results))  # "all" nests each benchmark's results
+    return Scaling.from_json(results.get("scaling", results))  # edge: the "all" JSON nests each benchmark's
 
 
 def add_arguments(parser) -> None:

@@ -128,7 +128,7 @@ def add_train_arguments(parser: argparse.ArgumentParser, methods_list: bool = Fa
                         + ". diloco starts from alpha 0.3, beta 0.7, heavy-ball (--preset diloco)"
                         + (" (default: ddp,diloco,noloco with --size cpu-small, else --preset's method, else noloco)"
                            if methods_list else ""))
-    add_outer_arguments(parser, {**OUTER_DEFAULTS, "momentum": _default_help("momentum", columns).strip(" ()")})
+    add_outer_arguments(parser, OUTER_DEFAULTS, momentum=_default_help("momentum", columns).strip(" ()"))
     for f in dataclasses.fields(TrainConfig):
         if f.name not in ("method", "outer", "noniid", "compile", "schedule", "dtype", "replica_mode", "routing", "outer_dtype",
                           "inner_optimizer", "domain"):

@@ -28,17 +28,17 @@ PAPER_DEFAULTS = {"replicas": "paper preset: 8", "group_size": "paper preset: 2"
                   "beta": "paper preset: 0.7", "gamma": "paper preset: 0.7"}
 
 
-def add_outer_arguments(group, defaults: dict) -> None:
+def add_outer_arguments(group, defaults: dict, momentum: str = "default: heavy-ball") -> None:
     """``--replicas --group-size --alpha --beta --gamma --gamma-tied --momentum`` (None when not given: the
     preset, then the flags, then the method decide, :func:`noloco.theory.methods.resolve`); ``defaults``
-    says in each help where the value comes from when the flag is absent."""
+    says in each help where the value comes from when the flag is absent, ``momentum`` the same for --momentum."""
     for name, (flags, kind, text) in OUTER_FLAGS.items():
         group.add_argument(*flags, dest=name, type=kind, default=None, help=f"{text} ({defaults[name]})")
     group.add_argument("--gamma-tied", action="store_true",
                        help="set gamma = beta, as the NoLoCo reference code does (not with --gamma)")
     group.add_argument("--momentum", choices=MOMENTUM_CONVENTIONS, default=None,
                        help="outer momentum convention: heavy-ball (reference code) or nesterov (torch "
-                            f"SGD(nesterov=True)) ({defaults.get('momentum', 'default: heavy-ball')})")
+                            f"SGD(nesterov=True)) ({momentum})")
 
 
 def add_hyper_arguments(parser: argparse.ArgumentParser) -> None:

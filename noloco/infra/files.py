@@ -341,8 +341,9 @@ def _object(data, where: str, required: tuple, versions: tuple | None, types: di
     missing = [k for k in required if k not in data]
     if missing:
         raise DataError(f"{where} lacks {', '.join(missing)}")
-    if versions is not None and data.get("schema_version") not in versions:
-        raise DataError(f"{where} has schema_version {data.get('schema_version')!r}; this version reads "
+    version = data.get("schema_version")  # edge: the object just parsed, checked before any record reads it
+    if versions is not None and version not in versions:
+        raise DataError(f"{where} has schema_version {version!r}; this version reads "
                         f"{', '.join(map(str, versions))}")
     for key, spec in (types or {}).items():
         error = shape_error(data[key], spec, key) if key in data else ""

@@ -59,11 +59,18 @@ CKPT_VERSIONS = (1, SCHEMA_VERSION)
 def describe_run(folder: Path) -> str:
     """How far the run in ``folder`` got, from its result.json ("" when unreadable)."""
     with contextlib.suppress(DataError):
-        done = read_json(Path(folder) / "result.json")
-        total = (done.get("config") or {}).get("outer_steps", "?") if isinstance(done.get("config"), dict) else "?"
-        return (f"{'finished' if done.get('finished') else 'unfinished'} at outer step "
-                f"{done.get('outer_steps_done', '?')} of {total}")
+        finished, done, total = _read_progress(Path(folder) / "result.json")
+        return f"{'finished' if finished else 'unfinished'} at outer step {done} of {total}"
     return ""
+
+
+def _read_progress(result: Path) -> tuple:
+    """``(finished, outer steps done, outer steps planned)`` as a result.json holds them, "?" for one it lacks:
+    any run's file, a damaged or foreign one too, so not through the typed record (which needs a config)."""
+    done = read_json(result)
+    config = done.get("config")
+    total = config.get("outer_steps", "?") if isinstance(config, dict) else "?"
+    return done.get("finished"), done.get("outer_steps_done", "?"), total
 
 
 def run_folder(out, *, resume: bool = False, overwrite: bool = False, lock: bool = True,

@@ -62,14 +62,9 @@ def train_methods(configs: list[TrainConfig], out: str | Path, *, resume: bool =
 def _check_resume_layout(out: Path, methods: list[str]) -> None:
     """``--resume`` with the methods the run folder holds: one run in OUT itself, or one per method in OUT/METHOD
     (a ConfigError naming the ``--method`` to give, not a missing checkpoint in a folder that was never made)."""
-    from noloco.infra.files import read_json
-
     here = out / "result.json"
     if len(methods) > 1 and here.exists():
-        try:
-            method = RunResult.from_json(read_json(here, required=("config",), types={"config": dict})).config.get("method")
-        except DataError:
-            method = None
+        method = _read_method(here)
         raise ConfigError(f"--resume: {out} holds one run{f' (method {method})' if method else ''}, not one per "
                           f"method ({', '.join(methods)}, the preset's default); give --method "
                           f"{method or 'METHOD'} to resume it")
@@ -77,6 +72,16 @@ def _check_resume_layout(out: Path, methods: list[str]) -> None:
     if len(methods) == 1 and not here.exists() and held:
         raise ConfigError(f"--resume: {out} holds the runs of {', '.join(held)} in its subfolders; give --method "
                           f"{','.join(held)} to resume them, or --out {out / held[0]} for one")
+
+
+def _read_method(result: Path) -> str | None:
+    """The method named in the run's result.json (None where unreadable: the message then names none)."""
+    from noloco.infra.files import read_json
+
+    try:
+        return RunResult.from_json(read_json(result, required=("config",), types={"config": dict})).config.get("method")
+    except DataError:
+        return None
 
 
 def check_tensorboard(tensorboard: bool) -> None:

@@ -113,7 +113,7 @@ def params(quick: bool, runs: str = "runs") -> dict:
     return {"runs": runs}
 
 
-def _rows(path: Path) -> list:
+def _read_rows(path: Path) -> list:
     """The metrics rows of ``path`` (:class:`noloco.advice.run_rows.MetricsRow`); a cut or foreign line left out."""
     from noloco.advice.run_rows import MetricsRow
     from noloco.infra.files import read_regular_text
@@ -136,14 +136,15 @@ def _rows(path: Path) -> list:
     return rows
 
 
-def _config(run: Path) -> dict | None:
-    """The run's configuration, the outer step's settings flattened in (None when unreadable)."""
+def _read_config(run: Path) -> tuple | None:
+    """The run's method and configuration, the outer step's settings flattened in (None when unreadable)."""
     from noloco.advice.run_rows import RunResult
     from noloco.infra.errors import DataError
     from noloco.infra.files import read_json
 
     try:
-        return RunResult.from_json(read_json(run / "result.json", required=("config",))).setting()
+        setting = RunResult.from_json(read_json(run / "result.json", required=("config",))).setting()
+        return setting.get("method"), setting
     except (DataError, KeyError, TypeError, ValueError):
         return None
 
@@ -213,7 +214,7 @@ def _short(value) -> str:
     return f"{value:.3g}" if isinstance(value, float) else str(value)
 
 
-def _labels(configs: list) -> list:
+def _labels(methods: list, configs: list) -> list:
     """Each setting named by its method and what differs between the settings: the outer step's symbols first, the
     model's shape as one item, at most :data:`LABEL_ITEMS` items; settings that would read alike get #1, #2."""
     order = list(SYMBOLS)
@@ -222,18 +223,18 @@ def _labels(configs: list) -> list:
     differ = [k for k in keys if len({json.dumps(c.get(k)) for c in configs if c}) > 1]
     shape = [k for k in SHAPE if k in differ]
     # what the method does not already say first: a value that differs between runs of one method
-    within = {k for k in differ if any(len({json.dumps(c.get(k)) for c in configs if c and c.get("method") == m}) > 1
-                                       for m in {c.get("method") for c in configs if c})}
+    within = {k for k in differ if any(len({json.dumps(c.get(k)) for n, c in zip(methods, configs) if c and n == m}) > 1
+                                       for m in {n for n, c in zip(methods, configs) if c})}
     parts = [[k] for k in differ if k not in SHAPE]
     if shape:  # one item, after the outer step's symbols
         parts.insert(sum(k in SYMBOLS for k in differ), shape)
     # stable, the order above within each kind: what varies within a method, then what the method does not fix
     parts.sort(key=lambda ks: (not within & set(ks), bool(OUTER_KEYS & set(ks))))
     labels = []
-    for c in configs:
+    for method, c in zip(methods, configs):
         items = ["model " + " ".join(f"{SHAPE[k]}{_short(c.get(k))}" for k in ks) if ks is shape else
                  f"{SYMBOLS.get(ks[0], ks[0])} = {_short(c.get(ks[0]))}" for ks in parts]
-        label, shown = str(c.get("method")), 0
+        label, shown = str(method), 0
         for item in items:  # as many as fit in LABEL_CHARS, the count of the rest after them
             rest = len(items) - shown - 1
             if shown and len(f"{label}, {item}") + (len(f", +{rest} more") if rest else 0) > LABEL_CHARS:
@@ -270,25 +271,27 @@ def _metrics_files(root: Path, depth: int = 6) -> list:
 
 def compute(runs: str) -> dict:
     root = Path(runs)
-    groups: dict[str, dict] = {}
+    groups: dict[str, tuple] = {}
     for path in _metrics_files(root) if root.is_dir() else []:
-        rows = _rows(path)
+        rows = _read_rows(path)
         if not rows:
             continue
-        cfg = _config(path.parent)
+        method, cfg = _read_config(path.parent) or (None, None)
         where = str(path.parent.relative_to(root))
         key = json.dumps({k: v for k, v in cfg.items() if k != "seed"}, sort_keys=True) if cfg else where
-        config, runs_of = groups.setdefault(key, (cfg or {"method": where}, []))
+        # an unreadable run is its own setting, named by its folder
+        _, _, runs_of = groups.setdefault(key, (method, cfg, []) if cfg else (where, {"method": where}, []))
         runs_of.append(Run(dir=where, rows=rows, predicted=_predicted(path.parent),
                            forecast=_forecast(path.parent)))
     # method comparisons (`noloco llm train`) first, then sweep runs
-    ordered = sorted(groups.values(), key=lambda g: ("validate" in g[1][0].dir, g[1][0].dir))
+    ordered = sorted(groups.values(), key=lambda g: ("validate" in g[2][0].dir, g[2][0].dir))
     settings = []
-    for (config, group), label in zip(ordered[:MAX_SETTINGS], _labels([g[0] for g in ordered[:MAX_SETTINGS]])):
+    shown = ordered[:MAX_SETTINGS]
+    for (method, _, group), label in zip(shown, _labels([g[0] for g in shown], [g[1] for g in shown])):
         steps = sorted(set.intersection(*({r.outer_step for r in run.rows} for run in group)))
         at = [{r.outer_step: r for r in run.rows} for run in group]
         settings.append(Setting(
-            label=label, method=config.get("method"), seeds=len(group), dirs=[run.dir for run in group],
+            label=label, method=method, seeds=len(group), dirs=[run.dir for run in group],
             outer_step=steps,
             tokens=[at[0][s].tokens for s in steps] if all(a[s].tokens is not None for a in at for s in steps)
             else None,

@@ -343,7 +343,10 @@ def compare(cfg: SimConfig, *, progress: bool = False, decay: bool = True) -> di
 
 
 def _is_result(data) -> bool:
-    return isinstance(data, dict) and isinstance(data.get("summary"), dict) and isinstance(data.get("trajectories"), dict)
+    if not isinstance(data, dict):
+        return False
+    parts = data.get("summary"), data.get("trajectories")  # edge: a cached entry's JSON, before format_text reads it
+    return all(isinstance(part, dict) for part in parts)
 
 
 def _readable(cfg: SimConfig):
@@ -403,7 +406,9 @@ class Simulation:
 
 def simulate(method: str, outer, inner, spectrum, *, objective: str = "quadratic", rotate: bool = False,
              trials: int = 200, outer_steps: int = 200, inner_mode: str = "auto", max_memory=None,
-             max_time=None, progress: bool | None = None, use_cache: bool = True, **fields) -> Simulation:
+             max_time=None, progress: bool | None = None, use_cache: bool = True,
+             optimizer: str = SimConfig.optimizer, zeta: float = SimConfig.zeta, split: str = SimConfig.split,
+             batch_size: int = SimConfig.batch_size, **fields) -> Simulation:
     """``noloco simulate`` as a library: a setting run by Monte Carlo with real inner steps, next to the theory.
 
     ``trials`` independent runs of N replicas for ``outer_steps`` outer steps, each with its own groups and
@@ -426,6 +431,8 @@ def simulate(method: str, outer, inner, spectrum, *, objective: str = "quadratic
         max_time: time budget in seconds (None: none).
         progress: a bar on a terminal, a line a minute in a log (None: on).
         use_cache: read and write the cache.
+        optimizer, zeta, split, batch_size: the :class:`noloco.SimConfig` fields the time and memory
+            estimates read, named here so they are read before the configuration is built.
         **fields: the other :class:`noloco.SimConfig` fields (``seed``, ``split``, ``batch_size``, ...).
 
     Returns:
@@ -459,23 +466,23 @@ def simulate(method: str, outer, inner, spectrum, *, objective: str = "quadratic
     rows, steps = max(trials, 2), max(outer_steps, 1)  # SimConfig names a bad value
     eigenbasis = (not rotate and objective == "quadratic") or inner_mode == "exact"
     size = f"{count} direction(s) x {rows} trials x {N} replicas x {steps} outer steps"
-    batch = fields.get("batch_size", 0)
-    batch = batch if isinstance(batch, int) and batch > 0 else 0  # SimConfig names a bad value
+    batch = batch_size if isinstance(batch_size, int) and batch_size > 0 else 0  # SimConfig names a bad value
     budget.require(memory_estimate(count, rows, N, steps, inner_steps=inner.steps, objective=objective,
                                    rotate=rotate, eigenbasis=eigenbasis, batch_size=batch),
                    budget.resolve(max_memory),
                    f"simulate with {size}" + (f" x {batch:,} rows a minibatch" if batch else ""),
                    "fewer --trials, --outer-steps or directions" + (" or a smaller --batch-size" if batch else ""))
-    sgd = fields.get("optimizer", "sgd") == "sgd"
+    sgd = optimizer == "sgd"
     exact = objective == "quadratic" and sgd and inner_mode != "explicit"
-    decay = sgd and not fields.get("zeta") and fields.get("split", "shared") == "shared"
+    decay = sgd and not zeta and split == "shared"
     budget.require_time(time_estimate(count, rows, N, steps, inner_steps=H, objective=objective, rotate=rotate,
                                       exact=exact, decay=decay),
                         max_time, f"simulate with {size}", "fewer --trials, --outer-steps or directions",
                         "at docs/performance.md's costs per replica step, idle machine")
     cfg = SimConfig(outer=outer, inner=inner, objective=objective, rotate=rotate, method=method, trials=trials,
                     outer_steps=outer_steps, inner_mode=inner_mode,
-                    curvatures=None if spectrum is None else spectrum.values(), **fields)
+                    curvatures=None if spectrum is None else spectrum.values(), optimizer=optimizer, zeta=zeta,
+                    split=split, batch_size=batch_size, **fields)
     # progress: a bar on a terminal, a line a minute in a log (noloco.infra.progress)
     result, hit = cached_compare(cfg, progress=True if progress is None else progress, use_cache=use_cache)
     return Simulation(cfg, result, format_text(result, cfg, hit), hit)

@@ -79,7 +79,6 @@ import numpy as np
 from noloco.infra.files import read_json, write_json
 from noloco.infra.record import JsonRecord
 from noloco.advice.forecast import EDGE_LIMIT as FC_EDGE_LIMIT
-from noloco.advice.run_rows import RunResult
 from noloco.studies import families as F
 
 TOLERANCE = 0.15
@@ -271,7 +270,7 @@ def train_missing(out: Path) -> None:
     for family, run, seed, setting, windows in (runs() + runs(HELD_OUT, extra=False) + _fresh() + _fresh(FRESH_GROUPS)
                                                 + at8):
         folder = F._folder(out, family, run, seed)
-        if (folder / "result.json").exists() and read_json(folder / "result.json").get("finished") is True:
+        if F.finished(folder):
             continue
         if family == "cpu-tiny":
             F.train_tiny(setting, seed, folder, windows)
@@ -580,7 +579,7 @@ def fresh_runs(out: Path, seed: int = FRESH_SEED) -> list[tuple[str, str, Path]]
         result = folder / "result.json"
         if folder.parent.name.startswith("forks") or not result.exists() or not (folder / "inputs.jsonl").exists():
             continue
-        if read_json(result).get("finished") is True:
+        if F.finished(folder):
             found.append((folder.parent.parent.name, folder.parent.name, folder))
     return found
 
@@ -595,12 +594,13 @@ def judge_fresh(out: Path, seed: int = FRESH_SEED, development: list | None = No
     the second round on, the 5 % rule's choice on ``development`` (default :func:`stored_rows`) beside
     (``claimed_at_5``)."""
     from noloco.advice import forecast as FC
+    from noloco.advice.record import read_run
 
     second, third = seed != FRESH_SEED, seed in FRESH3_SEEDS
     chosen = (choice3 if third else choice)(development) if second else None
     rows = []
     for family, setting, folder in fresh_runs(out, seed):
-        for K in from_steps(int(RunResult.from_json(read_json(folder / "result.json")).config.get("outer_steps"))):
+        for K in from_steps(read_run(folder).setting.outer_steps):
             r = forecast_row(folder, K, seed, ("own",), family, setting)
             if chosen is not None and not third:
                 r = dataclasses.replace(r, claimed_at_5=claimed_by(r, *chosen.at_5.limits()))

@@ -206,7 +206,7 @@ def resolve(preset: str | None = None, method: str | None = None, *, gamma_tied:
         given["gamma"] = given.get("beta", base.outer.beta)  # edge: the caller's **overrides, completed before validation
     outer_values = {k: v for k, v in given.items() if k in outer_names}
     if "group_size" not in outer_values:  # the group size the method implies follows a new N
-        N = outer_values.get("replicas", base.outer.replicas)
+        N = outer_values.get("replicas", base.outer.replicas)  # edge: the caller's **overrides
         implied = METHOD_TABLE[method].group_size(N)
         if implied is not None or (base.method == "diloco" and "replicas" in outer_values):
             outer_values["group_size"] = implied if implied is not None else N  # edge: **overrides, completed

@@ -17,22 +17,27 @@ SETTINGS = ("inner_steps", "method", "preset", "group_size", "alpha", "beta", "g
 def check_settings(owner: str, settings: dict, steps: str) -> None:
     """The settings' names and values, checked at construction (a ConfigError now, not when training begins);
     the group size against the world size waits for it. ``steps`` names what the inner steps are."""
-    from noloco.infra.checks import check_integer, check_seed, check_timeout
-    from noloco.theory.methods import resolve
-
     for name in settings:
         if name in ("replicas", "inner_optimizer", "exchange", "stages"):
             raise ConfigError(f"{name}= is not a setting of {owner}: under the {steps} every torch.distributed rank "
                               f"is one replica, and the {steps}'s optimizer steps are the inner steps")
         if name not in SETTINGS:  # a misspelt name now, not when training begins
             raise ConfigError(f"{name}= is not a setting of {owner}; allowed: {', '.join(SETTINGS)}")
-    values = {k: settings.get(k) for k in ("alpha", "beta", "gamma", "momentum")}
-    resolve(settings.get("preset"), settings.get("method"), steps=settings.get("inner_steps"), **values)
-    group_size = settings.get("group_size")
+    _check_values(**settings)
+
+
+def _check_values(*, preset=None, method=None, inner_steps=None, group_size=None, alpha=None, beta=None, gamma=None,
+                  momentum=None, seed=0, timeout=600.0, **dtypes) -> None:
+    """The values of the settings whose names :func:`check_settings` allowed (the dtypes are the optimizer's to
+    check)."""
+    from noloco.infra.checks import check_integer, check_seed, check_timeout
+    from noloco.theory.methods import resolve
+
+    resolve(preset, method, steps=inner_steps, alpha=alpha, beta=beta, gamma=gamma, momentum=momentum)
     if group_size is not None:
         check_integer("group_size", group_size, "an integer >= 1", lambda v: v >= 1)
-    check_seed("seed", settings.get("seed", 0))
-    check_timeout("timeout", settings.get("timeout", 600.0))
+    check_seed("seed", seed)
+    check_timeout("timeout", timeout)
 
 
 def check_observe(observe, observer_options) -> None:

@@ -154,7 +154,7 @@ def c_estimates(run, outer) -> list[CEstimate]:
 
 
 def _coordinate_se(group: GroupInputs) -> float:
-    value = group.c_se if group.c_se is not None else (group.se or {}).get("c")  # exact, or a sample's
+    value = group.c_se if group.c_se is not None else group.se.c if group.se else None  # exact, or a sample's
     return float(value) if isinstance(value, (int, float)) and math.isfinite(value) else 0.0
 
 

@@ -115,7 +115,7 @@ class NoLoCoLightningCallback(pl.Callback):
             self.observer = Observer(self.outer, self.observe, **options)
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
-        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs
+        loss = outputs.get("loss") if isinstance(outputs, dict) else outputs  # edge: Lightning's step outputs
         if self.observer is not None and loss is not None:
             # automatic optimization hands back the loss divided by the accumulation, as it was backpropagated
             scale = trainer.accumulate_grad_batches if pl_module.automatic_optimization else 1

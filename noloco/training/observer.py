@@ -259,7 +259,8 @@ class Observer:
         """``(weight_std, its standard error)`` pooled over the tensors, numel-weighted."""
         total = sum(self.numel.values())
         sq = sum(self.numel[k] * g.spread for k, g in groups.items()) / total
-        var = sum((self.numel[k] * (g.se or {}).get("spread", 0.0)) ** 2 for k, g in groups.items()) / total ** 2
+        var = sum((self.numel[k] * (g.se.spread if g.se and g.se.spread is not None else 0.0)) ** 2
+                  for k, g in groups.items()) / total ** 2
         ws = math.sqrt(max(sq, 0.0))
         return ws, (math.sqrt(var) / (2 * ws) if ws > 0 else 0.0)
 

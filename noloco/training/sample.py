@@ -28,6 +28,8 @@ import math
 
 import torch
 
+from noloco.advice.run_rows import SampleErrors
+
 #: coordinates sampled per tensor by default (docs/own_run.md: error; docs/performance.md: cost)
 DEFAULT_SAMPLE = 1024
 
@@ -67,22 +69,22 @@ class CoordinateSample:
         return {name: self.numel[name] if idx is None else len(idx) for name, idx in self.index.items()}
 
 
-def standard_errors(phi: torch.Tensor, progress: torch.Tensor, c: float, exact: bool) -> dict:
-    """``{"spread", "c", "s2"}``: the standard errors of the meter's estimates from the (N, K) samples
+def standard_errors(phi: torch.Tensor, progress: torch.Tensor, c: float, exact: bool) -> SampleErrors:
+    """The standard errors of the meter's estimates from the (N, K) samples
     ``phi`` and ``progress`` of one tensor (module docstring); zeros where the tensor was taken whole."""
     if exact:
-        return {"spread": 0.0, "c": 0.0, "s2": 0.0}
+        return SampleErrors(spread=0.0, c=0.0, s2=0.0)
     N, K = phi.shape
     z = phi - phi.mean(0, keepdim=True)
     p = progress - progress.mean(0, keepdim=True)
     b = (z * z).sum(0)
     e = ((p + c * z) ** 2).sum(0)
     root = math.sqrt(K)
-    return {"spread": float(b.std()) / (N * root), "c": _c_error(z, p, c, b), "s2": float(e.std()) / ((N - 1) * root)}
+    return SampleErrors(spread=float(b.std()) / (N * root), c=_c_error(z, p, c, b), s2=float(e.std()) / ((N - 1) * root))
 
 
 def c_error(z: torch.Tensor, p: torch.Tensor, c: float) -> float:
-    """The standard error of c alone (:func:`standard_errors`'s ``"c"``) from centred (N, K) ``z`` and ``p``:
+    """The standard error of c alone (:func:`standard_errors`'s ``c``) from centred (N, K) ``z`` and ``p``:
     what the exact observer's early warnings read, without the other two errors' passes."""
     return _c_error(z, p, c, (z * z).sum(0))
 
