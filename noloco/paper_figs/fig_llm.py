@@ -137,14 +137,15 @@ def _read_rows(path: Path) -> list:
 
 
 def _read_config(run: Path) -> tuple | None:
-    """The run's method and configuration, the outer step's settings flattened in (None when unreadable)."""
+    """The run's method, outer steps and configuration, the outer step's settings flattened in (None when
+    unreadable)."""
     from noloco.advice.run_rows import RunResult
     from noloco.infra.errors import DataError
     from noloco.infra.files import read_json
 
     try:
         setting = RunResult.from_json(read_json(run / "result.json", required=("config",))).setting()
-        return setting.get("method"), setting
+        return setting.get("method"), setting.get("outer_steps"), setting
     except (DataError, KeyError, TypeError, ValueError):
         return None
 
@@ -161,15 +162,14 @@ def _predicted(run: Path) -> dict:
     return {r.outer_step: r.predicted for r in rows if r.predicted is not None}
 
 
-def _forecast(run: Path) -> RunForecast | None:
-    """The run's forecast from its first quarter, ``outside`` the steps whose measured spread leaves the interval; None when none can be made or none of it is
-    finite."""
+def _forecast(run: Path, outer_steps: int | None) -> RunForecast | None:
+    """The run's forecast from its first quarter (of its ``outer_steps``, as its configuration reads), ``outside``
+    the steps whose measured spread leaves the interval; None when none can be made or none of it is finite."""
     try:
         from noloco.infra.errors import ConfigError, DataError
         from noloco.advice.forecast import forecast
-        from noloco.advice.record import read_run
 
-        rep = forecast(run, from_step=read_run(run).setting.outer_steps // 4)
+        rep = forecast(run, from_step=int(outer_steps) // 4)
     except (ImportError, ConfigError, DataError, KeyError, TypeError, ValueError):
         return None
     finite = [r for r in rep.rows if all(np.isfinite((r.forecast, r.low, r.high)))]
@@ -276,13 +276,13 @@ def compute(runs: str) -> dict:
         rows = _read_rows(path)
         if not rows:
             continue
-        method, cfg = _read_config(path.parent) or (None, None)
+        method, outer_steps, cfg = _read_config(path.parent) or (None, None, None)
         where = str(path.parent.relative_to(root))
         key = json.dumps({k: v for k, v in cfg.items() if k != "seed"}, sort_keys=True) if cfg else where
         # an unreadable run is its own setting, named by its folder
         _, _, runs_of = groups.setdefault(key, (method, cfg, []) if cfg else (where, {"method": where}, []))
         runs_of.append(Run(dir=where, rows=rows, predicted=_predicted(path.parent),
-                           forecast=_forecast(path.parent)))
+                           forecast=_forecast(path.parent, outer_steps)))
     # method comparisons (`noloco llm train`) first, then sweep runs
     ordered = sorted(groups.values(), key=lambda g: ("validate" in g[2][0].dir, g[2][0].dir))
     settings = []
