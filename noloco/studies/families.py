@@ -267,7 +267,7 @@ def TinyGPT(family: Family, ctx: int):  # noqa: N802 (a class built on first use
 
 def train_hf(family: Family, setting: FamilySetting, seed: int, folder, val_windows: int = VAL_WINDOWS, stop: int | None = None,
              prepare=None, outer_class=None, at_end=None, forks=(), fork_at: int | None = None,
-             fork_len: int | None = None, train: bool = True) -> None:
+             fork_len: int | None = None, train: bool = True, device: str = "cpu") -> None:
     """A plain torch loop over ``family``: AdamW at the learning rate of ``setting``'s schedule,
     :class:`noloco.OuterOptimizer` every H steps, :class:`noloco.Observer` writing ``folder`` with the averaged
     model's and the replicas' validation loss at every evaluation. N replicas in one process (a list of modules),
@@ -283,7 +283,8 @@ def train_hf(family: Family, setting: FamilySetting, seed: int, folder, val_wind
     (phi and the momentum, loaded with ``strict=False``) are copied, the data and the learning rate are those of
     the same inner steps, and an observer writes the fork's folder with its
     validation losses at its end (:func:`noloco.advice.fork.read_fork`). ``train=False``: only the forks, of a run
-    already in ``folder`` (forks from its start: its initial state is drawn again from the seed)."""
+    already in ``folder`` (forks from its start: its initial state is drawn again from the seed). ``device``: where
+    the replicas train (the initial weights are drawn on the CPU: a seed draws the same model on any device)."""
     import copy
 
     import torch
@@ -298,13 +299,13 @@ def train_hf(family: Family, setting: FamilySetting, seed: int, folder, val_wind
     ranks = dist.is_available() and dist.is_initialized()
     here = [dist.get_rank()] if ranks else list(range(N))  # the replicas this process trains
     torch.manual_seed(seed)  # every rank draws the same initial weights: replicas start equal
-    first = _hf_model(family, ctx)
+    first = _hf_model(family, ctx).to(device)
     models = [first] + [copy.deepcopy(first) for _ in here[1:]]
     if prepare is not None:
         prepare(models)
     corpus = data.load_corpus()
     shards = data.shards(corpus, N, seed)
-    val = torch.from_numpy(data.val_windows(corpus, seed, val_windows, ctx)).long()
+    val = torch.from_numpy(data.val_windows(corpus, seed, val_windows, ctx)).long().to(device)
     inner = torch.optim.AdamW([p for m in models for p in m.parameters()], lr=s.lr,
                               betas=(0.9, s.adam_beta2), weight_decay=0.0)
     outer = (outer_class or OuterOptimizer)(first if ranks else models, inner, inner_steps=H, method="noloco",
@@ -347,7 +348,7 @@ def _inner_step(models, here, inner, shards, s: FamilySetting, seed: int, k: int
     inner.zero_grad(set_to_none=True)
     for r, model in zip(here, models):
         windows = torch.from_numpy(data.batch(shards[r], seed, r, k, s.batch, s.ctx)).long()
-        _loss(model, windows).backward()
+        _loss(model, windows.to(next(model.parameters()).device)).backward()
     inner.step()
 
 
@@ -366,7 +367,7 @@ def _fork(family: Family, s: FamilySetting, seed: int, snapshot, fork_at: int, f
     if fork_at % H or fork_len % H or len(weights) != N:
         raise ValueError(f"a fork at inner step {fork_at} for {fork_len} steps needs H | both and the pilot's N")
     torch.manual_seed(seed)
-    models = [_hf_model(family, s.ctx) for _ in range(N)]
+    models = [_hf_model(family, s.ctx).to(val.device) for _ in range(N)]
     for m, w in zip(models, weights):
         m.load_state_dict(w)
     inner = torch.optim.AdamW([p for m in models for p in m.parameters()], lr=s.lr,
