@@ -6,7 +6,8 @@ rank), pairs (n = 2) and DiLoCo (n = N), every mode on the same parameters in th
 
 * ``toolkit``: :meth:`noloco.OuterOptimizer.sync` (one vector ``beta * progress + gamma * phi`` on the wire, in
   place); ``toolkit, bf16 wire`` the same vector sent in bfloat16; ``toolkit + observer`` with a
-  :class:`noloco.Observer` attached (its own seconds are the observer's share); ``toolkit, overlapped`` (pairs)
+  :class:`noloco.Observer` attached (its hook's seconds, between two syncs of the device, are the observer's
+  share); ``toolkit, overlapped`` (pairs)
   the same with ``overlap=True``: what the training loop is blocked for at a sync (the wait for the exchange
   started one sync earlier, the step, the next send), after an inner-phase stand-in of ``--inner-matmuls``
   products of two 256 x 256 float32 matrices (not timed; its median seconds are reported) that gives the
@@ -193,6 +194,32 @@ def _move(params, gen, rank):
                                device=p.device), alpha=1e-3 * (1 + rank))
 
 
+class _ObserverClock:
+    """A :class:`noloco.Observer` on ``outer`` and its seconds, timed by hooks just before and just after its own,
+    each after ``sync()`` (the device's): on a GPU the outer step's kernels are still queued when the observer's
+    hook starts, and its own are when it returns; a timer inside the observer would count the first and miss
+    the second."""
+
+    def __init__(self, outer, sync, folder, **options):
+        from noloco.training.observer import Observer
+
+        self.sync, self.seconds, self._started = sync, 0.0, None
+        outer.add_progress_hook(self._start)
+        self.observer = Observer(outer, folder, outer_steps=10 ** 6, lr=1e-3, overwrite=True, **options)
+        outer.add_progress_hook(self._stop)
+
+    def _start(self, *_):
+        self.sync()
+        self._started = time.perf_counter()
+
+    def _stop(self, *_):
+        self.sync()
+        self.seconds += time.perf_counter() - self._started
+
+    def close(self):
+        self.observer.close()
+
+
 def _round(modes, gen, rank, sync, times, observed, start=None, inner=None) -> None:
     """One step of every mode, interleaved: a fake inner phase (not timed), then the step timed (and the
     observer's own seconds in it); ``start()`` (a barrier across ranks) just before each, not timed;
@@ -304,7 +331,6 @@ def _rank(rank, world, port, opts: OuterOptions, out):
     import torch
     import torch.distributed as dist
 
-    from noloco.training.observer import Observer
     from noloco.training.outer_optimizer import OuterOptimizer
 
     torch.set_num_threads(1)
@@ -326,8 +352,7 @@ def _rank(rank, world, port, opts: OuterOptions, out):
             modes[f"{tag}: {name}"] = (params, outer.sync, None)
         params = _params(opts.width, opts.layers, (), device)
         outer = OuterOptimizer(params, method=method, inner_steps=1)
-        observer = Observer(outer, f"{tmp}/{method}", outer_steps=10 ** 6, lr=1e-3, overwrite=True)
-        modes[f"{tag}: toolkit + observer"] = (params, outer.sync, observer)
+        modes[f"{tag}: toolkit + observer"] = (params, outer.sync, _ObserverClock(outer, sync, f"{tmp}/{method}"))
         P = sum(p.numel() for p in params.values())
         if method == "noloco":
             # the exchange in flight during the stand-in inner phase; its first sync (a send only) not timed
@@ -435,7 +460,6 @@ def _across_ranks(ranks, opts: OuterOptions) -> AcrossRanks:
 def _one_process(replicas, opts: OuterOptions) -> OneProcess:
     import torch
 
-    from noloco.training.observer import Observer
     from noloco.training.outer_optimizer import OuterOptimizer
 
     device = torch.device(opts.device)
@@ -453,8 +477,7 @@ def _one_process(replicas, opts: OuterOptions) -> OneProcess:
         for label, observe in (("toolkit", None), ("toolkit + observer (sampled 1024)", {"sample": 1024})):
             params = _params(opts.width, opts.layers, (replicas,), device)
             outer = OuterOptimizer(params, method=method, replicas=replicas, inner_steps=1)
-            obs = None if observe is None else Observer(outer, f"{tmp}/{method}{len(modes)}", outer_steps=10 ** 6,
-                                                        lr=1e-3, overwrite=True, **observe)
+            obs = None if observe is None else _ObserverClock(outer, sync, f"{tmp}/{method}{len(modes)}", **observe)
             modes[f"{tag}: {label}"] = (params, outer.sync, obs)
     P = sum(p[0].numel() for p in next(iter(modes.values()))[0].values())
     # the floor: the 6 N P numbers the step must touch, moved by three copies of N P (timed among the steps)
