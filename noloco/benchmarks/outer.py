@@ -27,7 +27,9 @@ In one process (``--ranks 1 --replicas N --device cpu|cuda``): the N replicas st
 the toolkit's outer step (pairs and DiLoCo) against the memory-bandwidth floor (the bytes the step must
 touch at least, ``6 N P`` numbers of the outer state's dtype: theta read and written, phi and delta read and
 written, timed as three copies of N P numbers among the steps), and the observer's share of the outer step
-(sampled; the exact observer's cost is ``python -m noloco.benchmarks observer``'s), and what a bfloat16 wire
+(sampled; the exact observer's cost is ``python -m noloco.benchmarks observer``'s) and of the outer step plus
+``--inner-steps`` H inner steps, each timed as AdamW's update of the N replicas alone (no forward or backward:
+an upper bound of the share), and what a bfloat16 wire
 does to the spread (:func:`wire_spread`). This form needs no torchrun and runs on a single GPU.
 
 Time-boxed: steps are run until ``--seconds`` have passed (at least 3, at most ``--steps``).
@@ -51,6 +53,8 @@ from noloco.infra.record import JsonRecord
 PER_LAYER = 8
 #: the one-process form's floor mode (its median is every mode's unit)
 MEMORY_FLOOR = "memory floor (3 copies of N P)"
+#: the one-process form's floor of an inner step: AdamW's update alone, no forward or backward
+INNER_FLOOR = "inner step floor (AdamW update of N P)"
 
 
 @dataclass(frozen=True)
@@ -68,6 +72,7 @@ class OuterOptions(JsonRecord):
     seconds: Optional[float] = None
     spread_steps: Optional[int] = None
     inner_matmuls: Optional[int] = None
+    inner_steps: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -112,14 +117,16 @@ class AcrossRanks(JsonRecord):
 @dataclass(frozen=True)
 class BatchedMode(JsonRecord):
     """One mode in one process: the median seconds of a step, the steps, the median against the memory floor, the
-    observer's median seconds and share (a mode with an observer)."""
+    observer's median seconds and share (a mode with an observer) of the step, and of the step plus H inner steps
+    timed as :data:`INNER_FLOOR` (a real inner step also runs forward and backward: an upper bound)."""
 
-    OPTIONAL_KEYS = ("observer_median_s", "observer_share")
+    OPTIONAL_KEYS = ("observer_median_s", "observer_share", "observer_share_with_inner")
     median_s: float
     steps: int
     x_memory_floor: float
     observer_median_s: Optional[float] = None
     observer_share: Optional[float] = None
+    observer_share_with_inner: Optional[float] = None  # of the step plus H inner steps' floor (an upper bound)
 
 
 @dataclass(frozen=True)
@@ -484,6 +491,12 @@ def _one_process(replicas, opts: OuterOptions) -> OneProcess:
     # written once: untouched (calloc'd) pages would all read one zero page, faster than any model
     a, b = torch.full((replicas * P,), 0.5, device=device), torch.full((replicas * P,), 0.5, device=device)
     modes[MEMORY_FLOOR] = ({}, lambda: [b.copy_(a) for _ in range(3)], None)
+    if opts.inner_steps:
+        params = _params(opts.width, opts.layers, (replicas,), device)
+        for p in params.values():
+            p.grad = torch.full_like(p, 1e-3)
+        adam = torch.optim.AdamW(params.values(), lr=1e-3)
+        modes[INNER_FLOOR] = (params, adam.step, None)
     times = {name: [] for name in modes}
     observed = {name: [] for name in modes}
     started, steps = time.perf_counter(), 0
@@ -494,12 +507,15 @@ def _one_process(replicas, opts: OuterOptions) -> OneProcess:
         if obs:
             obs.close()
     floor = statistics.median(times[MEMORY_FLOOR])
+    inner = opts.inner_steps * statistics.median(times[INNER_FLOOR]) if opts.inner_steps else None
     out = {}
     for name in modes:
         median = statistics.median(times[name])
         seen = statistics.median(observed[name]) if any(observed[name]) else None
         out[name] = BatchedMode(median_s=median, steps=len(times[name]), x_memory_floor=median / floor,
-                                observer_median_s=seen, observer_share=None if seen is None else seen / median)
+                                observer_median_s=seen, observer_share=None if seen is None else seen / median,
+                                observer_share_with_inner=None if seen is None or inner is None else
+                                seen / (median + inner))
     return OneProcess(P=P, tensors=len(shapes(opts.width, opts.layers)), replicas=replicas,
                       device=str(device) if not cuda else torch.cuda.get_device_name(device),
                       copy_bandwidth_GBps=3 * 2 * 4 * replicas * P / floor / 1e9, memory_floor_s=floor, modes=out)
@@ -544,13 +560,15 @@ def _wire_run(device, wire, replicas: int, inner_steps: int, outer_steps: int) -
 
 
 def measure(ranks: int = 4, replicas: int = 8, device: str = "cpu", width: int = 160, layers: int = 6,
-            steps: int = 200, seconds: float = 5.0, spread_steps: int = 20, inner_matmuls: int = 40) -> dict:
+            steps: int = 200, seconds: float = 5.0, spread_steps: int = 20, inner_matmuls: int = 40,
+            inner_steps: int = 50) -> dict:
     """The benchmark's ``results`` (:func:`noloco.benchmarks.timer.run`): an :class:`AcrossRanks`' JSON with
     ``ranks > 1``, else a :class:`OneProcess`'s."""
     import torch
 
     opts = OuterOptions(ranks=ranks, replicas=replicas, device=device, width=width, layers=layers, steps=steps,
-                        seconds=seconds, spread_steps=spread_steps, inner_matmuls=inner_matmuls)
+                        seconds=seconds, spread_steps=spread_steps, inner_matmuls=inner_matmuls,
+                        inner_steps=inner_steps if ranks == 1 else None)
     if ranks > 1:
         if device == "cuda" and torch.cuda.device_count() < ranks:
             from noloco.infra.errors import ConfigError
@@ -589,9 +607,11 @@ def format_result(result: dict) -> str:
     lines = [f"one process, {one.replicas} replicas on {one.device}: P = {one.P:,} parameters in {one.tensors} tensors",
              f"copy bandwidth {one.copy_bandwidth_GBps:.1f} GB/s; memory floor of one outer step "
              f"{one.memory_floor_s * 1e3:.3f} ms",
-             f"{'mode':<42}{'median ms':>10}{'x floor':>9}{'observer':>10}"]
+             f"{'mode':<42}{'median ms':>10}{'x floor':>9}{'observer':>10}"
+             f"{f'with H = {o.inner_steps} inner' if o.inner_steps else '':>20}"]
     for name, b in one.modes.items():
-        lines.append(f"{name:<42}{b.median_s * 1e3:>10.3f}{b.x_memory_floor:>9.2f}{_share(b):>10}")
+        with_inner = f"{b.observer_share_with_inner:.1%}" if b.observer_share_with_inner is not None else ""
+        lines.append(f"{name:<42}{b.median_s * 1e3:>10.3f}{b.x_memory_floor:>9.2f}{_share(b):>10}{with_inner:>20}")
     w = one.wire_spread
     if w is not None:
         lines.append(f"the wire's dtype on a small regression (4 replicas, pairs): weight_std float32 "
@@ -621,5 +641,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inner-matmuls", type=integer("inner_matmuls", 0, 100_000), default=40,
                         help="the inner-phase stand-in before the overlapped step across ranks: products of two "
                              "256 x 256 float32 matrices (default 40)")
+    parser.add_argument("--inner-steps", type=integer("inner_steps", 0, 100_000), default=50,
+                        help="H for the observer's share of an outer step plus H inner steps in one process, each "
+                             "timed as AdamW's update of the N replicas alone (an upper bound; default 50; 0: none)")
     parser.add_argument("--spread-steps", type=integer("spread_steps", 0, 10_000), default=20,
                         help="outer steps of the bfloat16 wire's spread check in one process (default 20; 0: none)")
