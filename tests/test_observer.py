@@ -189,6 +189,57 @@ def test_a_sampled_observer_beside_the_exact_one(tmp_path):
     assert part.inputs[-1]["groups"]["0.weight"]["numel"] == 96 and part.inputs[-1]["groups"]["0.weight"]["sampled"] == 64
 
 
+def _ops(fn):
+    """``fn()`` and the aten operations it ran (each a kernel on a GPU)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Log(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            ran.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    ran = []
+    with Log():
+        out = fn()
+    return out, ran
+
+
+def test_the_samples_of_every_tensor_are_taken_by_a_few_operations_into_one_host_copy(tmp_path):
+    """The sample of every tensor of phi and progress, checksums appended: the same numbers as each tensor indexed
+    on its own (the layout the meter reads), taken by one index_select per flat buffer (a handful of kernels on a
+    GPU, however many tensors), the index made once per device; what the observer measures is views of one
+    host tensor (one copy from a device)."""
+    from noloco.training.sample import CoordinateSample
+
+    models = [torch.nn.Sequential(*[torch.nn.Linear(8, 8) for _ in range(10)]) for _ in range(N)]
+    for m in models[1:]:
+        m.load_state_dict(models[0].state_dict())
+    with torch.no_grad():
+        models[1][3].weight[5, 6] += 1e-6  # one coordinate, likely unsampled: the checksums see it
+    inner = torch.optim.SGD([p for m in models for p in m.parameters()], lr=0.1)
+    outer = noloco.OuterOptimizer(models, inner, inner_steps=H)
+    progress = {k: torch.randn_like(v) for k, v in outer.phi.items()}  # 20 separate tensors: one index_select each
+    sample = CoordinateSample({k: v.shape[1:] for k, v in outer.phi.items()}, 16, seed=5)
+    extra = torch.randn(N, 3, dtype=torch.float64)
+    whole, ran = _ops(lambda: sample.gather([outer.phi, progress], True, extra))
+    assert ran.count("aten.index_select.default") == 1 + 20 and len(sample._on_device) == 1 + 20
+    (phi_s, prog_s), tail = sample.unpack(whole, 2)
+    for name, idx in sample.index.items():
+        for got, t in ((phi_s[name], outer.phi[name]), (prog_s[name], progress[name])):
+            flat = t.reshape(N, -1)
+            assert torch.equal(got, (flat if idx is None else flat[:, idx]).double())
+    assert torch.equal(tail, extra)
+    _, again = _ops(lambda: sample.gather([outer.phi, outer.phi], True))  # one buffer, its index kept: 5 operations
+    assert again.count("aten.index_select.default") == 2 and len(sample._on_device) == 1 + 20
+    one = sample.take({k: v[2] for k, v in outer.phi.items()}, stacked=False)  # one replica's (a rank's)
+    assert all(torch.equal(one[k], phi_s[k][2]) for k in one)
+    observer = noloco.Observer(outer, None, outer_steps=2, lr=0.1, sample=16, warn_steps=0)
+    (phi_s, prog_s), sums = observer._collect(observer._start(outer.phi, progress, extra=observer._checksums(outer.phi)))
+    assert len({t.untyped_storage().data_ptr() for t in (*phi_s.values(), *prog_s.values(), sums)}) == 1
+    assert sums.shape == (N, 40) and observer._checksums_differ(list(outer.phi), sums) == ["3.weight"]
+    observer.detach()
+
+
 # ----------------------------------------------------------------- many ranks (gloo on localhost)
 
 def _rank(rank, world, port, out, method="noloco", steps=T):

@@ -623,9 +623,11 @@ def test_the_outer_benchmark_in_one_process(tmp_path):
     assert res["P"] == sum(math.prod(s) for s in shapes(16, 1).values()) and res["tensors"] == 10
     modes = res["modes"]
     assert set(modes) == {"pairs: toolkit", "pairs: toolkit + observer (sampled 1024)", "DiLoCo: toolkit",
-                          "DiLoCo: toolkit + observer (sampled 1024)", "memory floor (3 copies of N P)"}
+                          "DiLoCo: toolkit + observer (sampled 1024)", "memory floor (3 copies of N P)",
+                          "inner step floor (AdamW update of N P)"}
     assert all(m["steps"] == 3 and m["median_s"] > 0 for m in modes.values())
-    assert 0 < modes["pairs: toolkit + observer (sampled 1024)"]["observer_share"] < 1
+    observed = modes["pairs: toolkit + observer (sampled 1024)"]
+    assert 0 < observed["observer_share_with_inner"] < observed["observer_share"] < 1
     wire = res["wire_spread"]  # the bfloat16 wire's run is another run: not the float32 one's bits
     assert wire["float32"]["weight_std"] > 0 and wire["bfloat16"]["weight_std"] != wire["float32"]["weight_std"]
 

@@ -6,7 +6,8 @@ rank), pairs (n = 2) and DiLoCo (n = N), every mode on the same parameters in th
 
 * ``toolkit``: :meth:`noloco.OuterOptimizer.sync` (one vector ``beta * progress + gamma * phi`` on the wire, in
   place); ``toolkit, bf16 wire`` the same vector sent in bfloat16; ``toolkit + observer`` with a
-  :class:`noloco.Observer` attached (its own seconds are the observer's share); ``toolkit, overlapped`` (pairs)
+  :class:`noloco.Observer` attached (its hook's seconds, between two syncs of the device, are the observer's
+  share); ``toolkit, overlapped`` (pairs)
   the same with ``overlap=True``: what the training loop is blocked for at a sync (the wait for the exchange
   started one sync earlier, the step, the next send), after an inner-phase stand-in of ``--inner-matmuls``
   products of two 256 x 256 float32 matrices (not timed; its median seconds are reported) that gives the
@@ -26,7 +27,9 @@ In one process (``--ranks 1 --replicas N --device cpu|cuda``): the N replicas st
 the toolkit's outer step (pairs and DiLoCo) against the memory-bandwidth floor (the bytes the step must
 touch at least, ``6 N P`` numbers of the outer state's dtype: theta read and written, phi and delta read and
 written, timed as three copies of N P numbers among the steps), and the observer's share of the outer step
-(sampled; the exact observer's cost is ``python -m noloco.benchmarks observer``'s), and what a bfloat16 wire
+(sampled; the exact observer's cost is ``python -m noloco.benchmarks observer``'s) and of the outer step plus
+``--inner-steps`` H inner steps, each timed as AdamW's update of the N replicas alone (no forward or backward:
+an upper bound of the share), and what a bfloat16 wire
 does to the spread (:func:`wire_spread`). This form needs no torchrun and runs on a single GPU.
 
 Time-boxed: steps are run until ``--seconds`` have passed (at least 3, at most ``--steps``).
@@ -50,6 +53,8 @@ from noloco.infra.record import JsonRecord
 PER_LAYER = 8
 #: the one-process form's floor mode (its median is every mode's unit)
 MEMORY_FLOOR = "memory floor (3 copies of N P)"
+#: the one-process form's floor of an inner step: AdamW's update alone, no forward or backward
+INNER_FLOOR = "inner step floor (AdamW update of N P)"
 
 
 @dataclass(frozen=True)
@@ -67,6 +72,7 @@ class OuterOptions(JsonRecord):
     seconds: Optional[float] = None
     spread_steps: Optional[int] = None
     inner_matmuls: Optional[int] = None
+    inner_steps: Optional[int] = None
 
 
 @dataclass(frozen=True)
@@ -111,14 +117,16 @@ class AcrossRanks(JsonRecord):
 @dataclass(frozen=True)
 class BatchedMode(JsonRecord):
     """One mode in one process: the median seconds of a step, the steps, the median against the memory floor, the
-    observer's median seconds and share (a mode with an observer)."""
+    observer's median seconds and share (a mode with an observer) of the step, and of the step plus H inner steps
+    timed as :data:`INNER_FLOOR` (a real inner step also runs forward and backward: an upper bound)."""
 
-    OPTIONAL_KEYS = ("observer_median_s", "observer_share")
+    OPTIONAL_KEYS = ("observer_median_s", "observer_share", "observer_share_with_inner")
     median_s: float
     steps: int
     x_memory_floor: float
     observer_median_s: Optional[float] = None
     observer_share: Optional[float] = None
+    observer_share_with_inner: Optional[float] = None  # of the step plus H inner steps' floor (an upper bound)
 
 
 @dataclass(frozen=True)
@@ -191,6 +199,32 @@ def _move(params, gen, rank):
         for p in params.values():
             p.add_(torch.randn(p.shape, generator=gen[p.device.type] if isinstance(gen, dict) else gen,
                                device=p.device), alpha=1e-3 * (1 + rank))
+
+
+class _ObserverClock:
+    """A :class:`noloco.Observer` on ``outer`` and its seconds, timed by hooks just before and just after its own,
+    each after ``sync()`` (the device's): on a GPU the outer step's kernels are still queued when the observer's
+    hook starts, and its own are when it returns; a timer inside the observer would count the first and miss
+    the second."""
+
+    def __init__(self, outer, sync, folder, **options):
+        from noloco.training.observer import Observer
+
+        self.sync, self.seconds, self._started = sync, 0.0, None
+        outer.add_progress_hook(self._start)
+        self.observer = Observer(outer, folder, outer_steps=10 ** 6, lr=1e-3, overwrite=True, **options)
+        outer.add_progress_hook(self._stop)
+
+    def _start(self, *_):
+        self.sync()
+        self._started = time.perf_counter()
+
+    def _stop(self, *_):
+        self.sync()
+        self.seconds += time.perf_counter() - self._started
+
+    def close(self):
+        self.observer.close()
 
 
 def _round(modes, gen, rank, sync, times, observed, start=None, inner=None) -> None:
@@ -304,7 +338,6 @@ def _rank(rank, world, port, opts: OuterOptions, out):
     import torch
     import torch.distributed as dist
 
-    from noloco.training.observer import Observer
     from noloco.training.outer_optimizer import OuterOptimizer
 
     torch.set_num_threads(1)
@@ -326,8 +359,7 @@ def _rank(rank, world, port, opts: OuterOptions, out):
             modes[f"{tag}: {name}"] = (params, outer.sync, None)
         params = _params(opts.width, opts.layers, (), device)
         outer = OuterOptimizer(params, method=method, inner_steps=1)
-        observer = Observer(outer, f"{tmp}/{method}", outer_steps=10 ** 6, lr=1e-3, overwrite=True)
-        modes[f"{tag}: toolkit + observer"] = (params, outer.sync, observer)
+        modes[f"{tag}: toolkit + observer"] = (params, outer.sync, _ObserverClock(outer, sync, f"{tmp}/{method}"))
         P = sum(p.numel() for p in params.values())
         if method == "noloco":
             # the exchange in flight during the stand-in inner phase; its first sync (a send only) not timed
@@ -435,7 +467,6 @@ def _across_ranks(ranks, opts: OuterOptions) -> AcrossRanks:
 def _one_process(replicas, opts: OuterOptions) -> OneProcess:
     import torch
 
-    from noloco.training.observer import Observer
     from noloco.training.outer_optimizer import OuterOptimizer
 
     device = torch.device(opts.device)
@@ -453,14 +484,19 @@ def _one_process(replicas, opts: OuterOptions) -> OneProcess:
         for label, observe in (("toolkit", None), ("toolkit + observer (sampled 1024)", {"sample": 1024})):
             params = _params(opts.width, opts.layers, (replicas,), device)
             outer = OuterOptimizer(params, method=method, replicas=replicas, inner_steps=1)
-            obs = None if observe is None else Observer(outer, f"{tmp}/{method}{len(modes)}", outer_steps=10 ** 6,
-                                                        lr=1e-3, overwrite=True, **observe)
+            obs = None if observe is None else _ObserverClock(outer, sync, f"{tmp}/{method}{len(modes)}", **observe)
             modes[f"{tag}: {label}"] = (params, outer.sync, obs)
     P = sum(p[0].numel() for p in next(iter(modes.values()))[0].values())
     # the floor: the 6 N P numbers the step must touch, moved by three copies of N P (timed among the steps)
     # written once: untouched (calloc'd) pages would all read one zero page, faster than any model
     a, b = torch.full((replicas * P,), 0.5, device=device), torch.full((replicas * P,), 0.5, device=device)
     modes[MEMORY_FLOOR] = ({}, lambda: [b.copy_(a) for _ in range(3)], None)
+    if opts.inner_steps:
+        params = _params(opts.width, opts.layers, (replicas,), device)
+        for p in params.values():
+            p.grad = torch.full_like(p, 1e-3)
+        adam = torch.optim.AdamW(params.values(), lr=1e-3)
+        modes[INNER_FLOOR] = (params, adam.step, None)
     times = {name: [] for name in modes}
     observed = {name: [] for name in modes}
     started, steps = time.perf_counter(), 0
@@ -471,12 +507,15 @@ def _one_process(replicas, opts: OuterOptions) -> OneProcess:
         if obs:
             obs.close()
     floor = statistics.median(times[MEMORY_FLOOR])
+    inner = opts.inner_steps * statistics.median(times[INNER_FLOOR]) if opts.inner_steps else None
     out = {}
     for name in modes:
         median = statistics.median(times[name])
         seen = statistics.median(observed[name]) if any(observed[name]) else None
         out[name] = BatchedMode(median_s=median, steps=len(times[name]), x_memory_floor=median / floor,
-                                observer_median_s=seen, observer_share=None if seen is None else seen / median)
+                                observer_median_s=seen, observer_share=None if seen is None else seen / median,
+                                observer_share_with_inner=None if seen is None or inner is None else
+                                seen / (median + inner))
     return OneProcess(P=P, tensors=len(shapes(opts.width, opts.layers)), replicas=replicas,
                       device=str(device) if not cuda else torch.cuda.get_device_name(device),
                       copy_bandwidth_GBps=3 * 2 * 4 * replicas * P / floor / 1e9, memory_floor_s=floor, modes=out)
@@ -521,13 +560,15 @@ def _wire_run(device, wire, replicas: int, inner_steps: int, outer_steps: int) -
 
 
 def measure(ranks: int = 4, replicas: int = 8, device: str = "cpu", width: int = 160, layers: int = 6,
-            steps: int = 200, seconds: float = 5.0, spread_steps: int = 20, inner_matmuls: int = 40) -> dict:
+            steps: int = 200, seconds: float = 5.0, spread_steps: int = 20, inner_matmuls: int = 40,
+            inner_steps: int = 50) -> dict:
     """The benchmark's ``results`` (:func:`noloco.benchmarks.timer.run`): an :class:`AcrossRanks`' JSON with
     ``ranks > 1``, else a :class:`OneProcess`'s."""
     import torch
 
     opts = OuterOptions(ranks=ranks, replicas=replicas, device=device, width=width, layers=layers, steps=steps,
-                        seconds=seconds, spread_steps=spread_steps, inner_matmuls=inner_matmuls)
+                        seconds=seconds, spread_steps=spread_steps, inner_matmuls=inner_matmuls,
+                        inner_steps=inner_steps if ranks == 1 else None)
     if ranks > 1:
         if device == "cuda" and torch.cuda.device_count() < ranks:
             from noloco.infra.errors import ConfigError
@@ -566,9 +607,11 @@ def format_result(result: dict) -> str:
     lines = [f"one process, {one.replicas} replicas on {one.device}: P = {one.P:,} parameters in {one.tensors} tensors",
              f"copy bandwidth {one.copy_bandwidth_GBps:.1f} GB/s; memory floor of one outer step "
              f"{one.memory_floor_s * 1e3:.3f} ms",
-             f"{'mode':<42}{'median ms':>10}{'x floor':>9}{'observer':>10}"]
+             f"{'mode':<42}{'median ms':>10}{'x floor':>9}{'observer':>10}"
+             f"{f'with H = {o.inner_steps} inner' if o.inner_steps else '':>20}"]
     for name, b in one.modes.items():
-        lines.append(f"{name:<42}{b.median_s * 1e3:>10.3f}{b.x_memory_floor:>9.2f}{_share(b):>10}")
+        with_inner = f"{b.observer_share_with_inner:.1%}" if b.observer_share_with_inner is not None else ""
+        lines.append(f"{name:<42}{b.median_s * 1e3:>10.3f}{b.x_memory_floor:>9.2f}{_share(b):>10}{with_inner:>20}")
     w = one.wire_spread
     if w is not None:
         lines.append(f"the wire's dtype on a small regression (4 replicas, pairs): weight_std float32 "
@@ -598,5 +641,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--inner-matmuls", type=integer("inner_matmuls", 0, 100_000), default=40,
                         help="the inner-phase stand-in before the overlapped step across ranks: products of two "
                              "256 x 256 float32 matrices (default 40)")
+    parser.add_argument("--inner-steps", type=integer("inner_steps", 0, 100_000), default=50,
+                        help="H for the observer's share of an outer step plus H inner steps in one process, each "
+                             "timed as AdamW's update of the N replicas alone (an upper bound; default 50; 0: none)")
     parser.add_argument("--spread-steps", type=integer("spread_steps", 0, 10_000), default=20,
                         help="outer steps of the bfloat16 wire's spread check in one process (default 20; 0: none)")

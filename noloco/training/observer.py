@@ -179,7 +179,6 @@ class Observer:
         self._pending = []  # across ranks: (outer step, its all-gather in flight), oldest first
         self._writer = self._written = None  # the folder's writing thread and its last write
         self._input_lines = []  # (row, its text) of inputs.jsonl, made by the writing thread
-        self.device = next(iter(outer.phi.values())).device
         self._unstable = []  # outer steps whose stability check found a decay factor >= 1
         self._started = time.perf_counter()
         self._lock = None
@@ -199,61 +198,51 @@ class Observer:
 
     def _gather(self, *parts: dict) -> list[dict]:
         """Every replica's samples of ``parts`` (dicts of this process's tensors): ``{name: (N, K)}`` each."""
-        return self._collect(self._start(*parts))
+        return self._collect(self._start(*parts))[0]
 
-    def _start(self, *parts: dict, extra: list | None = None):
-        """Take this process's samples of ``parts`` and, across ranks, start their all-gather (one buffer,
-        ``extra`` floats appended): what :meth:`_collect` finishes."""
-        taken = [self.sample.take(p, self.batched) for p in parts]
+    def _start(self, *parts: dict, extra: torch.Tensor | None = None):
+        """Take this process's samples of ``parts`` into one buffer on the device (``extra``, float64, last) and,
+        across ranks, start its all-gather: what :meth:`_collect` finishes."""
+        flat = self.sample.gather(list(parts), self.batched, extra)
         if self.batched:
-            return taken, None, None, extra
+            return flat, None, None, len(parts)
         import torch.distributed as dist
 
-        flat = torch.cat([t for d in taken for t in d.values()] +
-                         ([torch.tensor(extra, dtype=torch.float64, device=self.device)] if extra else []))
         out = [torch.empty_like(flat) for _ in range(self.N)]
         with self.outer.exchange._talking("observer all-gather", "all"):
             work = dist.all_gather(out, flat, async_op=True)
-        return taken, work, out, extra
+        return None, work, out, len(parts)
 
-    def _collect(self, pending) -> list[dict]:
-        """Wait for a gather :meth:`_start` began; the samples ``{name: (N, K)}`` of each part (and, where
-        ``extra`` was given, every rank's extra floats last)."""
-        taken, work, out, extra = pending
+    def _collect(self, pending) -> tuple[list[dict], torch.Tensor]:
+        """Wait for a gather :meth:`_start` began; the samples ``{name: (N, K)}`` of each part and every replica's
+        extra columns ``(N, E)``, on the host: one copy from the device, and every measurement after it on the CPU
+        (on a GPU, a sync and a few kernels per tensor would cost more than the outer step)."""
+        flat, work, out, parts = pending
         if work is None:
-            return taken + ([extra] if extra is not None else [])
+            return self.sample.unpack(flat.cpu(), parts)
         from datetime import timedelta
 
         start = time.perf_counter()
         with self.outer.exchange._talking("observer all-gather", "all"):
             work.wait(timeout=timedelta(seconds=self.outer.exchange.timeout))
+            whole = torch.stack(out).cpu()  # (N, total); on a GPU the wait for the gather ends here
         self.gather_seconds += time.perf_counter() - start
-        whole = torch.stack(out)  # (N, total)
-        result, at = [], 0
-        for d in taken:
-            part = {}
-            for k, t in d.items():
-                part[k] = whole[:, at:at + t.numel()]
-                at += t.numel()
-            result.append(part)
-        if extra is not None:
-            result.append([whole[r, at:].tolist() for r in range(self.N)])
-        return result
+        return self.sample.unpack(whole, parts)
+
+    def _checksums(self, phi: dict) -> torch.Tensor:
+        """(sum, sum of squares) in float64 of each whole tensor of each replica, stacked on the device: ``(N, 2T)``
+        of stacked tensors, ``(2T,)`` of one replica's. Where the sample sees K coordinates, a difference anywhere
+        in a tensor still shows (the first outer step only)."""
+        if self.batched:
+            sums = [s for t in phi.values() for s in (t.double().flatten(1).sum(1), t.double().pow(2).flatten(1).sum(1))]
+            return torch.stack(sums, 1)
+        return torch.stack([s for t in phi.values() for s in (t.double().sum(), t.double().pow(2).sum())])
 
     @staticmethod
-    def _checksums(phi: dict) -> list[float]:
-        """(sum, sum of squares) in float64 of each whole tensor of one replica: where the sample sees K
-        coordinates, a difference anywhere in a tensor still shows (the first outer step only)."""
-        return [v for t in phi.values() for v in (float(t.double().sum()), float(t.double().pow(2).sum()))]
-
-    def _checksums_differ(self, phi: dict, every: list | None = None) -> list[str]:
-        """The tensors whose checksums differ between replicas; ``every``: each rank's :meth:`_checksums`."""
-        names = list(phi)
-        if self.batched:
-            sums = [torch.stack([phi[k].double().flatten(1).sum(1), phi[k].double().pow(2).flatten(1).sum(1)], 1)
-                    for k in names]
-            return [k for k, s in zip(names, sums) if not bool((s == s[0]).all())]
-        return [k for i, k in enumerate(names) if any(r[2 * i:2 * i + 2] != every[0][2 * i:2 * i + 2] for r in every)]
+    def _checksums_differ(names: list, sums: torch.Tensor) -> list[str]:
+        """The tensors whose checksums differ between replicas; ``sums``: every replica's :meth:`_checksums`, (N, 2T)."""
+        same = (sums == sums[0]).all(0).reshape(-1, 2).all(1).tolist()
+        return [k for k, s in zip(names, same) if not s]
 
     def _spread(self, groups: dict[str, GroupInputs]) -> tuple[float, float]:
         """``(weight_std, its standard error)`` pooled over the tensors, numel-weighted."""
@@ -271,12 +260,14 @@ class Observer:
         it has arrived, at a later outer step (at most :data:`IN_FLIGHT` outer steps later, or at
         :meth:`close`): no rank waits for the slowest one, and each row is written a step or two late."""
         start = time.perf_counter()
+        check = step == 0 and self.sampled  # the whole tensors' checksums, at the first outer step
+        pending = self._start(phi, progress, extra=self._checksums(phi) if check else None)
         if self.batched:
-            phi_s, prog_s = self._gather(phi, progress)
-            differ = self._checksums_differ(phi) if step == 0 and self.sampled else None
+            (phi_s, prog_s), sums = self._collect(pending)
+            differ = self._checksums_differ(list(phi), sums) if check else None
             self._measure(step, phi, progress, phi_s, prog_s, differ)
         else:
-            self._pending.append((step, self._start(phi, progress, extra=self._checksums(phi) if step == 0 else None)))
+            self._pending.append((step, pending))
             self._catch_up(keep=IN_FLIGHT)
         self.seconds += time.perf_counter() - start
 
@@ -292,8 +283,8 @@ class Observer:
         more than ``keep`` are in flight (across ranks)."""
         while self._pending and (len(self._pending) > keep or self._pending[0][1][1].is_completed()):
             step, pending = self._pending.pop(0)
-            phi_s, prog_s, *every = self._collect(pending)
-            differ = self._checksums_differ(phi_s, every[0]) if every else None
+            (phi_s, prog_s), sums = self._collect(pending)
+            differ = self._checksums_differ(list(phi_s), sums) if sums.numel() else None
             self._measure(step, None, None, phi_s, prog_s, differ)
 
     def _measure(self, step: int, phi, progress, phi_s: dict, prog_s: dict, differ) -> None:

@@ -45,6 +45,7 @@ class CoordinateSample:
         self.per_tensor, self.seed = per_tensor, seed
         self.numel = {name: math.prod(shape) for name, shape in shapes.items()}
         self.index: dict[str, torch.Tensor | None] = {}
+        self._on_device: dict = {}  # (names, their offsets, device) -> index on that device (:meth:`_device_index`)
         gen = torch.Generator().manual_seed(seed)
         for name, numel in self.numel.items():  # the names' order is the model's: the same on every rank
             self.index[name] = (None if numel <= per_tensor else
@@ -55,15 +56,74 @@ class CoordinateSample:
 
     def take(self, tensors: dict, stacked: bool) -> dict:
         """The sampled coordinates of each tensor, float64: ``(K,)`` of one replica's tensor, or ``(N, K)`` of
-        stacked ``(N, ...)`` ones."""
-        out = {}
-        for name, idx in self.index.items():
+        stacked ``(N, ...)`` ones (views of one :meth:`gather`)."""
+        return self.unpack(self.gather([tensors], stacked), 1)[0][0]
+
+    def gather(self, parts: list, stacked: bool, extra: torch.Tensor | None = None) -> torch.Tensor:
+        """The sampled coordinates of every tensor of each part (dicts of tensors) in one new float64 tensor on
+        their device, in order, ``extra`` (float64, the same leading shape) last: ``(N, total)`` of stacked
+        ``(N, ...)`` tensors, ``(total,)`` of one replica's. One ``index_select`` per run of consecutive tensors
+        that are views of one flat buffer (the outer optimizer's phi and progress are), its index kept on the
+        device: on a GPU a handful of kernels, not a few per tensor. :meth:`unpack` reads it back."""
+        taken = [run.index_select(-1, index).to(torch.float64)
+                 for tensors in parts for run, index in self._runs(tensors, stacked)]
+        taken += [extra] if extra is not None else []
+        return taken[0] if len(taken) == 1 else torch.cat(taken, -1)
+
+    def unpack(self, whole: torch.Tensor, parts: int) -> tuple[list, torch.Tensor]:
+        """:meth:`gather`'s layout read back (or every rank's, stacked): ``{name: view (..., K)}`` of each of
+        ``parts`` parts, and the columns after them (the ``extra``)."""
+        out, at = [], 0
+        for _ in range(parts):
+            part = {}
+            for name, k in self.sizes().items():
+                part[name] = whole[..., at:at + k]
+                at += k
+            out.append(part)
+        return out, whole[..., at:]
+
+    def _runs(self, tensors: dict, stacked: bool) -> list:
+        """``(span, index)`` pairs whose ``span.index_select(-1, index)`` give, in the names' order, the sampled
+        coordinates of every tensor; consecutive tensors laid out in one storage with the same row stride share
+        a span (a strided view over them), any other is its own."""
+        runs = []  # [key, names, flat views]
+        for name in self.index:
             t = tensors[name].detach()
             flat = t.reshape(t.shape[0], -1) if stacked else t.reshape(-1)
-            # a copy always: the outer step updates phi in place, and a sample must keep this step's values
-            out[name] = flat[..., idx.to(flat.device)].to(torch.float64) if idx is not None else \
-                flat.to(torch.float64, copy=True)
+            key = None
+            if type(flat) is torch.Tensor and flat.layout == torch.strided and flat.stride(-1) == 1:
+                key = (flat.untyped_storage().data_ptr(), flat.dtype, flat.device,
+                       (flat.shape[0], flat.stride(0)) if stacked else None)
+            if key is not None and runs and runs[-1][0] == key:
+                runs[-1][1].append(name)
+                runs[-1][2].append(flat)
+            else:
+                runs.append([key, [name], [flat]])
+        out = []
+        for _, names, flats in runs:
+            first = flats[0]
+            if len(flats) == 1:
+                out.append((first, self._device_index((names[0],), (0,), first.device)))
+                continue
+            offsets = [f.storage_offset() for f in flats]
+            start = min(offsets)
+            width = max(o + f.shape[-1] for o, f in zip(offsets, flats)) - start
+            span = first.as_strided((first.shape[0], width) if stacked else (width,), first.stride(), start)
+            out.append((span, self._device_index(tuple(names), tuple(o - start for o in offsets), first.device)))
         return out
+
+    def _device_index(self, names: tuple, shifts: tuple, device: torch.device) -> torch.Tensor:
+        """The columns of a span that hold the samples of ``names`` (each shifted by its offset in the span),
+        made and copied to ``device`` once."""
+        key = (names, shifts, device)
+        index = self._on_device.get(key)
+        if index is None:
+            if len(self._on_device) >= 64:  # layouts seen come and go only when a caller rebuilds its buffers
+                self._on_device.clear()
+            index = torch.cat([(self.index[n] if self.index[n] is not None else torch.arange(self.numel[n])) + s
+                               for n, s in zip(names, shifts)]).to(device)
+            self._on_device[key] = index
+        return index
 
     def sizes(self) -> dict:
         return {name: self.numel[name] if idx is None else len(idx) for name, idx in self.index.items()}
