@@ -112,6 +112,33 @@ FORECAST_ERROR = (0.91, 1.08)
 TRANSFER_ERROR = (0.94, 1.09)
 
 
+#: a forecast holds when the RMS of its weight_std over the run's second half is within this share of the measured
+CLAIM_TOLERANCE = 0.15
+#: what the fourth round's error model may read of a forecast (:func:`error_features`): how far it extrapolates
+#: (log T / K), its window's noise scatter (log), the decay factor at the flattest c, log H / 10, the window's pooled
+#: c and its rise (clipped: a c near 0 makes the rise unbounded) and log T / 32
+ERROR_READINGS = ("horizon", "noise", "edge", "H", "c", "rise", "T")
+#: E log|e| of a standard normal e: log sigma is fitted as the mean of log|residual| plus this
+LOG_ABS_NORMAL = 0.6352
+
+
+def error_claimed(mu, sigma, z: float):
+    """Whether the band ``mu`` +- ``z`` ``sigma`` of log(forecast / measured) lies within CLAIM_TOLERANCE (arrays or
+    numbers)."""
+    return (mu - z * sigma >= math.log(1 - CLAIM_TOLERANCE)) & (mu + z * sigma <= math.log(1 + CLAIM_TOLERANCE))
+
+
+def error_features(K, T, H, noise, decay, c_level, rise, names=ERROR_READINGS) -> np.ndarray:
+    """The readings ``names`` of a forecast from outer step ``K`` of ``T`` (H inner steps, its window's noise scatter,
+    decay factor at the flattest c, pooled c and its rise), a constant 1 first: the error model's regressors."""
+    def finite(x, default):
+        return default if x is None or not math.isfinite(x) else float(x)
+
+    every = {"horizon": math.log(T / K), "noise": math.log(max(finite(noise, 1.0), 0.01)),
+             "edge": finite(decay, 1.0), "H": math.log(H / 10), "c": min(max(finite(c_level, 0.0), -0.2), 0.5),
+             "rise": min(max(finite(rise, 3.0), -1.0), 3.0), "T": math.log(T / 32)}
+    return np.array([1.0] + [every[n] for n in names])
+
 #: the groups a forecast steps along: the run's own (drawn from its groups seed) or averaged over random groups
 ALONG = ("own", "average")
 
