@@ -147,7 +147,7 @@ class ForecastRow(JsonRecord):
     forecast.noise_scatter`) and ``decay_factor`` (at the flattest c) are absent from reports written before them."""
 
     OPTIONAL_KEYS = ("inner_steps", "c_level", "noise_scatter", "decay_factor", "average", "own_over_average",
-                     "claimed_at_5")
+                     "claimed_at_5", "error_mu", "error_sigma")
     NESTED = {"average": Along}
 
     family: str
@@ -170,6 +170,8 @@ class ForecastRow(JsonRecord):
     own_over_average: Optional[float] = _opt()
     claimed: bool
     claimed_at_5: Optional[bool] = _opt()
+    error_mu: Optional[float] = _opt()
+    error_sigma: Optional[float] = _opt()
 
 
 @dataclass(frozen=True)
@@ -234,16 +236,38 @@ class NoiseFit(JsonRecord):
 
 
 @dataclass(frozen=True)
+class ErrorModel(JsonRecord):
+    """The fourth round's choice (:func:`choice4`): the candidate chosen, its constants set on every development
+    forecast (an error model's readings, coefficients of mu and log sigma, z; or the flags' limits), what they claim
+    there, and each candidate's cross-validated ``[claims, outside 15 %]``."""
+
+    OPTIONAL_KEYS = ("readings", "mean", "log_sd", "z", "flags")
+    NESTED = {"flags": Limits}
+
+    chosen: str
+    readings: Optional[list] = _opt()
+    mean: Optional[list] = _opt()
+    log_sd: Optional[list] = _opt()
+    z: Optional[float] = _opt()
+    flags: Optional[Limits] = _opt()
+    max_missed: float
+    claimed: int
+    missed: int
+    forecasts: int
+    cross_validated: dict
+
+
+@dataclass(frozen=True)
 class ForecastsReport(JsonRecord):
     """``forecasts.json`` (the development runs: ``from_steps`` to ``module``, ``noise_fit``, ``attribution``) and
     ``forecasts_fresh*.json`` (a fresh seed: ``seed`` to ``interval``; from the second round ``choice`` and, in the
     second, the 5 % rule's counts; in the third, the grid's runs ``missing``)."""
 
     OPTIONAL_KEYS = ("from_steps", "seed", "fractions", "flags", "interval", "max_missed", "chosen", "module",
-                     "noise_fit", "attribution", "choice", "summary_at_5", "per_family_at_5", "missing")
+                     "noise_fit", "attribution", "choice", "summary_at_5", "per_family_at_5", "missing", "error_model")
     NESTED = {"flags": Limits, "chosen": Limits, "module": Limits, "rows": (list, ForecastRow), "summary": Verdicts,
               "per_family": (dict, Verdicts), "noise_fit": (dict, NoiseFit), "choice": Choice,
-              "summary_at_5": Verdicts, "per_family_at_5": (dict, Verdicts)}
+              "summary_at_5": Verdicts, "per_family_at_5": (dict, Verdicts), "error_model": ErrorModel}
 
     schema: str
     tolerance: float
@@ -265,6 +289,7 @@ class ForecastsReport(JsonRecord):
     summary_at_5: Optional[Verdicts] = _opt()
     per_family_at_5: Optional[dict] = _opt()
     missing: Optional[list] = _opt()
+    error_model: Optional[ErrorModel] = _opt()
 
 
 def runs(families=CALIBRATION, extra: bool = True, seeds=SEEDS) -> list[tuple[str, str, int, dict, int]]:
@@ -332,7 +357,7 @@ def forecast_row(folder: Path, K: int, seed: int | None = None, alongs=("own", "
                        decay_factor=first_fc.decay_factor, groups=first.groups, always=first.always, inside=first.inside,
                        holds=first.holds, naive=(last / seen) if last else None, average=average,
                        own_over_average=None if average is None else first.ratio / average.ratio,
-                       claimed=not first.flagged)
+                       claimed=not first.flagged, error_mu=first_fc.error.mu, error_sigma=first_fc.error.sigma)
 
 
 def _fresh(seeds=FRESH_SEEDS) -> list:
@@ -412,7 +437,7 @@ def choose_flags(rows: list[ForecastRow], max_missed: float = MAX_MISSED, shares
     """``(c_min, rise, fall, share, exponent, noise, edge[, short])``: of the grids' limits under which at most
     ``max_missed`` of the claimed rows miss, the one that claims the most (ties: the stricter, larger c_min, smaller
     rise and fall, larger share, smaller exponent, noise and edge limit, larger short-run limit); ``short`` only
-    where ``shorts`` is given."""
+    where ``shorts`` is given; None where no limits keep the misses that few."""
     import itertools
 
     holds, cols = np.array([r.holds for r in rows]), _columns(rows)
@@ -432,6 +457,8 @@ def choose_flags(rows: list[ForecastRow], max_missed: float = MAX_MISSED, shares
         key = (int(most), c_min, -rises[i], -falls[j], share, -exponent, -noise, -edge, short)
         if best is None or key > best[0]:
             best = (key, (c_min, float(rises[i]), float(falls[j]), share, exponent, noise, edge, short))
+    if best is None:  # no limits in the grids keep the misses that few
+        return None
     return best[1] if shorts != (0,) else best[1][:7]
 
 
@@ -506,12 +533,14 @@ def choice3(rows: list[ForecastRow] | None = None) -> Choice:
 
 
 def missing_runs(out: Path, seed: int) -> list[str]:
-    """``FAMILY/SETTING`` of the third round's grid (:data:`noloco.studies.one_pilot.JUDGED` of its two families)
-    without a finished run of ``seed`` in ``out``."""
+    """``FAMILY/SETTING`` of the grid (:data:`noloco.studies.one_pilot.JUDGED`) without a finished run of ``seed`` in
+    ``out``, for every family folder of ``out`` that holds one of the grid's settings."""
     from noloco.studies import one_pilot
 
     found = {(f, name) for f, name, _ in fresh_runs(out, seed)}
-    return [f"{f}/{name}" for f in one_pilot.FAMILIES for name in one_pilot.JUDGED if (f, name) not in found]
+    families = sorted(d.name for d in Path(out).iterdir()
+                      if d.is_dir() and any((d / name).is_dir() for name in one_pilot.JUDGED))
+    return [f"{f}/{name}" for f in families for name in one_pilot.JUDGED if (f, name) not in found]
 
 
 #: the fourth round (module docstring): its development reports (every forecast of seeds 0 to 10), the largest share
@@ -528,26 +557,10 @@ ERROR_SETS = {"horizon, noise": ("horizon", "noise"), "horizon, noise, edge, H":
 Z_GRID = (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0)
 
 
-@dataclass(frozen=True)
-class ErrorModel(JsonRecord):
-    """The fourth round's choice (:func:`choice4`): the candidate chosen, its constants set on every development
-    forecast (an error model's readings, coefficients of mu and log sigma, z; or the flags' limits), what they claim
-    there, and each candidate's cross-validated ``[claims, outside 15 %]``."""
-
-    OPTIONAL_KEYS = ("readings", "mean", "log_sd", "z", "flags")
-    NESTED = {"flags": Limits}
-
-    chosen: str
-    readings: Optional[list] = _opt()
-    mean: Optional[list] = _opt()
-    log_sd: Optional[list] = _opt()
-    z: Optional[float] = _opt()
-    flags: Optional[Limits] = _opt()
-    max_missed: float
-    claimed: int
-    missed: int
-    forecasts: int
-    cross_validated: dict
+def stored_choice4() -> ErrorModel:
+    """The fourth round's choice as committed (docs/data/forecasts_dev4.json: :func:`choice4` on the development
+    forecasts)."""
+    return ErrorModel.from_json(read_json(_DATA / "forecasts_dev4.json"))
 
 
 def development4() -> list[ForecastRow]:
@@ -589,7 +602,8 @@ def cross_validate4(rows: list[ForecastRow]) -> dict[str, list[int]]:
         for s in sorted(set(seed_of)):
             limits = choose_flags([r for r, k in zip(rows, seed_of) if k != s], m, SHARE_GRID, C_EXPONENTS,
                                   NOISE_GRID, EDGE_GRID, SHORT_GRID)
-            mine[seed_of == s] = _claimed(_columns([r for r, k in zip(rows, seed_of) if k == s]), *limits)
+            if limits is not None:  # else nothing of seed s is claimed
+                mine[seed_of == s] = _claimed(_columns([r for r, k in zip(rows, seed_of) if k == s]), *limits)
         out[f"flags at {m:g}"] = [int(mine.sum()), int((mine & ~holds).sum())]
     for name, names in ERROR_SETS.items():
         X, y, ok = _error_columns(rows, names)
@@ -736,13 +750,14 @@ def from_steps(T: int) -> list[int]:
 
 
 def judge_fresh(out: Path, seed: int = FRESH_SEED, development: list | None = None) -> ForecastsReport:
-    """The fresh judgement (module docstring): the forecast as committed, its flags deciding what is claimed; from
-    the second round on, the 5 % rule's choice on ``development`` (default :func:`stored_rows`) beside
-    (``claimed_at_5``)."""
+    """The fresh judgement (module docstring): the forecast as committed, its flags deciding what is claimed (from the
+    fourth round, its error model: ``error_model``); in the second and third rounds, that round's choice on
+    ``development`` beside (default :func:`stored_rows`; the second's 5 % rule as ``claimed_at_5``)."""
     from noloco.advice import forecast as FC
     from noloco.advice.record import read_run
 
-    second, third = seed != FRESH_SEED, seed in FRESH3_SEEDS
+    fourth = seed not in DEV4_SEEDS
+    second, third = seed != FRESH_SEED and not fourth, seed in FRESH3_SEEDS
     chosen = (choice3 if third else choice)(development) if second else None
     rows = []
     for family, setting, folder in fresh_runs(out, seed):
@@ -753,11 +768,9 @@ def judge_fresh(out: Path, seed: int = FRESH_SEED, development: list | None = No
             rows.append(r)
     report = ForecastsReport(
         schema="forecasts-fresh", tolerance=TOLERANCE, seed=seed, fractions=list(FRACTIONS),
-        flags=Limits(settled_c=FC.SETTLED_C, settled_rise=FC.SETTLED_RISE, settled_fall=FC.SETTLED_FALL,
-                     early_share=FC.EARLY_SHARE if second else None, early_noise=FC.EARLY_NOISE if third else None),
-        interval=list(FC.FORECAST_ERROR), noise_growth=FC.NOISE_GROWTH, rows=rows, summary=verdicts(rows),
-        per_family=_per_family(rows))
-    if third:
+        noise_growth=FC.NOISE_GROWTH, rows=rows, summary=verdicts(rows), per_family=_per_family(rows),
+        error_model=stored_choice4())
+    if third or fourth:
         report = dataclasses.replace(report, choice=chosen, missing=missing_runs(out, seed))
     elif second:
         at5 = [dataclasses.replace(r, claimed=r.claimed_at_5) for r in rows]
