@@ -111,6 +111,7 @@ def test_the_fourth_round_judges_any_other_seed_of_any_family_folder_by_the_erro
         assert r.claimed == bool(FC.error_claimed(band.mu, band.sigma, FC.ERROR_MODEL["z"]))
     assert rep.error_model == S.stored_choice4() and rep.choice is None
     assert rep.missing == [f"llama-wide/{n}" for n in one_pilot.JUDGED if n != "a0.5_b0.7_H10"]
+    assert f"claimed by the error model ({rep.error_model.chosen}: mu +- 2.5 sigma" in S.format_report(rep)
 
 
 def test_the_fourth_rounds_stored_choice_is_what_the_code_chooses_on_the_development_forecasts():

@@ -819,6 +819,10 @@ def format_report(rep: ForecastsReport) -> str:
                      f"before {ch.early_share:g} of the run{lift}{edge}; {ch.claimed} of {ch.forecasts} development "
                      f"forecasts claimed, {ch.missed} outside; interval {ch.interval[0]:.3f} to "
                      f"{ch.interval[1]:.3f}")
+    if rep.error_model is not None and rep.error_model.z is not None:
+        em = rep.error_model
+        lines.append(f"claimed by the error model ({em.chosen}: mu +- {em.z:g} sigma within {rep.tolerance:.0%}; "
+                     f"{em.claimed} of {em.forecasts} development forecasts claimed, {em.missed} outside)")
     at5 = [(f"{name}, 5 % rule", s) for name, s in [("all", rep.summary_at_5), *(rep.per_family_at_5 or {}).items()]
            if s]
     for name, s in [("all", rep.summary), *rep.per_family.items(), *at5]:
