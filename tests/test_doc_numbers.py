@@ -20,7 +20,7 @@ RANKS_FILES = ("outer_ranks4.json", "outer_ranks2.json")
 #: the forecasts study's table: the header's first cells; per column the file, per row the family (all: the
 #: summary), each cell the counts of FORECASTS_KEYS in that order ("-" where the file has no such family)
 FORECASTS_HEADER = "| family: forecasts, claimed, within 15 %, missed unflagged, would hold but flagged, naive within |"
-FORECASTS_FILES = ("forecasts_fresh6.json", "forecasts_fresh9.json", "forecasts_fresh10.json")
+FORECASTS_FILES = ("forecasts_fresh6.json", "forecasts_fresh9.json", "forecasts_fresh10.json", "forecasts_fresh11.json")
 FORECASTS_KEYS = ("forecasts", "claimed", "claimed_within", "missed_unflagged", "would_hold_flagged", "naive_within")
 FORECASTS_ROWS = {"Llama": "llama", "cpu-tiny": "cpu-tiny", "all": None}
 #: the families study's totals as the advice page words them: (pattern, what of families.json's summary)
@@ -124,23 +124,15 @@ def test_the_families_totals_are_families_json():
     assert families_mismatches(_pages()) == []
 
 
-def test_the_forecast_limits_quoted_are_the_chosen_ones_and_the_forecasts():
+def test_the_forecast_claim_quoted_is_the_error_models():
     from noloco.advice import forecast as FC
-    from noloco.studies.forecasts import choice3
+    from noloco.studies.forecasts import stored_choice4
 
-    chosen = choice3().chosen.to_json()  # the third round's, on docs/data/forecasts_dev3.json
-    wording = (r"a median below ([\d.]+) \(the early transient\), rises by more than (\d+) % of its mean across it or "
-               r"falls by more than (\d+) %, `early` when made before half the run and its window's noise scatters by "
-               r"more than ([\d.]+) ")
+    wording = r"flagged `unsure` when its error model \(below\) puts forecast / measured at mu ± ([\d.]+) sigma beyond (\d+) %"
     quoted = re.search(wording.replace(" ", r"\s+"), _pages())
-    assert quoted, "the page no longer quotes the forecast's limits in the form this test reads"
-    assert (float(quoted[1]), int(quoted[2]), int(quoted[3]), 0.5, float(quoted[4])) == (
-        chosen["settled_c"], round(100 * chosen["settled_rise"]), round(100 * chosen["settled_fall"]),
-        chosen["early_share"], chosen["early_noise"])
-    assert (FC.SETTLED_C, FC.SETTLED_RISE, FC.SETTLED_FALL, FC.EARLY_SHARE, 0.0, FC.EARLY_NOISE, None) == tuple(
-        chosen.get(k) for k in ("settled_c", "settled_rise", "settled_fall", "early_share", "c_exponent",
-                                "early_noise", "edge_limit"))
-    assert list(FC.FORECAST_ERROR) == [round(q, 2) for q in chosen["interval"]]
+    assert quoted, "the page no longer quotes the forecast's claim in the form this test reads"
+    assert (float(quoted[1]), int(quoted[2])) == (stored_choice4().z, round(100 * FC.CLAIM_TOLERANCE))
+    assert FC.ERROR_MODEL["z"] == stored_choice4().z
 
 
 @pytest.mark.parametrize("check, old, new", [

@@ -34,10 +34,10 @@ def test_the_second_fresh_round_judges_seed_6_with_the_5_percent_rule_beside(tmp
     dev = [_row(S, from_step=K, inner_steps=10) for K in (8, 16, 24)]
     rep = S.judge_fresh(tmp_path, 6, dev)
     assert [(r.run, r.seed, r.from_step) for r in rep.rows] == [("a0.5_b0.7_H10", 6, K) for K in (10, 15, 20, 25, 30)]
-    # the forecast's flags withdraw the two from before half the run; the 5 % rule on these rows has no early share
-    assert [r.claimed for r in rep.rows] == [False, False, True, True, True]
+    # claimed as the forecast claims today (its error model: the noise scatters); the 5 % rule has no early share
+    assert not any(r.claimed for r in rep.rows)
     assert all(r.claimed_at_5 for r in rep.rows) and rep.summary_at_5.claimed == 5
-    assert rep.summary.claimed == 3 and rep.choice.at_5.early_share == 0.0
+    assert rep.summary.claimed == 0 and rep.choice.at_5.early_share == 0.0
 
 
 def test_the_third_round_lifts_early_where_the_windows_noise_is_steady_by_its_rule():
@@ -76,14 +76,70 @@ def test_the_third_round_judges_seed_9_and_names_the_grids_missing_runs(tmp_path
     dev = [_row(S, from_step=K, inner_steps=10, noise_scatter=0.01, decay_factor=0.5) for K in (8, 16, 24)]
     rep = S.judge_fresh(tmp_path, 9, dev)
     assert [(r.run, r.seed, r.from_step) for r in rep.rows] == [("a0.5_b0.7_H10", 9, K) for K in (10, 15, 20, 25, 30)]
-    # the noise follows the model exactly (scatter 0): no forecast is early
-    assert all(r.claimed and r.noise_scatter == pytest.approx(0, abs=1e-9) for r in rep.rows)
+    # the noise follows the model exactly (scatter 0); claimed as the forecast claims today (its error model)
+    assert all(r.noise_scatter == pytest.approx(0, abs=1e-9) for r in rep.rows)
+    assert [r.claimed for r in rep.rows] == [not FC.forecast(tmp_path / "llama/a0.5_b0.7_H10/s9", from_step=K).flags
+                                             for K in (10, 15, 20, 25, 30)]
     assert all(r.claimed_at_5 is None for r in rep.rows) and rep.summary_at_5 is None
-    assert (rep.flags.early_share, rep.flags.early_noise) == (FC.EARLY_SHARE, FC.EARLY_NOISE)
     assert rep.choice.chosen.claimed == 3 and rep.choice.at_5 is None
-    assert len(rep.missing) == 2 * len(one_pilot.JUDGED) - 1 and "llama/a0.5_b0.7_H10" not in rep.missing
-    assert "cpu-tiny/a0.5_b0.7_H10" in rep.missing
-    assert "missing (no finished run of seed 9): cpu-tiny/" in S.format_report(rep)
+    # only the family folders present: llama
+    assert len(rep.missing) == len(one_pilot.JUDGED) - 1 and "llama/a0.5_b0.7_H10" not in rep.missing
+    assert "missing (no finished run of seed 9): llama/" in S.format_report(rep)
+
+
+def test_the_fourth_round_judges_any_other_seed_of_any_family_folder_by_the_error_model(tmp_path):
+    """A seed outside the development seeds (21) in a family folder of another name: its finished runs judged, each
+    claimed where the committed error model's band lies within 15 % (its mu and sigma on the row), the stored
+    choice beside, and only that family's settings of the grid named missing."""
+    from test_forecast import config, write_run
+
+    from noloco.advice import forecast as FC
+    from noloco.studies import forecasts as S, one_pilot
+
+    folder = tmp_path / "llama-wide/a0.5_b0.7_H10/s21"
+    write_run(folder, config(seed=21), grow=True)
+    result = json.loads((folder / "result.json").read_text())
+    (folder / "result.json").write_text(json.dumps({**result, "finished": True}))
+    rep = S.run_study(tmp_path, fresh_seed=21)
+    assert (tmp_path / "forecasts_fresh21.json").exists() and rep.seed == 21
+    assert [(r.family, r.run, r.from_step) for r in rep.rows] == [("llama-wide", "a0.5_b0.7_H10", K)
+                                                                  for K in (10, 15, 20, 25, 30)]
+    for r in rep.rows:
+        band = FC.error_band(r.from_step, r.outer_steps, r.inner_steps, r.noise_scatter, r.decay_factor, r.c_level,
+                             r.c_rise)
+        assert (r.error_mu, r.error_sigma) == (band.mu, band.sigma)
+        assert r.claimed == bool(FC.error_claimed(band.mu, band.sigma, FC.ERROR_MODEL["z"]))
+    assert rep.error_model == S.stored_choice4() and rep.choice is None
+    assert rep.missing == [f"llama-wide/{n}" for n in one_pilot.JUDGED if n != "a0.5_b0.7_H10"]
+    assert f"claimed by the error model ({rep.error_model.chosen}: mu +- 2.5 sigma" in S.format_report(rep)
+
+
+def test_the_fourth_rounds_stored_choice_is_what_the_code_chooses_on_the_development_forecasts():
+    """docs/data/forecasts_dev4.json: the candidate the criterion picks from its cross-validated counts, refit on the
+    1,390 development forecasts of seeds 0 to 10, is the one stored, and the forecast carries it (4 decimals)."""
+    from noloco.advice import forecast as FC
+    from noloco.studies import forecasts as S
+
+    stored = S.stored_choice4()
+    rows = S.development4()
+    assert len(rows) == stored.forecasts == 1390 and {r.seed for r in rows} == {0, 1, 2, 3, 4, 6, 9, 10}
+    got = S.choice4(rows, stored.cross_validated)
+    assert got.chosen == stored.chosen
+    np.testing.assert_allclose(got.mean, stored.mean, rtol=1e-9)
+    np.testing.assert_allclose(got.log_sd, stored.log_sd, rtol=1e-9)
+    assert (got.z, got.claimed, got.missed) == (stored.z, stored.claimed, stored.missed)
+    assert FC.ERROR_MODEL == {"readings": tuple(stored.readings), "mean": tuple(round(x, 4) for x in stored.mean),
+                              "log_sd": tuple(round(x, 4) for x in stored.log_sd), "z": stored.z}
+    cv = stored.cross_validated
+    assert all(cv[k][0] <= cv[stored.chosen][0] for k in cv if cv[k][1] <= S.MAX_MISSED_4 * cv[k][0])
+
+
+@pytest.mark.slow
+def test_the_fourth_rounds_cross_validation_is_the_one_stored():
+    """Every candidate's leave-one-seed-out counts, recomputed from the development forecasts (about a minute)."""
+    from noloco.studies import forecasts as S
+
+    assert S.cross_validate4(S.development4()) == S.stored_choice4().cross_validated
 
 
 def _row(S, **fields):

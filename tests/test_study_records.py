@@ -159,6 +159,7 @@ ADVICE_FILES = [(families.FamiliesReport, "families", False), (forecasts.Forecas
                 (forecasts.ForecastsReport, "forecasts_fresh", True),
                 (forecasts.ForecastsReport, "forecasts_fresh6", True), (forecasts.ForecastsReport, "forecasts_dev3", True),
                 (forecasts.ForecastsReport, "forecasts_fresh9", True), (forecasts.ForecastsReport, "forecasts_fresh10", True),
+                (forecasts.ErrorModel, "forecasts_dev4", True), (forecasts.ForecastsReport, "forecasts_fresh11", True),
                 (transfers.TransfersReport, "transfers", False), (transfers.TransfersReport, "transfers_fresh6", True),
                 (transfers.TransfersReport, "transfer_groups", True),
                 (tune_fresh.IntervalData, "tune_interval", True)]

@@ -69,7 +69,7 @@ TRANSFERS = {
     "const_lr15e3": dict(lr=1.5e-3),
     "const_a07": dict(alpha=0.7),
 }
-EXTRAPOLATING = ("not settled", "too few steps", "extrapolates", "unstable", "not reproduced")
+EXTRAPOLATING = ("not settled", "unsure", "too few steps", "extrapolates", "unstable", "not reproduced")
 
 
 def flags(name: str, seed: int, folder: Path, settings: dict | None = None) -> list[str]:

@@ -62,6 +62,24 @@ was evaluated):
   held but flagged, the naive baseline) and the interval's coverage of the claimed. The goal: most forecasts
   claimed, and none of the claimed outside 15 %.
 
+The fourth round (the rule fixed here, and the rule it chooses committed, before any run of seed 11 was read):
+
+* the development forecasts, all seen: every forecast of seeds 0 to 10 (:data:`DEVELOPMENT4`: the third round's
+  810 and the judgements of seeds 9 and 10), the forecast's model unchanged;
+* the candidates, each judged by leave-one-seed-out cross-validation (every seed's forecasts claimed by the rule set
+  on the other seeds: a run's forecasts are correlated, so whole seeds are held out): the third round's flag grid
+  with the edge flag (:data:`EDGE_GRID`) and a short-run flag (:data:`SHORT_GRID`: a run of at most that many outer
+  steps), the flags set on the training seeds with at most each share of :data:`MISSED_GRID` outside 15 %; and an
+  error model, log(forecast / measured) = mu + sigma e with mu and log sigma linear in the readings of
+  :data:`ERROR_SETS` (:func:`noloco.advice.forecast.error_features`; least squares, log sigma on log|residual|),
+  a forecast claimed when mu +- z sigma (z in :data:`Z_GRID`) lies within 15 %;
+* the criterion, written before any cross-validated count was seen: the candidate with the most cross-validated
+  claims of which at most :data:`MAX_MISSED_4` (0.5 %) are outside 15 % (ties: fewer outside, then the one listed
+  first), its constants then set on every development forecast (:func:`choice4`);
+* the fresh judgement (:func:`judge_fresh`), once, of a seed not among 0 to 10: every finished run of that seed in
+  ``DIR/FAMILY/SETTING/sSEED`` (any family folder; the grid's settings without a finished run named per family
+  present), from :data:`FRACTIONS`, with the same verdicts, claimed as :mod:`noloco.advice.forecast` claims.
+
 ``noloco llm study forecasts --runs DIR`` on a families layout trains what is missing (finished runs reused), evaluates the development runs and writes ``DIR/forecasts.json``; on a folder of the transfers study
 (one holding ``transfers.json``) it trains nothing and writes the fresh judgement, ``DIR/forecasts_fresh.json``.
 """
@@ -78,10 +96,10 @@ import numpy as np
 
 from noloco.infra.files import read_json, write_json
 from noloco.infra.record import JsonRecord
-from noloco.advice.forecast import EDGE_LIMIT as FC_EDGE_LIMIT
+from noloco.advice.forecast import CLAIM_TOLERANCE, EDGE_LIMIT as FC_EDGE_LIMIT, ERROR_READINGS as FC_READINGS
 from noloco.studies import families as F
 
-TOLERANCE = 0.15
+TOLERANCE = CLAIM_TOLERANCE
 FROM_STEPS = (8, 12, 16, 20, 24)
 SEEDS = (0, 1)
 #: Llama at N = 8 (the replica count of the issue's Llama recipe and of the gap's validated range), 256 windows:
@@ -129,7 +147,7 @@ class ForecastRow(JsonRecord):
     forecast.noise_scatter`) and ``decay_factor`` (at the flattest c) are absent from reports written before them."""
 
     OPTIONAL_KEYS = ("inner_steps", "c_level", "noise_scatter", "decay_factor", "average", "own_over_average",
-                     "claimed_at_5")
+                     "claimed_at_5", "error_mu", "error_sigma")
     NESTED = {"average": Along}
 
     family: str
@@ -152,6 +170,8 @@ class ForecastRow(JsonRecord):
     own_over_average: Optional[float] = _opt()
     claimed: bool
     claimed_at_5: Optional[bool] = _opt()
+    error_mu: Optional[float] = _opt()
+    error_sigma: Optional[float] = _opt()
 
 
 @dataclass(frozen=True)
@@ -216,16 +236,38 @@ class NoiseFit(JsonRecord):
 
 
 @dataclass(frozen=True)
+class ErrorModel(JsonRecord):
+    """The fourth round's choice (:func:`choice4`): the candidate chosen, its constants set on every development
+    forecast (an error model's readings, coefficients of mu and log sigma, z; or the flags' limits), what they claim
+    there, and each candidate's cross-validated ``[claims, outside 15 %]``."""
+
+    OPTIONAL_KEYS = ("readings", "mean", "log_sd", "z", "flags")
+    NESTED = {"flags": Limits}
+
+    chosen: str
+    readings: Optional[list] = _opt()
+    mean: Optional[list] = _opt()
+    log_sd: Optional[list] = _opt()
+    z: Optional[float] = _opt()
+    flags: Optional[Limits] = _opt()
+    max_missed: float
+    claimed: int
+    missed: int
+    forecasts: int
+    cross_validated: dict
+
+
+@dataclass(frozen=True)
 class ForecastsReport(JsonRecord):
     """``forecasts.json`` (the development runs: ``from_steps`` to ``module``, ``noise_fit``, ``attribution``) and
     ``forecasts_fresh*.json`` (a fresh seed: ``seed`` to ``interval``; from the second round ``choice`` and, in the
     second, the 5 % rule's counts; in the third, the grid's runs ``missing``)."""
 
     OPTIONAL_KEYS = ("from_steps", "seed", "fractions", "flags", "interval", "max_missed", "chosen", "module",
-                     "noise_fit", "attribution", "choice", "summary_at_5", "per_family_at_5", "missing")
+                     "noise_fit", "attribution", "choice", "summary_at_5", "per_family_at_5", "missing", "error_model")
     NESTED = {"flags": Limits, "chosen": Limits, "module": Limits, "rows": (list, ForecastRow), "summary": Verdicts,
               "per_family": (dict, Verdicts), "noise_fit": (dict, NoiseFit), "choice": Choice,
-              "summary_at_5": Verdicts, "per_family_at_5": (dict, Verdicts)}
+              "summary_at_5": Verdicts, "per_family_at_5": (dict, Verdicts), "error_model": ErrorModel}
 
     schema: str
     tolerance: float
@@ -247,6 +289,7 @@ class ForecastsReport(JsonRecord):
     summary_at_5: Optional[Verdicts] = _opt()
     per_family_at_5: Optional[dict] = _opt()
     missing: Optional[list] = _opt()
+    error_model: Optional[ErrorModel] = _opt()
 
 
 def runs(families=CALIBRATION, extra: bool = True, seeds=SEEDS) -> list[tuple[str, str, int, dict, int]]:
@@ -314,7 +357,7 @@ def forecast_row(folder: Path, K: int, seed: int | None = None, alongs=("own", "
                        decay_factor=first_fc.decay_factor, groups=first.groups, always=first.always, inside=first.inside,
                        holds=first.holds, naive=(last / seen) if last else None, average=average,
                        own_over_average=None if average is None else first.ratio / average.ratio,
-                       claimed=not first.flagged)
+                       claimed=not first.flagged, error_mu=first_fc.error.mu, error_sigma=first_fc.error.sigma)
 
 
 def _fresh(seeds=FRESH_SEEDS) -> list:
@@ -381,29 +424,42 @@ def _columns(rows: list[ForecastRow]) -> _Columns:
                     edge=col(lambda r: r.decay_factor, 0.0))
 
 
-def _claimed(cols: _Columns, c_min, rise, fall, share=0.0, exponent=0.0, noise=0.0, edge=math.inf) -> np.ndarray:
+def _claimed(cols: _Columns, c_min, rise, fall, share=0.0, exponent=0.0, noise=0.0, edge=math.inf,
+             short=0) -> np.ndarray:
     c = cols.c * (REFERENCE_H / cols.H) ** exponent
     late = (cols.K >= share * cols.T) | (cols.noise <= noise)
-    return cols.free & (c >= c_min) & (cols.rise >= -fall) & (cols.rise <= rise) & late & (cols.edge <= edge)
+    return (cols.free & (c >= c_min) & (cols.rise >= -fall) & (cols.rise <= rise) & late & (cols.edge <= edge)
+            & (cols.T > short))
 
 
 def choose_flags(rows: list[ForecastRow], max_missed: float = MAX_MISSED, shares=(0.0,), exponents=(0.0,),
-                 noises=(0.0,), edges=(math.inf,)) -> tuple:
-    """``(c_min, rise, fall, share, exponent, noise, edge)``: of the grids' limits under which at most ``max_missed``
-    of the claimed rows miss, the one that claims the most (ties: the stricter, larger c_min, smaller rise and fall,
-    larger share, smaller exponent, noise and edge limit)."""
+                 noises=(0.0,), edges=(math.inf,), shorts=(0,)) -> tuple:
+    """``(c_min, rise, fall, share, exponent, noise, edge[, short])``: of the grids' limits under which at most
+    ``max_missed`` of the claimed rows miss, the one that claims the most (ties: the stricter, larger c_min, smaller
+    rise and fall, larger share, smaller exponent, noise and edge limit, larger short-run limit); ``short`` only
+    where ``shorts`` is given; None where no limits keep the misses that few."""
     import itertools
 
     holds, cols = np.array([r.holds for r in rows]), _columns(rows)
+    # every (rise, fall) pair at once: the grids ascend, so the first best cell is the stricter
+    rises, falls = np.array(RISE_GRID), np.array(FALL_GRID)
+    in_band = (cols.rise[None, None, :] <= rises[:, None, None]) & (cols.rise[None, None, :] >= -falls[None, :, None])
     best = None
-    for limits in itertools.product(C_GRID, RISE_GRID, FALL_GRID, shares, exponents, noises, edges):
-        mine = _claimed(cols, *limits)
-        if (mine & ~holds).sum() <= max_missed * mine.sum():
-            c_min, rise, fall, share, exponent, noise, edge = limits
-            key = (int(mine.sum()), c_min, -rise, -fall, share, -exponent, -noise, -edge)
-            if best is None or key > best[0]:
-                best = (key, limits)
-    return best[1]
+    for c_min, share, exponent, noise, edge, short in itertools.product(C_GRID, shares, exponents, noises, edges,
+                                                                        shorts):
+        mine = _claimed(cols, c_min, math.inf, math.inf, share, exponent, noise, edge, short) & in_band
+        claims, missed = mine.sum(-1), (mine & ~holds).sum(-1)
+        ok = missed <= max_missed * claims
+        if not ok.any():
+            continue
+        most = claims[ok].max()
+        i, j = np.argwhere(ok & (claims == most))[0]
+        key = (int(most), c_min, -rises[i], -falls[j], share, -exponent, -noise, -edge, short)
+        if best is None or key > best[0]:
+            best = (key, (c_min, float(rises[i]), float(falls[j]), share, exponent, noise, edge, short))
+    if best is None:  # no limits in the grids keep the misses that few
+        return None
+    return best[1] if shorts != (0,) else best[1][:7]
 
 
 #: the names of :func:`choose_flags`' limits, in :func:`claimed_by`'s order, and what a limit absent from an older
@@ -477,12 +533,116 @@ def choice3(rows: list[ForecastRow] | None = None) -> Choice:
 
 
 def missing_runs(out: Path, seed: int) -> list[str]:
-    """``FAMILY/SETTING`` of the third round's grid (:data:`noloco.studies.one_pilot.JUDGED` of its two families)
-    without a finished run of ``seed`` in ``out``."""
+    """``FAMILY/SETTING`` of the grid (:data:`noloco.studies.one_pilot.JUDGED`) without a finished run of ``seed`` in
+    ``out``, for every family folder of ``out`` that holds one of the grid's settings."""
     from noloco.studies import one_pilot
 
     found = {(f, name) for f, name, _ in fresh_runs(out, seed)}
-    return [f"{f}/{name}" for f in one_pilot.FAMILIES for name in one_pilot.JUDGED if (f, name) not in found]
+    families = sorted(d.name for d in Path(out).iterdir()
+                      if d.is_dir() and any((d / name).is_dir() for name in one_pilot.JUDGED))
+    return [f"{f}/{name}" for f in families for name in one_pilot.JUDGED if (f, name) not in found]
+
+
+#: the fourth round (module docstring): its development reports (every forecast of seeds 0 to 10), the largest share
+#: of the cross-validated claims allowed outside 15 %, and its candidates: the flags' rule on the training seeds
+#: (:data:`MISSED_GRID`) with a run of at most :data:`SHORT_GRID` outer steps flagged (0: none); the error model's
+#: readings and the band's half-width in sigmas
+DEVELOPMENT4 = ("forecasts_dev3.json", "forecasts_fresh9.json", "forecasts_fresh10.json")
+DEV4_SEEDS = tuple(range(11))
+MAX_MISSED_4 = 0.005
+MISSED_GRID = (0.0, 0.005, 0.01, 0.02)
+SHORT_GRID = (0, 16, 32)
+ERROR_SETS = {"horizon, noise": ("horizon", "noise"), "horizon, noise, edge, H": ("horizon", "noise", "edge", "H"),
+              "every reading": FC_READINGS}
+Z_GRID = (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0)
+
+
+def stored_choice4() -> ErrorModel:
+    """The fourth round's choice as committed (docs/data/forecasts_dev4.json: :func:`choice4` on the development
+    forecasts)."""
+    return ErrorModel.from_json(read_json(_DATA / "forecasts_dev4.json"))
+
+
+def development4() -> list[ForecastRow]:
+    """The fourth round's development forecasts (seeds 0 to 10, as stored)."""
+    return [r for name in DEVELOPMENT4 for r in ForecastsReport.from_json(read_json(_DATA / name)).rows]
+
+
+def _error_columns(rows: list[ForecastRow], names) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The error model's regressors, log(forecast / measured) and whether a row may be fitted and claimed (no flag
+    that always withdraws, a finite positive ratio)."""
+    from noloco.advice.forecast import error_features
+
+    X = np.array([error_features(r.from_step, r.outer_steps, r.inner_steps or REFERENCE_H, r.noise_scatter,
+                                 r.decay_factor, r.c_level, r.c_rise, names) for r in rows])
+    ratio = np.array([r.ratio for r in rows], dtype=float)
+    ok = np.array([not r.always for r in rows]) & np.isfinite(ratio) & (ratio > 0)
+    return X, np.log(np.where(ok, ratio, 1.0)), ok
+
+
+def fit_error_model(X: np.ndarray, y: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Least squares of ``y`` on ``X`` (mu's coefficients), then of log|residual| on ``X`` plus the normal's E log|e|
+    (log sigma's)."""
+    from noloco.advice.forecast import LOG_ABS_NORMAL
+
+    mean = np.linalg.lstsq(X, y, rcond=None)[0]
+    log_sd = np.linalg.lstsq(X, np.log(np.maximum(np.abs(y - X @ mean), 1e-6)), rcond=None)[0]
+    return mean, log_sd + LOG_ABS_NORMAL * np.eye(len(mean))[0]
+
+
+def cross_validate4(rows: list[ForecastRow]) -> dict[str, list[int]]:
+    """Every fourth-round candidate's ``[claims, outside 15 %]`` over ``rows``, each seed's rows claimed by the rule
+    set on the other seeds' (module docstring)."""
+    from noloco.advice.forecast import error_claimed
+
+    holds, seed_of = np.array([r.holds for r in rows]), np.array([r.seed for r in rows])
+    out = {}
+    for m in MISSED_GRID:
+        mine = np.zeros(len(rows), dtype=bool)
+        for s in sorted(set(seed_of)):
+            limits = choose_flags([r for r, k in zip(rows, seed_of) if k != s], m, SHARE_GRID, C_EXPONENTS,
+                                  NOISE_GRID, EDGE_GRID, SHORT_GRID)
+            if limits is not None:  # else nothing of seed s is claimed
+                mine[seed_of == s] = _claimed(_columns([r for r, k in zip(rows, seed_of) if k == s]), *limits)
+        out[f"flags at {m:g}"] = [int(mine.sum()), int((mine & ~holds).sum())]
+    for name, names in ERROR_SETS.items():
+        X, y, ok = _error_columns(rows, names)
+        mu, sd = np.zeros(len(rows)), np.full(len(rows), np.inf)
+        for s in sorted(set(seed_of)):
+            train, test = ok & (seed_of != s), seed_of == s
+            mean, log_sd = fit_error_model(X[train], y[train])
+            mu[test], sd[test] = X[test] @ mean, np.exp(X[test] @ log_sd)
+        for z in Z_GRID:
+            mine = ok & error_claimed(mu, sd, z)
+            out[f"{name}, z {z:g}"] = [int(mine.sum()), int((mine & ~holds).sum())]
+    return out
+
+
+def choice4(rows: list[ForecastRow] | None = None, cross_validated: dict | None = None) -> ErrorModel:
+    """The fourth round's rule chosen by its criterion (module docstring) and set on every development forecast
+    (``rows``, default :func:`development4`; ``cross_validated``: :func:`cross_validate4`'s counts, when known)."""
+    from noloco.advice.forecast import error_claimed
+
+    rows = development4() if rows is None else rows
+    cv = cross_validate4(rows) if cross_validated is None else cross_validated
+    order = list(cv)
+    name = max((k for k in order if cv[k][1] <= MAX_MISSED_4 * cv[k][0]),
+               key=lambda k: (cv[k][0], -cv[k][1], -order.index(k)))
+    holds = np.array([r.holds for r in rows])
+    common = dict(chosen=name, max_missed=MAX_MISSED_4, forecasts=len(rows), cross_validated=cv)
+    if name.startswith("flags at "):
+        limits = choose_flags(rows, float(name.split()[-1]), SHARE_GRID, C_EXPONENTS, NOISE_GRID, EDGE_GRID,
+                              SHORT_GRID)
+        mine = _claimed(_columns(rows), *limits)
+        flags = Limits(**{k: None if v == math.inf else v for k, v in zip(LIMITS, limits)},
+                       extra={"short_run": limits[-1]})
+        return ErrorModel(flags=flags, claimed=int(mine.sum()), missed=int((mine & ~holds).sum()), **common)
+    readings, z = name.rsplit(", z ", 1)
+    X, y, ok = _error_columns(rows, ERROR_SETS[readings])
+    mean, log_sd = fit_error_model(X[ok], y[ok])
+    mine = ok & error_claimed(X @ mean, np.exp(X @ log_sd), float(z))
+    return ErrorModel(readings=list(ERROR_SETS[readings]), mean=mean.tolist(), log_sd=log_sd.tolist(), z=float(z),
+                      claimed=int(mine.sum()), missed=int((mine & ~holds).sum()), **common)
 
 
 def verdicts(rows: list[ForecastRow]) -> Verdicts:
@@ -590,13 +750,14 @@ def from_steps(T: int) -> list[int]:
 
 
 def judge_fresh(out: Path, seed: int = FRESH_SEED, development: list | None = None) -> ForecastsReport:
-    """The fresh judgement (module docstring): the forecast as committed, its flags deciding what is claimed; from
-    the second round on, the 5 % rule's choice on ``development`` (default :func:`stored_rows`) beside
-    (``claimed_at_5``)."""
+    """The fresh judgement (module docstring): the forecast as committed, its flags deciding what is claimed (from the
+    fourth round, its error model: ``error_model``); in the second and third rounds, that round's choice on
+    ``development`` beside (default :func:`stored_rows`; the second's 5 % rule as ``claimed_at_5``)."""
     from noloco.advice import forecast as FC
     from noloco.advice.record import read_run
 
-    second, third = seed != FRESH_SEED, seed in FRESH3_SEEDS
+    fourth = seed not in DEV4_SEEDS
+    second, third = seed != FRESH_SEED and not fourth, seed in FRESH3_SEEDS
     chosen = (choice3 if third else choice)(development) if second else None
     rows = []
     for family, setting, folder in fresh_runs(out, seed):
@@ -607,11 +768,9 @@ def judge_fresh(out: Path, seed: int = FRESH_SEED, development: list | None = No
             rows.append(r)
     report = ForecastsReport(
         schema="forecasts-fresh", tolerance=TOLERANCE, seed=seed, fractions=list(FRACTIONS),
-        flags=Limits(settled_c=FC.SETTLED_C, settled_rise=FC.SETTLED_RISE, settled_fall=FC.SETTLED_FALL,
-                     early_share=FC.EARLY_SHARE if second else None, early_noise=FC.EARLY_NOISE if third else None),
-        interval=list(FC.FORECAST_ERROR), noise_growth=FC.NOISE_GROWTH, rows=rows, summary=verdicts(rows),
-        per_family=_per_family(rows))
-    if third:
+        noise_growth=FC.NOISE_GROWTH, rows=rows, summary=verdicts(rows), per_family=_per_family(rows),
+        error_model=stored_choice4())
+    if third or fourth:
         report = dataclasses.replace(report, choice=chosen, missing=missing_runs(out, seed))
     elif second:
         at5 = [dataclasses.replace(r, claimed=r.claimed_at_5) for r in rows]
@@ -660,6 +819,10 @@ def format_report(rep: ForecastsReport) -> str:
                      f"before {ch.early_share:g} of the run{lift}{edge}; {ch.claimed} of {ch.forecasts} development "
                      f"forecasts claimed, {ch.missed} outside; interval {ch.interval[0]:.3f} to "
                      f"{ch.interval[1]:.3f}")
+    if rep.error_model is not None and rep.error_model.z is not None:
+        em = rep.error_model
+        lines.append(f"claimed by the error model ({em.chosen}: mu +- {em.z:g} sigma within {rep.tolerance:.0%}; "
+                     f"{em.claimed} of {em.forecasts} development forecasts claimed, {em.missed} outside)")
     at5 = [(f"{name}, 5 % rule", s) for name, s in [("all", rep.summary_at_5), *(rep.per_family_at_5 or {}).items()]
            if s]
     for name, s in [("all", rep.summary), *rep.per_family.items(), *at5]:
