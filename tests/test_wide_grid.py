@@ -31,3 +31,12 @@ def test_a_tiny_grid_run_is_a_finished_folder_of_the_family(tmp_path):
     rows = [json.loads(line) for line in (folder / "inputs.jsonl").read_text().splitlines()]
     assert one_pilot.finished(folder) and [r["outer_step"] for r in rows] == list(range(1, 17))  # T = 320 / H
     assert "llama-wide" in (folder / "result.json").read_text()
+
+
+def test_a_fresh_judgement_reads_the_families_the_folder_holds(tmp_path):
+    (tmp_path / "llama-wide" / one_pilot.JUDGED[0] / "s21").mkdir(parents=True)
+    (tmp_path / "llama" / one_pilot.JUDGED[1] / "s9").mkdir(parents=True)
+    (tmp_path / "notes" / "s21").mkdir(parents=True)  # not a grid setting
+    assert one_pilot.families_in(tmp_path, 21) == ["llama-wide"]
+    assert one_pilot.families_in(tmp_path, 9) == ["llama"] and one_pilot.families_in(tmp_path / "none", 9) == []
+    assert one_pilot.families_in(tmp_path) == ["llama", "llama-wide"]

@@ -538,9 +538,7 @@ def missing_runs(out: Path, seed: int) -> list[str]:
     from noloco.studies import one_pilot
 
     found = {(f, name) for f, name, _ in fresh_runs(out, seed)}
-    families = sorted(d.name for d in Path(out).iterdir()
-                      if d.is_dir() and any((d / name).is_dir() for name in one_pilot.JUDGED))
-    return [f"{f}/{name}" for f in families for name in one_pilot.JUDGED if (f, name) not in found]
+    return [f"{f}/{name}" for f in one_pilot.families_in(out) for name in one_pilot.JUDGED if (f, name) not in found]
 
 
 #: the fourth round (module docstring): its development reports (every forecast of seeds 0 to 10), the largest share

@@ -68,6 +68,16 @@ def folder(out: Path, family: str, name: str, seed: int) -> Path:
     return Path(out) / family / name / f"s{seed}"
 
 
+def families_in(out: Path, seed: int | None = None) -> list[str]:
+    """The family folders of ``out`` holding a :data:`JUDGED` setting (with a run of ``seed``, where given): a fresh
+    grid of another family, e.g. :mod:`noloco.studies.wide_grid`'s, is judged like the two of this study."""
+    def holds(setting: Path) -> bool:
+        return setting.is_dir() and (seed is None or (setting / f"s{seed}").is_dir())
+
+    return sorted(f.name for f in Path(out).iterdir()
+                  if f.is_dir() and any(holds(f / name) for name in JUDGED)) if Path(out).is_dir() else []
+
+
 #: the forks: from the pilot's state at inner step FORK_AT for FORK_LEN inner steps (a quarter of the run). From the
 #: start: on the development seed, forks from a quarter of the run (a quarter long) did not predict the final loss
 #: (their lead over the pilot correlated 0.22 with the final difference, of the wrong sign in the mean)

@@ -275,8 +275,8 @@ def run_study(out, train: bool = True, families=FAMILIES, seeds=SEEDS, fresh_see
     from noloco.infra.files import write_json
     from noloco.studies.families import train_and_evaluate
 
-    if fresh_seed is not None:
-        report = judge_fresh(out, fresh_seed, families)
+    if fresh_seed is not None:  # the families whose grid the folder holds
+        report = judge_fresh(out, fresh_seed, one_pilot.families_in(out, fresh_seed) or families)
         write_json(Path(out) / f"transfers_fresh{fresh_seed}.json", report, indent=2)
         return report
 
