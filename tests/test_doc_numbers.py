@@ -133,7 +133,7 @@ def test_the_forecast_claim_quoted_is_the_error_models():
     quoted = re.search(wording.replace(" ", r"\s+"), _pages())
     assert quoted, "the page no longer quotes the forecast's claim in the form this test reads"
     assert (float(quoted[1]), int(quoted[2])) == (stored_choice4().z, round(100 * FC.CLAIM_TOLERANCE))
-    assert FC.ERROR_MODEL["z"] == stored_choice4().z
+    assert FC.ERROR_MODEL.z == stored_choice4().z
 
 
 @pytest.mark.parametrize("check, old, new", [

@@ -108,7 +108,7 @@ def test_the_fourth_round_judges_any_other_seed_of_any_family_folder_by_the_erro
         band = FC.error_band(r.from_step, r.outer_steps, r.inner_steps, r.noise_scatter, r.decay_factor, r.c_level,
                              r.c_rise)
         assert (r.error_mu, r.error_sigma) == (band.mu, band.sigma)
-        assert r.claimed == bool(FC.error_claimed(band.mu, band.sigma, FC.ERROR_MODEL["z"]))
+        assert r.claimed == bool(FC.error_claimed(band.mu, band.sigma, FC.ERROR_MODEL.z))
     assert rep.error_model == S.stored_choice4() and rep.choice is None
     assert rep.missing == [f"llama-wide/{n}" for n in one_pilot.JUDGED if n != "a0.5_b0.7_H10"]
     assert f"claimed by the error model ({rep.error_model.chosen}: mu +- 2.5 sigma" in S.format_report(rep)
@@ -128,8 +128,8 @@ def test_the_fourth_rounds_stored_choice_is_what_the_code_chooses_on_the_develop
     np.testing.assert_allclose(got.mean, stored.mean, rtol=1e-9)
     np.testing.assert_allclose(got.log_sd, stored.log_sd, rtol=1e-9)
     assert (got.z, got.claimed, got.missed) == (stored.z, stored.claimed, stored.missed)
-    assert FC.ERROR_MODEL == {"readings": tuple(stored.readings), "mean": tuple(round(x, 4) for x in stored.mean),
-                              "log_sd": tuple(round(x, 4) for x in stored.log_sd), "z": stored.z}
+    assert FC.ERROR_MODEL == FC.ErrorModel(readings=tuple(stored.readings), mean=tuple(round(x, 4) for x in stored.mean),
+                                           log_sd=tuple(round(x, 4) for x in stored.log_sd), z=stored.z)
     cv = stored.cross_validated
     assert all(cv[k][0] <= cv[stored.chosen][0] for k in cv if cv[k][1] <= S.MAX_MISSED_4 * cv[k][0])
 

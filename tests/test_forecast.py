@@ -462,10 +462,10 @@ def test_the_error_model_claims_by_its_band_and_says_its_numbers(tmp_path):
     step 8 of the same run (scatter 0.165, c 0.083 rising 103 %) it is not. A forecast's report carries the band its
     flag quotes, computed from its own readings."""
     claimed = F.error_band(12, 16, 20, 0.0498, 0.6112, 0.1225, 0.4214)
-    assert F.error_claimed(claimed.mu, claimed.sigma, F.ERROR_MODEL["z"])
+    assert F.error_claimed(claimed.mu, claimed.sigma, F.ERROR_MODEL.z)
     early = F.error_band(8, 16, 20, 0.1648, 0.6282, 0.0830, 1.0335)
-    assert not F.error_claimed(early.mu, early.sigma, F.ERROR_MODEL["z"]) and early.sigma > claimed.sigma
-    lo, hi = claimed.band(F.ERROR_MODEL["z"])
+    assert not F.error_claimed(early.mu, early.sigma, F.ERROR_MODEL.z) and early.sigma > claimed.sigma
+    lo, hi = claimed.band(F.ERROR_MODEL.z)
     assert 0.85 <= lo < hi <= 1.15 and math.log(lo * hi) / 2 == pytest.approx(claimed.mu)
     cfg = config()
     write_run(tmp_path, cfg, c_scale=0.3)  # pooled c 0.3 (0.05 * 3000 + 0.5 * 1000) / 4000 = 0.04875
@@ -473,7 +473,7 @@ def test_the_error_model_claims_by_its_band_and_says_its_numbers(tmp_path):
     assert rep.c_level == pytest.approx(0.04875)
     assert rep.error == F.error_band(20, 40, cfg.inner_steps, rep.noise_scatter, rep.decay_factor, rep.c_level,
                                      rep.c_rise)
-    lo, hi = rep.error.band(F.ERROR_MODEL["z"])
+    lo, hi = rep.error.band(F.ERROR_MODEL.z)
     assert [f[:8] for f in rep.flags] == ["unsure: "] and f"band {lo:.3f} to {hi:.3f}" in rep.flags[0]
     assert "pooled c 0.0488" in rep.flags[0] and "from outer step 20 of 40 at H 10" in rep.flags[0]
 

@@ -118,12 +118,20 @@ LOG_ABS_NORMAL = 0.6352
 #: readings (coefficients: the constant first), fitted on the 1,390 development forecasts of seeds 0 to 10; a
 #: forecast is claimed when mu +- z sigma lies within CLAIM_TOLERANCE. The readings and z chosen by leave-one-seed-out
 #: cross-validation (noloco.studies.forecasts.choice4: the most claims with at most 0.5 % outside 15 %)
-ERROR_MODEL = {
-    "readings": ("horizon", "noise", "edge", "H", "c", "rise", "T"),
-    "mean": (0.2023, 0.1477, 0.0207, -0.2188, 0.0205, -0.6738, -0.0004, -0.0205),
-    "log_sd": (-2.7333, 0.4509, 0.1095, 0.1209, -0.1777, 0.7726, -0.0177, 0.1777),
-    "z": 2.5,
-}
+@dataclass(frozen=True)
+class ErrorModel:
+    """The readings an error model reads, its coefficients of mu and log sigma (the constant first), and the
+    claim's z."""
+
+    readings: tuple
+    mean: tuple
+    log_sd: tuple
+    z: float
+
+
+ERROR_MODEL = ErrorModel(readings=("horizon", "noise", "edge", "H", "c", "rise", "T"),
+                         mean=(0.2023, 0.1477, 0.0207, -0.2188, 0.0205, -0.6738, -0.0004, -0.0205),
+                         log_sd=(-2.7333, 0.4509, 0.1095, 0.1209, -0.1777, 0.7726, -0.0177, 0.1777), z=2.5)
 #: the printed interval: the error model's band at 80 % (a standard normal's 90 % quantile, in sigmas)
 INTERVAL_Z = 1.2816
 
@@ -342,8 +350,8 @@ class ErrorBand(JsonRecord):
 
 def error_band(K, T, H, noise, decay, c_level, rise) -> ErrorBand:
     """:data:`ERROR_MODEL`'s mu and sigma for a forecast from outer step ``K`` of ``T`` with these readings."""
-    x = error_features(K, T, H, noise, decay, c_level, rise, ERROR_MODEL["readings"])
-    return ErrorBand(mu=float(x @ ERROR_MODEL["mean"]), sigma=float(math.exp(x @ ERROR_MODEL["log_sd"])))
+    x = error_features(K, T, H, noise, decay, c_level, rise, ERROR_MODEL.readings)
+    return ErrorBand(mu=float(x @ ERROR_MODEL.mean), sigma=float(math.exp(x @ ERROR_MODEL.log_sd)))
 
 
 @dataclass(frozen=True)
@@ -422,10 +430,10 @@ def forecast(run_dir, from_step: int | None = None, along: str = "own", seed: in
     # the decay factor at the flattest c, as `--as` reads the stability edge (EDGE_LIMIT): a reading of the error model
     edge = exchangeable.decay_factor(outer, max(flattest_c(tensors, t0), 0.0))
     error = error_band(t0, T, cfg.inner_steps, scatter, edge, c_level, float(rise))
-    if not error_claimed(error.mu, error.sigma, ERROR_MODEL["z"]):
-        lo, hi = error.band(ERROR_MODEL["z"])
+    if not error_claimed(error.mu, error.sigma, ERROR_MODEL.z):
+        lo, hi = error.band(ERROR_MODEL.z)
         flags.append(f"unsure: the error model puts forecast / measured at {math.exp(error.mu):.3f}, its "
-                     f"{ERROR_MODEL['z']:g}-sigma band {lo:.3f} to {hi:.3f} (sigma {error.sigma:.3f} in log), not within "
+                     f"{ERROR_MODEL.z:g}-sigma band {lo:.3f} to {hi:.3f} (sigma {error.sigma:.3f} in log), not within "
                      f"{CLAIM_TOLERANCE:.0%}: from outer step {t0} of {T} at H {cfg.inner_steps}, the window's noise "
                      f"scatter {scatter:.3g}, decay factor {edge:.3f}, pooled c {c_level:.3g}, its rise {rise:.0%}; "
                      "wait for more steps")
