@@ -29,9 +29,10 @@ nothing: slope -0.01). The forecast is stepped from the recursion's own state at
 spread already built carries over.
 
 **Another setting** (:func:`transfer`). The pilot's per-step inputs, mapped onto the other setting's steps
-by the fraction of training done, step the other setting's outer recursion: c unchanged, s2 scaled by the
-ratio of ``L2`` (the rate's square summed over a phase: what correlated Adam noise adds over a phase whatever
-its length, docs/advice.md), rho unchanged; the result times tilt ** :data:`TILT_EXPONENT` and divided by the pilot's
+by the fraction of training done, step the other setting's outer recursion: c unchanged, s2 and rho carried by
+:func:`noise_transfer` (a part white over inner steps, per unit of ``L2``, the rate's square summed over a phase,
+and a part carried by Adam's first moment, per unit of ``EMA``, split by the pilot's rho; with H kept: s2 by the
+L2 ratio, rho unchanged); the result times tilt ** :data:`TILT_EXPONENT` and divided by the pilot's
 own replayed / measured spread (the theory's error on this model, which the transfer shares). Where the groups seed
 is known both go along groups: the pilot replayed along its own, the target along those its N and n draw from the
 same seed. A run's own groups move its spread at N 4 and 8 (:data:`GROUP_LUCK`) and a change of N or n does not
@@ -193,10 +194,28 @@ def phase_functionals(lrs: np.ndarray, inner_steps: int, beta1: float = ADAM_BET
     return Phases(L1=P.sum(1), L2=(P * P).sum(1), EMA=np.einsum("tj,jk,tk->t", P, C, P))
 
 
-def schedule_functionals(cfg) -> Phases:
+def schedule_functionals(cfg, beta1: float = ADAM_BETA1) -> Phases:
     """:func:`phase_functionals` of every outer step of the run configured by ``cfg`` (its whole schedule)."""
     lrs = np.asarray(cfg.inner_lr(np.arange(cfg.outer_steps * cfg.inner_steps)), dtype=float)
-    return phase_functionals(lrs, cfg.inner_steps)
+    return phase_functionals(lrs, cfg.inner_steps, beta1)
+
+
+def noise_transfer(rho: float, pilot: Phases, target: Phases) -> tuple[np.ndarray, float]:
+    """How a tensor's progress noise carries from the ``pilot``'s phases to the ``target``'s (each target step beside
+    the pilot's phase it maps to): ``(the factor on s2 per step, the target's long-run rho)``. The noise has two
+    parts: one white over inner steps (phase variance and long-run variance both per unit of L2) and one carried by
+    the inner optimiser's first moment, an exponential average of white noise (phase variance per unit of EMA,
+    long-run variance per unit of L2: the average's weights sum to 1). The pilot's long-run rho gives the carried
+    part's share of its phase variance: Q = (1 + rho) / (1 - rho), the long-run over the phase variance, is
+    (w + e) L2 / (w L2 + e EMA), so that share is phi = (Q - 1) EMA / (L2 - EMA) (within [0, 1]). With no first
+    moment (EMA = L2) or rho <= 0 this is the L2 ratio with rho kept."""
+    Q = (1 + rho) / (1 - rho)
+    gap = pilot.L2 - pilot.EMA
+    with np.errstate(divide="ignore", invalid="ignore"):
+        phi = np.clip(np.where(gap > 0, (Q - 1) * pilot.EMA / gap, 0.0), 0.0, 1.0)
+    scale = (1 - phi) * target.L2 / pilot.L2 + phi * target.EMA / pilot.EMA
+    Qb = Q * (target.L2 / pilot.L2) / scale
+    return scale, float(np.median((Qb - 1) / (Qb + 1))) if Qb.size else float(rho)
 
 
 def noise_base(cfg) -> np.ndarray:
@@ -531,10 +550,11 @@ def transfer(run_dir, seed: int | None = None, **changes) -> Transfer:
     Tb = target_cfg.outer_steps
     pilot_mats, target_mats, why = target_groups(run, target_cfg, t0, seed)
     tensors = replayed_tensors(run.outer, groups, pilot_mats)
-    pilot_ph, target_ph = schedule_functionals(pilot_cfg), schedule_functionals(target_cfg)
+    beta1 = inner_beta1(pilot_cfg)
+    pilot_ph, target_ph = schedule_functionals(pilot_cfg, beta1), schedule_functionals(target_cfg, beta1)
     # the pilot's step covering the same fraction of training (0-based), within what was measured
     src = np.minimum(np.ceil((np.arange(Tb) + 1) * pilot_cfg.outer_steps / Tb).astype(int) - 1, t0 - 1)
-    l2_ratio = target_ph.L2 / pilot_ph.L2[src]
+    pilot_at = Phases(*(x[src] for x in pilot_ph))
     flags = []
     if t0 < pilot_cfg.outer_steps:
         flags.append(f"the pilot is measured to outer step {t0} of {pilot_cfg.outer_steps}: later steps reuse its "
@@ -544,13 +564,14 @@ def transfer(run_dir, seed: int | None = None, **changes) -> Transfer:
     per, per_pilot, per_average = [], [], []
     for t in tensors.values():
         start = exchangeable.initial(float(t.s2[0]), 0.0, 0.0)
-        c, s2 = t.c[src], t.s2[src] * l2_ratio
-        per_average.append((t.numel, _step_forward(outer_b, start, c, s2, t.rho)))
+        scale, rho = noise_transfer(t.rho, pilot_at, target_ph)
+        c, s2 = t.c[src], t.s2[src] * scale
+        per_average.append((t.numel, _step_forward(outer_b, start, c, s2, rho)))
         if target_mats is None:
             per.append(per_average[-1])
             per_pilot.append((t.numel, _step_forward(run.outer, start, t.c, t.s2, t.rho)))
         else:
-            per.append((t.numel, _step_forward(outer_b, conditional.lift(start, outer_b.replicas), c, s2, t.rho,
+            per.append((t.numel, _step_forward(outer_b, conditional.lift(start, outer_b.replicas), c, s2, rho,
                                                target_mats)))
             per_pilot.append((t.numel, _step_forward(run.outer, conditional.lift(start, run.outer.replicas),
                                                      t.c, t.s2, t.rho, pilot_mats)))
@@ -626,13 +647,21 @@ def target_groups(run, target_cfg, t0: int, seed: int | None = None):
                                               outer_b.group_size), None
 
 
+def inner_beta1(setting) -> float:
+    """The inner optimiser's first-moment decay: Adam/AdamW's beta1 from the run's setting where it wrote one, else
+    the harness's; 0 for SGD (no first moment)."""
+    if setting.inner_optimizer != "adamw":
+        return 0.0
+    beta1 = setting.recorded().adam_beta1
+    return float(ADAM_BETA1 if beta1 is None else beta1)
+
+
 def first_moment_memory(setting) -> float | None:
-    """Inner steps the inner optimiser's first moment remembers, 1 / (1 - beta1) (Adam/AdamW, beta1 from the run's
-    setting where it wrote one, else the harness's); None for SGD (no first moment)."""
+    """Inner steps the inner optimiser's first moment remembers, 1 / (1 - beta1) (:func:`inner_beta1`); None for
+    SGD (no first moment)."""
     if setting.inner_optimizer != "adamw":
         return None
-    beta1 = setting.recorded().adam_beta1
-    return round(1 / (1 - float(ADAM_BETA1 if beta1 is None else beta1)), 9)  # 1 / (1 - 0.9) is 9.999...
+    return round(1 / (1 - inner_beta1(setting)), 9)  # 1 / (1 - 0.9) is 9.999...
 
 
 def short_phase(pilot, target) -> str | None:

@@ -224,8 +224,8 @@ def _pilot_state(pilot, upto: int) -> dict[str, _PilotTensor]:
 def fork_spread(folder) -> ForkSpread:
     """The weight_std of the fork's setting over its whole run, predicted from the pilot and the fork (module
     docstring): rows per outer step, the second half's RMS, and flags."""
-    from noloco.advice.forecast import (TILT_FLAT_C, _replay_ratio, _step_forward, _weight_std, amplification_tilt,
-                                        schedule_functionals)
+    from noloco.advice.forecast import (TILT_FLAT_C, Phases, _replay_ratio, _step_forward, _weight_std,
+                                        amplification_tilt, inner_beta1, noise_transfer, schedule_functionals)
     from noloco.advice.predict import group_inputs, replay
     from noloco.theory import exchangeable
 
@@ -236,9 +236,11 @@ def fork_spread(folder) -> ForkSpread:
     Hb, Tb, Hp = target.inner_steps, target.outer_steps, base.inner_steps
     t_fork, k = at // Hb, length // Hb  # the target's outer steps before the fork and in it
     pilot_tensors = _pilot_state(pilot, at // Hp)
-    ph_p, ph_b = schedule_functionals(base), schedule_functionals(target)
+    beta1 = inner_beta1(base)
+    ph_p, ph_b = schedule_functionals(base, beta1), schedule_functionals(target, beta1)
     # before the fork: the pilot's step covering the same fraction of training (the transfer's mapping)
     src = np.minimum(np.ceil((np.arange(t_fork) + 1) * base.outer_steps / Tb).astype(int) - 1, len(pilot.inputs) - 1)
+    pilot_at, before = Phases(*(x[src] for x in ph_p)), Phases(*(x[:t_fork] for x in ph_b))
     rows_f = list(fork.input_rows)
     if len(rows_f) < k:
         raise DataError(f"{fork.folder}: {len(rows_f)} measured outer steps, the fork has {k}")
@@ -251,7 +253,7 @@ def fork_spread(folder) -> ForkSpread:
         _, _, c_f, s2_true = replay(target.outer, g.c, s2_f, rho_f, S=p.S)
         start = exchangeable.initial(float((p.s2 if t_fork else s2_true)[0]), 0.0, 0.0)
         c_before = p.c[src]
-        s2_before = p.s2[src] * ph_b.L2[:t_fork] / ph_p.L2[src]
+        s2_before = p.s2[src] * noise_transfer(p.rho, pilot_at, before)[0]  # the transfer's mapping
         idx = t_fork + hold
         c_hat = float(np.median(c_f[hold] / np.sqrt(ph_b.L1[idx])))
         s_hat = float(np.median(s2_true[hold] / ph_b.L2[idx]))

@@ -26,6 +26,15 @@ the pilot (:data:`AXIS_TRANSFERS`), with the rule above (15 %, flagged = not cla
 reported per family and axis (:func:`judge_fresh`: ``noloco llm study transfers --out DIR --fresh-seed 6`` writes
 ``DIR/transfers_fresh6.json``). A transfer whose pilot or target is not in the folder is left out and listed.
 
+A third fresh round, along H (the rule written and committed before any of its runs was read): the two-part noise
+of :func:`noloco.advice.forecast.noise_transfer` (s2 and rho carried by the inner optimiser's first moment; before
+it, s2 by the L2 ratio, rho kept) judged on seeds 12 and 13 of cpu-tiny and the Llama-style config, the pilot and its
+H 5 and H 20 neighbours trained whole: ``--fresh-seed 12`` and ``13``, judged once, the H transfers there and back
+(H up, H up back, H down, H down back; 8 per family), 15 %, flagged = not claimed, the flags unchanged; beside them the
+code before the change on the same runs. The change holds if, over these 16 transfers, as many or more are within
+15 % as before and no unflagged transfer misses that held before, and if the mean log ratio of the transfers that
+double H (H up; H down, back) and of those that halve it (H up, back; H down) are each nearer 0 than before.
+
 Seeds 1 and 2 of the one-pilot study were seen before the flags were written; they are re-judged here (``seen``):
 their pilots trained again (:data:`SEEN_PILOTS`), their targets' measured spreads read from
 docs/data/one_pilot.json (those runs are not kept), and labelled so.
