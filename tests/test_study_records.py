@@ -159,7 +159,7 @@ ADVICE_FILES = [(families.FamiliesReport, "families", False), (forecasts.Forecas
                 (forecasts.ForecastsReport, "forecasts_fresh", True),
                 (forecasts.ForecastsReport, "forecasts_fresh6", True), (forecasts.ForecastsReport, "forecasts_dev3", True),
                 (forecasts.ForecastsReport, "forecasts_fresh9", True), (forecasts.ForecastsReport, "forecasts_fresh10", True),
-                (forecasts.ErrorModel, "forecasts_dev4", True), (forecasts.ForecastsReport, "forecasts_fresh11", True),
+                (forecasts.ErrorModelChoice, "forecasts_dev4", True), (forecasts.ForecastsReport, "forecasts_fresh11", True),
                 (transfers.TransfersReport, "transfers", False), (transfers.TransfersReport, "transfers_fresh6", True),
                 *((transfers.TransfersReport, f"transfers_fresh{s}{v}", True) for s in (12, 13, 14, 15, 16) for v in ("", "_before")),
                 (transfers.TransfersReport, "transfers_fresh17", True),

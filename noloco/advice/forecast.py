@@ -114,11 +114,6 @@ CLAIM_TOLERANCE = 0.15
 ERROR_READINGS = ("horizon", "noise", "edge", "H", "c", "rise", "T")
 #: E log|e| of a standard normal e: log sigma is fitted as the mean of log|residual| plus this
 LOG_ABS_NORMAL = 0.6352
-#: the fourth round's error model (docs/advice.md, "A forecast that answers"; docs/data/forecasts_dev4.json): log(
-#: forecast / measured second-half RMS) = mu + sigma e, mu and log sigma linear in :func:`error_features` of these
-#: readings (coefficients: the constant first), fitted on the 1,390 development forecasts of seeds 0 to 10; a
-#: forecast is claimed when mu +- z sigma lies within CLAIM_TOLERANCE. The readings and z chosen by leave-one-seed-out
-#: cross-validation (noloco.studies.forecasts.choice4: the most claims with at most 0.5 % outside 15 %)
 @dataclass(frozen=True)
 class ErrorModel:
     """The readings an error model reads, its coefficients of mu and log sigma (the constant first), and the
@@ -130,6 +125,11 @@ class ErrorModel:
     z: float
 
 
+#: the fourth round's error model (docs/advice.md, "A forecast that answers"; docs/data/forecasts_dev4.json): log(
+#: forecast / measured second-half RMS) = mu + sigma e, mu and log sigma linear in :func:`error_features` of these
+#: readings (coefficients: the constant first), fitted on the 1,390 development forecasts of seeds 0 to 10; a
+#: forecast is claimed when mu +- z sigma lies within CLAIM_TOLERANCE. The readings and z chosen by leave-one-seed-out
+#: cross-validation (noloco.studies.forecasts.choice4: the most claims with at most 0.5 % outside 15 %)
 ERROR_MODEL = ErrorModel(readings=("horizon", "noise", "edge", "H", "c", "rise", "T"),
                          mean=(0.2023, 0.1477, 0.0207, -0.2188, 0.0205, -0.6738, -0.0004, -0.0205),
                          log_sd=(-2.7333, 0.4509, 0.1095, 0.1209, -0.1777, 0.7726, -0.0177, 0.1777), z=2.5)
@@ -180,6 +180,17 @@ class Phases(NamedTuple):
     L1: np.ndarray
     L2: np.ndarray
     EMA: np.ndarray
+
+    def at(self, steps) -> "Phases":
+        """The functionals of the outer steps ``steps`` (indices or a slice)."""
+        return Phases(*(x[steps] for x in self))
+
+
+def same_fraction(pilot_steps: int, target_steps: int, measured: int) -> np.ndarray:
+    """For each of ``target_steps`` outer steps, the pilot's step (0-based) covering the same fraction of training,
+    within the ``measured`` ones: how the pilot's inputs map onto another setting's steps."""
+    return np.minimum(np.ceil((np.arange(target_steps) + 1) * pilot_steps / target_steps).astype(int) - 1,
+                      measured - 1)
 
 
 def phase_functionals(lrs: np.ndarray, inner_steps: int, beta1: float = ADAM_BETA1) -> Phases:
@@ -552,9 +563,8 @@ def transfer(run_dir, seed: int | None = None, **changes) -> Transfer:
     tensors = replayed_tensors(run.outer, groups, pilot_mats)
     beta1 = inner_beta1(pilot_cfg)
     pilot_ph, target_ph = schedule_functionals(pilot_cfg, beta1), schedule_functionals(target_cfg, beta1)
-    # the pilot's step covering the same fraction of training (0-based), within what was measured
-    src = np.minimum(np.ceil((np.arange(Tb) + 1) * pilot_cfg.outer_steps / Tb).astype(int) - 1, t0 - 1)
-    pilot_at = Phases(*(x[src] for x in pilot_ph))
+    src = same_fraction(pilot_cfg.outer_steps, Tb, t0)
+    pilot_at = pilot_ph.at(src)
     flags = []
     if t0 < pilot_cfg.outer_steps:
         flags.append(f"the pilot is measured to outer step {t0} of {pilot_cfg.outer_steps}: later steps reuse its "

@@ -224,8 +224,8 @@ def _pilot_state(pilot, upto: int) -> dict[str, _PilotTensor]:
 def fork_spread(folder) -> ForkSpread:
     """The weight_std of the fork's setting over its whole run, predicted from the pilot and the fork (module
     docstring): rows per outer step, the second half's RMS, and flags."""
-    from noloco.advice.forecast import (TILT_FLAT_C, Phases, _replay_ratio, _step_forward, _weight_std,
-                                        amplification_tilt, inner_beta1, noise_transfer, schedule_functionals)
+    from noloco.advice.forecast import (TILT_FLAT_C, _replay_ratio, _step_forward, _weight_std, amplification_tilt,
+                                        inner_beta1, noise_transfer, same_fraction, schedule_functionals)
     from noloco.advice.predict import group_inputs, replay
     from noloco.theory import exchangeable
 
@@ -239,8 +239,8 @@ def fork_spread(folder) -> ForkSpread:
     beta1 = inner_beta1(base)
     ph_p, ph_b = schedule_functionals(base, beta1), schedule_functionals(target, beta1)
     # before the fork: the pilot's step covering the same fraction of training (the transfer's mapping)
-    src = np.minimum(np.ceil((np.arange(t_fork) + 1) * base.outer_steps / Tb).astype(int) - 1, len(pilot.inputs) - 1)
-    pilot_at, before = Phases(*(x[src] for x in ph_p)), Phases(*(x[:t_fork] for x in ph_b))
+    src = same_fraction(base.outer_steps, Tb, len(pilot.inputs))[:t_fork]
+    pilot_at, before = ph_p.at(src), ph_b.at(slice(None, t_fork))
     rows_f = list(fork.input_rows)
     if len(rows_f) < k:
         raise DataError(f"{fork.folder}: {len(rows_f)} measured outer steps, the fork has {k}")

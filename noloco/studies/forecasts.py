@@ -236,7 +236,7 @@ class NoiseFit(JsonRecord):
 
 
 @dataclass(frozen=True)
-class ErrorModel(JsonRecord):
+class ErrorModelChoice(JsonRecord):
     """The fourth round's choice (:func:`choice4`): the candidate chosen, its constants set on every development
     forecast (an error model's readings, coefficients of mu and log sigma, z; or the flags' limits), what they claim
     there, and each candidate's cross-validated ``[claims, outside 15 %]``."""
@@ -267,7 +267,7 @@ class ForecastsReport(JsonRecord):
                      "noise_fit", "attribution", "choice", "summary_at_5", "per_family_at_5", "missing", "error_model")
     NESTED = {"flags": Limits, "chosen": Limits, "module": Limits, "rows": (list, ForecastRow), "summary": Verdicts,
               "per_family": (dict, Verdicts), "noise_fit": (dict, NoiseFit), "choice": Choice,
-              "summary_at_5": Verdicts, "per_family_at_5": (dict, Verdicts), "error_model": ErrorModel}
+              "summary_at_5": Verdicts, "per_family_at_5": (dict, Verdicts), "error_model": ErrorModelChoice}
 
     schema: str
     tolerance: float
@@ -289,7 +289,7 @@ class ForecastsReport(JsonRecord):
     summary_at_5: Optional[Verdicts] = _opt()
     per_family_at_5: Optional[dict] = _opt()
     missing: Optional[list] = _opt()
-    error_model: Optional[ErrorModel] = _opt()
+    error_model: Optional[ErrorModelChoice] = _opt()
 
 
 def runs(families=CALIBRATION, extra: bool = True, seeds=SEEDS) -> list[tuple[str, str, int, dict, int]]:
@@ -555,10 +555,10 @@ ERROR_SETS = {"horizon, noise": ("horizon", "noise"), "horizon, noise, edge, H":
 Z_GRID = (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0)
 
 
-def stored_choice4() -> ErrorModel:
+def stored_choice4() -> ErrorModelChoice:
     """The fourth round's choice as committed (docs/data/forecasts_dev4.json: :func:`choice4` on the development
     forecasts)."""
-    return ErrorModel.from_json(read_json(_DATA / "forecasts_dev4.json"))
+    return ErrorModelChoice.from_json(read_json(_DATA / "forecasts_dev4.json"))
 
 
 def development4() -> list[ForecastRow]:
@@ -616,7 +616,7 @@ def cross_validate4(rows: list[ForecastRow]) -> dict[str, list[int]]:
     return out
 
 
-def choice4(rows: list[ForecastRow] | None = None, cross_validated: dict | None = None) -> ErrorModel:
+def choice4(rows: list[ForecastRow] | None = None, cross_validated: dict | None = None) -> ErrorModelChoice:
     """The fourth round's rule chosen by its criterion (module docstring) and set on every development forecast
     (``rows``, default :func:`development4`; ``cross_validated``: :func:`cross_validate4`'s counts, when known)."""
     from noloco.advice.forecast import error_claimed
@@ -634,12 +634,12 @@ def choice4(rows: list[ForecastRow] | None = None, cross_validated: dict | None 
         mine = _claimed(_columns(rows), *limits)
         flags = Limits(**{k: None if v == math.inf else v for k, v in zip(LIMITS, limits)},
                        extra={"short_run": limits[-1]})
-        return ErrorModel(flags=flags, claimed=int(mine.sum()), missed=int((mine & ~holds).sum()), **common)
+        return ErrorModelChoice(flags=flags, claimed=int(mine.sum()), missed=int((mine & ~holds).sum()), **common)
     readings, z = name.rsplit(", z ", 1)
     X, y, ok = _error_columns(rows, ERROR_SETS[readings])
     mean, log_sd = fit_error_model(X[ok], y[ok])
     mine = ok & error_claimed(X @ mean, np.exp(X @ log_sd), float(z))
-    return ErrorModel(readings=list(ERROR_SETS[readings]), mean=mean.tolist(), log_sd=log_sd.tolist(), z=float(z),
+    return ErrorModelChoice(readings=list(ERROR_SETS[readings]), mean=mean.tolist(), log_sd=log_sd.tolist(), z=float(z),
                       claimed=int(mine.sum()), missed=int((mine & ~holds).sum()), **common)
 
 
