@@ -26,8 +26,7 @@ else
   OUTER="--replicas 8 --width 768 --layers 6 --seconds 10"
   GRID=""
 fi
-part() { case " $PART " in *" $1 "*) return 0;; *) return 1;; esac; }
-stamp() { echo "== $1 $(date -u +%H:%M:%S)" | tee -a "$OUT/log.txt"; }
+source "$here/gpu_common.sh"
 
 if part env; then
   OUT="$OUT" PART=env bash "$here/gpu_session.sh"
@@ -60,11 +59,7 @@ PY
 fi
 
 if part tests; then
-  stamp tests
-  if python3 -c "import xdist, pytest_timeout" 2>/dev/null; then par="-n ${WORKERS:-6} --timeout 240"; else par=""; fi
-  ( OMP_NUM_THREADS=1 timeout ${TESTS_S:-400} python3 -m pytest -q -m "not slow" $par -p no:cacheprovider \
-      > "$OUT/tests.txt" 2>&1 || echo "tests exit $?" >> "$OUT/log.txt" ) &
-  tests=$!
+  start_tests 6 400
 fi
 
 if part grid; then
@@ -74,10 +69,7 @@ if part grid; then
   grep -c '^done' "$OUT/grid.txt" >> "$OUT/log.txt"
 fi
 
-if [ -n "${tests:-}" ]; then
-  wait "$tests"
-  tail -15 "$OUT/tests.txt" >> "$OUT/log.txt"
-fi
+wait_tests
 stamp pack
 tar -czf "$OUT/runs_wide.tar.gz" -C "$RUNS" --exclude='*.pt' . 2>> "$OUT/log.txt"
 stamp done

@@ -29,20 +29,14 @@ else
   BENCH="--size gpu-large --steps 10 --compile"
   OUTER="--replicas 8 --width 768 --layers 6 --device $DEVICE --seconds 10"
 fi
-part() { case " $PART " in *" $1 "*) return 0;; *) return 1;; esac; }
-stamp() { echo "== $1 $(date -u +%H:%M:%S)" | tee -a "$OUT/log.txt"; }
+source "$(dirname "$0")/gpu_common.sh"
 
 if part env; then  # the standing checks' env part: the device, torch, CUDA and Triton
   OUT="$OUT" PART=env bash "$(dirname "$0")/gpu_session.sh"
 fi
 
 if part tests; then
-  stamp tests
-  # xdist spreads the suite over the CPU cores; each test's own time box keeps one hang from stopping the rest
-  if python3 -c "import xdist, pytest_timeout" 2>/dev/null; then par="-n ${WORKERS:-10} --timeout 240"; else par=""; fi
-  ( OMP_NUM_THREADS=1 timeout ${TESTS_S:-420} python3 -m pytest -q -m "not slow" $par -p no:cacheprovider \
-      > "$OUT/tests.txt" 2>&1 || echo "tests exit $?" >> "$OUT/log.txt" ) &
-  tests=$!
+  start_tests 10 420
 fi
 
 if part bench; then
@@ -86,10 +80,7 @@ if part train; then
     2>> "$OUT/log.txt" || echo "predict alpha gap exit $?" >> "$OUT/log.txt"
 fi
 
-if [ -n "${tests:-}" ]; then
-  wait "$tests"
-  tail -15 "$OUT/tests.txt" >> "$OUT/log.txt"
-fi
+wait_tests
 
 stamp pack
 # the run folders without their checkpoints (one file: the device returns at most 8)

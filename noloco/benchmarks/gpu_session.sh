@@ -24,8 +24,7 @@ else
   SIZE=""
   BENCH_STEPS=20
 fi
-part() { case " $PART " in *" $1 "*) return 0;; *) return 1;; esac; }
-stamp() { echo "== $1 $(date -u +%H:%M:%S)" | tee -a "$OUT/log.txt"; }
+source "$(dirname "$0")/gpu_common.sh"
 
 if part env; then
   stamp env
