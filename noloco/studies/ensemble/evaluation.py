@@ -3,6 +3,7 @@ the fixed prior or the prior cached from the evaluated domain's first segments) 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -49,7 +50,7 @@ def _logsumexp(a: np.ndarray) -> np.ndarray:
 
 def domain_rows() -> list[DomainStat]:
     """The domain table's rows (:func:`noloco.llm_check.domains.sizes`) as records."""
-    return [DomainStat.from_json(r.to_json()) for r in domains.sizes()]
+    return [DomainStat(**{f.name: getattr(r, f.name) for f in dataclasses.fields(r)}) for r in domains.sizes()]
 
 
 def evaluated(study: Study) -> list:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from noloco.infra.record import JsonRecord
+from noloco.llm_check.domains import DomainSize
 from noloco.studies.ensemble.communication import Communication
 from noloco.studies.ensemble.plan import Budget, Study
 from noloco.studies.reports import Estimate
@@ -32,19 +33,12 @@ class Rule(JsonRecord):
 
 
 @dataclass(frozen=True)
-class DomainStat(JsonRecord):
-    """A domain of the corpus (the domain table's row), its role in the study, difficulty, tier and round."""
+class DomainStat(DomainSize):
+    """A domain of the corpus (the domain table's row, :class:`DomainSize`), its role in the study, tier and round."""
 
-    name: str
-    description: str
-    held_out: bool
-    train_bytes: int
-    val_bytes: int
-    train_files: int
-    val_files: int
-    unigram_entropy: float
+    OPTIONAL_KEYS = ()  # the study writes every domain's difficulty, null where it was not measured
+
     role: Optional[str] = None
-    zlib_bits_per_byte: Optional[float] = None
     tier: Optional[int] = None
     round: Optional[int] = None
 
