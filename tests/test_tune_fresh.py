@@ -108,6 +108,30 @@ def test_the_fresh_judgement_holds_only_within_the_upper_half_width_and_below_th
                                                                                 tuner=[row]))
 
 
+def test_the_judgement_reads_the_seeds_it_is_given(tmp_path):
+    """A pilot of seed 18 and a grid of seed 19: judged with ``seeds=(18, 19)``, not found under the defaults; the
+    command line takes the pair and refuses a seed used twice."""
+    import argparse
+
+    from noloco.cli.study_table import _seed_pair
+
+    seeds = (18, 19)
+    pilot = _run(O.folder(tmp_path, "fx", O.PILOT, 18), O.PILOT, {t: _pilot_loss(t) for t in range(4, 33, 4)})
+    for i, name in enumerate(O.FORKED):
+        H = O.setting(name).inner_steps
+        _run(O.fork_folder(tmp_path, "fx", name, 18), name, {O.fork_len(name) // H: 2.7 + 0.01 * i},
+             steps=O.fork_len(name) // H, fork_of=str(pilot), fork_at=O.FORK_AT, fork_len=O.fork_len(name))
+    for i, n in enumerate(O.JUDGED):
+        _run(O.folder(tmp_path, "fx", n, 19), n, {O.setting(n).outer_steps: 2.70 + 0.01 * i})
+    assert TF.judge(tmp_path, "fx") is None  # no pilot of the default seed
+    row = TF.judge(tmp_path, "fx", seeds=seeds)
+    assert (row.pilot_seed, row.judged_seed, row.complete, row.settings) == (18, 19, True, 29)
+    assert _seed_pair("18,19") == seeds
+    for bad in ("18", "18,18", "a,b", "-1,2"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            _seed_pair(bad)
+
+
 @pytest.mark.slow
 @pytest.mark.torch
 def test_the_fresh_study_reproduces_its_committed_report(tmp_path):

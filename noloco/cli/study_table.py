@@ -42,6 +42,19 @@ def _folder(flag: str, default: str, reuse: bool = True) -> tuple:
     return (folder, _NO_TRAIN, _JSON) if reuse else (folder, _JSON)
 
 
+def _seed_pair(text: str) -> tuple[int, int]:
+    """``PILOT,JUDGED``: two different non-negative seeds."""
+    import argparse
+
+    try:
+        pilot, judged = (int(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected two seeds PILOT,JUDGED, got {text!r}") from None
+    if pilot < 0 or judged < 0 or pilot == judged:
+        raise argparse.ArgumentTypeError(f"expected two different non-negative seeds, got {text!r}")
+    return pilot, judged
+
+
 def _evaluate(m, a) -> int:
     """A folder study: trains what is missing (none with --no-train) and prints its report."""
     return show(a, m.run_study(a.out, train=not a.no_train), m.format_report)
@@ -199,7 +212,10 @@ def table() -> tuple[Study, ...]:
               "Trains each family's seed-5 pilot with its forks and the 29 settings whole with seed 6 (the one-pilot "
               "study's layout, finished runs reused) and judges the tuner's pick under the rule of "
               "noloco/studies/tune_fresh.py." + _NEEDS_HF,
-              _folder("--out", "runs/one-pilot"), _evaluate),
+              (*_folder("--out", "runs/one-pilot"),
+               (("--seeds",), {"type": _seed_pair, "default": (5, 6), "metavar": "PILOT,JUDGED",
+                               "help": "the pilot's seed and the grid's (default 5,6)"})),
+              lambda m, a: show(a, m.run_study(a.out, train=not a.no_train, seeds=a.seeds), m.format_report)),
         Study("comm", "noloco.llm_check.comm_measure", "gloo all-reduce and point-to-point times on this machine",
               "Times gloo's collectives and group exchanges between processes on this machine and fits the comm "
               "model's latency and bandwidth.",

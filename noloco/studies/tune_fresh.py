@@ -96,19 +96,24 @@ def interval_per_drop(rows: list[IntervalRow], gain: float | None = None) -> Int
                              by_family={f: q([r for r in rows if r.family == f]) for f in families})
 
 
-def _report(out, family: str):
-    """The tuner's report from the family's pilot of :data:`PILOT_SEED` (None before all its forks are written)."""
+#: the pilot's seed and the seed the grid is trained whole with, the defaults of every function below; any other
+#: pair of seeds judged under the same rule (``--seeds PILOT,JUDGED``) was trained after the rule was committed
+SEEDS = (PILOT_SEED, JUDGED_SEED)
+
+
+def _report(out, family: str, seeds=SEEDS):
+    """The tuner's report from the family's pilot of ``seeds[0]`` (None before all its forks are written)."""
     from noloco.advice.tune import tune_forks
 
-    if not all(one_pilot.fork_done(one_pilot.fork_folder(out, family, n, PILOT_SEED), n) for n in one_pilot.FORKED):
+    if not all(one_pilot.fork_done(one_pilot.fork_folder(out, family, n, seeds[0]), n) for n in one_pilot.FORKED):
         return None
-    return tune_forks(Path(out) / family / f"forks-s{PILOT_SEED}")
+    return tune_forks(Path(out) / family / f"forks-s{seeds[0]}")
 
 
-def grid_order(out, family: str, report=None) -> list[str]:
+def grid_order(out, family: str, report=None, seeds=SEEDS) -> list[str]:
     """The judged settings, lowest predicted loss first (the pilot's ``report``, read when not given), else in the
     study's order."""
-    report = report or _report(out, family)
+    report = report or _report(out, family, seeds)
     if report is None:
         return list(one_pilot.JUDGED)
     rank = {r.setting: i for i, r in enumerate(report.rows)}
@@ -121,16 +126,16 @@ def jobs(out, families=FAMILIES) -> list[tuple[str, str]]:
     return [(f, "forks") for f in families] + [(f, n) for f in families for n in one_pilot.JUDGED]
 
 
-def train_job(out, family: str, name: str) -> None:
+def train_job(out, family: str, name: str, seeds=SEEDS) -> None:
     from noloco.studies.families import train_hf
 
     if name == "forks":
-        one_pilot.train_pilot(out, family, PILOT_SEED)
-    elif not one_pilot.finished(path := one_pilot.folder(out, family, name, JUDGED_SEED)):
-        train_hf(one_pilot._hf_family(family), one_pilot.setting(name), JUDGED_SEED, path)
+        one_pilot.train_pilot(out, family, seeds[0])
+    elif not one_pilot.finished(path := one_pilot.folder(out, family, name, seeds[1])):
+        train_hf(one_pilot._hf_family(family), one_pilot.setting(name), seeds[1], path)
 
 
-def train_missing(out, families=FAMILIES, progress: bool | None = None) -> None:
+def train_missing(out, families=FAMILIES, seeds=SEEDS, progress: bool | None = None) -> None:
     """Every run not finished yet: each family's pilot with its forks, then its grid, lowest predicted loss first."""
     import torch
 
@@ -140,24 +145,24 @@ def train_missing(out, families=FAMILIES, progress: bool | None = None) -> None:
     with Progress(len(families) * (1 + len(one_pilot.JUDGED)), "tuner on fresh seeds", unit="run",
                   show=progress) as bar:
         for f in families:
-            train_job(out, f, "forks")
+            train_job(out, f, "forks", seeds)
             bar.update()
-            for n in grid_order(out, f):
-                train_job(out, f, n)
+            for n in grid_order(out, f, seeds=seeds):
+                train_job(out, f, n, seeds)
                 bar.update()
 
 
-def judge(out, family: str, report=None) -> FreshTuner | None:
+def judge(out, family: str, report=None, seeds=SEEDS) -> FreshTuner | None:
     """The family's judgement (:func:`noloco.studies.one_pilot.judge_pick`) of the pilot's ``report`` (read when
     not given) on the judged seed's finished settings; ``complete`` false and no verdict where some are missing."""
-    report = report or _report(out, family)
+    report = report or _report(out, family, seeds)
     if report is None:
         return None
-    done = {n: one_pilot.folder(out, family, n, JUDGED_SEED) for n in one_pilot.JUDGED}
+    done = {n: one_pilot.folder(out, family, n, seeds[1]) for n in one_pilot.JUDGED}
     loss = {n: one_pilot._measured(p)[0] for n, p in done.items() if one_pilot.finished(p)}
     missing = [n for n in one_pilot.JUDGED if n not in loss]
-    head = dict(family=family, pilot_seed=PILOT_SEED, judged_seed=JUDGED_SEED, complete=not missing,
-                missing=missing, grid_runs=len(one_pilot.JUDGED), pilot_drop=_pilot_drop(out, family))
+    head = dict(family=family, pilot_seed=seeds[0], judged_seed=seeds[1], complete=not missing,
+                missing=missing, grid_runs=len(one_pilot.JUDGED), pilot_drop=_pilot_drop(out, family, seeds[0]))
     pick = report.recommendation.setting
     if pick not in loss:
         return FreshTuner(**head, pick=pick, holds=None)
@@ -170,29 +175,33 @@ def judge(out, family: str, report=None) -> FreshTuner | None:
     return FreshTuner(**head, **judged.judgement(), inside_own_interval=inside, holds=holds)
 
 
-def _pilot_drop(out, family: str) -> float:
+def _pilot_drop(out, family: str, pilot_seed: int) -> float:
     from noloco.advice.fork import last_quarter_drop
     from noloco.advice.record import read_run
 
-    return last_quarter_drop(read_run(one_pilot.folder(out, family, one_pilot.PILOT, PILOT_SEED)))
+    return last_quarter_drop(read_run(one_pilot.folder(out, family, one_pilot.PILOT, pilot_seed)))
 
 
-def evaluate(out, families=FAMILIES) -> FreshReport:
+def evaluate(out, families=FAMILIES, seeds=SEEDS) -> FreshReport:
     from noloco.advice.fork import LOSS_ERROR_PER_DROP, LOSS_GAIN
 
-    rows = [r for f in families if (r := judge(out, f)) is not None]
+    rows = [r for f in families if (r := judge(out, f, seeds=seeds)) is not None]
     rules = StudyRules(tuner="pick's loss on the judged seed below the 29 settings' median and within its "
                              "interval's upper half-width of their best")
     return FreshReport(schema="tune-fresh", rules=rules,
                        model=LossModel(gain=LOSS_GAIN, interval_per_drop=list(LOSS_ERROR_PER_DROP)),
-                       families=list(families), pilot_seed=PILOT_SEED, judged_seed=JUDGED_SEED, tuner=rows,
+                       families=list(families), pilot_seed=seeds[0], judged_seed=seeds[1], tuner=rows,
                        holds=sum(r.holds is True for r in rows), judged=sum(r.holds is not None for r in rows))
 
 
-def run_study(out, train: bool = True, families=FAMILIES) -> FreshReport:
+def run_study(out, train: bool = True, families=FAMILIES, seeds=SEEDS) -> FreshReport:
+    """Trains what is missing (``train``) and judges; the report written to ``out/tune_fresh.json``, or
+    ``tune_fresh_sP_sJ.json`` for seeds other than the defaults."""
     from noloco.studies.families import train_and_evaluate
 
-    return train_and_evaluate(out, "tune_fresh.json", train_missing, evaluate, train, families)
+    seeds = tuple(seeds)
+    name = "tune_fresh.json" if seeds == SEEDS else f"tune_fresh_s{seeds[0]}_s{seeds[1]}.json"
+    return train_and_evaluate(out, name, train_missing, evaluate, train, families, seeds)
 
 
 def format_report(rep: FreshReport) -> str:
