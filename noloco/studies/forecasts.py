@@ -80,6 +80,21 @@ The fourth round (the rule fixed here, and the rule it chooses committed, before
   ``DIR/FAMILY/SETTING/sSEED`` (any family folder; the grid's settings without a finished run named per family
   present), from :data:`FRACTIONS`, with the same verdicts, claimed as :mod:`noloco.advice.forecast` claims.
 
+The fifth round (the criterion fixed here before any cross-validated count was seen; the rule it chooses
+committed before any run of seeds 18 or 19 was read):
+
+* the development forecasts, all seen: every finished run of seeds 0 to 4, 6, 9 to 17, 21 and 22 (the families'
+  development runs from :data:`FROM_STEPS`, the grids and the GPU-trained wider Llama from :data:`FRACTIONS`);
+* the candidates (:data:`GROWTH_VARIANTS`): the point forecast with the noise's growth through the run read three
+  ways, the constant :data:`noloco.advice.forecast.NOISE_GROWTH` of the earlier rounds, a growth that depends on H,
+  and the run's own growth read from its measured steps and shrunk toward a prior by its standard error, each
+  with the fourth round's error models (:data:`ERROR_SETS`) and claim z (:data:`Z_GRID`) on top;
+* leave-one-seed-out cross-validation (the GPU family's seeds 21 and 22 one fold): every number a candidate fits
+  (its growth's and its error model's) set on the other folds, the held-out fold's forecasts claimed by them;
+* the criterion: the candidate with the most cross-validated claims of which at most :data:`MAX_MISSED_4`
+  (0.5 %) are outside 15 % (ties: fewer outside, then the one listed first); reported beside, each fold's
+  coverage of its 80 % band. Its constants are then set on every development forecast.
+
 ``noloco llm study forecasts --runs DIR`` on a families layout trains what is missing (finished runs reused), evaluates the development runs and writes ``DIR/forecasts.json``; on a folder of the transfers study
 (one holding ``transfers.json``) it trains nothing and writes the fresh judgement, ``DIR/forecasts_fresh.json``.
 """
@@ -553,6 +568,14 @@ SHORT_GRID = (0, 16, 32)
 ERROR_SETS = {"horizon, noise": ("horizon", "noise"), "horizon, noise, edge, H": ("horizon", "noise", "edge", "H"),
               "every reading": FC_READINGS}
 Z_GRID = (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0)
+
+
+#: the fifth round (module docstring): its seeds (the GPU family's two one fold) and its candidates, how the noise's
+#: growth through a run is read: a constant, a function of H (log H linear), or the run's own slope of log(s2 / L2)
+#: on t / T over its measured steps, shrunk toward the constant by its standard error
+DEV5_FOLDS = ((0,), (1,), (2,), (3,), (4,), (6,), (9,), (10,), (11,), (12,), (13,), (14,), (15,), (16,), (17,),
+              (21, 22))
+GROWTH_VARIANTS = ("constant", "by H", "own, shrunk")
 
 
 def stored_choice4() -> ErrorModelChoice:
