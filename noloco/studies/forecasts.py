@@ -88,7 +88,8 @@ committed before any run of seeds 18 or 19 was read):
 * the candidates (:data:`GROWTH_VARIANTS`): the point forecast with the noise's growth through the run read three
   ways, the constant :data:`noloco.advice.forecast.NOISE_GROWTH` of the earlier rounds, a growth that depends on H,
   and the run's own growth read from its measured steps and shrunk toward a prior by its standard error, each
-  with the fourth round's error models (:data:`ERROR_SETS`) and claim z (:data:`Z_GRID`) on top;
+  with the error models of :data:`ERROR_SETS5` (the fourth round's, and every reading with the horizon times
+  log H) and claim z (:data:`Z_GRID`) on top;
 * leave-one-seed-out cross-validation (the GPU family's seeds 21 and 22 one fold): every number a candidate fits
   (its growth's and its error model's) set on the other folds, the held-out fold's forecasts claimed by them;
 * the criterion: the candidate with the most cross-validated claims of which at most :data:`MAX_MISSED_4`
@@ -112,6 +113,7 @@ import numpy as np
 from noloco.infra.files import read_json, write_json
 from noloco.infra.record import JsonRecord
 from noloco.advice.forecast import CLAIM_TOLERANCE, EDGE_LIMIT as FC_EDGE_LIMIT, ERROR_READINGS as FC_READINGS
+from noloco.advice.forecast import ERROR_READINGS5 as FC_READINGS5
 from noloco.studies import families as F
 
 TOLERANCE = CLAIM_TOLERANCE
@@ -576,6 +578,8 @@ Z_GRID = (1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0)
 DEV5_FOLDS = ((0,), (1,), (2,), (3,), (4,), (6,), (9,), (10,), (11,), (12,), (13,), (14,), (15,), (16,), (17,),
               (21, 22))
 GROWTH_VARIANTS = ("constant", "by H", "own, shrunk")
+#: the fifth round's error models: the fourth round's reading sets and every reading with the horizon times log H
+ERROR_SETS5 = {**ERROR_SETS, "every reading and horizon x H": FC_READINGS5}
 
 
 def stored_choice4() -> ErrorModelChoice:
