@@ -110,10 +110,8 @@ TRANSFER_ERROR = (0.94, 1.09)
 CLAIM_TOLERANCE = 0.15
 #: what the fourth round's error model may read of a forecast (:func:`error_features`): how far it extrapolates
 #: (log T / K), its window's noise scatter (log), the decay factor at the flattest c, log H / 10, the window's pooled
-#: c and its rise (clipped: a c near 0 makes the rise unbounded) and log T / 32; the fifth round's also the product
-#: of the horizon and log H / 10 (how far it extrapolates matters more the longer the phase)
+#: c and its rise (clipped: a c near 0 makes the rise unbounded) and log T / 32
 ERROR_READINGS = ("horizon", "noise", "edge", "H", "c", "rise", "T")
-ERROR_READINGS5 = (*ERROR_READINGS, "horizon x H")
 #: E log|e| of a standard normal e: log sigma is fitted as the mean of log|residual| plus this
 LOG_ABS_NORMAL = 0.6352
 @dataclass(frozen=True)
@@ -154,7 +152,6 @@ def error_features(K, T, H, noise, decay, c_level, rise, names=ERROR_READINGS) -
     every = {"horizon": math.log(T / K), "noise": math.log(max(finite(noise, 1.0), 0.01)),
              "edge": finite(decay, 1.0), "H": math.log(H / 10), "c": min(max(finite(c_level, 0.0), -0.2), 0.5),
              "rise": min(max(finite(rise, 3.0), -1.0), 3.0), "T": math.log(T / 32)}
-    every["horizon x H"] = every["horizon"] * every["H"]
     return np.array([1.0] + [every[n] for n in names])
 
 #: the groups a forecast steps along: the run's own (drawn from its groups seed) or averaged over random groups
