@@ -80,6 +80,19 @@ The fourth round (the rule fixed here, and the rule it chooses committed, before
   ``DIR/FAMILY/SETTING/sSEED`` (any family folder; the grid's settings without a finished run named per family
   present), from :data:`FRACTIONS`, with the same verdicts, claimed as :mod:`noloco.advice.forecast` claims.
 
+The fifth round (its criterion committed before any cross-validated count was seen): the noise's growth through a
+run read three ways, the constant :data:`noloco.advice.forecast.NOISE_GROWTH`, a growth linear in log H, and the
+run's own slope of log(s2 / L2) on t / T over its measured steps shrunk toward a prior by its standard error,
+each with the fourth round's error models (and every reading with the horizon times log H) and :data:`Z_GRID`
+on top; leave-one-seed-out over the seen seeds 0 to 4, 6, 9 to 17, 21 and 22 (the GPU family's two one fold),
+every fitted number set on the other folds; the candidate with the most claims of which at most
+:data:`MAX_MISSED_4` are outside 15 %. Not adopted: neither alternative growth made the point forecast better
+(within 15 %, of about 2,280 forecasts each: 79.7 % with the constant, 79.1 % by H, 78.3 % with the run's own), and the
+criterion's pick (growth by H, every reading with the horizon times log H, z 2: 63 cross-validated claims, none
+outside) claims none of the 2,420 development forecasts once set on all of them. The forecast is the fourth
+round's. (Measured outside the package: each forecast stepped once for a grid of growths, the spread being
+linear in the held noise.)
+
 ``noloco llm study forecasts --runs DIR`` on a families layout trains what is missing (finished runs reused), evaluates the development runs and writes ``DIR/forecasts.json``; on a folder of the transfers study
 (one holding ``transfers.json``) it trains nothing and writes the fresh judgement, ``DIR/forecasts_fresh.json``.
 """
