@@ -21,7 +21,8 @@ RANKS_FILES = ("outer_ranks4.json", "outer_ranks2.json")
 #: summary), each cell the counts of FORECASTS_KEYS in that order ("-" where the file has no such family)
 FORECASTS_HEADER = "| family: forecasts, claimed, within 15 %, missed unflagged, would hold but flagged, naive within |"
 FORECASTS_FILES = ("forecasts_fresh6.json", "forecasts_fresh9.json", "forecasts_fresh10.json", "forecasts_fresh11.json",
-                   "forecasts_fresh17.json", "forecasts_fresh21.json", "forecasts_fresh22.json")
+                   "forecasts_fresh17.json", "forecasts_fresh18.json",
+                   "forecasts_fresh19.json", "forecasts_fresh21.json", "forecasts_fresh22.json")
 FORECASTS_KEYS = ("forecasts", "claimed", "claimed_within", "missed_unflagged", "would_hold_flagged", "naive_within")
 FORECASTS_ROWS = {"Llama": "llama", "cpu-tiny": "cpu-tiny", "Llama-wide (GPU)": "llama-wide", "all": None}
 #: the families study's totals as the advice page words them: (pattern, what of families.json's summary)
