@@ -43,13 +43,13 @@ def _folder(flag: str, default: str, reuse: bool = True) -> tuple:
 
 
 def _seed_pair(text: str) -> tuple[int, int]:
-    """``PILOT,JUDGED``: two different non-negative seeds."""
+    """``S1,S2`` (a tuner's ``PILOT,JUDGED``): two different non-negative seeds."""
     import argparse
 
     try:
         pilot, judged = (int(x) for x in text.split(","))
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected two seeds PILOT,JUDGED, got {text!r}") from None
+        raise argparse.ArgumentTypeError(f"expected two seeds S1,S2, got {text!r}") from None
     if pilot < 0 or judged < 0 or pilot == judged:
         raise argparse.ArgumentTypeError(f"expected two different non-negative seeds, got {text!r}")
     return pilot, judged
@@ -206,7 +206,10 @@ def table() -> tuple[Study, ...]:
               "Trains the pilot, N 8 and N 8 with groups of 4 for seeds 7 and 8 of cpu-tiny and the Llama-style config "
               "(the one-pilot study's layout, finished runs reused) and judges --as along N and n under the rules of "
               "noloco/studies/transfer_groups.py." + _NEEDS_HF,
-              _folder("--out", "runs/one-pilot"), _evaluate),
+              (*_folder("--out", "runs/one-pilot"),
+               (("--seeds",), {"type": _seed_pair, "default": (7, 8), "metavar": "S1,S2",
+                               "help": "the two seeds trained and judged (default 7,8)"})),
+              lambda m, a: show(a, m.run_study(a.out, train=not a.no_train, seeds=a.seeds), m.format_report)),
         Study("tune-fresh", "noloco.studies.tune_fresh",
               "the tuner from one pilot on fresh seeds 5 and 6 (docs/advice.md, 'One pilot')",
               "Trains each family's seed-5 pilot with its forks and the 29 settings whole with seed 6 (the one-pilot "
