@@ -178,7 +178,8 @@ def table() -> tuple[Study, ...]:
         Study("gap", "noloco.studies.gap_check", "--gap split by tensor on Llama and GPT-2 at N = 8 (docs/advice.md)",
               "Trains Llama and GPT-2 configs at N = 8 (about 4 minutes each here) and splits the predicted and the "
               "measured loss gap by tensor." + _NEEDS_HF,
-              _folder("--out", "runs/gap-check", reuse=False), lambda m, a: show(a, m.run_study(a.out), m.format_report),
+              (*_folder("--out", "runs/gap-check", reuse=False), _FRESH_SEED),
+              lambda m, a: show(a, m.run_study(a.out, fresh_seed=a.fresh_seed), m.format_report),
               needs="the gap check's model families"),
         Study("warnings", "noloco.studies.warnings",
               "the early warnings on clean runs of several model families and on planted faults (docs/own_run.md)",
