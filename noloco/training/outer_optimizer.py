@@ -295,10 +295,10 @@ class OuterOptimizer(OuterStep):
     def sync(self) -> None:
         """The outer step now, whatever the count of inner steps; the next phase starts from phi.
 
-        One vector per replica is exchanged: ``v = beta * progress + gamma * phi``, whose group mean less
-        ``gamma * phi_i`` is the update ``u_i`` of :func:`noloco.theory.outer.outer_step` (the same rule,
+        One vector per replica is exchanged: ``v / n`` with ``v = beta * progress + gamma * phi``, whose group sum
+        less ``gamma * phi_i`` is the update ``u_i`` of :func:`noloco.theory.outer.outer_step` (the same rule,
         rearranged; equal to float rounding, tests/test_outer_optimizer.py); every operation writes into
-        buffers allocated once, and with heavy-ball momentum ``alpha * delta - gamma * phi`` is formed while
+        buffers allocated once, and with heavy-ball momentum ``delta - gamma / alpha * phi`` is formed while
         the messages are in flight. With ``overlap=True`` the exchange started at the last sync is waited for
         and applied first (the weights to phi plus the progress since), then this one is started and not waited
         for: the next phase starts from where the replica stands."""
