@@ -451,7 +451,8 @@ def _rank(rank, world, port, out):
 @torch_only
 def test_process_group_mode_equals_the_batched_mode(tmp_path):
     """4 processes, gloo on localhost: noloco exchanges within its pairs point-to-point, diloco all-reduces;
-    each rank's phi is replica `rank` of the batched run with the same seed."""
+    each rank's phi is replica `rank` of the batched run with the same seed (bit for bit in pairs; the
+    all-reduce sums in the backend's order)."""
     torch = _torch()
     import torch.multiprocessing as mp
 
@@ -470,6 +471,9 @@ def test_process_group_mode_equals_the_batched_mode(tmp_path):
             assert got["group_size"] == n
             torch.testing.assert_close(got["phi"], batched.phi["0"][rank], rtol=0, atol=1e-12)
             torch.testing.assert_close(got["delta"], batched.delta["0"][rank], rtol=0, atol=1e-12)
+            if method == "noloco":  # pairs sum in the group's order on both sides: the same bits
+                assert torch.equal(got["phi"], batched.phi["0"][rank])
+                assert torch.equal(got["delta"], batched.delta["0"][rank])
         spread = batched.phi["0"].std(0).max().item()
         assert spread > 0.01 if method == "noloco" else spread < 1e-12
     alone = [torch.load(tmp_path / f"rank{rank}.pt", weights_only=True)["alone"] for rank in range(world)]

@@ -115,6 +115,15 @@ def test_a_state_saved_in_flight_resumes_bit_for_bit(tmp_path):
     prompt = OuterOptimizer([torch.nn.Parameter(saved["w"].clone())], inner_steps=1, seed=SEED, replicas=N)
     with pytest.raises(ConfigError, match="overlap=True"):
         prompt.load_state_dict(saved["outer"])
+    # a version-1 state saved the group sum of v in flight (now its mean): read as that, the same run (n = 2:
+    # exact)
+    old = {**saved["outer"], "version": 1}
+    old["pending"] = {**old["pending"], "work": {k: 2 * v for k, v in old["pending"]["work"].items()}}
+    w4 = torch.nn.Parameter(saved["w"].clone())
+    resumed = OuterOptimizer([w4], inner_steps=1, seed=SEED, overlap=True, replicas=N)
+    resumed.load_state_dict(old)
+    _run(w4, range(N), outer=resumed, first=3).close()
+    assert torch.equal(w4.detach(), w.detach()) and torch.equal(resumed.phi["0"], through.phi["0"])
 
 
 def test_a_bad_overlap_is_named():

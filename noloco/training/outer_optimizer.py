@@ -32,8 +32,9 @@ from noloco.theory.methods import METHOD_TABLE, METHODS, check_outer, resolve
 from noloco.training.exchange import DistExchange, Exchange, LocalExchange, PendingSum
 from noloco.training.replicas import Modules, Tensors, is_module_list
 
-#: the version of :meth:`OuterOptimizer.state_dict`'s layout
-STATE_VERSION = 1
+#: the version of :meth:`OuterOptimizer.state_dict`'s layout (2: an exchange in flight is saved as the group mean
+#: of v, where version 1, read too, saved its sum)
+STATE_VERSION = 2
 
 
 class OuterStep:
@@ -294,10 +295,10 @@ class OuterOptimizer(OuterStep):
     def sync(self) -> None:
         """The outer step now, whatever the count of inner steps; the next phase starts from phi.
 
-        One vector per replica is exchanged: ``v = beta * progress + gamma * phi``, whose group mean less
-        ``gamma * phi_i`` is the update ``u_i`` of :func:`noloco.theory.outer.outer_step` (the same rule,
+        One vector per replica is exchanged: ``v / n`` with ``v = beta * progress + gamma * phi``, whose group sum
+        less ``gamma * phi_i`` is the update ``u_i`` of :func:`noloco.theory.outer.outer_step` (the same rule,
         rearranged; equal to float rounding, tests/test_outer_optimizer.py); every operation writes into
-        buffers allocated once, and with heavy-ball momentum ``alpha * delta - gamma * phi`` is formed while
+        buffers allocated once, and with heavy-ball momentum ``delta - gamma / alpha * phi`` is formed while
         the messages are in flight. With ``overlap=True`` the exchange started at the last sync is waited for
         and applied first (the weights to phi plus the progress since), then this one is started and not waited
         for: the next phase starts from where the replica stands."""
@@ -357,35 +358,39 @@ class OuterOptimizer(OuterStep):
                 hook(self.phi, progress, self.outer_done)
 
     def _form(self, b: "_Bucket", theta=None) -> None:
-        """v = beta progress + gamma phi = beta theta + (gamma - beta) phi into ``work`` (one pass where beta =
-        gamma), and onto the wire; theta is the model's, or the flat ``theta`` given."""
+        """v / n = (beta theta + (gamma - beta) phi) / n into ``work`` (one pass where beta = gamma), and onto the
+        wire: the group sum of what is sent is then the group mean of v (for n = 2 the division is exact); theta
+        is the model's, or the flat ``theta`` given."""
         o = self.config
+        n = o.group_size
         if theta is None:
-            self.replicas_here.scaled_into(o.beta, b.work_views)
+            self.replicas_here.scaled_into(o.beta / n, b.work_views)
         else:
-            torch.mul(theta, o.beta, out=b.work)
+            torch.mul(theta, o.beta / n, out=b.work)
         if o.gamma != o.beta:
-            b.work.add_(b.phi, alpha=o.gamma - o.beta)
+            b.work.add_(b.phi, alpha=(o.gamma - o.beta) / n)
         if b.wire is not b.work:
             b.wire.copy_(b.work)
 
     def _meanwhile(self, b: "_Bucket") -> None:
-        """heavy-ball: alpha delta - gamma phi, formed while the messages are in flight."""
+        """heavy-ball, while the messages are in flight: delta - gamma / alpha phi, one pass (none where gamma = 0),
+        alpha applied by :meth:`_apply` (where alpha = 0: - gamma phi)."""
         o = self.config
-        if o.momentum == "heavy-ball":
-            b.delta.mul_(o.alpha)
+        if o.momentum != "heavy-ball":
+            return
+        if o.alpha:
             if o.gamma:
-                b.delta.sub_(b.phi, alpha=o.gamma)
+                b.delta.sub_(b.phi, alpha=o.gamma / o.alpha)
+        else:
+            torch.mul(b.phi, -o.gamma, out=b.delta)
 
     def _apply(self, b: "_Bucket") -> None:
-        """The rest of the outer step once ``work`` holds the group sum of v."""
+        """The rest of the outer step once ``work`` holds the group mean of v (the group sum of v / n)."""
         o = self.config
-        n = o.group_size
-        if o.momentum == "heavy-ball":  # delta <- (alpha delta - gamma phi) + sum_G(v) / n;  phi <- phi + delta
-            b.delta.add_(b.work, alpha=1 / n)
+        if o.momentum == "heavy-ball":  # delta <- mean_G(v) + alpha (delta - gamma / alpha phi);  phi <- phi + delta
+            torch.add(b.work, b.delta, alpha=o.alpha or 1.0, out=b.delta)
             b.phi.add_(b.delta)
-        else:  # u = sum_G(v) / n - gamma phi;  delta <- alpha delta + u;  phi <- phi + u + alpha delta
-            b.work.div_(n)
+        else:  # u = mean_G(v) - gamma phi;  delta <- alpha delta + u;  phi <- phi + u + alpha delta
             if o.gamma:
                 b.work.sub_(b.phi, alpha=o.gamma)
             torch.add(b.work, b.delta, alpha=o.alpha, out=b.delta)
@@ -435,9 +440,9 @@ class OuterOptimizer(OuterStep):
         """Resume from :meth:`state_dict`: phi, delta, counters and seed. ``strict``: the method, the outer
         setting and H must equal this optimizer's (ConfigError naming the field). At an outer-step
         boundary the parameters are set to phi; mid-phase they are the model's (load its state too)."""
-        if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
+        if not isinstance(state, dict) or state.get("version") not in (1, STATE_VERSION):
             found = state.get("version") if isinstance(state, dict) else type(state).__name__
-            raise DataError(f"outer optimizer state of version {found!r}; this version reads {STATE_VERSION}")
+            raise DataError(f"outer optimizer state of version {found!r}; this version reads 1 and {STATE_VERSION}")
         if strict:
             mine = {"method": self.method, "inner_steps": self.inner_steps, **dataclasses.asdict(self.config)}
             theirs = {"method": state.get("method"), "inner_steps": state.get("inner_steps"), **state.get("outer", {})}
@@ -475,6 +480,8 @@ class OuterOptimizer(OuterStep):
         if pending is not None:
             for k in self.phi:
                 views[k].work_views[k].copy_(pending["work"][k])
+                if state["version"] == 1:  # its group sum of v made the mean
+                    views[k].work_views[k].div_(self.config.group_size)
                 views[k].anchor_views[k].copy_(pending["anchor"][k])
             self._pending = [PendingSum(lambda: None, b.work) for b in self.buckets]
         self.seed = check_seed("seed", state["seed"])
