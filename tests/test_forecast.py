@@ -533,6 +533,30 @@ def test_the_gap_on_an_observer_run_is_read_one_sided(tmp_path, writer, replicas
         assert rep.reading == ("within a factor 2" if replicas == 8 else None)
 
 
+def test_the_gaps_one_sided_claim_is_judged_on_the_seed_asked_for(tmp_path):
+    """noloco llm study gap --fresh-seed 18: only the runs at N = 8 of seed 18 are judged (a seed-4 run beside them
+    is not), each by --gap's own ratio, holding where the prediction is at least the measured gap."""
+    from noloco.advice.gap import equipartition_gap
+    from noloco.studies import gap_check
+
+    cfg = config(outer=OuterConfig(replicas=8, group_size=2, alpha=0.5, beta=0.7, gamma=0.7), outer_steps=12)
+    for seed, gap in ((18, 1e-4), (4, 1.0)):
+        path = tmp_path / "llama" / "N8" / f"s{seed}"
+        write_run(path, cfg)
+        result = json.loads((path / "result.json").read_text())
+        result.update(format="noloco-run", format_version=1, adam_second_moment={"outer_step": 12, "sum_sqrt_v": 100.0})
+        (path / "result.json").write_text(json.dumps(result))
+        rows = [{"outer_step": t, "weight_std": 1.0, "val_loss_avg_model": 3.0, "val_loss_replicas_mean": 3.0 + gap}
+                for t in range(2, 13, 2)]
+        (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    rep = gap_check.run_study(tmp_path, fresh_seed=18)
+    own = equipartition_gap(tmp_path / "llama" / "N8" / "s18")
+    assert [(r.family, r.run) for r in rep.rows] == [("llama", "N8")] and rep.judged == 1
+    assert rep.rows[0].ratio == own.ratio and rep.rows[0].holds == (own.ratio >= 1) and own.ratio > 1
+    assert json.loads((tmp_path / "gap_fresh18.json").read_text())["holds"] == 1
+    assert gap_check.judge_fresh(tmp_path, 4).holds == 0  # the seed-4 run's gap of 1 nat is above the prediction
+
+
 def test_the_forecast_with_the_runs_own_later_noise_is_the_replay_of_the_whole_run(tmp_path):
     """measured_later="s2" (the study's diagnostic of why the held-input forecast ran low): the future steps take
     the replay's own s2, so a run whose noise doubles after outer step 20 is forecast as its whole replay, where
