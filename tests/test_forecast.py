@@ -511,6 +511,18 @@ def test_the_forecast_reports_the_decay_factor_at_the_flattest_c_as_the_transfer
     assert rep.decay_factor == pytest.approx(F.transfer(tmp_path).decay_factor, rel=1e-12)
 
 
+def _gap_run(path, replicas: int, writer):
+    """A 12-step run folder at N = ``replicas`` with the inner Adam's second moment at its end, written by ``writer``
+    (a result.json ``format``; None: the harness)."""
+    cfg = config(outer=OuterConfig(replicas=replicas, group_size=2, alpha=0.5, beta=0.7, gamma=0.7), outer_steps=12)
+    write_run(path, cfg)
+    result = json.loads((path / "result.json").read_text())
+    extra = {"format": writer, "format_version": 1} if writer else {}
+    result.update(extra, adam_second_moment={"outer_step": 12, "sum_sqrt_v": 100.0})
+    (path / "result.json").write_text(json.dumps(result))
+    return path
+
+
 @pytest.mark.parametrize("writer, replicas, one_sided", [("noloco-run", 8, True), (None, 8, False),
                                                          ("noloco-run", 4, False)])
 def test_the_gap_on_an_observer_run_is_read_one_sided(tmp_path, writer, replicas, one_sided):
@@ -518,12 +530,7 @@ def test_the_gap_on_an_observer_run_is_read_one_sided(tmp_path, writer, replicas
     estimate, with the range it was set on; the harness's runs, and an untested N, keep their reading."""
     from noloco.advice.gap import OBSERVER_RANGE, equipartition_gap, format_gap
 
-    cfg = config(outer=OuterConfig(replicas=replicas, group_size=2, alpha=0.5, beta=0.7, gamma=0.7), outer_steps=12)
-    write_run(tmp_path, cfg)
-    result = json.loads((tmp_path / "result.json").read_text())
-    extra = {"format": writer, "format_version": 1} if writer else {}
-    result.update(extra, adam_second_moment={"outer_step": 12, "sum_sqrt_v": 100.0})
-    (tmp_path / "result.json").write_text(json.dumps(result))
+    _gap_run(tmp_path, replicas, writer)
     rep = equipartition_gap(tmp_path)
     if one_sided:
         lo, hi = OBSERVER_RANGE
@@ -539,13 +546,8 @@ def test_the_gaps_one_sided_claim_is_judged_on_the_seed_asked_for(tmp_path):
     from noloco.advice.gap import equipartition_gap
     from noloco.studies import gap_check
 
-    cfg = config(outer=OuterConfig(replicas=8, group_size=2, alpha=0.5, beta=0.7, gamma=0.7), outer_steps=12)
     for seed, gap in ((18, 1e-4), (4, 1.0)):
-        path = tmp_path / "llama" / "N8" / f"s{seed}"
-        write_run(path, cfg)
-        result = json.loads((path / "result.json").read_text())
-        result.update(format="noloco-run", format_version=1, adam_second_moment={"outer_step": 12, "sum_sqrt_v": 100.0})
-        (path / "result.json").write_text(json.dumps(result))
+        path = _gap_run(tmp_path / "llama" / "N8" / f"s{seed}", 8, "noloco-run")
         rows = [{"outer_step": t, "weight_std": 1.0, "val_loss_avg_model": 3.0, "val_loss_replicas_mean": 3.0 + gap}
                 for t in range(2, 13, 2)]
         (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))

@@ -44,10 +44,10 @@ def _pilot(path, losses=None):
     return _run(path, O.PILOT, losses or {t: _pilot_loss(t) for t in range(4, 33, 4)})
 
 
-def _fork(out, pilot, name: str, lead: float):
+def _fork(out, pilot, name: str, lead: float, seed: int = TF.PILOT_SEED):
     H = O.setting(name).inner_steps
     end = O.fork_len(name) // 10  # the pilot's outer step (H 10) where the fork ends
-    return _run(O.fork_folder(out, "fx", name, TF.PILOT_SEED), name, {O.fork_len(name) // H: _pilot_loss(end) + lead},
+    return _run(O.fork_folder(out, "fx", name, seed), name, {O.fork_len(name) // H: _pilot_loss(end) + lead},
                 steps=O.fork_len(name) // H, fork_of=str(pilot), fork_at=O.FORK_AT, fork_len=O.fork_len(name))
 
 
@@ -114,18 +114,19 @@ def test_the_judgement_reads_the_seeds_it_is_given(tmp_path):
     import argparse
 
     from noloco.cli.study_table import _seed_pair
+    from noloco.studies.families import seeded_name
 
     seeds = (18, 19)
-    pilot = _run(O.folder(tmp_path, "fx", O.PILOT, 18), O.PILOT, {t: _pilot_loss(t) for t in range(4, 33, 4)})
+    pilot = _pilot(O.folder(tmp_path, "fx", O.PILOT, 18))
     for i, name in enumerate(O.FORKED):
-        H = O.setting(name).inner_steps
-        _run(O.fork_folder(tmp_path, "fx", name, 18), name, {O.fork_len(name) // H: 2.7 + 0.01 * i},
-             steps=O.fork_len(name) // H, fork_of=str(pilot), fork_at=O.FORK_AT, fork_len=O.fork_len(name))
+        _fork(tmp_path, pilot, name, 0.01 * i, seed=18)
     for i, n in enumerate(O.JUDGED):
         _run(O.folder(tmp_path, "fx", n, 19), n, {O.setting(n).outer_steps: 2.70 + 0.01 * i})
     assert TF.judge(tmp_path, "fx") is None  # no pilot of the default seed
     row = TF.judge(tmp_path, "fx", seeds=seeds)
     assert (row.pilot_seed, row.judged_seed, row.complete, row.settings) == (18, 19, True, 29)
+    assert seeded_name("tune_fresh.json", seeds, TF.SEEDS) == "tune_fresh_s18_s19.json"
+    assert seeded_name("tune_fresh.json", [5, 6], TF.SEEDS) == "tune_fresh.json"
     assert _seed_pair("18,19") == seeds
     for bad in ("18", "18,18", "a,b", "-1,2"):
         with pytest.raises(argparse.ArgumentTypeError):

@@ -55,9 +55,20 @@ def _seed_pair(text: str) -> tuple[int, int]:
     return pilot, judged
 
 
+def _seeds(default: tuple[int, int], metavar: str, what: str) -> tuple:
+    """The --seeds flag of a study judged on two seeds (default ``default``)."""
+    return (("--seeds",), {"type": _seed_pair, "default": default, "metavar": metavar,
+                           "help": f"{what} (default {default[0]},{default[1]})"})
+
+
 def _evaluate(m, a) -> int:
     """A folder study: trains what is missing (none with --no-train) and prints its report."""
     return show(a, m.run_study(a.out, train=not a.no_train), m.format_report)
+
+
+def _evaluate_seeds(m, a) -> int:
+    """:func:`_evaluate` for the seeds of --seeds."""
+    return show(a, m.run_study(a.out, train=not a.no_train, seeds=a.seeds), m.format_report)
 
 
 def _seeded(name: str, default_out: str) -> Study:
@@ -207,19 +218,15 @@ def table() -> tuple[Study, ...]:
               "Trains the pilot, N 8 and N 8 with groups of 4 for seeds 7 and 8 of cpu-tiny and the Llama-style config "
               "(the one-pilot study's layout, finished runs reused) and judges --as along N and n under the rules of "
               "noloco/studies/transfer_groups.py." + _NEEDS_HF,
-              (*_folder("--out", "runs/one-pilot"),
-               (("--seeds",), {"type": _seed_pair, "default": (7, 8), "metavar": "S1,S2",
-                               "help": "the two seeds trained and judged (default 7,8)"})),
-              lambda m, a: show(a, m.run_study(a.out, train=not a.no_train, seeds=a.seeds), m.format_report)),
+              (*_folder("--out", "runs/one-pilot"), _seeds((7, 8), "S1,S2", "the two seeds trained and judged")),
+              _evaluate_seeds),
         Study("tune-fresh", "noloco.studies.tune_fresh",
               "the tuner from one pilot on fresh seeds 5 and 6 (docs/advice.md, 'One pilot')",
               "Trains each family's seed-5 pilot with its forks and the 29 settings whole with seed 6 (the one-pilot "
               "study's layout, finished runs reused) and judges the tuner's pick under the rule of "
               "noloco/studies/tune_fresh.py." + _NEEDS_HF,
-              (*_folder("--out", "runs/one-pilot"),
-               (("--seeds",), {"type": _seed_pair, "default": (5, 6), "metavar": "PILOT,JUDGED",
-                               "help": "the pilot's seed and the grid's (default 5,6)"})),
-              lambda m, a: show(a, m.run_study(a.out, train=not a.no_train, seeds=a.seeds), m.format_report)),
+              (*_folder("--out", "runs/one-pilot"), _seeds((5, 6), "PILOT,JUDGED", "the pilot's seed and the grid's")),
+              _evaluate_seeds),
         Study("comm", "noloco.llm_check.comm_measure", "gloo all-reduce and point-to-point times on this machine",
               "Times gloo's collectives and group exchanges between processes on this machine and fits the comm "
               "model's latency and bandwidth.",

@@ -556,6 +556,14 @@ def run_study(out, train: bool = True, families=tuple(FAMILIES), seeds=SEEDS) ->
     return train_and_evaluate(out, "families.json", train_missing, evaluate, train, families, seeds)
 
 
+def seeded_name(name: str, seeds, default) -> str:
+    """The report file ``name`` (``STEM.json``) for the study's ``default`` seeds, else ``STEM_sA_sB.json``: seeds
+    judged beside the defaults (trained after the rule) never overwrite their report."""
+    seeds = tuple(seeds)
+    stem = name.removesuffix(".json")
+    return name if seeds == tuple(default) else f"{stem}_{'_'.join(f's{s}' for s in seeds)}.json"
+
+
 def train_and_evaluate(out, name: str, train_missing, evaluate, train: bool, *args):
     """A study over run folders in ``out``: what is missing trained (``train``), then evaluated, the report
     written to ``out/name`` and returned; ``args`` go to both steps."""

@@ -68,11 +68,11 @@ def evaluate(out, families=FAMILIES, seeds=SEEDS) -> transfers.TransfersReport:
 
 
 def run_study(out, train: bool = True, families=FAMILIES, seeds=SEEDS) -> transfers.TransfersReport:
-    from noloco.studies.families import train_and_evaluate
+    from noloco.studies.families import seeded_name, train_and_evaluate
 
-    seeds = tuple(seeds)  # seeds other than the defaults' (trained after the rule) in a file of their own
-    name = "transfer_groups.json" if seeds == SEEDS else f"transfer_groups_{'_'.join(f's{s}' for s in seeds)}.json"
-    return train_and_evaluate(out, name, train_missing, evaluate, train, families, seeds)
+    seeds = tuple(seeds)
+    return train_and_evaluate(out, seeded_name("transfer_groups.json", seeds, SEEDS), train_missing, evaluate, train,
+                              families, seeds)
 
 
 def format_report(rep: transfers.TransfersReport) -> str:

@@ -197,11 +197,11 @@ def evaluate(out, families=FAMILIES, seeds=SEEDS) -> FreshReport:
 def run_study(out, train: bool = True, families=FAMILIES, seeds=SEEDS) -> FreshReport:
     """Trains what is missing (``train``) and judges; the report written to ``out/tune_fresh.json``, or
     ``tune_fresh_sP_sJ.json`` for seeds other than the defaults."""
-    from noloco.studies.families import train_and_evaluate
+    from noloco.studies.families import seeded_name, train_and_evaluate
 
     seeds = tuple(seeds)
-    name = "tune_fresh.json" if seeds == SEEDS else f"tune_fresh_s{seeds[0]}_s{seeds[1]}.json"
-    return train_and_evaluate(out, name, train_missing, evaluate, train, families, seeds)
+    return train_and_evaluate(out, seeded_name("tune_fresh.json", seeds, SEEDS), train_missing, evaluate, train,
+                              families, seeds)
 
 
 def format_report(rep: FreshReport) -> str:

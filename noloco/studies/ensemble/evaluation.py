@@ -3,7 +3,6 @@ the fixed prior or the prior cached from the evaluated domain's first segments) 
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from pathlib import Path
 
@@ -50,7 +49,7 @@ def _logsumexp(a: np.ndarray) -> np.ndarray:
 
 def domain_rows() -> list[DomainStat]:
     """The domain table's rows (:func:`noloco.llm_check.domains.sizes`) as records."""
-    return [DomainStat(**{f.name: getattr(r, f.name) for f in dataclasses.fields(r)}) for r in domains.sizes()]
+    return [DomainStat(**vars(r)) for r in domains.sizes()]
 
 
 def evaluated(study: Study) -> list:
