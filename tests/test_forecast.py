@@ -535,7 +535,7 @@ def test_the_gap_on_an_observer_run_is_read_one_sided(tmp_path, writer, replicas
     if one_sided:
         lo, hi = OBSERVER_RANGE
         assert rep.reading.startswith("an upper estimate") and f"{lo:g} to {hi:g}" in rep.reading
-        assert f"at least {1 / hi:.2f} of it" in rep.reading and "read as an upper estimate" in format_gap(rep)
+        assert f"at most {1 / lo:.2f} times this, and at least {1 / hi:.2f} of it" in rep.reading and "read as an upper estimate" in format_gap(rep)
     else:
         assert rep.reading == ("within a factor 2" if replicas == 8 else None)
 

@@ -34,9 +34,10 @@ from noloco.theory import exchangeable
 VALIDATED_REPLICAS = (8, 16)
 #: predicted / measured at N = 8 on run folders written by noloco.Observer, models the toolkit did not build: the
 #: families' GPT-2, Llama and GPT-NeoX configs, seeds 0 and 1 (1.59 to 2.22, docs/data/families.json), then the
-#: cpu-tiny and Llama runs judged since (seed 4: 1.36 to 2.09; seeds 18 and 19: 1.49 to 3.07, docs/data/gap_fresh*.json):
-#: never below 1, where on the harness's own GPT it erred both ways (0.31 to above 1). There it is claimed one-sided
-OBSERVER_RANGE = (1.36, 3.07)
+#: cpu-tiny and Llama runs judged since (seed 4: 1.36 to 2.09; seeds 18 and 19: 1.49 to 3.07; seed 25: 0.94 to 3.38,
+#: docs/data/gap_fresh*.json): below 1 once in 16, where on the harness's own GPT it erred both ways (0.31 to above
+#: 1). There it is read as an upper estimate, with the range that says how far it can be below
+OBSERVER_RANGE = (0.94, 3.38)
 
 
 @dataclass(frozen=True)
@@ -119,8 +120,8 @@ def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int,
     if result.format == "noloco-run" and low <= outer.replicas <= high:  # written by noloco.Observer
         lo, hi = OBSERVER_RANGE
         reading = (f"an upper estimate: on models the toolkit did not build (run folders written by noloco.Observer) "
-                   f"it ran {lo:g} to {hi:g} times the measured gap at N = 8: the loss the spread costs is at most "
-                   f"this, and was at least {1 / hi:.2f} of it there")
+                   f"it ran {lo:g} to {hi:g} times the measured gap at N = 8: the loss the spread costs was at most "
+                   f"{1 / lo:.2f} times this, and at least {1 / hi:.2f} of it there")
     if late and min(late) <= 0:
         flags.append(f"unresolved: the measured gap is not positive at {sum(g <= 0 for g in late)} of the second "
                      f"half's {len(late)} evaluations ({_windows(windows)}): noise, not a gap; "
