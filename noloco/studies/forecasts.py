@@ -93,6 +93,21 @@ outside) claims none of the 2,420 development forecasts once set on all of them.
 round's. (Measured outside the package: each forecast stepped once for a grid of growths, the spread being
 linear in the held noise.)
 
+The sixth round (its candidates and criterion committed before any cross-validated count was seen): the future
+noise s2_t = s_hat L2_t exp(h_t), s_hat the window's median of s2 / (L2 exp(h)), with h read five ways, u = t / T
+and l_t = log(L2_t / max L2) / 2 (the phase's RMS rate against the schedule's peak, in log): R4, the fourth
+round's h = NOISE_GROWTH u; A1, h = a u + b u^2; A2, h piecewise linear in u (knots 1/4, 1/2, 3/4); B1,
+h = a u + b l_t; B2, h = a u + b u^2 + d l_t. The coefficients: least squares of log(pooled s2 / L2) with
+per-run intercepts over outer steps 3 to T of the training folds' runs (the whole replayed run). Each with the
+fourth round's error models (:data:`ERROR_SETS`, :data:`Z_GRID`, the window's noise scatter read about the
+candidate's h) refitted on top; leave-one-seed-out over the seen seeds 0 to 4, 6, 9 to 17, 21 and 22 (21 and 22 one
+fold), every fitted number set on the other folds; forecasts from at least WINDOW + 1 steps. A candidate's score:
+its most claims of which at most :data:`MAX_MISSED_4` are outside 15 % (over readings and z). Adopted: the
+best-scoring of A1 to B2, only if (i) it claims at least twice as many as R4 and at least 40 more, (ii) its point
+forecast is within 15 % on at least as many of the same forecasts as R4's, and (iii) its error model, refitted on
+every seen forecast, claims at least 1 % of them with at most :data:`MAX_MISSED_4` outside; otherwise the forecast
+stays the fourth round's.
+
 ``noloco llm study forecasts --runs DIR`` on a families layout trains what is missing (finished runs reused), evaluates the development runs and writes ``DIR/forecasts.json``; on a folder of the transfers study
 (one holding ``transfers.json``) it trains nothing and writes the fresh judgement, ``DIR/forecasts_fresh.json``.
 """
