@@ -107,6 +107,14 @@ best-scoring of A1 to B2, only if (i) it claims at least twice as many as R4 and
 forecast is within 15 % on at least as many of the same forecasts as R4's, and (iii) its error model, refitted on
 every seen forecast, claims at least 1 % of them with at most :data:`MAX_MISSED_4` outside; otherwise the forecast
 stays the fourth round's.
+Cross-validated (2,277 forecasts from at least 6 steps, 484 runs; each readings set and z as above; claims,
+outside 15 %; within 15 %): R4 8, 0; 1,815 (79.7 %). A1 25, 0; 1,864. A2 67, 0; 1,844 (81.0 %). B1 28, 0; 1,873
+(82.3 %). B2 22, 0; 1,864. All picks: every reading, z 2.5. A2 passes (i) and (ii); refitted on every seen forecast
+it claims 62 of 2,277 (cpu-tiny 17, Llama 39, wide Llama 6), none outside, 1,867 within 15 % (R4 so: none
+claimed): A2 is adopted (:data:`noloco.advice.forecast.NOISE_SHAPE`). The shapes barely move the path's residual
+(sd of log(s2 / L2) about a run's own level 0.25 for each): most of what the held level misses is the run's own.
+(Measured outside the package: each forecast's second-half mean square is linear in the future s2, its kernel
+per step got by the adjoint of the recursion along the run's own groups; it reproduces the stepped forecast.)
 
 ``noloco llm study forecasts --runs DIR`` on a families layout trains what is missing (finished runs reused), evaluates the development runs and writes ``DIR/forecasts.json``; on a folder of the transfers study
 (one holding ``transfers.json``) it trains nothing and writes the fresh judgement, ``DIR/forecasts_fresh.json``.
