@@ -22,11 +22,11 @@ elsewhere averaged over groups, and the report says which (``groups``). Why c is
 runs (docs/advice.md) the pooled c barely moves with the rate after the early transient (log c on log rate: slope
 0.23, per-run intercepts). Why the noise grows: with c held and s2 per unit of L2 held, the forecast along the run's
 own groups ran low on every development seed (median 0.83 to 0.91), and the same forecast with the run's own later
-s2 in place of the held one came back to about 1: s2 / L2 rises through the run (a reading, not measured: the noise's share of Adam's normalised update grows
-as the gradient's signal falls), slowly over the first half and fastest in the third quarter: h is the
-piecewise-linear fit the sixth round of :mod:`noloco.studies.forecasts` chose by cross-validation over a straight
-line, a quadratic and the schedule's rate. The forecast is stepped from the recursion's own state at the last measured step, so the
-spread already built carries over.
+s2 in place of the held one came back to about 1: s2 / L2 rises through the run (a reading, not measured: the
+noise's share of Adam's normalised update grows as the gradient's signal falls), slowly over the first half and
+fastest in the third quarter: h is the piecewise-linear fit the sixth round of :mod:`noloco.studies.forecasts` chose
+by cross-validation over a straight line, a quadratic and the schedule's rate. The forecast is stepped from the
+recursion's own state at the last measured step, so the spread already built carries over.
 
 **Another setting** (:func:`transfer`). The pilot's per-step inputs, mapped onto the other setting's steps
 by the fraction of training done, step the other setting's outer recursion: c unchanged, s2 and rho carried by
