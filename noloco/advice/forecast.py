@@ -232,7 +232,8 @@ def noise_transfer(rho: float, pilot: Phases, target: Phases) -> tuple[np.ndarra
 
 
 def noise_log_growth(u) -> np.ndarray:
-    """h(u), the log of the noise's growth per unit of L2 at the share ``u`` = t / T of a run done (:data:`NOISE_SHAPE`)."""
+    """h(u), the log of the noise's growth per unit of L2 at the share ``u`` = t / T of a run done
+    (:data:`NOISE_SHAPE`)."""
     u = np.asarray(u, dtype=float)
     return sum((change * np.maximum(u - knot, 0.0) for knot, change in NOISE_SHAPE), np.zeros_like(u))
 
