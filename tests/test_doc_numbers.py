@@ -128,13 +128,13 @@ def test_the_families_totals_are_families_json():
 
 def test_the_forecast_claim_quoted_is_the_error_models():
     from noloco.advice import forecast as FC
-    from noloco.studies.forecasts import stored_choice4
+    from noloco.studies.forecasts import stored_error_model
 
     wording = r"flagged `unsure` when its error model \(below\) puts forecast / measured at mu ± ([\d.]+) sigma beyond (\d+) %"
     quoted = re.search(wording.replace(" ", r"\s+"), _pages())
     assert quoted, "the page no longer quotes the forecast's claim in the form this test reads"
-    assert (float(quoted[1]), int(quoted[2])) == (stored_choice4().z, round(100 * FC.CLAIM_TOLERANCE))
-    assert FC.ERROR_MODEL.z == stored_choice4().z
+    assert (float(quoted[1]), int(quoted[2])) == (stored_error_model().z, round(100 * FC.CLAIM_TOLERANCE))
+    assert FC.ERROR_MODEL.z == stored_error_model().z
 
 
 @pytest.mark.parametrize("check, old, new", [

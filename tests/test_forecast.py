@@ -29,7 +29,7 @@ def config(outer=OUTER, **fields) -> TrainConfig:
 
 def write_run(path, cfg: TrainConfig, groups=GROUPS, c_scale=1.0, measured_to=None, grow=False):
     """A run folder whose inputs are exactly the forecast's model: rho 0 (running-sum variance = the sum of the
-    variances), c = c0 (held), s2 = s0 L2_t, with ``grow`` s0 L2_t exp(NOISE_GROWTH t / T) (the forecast's
+    variances), c = c0 (held), s2 = s0 L2_t, with ``grow`` s0 L2_t exp(h(t / T)) (the forecast's
     :func:`noloco.advice.forecast.noise_base`).
     ``measured_to`` cuts inputs.jsonl (a run still going); weight_std is logged as 1 at every evaluation."""
     from dataclasses import asdict
@@ -450,10 +450,27 @@ def test_without_the_noise_growth_a_run_whose_noise_grows_is_forecast_low(tmp_pa
     exact = replayed_weight_std(cfg, ph, own=True, grow=True)[10:]
     grown = np.array([r.forecast for r in F.forecast(tmp_path, from_step=10).rows])
     np.testing.assert_allclose(grown, exact, rtol=1e-9)
-    monkeypatch.setattr(F, "NOISE_GROWTH", 0.0)
+    monkeypatch.setattr(F, "NOISE_SHAPE", ())
     held = np.array([r.forecast for r in F.forecast(tmp_path, from_step=10).rows])
     half = slice(cfg.outer_steps // 2 - 10, None)
     assert math.sqrt(np.mean(held[half] ** 2) / np.mean(exact[half] ** 2)) < 0.9
+
+
+def test_the_noise_shape_is_piecewise_linear_in_the_share_of_the_run_done():
+    """h(t / T) of noise_base: 0 at the start, continuous, its slope over each quarter the sum of the changes at the
+    knots before it (0.24, 0.75, 1.78, 0.64), whatever the schedule (L2 divided out)."""
+    assert [k for k, _ in F.NOISE_SHAPE] == [0.0, 0.25, 0.5, 0.75]
+    slopes = np.cumsum([d for _, d in F.NOISE_SHAPE])
+    np.testing.assert_allclose(slopes, [0.2368, 0.7485, 1.7815, 0.6441], atol=1e-9)
+    for schedule in ("cosine", "constant"):
+        cfg = config(outer_steps=64, schedule=schedule)
+        h = np.log(F.noise_base(cfg) / F.schedule_functionals(cfg).L2)
+        u = np.arange(1, 65) / 64
+        for q in range(4):  # within each quarter h is a straight line of that quarter's slope
+            inside = (u > q / 4) & (u <= (q + 1) / 4)
+            np.testing.assert_allclose(np.diff(h[inside]) * 64, slopes[q], rtol=1e-9)
+        assert h[-1] == pytest.approx(float(F.noise_log_growth(1.0))) == pytest.approx(
+            sum(d * (1 - k) for k, d in F.NOISE_SHAPE))
 
 
 def test_the_error_model_claims_by_its_band_and_says_its_numbers(tmp_path):

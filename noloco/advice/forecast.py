@@ -9,7 +9,7 @@ which gives the inputs as the theory defines them, ``c_t`` and ``s2_t``, for eve
 still going is forecast from its files) to the run's last outer step T. The inputs are normalised per step
 by the schedule's functionals of that step's phase (lr_k the inner learning rate of inner step k):
 ``L1_t = sum_k lr_k``, ``L2_t = sum_k lr_k^2`` (:func:`phase_functionals`), and by the noise's growth over the
-run, ``G_t = exp(NOISE_GROWTH t / T)`` (:func:`noise_base`). Over a window of the last :data:`WINDOW` measured steps
+run, ``G_t = exp(h(t / T))``, h piecewise linear (:data:`NOISE_SHAPE`, :func:`noise_base`). Over a window of the last :data:`WINDOW` measured steps
 the medians of ``c_t`` and ``s2_t / (L2_t G_t)`` are held, and the future is::
 
     c_t  = c_hat                (the restoring coefficient of a phase: held, whatever the rate)
@@ -22,11 +22,11 @@ elsewhere averaged over groups, and the report says which (``groups``). Why c is
 runs (docs/advice.md) the pooled c barely moves with the rate after the early transient (log c on log rate: slope
 0.23, per-run intercepts). Why the noise grows: with c held and s2 per unit of L2 held, the forecast along the run's
 own groups ran low on every development seed (median 0.83 to 0.91), and the same forecast with the run's own later
-s2 in place of the held one came back to about 1: s2 / L2 rises through the run, at a constant rate too (a reading, not measured: the
-noise's share of Adam's normalised update grows as the gradient's signal falls). Log(s2 / L2) on t / T (per-run intercepts,
-outer steps 8 to 32 of the 42 development runs: :data:`NOISE_GROWTH`, residual sd 0.19; log L2 beside it adds
-nothing: slope -0.01). The forecast is stepped from the recursion's own state at the last measured step, so the
-spread already built carries over.
+s2 in place of the held one came back to about 1: s2 / L2 rises through the run (a reading, not measured: the
+noise's share of Adam's normalised update grows as the gradient's signal falls), slowly over the first half and
+fastest in the third quarter: h is the piecewise-linear fit the sixth round of :mod:`noloco.studies.forecasts` chose
+by cross-validation over a straight line, a quadratic and the schedule's rate. The forecast is stepped from the
+recursion's own state at the last measured step, so the spread already built carries over.
 
 **Another setting** (:func:`transfer`). The pilot's per-step inputs, mapped onto the other setting's steps
 by the fraction of training done, step the other setting's outer recursion: c unchanged, s2 and rho carried by
@@ -71,9 +71,10 @@ from noloco.theory.config import OUTER_FIELDS, OuterConfig
 
 #: outer steps of the window whose inputs are held (never the first step, where c is 0 by definition)
 WINDOW = 5
-#: s2 per unit of L2 grows as exp(NOISE_GROWTH t / T) through a run: the slope of log(s2 / L2) on t / T, per-run
-#: intercepts, outer steps 8 to 32 of the model families' 42 development runs (1.306, residual sd 0.19; module docstring)
-NOISE_GROWTH = 1.3
+#: s2 per unit of L2 grows as exp(h(t / T)) through a run, h piecewise linear: (knot, change of slope there) pairs.
+#: Least squares of log(pooled s2 / L2) with per-run intercepts over outer steps 3 to T of the 484 seen runs (seeds
+#: 0 to 4, 6, 9 to 17, 21, 22; noloco.studies.forecasts, the sixth round): slopes 0.24, 0.75, 1.78, 0.64 per quarter
+NOISE_SHAPE = ((0.0, 0.2368), (0.25, 0.5117), (0.5, 1.0330), (0.75, -1.1374))
 #: a transfer extrapolates when the target's outer step amplifies the flattest directions more than this factor,
 #: relative to the stiff ones (c = 1), than the pilot's does (:func:`amplification_tilt`)
 TILT_LIMIT = 1.5
@@ -125,14 +126,15 @@ class ErrorModel:
     z: float
 
 
-#: the fourth round's error model (docs/advice.md, "A forecast that answers"; docs/data/forecasts_dev4.json): log(
-#: forecast / measured second-half RMS) = mu + sigma e, mu and log sigma linear in :func:`error_features` of these
-#: readings (coefficients: the constant first), fitted on the 1,390 development forecasts of seeds 0 to 10; a
-#: forecast is claimed when mu +- z sigma lies within CLAIM_TOLERANCE. The readings and z chosen by leave-one-seed-out
-#: cross-validation (noloco.studies.forecasts.choice4: the most claims with at most 0.5 % outside 15 %)
+#: the error model (docs/advice.md, "A forecast that answers"; docs/data/forecasts_dev6.json): log(forecast /
+#: measured second-half RMS) = mu + sigma e, mu and log sigma linear in :func:`error_features` of these readings
+#: (coefficients: the constant first), refitted by the sixth round on the 2,277 seen forecasts from at least WINDOW + 1
+#: steps (seeds 0 to 4, 6, 9 to 17, 21, 22) with the noise shaped by NOISE_SHAPE; a forecast is claimed when mu +- z
+#: sigma lies within CLAIM_TOLERANCE. The readings and z chosen by leave-one-seed-out cross-validation (the most
+#: claims with at most 0.5 % outside 15 %; noloco.studies.forecasts)
 ERROR_MODEL = ErrorModel(readings=("horizon", "noise", "edge", "H", "c", "rise", "T"),
-                         mean=(0.2023, 0.1477, 0.0207, -0.2188, 0.0205, -0.6738, -0.0004, -0.0205),
-                         log_sd=(-2.7333, 0.4509, 0.1095, 0.1209, -0.1777, 0.7726, -0.0177, 0.1777), z=2.5)
+                         mean=(0.2620, 0.0801, 0.0293, -0.2314, 0.0202, -0.6376, -0.0130, -0.0202),
+                         log_sd=(-3.0760, 0.7885, 0.0735, 0.1686, -0.1254, 0.9732, 0.0215, 0.1254), z=2.5)
 #: the printed interval: the error model's band at 80 % (a standard normal's 90 % quantile, in sigmas)
 INTERVAL_Z = 1.2816
 
@@ -229,10 +231,23 @@ def noise_transfer(rho: float, pilot: Phases, target: Phases) -> tuple[np.ndarra
     return scale, float(np.median((Qb - 1) / (Qb + 1))) if Qb.size else float(rho)
 
 
+def noise_log_growth(u) -> np.ndarray:
+    """h(u), the log of the noise's growth per unit of L2 at the share ``u`` = t / T of a run done
+    (:data:`NOISE_SHAPE`)."""
+    u = np.asarray(u, dtype=float)
+    return sum((change * np.maximum(u - knot, 0.0) for knot, change in NOISE_SHAPE), np.zeros_like(u))
+
+
+def noise_shape_text() -> str:
+    """NOISE_SHAPE as the report's recipe states it: h's slope from each knot on."""
+    slopes = np.cumsum([change for _, change in NOISE_SHAPE])
+    return ", ".join(f"{s:.3g} from {k:g}" for (k, _), s in zip(NOISE_SHAPE, slopes)) or "0"
+
+
 def noise_base(cfg) -> np.ndarray:
-    """Per outer step (index t - 1): what the forecast's noise is per unit of, ``L2_t exp(NOISE_GROWTH t / T)``."""
+    """Per outer step (index t - 1): what the forecast's noise is per unit of, ``L2_t exp(h(t / T))``."""
     T = cfg.outer_steps
-    return schedule_functionals(cfg).L2 * np.exp(NOISE_GROWTH * np.arange(1, T + 1) / T)
+    return schedule_functionals(cfg).L2 * np.exp(noise_log_growth(np.arange(1, T + 1) / T))
 
 
 def _measured(run_dir, from_step: int | None, finished_from_quarter: bool = False):
@@ -496,10 +511,10 @@ def forecast(run_dir, from_step: int | None = None, along: str = "own", seed: in
                     decay_factor=edge, flags=flags,
                     groups=StepGroups(along="own" if own else "average",
                                       seed=(groups_seed(cfg) if seed is None else seed) if own else None, why=why),
-                    rows=rows, interval={"quantiles": list(error.band(INTERVAL_Z)), "from": "docs/data/forecasts_dev4.json"},
+                    rows=rows, interval={"quantiles": list(error.band(INTERVAL_Z)), "from": "docs/data/forecasts_dev6.json"},
                     error=error,
                     recipe=ForecastRecipe(window=WINDOW, c_scaling="held",
-                                          s2_scaling=f"L2 exp({NOISE_GROWTH:g} t / T)"))
+                                          s2_scaling=f"L2 exp(h(t / T)), h's slope {noise_shape_text()}"))
 
 
 #: the fields a transfer may change, with their types: the outer step's, then the schedule's
