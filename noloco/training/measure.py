@@ -46,10 +46,9 @@ replicas takes off a per-replica variance (E z^2 = (1 - 1/N) S_yy in the theory)
 Cost per outer step: a handful of elementwise passes and two float64 buffers the size of the
 stacked tensors (the last residual, for rho, and the running residual sum, for the drift); one
 buffer cannot give both. The tensors are measured side by side, as the columns of one (N, M)
-buffer of up to :data:`CHUNK` columns at a time: one operation per statistic for all of them, the
-per-tensor sums by one segmented sum, the drift solved for every group at once, so that a model
-of many small tensors costs what one of their total size does. Only the replicas of one process
-are seen: in torchrun mode (one replica per rank) nothing is measured.
+buffer of up to :data:`CHUNK` numbers at a time: one operation per statistic for all of them, the
+per-tensor sums by one segmented sum, the drift solved for every group at once. Only the replicas
+of one process are seen: in torchrun mode (one replica per rank) nothing is measured.
 """
 
 from __future__ import annotations
@@ -67,9 +66,9 @@ from noloco.theory.exchangeable import ar1_sum_factor
 #: keys of one group's entry in :meth:`SpreadMeter.row`
 ROW_KEYS = ("numel", "spread", "progress_var", "c", "s2", "lag1_cov", "rho", "sum_var", "drift_var", "s2_noise",
             "rho_noise")
-#: columns (coordinates of one replica) measured in one pass, unless one group alone has more: bounds the
-#: transient float64 buffers (a few of N x CHUNK numbers) where one process holds a large model
-CHUNK = 1 << 18
+#: numbers (N x the columns) measured in one pass, whole groups, a group larger than this alone: small enough that
+#: a pass's float64 buffers stay in the CPU's cache (one pass over a whole 1 M-number model took twice the time)
+CHUNK = 1 << 16
 
 
 def segment_sums(x: torch.Tensor, starts: np.ndarray) -> np.ndarray:
@@ -82,14 +81,15 @@ def segment_sums(x: torch.Tensor, starts: np.ndarray) -> np.ndarray:
     return torch.segment_reduce(x, "sum", lengths=lengths.expand(*x.shape[:-1], -1), axis=x.dim() - 1).cpu().numpy()
 
 
-def _sum_factors(t: int, rho: np.ndarray) -> np.ndarray:
+def _sum_factors(t: int, rho: np.ndarray, check: bool = True) -> np.ndarray:
     """:func:`ar1_sum_factor` of each rho: the closed form where it is accurate, the exact sum elsewhere (under
-    the caller's ``np.errstate``)."""
+    the caller's ``np.errstate``; ``check=False``: no rho is near 1)."""
     off = 1 - rho
     closed = t * (1 + rho) / off - 2 * rho * (1 - rho ** t) / (off * off)
-    near = ~(off * off * t > 1e-5)
-    if near.any():
-        closed[near] = ar1_sum_factor(t, rho[near])
+    if check:
+        near = ~(off * off * t > 1e-5)
+        if near.any():
+            closed[near] = ar1_sum_factor(t, rho[near])
     return closed
 
 
@@ -103,9 +103,12 @@ def solve_drifts(t: int, v, a, q, iterations: int = 200) -> tuple[np.ndarray, np
         return tuple(out)
     v, a, q = v[ok], a[ok], q[ok]
     with np.errstate(all="ignore"):
+        highest = (a + v) / (2 * v)  # rho at D = -v; it falls as D grows
+        check = not ((1 - highest) ** 2 * t > 1e-5).all()
+
         def excess(D):
             u = v - D
-            return t * t * D + u * _sum_factors(t, (a - D) / u) - q
+            return t * t * D + u * _sum_factors(t, (a - D) / u, check) - q
 
         lo, hi = -v, (a + v) / 2 - 1e-12 * v
         solved = (excess(lo) <= 0) & (0 <= excess(hi))
@@ -209,22 +212,25 @@ class SpreadMeter:
             members.setdefault(gname, []).append(name)
             width[gname] = width.get(gname, 0) + phi[name].numel() // N
         chunks, size = [[]], 0
-        for gname in members:  # whole groups, in order, up to CHUNK columns (a larger group alone)
-            if chunks[-1] and size + width[gname] > CHUNK:
-                chunks.append([])
-                size = 0
+        for gname in members:  # whole groups, in order, a chunk closed once it holds CHUNK numbers
             chunks[-1].append(gname)
             size += width[gname]
+            if N * size >= CHUNK:
+                chunks.append([])
+                size = 0
         buffers, self._buffers = self._buffers, {}
-        cols = [self._measure(chunk, members, phi, progress, columns, buffers) for chunk in chunks if chunk]
+        parts = [self._measure(chunk, members, phi, progress, columns, buffers) for chunk in chunks if chunk]
+        self._estimate(*([x for stats, _ in parts for x in stats[k]] for k in range(9)))  # the drift: one solve
+        cols = [c for _, c in parts]
         self.columns = None if not columns else cols[0] if len(cols) == 1 else Columns(
             [n for c in cols for n in c.names], np.concatenate([c.sizes for c in cols]),
             np.concatenate([c.c for c in cols]), *(torch.cat([getattr(c, k) for c in cols]) for k in "bae"), N)
         self.steps += 1
         return self.latest()
 
-    def _measure(self, gnames: list, members: dict, phi, progress, columns: bool, buffers: dict) -> Columns | None:
-        """One chunk of whole groups: its tensors as the columns of (N, M) float64 buffers, one pass each."""
+    def _measure(self, gnames: list, members: dict, phi, progress, columns: bool, buffers: dict) -> tuple:
+        """One chunk of whole groups: its tensors as the columns of (N, M) float64 buffers, one pass each; what
+        :meth:`_estimate` reads of its groups (lists), and its :class:`Columns` (or None)."""
         N = self.replicas
         names = [n for g in gnames for n in members[g]]
         counts = [len(members[g]) for g in gnames]
@@ -255,9 +261,8 @@ class SpreadMeter:
         prev.copy_(r)
         whole = total.to(torch.float64)
         ra, qq = np.add.reduceat(segment_sums(torch.stack((ra_c, (whole * whole).sum(0))), starts), first, axis=1)
-        self._estimate(groups, np.add.reduceat(sizes, first).tolist(), zz.tolist(), pz.tolist(), pp.tolist(),
-                       c.tolist(), rr.tolist(), ra.tolist(), qq.tolist())
-        return Columns(names, sizes, c_of, b, a, (r * r).sum(0), N) if columns else None
+        stats = (groups, np.add.reduceat(sizes, first).tolist(), *(x.tolist() for x in (zz, pz, pp, c, rr, ra, qq)))
+        return stats, Columns(names, sizes, c_of, b, a, (r * r).sum(0), N) if columns else None
 
     def _join_state(self, names, groups, counts, phi, M, device) -> tuple:
         """A chunk's (prev, total) buffers: the groups' own tensors (zeros where a group starts), copied in,
