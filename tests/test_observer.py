@@ -5,6 +5,7 @@ stated error against the full measurement; the early warnings, each made to fire
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 from pathlib import Path
@@ -144,8 +145,10 @@ def _sampled_rows(data, K, seed):
     sample = CoordinateSample({k: p.shape[1:] for k, (p, _) in data.items()}, K, seed)
     phi = sample.take({k: p for k, (p, _) in data.items()}, stacked=True)
     prog = sample.take({k: q for k, (_, q) in data.items()}, stacked=True)
-    groups = SpreadMeter(N).update(phi, prog)["groups"]
-    return {k: {**g, "se": standard_errors(phi[k], prog[k], g["c"], sample.exact(k)).to_json()} for k, g in groups.items()}
+    meter = SpreadMeter(N)
+    groups = meter.measure(phi, prog, columns=True)
+    errors = standard_errors(meter.columns, sample.exact)
+    return {k: {**g.to_json(), "se": errors[k].to_json()} for k, g in groups.items()}
 
 
 def test_the_sample_agrees_with_the_full_measurement_within_its_stated_error():
@@ -177,6 +180,80 @@ def test_the_sample_agrees_with_the_full_measurement_within_its_stated_error():
     # and shrinks as 1 / sqrt(K)
     ratio = _sampled_rows(data, 2048, 7)["big"]["se"]["spread"] / got["big"]["se"]["spread"]
     assert ratio == pytest.approx(0.5, rel=0.2)
+
+
+def _one_tensor(steps, N):
+    """The meter's inputs of one tensor alone, written out per tensor (the form the meter had before it measured
+    every tensor side by side): the rows of ``steps`` [(phi, progress)] and each step's standard errors."""
+    from noloco.training.measure import solve_drift
+
+    rows, prev, total, sum_v, sum_a, last = [], None, 0.0, 0.0, 0.0, 0.0
+    for t, (x, y) in enumerate(steps, 1):
+        z, p = (u.double().reshape(N, -1) - u.double().reshape(N, -1).mean(0) for u in (x, y))
+        numel = z.shape[1]
+        norm = numel * (N - 1)
+        zz, pz, pp = float((z * z).sum()), float((p * z).sum()), float((p * p).sum())
+        c = -pz / zz if zz > 0 else 0.0
+        r = p + c * z
+        rr = float((r * r).sum())
+        ra = float((r * prev).sum()) if prev is not None else None
+        total, prev = total + r, r
+        sum_v += rr / norm
+        sum_a += ra / norm if ra is not None else 0.0
+        row = {"spread": zz / (numel * N), "progress_var": pp / norm, "c": c, "s2": rr / norm,
+               "lag1_cov": None if ra is None else ra / norm, "rho": None if ra is None else ra / math.sqrt(rr * last),
+               "sum_var": float((total * total).sum()) / norm}
+        last = rr
+        row["drift_var"] = solve_drift(t, sum_v / t, sum_a / (t - 1), row["sum_var"])[0] if t > 1 else None
+        b, e = (z * z).sum(0), (r * r).sum(0)
+        row["se"] = None if numel < 2 else [float(b.std()) / (N * math.sqrt(numel)),
+                                            float(((p * z).sum(0) + c * b).std()) / (float(b.mean()) * math.sqrt(numel)),
+                                            float(e.std()) / ((N - 1) * math.sqrt(numel))]
+        rows.append(row)
+    return rows
+
+
+@pytest.mark.parametrize("chunk", [None, 1200])  # all in one pass (at most 64k numbers); passes of 300 columns
+def test_the_meter_measures_many_tensors_side_by_side_as_each_alone(monkeypatch, chunk):
+    """30 tensors of 1 to 2,400 coordinates (float32 and float64, 4 replicas, 5 outer steps): every tensor's row
+    and sampling errors, measured in one pass over all of them, equal the tensor measured alone; a state saved
+    and loaded midway goes on the same; the drift is None at t <= 2 (where every D solves its equation)."""
+    from noloco.training import measure
+    from noloco.training.sample import standard_errors
+
+    if chunk:
+        monkeypatch.setattr(measure, "CHUNK", chunk)  # groups split over passes, the largest alone in one
+    g = torch.Generator().manual_seed(11)
+    shapes = [(1,), (3,), (7, 5), (64,), (300, 2), (2400,), (2, 3, 4), (1, 1), (129,), (40, 30)] * 3
+    dtypes = [torch.float32, torch.float64]
+    steps = []
+    for _ in range(5):
+        phi = {f"t{i}": (1 + 0.2 * torch.randn(N, *s, generator=g, dtype=torch.float64)).to(dtypes[i % 2])
+               for i, s in enumerate(shapes)}
+        steps.append((phi, {k: (-0.3 * (x - x.mean(0)) + 0.1 * torch.randn(x.shape, generator=g, dtype=torch.float64))
+                            .to(x.dtype) for k, x in phi.items()}))
+    meter, got = measure.SpreadMeter(N), []
+    for t, (phi, prog) in enumerate(steps):
+        if t == 3:
+            meter, saved = measure.SpreadMeter(N), meter.state_dict()
+            meter.load_state_dict(saved)
+        groups = meter.measure(phi, prog, columns=True)
+        got.append((groups, standard_errors(meter.columns)))
+    for name in steps[0][0]:
+        alone = _one_tensor([(phi[name], prog[name]) for phi, prog in steps], N)
+        for t, ((groups, errors), want) in enumerate(zip(got, alone), 1):
+            row = groups[name]
+            for key in ("spread", "progress_var", "c", "s2", "lag1_cov", "rho", "sum_var"):
+                assert getattr(row, key) == (None if want[key] is None else
+                                             pytest.approx(want[key], rel=1e-12, abs=1e-15)), (name, t, key)
+            if t <= 2:
+                assert row.drift_var is None
+            else:  # an ill-conditioned root: the inputs' rounding moves it a little
+                assert (row.drift_var is None) == (want["drift_var"] is None), (name, t)
+                assert row.drift_var == pytest.approx(want["drift_var"], rel=1e-6, abs=1e-12), (name, t)
+            if want["se"] is not None:
+                se = errors[name]
+                assert [se.spread, se.c, se.s2] == pytest.approx(want["se"], rel=1e-10, abs=1e-15), (name, t)
 
 
 def test_a_sampled_observer_beside_the_exact_one(tmp_path):
@@ -234,7 +311,8 @@ def test_the_samples_of_every_tensor_are_taken_by_a_few_operations_into_one_host
     one = sample.take({k: v[2] for k, v in outer.phi.items()}, stacked=False)  # one replica's (a rank's)
     assert all(torch.equal(one[k], phi_s[k][2]) for k in one)
     observer = noloco.Observer(outer, None, outer_steps=2, lr=0.1, sample=16, warn_steps=0)
-    (phi_s, prog_s), sums = observer._collect(observer._start(outer.phi, progress, extra=observer._checksums(outer.phi)))
+    whole = observer._collect(observer._start(outer.phi, progress, extra=observer._checksums(outer.phi)))
+    (phi_s, prog_s), sums = sample.unpack(whole, 2)
     assert len({t.untyped_storage().data_ptr() for t in (*phi_s.values(), *prog_s.values(), sums)}) == 1
     assert sums.shape == (N, 40) and observer._checksums_differ(list(outer.phi), sums) == ["3.weight"]
     observer.detach()

@@ -11,6 +11,7 @@ of them (``spec`` again a class or such a pair)."""
 from __future__ import annotations
 
 import dataclasses
+import functools
 from typing import Any, ClassVar
 
 from noloco.infra.errors import DataError
@@ -35,7 +36,7 @@ class JsonRecord:
 
     @classmethod
     def _names(cls) -> tuple:
-        return tuple(f.name for f in dataclasses.fields(cls) if f.name not in _OWN)
+        return _field_names(cls)
 
     @classmethod
     def from_json(cls, obj: Any):
@@ -55,11 +56,23 @@ class JsonRecord:
     def to_json(self) -> dict:
         """The JSON object: the keys read, in their order (a field set since, then the extra keys, after them);
         a record made in code writes every field in its declared order, then ``extra``."""
-        names = self._names()
+        names, extra = self._names(), self.extra
         order = self.order or [n for n in names if not (n in self.OPTIONAL_KEYS and getattr(self, n) is None)]
-        keys = list(order) + [n for n in names if n not in order and getattr(self, n) is not None]
-        keys += [k for k in self.extra if k not in keys]
-        return {k: _write(getattr(self, k)) if k in names else self.extra[k] for k in keys}
+        seen = set(order)
+        keys = list(order) + [n for n in names if n not in seen and getattr(self, n) is not None]
+        if extra:
+            seen.update(keys)
+            keys += [k for k in extra if k not in seen]
+            own = set(names)
+            return {k: _write(getattr(self, k)) if k in own else extra[k] for k in keys}
+        return {k: _write(getattr(self, k)) for k in keys}
+
+
+@functools.cache
+def _field_names(cls) -> tuple:
+    """A record class's JSON keys: its fields less the bookkeeping ones (found once a class: every row's
+    to_json asks)."""
+    return tuple(f.name for f in dataclasses.fields(cls) if f.name not in _OWN)
 
 
 def _read(spec, value):

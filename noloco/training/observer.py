@@ -35,7 +35,7 @@ from noloco.infra.rundir import RunLock
 from noloco.training import early_warning
 from noloco.training.exchange import LocalExchange
 from noloco.training.measure import SpreadMeter
-from noloco.training.sample import DEFAULT_SAMPLE, CoordinateSample, c_error, standard_errors, update_alignment
+from noloco.training.sample import DEFAULT_SAMPLE, CoordinateSample, standard_errors, update_alignment
 
 FORMAT = "noloco-run"
 #: the version of the run-folder format this observer writes (docs/run_folder.md)
@@ -198,7 +198,7 @@ class Observer:
 
     def _gather(self, *parts: dict) -> list[dict]:
         """Every replica's samples of ``parts`` (dicts of this process's tensors): ``{name: (N, K)}`` each."""
-        return self._collect(self._start(*parts))[0]
+        return self.sample.unpack(self._collect(self._start(*parts)), len(parts))[0]
 
     def _start(self, *parts: dict, extra: torch.Tensor | None = None):
         """Take this process's samples of ``parts`` into one buffer on the device (``extra``, float64, last) and,
@@ -213,13 +213,13 @@ class Observer:
             work = dist.all_gather(out, flat, async_op=True)
         return None, work, out, len(parts)
 
-    def _collect(self, pending) -> tuple[list[dict], torch.Tensor]:
-        """Wait for a gather :meth:`_start` began; the samples ``{name: (N, K)}`` of each part and every replica's
-        extra columns ``(N, E)``, on the host: one copy from the device, and every measurement after it on the CPU
-        (on a GPU, a sync and a few kernels per tensor would cost more than the outer step)."""
+    def _collect(self, pending) -> torch.Tensor:
+        """Wait for a gather :meth:`_start` began; every replica's samples, ``(N, total)`` on the host in
+        :meth:`CoordinateSample.gather`'s layout: one copy from the device, and every measurement after it on the
+        CPU (on a GPU, a sync and a few kernels per tensor would cost more than the outer step)."""
         flat, work, out, parts = pending
         if work is None:
-            return self.sample.unpack(flat.cpu(), parts)
+            return flat.cpu()
         from datetime import timedelta
 
         start = time.perf_counter()
@@ -227,7 +227,7 @@ class Observer:
             work.wait(timeout=timedelta(seconds=self.outer.exchange.timeout))
             whole = torch.stack(out).cpu()  # (N, total); on a GPU the wait for the gather ends here
         self.gather_seconds += time.perf_counter() - start
-        return self.sample.unpack(whole, parts)
+        return whole
 
     def _checksums(self, phi: dict) -> torch.Tensor:
         """(sum, sum of squares) in float64 of each whole tensor of each replica, stacked on the device: ``(N, 2T)``
@@ -263,9 +263,7 @@ class Observer:
         check = step == 0 and self.sampled  # the whole tensors' checksums, at the first outer step
         pending = self._start(phi, progress, extra=self._checksums(phi) if check else None)
         if self.batched:
-            (phi_s, prog_s), sums = self._collect(pending)
-            differ = self._checksums_differ(list(phi), sums) if check else None
-            self._measure(step, phi, progress, phi_s, prog_s, differ)
+            self._measure(step, phi, progress, self._collect(pending))
         else:
             self._pending.append((step, pending))
             self._catch_up(keep=IN_FLIGHT)
@@ -283,35 +281,38 @@ class Observer:
         more than ``keep`` are in flight (across ranks)."""
         while self._pending and (len(self._pending) > keep or self._pending[0][1][1].is_completed()):
             step, pending = self._pending.pop(0)
-            (phi_s, prog_s), sums = self._collect(pending)
-            differ = self._checksums_differ(list(phi_s), sums) if sums.numel() else None
-            self._measure(step, None, None, phi_s, prog_s, differ)
+            self._measure(step, None, None, self._collect(pending))
 
-    def _measure(self, step: int, phi, progress, phi_s: dict, prog_s: dict, differ) -> None:
-        """One outer step's row from the samples (or, exact in one process, from ``phi`` and ``progress``)."""
+    def _measure(self, step: int, phi, progress, whole: torch.Tensor) -> None:
+        """One outer step's row from every replica's samples ``whole`` (:meth:`_collect`; exact in one process,
+        from ``phi`` and ``progress``). Every tensor at once: the meter's passes and the errors' over all of them."""
+        (phi_s, prog_s), sums = self.sample.unpack(whole, 2)
+        differ = self._checksums_differ(list(phi_s), sums) if sums.numel() else None
         if self.sampled:
-            self.meter.update(phi_s, prog_s)
-            groups = {k: dataclasses.replace(g, sampled=g.numel, numel=self.numel[k],
-                                             se=standard_errors(phi_s[k], prog_s[k], g.c, self.sample.exact(k)))
-                      for k, g in self.meter.latest().items()}
+            groups = self.meter.measure(phi_s, prog_s, columns=True)
+            errors = standard_errors(self.meter.columns, self.sample.exact)
+            groups = {k: dataclasses.replace(g, sampled=g.numel, numel=self.numel[k], se=errors[k])
+                      for k, g in groups.items()}
         else:
             early = step <= self.warn_steps  # c's standard error over the coordinates: what the warnings test against
-            self.meter.update(phi, progress, keep=early)
-            groups = self.meter.latest()
-            if early:  # from the meter's centred float64 tensors, not converted and centred a second time
-                groups = {k: dataclasses.replace(g, c_se=0.0 if self.numel[k] < 2 else
-                                                 c_error(*self.meter.centred[k], g.c)) for k, g in groups.items()}
-                self.meter.centred = {}
+            groups = self.meter.measure(phi, progress, columns=early)
+            if early:
+                errors = standard_errors(self.meter.columns)
+                groups = {k: dataclasses.replace(g, c_se=0.0 if self.numel[k] < 2 else errors[k].c)
+                          for k, g in groups.items()}
         ws, se = self._spread(groups)
         self._metric(step, ws, se)
         self.inputs.append(InputsRow(outer_step=step + 1, steps=self.meter.steps, replicas=self.meter.replicas,
                                      groups=groups).to_json())
+        width = whole.shape[-1] - sums.shape[-1]  # phi's samples, then the progress's, side by side
+        phi_flat = whole[..., :width // 2]
         if self._prev is not None:
-            self.alignments.append(update_alignment(*self._prev, phi_s))
-        self._prev = (phi_s, prog_s)
-        if self.main:
+            self.alignments.append(update_alignment(*self._prev, phi_flat))
+        self._prev = (phi_flat, whole[..., width // 2:width])
+        if self.main and step == 0:  # the weights' RMS: the scale of a spread at the first outer step
             rms = math.sqrt(sum(float((t * t).mean()) * self.numel[k] for k, t in phi_s.items()) / sum(self.numel.values()))
             self._raise(early_warning.unequal_start(ws, rms, step, differ))
+        if self.main:
             self._raise(early_warning.wrong_sign(self.alignments, step) if self.alignments else None)
             early = step <= self.warn_steps
             flagged = len(self.flags)
@@ -381,9 +382,10 @@ class Observer:
         if step not in self.rows or "weight_std" not in self.rows[step]:  # the same on every rank
             if self.sampled:
                 (phi_s,) = self._gather(self.outer.phi)
-                groups = {k: GroupInputs(spread=float(((t - t.mean(0)) ** 2).sum(0).mean()) / self.N,
-                                         se=standard_errors(t, torch.zeros_like(t), 0.0, self.sample.exact(k)))
-                          for k, t in phi_s.items()}
+                meter = SpreadMeter(self.N)  # phi's spread and its error, as at any step (no progress: c = 0)
+                spread = meter.measure(phi_s, {k: torch.zeros_like(t) for k, t in phi_s.items()}, columns=True)
+                errors = standard_errors(meter.columns, self.sample.exact)
+                groups = {k: GroupInputs(spread=g.spread, se=errors[k]) for k, g in spread.items()}
             else:  # every coordinate, float64 (equal replicas give exactly 0)
                 groups = {k: GroupInputs(spread=float(((p.double() - p.double().mean(0)) ** 2).sum()) /
                                          (self.numel[k] * self.N)) for k, p in self.outer.phi.items()}

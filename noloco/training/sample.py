@@ -26,9 +26,11 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import torch
 
 from noloco.advice.run_rows import SampleErrors
+from noloco.training.measure import Columns, segment_sums
 
 #: coordinates sampled per tensor by default (docs/own_run.md: error; docs/performance.md: cost)
 DEFAULT_SAMPLE = 1024
@@ -129,40 +131,31 @@ class CoordinateSample:
         return {name: self.numel[name] if idx is None else len(idx) for name, idx in self.index.items()}
 
 
-def standard_errors(phi: torch.Tensor, progress: torch.Tensor, c: float, exact: bool) -> SampleErrors:
-    """The standard errors of the meter's estimates from the (N, K) samples
-    ``phi`` and ``progress`` of one tensor (module docstring); zeros where the tensor was taken whole."""
-    if exact:
-        return SampleErrors(spread=0.0, c=0.0, s2=0.0)
-    N, K = phi.shape
-    z = phi - phi.mean(0, keepdim=True)
-    p = progress - progress.mean(0, keepdim=True)
-    b = (z * z).sum(0)
-    e = ((p + c * z) ** 2).sum(0)
-    root = math.sqrt(K)
-    return SampleErrors(spread=float(b.std()) / (N * root), c=_c_error(z, p, c, b), s2=float(e.std()) / ((N - 1) * root))
+def standard_errors(columns: Columns, exact=lambda name: False) -> dict:
+    """The standard errors of the meter's estimates of each tensor from its per-coordinate sums (module docstring;
+    :class:`noloco.training.measure.Columns` of (N, K) samples), ``{name: SampleErrors}``; zeros where
+    ``exact(name)`` (the tensor was taken whole). Every tensor at once: one pass per moment."""
+    N, K = columns.replicas, columns.sizes
+    c = torch.as_tensor(columns.c, device=columns.b.device).repeat_interleave(
+        torch.as_tensor(K, device=columns.b.device), output_size=int(K.sum()))
+    values = torch.stack((columns.b, columns.a + c * columns.b, columns.e))
+    starts = columns.starts
+    mean = segment_sums(values, starts) / K
+    dev = values - torch.as_tensor(np.repeat(mean, K, axis=1), device=values.device)
+    with np.errstate(all="ignore"):  # one coordinate: no spread over coordinates (NaN, as torch's std)
+        sd = np.sqrt(segment_sums(dev * dev, starts) / (K - 1))
+        root = np.sqrt(K)
+        se = (sd[0] / (N * root), np.where(mean[0] > 0, sd[1] / (mean[0] * root), 0.0), sd[2] / ((N - 1) * root))
+    return {name: SampleErrors(spread=0.0, c=0.0, s2=0.0) if exact(name) else SampleErrors(spread=sp, c=cs, s2=s2)
+            for name, sp, cs, s2 in zip(columns.names, *(x.tolist() for x in se))}
 
 
-def c_error(z: torch.Tensor, p: torch.Tensor, c: float) -> float:
-    """The standard error of c alone (:func:`standard_errors`'s ``c``) from centred (N, K) ``z`` and ``p``:
-    what the exact observer's early warnings read, without the other two errors' passes."""
-    return _c_error(z, p, c, (z * z).sum(0))
-
-
-def _c_error(z, p, c: float, b) -> float:
-    mean_b = float(b.mean())
-    return float(((p * z).sum(0) + c * b).std()) / (mean_b * math.sqrt(z.shape[1])) if mean_b > 0 else 0.0
-
-
-def update_alignment(prev_phi: dict, prev_progress: dict, phi: dict) -> float | None:
+def update_alignment(prev_phi: torch.Tensor, prev_progress: torch.Tensor, phi: torch.Tensor) -> float | None:
     """``sum_i <phi_i,t+1 - phi_i,t, Delta_i,t> / sum_i |Delta_i,t|^2`` over the sampled coordinates of every
-    tensor ((N, K) each): how far the outer step moved each replica along its own progress. The outer step's
-    beta term contributes ``beta sum_G |sum_(i in G) Delta_i|^2 / (n sum_i |Delta_i|^2) >= 0`` exactly (a sum
-    of squares over the groups), the pull gamma (mean_G phi - phi_i) lines up with a progress that restores
+    tensor ((N, K) side by side): how far the outer step moved each replica along its own progress. The outer
+    step's beta term contributes ``beta sum_G |sum_(i in G) Delta_i|^2 / (n sum_i |Delta_i|^2) >= 0`` exactly (a
+    sum of squares over the groups), the pull gamma (mean_G phi - phi_i) lines up with a progress that restores
     (-c z) and the momentum carries earlier progress: with the right sign it is positive, with the
     pseudo-gradient's sign flipped it is negative. None where no progress was made."""
-    num = den = 0.0
-    for name, p in prev_progress.items():
-        num += float(((phi[name] - prev_phi[name]) * p).sum())
-        den += float((p * p).sum())
+    num, den = float(((phi - prev_phi) * prev_progress).sum()), float((prev_progress * prev_progress).sum())
     return num / den if den > 0 else None
