@@ -11,7 +11,6 @@ of them (``spec`` again a class or such a pair)."""
 from __future__ import annotations
 
 import dataclasses
-import functools
 from typing import Any, ClassVar
 
 from noloco.infra.errors import DataError
@@ -68,11 +67,16 @@ class JsonRecord:
         return {k: _write(getattr(self, k)) for k in keys}
 
 
-@functools.cache
-def _field_names(cls) -> tuple:
+_FIELD_NAMES: dict[type, tuple] = {}
+
+
+def _field_names(cls: type) -> tuple:
     """A record class's JSON keys: its fields less the bookkeeping ones (found once a class: every row's
     to_json asks)."""
-    return tuple(f.name for f in dataclasses.fields(cls) if f.name not in _OWN)
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls) if f.name not in _OWN)
+    return names
 
 
 def _read(spec, value):
