@@ -81,6 +81,17 @@ def segment_sums(x: torch.Tensor, starts: np.ndarray) -> np.ndarray:
     return torch.segment_reduce(x, "sum", lengths=lengths.expand(*x.shape[:-1], -1), axis=x.dim() - 1).cpu().numpy()
 
 
+def offsets(sizes) -> np.ndarray:
+    """Where each of consecutive segments of ``sizes`` begins: ``[0, s0, s0 + s1, ...]``."""
+    return np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
+
+
+def per_column(values, sizes: np.ndarray, device) -> torch.Tensor:
+    """Each tensor's ``values`` (last axis, one per tensor) repeated over its ``sizes`` columns, on ``device``."""
+    return torch.as_tensor(values, device=device).repeat_interleave(
+        torch.as_tensor(sizes, device=device), dim=-1, output_size=int(sizes.sum()))
+
+
 def _sum_factors(t: int, rho: np.ndarray, check: bool = True) -> np.ndarray:
     """:func:`ar1_sum_factor` of each rho: the closed form where it is accurate, the exact sum elsewhere (under
     the caller's ``np.errstate``; ``check=False``: no rho is near 1)."""
@@ -153,7 +164,7 @@ class Columns:
 
     @property
     def starts(self) -> np.ndarray:
-        return np.concatenate(([0], np.cumsum(self.sizes)[:-1])).astype(np.int64)
+        return offsets(self.sizes)
 
 
 class _Group:
@@ -235,8 +246,7 @@ class SpreadMeter:
         names = [n for g in gnames for n in members[g]]
         counts = [len(members[g]) for g in gnames]
         sizes = np.array([phi[n].numel() // N for n in names], dtype=np.int64)
-        starts = np.concatenate(([0], np.cumsum(sizes)[:-1])).astype(np.int64)
-        first = np.concatenate(([0], np.cumsum(counts)[:-1])).astype(np.int64)  # each group's first tensor
+        starts, first = offsets(sizes), offsets(counts)  # each tensor's first column, each group's first tensor
         M, device = int(sizes.sum()), phi[names[0]].device
 
         def joined(tensors):  # the replica deviations, (N, M) float64: one copy in, centred in place
@@ -251,8 +261,7 @@ class SpreadMeter:
             c = np.where(zz > 0, -pz / zz, 0.0)
         rr = np.maximum(pp + 2 * c * pz + c * c * zz, 0.0)  # <p + c z, p + c z>
         c_of = np.repeat(c, counts)  # each tensor's group's c
-        r = p.add_(z * torch.as_tensor(c_of, device=device).repeat_interleave(
-            torch.as_tensor(sizes, device=device), output_size=M))  # the residual p + c z, in p's place
+        r = p.add_(z * per_column(c_of, sizes, device))  # the residual p + c z, in p's place
         groups = [self.groups.setdefault(g, _Group()) for g in gnames]
         key = tuple(names)
         prev, total = self._buffers[key] = buffers.get(key) or self._join_state(names, groups, counts, phi, M, device)

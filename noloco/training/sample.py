@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from noloco.advice.run_rows import SampleErrors
-from noloco.training.measure import Columns, segment_sums
+from noloco.training.measure import Columns, per_column, segment_sums
 
 #: coordinates sampled per tensor by default (docs/own_run.md: error; docs/performance.md: cost)
 DEFAULT_SAMPLE = 1024
@@ -136,12 +136,11 @@ def standard_errors(columns: Columns, exact=lambda name: False) -> dict:
     :class:`noloco.training.measure.Columns` of (N, K) samples), ``{name: SampleErrors}``; zeros where
     ``exact(name)`` (the tensor was taken whole). Every tensor at once: one pass per moment."""
     N, K = columns.replicas, columns.sizes
-    c = torch.as_tensor(columns.c, device=columns.b.device).repeat_interleave(
-        torch.as_tensor(K, device=columns.b.device), output_size=int(K.sum()))
-    values = torch.stack((columns.b, columns.a + c * columns.b, columns.e))
+    device = columns.b.device
+    values = torch.stack((columns.b, columns.a + per_column(columns.c, K, device) * columns.b, columns.e))
     starts = columns.starts
     mean = segment_sums(values, starts) / K
-    dev = values - torch.as_tensor(np.repeat(mean, K, axis=1), device=values.device)
+    dev = values - per_column(mean, K, device)
     with np.errstate(all="ignore"):  # one coordinate: no spread over coordinates (NaN, as torch's std)
         sd = np.sqrt(segment_sums(dev * dev, starts) / (K - 1))
         root = np.sqrt(K)
