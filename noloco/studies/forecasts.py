@@ -125,6 +125,30 @@ families, worse on the GPU Llama) but 11 claims. Read afterwards: even the run's
 of the 159 misses left are forecasts from a quarter of the run. What holds the claims back is the error model, not
 the noise: flags for where the misses fall are the lead. The adopted shape is judged on fresh seeds below.
 
+The seventh round (its candidates and criterion committed before any cross-validated count was seen and before any
+run of seed 26 was read). The forecast's level is the replay's: it is stepped on from the recursion's state at the
+last measured step, so the theory's error on the run up to there (the replayed / measured spread, which `--as`
+divides by: REPLAY_LIMIT) carries into it uncorrected. The candidates, each with the fourth round's error models
+(:data:`ERROR_SETS` x :data:`Z_GRID`) refitted on the training folds:
+
+* R6, the sixth round's forecast (the baseline);
+* W5, R6 divided by r5, the window's replay ratio (RMS replayed / RMS measured weight_std over the window's steps);
+* WH, R6 divided by rH, the same over the measured steps from ceil(K / 2) to K (more steps, less of a run's noise);
+* WHl, R6 divided by rH ** l, l the least squares (through 0) of log(R6 / measured) on log rH over the training folds;
+* each of W5, WH, WHl also with its ratio's |log r| added to the readings (log r in mu, |log r| in log sigma);
+* S, a stratified claim in place of the error model: claimed when K / T >= s and |log rH| <= m (s in 3/8, 1/2,
+  5/8, 3/4; m in 0.02, 0.05, 0.1, 0.2, inf), the point forecast WH's; s and m the most claims with at most
+  :data:`MAX_MISSED_4` outside 15 % on the training folds.
+
+The forecasts: every finished run of the seen seeds 0 to 4, 6 and 9 to 25 (every family), from each of
+:func:`from_steps` of its length with K >= WINDOW + 1; leave-one-seed-out, the GPU family's seeds 21 and 22 one
+fold and 23 and 24 another, every fitted number set on the other folds. A candidate's score: its most claims of
+which at most :data:`MAX_MISSED_4` are outside 15 % (over readings and z). Adopted: the best-scoring candidate other
+than R6, only if (i) it claims at least twice as many as R6 and at least 100 more, (ii) its point forecast is within
+15 % on at least as many of the same forecasts as R6's, and (iii) refitted on every seen forecast it claims at least
+5 % of them with at most :data:`MAX_MISSED_4` outside; otherwise the forecast stays the sixth round's. Then the fresh
+judgement of seed 26 (cpu-tiny and Llama, the 29-setting grid and N 8 with pairs and groups of 4), once.
+
 ``noloco llm study forecasts --runs DIR`` on a families layout trains what is missing (finished runs reused), evaluates the development runs and writes ``DIR/forecasts.json``; on a folder of the transfers study
 (one holding ``transfers.json``) it trains nothing and writes the fresh judgement, ``DIR/forecasts_fresh.json``.
 """
