@@ -334,3 +334,19 @@ def test_the_noise_fit_reads_the_growth_a_run_was_made_with(tmp_path, monkeypatc
     assert fit["t/T"].slopes[0] == pytest.approx(1.3, abs=1e-6)
     assert fit["t/T and log L2"].slopes == pytest.approx([1.3, 0.0], abs=1e-6)
     assert fit["t/T"].residual_sd < 1e-9
+
+
+def test_the_seen_hold_rate_is_what_the_stored_development_forecasts_give_and_judged_by_a_binomial():
+    """HELD_BY_SHARE re-runs from docs/data/forecasts_dev7.json; a fresh seed is judged per bin against the central
+    95 % of a binomial with the stated rate: every forecast held is outside the first bin's (46 %) and inside the
+    last's only if that rate allows it."""
+    from noloco.advice import forecast as FC
+    from noloco.studies import forecasts as S
+
+    assert S.held_by_share(S.development7()) == FC.HELD_BY_SHARE
+    rows = [_row(S, ratio=1.0, from_step=K, outer_steps=32) for K in (8, 12, 16, 20, 24) for _ in range(40)]
+    verdicts = S.judge_held(rows)
+    assert [v.fresh_of for v in verdicts] == [40] * 5 and [v.fresh_held for v in verdicts] == [40] * 5
+    assert not verdicts[0].inside and verdicts[-1].inside and verdicts[-1].high == 40
+    half = S.judge_held([dataclasses.replace(r, ratio=1.0 if i % 2 else 1.3) for i, r in enumerate(rows)])
+    assert half[0].inside and not half[-1].inside and half[0].fresh_held == 20

@@ -680,3 +680,21 @@ def test_noise_transfer_predicts_a_direct_simulation_of_averaged_increments():
         for err in (err_s2, err_rho):
             assert abs(np.mean(err)) <= 4 * np.std(err, ddof=1) / math.sqrt(len(err)), (hb, err)
         assert l2_miss > 0.15 and abs(rho_p - rho_b) > 0.05
+
+
+def test_the_track_record_is_the_seen_forecasts_from_the_same_share_of_their_run(tmp_path, capsys):
+    """A forecast carries the seen forecasts' hold rate from its bin of the run's share (HELD_BY_SHARE): the bins are
+    half-open, an edge belongs to the bin above and the run's end to the last; the report, its unsure flag and the
+    printed report all say the same counts."""
+    edges = [e for e, _, _ in F.HELD_BY_SHARE]
+    assert edges == sorted(edges) and edges[-1] == 1.0
+    assert F.seen_held(4, 16).share_to == edges[0] and F.seen_held(5, 16).share_to == edges[1]  # 5/16: an edge
+    assert F.seen_held(16, 32).share_from == 7 / 16 and F.seen_held(64, 64).share_to == 1.0
+    assert [F.seen_held(k, 32).of for k in (8, 12, 16, 20, 24)] == [of for _, _, of in F.HELD_BY_SHARE]
+    write_run(tmp_path, config(), c_scale=0.3)
+    rep = F.forecast(tmp_path, from_step=20)  # 20 of 40: the bin 7/16 to 9/16
+    _, held, of = F.HELD_BY_SHARE[2]
+    assert (rep.seen.held, rep.seen.of, rep.seen.share_from, rep.seen.share_to) == (held, of, 7 / 16, 9 / 16)
+    said = f"of {of:,} seen forecasts from 7/16 to 9/16 of their run, {held:,} ({held / of:.1%}) held within 15%"
+    assert said in rep.flags[0] and f"track record: {said}" in F.format_forecast(rep).splitlines()
+    assert F.Forecast.from_json(json.loads(dumps(rep))).seen == rep.seen

@@ -343,16 +343,33 @@ class ErrorModelChoice(JsonRecord):
 
 
 @dataclass(frozen=True)
+class HeldVerdict(JsonRecord):
+    """One bin of the seen hold rate judged on a fresh seed: the stated rate (``held`` of ``of``), the fresh count,
+    the central 95 % of a binomial with the stated rate and the fresh count (``low``, ``high``) and whether the fresh
+    count lies inside it."""
+
+    share_to: float
+    held: int
+    of: int
+    fresh_held: int
+    fresh_of: int
+    low: int
+    high: int
+    inside: bool
+
+
+@dataclass(frozen=True)
 class ForecastsReport(JsonRecord):
     """``forecasts.json`` (the development runs: ``from_steps`` to ``module``, ``noise_fit``, ``attribution``) and
     ``forecasts_fresh*.json`` (a fresh seed: ``seed`` to ``interval``; from the second round ``choice`` and, in the
     second, the 5 % rule's counts; in the third, the grid's runs ``missing``)."""
 
     OPTIONAL_KEYS = ("from_steps", "seed", "fractions", "flags", "interval", "max_missed", "chosen", "module",
-                     "noise_fit", "attribution", "choice", "summary_at_5", "per_family_at_5", "missing", "error_model")
+                     "noise_fit", "attribution", "choice", "summary_at_5", "per_family_at_5", "missing", "error_model", "held_by_share")
     NESTED = {"flags": Limits, "chosen": Limits, "module": Limits, "rows": (list, ForecastRow), "summary": Verdicts,
               "per_family": (dict, Verdicts), "noise_fit": (dict, NoiseFit), "choice": Choice,
-              "summary_at_5": Verdicts, "per_family_at_5": (dict, Verdicts), "error_model": ErrorModelChoice}
+              "summary_at_5": Verdicts, "per_family_at_5": (dict, Verdicts), "error_model": ErrorModelChoice,
+              "held_by_share": (list, HeldVerdict)}
 
     schema: str
     tolerance: float
@@ -375,6 +392,7 @@ class ForecastsReport(JsonRecord):
     per_family_at_5: Optional[dict] = _opt()
     missing: Optional[list] = _opt()
     error_model: Optional[ErrorModelChoice] = _opt()
+    held_by_share: Optional[list] = _opt()  # from the seventh round, on a seed it did not see
 
 
 def runs(families=CALIBRATION, extra: bool = True, seeds=SEEDS) -> list[tuple[str, str, int, dict, int]]:
@@ -837,6 +855,47 @@ def from_steps(T: int) -> list[int]:
     return sorted({max(round(f * T), 3) for f in FRACTIONS})
 
 
+#: the seeds the seventh round saw (its development forecasts, :func:`development7`)
+SEEN7 = (0, 1, 2, 3, 4, 6, *range(9, 26))
+
+
+def development7() -> list[dict]:
+    """The seventh round's development forecasts as stored (docs/data/forecasts_dev7.json), one dict per forecast."""
+    data = read_json(_DATA / "forecasts_dev7.json")
+    return [dict(zip(data["columns"], row)) for row in data["rows"]]
+
+
+def held_by_share(rows: list[dict]) -> tuple:
+    """:data:`noloco.advice.forecast.HELD_BY_SHARE` from forecasts (``from_step``, ``outer_steps``, ``ratio``): per
+    bin of the share of the run, ``(upper edge, held within 15 %, forecasts)``."""
+    from noloco.advice.forecast import HELD_BY_SHARE
+
+    edges = [0.0] + [e for e, _, _ in HELD_BY_SHARE]
+    out = []
+    for low, high in zip(edges, edges[1:]):
+        last = high == edges[-1]
+        mine = [r for r in rows if low <= r["from_step"] / r["outer_steps"] and
+                (last or r["from_step"] / r["outer_steps"] < high)]
+        out.append((high, sum(abs(r["ratio"] - 1) <= TOLERANCE for r in mine), len(mine)))
+    return tuple(out)
+
+
+def judge_held(rows: list[ForecastRow]) -> list[HeldVerdict]:
+    """The seen hold rate's fresh rule (module docstring) on ``rows``: per bin of :data:`noloco.advice.forecast.
+    HELD_BY_SHARE`."""
+    from scipy.stats import binom
+
+    from noloco.advice.forecast import HELD_BY_SHARE
+
+    fresh = held_by_share([dict(from_step=r.from_step, outer_steps=r.outer_steps, ratio=r.ratio) for r in rows])
+    out = []
+    for (high, held, of), (_, n_held, n) in zip(HELD_BY_SHARE, fresh):
+        low_q, high_q = (int(binom.ppf(q, n, held / of)) for q in (0.025, 0.975))
+        out.append(HeldVerdict(share_to=high, held=held, of=of, fresh_held=n_held, fresh_of=n, low=low_q,
+                               high=high_q, inside=low_q <= n_held <= high_q))
+    return out
+
+
 def judge_fresh(out: Path, seed: int = FRESH_SEED, development: list | None = None) -> ForecastsReport:
     """The fresh judgement (module docstring): the forecast as committed, its flags deciding what is claimed (from the
     fourth round, its error model: ``error_model``); in the second and third rounds, that round's choice on
@@ -864,6 +923,8 @@ def judge_fresh(out: Path, seed: int = FRESH_SEED, development: list | None = No
         at5 = [dataclasses.replace(r, claimed=r.claimed_at_5) for r in rows]
         report = dataclasses.replace(report, choice=chosen, summary_at_5=verdicts(at5),
                                      per_family_at_5=_per_family(at5))
+    if seed not in SEEN7:
+        report = dataclasses.replace(report, held_by_share=judge_held(rows))
     return report
 
 
