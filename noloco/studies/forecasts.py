@@ -164,6 +164,19 @@ within 15 % (:data:`noloco.advice.forecast.HELD_BY_SHARE`; the bins' edges 5/16,
 and N 8 with pairs and groups of 4): in each bin, the fresh forecasts within 15 % lie inside the central 95 % of a
 binomial with the stated rate and the bin's fresh count; the rate holds when every bin from half the run on does
 (the forecasts a user would act on); all five bins are reported.
+Judged on seed 26 (docs/data/forecasts_fresh26.json): from 5/8 and 3/4 of the run inside (60 and 61 of 62), from 1/2
+outside (46 of 62 against 93.5 % stated: its H 20 runs, 16 outer steps, ran 15 to 23 % high from step 8), and from
+1/4 and 3/8 outside (12 and 35 of 62). The rate does not hold from half the run on. Two things it missed: the hold
+rate moves with H (H 15 or more from 1/2: 87 % seen) and a seed's forecasts share its runs' luck (seeds 25 and 26 from
+1/2: 85 % and 74 %), so a binomial about one pooled rate is too narrow for a new seed.
+
+The track record by share and H (committed before any run of seed 27 was read; it replaces the rate by share alone).
+The cells: the share bins above times H up to 7, 8 to 14, 15 or more; each cell's held of seen (the seventh round's
+forecasts and seed 26's from at least WINDOW + 1 steps: :func:`track_rows`) and the range of its per-seed shares held
+over the seeds with at least 10 forecasts in it (:data:`noloco.advice.forecast.TRACK_RECORD`). Judged once on seed 27
+(cpu-tiny and Llama, the 29-setting grid and N 8 with pairs and groups of 4): per H bin, its forecasts from at least
+7/16 of the run pooled, the fresh share held lies within the range of the seen seeds' shares of the same pool (seeds
+with at least 10 of them); the track record holds when all three H bins do. Every cell is reported.
 
 ``noloco llm study forecasts --runs DIR`` on a families layout trains what is missing (finished runs reused), evaluates the development runs and writes ``DIR/forecasts.json``; on a folder of the transfers study
 (one holding ``transfers.json``) it trains nothing and writes the fresh judgement, ``DIR/forecasts_fresh.json``.
