@@ -336,17 +336,24 @@ def test_the_noise_fit_reads_the_growth_a_run_was_made_with(tmp_path, monkeypatc
     assert fit["t/T"].residual_sd < 1e-9
 
 
-def test_the_seen_hold_rate_is_what_the_stored_development_forecasts_give_and_judged_by_a_binomial():
-    """HELD_BY_SHARE re-runs from docs/data/forecasts_dev7.json; a fresh seed is judged per bin against the central
-    95 % of a binomial with the stated rate: every forecast held is outside the first bin's (46 %) and inside the
-    last's only if that rate allows it."""
+def test_the_seen_hold_rates_re_run_from_the_stored_forecasts_and_are_judged_as_stated():
+    """HELD_BY_SHARE and TRACK_RECORD re-run from docs/data (forecasts_dev7.json, forecasts_fresh26.json). The rate by
+    share is judged per bin against the central 95 % of a binomial with its rate; the track record per H bin, pooled
+    from 7/16 of the run, against the seen seeds' range: every forecast held is outside the first bin's binomial
+    (46 %) and inside a range that reaches 100 %; none held is outside every range."""
     from noloco.advice import forecast as FC
     from noloco.studies import forecasts as S
 
-    assert S.held_by_share(S.development7()) == FC.HELD_BY_SHARE
-    rows = [_row(S, ratio=1.0, from_step=K, outer_steps=32) for K in (8, 12, 16, 20, 24) for _ in range(40)]
+    assert S.held_by_share(S.development7()) == S.HELD_BY_SHARE
+    assert S.track_table(S.track_rows()) == FC.TRACK_RECORD
+    rows = [_row(S, ratio=1.0, from_step=K, outer_steps=32, inner_steps=H, seed=27) for K in (8, 12, 16, 20, 24)
+            for H in (5, 10, 20) for _ in range(12)]
     verdicts = S.judge_held(rows)
-    assert [v.fresh_of for v in verdicts] == [40] * 5 and [v.fresh_held for v in verdicts] == [40] * 5
-    assert not verdicts[0].inside and verdicts[-1].inside and verdicts[-1].high == 40
-    half = S.judge_held([dataclasses.replace(r, ratio=1.0 if i % 2 else 1.3) for i, r in enumerate(rows)])
-    assert half[0].inside and not half[-1].inside and half[0].fresh_held == 20
+    assert [v.fresh_of for v in verdicts] == [36] * 5 and [v.fresh_held for v in verdicts] == [36] * 5
+    assert not verdicts[0].inside and verdicts[-1].inside and verdicts[-1].high == 36
+    track = S.judge_track(rows)
+    assert [(v.h_to, v.fresh_held, v.fresh_of) for v in track] == [(7, 36, 36), (14, 36, 36), (None, 36, 36)]
+    assert all(v.inside and v.seed_high == 1.0 for v in track)
+    assert track[1].cells[2] == [9 / 16, *FC.TRACK_RECORD[14, 9 / 16][:2], 12, 12]
+    missed = S.judge_track([dataclasses.replace(r, ratio=1.3) for r in rows])
+    assert not any(v.inside for v in missed) and all(v.fresh_held == 0 for v in missed)

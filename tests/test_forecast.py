@@ -682,19 +682,21 @@ def test_noise_transfer_predicts_a_direct_simulation_of_averaged_increments():
         assert l2_miss > 0.15 and abs(rho_p - rho_b) > 0.05
 
 
-def test_the_track_record_is_the_seen_forecasts_from_the_same_share_of_their_run(tmp_path, capsys):
-    """A forecast carries the seen forecasts' hold rate from its bin of the run's share (HELD_BY_SHARE): the bins are
-    half-open, an edge belongs to the bin above and the run's end to the last; the report, its unsure flag and the
-    printed report all say the same counts."""
-    edges = [e for e, _, _ in F.HELD_BY_SHARE]
-    assert edges == sorted(edges) and edges[-1] == 1.0
-    assert F.seen_held(4, 16).share_to == edges[0] and F.seen_held(5, 16).share_to == edges[1]  # 5/16: an edge
-    assert F.seen_held(16, 32).share_from == 7 / 16 and F.seen_held(64, 64).share_to == 1.0
-    assert [F.seen_held(k, 32).of for k in (8, 12, 16, 20, 24)] == [of for _, _, of in F.HELD_BY_SHARE]
+def test_the_track_record_is_the_seen_forecasts_of_the_same_h_and_share_of_their_run(tmp_path):
+    """A forecast carries the seen forecasts' hold rate from its bin of H and of the run's share (TRACK_RECORD): the
+    bins are half-open, an edge belongs to the bin above and the run's end to the last; none from fewer than WINDOW + 1
+    steps or in a bin nothing seen fell in; the report, its unsure flag and the printed report say the same counts."""
+    assert F.track_bin(4, 16, 20) == (math.inf, 5 / 16) and F.track_bin(5, 16, 7) == (7, 7 / 16)  # 5/16: an edge
+    assert F.track_bin(16, 32, 8) == (14, 9 / 16) and F.track_bin(64, 64, 14) == (14, 1.0)
+    assert F.track_record(5, 32, 10) is None and F.track_record(16, 64, 20) is None  # H 20 from 1/4: none seen
+    assert set(F.TRACK_RECORD) == {(h, s) for h in F.TRACK_H for s in F.TRACK_SHARES} - {(math.inf, 5 / 16)}
     write_run(tmp_path, config(), c_scale=0.3)
-    rep = F.forecast(tmp_path, from_step=20)  # 20 of 40: the bin 7/16 to 9/16
-    _, held, of = F.HELD_BY_SHARE[2]
-    assert (rep.seen.held, rep.seen.of, rep.seen.share_from, rep.seen.share_to) == (held, of, 7 / 16, 9 / 16)
-    said = f"of {of:,} seen forecasts from 7/16 to 9/16 of their run, {held:,} ({held / of:.1%}) held within 15%"
+    rep = F.forecast(tmp_path, from_step=20)  # 20 of 40 at H 10: the bin 7/16 to 9/16, H 8 to 14
+    held, of, low, high = F.TRACK_RECORD[14, 9 / 16]
+    got = rep.track_record
+    assert (got.held, got.of, got.h_from, got.h_to, got.share_from, got.share_to) == (held, of, 8, 14, 7 / 16, 9 / 16)
+    said = (f"of {of:,} seen forecasts at H 8 to 14 from 7/16 to 9/16 of their run, {held:,} ({held / of:.1%}) held "
+            f"within 15%, by seed {low:.0%} to {high:.0%}")
     assert said in rep.flags[0] and f"track record: {said}" in F.format_forecast(rep).splitlines()
-    assert F.Forecast.from_json(json.loads(dumps(rep))).seen == rep.seen
+    assert F.Forecast.from_json(json.loads(dumps(rep))).track_record == rep.track_record
+    assert "H 15 or more" in F.track_record(12, 16, 20).text()

@@ -161,6 +161,7 @@ ADVICE_FILES = [(families.FamiliesReport, "families", False), (forecasts.Forecas
                 (forecasts.ForecastsReport, "forecasts_fresh9", True), (forecasts.ForecastsReport, "forecasts_fresh10", True),
                 (forecasts.ErrorModelChoice, "forecasts_dev4", True),
                 (forecasts.ErrorModelChoice, "forecasts_dev6", True), (forecasts.ForecastsReport, "forecasts_fresh11", True),
+                (forecasts.ForecastsReport, "forecasts_fresh26", True), (forecasts.ForecastsReport, "forecasts_fresh27", True),
                 (transfers.TransfersReport, "transfers", False), (transfers.TransfersReport, "transfers_fresh6", True),
                 *((transfers.TransfersReport, f"transfers_fresh{s}{v}", True) for s in (12, 13, 14, 15, 16) for v in ("", "_before")),
                 (transfers.TransfersReport, "transfers_fresh17", True),

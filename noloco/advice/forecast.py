@@ -138,39 +138,71 @@ ERROR_MODEL = ErrorModel(readings=("horizon", "noise", "edge", "H", "c", "rise",
                          log_sd=(-3.0760, 0.7885, 0.0735, 0.1686, -0.1254, 0.9732, 0.0215, 0.1254), z=2.5)
 #: the printed interval: the error model's band at 80 % (a standard normal's 90 % quantile, in sigmas)
 INTERVAL_Z = 1.2816
-#: the seen forecasts that held within CLAIM_TOLERANCE, by the share of their run they were forecast from: (the bin's
-#: upper edge, held, of). The seventh round of noloco.studies.forecasts (docs/data/forecasts_dev7.json: 3,432
-#: forecasts of 728 runs, seeds 0 to 4, 6, 9 to 25, five families, along their own groups); what a forecast the error
-#: model does not claim can still say of itself (:func:`seen_held`)
-HELD_BY_SHARE = ((5 / 16, 239, 520), (7 / 16, 513, 728), (9 / 16, 681, 728), (11 / 16, 698, 728), (1.0, 698, 728))
+#: the track record's bins: H up to 7, 8 to 14, 15 or more inner steps; the share of the run forecast from, around
+#: 1/4, 3/8, 1/2, 5/8 and 3/4 (upper edges)
+TRACK_H = (7, 14, math.inf)
+TRACK_SHARES = (5 / 16, 7 / 16, 9 / 16, 11 / 16, 1.0)
+#: per bin (H's upper edge, the share's upper edge): the seen forecasts that held within CLAIM_TOLERANCE, of how many,
+#: and the least and the most share held by one seed (seeds with at least 10 forecasts in the bin). Seen: the seventh
+#: round of noloco.studies.forecasts and seed 26 (noloco.studies.forecasts.track_rows: 3,724 forecasts of 790 runs,
+#: seeds 0 to 4, 6, 9 to 26, five families, along their own groups, from at least WINDOW + 1 steps); what a forecast
+#: the error model does not claim can still say of itself (:func:`track_record`)
+TRACK_RECORD = {(7, 5 / 16): (128, 226, 0.333, 0.944), (7, 7 / 16): (174, 226, 0.667, 0.944),
+                (7, 9 / 16): (210, 226, 0.722, 1.0), (7, 11 / 16): (219, 226, 0.889, 1.0),
+                (7, 1.0): (208, 226, 0.722, 1.0), (14, 5 / 16): (122, 338, 0.045, 1.0),
+                (14, 7 / 16): (272, 338, 0.5, 1.0), (14, 9 / 16): (320, 338, 0.733, 1.0),
+                (14, 11 / 16): (327, 338, 0.727, 1.0), (14, 1.0): (331, 338, 0.864, 1.0),
+                (math.inf, 7 / 16): (102, 226, 0.111, 0.611), (math.inf, 9 / 16): (197, 226, 0.389, 1.0),
+                (math.inf, 11 / 16): (212, 226, 0.778, 1.0), (math.inf, 1.0): (220, 226, 0.889, 1.0)}
 
 
 @dataclass(frozen=True)
-class SeenHeld(JsonRecord):
-    """Of the ``of`` seen forecasts made from ``share_from`` to ``share_to`` of their run, ``held`` were within
-    CLAIM_TOLERANCE of the measured (:data:`HELD_BY_SHARE`)."""
+class TrackRecord(JsonRecord):
+    """Of the ``of`` seen forecasts at H ``h_from`` to ``h_to`` (None: no limit) made from ``share_from`` to
+    ``share_to`` of their run, ``held`` were within CLAIM_TOLERANCE of the measured; by seed, from ``seed_low`` to
+    ``seed_high`` of them (:data:`TRACK_RECORD`)."""
 
+    h_from: int
+    h_to: Optional[int]
     share_from: float
     share_to: float
     held: int
     of: int
+    seed_low: float
+    seed_high: float
 
     def text(self) -> str:
         def share(x):
             return str(Fraction(x).limit_denominator(16))
 
-        return (f"of {self.of:,} seen forecasts from {share(self.share_from)} to {share(self.share_to)} of their run, "
-                f"{self.held:,} ({self.held / self.of:.1%}) held within {CLAIM_TOLERANCE:.0%}")
+        h = f"H {self.h_from} or more" if self.h_to is None else f"H {self.h_from} to {self.h_to}"
+        return (f"of {self.of:,} seen forecasts at {h} from {share(self.share_from)} to {share(self.share_to)} of their "
+                f"run, {self.held:,} ({self.held / self.of:.1%}) held within {CLAIM_TOLERANCE:.0%}, by seed "
+                f"{self.seed_low:.0%} to {self.seed_high:.0%}")
 
 
-def seen_held(from_step: int, outer_steps: int) -> SeenHeld:
-    """The :data:`HELD_BY_SHARE` bin of a forecast from outer step ``from_step`` of ``outer_steps``."""
-    share, low = from_step / outer_steps, 0.0
-    for high, held, of in HELD_BY_SHARE:
-        if share < high or high == HELD_BY_SHARE[-1][0]:
-            return SeenHeld(share_from=low, share_to=high, held=held, of=of)
-        low = high
-    raise AssertionError("unreachable: the last bin takes every share")
+def track_bin(from_step: int, outer_steps: int, inner_steps: int) -> tuple[float, float]:
+    """The :data:`TRACK_RECORD` bin (H's upper edge, the share's upper edge) of a forecast from outer step
+    ``from_step`` of ``outer_steps`` at H ``inner_steps``: half-open bins, an edge in the bin above, the run's end in
+    the last."""
+    h = next(e for e in TRACK_H if inner_steps <= e)
+    share = from_step / outer_steps
+    return h, next((e for e in TRACK_SHARES if share < e), TRACK_SHARES[-1])
+
+
+def track_record(from_step: int, outer_steps: int, inner_steps: int) -> TrackRecord | None:
+    """The seen forecasts of a forecast's bin (:data:`TRACK_RECORD`); None from fewer than WINDOW + 1 steps and in a
+    bin no seen forecast fell in."""
+    if from_step < WINDOW + 1:
+        return None
+    h, share = track_bin(from_step, outer_steps, inner_steps)
+    if (h, share) not in TRACK_RECORD:
+        return None
+    held, of, low, high = TRACK_RECORD[h, share]
+    i, j = TRACK_H.index(h), TRACK_SHARES.index(share)
+    return TrackRecord(h_from=TRACK_H[i - 1] + 1 if i else 1, h_to=None if h == math.inf else int(h),
+                       share_from=TRACK_SHARES[j - 1] if j else 0.0, share_to=share, held=held, of=of, seed_low=low,
+                       seed_high=high)
 
 
 def error_claimed(mu, sigma, z: float):
@@ -447,8 +479,8 @@ class Forecast(JsonRecord):
     """:func:`forecast`'s report (``noloco llm predict --forecast --json``)."""
 
     NESTED = {"groups": StepGroups, "rows": (list, ForecastStep), "recipe": ForecastRecipe, "error": ErrorBand,
-              "seen": SeenHeld}
-    OPTIONAL_KEYS = ("error", "seen")
+              "track_record": TrackRecord}
+    OPTIONAL_KEYS = ("error", "track_record")
 
     run: str
     method: str
@@ -465,7 +497,7 @@ class Forecast(JsonRecord):
     interval: dict  # {"quantiles", "from"}: where the interval was measured
     recipe: ForecastRecipe
     error: Optional[ErrorBand] = field(default=None, kw_only=True)  # absent from reports written before it
-    seen: Optional[SeenHeld] = field(default=None, kw_only=True)  # absent from reports written before it
+    track_record: Optional[TrackRecord] = field(default=None, kw_only=True)  # None from too few steps
 
     def second_half(self) -> list:
         """The forecast steps of the run's second half that it measured."""
@@ -511,14 +543,14 @@ def forecast(run_dir, from_step: int | None = None, along: str = "own", seed: in
     # the decay factor at the flattest c, as `--as` reads the stability edge (EDGE_LIMIT): a reading of the error model
     edge = exchangeable.decay_factor(outer, max(flattest_c(tensors, t0), 0.0))
     error = error_band(t0, T, cfg.inner_steps, scatter, edge, c_level, float(rise))
-    seen = seen_held(t0, T)
+    record = track_record(t0, T, cfg.inner_steps)
     if not error_claimed(error.mu, error.sigma, ERROR_MODEL.z):
         lo, hi = error.band(ERROR_MODEL.z)
         flags.append(f"unsure: the error model puts forecast / measured at {math.exp(error.mu):.3f}, its "
                      f"{ERROR_MODEL.z:g}-sigma band {lo:.3f} to {hi:.3f} (sigma {error.sigma:.3f} in log), not within "
                      f"{CLAIM_TOLERANCE:.0%}: from outer step {t0} of {T} at H {cfg.inner_steps}, the window's noise "
-                     f"scatter {scatter:.3g}, decay factor {edge:.3f}, pooled c {c_level:.3g}, its rise {rise:.0%} "
-                     f"({seen.text()}); wait for more steps")
+                     f"scatter {scatter:.3g}, decay factor {edge:.3f}, pooled c {c_level:.3g}, its rise {rise:.0%}"
+                     f"{f' ({record.text()})' if record else ''}; wait for more steps")
     if len(window) < WINDOW:
         flags.append(f"too few steps: the window holds {len(window)} outer steps after the first, the validated recipe "
                      f"{WINDOW}; forecast from outer step {WINDOW + 1} or later")
@@ -549,7 +581,7 @@ def forecast(run_dir, from_step: int | None = None, along: str = "own", seed: in
                     groups=StepGroups(along="own" if own else "average",
                                       seed=(groups_seed(cfg) if seed is None else seed) if own else None, why=why),
                     rows=rows, interval={"quantiles": list(error.band(INTERVAL_Z)), "from": "docs/data/forecasts_dev6.json"},
-                    error=error, seen=seen,
+                    error=error, track_record=record,
                     recipe=ForecastRecipe(window=WINDOW, c_scaling="held",
                                           s2_scaling=f"L2 exp(h(t / T)), h's slope {noise_shape_text()}"))
 
@@ -792,8 +824,8 @@ def format_forecast(report: Forecast) -> str:
         lines.append(f"along the run's own groups (groups seed {report.groups.seed})")
     elif report.groups.why:
         lines.append(f"note: {report.groups.why if report.groups.why != 'asked' else 'averaged over random groups'}")
-    if report.seen is not None:
-        lines.append(f"track record: {report.seen.text()}")
+    if report.track_record is not None:
+        lines.append(f"track record: {report.track_record.text()}")
     lines += [f"flag: {f}" for f in report.flags]
     return "\n".join(lines)
 

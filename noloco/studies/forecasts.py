@@ -159,7 +159,7 @@ round's. Within 15 % by the share of the run forecast from (R6): 1/4 239 of 520,
 
 The seen hold rate (committed before any run of seed 26 was read). What the forecast can say about itself, where
 the error model claims nothing: the share of the seen forecasts above from the same share of their run that held
-within 15 % (:data:`noloco.advice.forecast.HELD_BY_SHARE`; the bins' edges 5/16, 7/16, 9/16, 11/16 around 1/4,
+within 15 % (:data:`HELD_BY_SHARE`; the bins' edges 5/16, 7/16, 9/16, 11/16 around 1/4,
 3/8, 1/2, 5/8, 3/4), reported with every forecast. Judged once on seed 26 (cpu-tiny and Llama: the 29-setting grid
 and N 8 with pairs and groups of 4): in each bin, the fresh forecasts within 15 % lie inside the central 95 % of a
 binomial with the stated rate and the bin's fresh count; the rate holds when every bin from half the run on does
@@ -172,7 +172,7 @@ rate moves with H (H 15 or more from 1/2: 87 % seen) and a seed's forecasts shar
 
 The track record by share and H (committed before any run of seed 27 was read; it replaces the rate by share alone).
 The cells: the share bins above times H up to 7, 8 to 14, 15 or more; each cell's held of seen (the seventh round's
-forecasts and seed 26's from at least WINDOW + 1 steps: :func:`track_rows`) and the range of its per-seed shares held
+forecasts and seed 26's from at least WINDOW + 1 steps, 3,724 of 790 runs: :func:`track_rows`) and the range of its per-seed shares held
 over the seeds with at least 10 forecasts in it (:data:`noloco.advice.forecast.TRACK_RECORD`). Judged once on seed 27
 (cpu-tiny and Llama, the 29-setting grid and N 8 with pairs and groups of 4): per H bin, its forecasts from at least
 7/16 of the run pooled, the fresh share held lies within the range of the seen seeds' shares of the same pool (seeds
@@ -372,17 +372,33 @@ class HeldVerdict(JsonRecord):
 
 
 @dataclass(frozen=True)
+class TrackVerdict(JsonRecord):
+    """The track record judged on a fresh seed for one H bin, its forecasts from at least 7/16 of the run pooled: the
+    fresh share held and the seen seeds' range of the same pool (``inside``: within it); ``cells``: per share bin,
+    ``[share_to, seen held, seen of, fresh held, fresh of]``."""
+
+    h_to: Optional[int]
+    fresh_held: int
+    fresh_of: int
+    seed_low: float
+    seed_high: float
+    inside: bool
+    cells: list
+
+
+@dataclass(frozen=True)
 class ForecastsReport(JsonRecord):
     """``forecasts.json`` (the development runs: ``from_steps`` to ``module``, ``noise_fit``, ``attribution``) and
     ``forecasts_fresh*.json`` (a fresh seed: ``seed`` to ``interval``; from the second round ``choice`` and, in the
     second, the 5 % rule's counts; in the third, the grid's runs ``missing``)."""
 
     OPTIONAL_KEYS = ("from_steps", "seed", "fractions", "flags", "interval", "max_missed", "chosen", "module",
-                     "noise_fit", "attribution", "choice", "summary_at_5", "per_family_at_5", "missing", "error_model", "held_by_share")
+                     "noise_fit", "attribution", "choice", "summary_at_5", "per_family_at_5", "missing", "error_model", "held_by_share",
+                     "track_record")
     NESTED = {"flags": Limits, "chosen": Limits, "module": Limits, "rows": (list, ForecastRow), "summary": Verdicts,
               "per_family": (dict, Verdicts), "noise_fit": (dict, NoiseFit), "choice": Choice,
               "summary_at_5": Verdicts, "per_family_at_5": (dict, Verdicts), "error_model": ErrorModelChoice,
-              "held_by_share": (list, HeldVerdict)}
+              "held_by_share": (list, HeldVerdict), "track_record": (list, TrackVerdict)}
 
     schema: str
     tolerance: float
@@ -405,7 +421,8 @@ class ForecastsReport(JsonRecord):
     per_family_at_5: Optional[dict] = _opt()
     missing: Optional[list] = _opt()
     error_model: Optional[ErrorModelChoice] = _opt()
-    held_by_share: Optional[list] = _opt()  # from the seventh round, on a seed it did not see
+    held_by_share: Optional[list] = _opt()  # seed 26: the rate by share alone
+    track_record: Optional[list] = _opt()  # from seed 27: the track record by share and H
 
 
 def runs(families=CALIBRATION, extra: bool = True, seeds=SEEDS) -> list[tuple[str, str, int, dict, int]]:
@@ -878,12 +895,17 @@ def development7() -> list[dict]:
     return [dict(zip(data["columns"], row)) for row in data["rows"]]
 
 
-def held_by_share(rows: list[dict]) -> tuple:
-    """:data:`noloco.advice.forecast.HELD_BY_SHARE` from forecasts (``from_step``, ``outer_steps``, ``ratio``): per
-    bin of the share of the run, ``(upper edge, held within 15 %, forecasts)``."""
-    from noloco.advice.forecast import HELD_BY_SHARE
+#: the first statement of the seen hold rate, by the share of the run alone (module docstring; judged on seed 26):
+#: per bin (its upper edge, held within 15 %, forecasts), from the seventh round's development forecasts
+HELD_BY_SHARE = ((5 / 16, 239, 520), (7 / 16, 513, 728), (9 / 16, 681, 728), (11 / 16, 698, 728), (1.0, 698, 728))
 
-    edges = [0.0] + [e for e, _, _ in HELD_BY_SHARE]
+
+def held_by_share(rows: list[dict]) -> tuple:
+    """:data:`HELD_BY_SHARE` from forecasts (``from_step``, ``outer_steps``, ``ratio``): per bin of the share of the
+    run, ``(upper edge, held within 15 %, forecasts)``."""
+    from noloco.advice.forecast import TRACK_SHARES
+
+    edges = [0.0, *TRACK_SHARES]
     out = []
     for low, high in zip(edges, edges[1:]):
         last = high == edges[-1]
@@ -894,11 +916,8 @@ def held_by_share(rows: list[dict]) -> tuple:
 
 
 def judge_held(rows: list[ForecastRow]) -> list[HeldVerdict]:
-    """The seen hold rate's fresh rule (module docstring) on ``rows``: per bin of :data:`noloco.advice.forecast.
-    HELD_BY_SHARE`."""
+    """The rate by share's fresh rule (module docstring) on ``rows``: per bin of :data:`HELD_BY_SHARE`."""
     from scipy.stats import binom
-
-    from noloco.advice.forecast import HELD_BY_SHARE
 
     fresh = held_by_share([dict(from_step=r.from_step, outer_steps=r.outer_steps, ratio=r.ratio) for r in rows])
     out = []
@@ -906,6 +925,73 @@ def judge_held(rows: list[ForecastRow]) -> list[HeldVerdict]:
         low_q, high_q = (int(binom.ppf(q, n, held / of)) for q in (0.025, 0.975))
         out.append(HeldVerdict(share_to=high, held=held, of=of, fresh_held=n_held, fresh_of=n, low=low_q,
                                high=high_q, inside=low_q <= n_held <= high_q))
+    return out
+
+
+#: the seeds of the track record's seen forecasts (:func:`track_rows`), and the least forecasts of one seed in a bin
+#: for its share held to count in the bin's per-seed range
+TRACK_SEEDS, TRACK_MIN_PER_SEED = (*SEEN7, 26), 10
+
+
+def track_rows() -> list[dict]:
+    """The track record's seen forecasts: the seventh round's (:func:`development7`) and seed 26's fresh judgement
+    (docs/data/forecasts_fresh26.json) from at least WINDOW + 1 steps; dicts with ``seed``, ``from_step``,
+    ``outer_steps``, ``inner_steps`` and ``ratio``."""
+    from noloco.advice.forecast import WINDOW
+
+    fresh = ForecastsReport.from_json(read_json(_DATA / "forecasts_fresh26.json")).rows
+    return development7() + [dict(family=r.family, run=r.run, seed=r.seed, from_step=r.from_step,
+                                  outer_steps=r.outer_steps, inner_steps=r.inner_steps, ratio=r.ratio)
+                             for r in fresh if r.from_step >= WINDOW + 1]
+
+
+def _held(rows) -> tuple[int, int]:
+    return sum(abs(r["ratio"] - 1) <= TOLERANCE for r in rows), len(rows)
+
+
+def seed_range(rows) -> tuple[float, float]:
+    """The least and the most share held within 15 % by one seed, over the seeds with at least
+    :data:`TRACK_MIN_PER_SEED` of ``rows`` (nan, nan without such a seed)."""
+    by_seed: dict = {}
+    for r in rows:
+        by_seed.setdefault(r["seed"], []).append(r)
+    shares = [h / n for h, n in map(_held, by_seed.values()) if n >= TRACK_MIN_PER_SEED]
+    return (min(shares), max(shares)) if shares else (math.nan, math.nan)
+
+
+def track_table(rows: list[dict]) -> dict:
+    """:data:`noloco.advice.forecast.TRACK_RECORD` from forecasts: per bin, ``(held, of, seed_low, seed_high)``
+    (shares rounded to 3 places)."""
+    from noloco.advice.forecast import track_bin
+
+    cells: dict = {}
+    for r in rows:
+        cells.setdefault(track_bin(r["from_step"], r["outer_steps"], r["inner_steps"]), []).append(r)
+    return {key: (*_held(mine), *(round(x, 3) for x in seed_range(mine))) for key, mine in sorted(cells.items())}
+
+
+#: the share of the run from which the track record's fresh rule pools a H bin's forecasts
+TRACK_POOL_FROM = 7 / 16
+
+
+def judge_track(rows: list[ForecastRow], seen: list[dict] | None = None) -> list[TrackVerdict]:
+    """The track record's fresh rule (module docstring) on ``rows`` against ``seen`` (default :func:`track_rows`)."""
+    from noloco.advice.forecast import TRACK_H, TRACK_SHARES, WINDOW, track_bin
+
+    seen = track_rows() if seen is None else seen
+    fresh = [dict(seed=r.seed, from_step=r.from_step, outer_steps=r.outer_steps, inner_steps=r.inner_steps or REFERENCE_H,
+                  ratio=r.ratio) for r in rows if r.from_step >= WINDOW + 1]
+    out = []
+    for h in TRACK_H:
+        def mine(rs, share=None):
+            return [r for r in rs if track_bin(r["from_step"], r["outer_steps"], r["inner_steps"])[0] == h and
+                    (r["from_step"] / r["outer_steps"] >= TRACK_POOL_FROM if share is None else
+                     track_bin(r["from_step"], r["outer_steps"], r["inner_steps"])[1] == share)]
+        held, of = _held(mine(fresh))
+        low, high = seed_range(mine(seen))
+        cells = [[share, *_held(mine(seen, share)), *_held(mine(fresh, share))] for share in TRACK_SHARES]
+        out.append(TrackVerdict(h_to=None if h == math.inf else int(h), fresh_held=held, fresh_of=of, seed_low=low,
+                                seed_high=high, inside=bool(of) and low <= held / of <= high, cells=cells))
     return out
 
 
@@ -936,7 +1022,9 @@ def judge_fresh(out: Path, seed: int = FRESH_SEED, development: list | None = No
         at5 = [dataclasses.replace(r, claimed=r.claimed_at_5) for r in rows]
         report = dataclasses.replace(report, choice=chosen, summary_at_5=verdicts(at5),
                                      per_family_at_5=_per_family(at5))
-    if seed not in SEEN7:
+    if seed not in TRACK_SEEDS:
+        report = dataclasses.replace(report, track_record=judge_track(rows))
+    elif seed not in SEEN7:  # seed 26: the rate by share alone, its rule then
         report = dataclasses.replace(report, held_by_share=judge_held(rows))
     return report
 
