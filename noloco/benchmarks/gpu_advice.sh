@@ -5,6 +5,8 @@
 #   outer    python -m noloco.benchmarks outer --ranks 1 --replicas 8 on the device: the outer step and the
 #            observer (sampled) against the memory floor
 #   nccl     two NCCL ranks on the one GPU (what a one-GPU machine allows of the multi-rank benchmark)
+#   gloo     python -m noloco.benchmarks outer --ranks 4 (then 8) on the machine's CPU cores, alone: the outer step
+#            against the wire's floor where each gloo rank has cores of its own (a 2-core machine cannot give them)
 #   tests    the fast test suite on the CPU cores (pytest-xdist where installed), beside the grid
 #   grid     python -m noloco.studies.wide_grid: the 29-setting grid of the wider Llama, seeds SEEDS (default 21
 #            22), JOBS runs at a time on the GPU; the run folders come back as one archive, unread until the
@@ -12,7 +14,7 @@
 # DEVICE=cpu with SMALL=1 runs the same parts at a tiny size on a CPU (to check the script itself).
 set -u
 OUT=${OUT:?set OUT to the results folder}
-PART=${PART:-env outer nccl tests grid}
+PART=${PART:-env outer nccl gloo tests grid}
 DEVICE=${DEVICE:-cuda}
 SEEDS=${SEEDS:-21 22}
 RUNS=${RUNS:-/tmp/noloco-wide-runs}
@@ -21,9 +23,11 @@ export PYTHONUNBUFFERED=1
 here=$(dirname "$0")
 if [ "${SMALL:-0}" = 1 ]; then
   OUTER="--replicas 4 --width 32 --layers 1 --seconds 3"
+  GLOO="--width 32 --layers 1 --seconds 3 --spread-steps 0 --inner-steps 0"
   GRID="--width 32 --layers 1 --batch 2 --ctx 16 --settings a0.3_b0.5_H20 g1"
 else
   OUTER="--replicas 8 --width 768 --layers 6 --seconds 10"
+  GLOO="--seconds 30"
   GRID=""
 fi
 source "$here/gpu_common.sh"
@@ -56,6 +60,14 @@ def rank(r, device):
     dist.destroy_process_group()
 mp.start_processes(rank, args=(sys.argv[1],), nprocs=2, start_method="fork")  # the code comes from stdin: no spawn
 PY
+fi
+
+if part gloo; then  # before the tests and the grid take the CPU cores
+  for ranks in 4 8; do
+    stamp "gloo $ranks"
+    timeout ${GLOO_S:-80} python3 -m noloco.benchmarks outer --ranks $ranks $GLOO --out "$OUT/outer_gloo$ranks.json" \
+      >> "$OUT/log.txt" 2>&1 || echo "gloo $ranks exit $?" >> "$OUT/log.txt"
+  done
 fi
 
 if part tests; then
