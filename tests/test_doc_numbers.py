@@ -17,14 +17,13 @@ NUMBER = re.compile(r"-?\d+(?:\.\d+)?")
 #: the outer step across ranks (benchmark ``outer``): the header's first cells, the 4- and 2-rank files
 RANKS_HEADER = "| mode | 4 ranks: median ms | x the floor P | 2 ranks: median ms |"
 RANKS_FILES = ("outer_ranks4.json", "outer_ranks2.json")
-#: the forecasts study's table: the header's first cells; per column the file, per row the family (all: the
-#: summary), each cell the counts of FORECASTS_KEYS in that order ("-" where the file has no such family)
-FORECASTS_HEADER = "| family: forecasts, claimed, within 15 %, missed unflagged, would hold but flagged, naive within |"
-FORECASTS_FILES = ("forecasts_fresh6.json", "forecasts_fresh9.json", "forecasts_fresh10.json", "forecasts_fresh11.json",
-                   "forecasts_fresh17.json", "forecasts_fresh18.json",
-                   "forecasts_fresh19.json", "forecasts_fresh21.json", "forecasts_fresh22.json")
-FORECASTS_KEYS = ("forecasts", "claimed", "claimed_within", "missed_unflagged", "would_hold_flagged", "naive_within")
-FORECASTS_ROWS = {"Llama": "llama", "cpu-tiny": "cpu-tiny", "Llama-wide (GPU)": "llama-wide", "all": None}
+#: the forecasts study's table of fresh seeds: the header's first cells; per row (its label) the seeds whose files'
+#: summaries it adds up, each cell the sum of FORECASTS_KEYS in that order
+FORECASTS_HEADER = "| fresh seeds (round) | forecasts | claimed | within 15 % | missed unflagged | would hold but flagged |"
+FORECASTS_ROWS = {"6 (second round)": (6,), "9, 10 (third)": (9, 10), "11, 17 to 19 (fourth)": (11, 17, 18, 19),
+                  "21, 22 (fourth; wider Llama, H100)": (21, 22), "23 to 25 (sixth; 23, 24 wider Llama, H200)": (23, 24, 25),
+                  "26, 27 (sixth)": (26, 27)}
+FORECASTS_KEYS = ("forecasts", "claimed", "claimed_within", "missed_unflagged", "would_hold_flagged")
 #: the families study's totals as the advice page words them: (pattern, what of families.json's summary)
 FAMILIES_TOTALS = (
     (r"\*\*Own inputs: (\d+) of (\d+) within the rule\*\*", lambda s: (s["own"]["agree"], s["own"]["runs"])),
@@ -84,20 +83,17 @@ def ranks_mismatches(text: str) -> list[str]:
 
 
 def forecasts_mismatches(text: str) -> list[str]:
-    """Every count of the forecasts study's table that is not its fresh rounds' files'."""
-    data = [_data(name) for name in FORECASTS_FILES]
+    """Every count of the forecasts study's table of fresh seeds that is not the sum of its seeds' files."""
     wrong = []
     for label, *cells in table(text, FORECASTS_HEADER):
         if label not in FORECASTS_ROWS:
-            wrong.append(f"{label}: no family of the forecasts study is mapped to this row")
+            wrong.append(f"{label}: no seeds of the forecasts study are mapped to this row")
             continue
-        family = FORECASTS_ROWS[label]
-        for name, rep, cell in zip(FORECASTS_FILES, data, cells, strict=True):
-            counts = rep["summary"] if family is None else rep["per_family"].get(family)
-            stored = None if counts is None else [counts[k] for k in FORECASTS_KEYS]
-            quoted = [int(n) for n in NUMBER.findall(cell)][:len(FORECASTS_KEYS)] if cell.strip() != "-" else None
-            if quoted != stored:
-                wrong.append(f"{label}, {name}: the page says {cell}, the data {stored}")
+        summaries = [_data(f"forecasts_fresh{seed}.json")["summary"] for seed in FORECASTS_ROWS[label]]
+        stored = [sum(s[k] for s in summaries) for k in FORECASTS_KEYS]
+        quoted = [int(NUMBER.findall(cell.replace(",", ""))[0]) for cell in cells]
+        if quoted != stored:
+            wrong.append(f"{label}: the page says {quoted}, the data {stored}")
     return wrong
 
 
@@ -140,7 +136,7 @@ def test_the_forecast_claim_quoted_is_the_error_models():
 @pytest.mark.parametrize("check, old, new", [
     (ranks_mismatches, "| pairs: toolkit | 47.5 |", "| pairs: toolkit | 49.5 |"),
     (ranks_mismatches, "| 15.13 |\n", "| 15.2 |\n"),
-    (forecasts_mismatches, "| cpu-tiny | 145, 59, 59, 0, 51, 18 | 145, 56,", "| cpu-tiny | 145, 59, 59, 0, 51, 18 | 145, 55,"),
+    (forecasts_mismatches, "| 9, 10 (third) | 580 | 272 | 255 |", "| 9, 10 (third) | 580 | 272 | 254 |"),
     (families_mismatches, "**Transfers: 7 of 8 claimed agree**", "**Transfers: 8 of 8 claimed agree**"),
     (families_mismatches, "factor 2, one unflagged miss", "factor 2, no unflagged miss"),
 ])

@@ -155,7 +155,8 @@ run, 30 of 728 forecasts miss 15 %). Not adopted: along its own groups the repla
 to step, so dividing by it moves the point forecast by a forecast or two in a hundred. The forecast stays the sixth
 round's. Within 15 % by the share of the run forecast from (R6): 1/4 239 of 520, 3/8 513 of 728, 1/2 681, 5/8 698,
 3/4 698 of 728; the misses from half the run on (sd of the log ratio 0.04 to 0.12 per family and H, means within
-0.08 of 0) are the run's own, and no reading tried in seven rounds separates them.
+0.08 of 0) are each run's own (its family and H do not carry them), and no reading tried in seven rounds separates
+them.
 
 The seen hold rate (committed before any run of seed 26 was read). What the forecast can say about itself, where
 the error model claims nothing: the share of the seen forecasts above from the same share of their run that held
