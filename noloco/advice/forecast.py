@@ -207,6 +207,46 @@ def track_record(from_step: int, outer_steps: int, inner_steps: int) -> TrackRec
                        seed_high=high)
 
 
+#: the outer axes a transfer changes one at a time (:func:`transfer_axis`): a setting's field and the axis's name
+AS_AXES = (("alpha", "alpha"), ("beta", "beta"), ("gamma", "gamma"), ("inner_steps", "H"), ("replicas", "N"),
+           ("group_size", "n"))
+#: the transfers' track record along each axis: (claimed, of them within CLAIM_TOLERANCE, flagged, of them within)
+#: over the fresh judgements of cpu-tiny, Llama and the wider Llama, every one re-run with the code as it is
+#: (noloco.studies.transfers.track_table on docs/data/transfers_track.json)
+AS_TRACK: dict = {}
+
+
+@dataclass(frozen=True)
+class AxisRecord(JsonRecord):
+    """Along ``axis``, of ``claimed`` fresh transfers claimed ``held`` were within CLAIM_TOLERANCE of the measured,
+    and of ``flagged`` flagged ``flagged_held`` (:data:`AS_TRACK`); ``flagged_now``: whether this transfer is."""
+
+    axis: str
+    claimed: int
+    held: int
+    flagged: int
+    flagged_held: int
+    flagged_now: bool
+
+    def text(self) -> str:
+        n, held, kind = ((self.flagged, self.flagged_held, "flagged") if self.flagged_now else
+                         (self.claimed, self.held, "claimed"))
+        if not n:
+            return f"along {self.axis}: no fresh transfer was {kind}"
+        return (f"along {self.axis}: of {n} {kind} transfers on fresh seeds, {held} ({held / n:.0%}) held within "
+                f"{CLAIM_TOLERANCE:.0%}")
+
+
+def transfer_axis(pilot_cfg, target_cfg) -> str | None:
+    """The one outer axis of :data:`AS_AXES` a transfer changes (H with or without the outer steps), None when it
+    changes none or more than one."""
+    def value(cfg, name):
+        return getattr(cfg, name) if name == "inner_steps" else getattr(cfg.outer, name)
+
+    moved = [axis for name, axis in AS_AXES if value(pilot_cfg, name) != value(target_cfg, name)]
+    return moved[0] if len(moved) == 1 else None
+
+
 def error_claimed(mu, sigma, z: float):
     """Whether the band ``mu`` +- ``z`` ``sigma`` of log(forecast / measured) lies within CLAIM_TOLERANCE (arrays or
     numbers)."""
@@ -608,7 +648,8 @@ class TransferRow(JsonRecord):
 class Transfer(JsonRecord):
     """:func:`transfer`'s report (``noloco llm predict --as ... --json``)."""
 
-    NESTED = {"groups": StepGroups, "rows": (list, TransferRow)}
+    NESTED = {"groups": StepGroups, "rows": (list, TransferRow), "track_record": AxisRecord}
+    OPTIONAL_KEYS = ("track_record",)
 
     run: str
     changes: dict
@@ -624,6 +665,7 @@ class Transfer(JsonRecord):
     pilot_replay_ratio: Optional[float]
     interval: dict  # {"quantiles", "from"}: where the interval was measured
     rows: list
+    track_record: Optional[AxisRecord] = field(default=None, kw_only=True)  # None off the axes (AS_TRACK)
 
 
 def transfer(run_dir, seed: int | None = None, **changes) -> Transfer:
@@ -724,7 +766,17 @@ def transfer(run_dir, seed: int | None = None, **changes) -> Transfer:
                     pilot_replayed_rms=float(math.sqrt(np.mean(ws_pilot[len(ws_pilot) // 2:] ** 2))),
                     pilot_replay_ratio=replay,
                     interval={"quantiles": list(TRANSFER_ERROR), "from": "docs/data/advice_development.json"},
-                    rows=rows)
+                    rows=rows, track_record=axis_record(pilot_cfg, target_cfg, bool(flags)))
+
+
+def axis_record(pilot_cfg, target_cfg, flagged: bool) -> AxisRecord | None:
+    """The track record (:data:`AS_TRACK`) of the axis a transfer changes, None off the axes."""
+    axis = transfer_axis(pilot_cfg, target_cfg)
+    if axis not in AS_TRACK:
+        return None
+    claimed, held, n_flagged, flagged_held = AS_TRACK[axis]
+    return AxisRecord(axis=axis, claimed=claimed, held=held, flagged=n_flagged, flagged_held=flagged_held,
+                      flagged_now=flagged)
 
 
 def target_groups(run, target_cfg, t0: int, seed: int | None = None):
@@ -848,5 +900,7 @@ def format_transfer(report: Transfer) -> str:
     if report.groups.along == "own":
         lines.append(f"along the groups of groups seed {report.groups.seed} (the pilot's own, and the target's drawn "
                      f"from it); averaged over random groups: {_fmt(report.second_half_rms_average, '.4e')}")
+    if report.track_record is not None:
+        lines.append(f"track record: {report.track_record.text()}")
     lines += [f"flag: {f}" for f in report.flags]
     return "\n".join(lines)

@@ -38,6 +38,15 @@ double H (H up; H down, back) and of those that halve it (H up, back; H down) ar
 Seeds 1 and 2 of the one-pilot study were seen before the flags were written; they are re-judged here (``seen``):
 their pilots trained again (:data:`SEEN_PILOTS`), their targets' measured spreads read from
 docs/data/one_pilot.json (those runs are not kept), and labelled so.
+
+The track record (the rule committed before any run of seed 28 was read): every fresh judgement of the grid's
+seeds 6 and 9 to 27 (cpu-tiny, Llama and the wider Llama) re-run with the code as it is (``--fresh-seed S`` per
+folder: docs/data/transfers_track.json), with the N and n judgements of noloco.studies.transfer_groups (seeds 7, 8,
+18, 19, 25 to 27), counted per axis: claimed and of them within 15 %, flagged and of them within
+(:func:`track_table`, :data:`noloco.advice.forecast.AS_TRACK`); ``--as`` along one axis prints its axis's. Judged
+once on seed 28 (cpu-tiny and Llama: ``--fresh-seed 28`` and ``transfer-groups --seeds 18,28``): the share of its
+claimed transfers within 15 %, pooled over the axes, lies within the range of the seen seeds' shares (seeds with at
+least 10 claimed); reported per axis (:func:`judge_track`).
 """
 
 from __future__ import annotations
