@@ -700,3 +700,29 @@ def test_the_track_record_is_the_seen_forecasts_of_the_same_h_and_share_of_their
     assert said in rep.flags[0] and f"track record: {said}" in F.format_forecast(rep).splitlines()
     assert F.Forecast.from_json(json.loads(dumps(rep))).track_record == rep.track_record
     assert "H 15 or more" in F.track_record(12, 16, 20).text()
+
+
+def test_a_transfer_along_one_axis_carries_that_axis_track_record(tmp_path):
+    """transfer_axis names the one outer axis a change moves (H with its outer steps too), none for two or for the
+    rate; the report quotes the claimed counts of its axis when unflagged and the flagged counts when flagged."""
+    from noloco.advice.record import read_run
+
+    ph = write_run(tmp_path, config(schedule="constant", warmup=20))
+    cfg = read_run(tmp_path).setting
+    assert F.transfer_axis(cfg, cfg.changed(alpha=0.3)) == "alpha"
+    assert F.transfer_axis(cfg, cfg.changed(inner_steps=20, outer_steps=20)) == "H"
+    assert F.transfer_axis(cfg, cfg.changed(group_size=4)) == "n" and F.transfer_axis(cfg, cfg.changed(replicas=4)) == "N"
+    assert F.transfer_axis(cfg, cfg.changed(alpha=0.3, beta=0.5)) is None and F.transfer_axis(cfg, cfg.changed(lr=2e-3)) is None
+    assert {axis for _, axis in F.AS_AXES} == set(F.AS_TRACK)
+    _measured_as(tmp_path, config(schedule="constant", warmup=20),
+                 replayed_weight_std(config(schedule="constant", warmup=20), ph, own=True))
+    rep = F.transfer(tmp_path, beta=0.6)
+    claimed, held, _, _ = F.AS_TRACK["beta"]
+    assert rep.flags == [] and not rep.track_record.flagged_now
+    said = f"along beta: of {claimed} claimed transfers on fresh seeds, {held} ({held / claimed:.0%}) held within 15%"
+    assert rep.track_record.text() == said and f"track record: {said}" in F.format_transfer(rep).splitlines()
+    flagged = F.transfer(tmp_path, alpha=0.95)  # near the stability edge: flagged, its axis's flagged counts quoted
+    _, _, n, n_held = F.AS_TRACK["alpha"]
+    assert flagged.flags and flagged.track_record.text().startswith(f"along alpha: of {n} flagged transfers")
+    assert F.transfer(tmp_path, lr=2e-3).track_record is None
+    assert F.Transfer.from_json(json.loads(dumps(rep))).track_record == rep.track_record

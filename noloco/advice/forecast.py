@@ -211,9 +211,10 @@ def track_record(from_step: int, outer_steps: int, inner_steps: int) -> TrackRec
 AS_AXES = (("alpha", "alpha"), ("beta", "beta"), ("gamma", "gamma"), ("inner_steps", "H"), ("replicas", "N"),
            ("group_size", "n"))
 #: the transfers' track record along each axis: (claimed, of them within CLAIM_TOLERANCE, flagged, of them within)
-#: over the fresh judgements of cpu-tiny, Llama and the wider Llama, every one re-run with the code as it is
-#: (noloco.studies.transfers.track_table on docs/data/transfers_track.json)
-AS_TRACK: dict = {}
+#: over the fresh judgements of cpu-tiny, Llama and the wider Llama (alpha to H: seeds 6, 9 to 19, 21 to 27, re-run
+#: with the code as it is; N and n: seeds 7, 8, 18, 19, 25 to 27), noloco.studies.transfers.track_table
+AS_TRACK = {"alpha": (48, 48, 48, 44), "beta": (96, 95, 0, 0), "gamma": (96, 96, 0, 0), "H": (68, 63, 68, 64),
+            "N": (28, 28, 0, 0), "n": (14, 14, 14, 12)}
 
 
 @dataclass(frozen=True)

@@ -164,14 +164,29 @@ class Seen(JsonRecord):
 
 
 @dataclass(frozen=True)
+class TrackJudgement(JsonRecord):
+    """The track record judged on a fresh seed: its claimed transfers within 15 % (pooled over the axes), the seen
+    seeds' range of that share and whether it lies inside; ``by_axis``: per axis, seen ``[claimed, held]`` and fresh
+    ``[claimed, held]``."""
+
+    seed: int
+    claimed: int
+    held: int
+    seed_low: float
+    seed_high: float
+    inside: bool
+    by_axis: dict
+
+
+@dataclass(frozen=True)
 class TransfersReport(JsonRecord):
     """``transfers.json``, ``transfers_fresh6.json`` (``missing``, no tuner or seen) and ``transfer_groups.json``
     (no tuner): the transfers' verdicts, counted per family and axis. ``tuner`` holds
     :func:`noloco.studies.one_pilot.tuner_rows`' rows."""
 
-    OPTIONAL_KEYS = ("missing", "tuner", "seen")
+    OPTIONAL_KEYS = ("missing", "tuner", "seen", "track")
     NESTED = {"rules": Rules, "rows": (list, AsRow), "by_family": (dict, Counts), "by_axis": _BY_AXIS,
-              "summary": Counts, "tuner": (list, OnePilotTuner), "seen": Seen}
+              "summary": Counts, "tuner": (list, OnePilotTuner), "seen": Seen, "track": TrackJudgement}
 
     schema: str
     rules: Rules
@@ -184,6 +199,7 @@ class TransfersReport(JsonRecord):
     summary: Optional[Counts] = None
     tuner: Optional[list] = None
     seen: Optional[Seen] = None
+    track: Optional[TrackJudgement] = None  # the track record judged on a seed it did not see
 
 
 RULES = Rules(spread_tolerance=SPREAD_RULE, claimed="a prediction without a flag")
@@ -286,7 +302,23 @@ def judge_fresh(out, seed: int = FRESH2_SEED, families=FAMILIES) -> TransfersRep
             rows.append(row) if row is not None else missing.append(f"{f} {p} -> {t}")
     axes = list(dict.fromkeys(axis for _, _, axis in AXIS_TRANSFERS))
     return TransfersReport(schema="transfers-fresh", rules=RULES, families=list(families), seeds=[seed], rows=rows,
-                           missing=missing, **tables(rows, families, axes), summary=counts(rows))
+                           missing=missing, **tables(rows, families, axes), summary=counts(rows),
+                           track=None if seed in TRACK_SEEDS else track_of(out, seed, rows))
+
+
+def track_of(out, seed: int, rows: list) -> "TrackJudgement":
+    """The track record's judgement of ``seed`` (module docstring): ``rows`` and, where the folder holds it, the
+    seed's rows of ``transfer_groups_s18_sSEED.json`` (run ``transfer-groups --seeds 18,SEED`` first)."""
+    from noloco.infra.files import read_json
+
+    fresh = [dict(seed=r.seed, family=r.family, label=r.axis, axis=r.axis.split()[0], ratio=r.as_ratio,
+                  verdict=r.as_verdict) for r in rows]
+    groups = Path(out) / f"transfer_groups_s18_s{seed}.json"
+    if groups.exists():
+        fresh += [dict(seed=r.seed, family=r.family, label=r.axis, axis=r.axis.split()[0], ratio=r.as_ratio,
+                       verdict=r.as_verdict) for r in TransfersReport.from_json(read_json(groups)).rows
+                  if r.seed == seed]
+    return judge_track(fresh)
 
 
 def run_study(out, train: bool = True, families=FAMILIES, seeds=SEEDS, fresh_seed: int | None = None) -> TransfersReport:
@@ -319,6 +351,11 @@ def format_report(rep: TransfersReport) -> str:
     if rep.seen is not None:
         lines += [f"{f}, seeds {', '.join(map(str, rep.seen.seeds))} ({rep.seen.note}): " + one_pilot.json_line(c.to_json())
                   for f, c in rep.seen.by_family.items() if c.predictions]
+    if rep.track is not None:
+        t = rep.track
+        lines.append(f"track record, seed {t.seed}: {t.held} of {t.claimed} claimed within 15%; the seen seeds "
+                     f"{t.seed_low:.0%} to {t.seed_high:.0%}: {'inside' if t.inside else 'outside'}; per axis (seen "
+                     f"claimed, held; fresh claimed, held): {t.by_axis}")
     return "\n".join(lines)
 
 
@@ -358,3 +395,61 @@ def markdown(rep: TransfersReport) -> str:
         out += ["", "| family (seen seeds) | predictions | claimed | within 15 % | flagged | missed unflagged |",
                 "|---|---|---|---|---|---|"] + _count_rows(seen.by_family)
     return "\n".join(out)
+
+
+#: the track record's per-axis judgements (module docstring): the fresh rounds re-run with the code as it is
+TRACK_FILE = SEEN_REPORT.parent / "transfers_track.json"
+#: the transfer-groups studies' reports whose rows the track record adds (N and n)
+TRACK_GROUPS = ("transfer_groups", "transfer_groups_s18_s19", "transfer_groups_s18_s25", "transfer_groups_s18_s26",
+                "transfer_groups_s18_s27")
+#: the least claimed transfers of one seed for its share held to count in the seen seeds' range; the seeds seen
+TRACK_MIN_CLAIMED, TRACK_SEEDS = 10, (*range(0, 28),)
+
+
+def track_rows() -> list[dict]:
+    """Every judged transfer of the track record, one per seed, family and axis label: ``seed``, ``family``,
+    ``axis`` (its first word: alpha, beta, gamma, H, N, n), ``ratio``, ``verdict``."""
+    from noloco.infra.files import read_json
+
+    data = read_json(TRACK_FILE)
+    rows = [dict(zip(data["columns"], row)) for row in data["rows"]]
+    for name in TRACK_GROUPS:
+        for r in TransfersReport.from_json(read_json(SEEN_REPORT.parent / f"{name}.json")).rows:
+            rows.append(dict(seed=r.seed, family=r.family, label=r.axis, ratio=r.as_ratio, verdict=r.as_verdict))
+    unique = {(r["seed"], r["family"], r["label"]): r for r in rows}  # seed 18 is in every s18_* report
+    return [{**r, "axis": r["label"].split()[0]} for r in unique.values()]
+
+
+def _within(r) -> bool:
+    return abs(r["ratio"] - 1) <= SPREAD_RULE
+
+
+def track_table(rows: list[dict]) -> dict:
+    """:data:`noloco.advice.forecast.AS_TRACK` from judged transfers: per axis, ``(claimed, of them within 15 %,
+    flagged, of them within)``."""
+    from noloco.advice.forecast import AS_AXES
+
+    out = {}
+    for _, axis in AS_AXES:
+        mine = [r for r in rows if r["axis"] == axis]
+        claimed = [r for r in mine if r["verdict"] != "flagged"]
+        flagged = [r for r in mine if r["verdict"] == "flagged"]
+        out[axis] = (len(claimed), sum(map(_within, claimed)), len(flagged), sum(map(_within, flagged)))
+    return out
+
+
+def judge_track(fresh: list[dict], seen: list[dict] | None = None) -> TrackJudgement:
+    """The track record's rule (module docstring) on ``fresh`` (rows as :func:`track_rows`' of one seed)."""
+    seen = track_rows() if seen is None else seen
+    by_seed: dict = {}
+    for r in seen:
+        if r["verdict"] != "flagged":
+            by_seed.setdefault(r["seed"], []).append(r)
+    shares = [sum(map(_within, rs)) / len(rs) for rs in by_seed.values() if len(rs) >= TRACK_MIN_CLAIMED]
+    claimed = [r for r in fresh if r["verdict"] != "flagged"]
+    held = sum(map(_within, claimed))
+    table, fresh_table = track_table(seen), track_table(fresh)
+    low, high = min(shares), max(shares)
+    return TrackJudgement(seed=fresh[0]["seed"], claimed=len(claimed), held=held, seed_low=low, seed_high=high,
+                          inside=bool(claimed) and low <= held / len(claimed) <= high,
+                          by_axis={axis: [*table[axis][:2], *fresh_table[axis][:2]] for axis in table})
