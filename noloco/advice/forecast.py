@@ -49,7 +49,8 @@ Both report what they rest on (``flags``). A forecast is withdrawn (``unsure``) 
 it extrapolates, its window's noise scatter (:func:`noise_scatter`), the decay factor at the flattest c, H, T and the
 window's pooled c and its rise) puts mu +- z sigma beyond 15 %, or with too few measured steps; a transfer with an
 unstable target. A forecast also carries its track record (:func:`track_record`): how many of the seen forecasts
-from its H and share of the run held within 15 %, and the range by seed. The interval: the forecast divided by the
+from its H and share of the run held within 15 %, and the range by seed; a transfer along one axis its axis's
+(:data:`AS_TRACK`). The interval: the forecast divided by the
 error model's band at 80 % (:data:`INTERVAL_Z`), and for
 a transfer the 10 % and 90 % quantiles of predicted / measured over the validation sweep of docs/advice.md
 (:data:`TRANSFER_ERROR`); within-run resampling was tried and covers far fewer runs than it claims (docs/advice.md).
