@@ -344,8 +344,8 @@ def test_the_seen_hold_rates_re_run_from_the_stored_forecasts_and_are_judged_as_
     from noloco.advice import forecast as FC
     from noloco.studies import forecasts as S
 
-    assert S.held_by_share(S.development7()) == S.HELD_BY_SHARE
-    assert S.track_table(S.track_rows()) == FC.TRACK_RECORD
+    assert S.held_by_share(S.read_development7()) == S.HELD_BY_SHARE
+    assert S.track_table(S.read_track_rows()) == FC.TRACK_RECORD
     rows = [_row(S, ratio=1.0, from_step=K, outer_steps=32, inner_steps=H, seed=27) for K in (8, 12, 16, 20, 24)
             for H in (5, 10, 20) for _ in range(12)]
     verdicts = S.judge_held(rows)

@@ -67,13 +67,13 @@ def test_the_transfers_track_record_re_runs_from_its_files_and_is_judged_by_the_
     from noloco.advice.forecast import AS_TRACK
     from noloco.studies import transfers as T
 
-    seen = T.track_rows()
+    seen = T.read_track_rows()
     assert T.track_table(seen) == AS_TRACK
-    assert len({(r["seed"], r["family"], r["label"]) for r in seen}) == len(seen)
-    fresh = [dict(seed=99, family="x", label=a, axis=a.split()[0], ratio=1.0, verdict="agrees")
-             for a in ("alpha down", "beta up", "gamma up", "H up", "N up", "n up")] * 2
+    assert len({(r.seed, r.family, r.label) for r in seen}) == len(seen)
+    fresh = [T.JudgedTransfer(99, "x", label, 1.0, "agrees")
+             for label in ("alpha down", "beta up", "gamma up", "H up", "N up", "n up")] * 2
     judged = T.judge_track(fresh, seen)
     assert judged.inside and judged.seed_high == 1.0 and (judged.claimed, judged.held) == (12, 12)
     assert judged.by_axis["H"] == [*AS_TRACK["H"][:2], 2, 2]
-    missed = T.judge_track([{**r, "ratio": 1.3, "verdict": "misses"} for r in fresh], seen)
+    missed = T.judge_track([r._replace(ratio=1.3, verdict="misses") for r in fresh], seen)
     assert not missed.inside and missed.held == 0 and missed.seed_low > 0.8

@@ -147,7 +147,7 @@ TRACK_H = (7, 14, math.inf)
 TRACK_SHARES = (5 / 16, 7 / 16, 9 / 16, 11 / 16, 1.0)
 #: per bin (H's upper edge, the share's upper edge): the seen forecasts that held within CLAIM_TOLERANCE, of how many,
 #: and the least and the most share held by one seed (seeds with at least 10 forecasts in the bin). Seen: the seventh
-#: round of noloco.studies.forecasts and seed 26 (noloco.studies.forecasts.track_rows: 3,724 forecasts of 790 runs,
+#: round of noloco.studies.forecasts and seed 26 (noloco.studies.forecasts.read_track_rows: 3,724 forecasts of 790 runs,
 #: seeds 0 to 4, 6, 9 to 26, five families, along their own groups, from at least WINDOW + 1 steps); what a forecast
 #: the error model does not claim can still say of itself (:func:`track_record`)
 TRACK_RECORD = {(7, 5 / 16): (128, 226, 0.333, 0.944), (7, 7 / 16): (174, 226, 0.667, 0.944),

@@ -173,7 +173,7 @@ rate moves with H (H 15 or more from 1/2: 87 % seen) and a seed's forecasts shar
 
 The track record by share and H (committed before any run of seed 27 was read; it replaces the rate by share alone).
 The cells: the share bins above times H up to 7, 8 to 14, 15 or more; each cell's held of seen (the seventh round's
-forecasts and seed 26's from at least WINDOW + 1 steps, 3,724 of 790 runs: :func:`track_rows`) and the range of its per-seed shares held
+forecasts and seed 26's from at least WINDOW + 1 steps, 3,724 of 790 runs: :func:`read_track_rows`) and the range of its per-seed shares held
 over the seeds with at least 10 forecasts in it (:data:`noloco.advice.forecast.TRACK_RECORD`). Judged once on seed 27
 (cpu-tiny and Llama, the 29-setting grid and N 8 with pairs and groups of 4): per H bin, its forecasts from at least
 7/16 of the run pooled, the fresh share held lies within the range of the seen seeds' shares of the same pool (seeds
@@ -189,10 +189,11 @@ import dataclasses
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 
+from noloco.infra.errors import DataError
 from noloco.infra.files import read_json, write_json
 from noloco.infra.record import JsonRecord
 from noloco.advice.forecast import CLAIM_TOLERANCE, EDGE_LIMIT as FC_EDGE_LIMIT, ERROR_READINGS as FC_READINGS
@@ -890,10 +891,38 @@ def from_steps(T: int) -> list[int]:
 SEEN7 = (0, 1, 2, 3, 4, 6, *range(9, 26))
 
 
-def development7() -> list[dict]:
-    """The seventh round's development forecasts as stored (docs/data/forecasts_dev7.json), one dict per forecast."""
+class SeenForecast(NamedTuple):
+    """One judged forecast as the seen hold rates count it: from outer step ``from_step`` of ``outer_steps`` at H
+    ``inner_steps``, forecast / measured second-half RMS ``ratio``."""
+
+    family: str
+    run: str
+    seed: int
+    from_step: int
+    outer_steps: int
+    inner_steps: int
+    ratio: float
+
+    @property
+    def share(self) -> float:
+        return self.from_step / self.outer_steps
+
+    @property
+    def held(self) -> bool:
+        return abs(self.ratio - 1) <= TOLERANCE
+
+    @classmethod
+    def of(cls, row: ForecastRow) -> "SeenForecast":
+        return cls(row.family, row.run, row.seed, row.from_step, row.outer_steps, row.inner_steps or REFERENCE_H,
+                   row.ratio)
+
+
+def read_development7() -> list[SeenForecast]:
+    """The seventh round's development forecasts as stored (docs/data/forecasts_dev7.json)."""
     data = read_json(_DATA / "forecasts_dev7.json")
-    return [dict(zip(data["columns"], row)) for row in data["rows"]]
+    if list(data["columns"][:len(SeenForecast._fields)]) != list(SeenForecast._fields):
+        raise DataError(f"forecasts_dev7.json: columns {data['columns']}, expected {list(SeenForecast._fields)} first")
+    return [SeenForecast(*row[:len(SeenForecast._fields)]) for row in data["rows"]]
 
 
 #: the first statement of the seen hold rate, by the share of the run alone (module docstring; judged on seed 26):
@@ -901,18 +930,17 @@ def development7() -> list[dict]:
 HELD_BY_SHARE = ((5 / 16, 239, 520), (7 / 16, 513, 728), (9 / 16, 681, 728), (11 / 16, 698, 728), (1.0, 698, 728))
 
 
-def held_by_share(rows: list[dict]) -> tuple:
-    """:data:`HELD_BY_SHARE` from forecasts (``from_step``, ``outer_steps``, ``ratio``): per bin of the share of the
-    run, ``(upper edge, held within 15 %, forecasts)``."""
+def held_by_share(rows: list[SeenForecast]) -> tuple:
+    """:data:`HELD_BY_SHARE` from forecasts: per bin of the share of the run, ``(upper edge, held within 15 %,
+    forecasts)``."""
     from noloco.advice.forecast import TRACK_SHARES
 
     edges = [0.0, *TRACK_SHARES]
     out = []
     for low, high in zip(edges, edges[1:]):
         last = high == edges[-1]
-        mine = [r for r in rows if low <= r["from_step"] / r["outer_steps"] and
-                (last or r["from_step"] / r["outer_steps"] < high)]
-        out.append((high, sum(abs(r["ratio"] - 1) <= TOLERANCE for r in mine), len(mine)))
+        mine = [r for r in rows if low <= r.share and (last or r.share < high)]
+        out.append((high, *_held(mine)))
     return tuple(out)
 
 
@@ -920,7 +948,7 @@ def judge_held(rows: list[ForecastRow]) -> list[HeldVerdict]:
     """The rate by share's fresh rule (module docstring) on ``rows``: per bin of :data:`HELD_BY_SHARE`."""
     from scipy.stats import binom
 
-    fresh = held_by_share([dict(from_step=r.from_step, outer_steps=r.outer_steps, ratio=r.ratio) for r in rows])
+    fresh = held_by_share([SeenForecast.of(r) for r in rows])
     out = []
     for (high, held, of), (_, n_held, n) in zip(HELD_BY_SHARE, fresh):
         low_q, high_q = (int(binom.ppf(q, n, held / of)) for q in (0.025, 0.975))
@@ -929,25 +957,22 @@ def judge_held(rows: list[ForecastRow]) -> list[HeldVerdict]:
     return out
 
 
-#: the seeds of the track record's seen forecasts (:func:`track_rows`), and the least forecasts of one seed in a bin
+#: the seeds of the track record's seen forecasts (:func:`read_track_rows`), and the least forecasts of one seed in a bin
 #: for its share held to count in the bin's per-seed range
 TRACK_SEEDS, TRACK_MIN_PER_SEED = (*SEEN7, 26), 10
 
 
-def track_rows() -> list[dict]:
-    """The track record's seen forecasts: the seventh round's (:func:`development7`) and seed 26's fresh judgement
-    (docs/data/forecasts_fresh26.json) from at least WINDOW + 1 steps; dicts with ``seed``, ``from_step``,
-    ``outer_steps``, ``inner_steps`` and ``ratio``."""
+def read_track_rows() -> list[SeenForecast]:
+    """The track record's seen forecasts: the seventh round's (:func:`read_development7`) and seed 26's fresh
+    judgement (docs/data/forecasts_fresh26.json) from at least WINDOW + 1 steps."""
     from noloco.advice.forecast import WINDOW
 
     fresh = ForecastsReport.from_json(read_json(_DATA / "forecasts_fresh26.json")).rows
-    return development7() + [dict(family=r.family, run=r.run, seed=r.seed, from_step=r.from_step,
-                                  outer_steps=r.outer_steps, inner_steps=r.inner_steps, ratio=r.ratio)
-                             for r in fresh if r.from_step >= WINDOW + 1]
+    return read_development7() + [SeenForecast.of(r) for r in fresh if r.from_step >= WINDOW + 1]
 
 
-def _held(rows) -> tuple[int, int]:
-    return sum(abs(r["ratio"] - 1) <= TOLERANCE for r in rows), len(rows)
+def _held(rows: list[SeenForecast]) -> tuple[int, int]:
+    return sum(r.held for r in rows), len(rows)
 
 
 def seed_range(rows) -> tuple[float, float]:
@@ -955,19 +980,19 @@ def seed_range(rows) -> tuple[float, float]:
     :data:`TRACK_MIN_PER_SEED` of ``rows`` (nan, nan without such a seed)."""
     by_seed: dict = {}
     for r in rows:
-        by_seed.setdefault(r["seed"], []).append(r)
+        by_seed.setdefault(r.seed, []).append(r)
     shares = [h / n for h, n in map(_held, by_seed.values()) if n >= TRACK_MIN_PER_SEED]
     return (min(shares), max(shares)) if shares else (math.nan, math.nan)
 
 
-def track_table(rows: list[dict]) -> dict:
+def track_table(rows: list[SeenForecast]) -> dict:
     """:data:`noloco.advice.forecast.TRACK_RECORD` from forecasts: per bin, ``(held, of, seed_low, seed_high)``
     (shares rounded to 3 places)."""
     from noloco.advice.forecast import track_bin
 
     cells: dict = {}
     for r in rows:
-        cells.setdefault(track_bin(r["from_step"], r["outer_steps"], r["inner_steps"]), []).append(r)
+        cells.setdefault(track_bin(r.from_step, r.outer_steps, r.inner_steps), []).append(r)
     return {key: (*_held(mine), *(round(x, 3) for x in seed_range(mine))) for key, mine in sorted(cells.items())}
 
 
@@ -975,19 +1000,19 @@ def track_table(rows: list[dict]) -> dict:
 TRACK_POOL_FROM = 7 / 16
 
 
-def judge_track(rows: list[ForecastRow], seen: list[dict] | None = None) -> list[TrackVerdict]:
-    """The track record's fresh rule (module docstring) on ``rows`` against ``seen`` (default :func:`track_rows`)."""
+def judge_track(rows: list[ForecastRow], seen: list[SeenForecast] | None = None) -> list[TrackVerdict]:
+    """The track record's fresh rule (module docstring) on ``rows`` against ``seen`` (default
+    :func:`read_track_rows`)."""
     from noloco.advice.forecast import TRACK_H, TRACK_SHARES, WINDOW, track_bin
 
-    seen = track_rows() if seen is None else seen
-    fresh = [dict(seed=r.seed, from_step=r.from_step, outer_steps=r.outer_steps, inner_steps=r.inner_steps or REFERENCE_H,
-                  ratio=r.ratio) for r in rows if r.from_step >= WINDOW + 1]
+    seen = read_track_rows() if seen is None else seen
+    fresh = [SeenForecast.of(r) for r in rows if r.from_step >= WINDOW + 1]
     out = []
     for h in TRACK_H:
         def mine(rs, share=None):
-            return [r for r in rs if track_bin(r["from_step"], r["outer_steps"], r["inner_steps"])[0] == h and
-                    (r["from_step"] / r["outer_steps"] >= TRACK_POOL_FROM if share is None else
-                     track_bin(r["from_step"], r["outer_steps"], r["inner_steps"])[1] == share)]
+            return [r for r in rs if track_bin(r.from_step, r.outer_steps, r.inner_steps)[0] == h and
+                    (r.share >= TRACK_POOL_FROM if share is None else
+                     track_bin(r.from_step, r.outer_steps, r.inner_steps)[1] == share)]
         held, of = _held(mine(fresh))
         low, high = seed_range(mine(seen))
         cells = [[share, *_held(mine(seen, share)), *_held(mine(fresh, share))] for share in TRACK_SHARES]

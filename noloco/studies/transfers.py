@@ -53,7 +53,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 from noloco.infra.record import JsonRecord
 from noloco.studies import one_pilot
@@ -311,13 +311,10 @@ def track_of(out, seed: int, rows: list) -> "TrackJudgement":
     seed's rows of ``transfer_groups_s18_sSEED.json`` (run ``transfer-groups --seeds 18,SEED`` first)."""
     from noloco.infra.files import read_json
 
-    fresh = [dict(seed=r.seed, family=r.family, label=r.axis, axis=r.axis.split()[0], ratio=r.as_ratio,
-                  verdict=r.as_verdict) for r in rows]
+    fresh = [JudgedTransfer.of(r) for r in rows]
     groups = Path(out) / f"transfer_groups_s18_s{seed}.json"
     if groups.exists():
-        fresh += [dict(seed=r.seed, family=r.family, label=r.axis, axis=r.axis.split()[0], ratio=r.as_ratio,
-                       verdict=r.as_verdict) for r in TransfersReport.from_json(read_json(groups)).rows
-                  if r.seed == seed]
+        fresh += [JudgedTransfer.of(r) for r in TransfersReport.from_json(read_json(groups)).rows if r.seed == seed]
     return judge_track(fresh)
 
 
@@ -406,50 +403,73 @@ TRACK_GROUPS = ("transfer_groups", "transfer_groups_s18_s19", "transfer_groups_s
 TRACK_MIN_CLAIMED, TRACK_SEEDS = 10, (*range(0, 28),)
 
 
-def track_rows() -> list[dict]:
-    """Every judged transfer of the track record, one per seed, family and axis label: ``seed``, ``family``,
-    ``axis`` (its first word: alpha, beta, gamma, H, N, n), ``ratio``, ``verdict``."""
+class JudgedTransfer(NamedTuple):
+    """One judged ``--as`` as the track record counts it: its axis label (``alpha down``, ``H up, back``, ``N up``),
+    predicted / measured ``ratio`` and ``verdict`` (agrees, misses or flagged)."""
+
+    seed: int
+    family: str
+    label: str
+    ratio: float
+    verdict: str
+
+    @property
+    def axis(self) -> str:
+        return self.label.split()[0]
+
+    @property
+    def within(self) -> bool:
+        return abs(self.ratio - 1) <= SPREAD_RULE
+
+    @property
+    def claimed(self) -> bool:
+        return self.verdict != "flagged"
+
+    @classmethod
+    def of(cls, row: AsPrediction) -> "JudgedTransfer":
+        return cls(row.seed, row.family, row.axis, row.as_ratio, row.as_verdict)
+
+
+def read_track_rows() -> list[JudgedTransfer]:
+    """Every judged transfer of the track record, one per seed, family and axis label."""
+    from noloco.infra.errors import DataError
     from noloco.infra.files import read_json
 
     data = read_json(TRACK_FILE)
-    rows = [dict(zip(data["columns"], row)) for row in data["rows"]]
+    if list(data["columns"]) != list(JudgedTransfer._fields):
+        raise DataError(f"{TRACK_FILE.name}: columns {data['columns']}, expected {list(JudgedTransfer._fields)}")
+    rows = [JudgedTransfer(*row) for row in data["rows"]]
     for name in TRACK_GROUPS:
-        for r in TransfersReport.from_json(read_json(SEEN_REPORT.parent / f"{name}.json")).rows:
-            rows.append(dict(seed=r.seed, family=r.family, label=r.axis, ratio=r.as_ratio, verdict=r.as_verdict))
-    unique = {(r["seed"], r["family"], r["label"]): r for r in rows}  # seed 18 is in every s18_* report
-    return [{**r, "axis": r["label"].split()[0]} for r in unique.values()]
+        rows += map(JudgedTransfer.of, TransfersReport.from_json(read_json(SEEN_REPORT.parent / f"{name}.json")).rows)
+    return list({(r.seed, r.family, r.label): r for r in rows}.values())  # seed 18 is in every s18_* report
 
 
-def _within(r) -> bool:
-    return abs(r["ratio"] - 1) <= SPREAD_RULE
-
-
-def track_table(rows: list[dict]) -> dict:
+def track_table(rows: list[JudgedTransfer]) -> dict:
     """:data:`noloco.advice.forecast.AS_TRACK` from judged transfers: per axis, ``(claimed, of them within 15 %,
     flagged, of them within)``."""
     from noloco.advice.forecast import AS_AXES
 
     out = {}
     for _, axis in AS_AXES:
-        mine = [r for r in rows if r["axis"] == axis]
-        claimed = [r for r in mine if r["verdict"] != "flagged"]
-        flagged = [r for r in mine if r["verdict"] == "flagged"]
-        out[axis] = (len(claimed), sum(map(_within, claimed)), len(flagged), sum(map(_within, flagged)))
+        mine = [r for r in rows if r.axis == axis]
+        claimed = [r for r in mine if r.claimed]
+        flagged = [r for r in mine if not r.claimed]
+        out[axis] = (len(claimed), sum(r.within for r in claimed), len(flagged), sum(r.within for r in flagged))
     return out
 
 
-def judge_track(fresh: list[dict], seen: list[dict] | None = None) -> TrackJudgement:
-    """The track record's rule (module docstring) on ``fresh`` (rows as :func:`track_rows`' of one seed)."""
-    seen = track_rows() if seen is None else seen
+def judge_track(fresh: list[JudgedTransfer], seen: list[JudgedTransfer] | None = None) -> TrackJudgement:
+    """The track record's rule (module docstring) on ``fresh`` (one seed's judged transfers)."""
+    seen = read_track_rows() if seen is None else seen
     by_seed: dict = {}
     for r in seen:
-        if r["verdict"] != "flagged":
-            by_seed.setdefault(r["seed"], []).append(r)
-    shares = [sum(map(_within, rs)) / len(rs) for rs in by_seed.values() if len(rs) >= TRACK_MIN_CLAIMED]
-    claimed = [r for r in fresh if r["verdict"] != "flagged"]
-    held = sum(map(_within, claimed))
+        if r.claimed:
+            by_seed.setdefault(r.seed, []).append(r)
+    shares = [sum(r.within for r in rs) / len(rs) for rs in by_seed.values() if len(rs) >= TRACK_MIN_CLAIMED]
+    claimed = [r for r in fresh if r.claimed]
+    held = sum(r.within for r in claimed)
     table, fresh_table = track_table(seen), track_table(fresh)
     low, high = min(shares), max(shares)
-    return TrackJudgement(seed=fresh[0]["seed"], claimed=len(claimed), held=held, seed_low=low, seed_high=high,
+    return TrackJudgement(seed=fresh[0].seed, claimed=len(claimed), held=held, seed_low=low, seed_high=high,
                           inside=bool(claimed) and low <= held / len(claimed) <= high,
                           by_axis={axis: [*table[axis][:2], *fresh_table[axis][:2]] for axis in table})
