@@ -50,8 +50,7 @@ it extrapolates, its window's noise scatter (:func:`noise_scatter`), the decay f
 window's pooled c and its rise) puts mu +- z sigma beyond 15 %, or with too few measured steps; a transfer with an
 unstable target. A forecast also carries its track record (:func:`track_record`): how many of the seen forecasts
 from its H and share of the run held within 15 %, and the range by seed; a transfer along one axis its axis's
-(:data:`AS_TRACK`). The interval: the forecast divided by the
-error model's band at 80 % (:data:`INTERVAL_Z`), and for
+(:data:`AS_TRACK`). The interval: the forecast divided by the error model's band at 80 % (:data:`INTERVAL_Z`), and for
 a transfer the 10 % and 90 % quantiles of predicted / measured over the validation sweep of docs/advice.md
 (:data:`TRANSFER_ERROR`); within-run resampling was tried and covers far fewer runs than it claims (docs/advice.md).
 """

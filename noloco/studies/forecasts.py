@@ -909,7 +909,7 @@ class SeenForecast(NamedTuple):
 
     @property
     def held(self) -> bool:
-        return abs(self.ratio - 1) <= TOLERANCE
+        return bool(F.within(self.ratio, TOLERANCE, relative=True))
 
     @classmethod
     def of(cls, row: ForecastRow) -> "SeenForecast":
@@ -931,17 +931,14 @@ HELD_BY_SHARE = ((5 / 16, 239, 520), (7 / 16, 513, 728), (9 / 16, 681, 728), (11
 
 
 def held_by_share(rows: list[SeenForecast]) -> tuple:
-    """:data:`HELD_BY_SHARE` from forecasts: per bin of the share of the run, ``(upper edge, held within 15 %,
-    forecasts)``."""
+    """:data:`HELD_BY_SHARE` from forecasts: per bin of the share of the run (the track record's, H pooled),
+    ``(upper edge, held within 15 %, forecasts)``."""
     from noloco.advice.forecast import TRACK_SHARES
 
-    edges = [0.0, *TRACK_SHARES]
-    out = []
-    for low, high in zip(edges, edges[1:]):
-        last = high == edges[-1]
-        mine = [r for r in rows if low <= r.share and (last or r.share < high)]
-        out.append((high, *_held(mine)))
-    return tuple(out)
+    by_share: dict = {share: [] for share in TRACK_SHARES}
+    for (_, share), mine in _cells(rows).items():
+        by_share[share] += mine
+    return tuple((share, *_held(mine)) for share, mine in by_share.items())
 
 
 def judge_held(rows: list[ForecastRow]) -> list[HeldVerdict]:
@@ -985,37 +982,42 @@ def seed_range(rows) -> tuple[float, float]:
     return (min(shares), max(shares)) if shares else (math.nan, math.nan)
 
 
-def track_table(rows: list[SeenForecast]) -> dict:
-    """:data:`noloco.advice.forecast.TRACK_RECORD` from forecasts: per bin, ``(held, of, seed_low, seed_high)``
-    (shares rounded to 3 places)."""
+def _cells(rows: list[SeenForecast]) -> dict:
+    """``rows`` by their :func:`noloco.advice.forecast.track_bin`, the bins in order."""
     from noloco.advice.forecast import track_bin
 
     cells: dict = {}
     for r in rows:
         cells.setdefault(track_bin(r.from_step, r.outer_steps, r.inner_steps), []).append(r)
-    return {key: (*_held(mine), *(round(x, 3) for x in seed_range(mine))) for key, mine in sorted(cells.items())}
+    return dict(sorted(cells.items()))
 
 
-#: the share of the run from which the track record's fresh rule pools a H bin's forecasts
+def track_table(rows: list[SeenForecast]) -> dict:
+    """:data:`noloco.advice.forecast.TRACK_RECORD` from forecasts: per bin, ``(held, of, seed_low, seed_high)``
+    (shares rounded to 3 places)."""
+    return {key: (*_held(mine), *(round(x, 3) for x in seed_range(mine))) for key, mine in _cells(rows).items()}
+
+
+#: the share of the run from which the track record's fresh rule pools a H bin's forecasts (a bin's edge: the pool is
+#: the bins above it)
 TRACK_POOL_FROM = 7 / 16
 
 
 def judge_track(rows: list[ForecastRow], seen: list[SeenForecast] | None = None) -> list[TrackVerdict]:
     """The track record's fresh rule (module docstring) on ``rows`` against ``seen`` (default
     :func:`read_track_rows`)."""
-    from noloco.advice.forecast import TRACK_H, TRACK_SHARES, WINDOW, track_bin
+    from noloco.advice.forecast import TRACK_H, TRACK_SHARES, WINDOW
 
-    seen = read_track_rows() if seen is None else seen
-    fresh = [SeenForecast.of(r) for r in rows if r.from_step >= WINDOW + 1]
+    seen_cells = _cells(read_track_rows() if seen is None else seen)
+    fresh_cells = _cells([SeenForecast.of(r) for r in rows if r.from_step >= WINDOW + 1])
     out = []
     for h in TRACK_H:
-        def mine(rs, share=None):
-            return [r for r in rs if track_bin(r.from_step, r.outer_steps, r.inner_steps)[0] == h and
-                    (r.share >= TRACK_POOL_FROM if share is None else
-                     track_bin(r.from_step, r.outer_steps, r.inner_steps)[1] == share)]
-        held, of = _held(mine(fresh))
-        low, high = seed_range(mine(seen))
-        cells = [[share, *_held(mine(seen, share)), *_held(mine(fresh, share))] for share in TRACK_SHARES]
+        def pooled(cells):
+            return [r for (hb, share), mine in cells.items() if hb == h and share > TRACK_POOL_FROM for r in mine]
+        held, of = _held(pooled(fresh_cells))
+        low, high = seed_range(pooled(seen_cells))
+        cells = [[share, *_held(seen_cells.get((h, share), [])), *_held(fresh_cells.get((h, share), []))]
+                 for share in TRACK_SHARES]
         out.append(TrackVerdict(h_to=None if h == math.inf else int(h), fresh_held=held, fresh_of=of, seed_low=low,
                                 seed_high=high, inside=bool(of) and low <= held / of <= high, cells=cells))
     return out

@@ -400,7 +400,7 @@ TRACK_FILE = SEEN_REPORT.parent / "transfers_track.json"
 TRACK_GROUPS = ("transfer_groups", "transfer_groups_s18_s19", "transfer_groups_s18_s25", "transfer_groups_s18_s26",
                 "transfer_groups_s18_s27")
 #: the least claimed transfers of one seed for its share held to count in the seen seeds' range; the seeds seen
-TRACK_MIN_CLAIMED, TRACK_SEEDS = 10, (*range(0, 28),)
+TRACK_MIN_CLAIMED, TRACK_SEEDS = 10, tuple(range(28))
 
 
 class JudgedTransfer(NamedTuple):
@@ -419,7 +419,9 @@ class JudgedTransfer(NamedTuple):
 
     @property
     def within(self) -> bool:
-        return abs(self.ratio - 1) <= SPREAD_RULE
+        from noloco.studies.families import within
+
+        return bool(within(self.ratio, SPREAD_RULE, relative=True))
 
     @property
     def claimed(self) -> bool:
