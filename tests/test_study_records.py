@@ -150,7 +150,7 @@ def test_a_malformed_report_is_a_data_error():
 
 # ------------------------------------------------------------------ the advice studies' reports
 
-from noloco.studies import families, forecasts, transfers, tune_fresh  # noqa: E402
+from noloco.studies import families, forecasts, luck, transfers, tune_fresh  # noqa: E402
 
 #: each advice study's report class, the file of docs/data it wrote, and whether the study's writer today writes that
 #: file's keys (families.json predates the own-input rows' ``along``, which today's writer adds, as null or not;
@@ -166,7 +166,7 @@ ADVICE_FILES = [(families.FamiliesReport, "families", False), (forecasts.Forecas
                 *((transfers.TransfersReport, f"transfers_fresh{s}{v}", True) for s in (12, 13, 14, 15, 16) for v in ("", "_before")),
                 (transfers.TransfersReport, "transfers_fresh17", True), (transfers.TransfersReport, "transfers_fresh28", True),
                 (transfers.TransfersReport, "transfer_groups", True),
-                (tune_fresh.IntervalData, "tune_interval", True)]
+                (tune_fresh.IntervalData, "tune_interval", True), (luck.LuckReport, "luck", True)]
 
 
 @pytest.mark.parametrize("record_class, name, current", ADVICE_FILES, ids=[name for _, name, _ in ADVICE_FILES])

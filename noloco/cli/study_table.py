@@ -220,6 +220,13 @@ def table() -> tuple[Study, ...]:
               "noloco/studies/transfer_groups.py." + _NEEDS_HF,
               (*_folder("--out", "runs/one-pilot"), _seeds((7, 8), "S1,S2", "the two seeds trained and judged")),
               _evaluate_seeds),
+        Study("luck", "noloco.studies.luck",
+              "a run's own luck: one setting over six data orders at one groups seed, the floor under --as "
+              "(docs/advice.md, 'The floor')",
+              "Trains the pilot and its H 20, H 5, alpha 0.7 and beta 0.9 targets of cpu-tiny and the Llama-style "
+              "config with six data orders and one groups seed (finished runs reused) and judges --as against the "
+              "runs' own spread under the rule of noloco/studies/luck.py." + _NEEDS_HF,
+              _folder("--out", "runs/luck"), _evaluate),
         Study("tune-fresh", "noloco.studies.tune_fresh",
               "the tuner from one pilot on fresh seeds 5 and 6 (docs/advice.md, 'One pilot')",
               "Trains each family's seed-5 pilot with its forks and the 29 settings whole with seed 6 (the one-pilot "

@@ -26,13 +26,26 @@ Expected if the luck is the cause: along H and alpha up *within luck*, the floor
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+from scipy.stats import norm
+
+from noloco.infra.errors import DataError
+from noloco.infra.files import write_json
+from noloco.infra.record import JsonRecord
+from noloco.studies import families as F
 from noloco.studies import one_pilot
+from noloco.studies.transfers import AsRow, as_row
 
 FAMILIES = one_pilot.FAMILIES
 PILOT = one_pilot.PILOT
 #: the four targets and their axis labels (noloco.studies.one_pilot.TRANSFERS' names)
 TARGETS = (("a0.5_b0.7_H20", "H up"), ("a0.5_b0.7_H5", "H down"), ("a0.7_b0.7_H10", "alpha up"),
            ("a0.5_b0.9_H10", "beta up"))
+SPREAD_RULE = one_pilot.SPREAD_RULE
 NAMES = (PILOT, *(t for t, _ in TARGETS))
 DATA_SEEDS = (1001, 1002, 1003, 1004, 1005, 1006)
 GROUPS_SEED = 18
@@ -59,3 +72,139 @@ def train_missing(out, families=FAMILIES, progress: bool | None = None) -> None:
     for family, name, seed in tqdm(todo, desc="luck runs", disable=progress is False):
         train_hf(one_pilot._hf_family(family), one_pilot.setting(name), seed, one_pilot.folder(out, family, name, seed),
                  outer_class=OneGroupsSeed)
+
+
+@dataclass(frozen=True)
+class LuckRun(JsonRecord):
+    """One run: its second-half RMS weight_std and its log deviation from the mean of its setting's other data
+    orders (the oracle's error)."""
+
+    family: str
+    setting: str
+    data_seed: int
+    measured: float
+    oracle_log_error: float
+
+
+@dataclass(frozen=True)
+class AxisLuck(JsonRecord):
+    """Along one axis: the RMS log error of ``--as`` (pilot and target of the same data order) and of the target's
+    oracle, the mean-square ratio and the verdict (:data:`F_LIMIT`); of the 12, the transfers and the oracle outside
+    15 %, and the share a normal error of the oracle's RMS puts there."""
+
+    axis: str
+    target: str
+    transfers: int
+    transfer_rms: float
+    oracle_rms: float
+    ms_ratio: float
+    verdict: str
+    transfers_outside: int
+    oracle_outside: int
+    normal_outside: float
+    flagged: int
+
+
+@dataclass(frozen=True)
+class LuckReport(JsonRecord):
+    """``luck.json``: every run, every transfer and the verdict per axis."""
+
+    NESTED = {"runs": (list, LuckRun), "transfers": (list, AsRow), "axes": (list, AxisLuck)}
+
+    schema: str
+    groups_seed: int
+    data_seeds: list
+    runs: list
+    transfers: list
+    axes: list
+    luck_rms: dict  # setting -> the oracle's RMS log error over both families
+
+
+def _rms(values) -> float:
+    return float(np.sqrt(np.mean(np.square(values))))
+
+
+def _outside(log_errors) -> int:
+    return int(sum(not F.within(math.exp(e), SPREAD_RULE, relative=True) for e in log_errors))
+
+
+def _normal_outside(sigma: float) -> float:
+    """The share outside the rule of a normal log error with mean 0 and sd ``sigma``."""
+    return float(norm.sf(math.log1p(SPREAD_RULE) / sigma) + norm.cdf(math.log1p(-SPREAD_RULE) / sigma))
+
+
+def oracle_runs(measured: dict) -> list[LuckRun]:
+    """``measured``: ``{(family, setting): {data seed: second-half RMS}}``; each run with its oracle's error."""
+    runs = []
+    for (family, name), by_seed in measured.items():
+        logs = {d: math.log(v) for d, v in by_seed.items()}
+        for d, v in logs.items():
+            rest = [w for e, w in logs.items() if e != d]
+            runs.append(LuckRun(family=family, setting=name, data_seed=d, measured=math.exp(v),
+                                oracle_log_error=v - float(np.mean(rest))))
+    return runs
+
+
+def judge(runs: list[LuckRun], transfers: list[AsRow]) -> tuple[dict, list[AxisLuck]]:
+    """The luck per setting (the oracle's RMS log error over the families) and the verdict along each axis of
+    :data:`TARGETS` with a transfer (the rule in the module docstring)."""
+    luck = {name: _rms([r.oracle_log_error for r in runs if r.setting == name]) for name in NAMES}
+    axes = []
+    for target, axis in TARGETS:
+        rows = [r for r in transfers if r.target == target]
+        if not rows:
+            continue
+        errors = [math.log(r.as_ratio) for r in rows]
+        oracle = [r.oracle_log_error for r in runs if r.setting == target]
+        ratio = _rms(errors) ** 2 / luck[target] ** 2
+        axes.append(AxisLuck(axis=axis, target=target, transfers=len(rows), transfer_rms=_rms(errors),
+                             oracle_rms=luck[target], ms_ratio=ratio,
+                             verdict="beyond luck" if ratio > F_LIMIT else "within luck",
+                             transfers_outside=_outside(errors), oracle_outside=_outside(oracle),
+                             normal_outside=_normal_outside(luck[target]),
+                             flagged=sum(bool(r.as_flags) for r in rows)))
+    return luck, axes
+
+
+def evaluate(out, families=FAMILIES) -> LuckReport:
+    """The report of the finished runs in ``out`` (every one must exist: :func:`train_missing`)."""
+    measured = {}
+    for family in families:
+        for name in NAMES:
+            measured[family, name] = {}
+            for d in DATA_SEEDS:
+                path = one_pilot.folder(out, family, name, d)
+                if not one_pilot.finished(path):
+                    raise DataError(f"{path}: not a finished run (train it: noloco llm study luck --out {out})")
+                measured[family, name][d] = one_pilot._measured(path)[1]
+    runs = oracle_runs(measured)
+    transfers = [r for target, axis in TARGETS for family in families for d in DATA_SEEDS
+                 if (r := as_row(out, family, d, PILOT, target, axis)) is not None]  # all finished: checked above
+    luck, axes = judge(runs, transfers)
+    return LuckReport(schema="noloco.luck/1", groups_seed=GROUPS_SEED, data_seeds=list(DATA_SEEDS), runs=runs,
+                      transfers=transfers, axes=axes, luck_rms=luck)
+
+
+def run_study(out, train: bool = True) -> LuckReport:
+    """Train what is missing (``train``), evaluate, and write ``out/luck.json``."""
+    if train:
+        train_missing(out)
+    rep = evaluate(out)
+    write_json(Path(out) / "luck.json", rep.to_json())
+    return rep
+
+
+def format_report(rep: LuckReport) -> str:
+    lines = [f"a run's luck: {len(rep.data_seeds)} data orders at groups seed {rep.groups_seed}, second-half RMS "
+             "weight_std; the oracle: each run's log deviation from the mean of its setting's other data orders",
+             "luck (the oracle's RMS log error, both families): "
+             + ", ".join(f"{name} {v:.3f}" for name, v in rep.luck_rms.items()),
+             f"{'axis':9s} {'target':14s} {'--as RMS':>8s} {'oracle':>7s} {'MS ratio':>8s}  {'verdict':11s} "
+             f"{'--as out':>8s} {'oracle out':>10s} {'normal out':>10s} {'flagged':>7s}"]
+    for a in rep.axes:
+        lines.append(f"{a.axis:9s} {a.target:14s} {a.transfer_rms:8.3f} {a.oracle_rms:7.3f} {a.ms_ratio:8.2f}  "
+                     f"{a.verdict:11s} {a.transfers_outside:>5d}/{a.transfers:<2d} {a.oracle_outside:>7d}/{a.transfers:<2d}"
+                     f" {a.normal_outside:10.1%} {a.flagged:>7d}")
+    lines.append(f"beyond luck: the mean-square ratio above {F_LIMIT} (the 95 % point of F(12, 10)); out: outside "
+                 f"{SPREAD_RULE:.0%}")
+    return "\n".join(lines)
