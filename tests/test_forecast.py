@@ -726,3 +726,11 @@ def test_a_transfer_along_one_axis_carries_that_axis_track_record(tmp_path):
     assert flagged.flags and flagged.track_record.text().startswith(f"along alpha: of {n} flagged transfers")
     assert F.transfer(tmp_path, lr=2e-3).track_record is None
     assert F.Transfer.from_json(json.loads(dumps(rep))).track_record == rep.track_record
+    # the 80 % interval: the axis's, claimed or flagged as the transfer is; the development sweep's along several
+    lo, hi = F.AS_INTERVAL["beta", True]
+    assert rep.interval["quantiles"] == [lo, hi] and "along beta, claimed" in rep.interval["from"]
+    assert all(math.isclose(r.low, r.predicted / hi) and math.isclose(r.high, r.predicted / lo) for r in rep.rows)
+    assert flagged.interval["quantiles"] == list(F.AS_INTERVAL["alpha", False])
+    several = F.transfer(tmp_path, alpha=0.3, beta=0.6)
+    assert several.track_record is None and several.interval["quantiles"] == list(F.TRANSFER_ERROR)
+    assert "80 % interval from the errors in docs/data/advice_development.json" in F.format_transfer(several)

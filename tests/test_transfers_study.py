@@ -77,3 +77,23 @@ def test_the_transfers_track_record_re_runs_from_its_files_and_is_judged_by_the_
     assert judged.by_axis["H"] == [*AS_TRACK["H"][:2], 2, 2]
     missed = T.judge_track([r._replace(ratio=1.3, verdict="misses") for r in fresh], seen)
     assert not missed.inside and missed.held == 0 and missed.seed_low > 0.8
+
+
+def test_the_per_axis_interval_re_runs_from_the_track_record_and_is_judged_by_its_coverage():
+    """AS_INTERVAL is interval_table of the stored judgements; a fresh seed with every ratio at 1 lies inside every
+    interval (40 of 40: above the binomial range for 80 %, so the rule fails: too wide), one with 80 % inside holds."""
+    from noloco.advice.forecast import AS_INTERVAL, TRANSFER_ERROR
+    from noloco.studies import transfers as T
+
+    assert T.interval_table(T.read_track_rows()) == AS_INTERVAL
+    labels = [("alpha down", "agrees"), ("alpha up", "flagged"), ("beta up", "agrees"), ("gamma up", "agrees"),
+              ("H up", "agrees"), ("H down", "flagged"), ("N up", "agrees"), ("n down", "flagged")]
+    fresh = [T.JudgedTransfer(99, "x", label, 1.0, verdict) for label, verdict in labels] * 5
+    all_in = T.judge_interval(fresh)
+    assert (all_in.transfers, all_in.inside, all_in.inside_before) == (40, 40, 40) and not all_in.holds
+    assert all_in.by_axis["alpha"] == [10, 10, 10]
+    outside = AS_INTERVAL["H", True][1] + 0.01  # outside H's claimed interval, inside the old one only if below 1.09
+    some_out = [r._replace(ratio=outside) if i < 8 else r for i, r in enumerate(fresh)]
+    judged = T.judge_interval(some_out)
+    assert judged.inside == 32 and judged.low <= 32 <= judged.high and judged.holds
+    assert judged.inside_before == 32 + sum(TRANSFER_ERROR[0] <= outside <= TRANSFER_ERROR[1] for _ in range(8))

@@ -51,8 +51,8 @@ window's pooled c and its rise) puts mu +- z sigma beyond 15 %, or with too few 
 unstable target. A forecast also carries its track record (:func:`track_record`): how many of the seen forecasts
 from its H and share of the run held within 15 %, and the range by seed; a transfer along one axis its axis's
 (:data:`AS_TRACK`). The interval: the forecast divided by the error model's band at 80 % (:data:`INTERVAL_Z`), and for
-a transfer the 10 % and 90 % quantiles of predicted / measured over the validation sweep of docs/advice.md
-(:data:`TRANSFER_ERROR`); within-run resampling was tried and covers far fewer runs than it claims (docs/advice.md).
+a transfer along one axis the 10 % and 90 % quantiles of predicted / measured over its axis's track record
+(:data:`AS_INTERVAL`), along several over the development sweep (:data:`TRANSFER_ERROR`); within-run resampling was tried and covers far fewer runs than it claims (docs/advice.md).
 """
 
 from __future__ import annotations
@@ -106,7 +106,8 @@ TILT_FLAT_C = 0.02
 #: forecasts of the third round (noloco.studies.forecasts: 418 of 810; 0.909, 1.081): the held-out study's interval
 #: (noloco.studies.advice); the forecast's own is its error model's (ERROR_MODEL)
 FORECAST_ERROR = (0.91, 1.08)
-#: the same for the unflagged transfers of the development sweep (docs/data/advice_development.json)
+#: the same for the unflagged transfers of the development sweep (docs/data/advice_development.json): the interval
+#: of a transfer that changes several axes at once (one axis: AS_INTERVAL)
 TRANSFER_ERROR = (0.94, 1.09)
 
 
@@ -215,6 +216,12 @@ AS_AXES = (("alpha", "alpha"), ("beta", "beta"), ("gamma", "gamma"), ("inner_ste
 #: with the code as it is; N and n: seeds 7, 8, 18, 19, 25 to 27), noloco.studies.transfers.track_table
 AS_TRACK = {"alpha": (48, 48, 48, 44), "beta": (96, 95, 0, 0), "gamma": (96, 96, 0, 0), "H": (68, 63, 68, 64),
             "N": (28, 28, 0, 0), "n": (14, 14, 14, 12)}
+#: the 80 % interval of predicted / measured along one axis, claimed (True) or flagged (False): the 10 % and 90 %
+#: quantiles over the same judgements (noloco.studies.transfers.interval_table); along H and alpha up twice as wide as
+#: along beta and gamma, where the pilot and the target share their luck (docs/advice.md, "The floor")
+AS_INTERVAL = {("alpha", True): (0.958, 1.057), ("alpha", False): (0.932, 1.091), ("beta", True): (0.951, 1.057),
+               ("gamma", True): (0.946, 1.05), ("H", True): (0.919, 1.092), ("H", False): (0.942, 1.085),
+               ("N", True): (0.923, 1.09), ("n", True): (0.894, 1.004), ("n", False): (0.912, 1.045)}
 
 
 @dataclass(frozen=True)
@@ -757,8 +764,9 @@ def transfer(run_dir, seed: int | None = None, **changes) -> Transfer:
     late = slice(Tb // 2, None)
     level = float(math.sqrt(np.mean(ws[late] ** 2))) if np.all(np.isfinite(ws)) else math.inf
     average = float(math.sqrt(np.mean(ws_average[late] ** 2))) if np.all(np.isfinite(ws_average)) else math.inf
+    quantiles, measured_in = transfer_interval(pilot_cfg, target_cfg, bool(flags))
     rows = [TransferRow(outer_step=s + 1, predicted=float(v), low=lo, high=hi)
-            for s, v, lo, hi in zip(range(Tb), ws, *interval_bounds(ws, TRANSFER_ERROR))]
+            for s, v, lo, hi in zip(range(Tb), ws, *interval_bounds(ws, quantiles))]
     return Transfer(run=str(run.folder), changes=changes, flags=flags, decay_factor=radius,
                     pilot_decay_factor=radius_pilot, flattest_c=flattest, tilt=tilt, second_half_rms=level,
                     second_half_rms_average=average,
@@ -766,8 +774,18 @@ def transfer(run_dir, seed: int | None = None, **changes) -> Transfer:
                                           seed=None if target_mats is None else groups_seed_of(run, seed), why=why),
                     pilot_replayed_rms=float(math.sqrt(np.mean(ws_pilot[len(ws_pilot) // 2:] ** 2))),
                     pilot_replay_ratio=replay,
-                    interval={"quantiles": list(TRANSFER_ERROR), "from": "docs/data/advice_development.json"},
+                    interval={"quantiles": list(quantiles), "from": measured_in},
                     rows=rows, track_record=axis_record(pilot_cfg, target_cfg, bool(flags)))
+
+
+def transfer_interval(pilot_cfg, target_cfg, flagged: bool) -> tuple[tuple[float, float], str]:
+    """The 80 % interval of predicted / measured of a transfer and where it was measured: its axis's
+    (:data:`AS_INTERVAL`, claimed or flagged as this one is) where it changes one axis with a track record, else
+    :data:`TRANSFER_ERROR`."""
+    key = (transfer_axis(pilot_cfg, target_cfg), not flagged)
+    if key in AS_INTERVAL:
+        return AS_INTERVAL[key], f"docs/data/transfers_track.json: along {key[0]}, {'flagged' if flagged else 'claimed'}"
+    return TRANSFER_ERROR, "docs/data/advice_development.json"
 
 
 def axis_record(pilot_cfg, target_cfg, flagged: bool) -> AxisRecord | None:
@@ -888,7 +906,7 @@ def format_forecast(report: Forecast) -> str:
 def format_transfer(report: Transfer) -> str:
     changes = ", ".join(f"{k}={v}" for k, v in report.changes.items())
     lines = [f"{report.run} as {changes}: predicted weight_std from the pilot's measured inputs; 80 % interval "
-             "from the development sweep's errors",
+             f"from the errors in {report.interval['from']}",  # edge: the interval is kept JSON-shaped in the report
              f"{'outer':>6} {'predicted':>11} {'low':>11} {'high':>11}"]
     lines += [f"{r.outer_step:>6} {_fmt(r.predicted, '11.4e')} {_fmt(r.low, '11.4e')} "
               f"{_fmt(r.high, '11.4e')}" for r in report.rows]

@@ -177,7 +177,8 @@ forecasts and seed 26's from at least WINDOW + 1 steps, 3,724 of 790 runs: :func
 over the seeds with at least 10 forecasts in it (:data:`noloco.advice.forecast.TRACK_RECORD`). Judged once on seed 27
 (cpu-tiny and Llama, the 29-setting grid and N 8 with pairs and groups of 4): per H bin, its forecasts from at least
 7/16 of the run pooled, the fresh share held lies within the range of the seen seeds' shares of the same pool (seeds
-with at least 10 of them); the track record holds when all three H bins do. Every cell is reported.
+with at least 10 of them); the track record holds when all three H bins do. Every cell is reported. Judged again,
+unchanged, on seed 28 and on seed 29 (the latter's sentence committed before any run of seed 29 was read).
 
 ``noloco llm study forecasts --runs DIR`` on a families layout trains what is missing (finished runs reused), evaluates the development runs and writes ``DIR/forecasts.json``; on a folder of the transfers study
 (one holding ``transfers.json``) it trains nothing and writes the fresh judgement, ``DIR/forecasts_fresh.json``.

@@ -47,6 +47,14 @@ folder: docs/data/transfers_track.json), with the N and n judgements of noloco.s
 once on seed 28 (cpu-tiny and Llama: ``--fresh-seed 28`` and ``transfer-groups --seeds 18,28``): the share of its
 claimed transfers within 15 %, pooled over the axes, lies within the range of the seen seeds' shares (seeds with at
 least 10 claimed); reported per axis (:func:`judge_track`).
+
+The interval per axis (the rule committed before any run of seed 29 was read): a transfer along one axis takes as its
+80 % interval the 10 % and 90 % quantiles of predicted / measured over that axis's track-record judgements, claimed
+or flagged as it is (:func:`interval_table`, :data:`noloco.advice.forecast.AS_INTERVAL`; before, the development
+sweep's 0.94 to 1.09 for every transfer). Judged once on seed 29 (cpu-tiny and Llama: ``--fresh-seed 29`` and
+``transfer-groups --seeds 18,29``): over its transfers along one axis, the count whose predicted / measured lies
+inside its interval is within the binomial 95 % range for 80 % of them (:func:`judge_interval`), the count inside
+the old interval beside it. The track record's rule above is judged again, unchanged, on seed 29.
 """
 
 from __future__ import annotations
@@ -458,6 +466,61 @@ def track_table(rows: list[JudgedTransfer]) -> dict:
         flagged = [r for r in mine if not r.claimed]
         out[axis] = (len(claimed), sum(r.within for r in claimed), len(flagged), sum(r.within for r in flagged))
     return out
+
+
+def interval_table(rows: list[JudgedTransfer]) -> dict:
+    """:data:`noloco.advice.forecast.AS_INTERVAL` from judged transfers: per axis, claimed (True) or flagged, the
+    10 % and 90 % quantiles of predicted / measured (rounded to 3 decimals)."""
+    import numpy as np
+
+    from noloco.advice.forecast import AS_AXES
+
+    out = {}
+    for _, axis in AS_AXES:
+        for claimed in (True, False):
+            ratios = [r.ratio for r in rows if r.axis == axis and r.claimed == claimed]
+            if ratios:
+                out[axis, claimed] = tuple(round(float(q), 3) for q in np.quantile(ratios, [0.1, 0.9]))
+    return out
+
+
+@dataclass(frozen=True)
+class IntervalJudgement(JsonRecord):
+    """The per-axis 80 % intervals judged on a fresh seed: of ``transfers``, ``inside`` their axis's interval (and
+    ``inside_before`` the development sweep's one for all, TRANSFER_ERROR), the binomial 95 % range of the count
+    inside for 80 % and whether it lies in it; ``by_axis``: per axis ``[transfers, inside, inside before]``."""
+
+    seed: int
+    transfers: int
+    inside: int
+    inside_before: int
+    low: int
+    high: int
+    holds: bool
+    by_axis: dict
+
+
+def judge_interval(fresh: list[JudgedTransfer]) -> IntervalJudgement:
+    """The interval's rule (module docstring) on ``fresh``, one seed's judged transfers along one axis each."""
+    from scipy.stats import binom
+
+    from noloco.advice.forecast import AS_INTERVAL, TRANSFER_ERROR
+
+    def inside(r, interval):
+        return interval[0] <= r.ratio <= interval[1]
+
+    mine = [r for r in fresh if (r.axis, r.claimed) in AS_INTERVAL]
+    by_axis: dict = {}
+    for r in mine:
+        counts = by_axis.setdefault(r.axis, [0, 0, 0])
+        counts[0] += 1
+        counts[1] += inside(r, AS_INTERVAL[r.axis, r.claimed])
+        counts[2] += inside(r, TRANSFER_ERROR)
+    n = len(mine)
+    k = sum(c[1] for c in by_axis.values())
+    low, high = (int(x) for x in binom.interval(0.95, n, 0.8))
+    return IntervalJudgement(seed=fresh[0].seed, transfers=n, inside=k, inside_before=sum(c[2] for c in by_axis.values()),
+                             low=low, high=high, holds=low <= k <= high, by_axis=by_axis)
 
 
 def judge_track(fresh: list[JudgedTransfer], seen: list[JudgedTransfer] | None = None) -> TrackJudgement:
