@@ -187,14 +187,31 @@ class TrackJudgement(JsonRecord):
 
 
 @dataclass(frozen=True)
+class IntervalJudgement(JsonRecord):
+    """The per-axis 80 % intervals judged on a fresh seed: of ``transfers``, ``inside`` their axis's interval (and
+    ``inside_before`` the development sweep's one for all, TRANSFER_ERROR), the binomial 95 % range of the count
+    inside for 80 % and whether it lies in it; ``by_axis``: per axis ``[transfers, inside, inside before]``."""
+
+    seed: int
+    transfers: int
+    inside: int
+    inside_before: int
+    low: int
+    high: int
+    holds: bool
+    by_axis: dict
+
+
+@dataclass(frozen=True)
 class TransfersReport(JsonRecord):
     """``transfers.json``, ``transfers_fresh6.json`` (``missing``, no tuner or seen) and ``transfer_groups.json``
     (no tuner): the transfers' verdicts, counted per family and axis. ``tuner`` holds
     :func:`noloco.studies.one_pilot.tuner_rows`' rows."""
 
-    OPTIONAL_KEYS = ("missing", "tuner", "seen", "track")
+    OPTIONAL_KEYS = ("missing", "tuner", "seen", "track", "interval")
     NESTED = {"rules": Rules, "rows": (list, AsRow), "by_family": (dict, Counts), "by_axis": _BY_AXIS,
-              "summary": Counts, "tuner": (list, OnePilotTuner), "seen": Seen, "track": TrackJudgement}
+              "summary": Counts, "tuner": (list, OnePilotTuner), "seen": Seen, "track": TrackJudgement,
+              "interval": IntervalJudgement}
 
     schema: str
     rules: Rules
@@ -208,6 +225,7 @@ class TransfersReport(JsonRecord):
     tuner: Optional[list] = None
     seen: Optional[Seen] = None
     track: Optional[TrackJudgement] = None  # the track record judged on a seed it did not see
+    interval: Optional[IntervalJudgement] = None  # the per-axis interval's coverage on such a seed
 
 
 RULES = Rules(spread_tolerance=SPREAD_RULE, claimed="a prediction without a flag")
@@ -311,19 +329,20 @@ def judge_fresh(out, seed: int = FRESH2_SEED, families=FAMILIES) -> TransfersRep
     axes = list(dict.fromkeys(axis for _, _, axis in AXIS_TRANSFERS))
     return TransfersReport(schema="transfers-fresh", rules=RULES, families=list(families), seeds=[seed], rows=rows,
                            missing=missing, **tables(rows, families, axes), summary=counts(rows),
-                           track=None if seed in TRACK_SEEDS else track_of(out, seed, rows))
+                           **({} if seed in TRACK_SEEDS else judged_unseen(out, seed, rows)))
 
 
-def track_of(out, seed: int, rows: list) -> "TrackJudgement":
-    """The track record's judgement of ``seed`` (module docstring): ``rows`` and, where the folder holds it, the
-    seed's rows of ``transfer_groups_s18_sSEED.json`` (run ``transfer-groups --seeds 18,SEED`` first)."""
+def judged_unseen(out, seed: int, rows: list) -> dict:
+    """A seed the track record did not see, judged (module docstring): its ``track`` record and its ``interval``
+    coverage, over ``rows`` and, where the folder holds it, the seed's rows of ``transfer_groups_s18_sSEED.json``
+    (run ``transfer-groups --seeds 18,SEED`` first)."""
     from noloco.infra.files import read_json
 
     fresh = [JudgedTransfer.of(r) for r in rows]
     groups = Path(out) / f"transfer_groups_s18_s{seed}.json"
     if groups.exists():
         fresh += [JudgedTransfer.of(r) for r in TransfersReport.from_json(read_json(groups)).rows if r.seed == seed]
-    return judge_track(fresh)
+    return {"track": judge_track(fresh), "interval": judge_interval(fresh)}
 
 
 def run_study(out, train: bool = True, families=FAMILIES, seeds=SEEDS, fresh_seed: int | None = None) -> TransfersReport:
@@ -361,6 +380,11 @@ def format_report(rep: TransfersReport) -> str:
         lines.append(f"track record, seed {t.seed}: {t.held} of {t.claimed} claimed within 15%; the seen seeds "
                      f"{t.seed_low:.0%} to {t.seed_high:.0%}: {'inside' if t.inside else 'outside'}; per axis (seen "
                      f"claimed, held; fresh claimed, held): {t.by_axis}")
+    if rep.interval is not None:
+        i = rep.interval
+        lines.append(f"80 % interval per axis, seed {i.seed}: {i.inside} of {i.transfers} inside (the binomial range "
+                     f"{i.low} to {i.high}: {'holds' if i.holds else 'fails'}); inside the old one for all "
+                     f"{i.inside_before}; per axis (transfers, inside, inside the old): {i.by_axis}")
     return "\n".join(lines)
 
 
@@ -482,22 +506,6 @@ def interval_table(rows: list[JudgedTransfer]) -> dict:
             if ratios:
                 out[axis, claimed] = tuple(round(float(q), 3) for q in np.quantile(ratios, [0.1, 0.9]))
     return out
-
-
-@dataclass(frozen=True)
-class IntervalJudgement(JsonRecord):
-    """The per-axis 80 % intervals judged on a fresh seed: of ``transfers``, ``inside`` their axis's interval (and
-    ``inside_before`` the development sweep's one for all, TRANSFER_ERROR), the binomial 95 % range of the count
-    inside for 80 % and whether it lies in it; ``by_axis``: per axis ``[transfers, inside, inside before]``."""
-
-    seed: int
-    transfers: int
-    inside: int
-    inside_before: int
-    low: int
-    high: int
-    holds: bool
-    by_axis: dict
 
 
 def judge_interval(fresh: list[JudgedTransfer]) -> IntervalJudgement:
