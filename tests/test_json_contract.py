@@ -57,6 +57,7 @@ SKIP = {
                            "two cores); its slow test runs it",
     "llm study transfer-groups": "trains 12 runs of two families through transformers (about 15 minutes on two "
                                  "cores)",
+    "llm study luck": "trains 60 runs of two families through transformers (about 15 minutes on two cores)",
     "llm study tune-fresh": "trains two families' pilots with 28 forks and grids of 29 settings (over an hour on two "
                             "cores)",
 }
