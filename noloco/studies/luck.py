@@ -22,6 +22,18 @@ can know? The rule, written and committed before any of these runs was read:
   12 outside 15 % and the share a normal error of the floor's RMS puts outside 15 %.
 
 Expected if the luck is the cause: along H and alpha up *within luck*, the floor's RMS near 0.07.
+
+The forecast's floor (a second rule, written and committed before any of its runs was read): a forecast from outer
+step K predicts the rest of the same run, so its floor is the luck of that rest. The runs: cpu-tiny and the
+Llama-style config, the pilot's setting at H 10, 20 and 5 (equal tokens: 32, 16 and 64 outer steps; groups and data
+seed 18) trained whole, and from its state at K = T / 2 and K = 3T / 4 six continuations to the end
+(:data:`CONTINUATIONS`, :func:`noloco.studies.families.train_hf`'s forks with their own data order; the groups go on
+as drawn). A continuation's measure: the RMS of its weight_std over the steps a forecast from K is judged on (after
+K, in the run's second half); its oracle error: the log deviation from the mean of the other five. Per share (1/2,
+3/4), the floor is the RMS of the 36 oracle errors; the seen forecasts from that share (the track record's,
+:func:`noloco.studies.forecasts.read_track_rows`) are *within luck* if their mean-square log error exceeds the
+floor's by at most the 95 % point of F(n seen, 30), else *beyond luck*. Reported beside it: the shares outside 15 %
+of the seen forecasts, of the oracle's errors, and of a normal error of the floor's RMS.
 """
 
 from __future__ import annotations
@@ -49,6 +61,11 @@ SPREAD_RULE = one_pilot.SPREAD_RULE
 NAMES = (PILOT, *(t for t, _ in TARGETS))
 DATA_SEEDS = (1001, 1002, 1003, 1004, 1005, 1006)
 GROUPS_SEED = 18
+#: the forecast's floor: the H of the pilot's setting (equal tokens), the shares of the run its continuations start
+#: from, and their data orders
+FORECAST_NAMES = (PILOT, "a0.5_b0.7_H20", "a0.5_b0.7_H5")
+SHARES = (1 / 2, 3 / 4)
+CONTINUATIONS = (2001, 2002, 2003, 2004, 2005, 2006)
 #: the 95 % point of F(12, 10): mean squares of 12 transfers against 12 leave-one-out deviations of 6 runs in each
 #: of 2 families (10 degrees of freedom)
 F_LIMIT = 2.91
