@@ -277,11 +277,12 @@ def train_hf(family: Family, setting: FamilySetting, seed: int, folder, val_wind
     subclass): a planted fault (:mod:`noloco.studies.warnings`); ``at_end(models, average, val, inner)``: called after
     the last step, before the observer closes (:mod:`noloco.studies.gap_check`).
 
-    ``forks``: ``(setting, folder)`` or ``(setting, folder, length)`` run from this run's state at inner step
-    ``fork_at`` (an outer-step boundary of every setting involved) for ``length`` (default ``fork_len``) inner
-    steps, each at its own outer setting and H (one process only): the models, AdamW's state and the outer state
-    (phi and the momentum, loaded with ``strict=False``) are copied, the data and the learning rate are those of
-    the same inner steps, and an observer writes the fork's folder with its
+    ``forks``: ``(setting, folder)``, ``(setting, folder, length)`` or ``(setting, folder, length, data_seed)`` run
+    from this run's state at inner step ``fork_at`` (an outer-step boundary of every setting involved) for ``length``
+    (default ``fork_len``) inner steps, each at its own outer setting and H (one process only): the models, AdamW's
+    state and the outer state (phi and the momentum, loaded with ``strict=False``) are copied, the data and the
+    learning rate are those of the same inner steps (the batches drawn with ``data_seed`` where given: another data
+    order from there on, :mod:`noloco.studies.luck`), and an observer writes the fork's folder with its
     validation losses at its end (:func:`noloco.advice.fork.read_fork`). ``train=False``: only the forks, of a run
     already in ``folder`` (forks from its start: its initial state is drawn again from the seed). ``device``: where
     the replicas train (the initial weights are drawn on the CPU: a seed draws the same model on any device)."""
@@ -314,9 +315,9 @@ def train_hf(family: Family, setting: FamilySetting, seed: int, folder, val_wind
         if forks and fork_at == 0 else None  # forks from the start: the pilot's initial state
     if not train and snapshot is None:
         raise ValueError("train=False needs forks from the start (fork_at=0)")
-    for fork_setting, fork_folder, *length in forks if not train else ():
-        _fork(family, fork_setting, seed, snapshot, fork_at, (length or [fork_len])[0], fork_folder, shards, val,
-              val_windows, folder)
+    for fork_setting, fork_folder, *rest in forks if not train else ():
+        _fork(family, fork_setting, seed, snapshot, fork_at, *_fork_length_data(rest, fork_len, seed), fork_folder,
+              shards, val, val_windows, folder)
     if not train:
         return
     observer = Observer(outer, folder, outer_steps=T, lr=s.lr, schedule=s.schedule, warmup=s.warmup,
@@ -332,9 +333,15 @@ def train_hf(family: Family, setting: FamilySetting, seed: int, folder, val_wind
     if at_end is not None:
         at_end(models, average, val, inner)
     observer.close()  # it writes the inner AdamW's second moment, what --gap predicts from
-    for fork_setting, fork_folder, *length in forks:
-        _fork(family, fork_setting, seed, snapshot, fork_at, (length or [fork_len])[0], fork_folder, shards, val,
-              val_windows, folder)
+    for fork_setting, fork_folder, *rest in forks:
+        _fork(family, fork_setting, seed, snapshot, fork_at, *_fork_length_data(rest, fork_len, seed), fork_folder,
+              shards, val, val_windows, folder)
+
+
+def _fork_length_data(rest: list, fork_len: int | None, seed: int) -> tuple:
+    """A fork's ``(length, data seed)`` from what its tuple holds after the folder (:func:`train_hf`)."""
+    length, data_seed = (*rest, None, None)[:2]
+    return fork_len if length is None else length, seed if data_seed is None else data_seed
 
 
 def _inner_step(models, here, inner, shards, s: FamilySetting, seed: int, k: int) -> None:
@@ -352,8 +359,8 @@ def _inner_step(models, here, inner, shards, s: FamilySetting, seed: int, k: int
     inner.step()
 
 
-def _fork(family: Family, s: FamilySetting, seed: int, snapshot, fork_at: int, fork_len: int, folder, shards, val,
-          val_windows: int, pilot) -> None:
+def _fork(family: Family, s: FamilySetting, seed: int, snapshot, fork_at: int, fork_len: int, data_seed: int, folder,
+          shards, val, val_windows: int, pilot) -> None:
     """One fork of :func:`train_hf` (see there), observed into ``folder``."""
     import copy
 
@@ -381,7 +388,7 @@ def _fork(family: Family, s: FamilySetting, seed: int, snapshot, fork_at: int, f
                         overwrite=True, val_windows=val_windows, family=family.name, batch=s.batch, ctx=s.ctx,
                         fork_of=str(pilot), fork_at=fork_at, fork_len=fork_len)
     for k in range(fork_at, fork_at + fork_len):
-        _inner_step(models, list(range(N)), inner, shards, s, seed, k)
+        _inner_step(models, list(range(N)), inner, shards, s, data_seed, k)
     observer.log(outer.outer_done, **_val_losses(models, copy.deepcopy(models[0]), val, False, N))
     observer.close()
 

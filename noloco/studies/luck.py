@@ -41,6 +41,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 from scipy.stats import norm
@@ -89,6 +90,25 @@ def train_missing(out, families=FAMILIES, progress: bool | None = None) -> None:
     for family, name, seed in tqdm(todo, desc="luck runs", disable=progress is False):
         train_hf(one_pilot._hf_family(family), one_pilot.setting(name), seed, one_pilot.folder(out, family, name, seed),
                  outer_class=OneGroupsSeed)
+    todo = [(f, n, share) for f in families for n in FORECAST_NAMES for share in SHARES
+            if not all(one_pilot.finished(c) for c in continuations(out, f, n, share))]
+    for family, name, share in tqdm(todo, desc="continuations", disable=progress is False):
+        s = one_pilot.setting(name)
+        K = from_step(s.outer_steps, share)
+        length = (s.outer_steps - K) * s.inner_steps
+        train_hf(one_pilot._hf_family(family), s, GROUPS_SEED, one_pilot.folder(out, family, name, GROUPS_SEED),
+                 forks=[(s, c, length, d) for c, d in zip(continuations(out, family, name, share), CONTINUATIONS)],
+                 fork_at=K * s.inner_steps)
+
+
+def from_step(outer_steps: int, share: float) -> int:
+    return round(outer_steps * share)
+
+
+def continuations(out, family: str, name: str, share: float) -> list[Path]:
+    """The folders of the continuations of ``name`` from ``share`` of its run, one per data order."""
+    K = from_step(one_pilot.setting(name).outer_steps, share)
+    return [Path(out) / family / name / f"from{K}-d{d}" for d in CONTINUATIONS]
 
 
 @dataclass(frozen=True)
@@ -123,10 +143,46 @@ class AxisLuck(JsonRecord):
 
 
 @dataclass(frozen=True)
-class LuckReport(JsonRecord):
-    """``luck.json``: every run, every transfer and the verdict per axis."""
+class Continuation(JsonRecord):
+    """One continuation of the pilot's setting ``setting`` from outer step ``from_step`` with data order
+    ``data_seed``: the RMS weight_std over the steps a forecast from there is judged on, and its oracle's error."""
 
-    NESTED = {"runs": (list, LuckRun), "transfers": (list, AsRow), "axes": (list, AxisLuck)}
+    family: str
+    setting: str
+    from_step: int
+    outer_steps: int
+    data_seed: int
+    measured: float
+    oracle_log_error: float
+
+
+@dataclass(frozen=True)
+class ShareLuck(JsonRecord):
+    """From ``share`` of a run: the seen forecasts' RMS log error against the continuations' oracle (the floor),
+    the mean-square ratio, the F limit and the verdict; outside 15 %: the seen forecasts, the oracle's errors and a
+    normal error of the floor's RMS."""
+
+    share: float
+    seen: int
+    seen_rms: float
+    continuations: int
+    floor_rms: float
+    ms_ratio: float
+    f_limit: float
+    verdict: str
+    seen_outside: int
+    oracle_outside: int
+    normal_outside: float
+
+
+@dataclass(frozen=True)
+class LuckReport(JsonRecord):
+    """``luck.json``: every run, every transfer and the verdict per axis; every continuation and the forecast's
+    verdict per share."""
+
+    NESTED = {"runs": (list, LuckRun), "transfers": (list, AsRow), "axes": (list, AxisLuck),
+              "continuations": (list, Continuation), "shares": (list, ShareLuck)}
+    OPTIONAL_KEYS = ("continuations", "shares")
 
     schema: str
     groups_seed: int
@@ -135,6 +191,8 @@ class LuckReport(JsonRecord):
     transfers: list
     axes: list
     luck_rms: dict  # setting -> the oracle's RMS log error over both families
+    continuations: Optional[list] = None
+    shares: Optional[list] = None
 
 
 def _rms(values) -> float:
@@ -198,8 +256,58 @@ def evaluate(out, families=FAMILIES) -> LuckReport:
     transfers = [r for target, axis in TARGETS for family in families for d in DATA_SEEDS
                  if (r := as_row(out, family, d, PILOT, target, axis)) is not None]  # all finished: checked above
     luck, axes = judge(runs, transfers)
+    conts = []
+    for family in families:
+        for name in FORECAST_NAMES:
+            for share in SHARES:
+                conts += continuation_rows(out, family, name, share)
     return LuckReport(schema="noloco.luck/1", groups_seed=GROUPS_SEED, data_seeds=list(DATA_SEEDS), runs=runs,
-                      transfers=transfers, axes=axes, luck_rms=luck)
+                      transfers=transfers, axes=axes, luck_rms=luck, continuations=conts,
+                      shares=judge_forecasts(conts))
+
+
+def continuation_rows(out, family: str, name: str, share: float) -> list[Continuation]:
+    """The continuations of ``name`` from ``share`` (every one finished), each with its oracle's error."""
+    from noloco.advice.record import read_run
+
+    T = one_pilot.setting(name).outer_steps
+    K = from_step(T, share)
+    logs = {}
+    for d, folder in zip(CONTINUATIONS, continuations(out, family, name, share)):
+        if not one_pilot.finished(folder):
+            raise DataError(f"{folder}: not a finished continuation (train it: noloco llm study luck --out {out})")
+        ws = [m.weight_std for m in read_run(folder).metric_rows if m.outer_step > max(K, T / 2) and m.weight_std]
+        if len(ws) != T - max(K, T // 2):
+            raise DataError(f"{folder}: {len(ws)} measured steps after outer step {K}, expected {T - max(K, T // 2)}")
+        logs[d] = math.log(_rms(ws))
+    return [Continuation(family=family, setting=name, from_step=K, outer_steps=T, data_seed=d, measured=math.exp(v),
+                         oracle_log_error=v - float(np.mean([w for e, w in logs.items() if e != d])))
+            for d, v in logs.items()]
+
+
+def judge_forecasts(conts: list[Continuation], seen: list | None = None) -> list[ShareLuck]:
+    """The forecast's rule (module docstring) per share: the seen forecasts (``seen``: SeenForecast rows, by default
+    the track record's) from that share against the continuations' oracle."""
+    from scipy.stats import f
+
+    from noloco.studies.forecasts import read_track_rows
+
+    seen = read_track_rows() if seen is None else seen
+    out = []
+    for share in SHARES:
+        oracle = [c.oracle_log_error for c in conts if math.isclose(c.from_step / c.outer_steps, share)]
+        errors = [math.log(r.ratio) for r in seen if math.isclose(r.share, share) and r.ratio > 0]
+        if not oracle or not errors:
+            continue
+        floor = _rms(oracle)
+        ratio = _rms(errors) ** 2 / floor ** 2
+        dof = len(oracle) * (len(CONTINUATIONS) - 1) // len(CONTINUATIONS)  # one mean per run of six
+        limit = float(f.ppf(0.95, len(errors), dof))
+        out.append(ShareLuck(share=share, seen=len(errors), seen_rms=_rms(errors), continuations=len(oracle),
+                             floor_rms=floor, ms_ratio=ratio, f_limit=limit,
+                             verdict="beyond luck" if ratio > limit else "within luck", seen_outside=_outside(errors),
+                             oracle_outside=_outside(oracle), normal_outside=_normal_outside(floor)))
+    return out
 
 
 def run_study(out, train: bool = True) -> LuckReport:
@@ -224,4 +332,13 @@ def format_report(rep: LuckReport) -> str:
                      f" {a.normal_outside:10.1%} {a.flagged:>7d}")
     lines.append(f"beyond luck: the mean-square ratio above {F_LIMIT} (the 95 % point of F(12, 10)); out: outside "
                  f"{SPREAD_RULE:.0%}")
+    if rep.shares:
+        lines.append("the forecast's floor: continuations with their own data order from a share of the run, against "
+                     "the seen forecasts from that share")
+        lines.append(f"{'share':>5s} {'seen':>5s} {'seen RMS':>8s} {'floor':>6s} {'MS ratio':>8s} {'F limit':>7s}  "
+                     f"{'verdict':11s} {'seen out':>9s} {'oracle out':>10s} {'normal out':>10s}")
+        for x in rep.shares:
+            lines.append(f"{x.share:5.3g} {x.seen:5d} {x.seen_rms:8.3f} {x.floor_rms:6.3f} {x.ms_ratio:8.2f} "
+                         f"{x.f_limit:7.2f}  {x.verdict:11s} {x.seen_outside / x.seen:9.1%} "
+                         f"{x.oracle_outside:>6d}/{x.continuations:<3d} {x.normal_outside:10.1%}")
     return "\n".join(lines)
