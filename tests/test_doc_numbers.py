@@ -22,7 +22,7 @@ RANKS_FILES = ("outer_ranks4.json", "outer_ranks2.json")
 FORECASTS_HEADER = "| fresh seeds (round) | forecasts | claimed | within 15 % | missed unflagged | would hold but flagged |"
 FORECASTS_ROWS = {"6 (second round)": (6,), "9, 10 (third)": (9, 10), "11, 17 to 19 (fourth)": (11, 17, 18, 19),
                   "21, 22 (fourth; wider Llama, H100)": (21, 22), "23 to 25 (sixth; 23, 24 wider Llama, H200)": (23, 24, 25),
-                  "26 to 28 (sixth)": (26, 27, 28)}
+                  "26 to 29 (sixth)": (26, 27, 28, 29)}
 FORECASTS_KEYS = ("forecasts", "claimed", "claimed_within", "missed_unflagged", "would_hold_flagged")
 #: the families study's totals as the advice page words them: (pattern, what of families.json's summary)
 FAMILIES_TOTALS = (

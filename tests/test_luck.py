@@ -58,3 +58,22 @@ def test_transfers_three_times_the_runs_luck_are_beyond_it_and_as_large_are_with
         mine = next(a for a in axes if a.axis == axis)
         assert math.isclose(mine.transfer_rms, scale * math.sqrt(np.mean(np.square(oracle))))
         assert mine.verdict == verdict
+
+
+def test_the_forecasts_floor_re_judges_from_its_continuations_and_can_say_within_luck():
+    """The stored continuations' oracle errors re-make from their measures, and judge_forecasts gives the stored
+    verdicts; seen forecasts whose errors are the floor's own are within luck, ten times them beyond it."""
+    from noloco.studies.forecasts import SeenForecast
+
+    rep = _stored()
+    conts = rep.continuations
+    assert len(conts) == len(luck.FAMILIES) * len(luck.FORECAST_NAMES) * len(luck.SHARES) * len(luck.CONTINUATIONS)
+    for c in conts:
+        rest = [math.log(o.measured) for o in conts if (o.family, o.setting, o.from_step) == (c.family, c.setting,
+                                                                                              c.from_step) and o != c]
+        assert math.isclose(c.oracle_log_error, math.log(c.measured) - np.mean(rest), abs_tol=1e-12)
+    assert luck.judge_forecasts(conts) == rep.shares
+    for scale, verdict in ((1.0, "within luck"), (10.0, "beyond luck")):
+        seen = [SeenForecast("x", "r", 0, c.from_step, c.outer_steps, 10, math.exp(scale * c.oracle_log_error))
+                for c in conts]
+        assert all(x.verdict == verdict for x in luck.judge_forecasts(conts, seen))

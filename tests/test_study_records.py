@@ -164,7 +164,8 @@ ADVICE_FILES = [(families.FamiliesReport, "families", False), (forecasts.Forecas
                 (forecasts.ForecastsReport, "forecasts_fresh26", True), (forecasts.ForecastsReport, "forecasts_fresh27", True),
                 (transfers.TransfersReport, "transfers", False), (transfers.TransfersReport, "transfers_fresh6", True),
                 *((transfers.TransfersReport, f"transfers_fresh{s}{v}", True) for s in (12, 13, 14, 15, 16) for v in ("", "_before")),
-                (transfers.TransfersReport, "transfers_fresh17", True), (transfers.TransfersReport, "transfers_fresh28", True),
+                (transfers.TransfersReport, "transfers_fresh17", True), (transfers.TransfersReport, "transfers_fresh28", True), (transfers.TransfersReport, "transfers_fresh29", True),
+                (forecasts.ForecastsReport, "forecasts_fresh29", True),
                 (transfers.TransfersReport, "transfer_groups", True),
                 (tune_fresh.IntervalData, "tune_interval", True), (luck.LuckReport, "luck", True)]
 
