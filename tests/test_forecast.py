@@ -698,6 +698,8 @@ def test_the_track_record_is_the_seen_forecasts_of_the_same_h_and_share_of_their
     said = (f"of {of:,} seen forecasts at H 8 to 14 from 7/16 to 9/16 of their run, {held:,} ({held / of:.1%}) held "
             f"within 15%, by seed {low:.0%} to {high:.0%}")
     assert said in rep.flags[0] and f"track record: {said}" in F.format_forecast(rep).splitlines()
+    assert F.format_forecast(rep).count(said) == 1  # on screen once: the printed flag leaves it to its own line
+    assert any(line.startswith("flag: unsure:") for line in F.format_forecast(rep).splitlines())
     assert F.Forecast.from_json(json.loads(dumps(rep))).track_record == rep.track_record
     assert "H 15 or more" in F.track_record(12, 16, 20).text()
 

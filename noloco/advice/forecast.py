@@ -897,9 +897,11 @@ def format_forecast(report: Forecast) -> str:
         lines.append(f"along the run's own groups (groups seed {report.groups.seed})")
     elif report.groups.why:
         lines.append(f"note: {report.groups.why if report.groups.why != 'asked' else 'averaged over random groups'}")
+    quoted = ""
     if report.track_record is not None:
         lines.append(f"track record: {report.track_record.text()}")
-    lines += [f"flag: {f}" for f in report.flags]
+        quoted = f" ({report.track_record.text()})"  # the unsure flag quotes it too (JSON): said once on screen
+    lines += [f"flag: {f.replace(quoted, '') if quoted else f}" for f in report.flags]
     return "\n".join(lines)
 
 
