@@ -74,6 +74,8 @@ F_LIMIT = 2.91
 
 def train_missing(out, families=FAMILIES, progress: bool | None = None) -> None:
     """Train every run of the study not finished in ``out`` (one process, the replicas as a list)."""
+    from tqdm import tqdm
+
     from noloco.studies.families import train_hf
     from noloco.training.outer_optimizer import OuterOptimizer
 
@@ -85,13 +87,12 @@ def train_missing(out, families=FAMILIES, progress: bool | None = None) -> None:
 
     todo = [(f, n, d) for f in families for d in DATA_SEEDS for n in NAMES
             if not one_pilot.finished(one_pilot.folder(out, f, n, d))]
-    from tqdm import tqdm
-
     for family, name, seed in tqdm(todo, desc="luck runs", disable=progress is False):
         train_hf(one_pilot._hf_family(family), one_pilot.setting(name), seed, one_pilot.folder(out, family, name, seed),
                  outer_class=OneGroupsSeed)
     todo = [(f, n, share) for f in families for n in FORECAST_NAMES for share in SHARES
             if not all(one_pilot.finished(c) for c in continuations(out, f, n, share))]
+    # the pilot is trained again for each share: its state at K is what that share's continuations start from
     for family, name, share in tqdm(todo, desc="continuations", disable=progress is False):
         s = one_pilot.setting(name)
         K = from_step(s.outer_steps, share)
@@ -102,6 +103,7 @@ def train_missing(out, families=FAMILIES, progress: bool | None = None) -> None:
 
 
 def from_step(outer_steps: int, share: float) -> int:
+    """The outer step a continuation from ``share`` of a run of ``outer_steps`` starts at."""
     return round(outer_steps * share)
 
 
