@@ -27,6 +27,7 @@ def test_the_stored_report_re_judges_from_its_measured_runs_and_transfers():
     assert np.allclose([r.oracle_log_error for r in runs], [r.oracle_log_error for r in rep.runs], rtol=0, atol=1e-12)
     luck_rms, axes = luck.judge(runs, rep.transfers)
     assert luck_rms == rep.luck_rms and axes == rep.axes
+    assert luck.loss_luck(rep.runs) == rep.loss_sd and all(0 < v < 0.2 for v in rep.loss_sd.values())
     assert len(rep.runs) == len(luck.FAMILIES) * len(luck.NAMES) * len(luck.DATA_SEEDS)
     assert all(a.transfers == len(luck.FAMILIES) * len(luck.DATA_SEEDS) for a in rep.axes)
 

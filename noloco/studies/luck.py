@@ -116,13 +116,16 @@ def continuations(out, family: str, name: str, share: float) -> list[Path]:
 @dataclass(frozen=True)
 class LuckRun(JsonRecord):
     """One run: its second-half RMS weight_std and its log deviation from the mean of its setting's other data
-    orders (the oracle's error)."""
+    orders (the oracle's error); its averaged model's final validation loss (the windows move with the data order)."""
+
+    OPTIONAL_KEYS = ("final_loss",)
 
     family: str
     setting: str
     data_seed: int
     measured: float
     oracle_log_error: float
+    final_loss: Optional[float] = None
 
 
 @dataclass(frozen=True)
@@ -184,7 +187,7 @@ class LuckReport(JsonRecord):
 
     NESTED = {"runs": (list, LuckRun), "transfers": (list, AsRow), "axes": (list, AxisLuck),
               "continuations": (list, Continuation), "shares": (list, ShareLuck)}
-    OPTIONAL_KEYS = ("continuations", "shares")
+    OPTIONAL_KEYS = ("loss_sd", "continuations", "shares")
 
     schema: str
     groups_seed: int
@@ -193,6 +196,7 @@ class LuckReport(JsonRecord):
     transfers: list
     axes: list
     luck_rms: dict  # setting -> the oracle's RMS log error over both families
+    loss_sd: Optional[dict] = None  # setting -> the final loss's sd over data orders, pooled over the families
     continuations: Optional[list] = None
     shares: Optional[list] = None
 
@@ -210,16 +214,29 @@ def _normal_outside(sigma: float) -> float:
     return float(norm.sf(math.log1p(SPREAD_RULE) / sigma) + norm.cdf(math.log1p(-SPREAD_RULE) / sigma))
 
 
-def oracle_runs(measured: dict) -> list[LuckRun]:
-    """``measured``: ``{(family, setting): {data seed: second-half RMS}}``; each run with its oracle's error."""
+def oracle_runs(measured: dict, losses: dict | None = None) -> list[LuckRun]:
+    """``measured``: ``{(family, setting): {data seed: second-half RMS}}`` (``losses``: the same of the final
+    validation loss); each run with its oracle's error."""
     runs = []
     for (family, name), by_seed in measured.items():
         logs = {d: math.log(v) for d, v in by_seed.items()}
         for d, v in logs.items():
             rest = [w for e, w in logs.items() if e != d]
             runs.append(LuckRun(family=family, setting=name, data_seed=d, measured=math.exp(v),
-                                oracle_log_error=v - float(np.mean(rest))))
+                                oracle_log_error=v - float(np.mean(rest)),
+                                final_loss=None if losses is None else losses[family, name][d]))
     return runs
+
+
+def loss_luck(runs: list[LuckRun]) -> dict:
+    """Per setting, the final loss's sd over the data orders, pooled over the families (the root mean of each
+    family's variance)."""
+    out = {}
+    for name in dict.fromkeys(r.setting for r in runs):
+        variances = [float(np.var([r.final_loss for r in runs if (r.family, r.setting) == (family, name)], ddof=1))
+                     for family in dict.fromkeys(r.family for r in runs if r.setting == name)]
+        out[name] = math.sqrt(float(np.mean(variances)))
+    return out
 
 
 def judge(runs: list[LuckRun], transfers: list[AsRow]) -> tuple[dict, list[AxisLuck]]:
@@ -245,16 +262,17 @@ def judge(runs: list[LuckRun], transfers: list[AsRow]) -> tuple[dict, list[AxisL
 
 def evaluate(out, families=FAMILIES) -> LuckReport:
     """The report of the finished runs in ``out`` (every one must exist: :func:`train_missing`)."""
-    measured = {}
+    measured: dict = {}
+    losses: dict = {}
     for family in families:
         for name in NAMES:
-            measured[family, name] = {}
+            measured[family, name], losses[family, name] = {}, {}
             for d in DATA_SEEDS:
                 path = one_pilot.folder(out, family, name, d)
                 if not one_pilot.finished(path):
                     raise DataError(f"{path}: not a finished run (train it: noloco llm study luck --out {out})")
-                measured[family, name][d] = one_pilot._measured(path)[1]
-    runs = oracle_runs(measured)
+                losses[family, name][d], measured[family, name][d] = one_pilot._measured(path)
+    runs = oracle_runs(measured, losses)
     transfers = [r for target, axis in TARGETS for family in families for d in DATA_SEEDS
                  if (r := as_row(out, family, d, PILOT, target, axis)) is not None]  # all finished: checked above
     luck, axes = judge(runs, transfers)
@@ -264,7 +282,7 @@ def evaluate(out, families=FAMILIES) -> LuckReport:
             for share in SHARES:
                 conts += continuation_rows(out, family, name, share)
     return LuckReport(schema="noloco.luck/1", groups_seed=GROUPS_SEED, data_seeds=list(DATA_SEEDS), runs=runs,
-                      transfers=transfers, axes=axes, luck_rms=luck, continuations=conts,
+                      transfers=transfers, axes=axes, luck_rms=luck, loss_sd=loss_luck(runs), continuations=conts,
                       shares=judge_forecasts(conts))
 
 
@@ -326,6 +344,8 @@ def format_report(rep: LuckReport) -> str:
              "weight_std; the oracle: each run's log deviation from the mean of its setting's other data orders",
              "luck (the oracle's RMS log error, both families): "
              + ", ".join(f"{name} {v:.3f}" for name, v in rep.luck_rms.items()),
+             "the final loss's sd over the data orders (nats, pooled over the families): "
+             + ", ".join(f"{name} {v:.3f}" for name, v in (rep.loss_sd or {}).items()),
              f"{'axis':9s} {'target':14s} {'--as RMS':>8s} {'oracle':>7s} {'MS ratio':>8s}  {'verdict':11s} "
              f"{'--as out':>8s} {'oracle out':>10s} {'normal out':>10s} {'flagged':>7s}"]
     for a in rep.axes:
