@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from noloco.studies import luck
 from noloco.studies.transfers import AsRow
@@ -78,3 +79,24 @@ def test_the_forecasts_floor_re_judges_from_its_continuations_and_can_say_within
         seen = [SeenForecast("x", "r", 0, c.from_step, c.outer_steps, 10, math.exp(scale * c.oracle_log_error))
                 for c in conts]
         assert all(x.verdict == verdict for x in luck.judge_forecasts(conts, seen))
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_the_luck_study_re_trains_cpu_tiny_bit_for_bit(tmp_path):
+    """`noloco llm study luck`'s training from nothing for cpu-tiny (30 runs and 36 continuations, about 8 minutes
+    on two cores): every run's spread and final loss, every continuation's measure and every transfer's ratio come out
+    as docs/data/luck.json has them."""
+    pytest.importorskip("transformers")
+    luck.train_missing(tmp_path, families=("cpu-tiny",), progress=False)
+    again, stored = luck.evaluate(tmp_path, families=("cpu-tiny",)), _stored()
+
+    def mine(rows, *fields):
+        return [tuple(getattr(r, f) for f in fields) for r in rows if r.family == "cpu-tiny"]
+
+    assert mine(again.runs, "setting", "data_seed", "measured", "final_loss") == \
+        mine(stored.runs, "setting", "data_seed", "measured", "final_loss")
+    assert mine(again.continuations, "setting", "from_step", "data_seed", "measured") == \
+        mine(stored.continuations, "setting", "from_step", "data_seed", "measured")
+    assert mine(again.transfers, "target", "seed", "as_ratio", "as_verdict") == \
+        mine(stored.transfers, "target", "seed", "as_ratio", "as_verdict")
