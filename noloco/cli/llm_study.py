@@ -1,8 +1,8 @@
-"""``noloco llm study NAME``: the multi-run studies of noloco.studies and the gloo timings, each an
-action with its flags declared here: ``routing`` and ``paper`` (trained for several seeds, finished runs
-reused), ``advice``, ``tune``, ``families`` and ``forecasts`` (the advice's held-out evaluations), ``warnings`` (the early warnings'
-false alarms and planted faults) and ``comm`` (gloo's all-reduce and
-point-to-point times on this machine).
+"""``noloco llm study NAME``: the multi-run studies of noloco.studies and the gloo timings, one action each, listed
+below: the advice's held-out and fresh-seed validations (advice, tune, families, forecasts, gap, one-pilot,
+transfers, transfer-groups, tune-fresh), a run's own luck (luck), the paper's GPT study (paper), routing, the early
+warnings' false alarms and planted faults (warnings) and gloo's timings on this machine (comm). Studies that train
+reuse the finished runs in their folder.
 
 Each study is one row of :func:`noloco.cli.study_table.table` (its module, help and flags); this module
 builds a parser per row and runs the chosen one."""
@@ -13,7 +13,7 @@ from __future__ import annotations
 def add_parser(sub) -> None:
     from noloco.cli.study_table import table
 
-    study = sub.add_parser("study", help="multi-run studies: routing, paper, advice, tune; comm: gloo timings",
+    study = sub.add_parser("study", help="multi-run studies: the advice's validations, luck, the paper's GPT, routing, warnings; comm: gloo timings",
                            description=__doc__.split("\n\n")[0].replace("``", ""))
     actions = study.add_subparsers(dest="study", metavar="STUDY")
     actions.required = True
