@@ -110,6 +110,33 @@ def families_mismatches(text: str) -> list[str]:
     return wrong
 
 
+def luck_mismatches(text: str) -> list[str]:
+    """Every number of the luck study the advice page quotes ("The floor", the forecast's bullet) that is not
+    luck.json's: each axis's `--as` and oracle RMS, each setting's luck, and the forecast's floor and seen RMS."""
+    rep = _data("luck.json")
+    flat = " ".join(text.split())
+    quoted = {f"{a['axis']} {{}} vs {{}}": (a["transfer_rms"], a["oracle_rms"]) for a in rep["axes"]}
+    names = {"a0.5_b0.7_H10": "pilot", "a0.5_b0.7_H20": "H 20", "a0.5_b0.7_H5": "H 5", "a0.7_b0.7_H10": "alpha 0.7",
+             "a0.5_b0.9_H10": "beta 0.9"}
+    half, late = rep["shares"]
+    quoted |= {f"{names[k]} {{}}": (v,) for k, v in rep["luck_rms"].items()}
+    quoted["scatter {} and {} in log about each other, against the seen forecasts' {} and {}"] = (
+        half["floor_rms"], late["floor_rms"], half["seen_rms"], late["seen_rms"])
+    wrong = []
+    for form, values in quoted.items():
+        pattern = re.escape(form).replace(r"\{\}", r"(-?[\d.]+)")
+        found = re.search(pattern, flat)
+        if found is None:
+            wrong.append(f"{form!r}: not quoted in this form")
+        elif not all(agrees(q, v) for q, v in zip(found.groups(), values)):
+            wrong.append(f"{found.group()}: luck.json says {values}")
+    return wrong
+
+
+def test_the_luck_numbers_are_luck_json():
+    assert luck_mismatches(_pages()) == []
+
+
 def test_the_across_ranks_table_is_its_benchmark_files():
     assert ranks_mismatches(_pages()) == []
 
@@ -138,6 +165,7 @@ def test_the_forecast_claim_quoted_is_the_error_models():
     (ranks_mismatches, "| 15.13 |\n", "| 15.2 |\n"),
     (forecasts_mismatches, "| 9, 10 (third) | 580 | 272 | 255 |", "| 9, 10 (third) | 580 | 272 | 254 |"),
     (families_mismatches, "**Transfers: 7 of 8 claimed agree**", "**Transfers: 8 of 8 claimed agree**"),
+    (luck_mismatches, "H up 0.047 vs 0.041", "H up 0.045 vs 0.041"),
     (families_mismatches, "factor 2, one unflagged miss", "factor 2, no unflagged miss"),
 ])
 def test_a_page_that_drifts_from_its_data_fails(check, old, new):
