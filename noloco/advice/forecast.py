@@ -52,7 +52,8 @@ unstable target. A forecast also carries its track record (:func:`track_record`)
 from its H and share of the run held within 15 %, and the range by seed; a transfer along one axis its axis's
 (:data:`AS_TRACK`). The interval: the forecast divided by the error model's band at 80 % (:data:`INTERVAL_Z`), and for
 a transfer along one axis the 10 % and 90 % quantiles of predicted / measured over its axis's track record
-(:data:`AS_INTERVAL`), along several over the development sweep (:data:`TRANSFER_ERROR`); within-run resampling was tried and covers far fewer runs than it claims (docs/advice.md).
+(:data:`AS_INTERVAL`), along several over the development sweep (:data:`TRANSFER_ERROR`); within-run resampling was
+tried and covers far fewer runs than it claims (docs/advice.md).
 """
 
 from __future__ import annotations
