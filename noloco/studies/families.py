@@ -315,10 +315,14 @@ def train_hf(family: Family, setting: FamilySetting, seed: int, folder, val_wind
         if forks and fork_at == 0 else None  # forks from the start: the pilot's initial state
     if not train and snapshot is None:
         raise ValueError("train=False needs forks from the start (fork_at=0)")
-    for fork_setting, fork_folder, *rest in forks if not train else ():
-        _fork(family, fork_setting, seed, snapshot, fork_at, *_fork_length_data(rest, fork_len, seed), fork_folder,
-              shards, val, val_windows, folder)
+
+    def run_forks():  # from ``snapshot`` as it stands when called
+        for fork_setting, fork_folder, *rest in forks:
+            _fork(family, fork_setting, seed, snapshot, fork_at, *_fork_length_data(rest, fork_len, seed), fork_folder,
+                  shards, val, val_windows, folder)
+
     if not train:
+        run_forks()
         return
     observer = Observer(outer, folder, outer_steps=T, lr=s.lr, schedule=s.schedule, warmup=s.warmup,
                         min_lr_frac=s.min_lr_frac, adam_beta2=s.adam_beta2, seed=seed, overwrite=True,
@@ -333,9 +337,7 @@ def train_hf(family: Family, setting: FamilySetting, seed: int, folder, val_wind
     if at_end is not None:
         at_end(models, average, val, inner)
     observer.close()  # it writes the inner AdamW's second moment, what --gap predicts from
-    for fork_setting, fork_folder, *rest in forks:
-        _fork(family, fork_setting, seed, snapshot, fork_at, *_fork_length_data(rest, fork_len, seed), fork_folder,
-              shards, val, val_windows, folder)
+    run_forks()
 
 
 def _fork_length_data(rest: list, fork_len: int | None, seed: int) -> tuple:

@@ -51,6 +51,7 @@ from noloco.infra.files import write_json
 from noloco.infra.record import JsonRecord
 from noloco.studies import families as F
 from noloco.studies import one_pilot
+from noloco.studies.forecasts import _rms
 from noloco.studies.transfers import AsRow, as_row
 
 FAMILIES = one_pilot.FAMILIES
@@ -201,10 +202,6 @@ class LuckReport(JsonRecord):
     shares: Optional[list] = None
 
 
-def _rms(values) -> float:
-    return float(np.sqrt(np.mean(np.square(values))))
-
-
 def _outside(log_errors) -> int:
     return int(sum(not F.within(math.exp(e), SPREAD_RULE, relative=True) for e in log_errors))
 
@@ -214,17 +211,19 @@ def _normal_outside(sigma: float) -> float:
     return float(norm.sf(math.log1p(SPREAD_RULE) / sigma) + norm.cdf(math.log1p(-SPREAD_RULE) / sigma))
 
 
+def _leave_one_out(logs: dict) -> dict:
+    """``{data seed: log measure}`` -> each one's deviation from the mean of the others (the oracle's error)."""
+    return {d: v - float(np.mean([w for e, w in logs.items() if e != d])) for d, v in logs.items()}
+
+
 def oracle_runs(measured: dict, losses: dict | None = None) -> list[LuckRun]:
     """``measured``: ``{(family, setting): {data seed: second-half RMS}}`` (``losses``: the same of the final
     validation loss); each run with its oracle's error."""
     runs = []
     for (family, name), by_seed in measured.items():
-        logs = {d: math.log(v) for d, v in by_seed.items()}
-        for d, v in logs.items():
-            rest = [w for e, w in logs.items() if e != d]
-            runs.append(LuckRun(family=family, setting=name, data_seed=d, measured=math.exp(v),
-                                oracle_log_error=v - float(np.mean(rest)),
-                                final_loss=None if losses is None else losses[family, name][d]))
+        errors = _leave_one_out({d: math.log(v) for d, v in by_seed.items()})
+        runs += [LuckRun(family=family, setting=name, data_seed=d, measured=v, oracle_log_error=errors[d],
+                         final_loss=None if losses is None else losses[family, name][d]) for d, v in by_seed.items()]
     return runs
 
 
@@ -292,17 +291,17 @@ def continuation_rows(out, family: str, name: str, share: float) -> list[Continu
 
     T = one_pilot.setting(name).outer_steps
     K = from_step(T, share)
-    logs = {}
+    measured = {}
     for d, folder in zip(CONTINUATIONS, continuations(out, family, name, share)):
         if not one_pilot.finished(folder):
             raise DataError(f"{folder}: not a finished continuation (train it: noloco llm study luck --out {out})")
         ws = [m.weight_std for m in read_run(folder).metric_rows if m.outer_step > max(K, T / 2) and m.weight_std]
         if len(ws) != T - max(K, T // 2):
             raise DataError(f"{folder}: {len(ws)} measured steps after outer step {K}, expected {T - max(K, T // 2)}")
-        logs[d] = math.log(_rms(ws))
-    return [Continuation(family=family, setting=name, from_step=K, outer_steps=T, data_seed=d, measured=math.exp(v),
-                         oracle_log_error=v - float(np.mean([w for e, w in logs.items() if e != d])))
-            for d, v in logs.items()]
+        measured[d] = _rms(ws)
+    errors = _leave_one_out({d: math.log(v) for d, v in measured.items()})
+    return [Continuation(family=family, setting=name, from_step=K, outer_steps=T, data_seed=d, measured=v,
+                         oracle_log_error=errors[d]) for d, v in measured.items()]
 
 
 def judge_forecasts(conts: list[Continuation], seen: list | None = None) -> list[ShareLuck]:
