@@ -227,6 +227,13 @@ def table() -> tuple[Study, ...]:
               "config with six data orders and one groups seed (finished runs reused) and judges --as against the "
               "runs' own spread under the rule of noloco/studies/luck.py." + _NEEDS_HF,
               _folder("--out", "runs/luck"), _evaluate),
+        Study("setting-mean", "noloco.studies.setting_mean",
+              "--as along every axis in both directions against the target setting's mean over six data orders, at "
+              "fresh groups seeds 30 and 31 (docs/advice.md, 'The floor')",
+              "Trains the pilot and its twelve transfers' settings of cpu-tiny and the Llama-style config with six "
+              "data orders at groups seeds 30 and 31 (finished runs reused) and judges --as against the target "
+              "setting's mean under the rule of noloco/studies/setting_mean.py." + _NEEDS_HF,
+              _folder("--out", "runs/setting-mean"), _evaluate),
         Study("tune-fresh", "noloco.studies.tune_fresh",
               "the tuner from one pilot on fresh seeds 5 and 6 (docs/advice.md, 'One pilot')",
               "Trains each family's seed-5 pilot with its forks and the 29 settings whole with seed 6 (the one-pilot "

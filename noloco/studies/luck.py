@@ -73,8 +73,9 @@ CONTINUATIONS = (2001, 2002, 2003, 2004, 2005, 2006)
 F_LIMIT = 2.91
 
 
-def train_missing(out, families=FAMILIES, progress: bool | None = None) -> None:
-    """Train every run of the study not finished in ``out`` (one process, the replicas as a list)."""
+def train_data_orders(out, families, names, data_seeds, groups_seed: int, progress: bool | None = None) -> None:
+    """Train every run of ``names`` x ``data_seeds`` not finished in ``out`` (one process, the replicas as a list),
+    each with its data order and the one ``groups_seed``."""
     from tqdm import tqdm
 
     from noloco.studies.families import train_hf
@@ -84,13 +85,22 @@ def train_missing(out, families=FAMILIES, progress: bool | None = None) -> None:
         """The outer optimizer with the study's groups seed, whatever the data order."""
 
         def __init__(self, *args, **kwargs):
-            super().__init__(*args, **{**kwargs, "seed": GROUPS_SEED})
+            super().__init__(*args, **{**kwargs, "seed": groups_seed})
 
-    todo = [(f, n, d) for f in families for d in DATA_SEEDS for n in NAMES
+    todo = [(f, n, d) for f in families for d in data_seeds for n in names
             if not one_pilot.finished(one_pilot.folder(out, f, n, d))]
-    for family, name, seed in tqdm(todo, desc="luck runs", disable=progress is False):
+    for family, name, seed in tqdm(todo, desc=f"runs of groups seed {groups_seed}", disable=progress is False):
         train_hf(one_pilot._hf_family(family), one_pilot.setting(name), seed, one_pilot.folder(out, family, name, seed),
                  outer_class=OneGroupsSeed)
+
+
+def train_missing(out, families=FAMILIES, progress: bool | None = None) -> None:
+    """Train every run of the study not finished in ``out`` (one process, the replicas as a list)."""
+    from tqdm import tqdm
+
+    from noloco.studies.families import train_hf
+
+    train_data_orders(out, families, NAMES, DATA_SEEDS, GROUPS_SEED, progress=progress)
     todo = [(f, n, share) for f in families for n in FORECAST_NAMES for share in SHARES
             if not all(one_pilot.finished(c) for c in continuations(out, f, n, share))]
     # the pilot is trained again for each share: its state at K is what that share's continuations start from

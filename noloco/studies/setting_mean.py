@@ -1,0 +1,232 @@
+"""``--as`` judged against what it can know: the target setting's mean over data orders, along every axis in both
+directions, at fresh groups seeds (``noloco llm study setting-mean``).
+
+The luck study (:mod:`noloco.studies.luck`) showed that along H a single target run moves with its data order by
+about as much as ``--as`` errs (0.041 to 0.069 in log), and that the pilot's luck does not carry over along H: a
+prediction from one run of another cannot hold 15 % on every single run there. What a prediction can know is the
+setting's spread, the mean over the data orders a user might draw. The rule, written and committed before any of
+these runs was trained:
+
+* the runs: cpu-tiny and the Llama-style config (the one-pilot study's models and schedule); every setting of
+  :data:`noloco.studies.one_pilot.TRANSFERS` (the pilot N 4, pairs, alpha 0.5, beta 0.7, gamma 0.7, H 10; alpha
+  0.3 and 0.7, beta 0.5 and 0.9, gamma 0.35 and 1, H 5 and 20 at equal tokens, N 8 with pairs, N 8 with groups of
+  4), each trained whole with the six data orders of :data:`noloco.studies.luck.DATA_SEEDS` at each of the groups
+  seeds :data:`GROUPS_SEEDS` (never trained before this rule: fresh), ``DIR/gG/FAMILY/SETTING/sD``;
+* a run's measure: its RMS weight_std over the second half, as every transfer is judged; a setting's mean: the
+  geometric mean of its six data orders' measures (one family, one groups seed);
+* the predictions: ``--as`` from the pilot of each data order to the target setting, for the twelve transfers of
+  TRANSFERS (both directions of alpha, beta, gamma, H, N and n), along the recorded groups, as a user runs it:
+  24 per transfer (2 families x 2 groups seeds x 6 data orders), 288 in all;
+* **the setting-mean rule**: a claimed prediction (no flag) holds when it is within 15 % of the target setting's
+  mean. The goal, per transfer: none of the claimed outside, most claimed;
+* reported beside, unchanged: the single-run rule (within 15 % of the target of the same data order), the share of
+  the target's own runs outside 15 % of the mean of its other five (the luck), and how many single targets lie
+  inside the 80 % interval ``--as`` prints (:func:`noloco.advice.forecast.transfer_interval`).
+
+Expected: along H the single-run rule misses about as often as the luck alone does, the setting-mean rule none.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from noloco.infra.errors import DataError
+from noloco.infra.files import write_json
+from noloco.infra.record import JsonRecord
+from noloco.studies import families as F
+from noloco.studies import luck, one_pilot
+from noloco.studies.forecasts import _rms
+from noloco.studies.transfers import as_row
+
+FAMILIES = one_pilot.FAMILIES
+TRANSFERS = one_pilot.TRANSFERS
+NAMES = tuple(dict.fromkeys(name for pilot, target, _ in TRANSFERS for name in (pilot, target)))
+DATA_SEEDS = luck.DATA_SEEDS
+GROUPS_SEEDS = (30, 31)
+SPREAD_RULE = one_pilot.SPREAD_RULE
+
+
+def groups_folder(out, groups_seed: int) -> Path:
+    """Where the runs of one groups seed live (the one-pilot study's layout below it)."""
+    return Path(out) / f"g{groups_seed}"
+
+
+def train_missing(out, families=FAMILIES, groups_seeds=GROUPS_SEEDS, progress: bool | None = None) -> None:
+    """Train every run of the study not finished in ``out``."""
+    for groups_seed in groups_seeds:
+        luck.train_data_orders(groups_folder(out, groups_seed), families, NAMES, DATA_SEEDS, groups_seed,
+                               progress=progress)
+
+
+@dataclass(frozen=True)
+class MeanPrediction(JsonRecord):
+    """One ``--as`` prediction from the pilot of ``data_seed``: against the target of the same data order
+    (``single_ratio``) and against the target setting's mean over its data orders (``mean_ratio``); whether the
+    single target lies inside the printed 80 % interval."""
+
+    family: str
+    groups_seed: int
+    data_seed: int
+    axis: str
+    pilot: str
+    target: str
+    predicted: float
+    setting_mean: float
+    single_ratio: float
+    mean_ratio: float
+    flags: list
+    inside: bool
+
+
+@dataclass(frozen=True)
+class AxisJudgement(JsonRecord):
+    """One transfer's counts: predictions, claimed, claimed within 15 % of the setting's mean and outside it (the
+    rule), the same under the single-run rule, the target runs outside 15 % of their other data orders' mean (the
+    luck), single targets inside the 80 % interval, and the RMS log error against the mean and the single run."""
+
+    axis: str
+    pilot: str
+    target: str
+    predictions: int
+    claimed: int
+    mean_within: int
+    mean_missed: int
+    single_within: int
+    single_missed: int
+    luck_outside: int
+    inside: int
+    mean_rms: float
+    single_rms: float
+
+
+@dataclass(frozen=True)
+class SettingMeanReport(JsonRecord):
+    """``setting_mean.json``: every prediction and each transfer's judgement."""
+
+    NESTED = {"predictions": (list, MeanPrediction), "axes": (list, AxisJudgement)}
+
+    schema: str
+    groups_seeds: list
+    data_seeds: list
+    rule: str
+    predictions: list
+    axes: list
+
+
+RULE = (f"a claimed --as prediction holds when within {SPREAD_RULE:.0%} of the target setting's mean (the geometric "
+        "mean over its six data orders of the second-half RMS weight_std); a flagged one is not claimed")
+
+
+def _within(ratio: float) -> bool:
+    return bool(F.within(ratio, SPREAD_RULE, relative=True))
+
+
+def setting_measures(out, family: str, name: str) -> dict[int, float]:
+    """``{data seed: second-half RMS weight_std}`` of one setting (every run finished)."""
+    found = {}
+    for d in DATA_SEEDS:
+        path = one_pilot.folder(out, family, name, d)
+        if not one_pilot.finished(path):
+            raise DataError(f"{path}: not a finished run (train it: noloco llm study setting-mean --out "
+                            f"{Path(out).parent})")
+        found[d] = one_pilot._measured(path)[1]
+    return found
+
+
+def predictions(out, groups_seed: int, families=FAMILIES) -> list[MeanPrediction]:
+    """Every prediction of one groups seed's folder ``out`` (its runs all finished)."""
+    rows = []
+    for family in families:
+        measures = {name: setting_measures(out, family, name) for name in NAMES}
+        means = {name: math.exp(float(np.mean(np.log(list(m.values()))))) for name, m in measures.items()}
+        for pilot, target, axis in TRANSFERS:
+            for d in DATA_SEEDS:
+                row = as_row(out, family, d, pilot, target, axis)
+                if row is None:
+                    raise DataError(f"{out}: {family} {pilot} or {target} of data order {d} is not finished")
+                predicted = row.as_ratio * row.measured
+                lo, hi = _interval(out, family, pilot, target, d, bool(row.as_flags))
+                rows.append(MeanPrediction(family=family, groups_seed=groups_seed, data_seed=d, axis=axis,
+                                           pilot=pilot, target=target, predicted=predicted,
+                                           setting_mean=means[target], single_ratio=row.as_ratio,
+                                           mean_ratio=predicted / means[target], flags=row.as_flags,
+                                           inside=lo <= row.as_ratio <= hi))
+    return rows
+
+
+def _interval(out, family: str, pilot: str, target: str, d: int, flagged: bool) -> tuple[float, float]:
+    from noloco.advice.forecast import transfer_interval
+    from noloco.advice.record import read_run
+
+    pilot_run = read_run(one_pilot.folder(out, family, pilot, d))
+    target_run = read_run(one_pilot.folder(out, family, target, d))
+    return transfer_interval(pilot_run.setting, target_run.setting, flagged)[0]
+
+
+def judge(rows: list[MeanPrediction], luck_outside: dict) -> list[AxisJudgement]:
+    """Per transfer of :data:`TRANSFERS` with predictions: the counts of :class:`AxisJudgement` (``luck_outside``:
+    target setting -> its runs outside 15 % of their other data orders' mean)."""
+    out = []
+    for pilot, target, axis in TRANSFERS:
+        sel = [r for r in rows if (r.pilot, r.target) == (pilot, target)]
+        if not sel:
+            continue
+        claimed = [r for r in sel if not r.flags]
+        out.append(AxisJudgement(
+            axis=axis, pilot=pilot, target=target, predictions=len(sel), claimed=len(claimed),
+            mean_within=sum(_within(r.mean_ratio) for r in claimed),
+            mean_missed=sum(not _within(r.mean_ratio) for r in claimed),
+            single_within=sum(_within(r.single_ratio) for r in claimed),
+            single_missed=sum(not _within(r.single_ratio) for r in claimed),
+            luck_outside=luck_outside[target], inside=sum(r.inside for r in sel),
+            mean_rms=_rms([math.log(r.mean_ratio) for r in sel]),
+            single_rms=_rms([math.log(r.single_ratio) for r in sel])))
+    return out
+
+
+def evaluate(out, families=FAMILIES, groups_seeds=GROUPS_SEEDS) -> SettingMeanReport:
+    """The report of the finished runs in ``out`` (every one must exist: :func:`train_missing`)."""
+    rows: list[MeanPrediction] = []
+    outside: dict = dict.fromkeys(NAMES, 0)
+    for groups_seed in groups_seeds:
+        folder = groups_folder(out, groups_seed)
+        rows += predictions(folder, groups_seed, families)
+        for family in families:
+            for name in NAMES:
+                measures = setting_measures(folder, family, name)
+                errors = luck._leave_one_out({d: math.log(v) for d, v in measures.items()})
+                outside[name] += sum(not _within(math.exp(e)) for e in errors.values())
+    return SettingMeanReport(schema="noloco.setting_mean/1", groups_seeds=list(groups_seeds),
+                             data_seeds=list(DATA_SEEDS), rule=RULE, predictions=rows, axes=judge(rows, outside))
+
+
+def run_study(out, train: bool = True) -> SettingMeanReport:
+    """Train what is missing (``train``), evaluate, and write ``out/setting_mean.json``."""
+    if train:
+        train_missing(out)
+    rep = evaluate(out)
+    write_json(Path(out) / "setting_mean.json", rep.to_json())
+    return rep
+
+
+def format_report(rep: SettingMeanReport) -> str:
+    runs = len(rep.data_seeds) * len(rep.groups_seeds) * len(FAMILIES)  # per setting
+    lines = [f"--as against the target setting's mean: {len(rep.data_seeds)} data orders at groups seeds "
+             f"{', '.join(map(str, rep.groups_seeds))}; {rep.rule}",
+             f"{'axis':10s} {'pilot':>14s} -> {'target':14s} {'claimed':>8s} {'mean: in':>8s} {'out':>4s} "
+             f"{'single: in':>10s} {'out':>4s} {'luck out':>8s} {'in 80 %':>8s} {'RMS mean':>8s} {'single':>7s}"]
+    for a in rep.axes:
+        lines.append(f"{a.axis:10s} {a.pilot:>14s} -> {a.target:14s} {a.claimed:>4d}/{a.predictions:<3d} "
+                     f"{a.mean_within:8d} {a.mean_missed:4d} {a.single_within:10d} {a.single_missed:4d} "
+                     f"{a.luck_outside:>5d}/{runs:<2d} "
+                     f"{a.inside:>5d}/{a.predictions:<2d} {a.mean_rms:8.3f} {a.single_rms:7.3f}")
+    claimed = sum(a.claimed for a in rep.axes)
+    lines.append(f"all: {claimed} of {sum(a.predictions for a in rep.axes)} claimed; against the setting's mean "
+                 f"{sum(a.mean_within for a in rep.axes)} within, {sum(a.mean_missed for a in rep.axes)} outside; "
+                 f"against the single run {sum(a.single_within for a in rep.axes)} within, "
+                 f"{sum(a.single_missed for a in rep.axes)} outside ({SPREAD_RULE:.0%})")
+    return "\n".join(lines)
