@@ -32,6 +32,11 @@ FAMILIES_TOTALS = (
     (r"\*\*Gap: (\d+) of (\d+) claimed at N = 8 within a factor 2, (\w+) unflagged miss",
      lambda s: (s["gap"]["agree"], s["gap"]["runs"] - s["gap"]["flagged"], s["gap"]["misses_unflagged"])),
 )
+#: the setting-mean study's table on the advice page: its header's first cells; per row (the transfer's axis) the
+#: counts of setting_mean.json's judgement of that transfer, in the table's order
+SETTING_MEAN_HEADER = "| transfer | claimed | vs the mean: within, out |"
+SETTING_MEAN_CELLS = (("claimed", "predictions"), ("mean_within", "mean_missed"), ("single_within", "single_missed"),
+                      ("luck_outside",), ("inside",))
 WORDS = {"no": 0, "none": 0, "one": 1, "two": 2, "three": 3}
 
 
@@ -97,6 +102,23 @@ def forecasts_mismatches(text: str) -> list[str]:
     return wrong
 
 
+def setting_mean_mismatches(text: str) -> list[str]:
+    """Every count of the setting-mean study's table that is not setting_mean.json's, and every transfer missing."""
+    axes = {a["axis"]: a for a in _data("setting_mean.json")["axes"]}
+    wrong, seen = [], set()
+    for axis, *cells in table(text, SETTING_MEAN_HEADER):
+        if axis not in axes:
+            wrong.append(f"{axis}: not a transfer of setting_mean.json")
+            continue
+        seen.add(axis)
+        for cell, keys in zip(cells, SETTING_MEAN_CELLS):
+            quoted = [int(n) for n in NUMBER.findall(cell)][:len(keys)]
+            if quoted != [axes[axis][k] for k in keys]:
+                wrong.append(f"{axis}: the page says {cell.strip()}, the data {[axes[axis][k] for k in keys]}")
+    wrong += [f"{axis}: not in the table" for axis in axes if axis not in seen]
+    return wrong
+
+
 def families_mismatches(text: str) -> list[str]:
     """Every total of the families study quoted on the advice page that is not families.json's."""
     summary = _data("families.json")["summary"]
@@ -137,6 +159,10 @@ def test_the_luck_numbers_are_luck_json():
     assert luck_mismatches(_pages()) == []
 
 
+def test_the_setting_mean_table_is_setting_mean_json():
+    assert setting_mean_mismatches(_pages()) == []
+
+
 def test_the_across_ranks_table_is_its_benchmark_files():
     assert ranks_mismatches(_pages()) == []
 
@@ -166,6 +192,7 @@ def test_the_forecast_claim_quoted_is_the_error_models():
     (forecasts_mismatches, "| 9, 10 (third) | 580 | 272 | 255 |", "| 9, 10 (third) | 580 | 272 | 254 |"),
     (families_mismatches, "**Transfers: 7 of 8 claimed agree**", "**Transfers: 8 of 8 claimed agree**"),
     (luck_mismatches, "H up 0.047 vs 0.041", "H up 0.045 vs 0.041"),
+    (setting_mean_mismatches, "| N up | 24 of 24 | 21, 3 |", "| N up | 24 of 24 | 22, 2 |"),
     (families_mismatches, "factor 2, one unflagged miss", "factor 2, no unflagged miss"),
 ])
 def test_a_page_that_drifts_from_its_data_fails(check, old, new):

@@ -63,8 +63,8 @@ def test_the_setting_mean_study_re_trains_cpu_tiny_bit_for_bit(tmp_path):
     """`noloco llm study setting-mean`'s training from nothing for cpu-tiny at groups seed 30 (66 runs, about 6
     minutes on two cores): every run's measure and every prediction come out as docs/data/setting_mean.json has them."""
     pytest.importorskip("transformers")
-    sm.train_missing(tmp_path, families=("cpu-tiny",), groups_seeds=(30,), progress=False)
-    again, stored = sm.evaluate(tmp_path, families=("cpu-tiny",), groups_seeds=(30,)), _stored()
+    sm.train_missing(tmp_path, families=("cpu-tiny",), groups_seeds=(30,), tuner=False, progress=False)
+    again, stored = sm.evaluate(tmp_path, families=("cpu-tiny",), groups_seeds=(30,), tuner=False), _stored()
 
     def mine(rows, *fields):
         return [tuple(getattr(r, f) for f in fields) for r in rows if (r.family, r.groups_seed) == ("cpu-tiny", 30)]
@@ -72,3 +72,22 @@ def test_the_setting_mean_study_re_trains_cpu_tiny_bit_for_bit(tmp_path):
     assert mine(again.runs, "setting", "data_seed", "measured") == mine(stored.runs, "setting", "data_seed", "measured")
     assert mine(again.predictions, "target", "data_seed", "predicted", "single_ratio", "flags") == \
         mine(stored.predictions, "target", "data_seed", "predicted", "single_ratio", "flags")
+
+
+def test_the_stored_tuner_judgements_are_their_grids_losses():
+    """Each stored judgement's pick loss, best, median and verdict re-made from the stored grid: the means' and each
+    data order's."""
+    rep = _stored()
+    assert len(rep.grid) == len(sm.FAMILIES) * len(sm.one_pilot.JUDGED) * len(sm.DATA_SEEDS)
+    assert [(t.family, t.against) for t in rep.tuner] == [(f, a) for f in sm.FAMILIES
+                                                          for a in ("mean", *map(str, sm.DATA_SEEDS))]
+    for t in rep.tuner:
+        j = t.judgement
+        loss = sm.mean_losses(rep.grid, t.family) if t.against == "mean" else \
+            {r.setting: r.loss for r in rep.grid if (r.family, str(r.data_seed)) == (t.family, t.against)}
+        assert len(loss) == len(sm.one_pilot.JUDGED)
+        assert math.isclose(j.measured, loss[j.pick], rel_tol=1e-12) and j.best == min(loss, key=loss.get)
+        assert math.isclose(j.median_loss, float(np.median(list(loss.values()))), rel_tol=1e-12)
+        assert j.rank == sorted(loss.values()).index(loss[j.pick]) + 1
+        assert j.within_interval_of_best == (j.measured - j.best_loss <= j.high - j.predicted)
+        assert j.better_than_median == (j.measured < j.median_loss)

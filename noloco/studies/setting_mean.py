@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -52,6 +53,7 @@ from noloco.infra.record import JsonRecord
 from noloco.studies import families as F
 from noloco.studies import luck, one_pilot
 from noloco.studies.forecasts import _rms
+from noloco.studies.one_pilot_rows import PickJudgement
 from noloco.studies.transfers import as_row
 
 FAMILIES = one_pilot.FAMILIES
@@ -68,11 +70,22 @@ def groups_folder(out, groups_seed: int) -> Path:
     return Path(out) / f"g{groups_seed}"
 
 
-def train_missing(out, families=FAMILIES, groups_seeds=GROUPS_SEEDS, progress: bool | None = None) -> None:
-    """Train every run of the study not finished in ``out``."""
+def train_missing(out, families=FAMILIES, groups_seeds=GROUPS_SEEDS, tuner: bool = True,
+                  progress: bool | None = None) -> None:
+    """Train every run of the study not finished in ``out`` (``tuner``: the tuner's grid and pilot too)."""
     for groups_seed in groups_seeds:
         luck.train_data_orders(groups_folder(out, groups_seed), families, NAMES, DATA_SEEDS, groups_seed,
                                progress=progress)
+    if tuner:
+        luck.train_data_orders(groups_folder(out, TUNER_GROUPS_SEED), families, one_pilot.JUDGED, DATA_SEEDS,
+                               TUNER_GROUPS_SEED, progress=progress)
+        for family in families:
+            one_pilot.train_pilot(pilot_folder(out), family, TUNER_PILOT_SEED)
+
+
+def pilot_folder(out) -> Path:
+    """Where the tuner's pilot and its forks live (the one-pilot study's layout below it)."""
+    return Path(out) / "pilot"
 
 
 @dataclass(frozen=True)
@@ -128,10 +141,35 @@ class AxisJudgement(JsonRecord):
 
 
 @dataclass(frozen=True)
-class SettingMeanReport(JsonRecord):
-    """``setting_mean.json``: every run's measure, every prediction and each transfer's judgement."""
+class GridLoss(JsonRecord):
+    """One run of the tuner's grid: its averaged model's final validation loss."""
 
-    NESTED = {"runs": (list, MeanRun), "predictions": (list, MeanPrediction), "axes": (list, AxisJudgement)}
+    family: str
+    setting: str
+    data_seed: int
+    loss: float
+
+
+@dataclass(frozen=True)
+class TunerAgainst(JsonRecord):
+    """The tuner's pick for one family judged against the 29 settings' mean losses (``against`` "mean") or one data
+    order's single runs (``against`` the data seed)."""
+
+    NESTED = {"judgement": PickJudgement}
+
+    family: str
+    against: str
+    judgement: PickJudgement
+
+
+@dataclass(frozen=True)
+class SettingMeanReport(JsonRecord):
+    """``setting_mean.json``: every run's measure, every prediction and each transfer's judgement; the tuner's pick
+    against the settings' means and against each data order."""
+
+    NESTED = {"runs": (list, MeanRun), "predictions": (list, MeanPrediction), "axes": (list, AxisJudgement),
+              "grid": (list, GridLoss), "tuner": (list, TunerAgainst)}
+    OPTIONAL_KEYS = ("grid", "tuner")
 
     schema: str
     groups_seeds: list
@@ -140,6 +178,8 @@ class SettingMeanReport(JsonRecord):
     runs: list
     predictions: list
     axes: list
+    grid: Optional[list] = None
+    tuner: Optional[list] = None
 
 
 RULE = (f"a claimed --as prediction holds when within {SPREAD_RULE:.0%} of the target setting's mean (the geometric "
@@ -231,16 +271,62 @@ def judge(rows: list[MeanPrediction], luck_outside: dict) -> list[AxisJudgement]
     return out
 
 
-def evaluate(out, families=FAMILIES, groups_seeds=GROUPS_SEEDS) -> SettingMeanReport:
-    """The report of the finished runs in ``out`` (every one must exist: :func:`train_missing`)."""
+def evaluate(out, families=FAMILIES, groups_seeds=GROUPS_SEEDS, tuner: bool = True) -> SettingMeanReport:
+    """The report of the finished runs in ``out`` (every one must exist: :func:`train_missing`; ``tuner``: the
+    tuner's judgements too)."""
     runs = [MeanRun(family=family, groups_seed=g, setting=name, data_seed=d, measured=v)
             for g in groups_seeds for family in families for name in NAMES
             for d, v in setting_measures(groups_folder(out, g), family, name).items()]
     means = setting_means(runs)
     rows = [p for g in groups_seeds for p in predictions(groups_folder(out, g), g, means, families)]
+    grid = grid_losses(out, families) if tuner else None
     return SettingMeanReport(schema="noloco.setting_mean/1", groups_seeds=list(groups_seeds),
                              data_seeds=list(DATA_SEEDS), rule=RULE, runs=runs, predictions=rows,
-                             axes=judge(rows, luck_outside(runs)))
+                             axes=judge(rows, luck_outside(runs)),
+                             grid=grid, tuner=tuner_judgements(out, grid, families) if grid else None)
+
+
+def grid_losses(out, families=FAMILIES) -> list[GridLoss]:
+    """Every run of the tuner's grid (all finished) with its final validation loss."""
+    rows = []
+    for family in families:
+        for name in one_pilot.JUDGED:
+            for d in DATA_SEEDS:
+                path = one_pilot.folder(groups_folder(out, TUNER_GROUPS_SEED), family, name, d)
+                if not one_pilot.finished(path):
+                    raise DataError(f"{path}: not a finished run (train it: noloco llm study setting-mean --out {out})")
+                rows.append(GridLoss(family=family, setting=name, data_seed=d, loss=one_pilot._measured(path)[0]))
+    return rows
+
+
+def mean_losses(grid: list[GridLoss], family: str) -> dict[str, float]:
+    """``{setting: its mean final loss over the data orders}`` of one family's grid."""
+    by: dict = {}
+    for r in grid:
+        if r.family == family:
+            by.setdefault(r.setting, []).append(r.loss)
+    return {name: float(np.mean(v)) for name, v in by.items()}
+
+
+def tuner_judgements(out, grid: list[GridLoss], families=FAMILIES) -> list[TunerAgainst]:
+    """Per family, the tuner's pick from the pilot's forks against the settings' mean final losses and against each
+    data order's (the second rule in the module docstring; every fork finished)."""
+    from noloco.advice.tune import tune_forks
+
+    rows = []
+    for family in families:
+        forks = pilot_folder(out) / family / f"forks-s{TUNER_PILOT_SEED}"
+        if not all(one_pilot.fork_done(one_pilot.fork_folder(pilot_folder(out), family, n, TUNER_PILOT_SEED), n)
+                   for n in one_pilot.FORKED):
+            raise DataError(f"{forks}: the pilot's forks are not all finished (train them: noloco llm study "
+                            f"setting-mean --out {out})")
+        report = tune_forks(forks)
+        rows.append(TunerAgainst(family=family, against="mean",
+                                 judgement=one_pilot.judge_pick(report, mean_losses(grid, family))))
+        rows += [TunerAgainst(family=family, against=str(d), judgement=one_pilot.judge_pick(
+                     report, {r.setting: r.loss for r in grid if (r.family, r.data_seed) == (family, d)}))
+                 for d in DATA_SEEDS]
+    return rows
 
 
 def run_study(out, train: bool = True) -> SettingMeanReport:
@@ -268,4 +354,11 @@ def format_report(rep: SettingMeanReport) -> str:
                  f"{sum(a.mean_within for a in rep.axes)} within, {sum(a.mean_missed for a in rep.axes)} outside; "
                  f"against the single run {sum(a.single_within for a in rep.axes)} within, "
                  f"{sum(a.single_missed for a in rep.axes)} outside ({SPREAD_RULE:.0%})")
+    for t in rep.tuner or []:
+        j = t.judgement
+        against = "the settings' means" if t.against == "mean" else f"data order {t.against}"
+        lines.append(f"tuner, {t.family}, against {against}"
+                     f": pick {j.pick} {j.measured:.4f} (rank {j.rank} of {j.settings}), best {j.best} {j.best_loss:.4f}, "
+                     f"median {j.median_loss:.4f}; half-width {j.high - j.predicted:.4f}: "
+                     f"{'holds' if j.better_than_median and j.within_interval_of_best else 'misses'}")
     return "\n".join(lines)
