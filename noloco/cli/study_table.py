@@ -234,6 +234,13 @@ def table() -> tuple[Study, ...]:
               "data orders at groups seeds 30 and 31 (finished runs reused) and judges --as against the target "
               "setting's mean under the rule of noloco/studies/setting_mean.py." + _NEEDS_HF,
               _folder("--out", "runs/setting-mean"), _evaluate),
+        Study("groups-luck", "noloco.studies.groups_luck",
+              "a run's groups luck: seven settings over eight groups seeds at one data order, measured and as the "
+              "theory predicts it (docs/advice.md, 'The floor')",
+              "Trains seven settings of cpu-tiny and the Llama-style config at groups seeds 40 to 47 with one data "
+              "order (finished runs reused) and judges the theory's groups luck under the rule of "
+              "noloco/studies/groups_luck.py." + _NEEDS_HF,
+              _folder("--out", "runs/groups-luck"), _evaluate),
         Study("tune-fresh", "noloco.studies.tune_fresh",
               "the tuner from one pilot on fresh seeds 5 and 6 (docs/advice.md, 'One pilot')",
               "Trains each family's seed-5 pilot with its forks and the 29 settings whole with seed 6 (the one-pilot "

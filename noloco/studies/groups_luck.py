@@ -1,0 +1,188 @@
+"""How far a run's spread moves with the groups its seed draws, measured over groups seeds and as the theory
+predicts it (``noloco llm study groups-luck``).
+
+The setting-mean study found that at N 4 two groups seeds' settings differ by 1.2 to 1.58 times in spread (the same
+six data orders each), and that ``--as`` stepped along the groups of another seed reproduced about 60 % of one such
+difference in log (read outside the package, before this rule). The rule, written and committed before any of
+these runs was trained:
+
+* the runs: cpu-tiny and the Llama-style config; the settings :data:`NAMES` (the pilot N 4, pairs, alpha 0.5, beta
+  0.7, gamma 0.7, H 10; H 20 and H 5 at equal tokens; alpha 0.3; beta 0.9; N 8 with pairs; N 8 with groups of 4),
+  each trained whole with the one data order :data:`DATA_SEED` at each of the groups seeds :data:`GROUPS_SEEDS`
+  (never trained before), ``DIR/gG/FAMILY/SETTING/s1001``: 112 runs;
+* a run's measure: its RMS weight_std over the second half; a setting's **measured groups luck** (one family): the
+  standard deviation (ddof 1) of the log measure over its eight groups seeds;
+* **the theory's**: each run's measured inputs replayed (:func:`noloco.advice.predict.replay`) along
+  :data:`DRAWS` group sequences drawn from seeds none of the runs used (:data:`DRAW_SEED` on), the standard
+  deviation of the log second-half RMS over the draws; a setting's predicted groups luck: the root mean of its
+  eight runs' variances;
+* the verdict per setting and family: the measured variance over the predicted within the central 95 % of
+  chi-square(7) / 7 (:data:`CHI2_RANGE`) *agrees*, above it *theory too narrow*, below *theory too wide*; the
+  theory's groups luck **holds** when at least 12 of the 14 agree.
+
+Expected: at N 4 with 16 and 32 outer steps *theory too narrow*; at N 8 and with 64 outer steps a small luck either
+way.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from noloco.infra.errors import DataError
+from noloco.infra.files import write_json
+from noloco.infra.record import JsonRecord
+from noloco.studies import luck, one_pilot
+
+FAMILIES = one_pilot.FAMILIES
+NAMES = (one_pilot.PILOT, "a0.5_b0.7_H20", "a0.5_b0.7_H5", "a0.3_b0.7_H10", "a0.5_b0.9_H10", "N8", "N8_n4")
+DATA_SEED = 1001
+GROUPS_SEEDS = tuple(range(40, 48))
+DRAWS, DRAW_SEED = 32, 100_000
+#: the central 95 % of chi-square(7) / 7: a variance ratio of eight runs against a known variance
+CHI2_RANGE = (0.241, 2.288)
+AGREE_AT_LEAST = 12
+
+
+def groups_folder(out, groups_seed: int) -> Path:
+    return Path(out) / f"g{groups_seed}"
+
+
+def train_missing(out, families=FAMILIES, progress: bool | None = None) -> None:
+    """Train every run of the study not finished in ``out``."""
+    for groups_seed in GROUPS_SEEDS:
+        luck.train_data_orders(groups_folder(out, groups_seed), families, NAMES, (DATA_SEED,), groups_seed,
+                               progress=progress)
+
+
+def second_half_rms(weight_std: np.ndarray) -> float:
+    """The RMS of a run's weight_std over its outer steps after the first half (index t - 1 is outer step t)."""
+    T = len(weight_std)
+    return float(math.sqrt(np.mean(weight_std[T // 2:] ** 2)))
+
+
+def theory_luck(path: Path, draws: int = DRAWS) -> float:
+    """The standard deviation of the log second-half RMS of the run in ``path`` with its measured inputs replayed
+    along ``draws`` group sequences of other seeds."""
+    from noloco.advice.forecast import _measured, _weight_std
+    from noloco.advice.predict import replay
+    from noloco.theory import conditional
+
+    run, groups, _ = _measured(path, None)
+    outer, T = run.outer, run.setting.outer_steps
+    if len(next(iter(groups.values())).c) != T:
+        raise DataError(f"{path}: measured {len(next(iter(groups.values())).c)} of {T} outer steps")
+    logs = []
+    for k in range(draws):
+        mats = conditional.partitions(DRAW_SEED + k, 0, T, outer.replicas, outer.group_size)
+        per = []
+        for g in groups.values():
+            s2, rho, _ = g.long_run
+            per.append((g.numel, replay(outer, g.c, s2, rho, groups=mats)[1][1:]))
+        logs.append(math.log(second_half_rms(_weight_std(per))))
+    return float(np.std(logs, ddof=1))
+
+
+@dataclass(frozen=True)
+class GroupsRun(JsonRecord):
+    """One run: its measured second-half RMS weight_std and the theory's groups luck from its inputs."""
+
+    family: str
+    setting: str
+    groups_seed: int
+    measured: float
+    theory_sd: float
+
+
+@dataclass(frozen=True)
+class GroupsLuck(JsonRecord):
+    """One setting of one family: the measured and the theory's groups luck (sd of the log measure), their variance
+    ratio and the verdict."""
+
+    family: str
+    setting: str
+    runs: int
+    measured_sd: float
+    theory_sd: float
+    variance_ratio: float
+    verdict: str
+
+
+@dataclass(frozen=True)
+class GroupsLuckReport(JsonRecord):
+    """``groups_luck.json``: every run and each setting's verdict; whether the theory's groups luck holds."""
+
+    NESTED = {"runs": (list, GroupsRun), "settings": (list, GroupsLuck)}
+
+    schema: str
+    data_seed: int
+    groups_seeds: list
+    draws: int
+    runs: list
+    settings: list
+    agree: int
+    holds: bool
+
+
+def verdict(ratio: float) -> str:
+    lo, hi = CHI2_RANGE
+    return "agrees" if lo <= ratio <= hi else ("theory too narrow" if ratio > hi else "theory too wide")
+
+
+def judge(runs: list[GroupsRun]) -> list[GroupsLuck]:
+    """Each setting's verdict from its runs (the rule in the module docstring)."""
+    out = []
+    for family in dict.fromkeys(r.family for r in runs):
+        for name in NAMES:
+            mine = [r for r in runs if (r.family, r.setting) == (family, name)]
+            if len(mine) < 2:
+                continue
+            measured = float(np.std([math.log(r.measured) for r in mine], ddof=1))
+            theory = math.sqrt(float(np.mean([r.theory_sd ** 2 for r in mine])))
+            ratio = measured ** 2 / theory ** 2 if theory > 0 else math.inf
+            out.append(GroupsLuck(family=family, setting=name, runs=len(mine), measured_sd=measured, theory_sd=theory,
+                                  variance_ratio=ratio, verdict=verdict(ratio)))
+    return out
+
+
+def evaluate(out, families=FAMILIES, progress: bool | None = None) -> GroupsLuckReport:
+    """The report of the finished runs in ``out`` (every one must exist: :func:`train_missing`)."""
+    from tqdm import tqdm
+
+    todo = [(f, n, g) for f in families for n in NAMES for g in GROUPS_SEEDS]
+    runs = []
+    for family, name, g in tqdm(todo, desc="the theory's groups luck", disable=progress is False):
+        path = one_pilot.folder(groups_folder(out, g), family, name, DATA_SEED)
+        if not one_pilot.finished(path):
+            raise DataError(f"{path}: not a finished run (train it: noloco llm study groups-luck --out {out})")
+        runs.append(GroupsRun(family=family, setting=name, groups_seed=g, measured=one_pilot._measured(path)[1],
+                              theory_sd=theory_luck(path)))
+    settings = judge(runs)
+    agree = sum(s.verdict == "agrees" for s in settings)
+    return GroupsLuckReport(schema="noloco.groups_luck/1", data_seed=DATA_SEED, groups_seeds=list(GROUPS_SEEDS),
+                            draws=DRAWS, runs=runs, settings=settings, agree=agree, holds=agree >= AGREE_AT_LEAST)
+
+
+def run_study(out, train: bool = True) -> GroupsLuckReport:
+    """Train what is missing (``train``), evaluate, and write ``out/groups_luck.json``."""
+    if train:
+        train_missing(out)
+    rep = evaluate(out)
+    write_json(Path(out) / "groups_luck.json", rep.to_json())
+    return rep
+
+
+def format_report(rep: GroupsLuckReport) -> str:
+    lines = [f"a run's groups luck: data order {rep.data_seed} at groups seeds {rep.groups_seeds[0]} to "
+             f"{rep.groups_seeds[-1]}; the theory: each run's inputs replayed along {rep.draws} other group draws",
+             f"{'family':9s} {'setting':14s} {'measured sd':>11s} {'theory sd':>9s} {'var ratio':>9s}  verdict"]
+    for s in rep.settings:
+        lines.append(f"{s.family:9s} {s.setting:14s} {s.measured_sd:11.3f} {s.theory_sd:9.3f} {s.variance_ratio:9.2f}"
+                     f"  {s.verdict}")
+    lines.append(f"{rep.agree} of {len(rep.settings)} agree (chi-square(7) / 7, 95 %: {CHI2_RANGE[0]} to "
+                 f"{CHI2_RANGE[1]}); the theory's groups luck {'holds' if rep.holds else 'does not hold'} "
+                 f"(at least {AGREE_AT_LEAST})")
+    return "\n".join(lines)
