@@ -36,7 +36,11 @@ FAMILIES_TOTALS = (
 #: counts of setting_mean.json's judgement of that transfer, in the table's order
 SETTING_MEAN_HEADER = "| transfer | claimed | vs the mean: within, out |"
 SETTING_MEAN_CELLS = (("claimed", "predictions"), ("mean_within", "mean_missed"), ("single_within", "single_missed"),
-                      ("luck_outside",), ("inside",))
+                      ("inside",))
+#: the groups-luck study's table: its header's first cells; the rows' labels and their settings
+GROUPS_LUCK_HEADER = "| setting | cpu-tiny: measured, theory | Llama: measured, theory |"
+GROUPS_LUCK_ROWS = {"pilot (N 4, H 10)": "a0.5_b0.7_H10", "H 20": "a0.5_b0.7_H20", "H 5": "a0.5_b0.7_H5",
+                    "alpha 0.3": "a0.3_b0.7_H10", "beta 0.9": "a0.5_b0.9_H10", "N 8": "N8", "N 8, n 4": "N8_n4"}
 WORDS = {"no": 0, "none": 0, "one": 1, "two": 2, "three": 3}
 
 
@@ -119,6 +123,22 @@ def setting_mean_mismatches(text: str) -> list[str]:
     return wrong
 
 
+def groups_luck_mismatches(text: str) -> list[str]:
+    """Every sd of the groups-luck study's table that is not groups_luck.json's, and every setting missing."""
+    found = {(s["family"], s["setting"]): s for s in _data("groups_luck.json")["settings"]}
+    wrong, rows = [], table(text, GROUPS_LUCK_HEADER)
+    for label, *cells in rows:
+        for family, cell in zip(("cpu-tiny", "llama"), cells):
+            stored = found[family, GROUPS_LUCK_ROWS[label]]
+            quoted = NUMBER.findall(cell)[:2]
+            if not all(agrees(q, v) for q, v in zip(quoted, (stored["measured_sd"], stored["theory_sd"]))) or \
+                    (stored["verdict"] != "agrees") != (stored["verdict"] in cell):
+                wrong.append(f"{label}, {family}: the page says {cell}, the data {stored}")
+    if sorted(label for label, *_ in rows) != sorted(GROUPS_LUCK_ROWS):
+        wrong.append("the table's settings are not the study's")
+    return wrong
+
+
 def families_mismatches(text: str) -> list[str]:
     """Every total of the families study quoted on the advice page that is not families.json's."""
     summary = _data("families.json")["summary"]
@@ -163,6 +183,10 @@ def test_the_setting_mean_table_is_setting_mean_json():
     assert setting_mean_mismatches(_pages()) == []
 
 
+def test_the_groups_luck_table_is_groups_luck_json():
+    assert groups_luck_mismatches(_pages()) == []
+
+
 def test_the_across_ranks_table_is_its_benchmark_files():
     assert ranks_mismatches(_pages()) == []
 
@@ -193,6 +217,8 @@ def test_the_forecast_claim_quoted_is_the_error_models():
     (families_mismatches, "**Transfers: 7 of 8 claimed agree**", "**Transfers: 8 of 8 claimed agree**"),
     (luck_mismatches, "H up 0.047 vs 0.041", "H up 0.045 vs 0.041"),
     (setting_mean_mismatches, "| N up | 24 of 24 | 21, 3 |", "| N up | 24 of 24 | 22, 2 |"),
+    (groups_luck_mismatches, "| H 20 | 0.345, 0.303 |", "| H 20 | 0.345, 0.313 |"),
+    (groups_luck_mismatches, "0.098, 0.314 (theory too wide)", "0.098, 0.314"),
     (families_mismatches, "factor 2, one unflagged miss", "factor 2, no unflagged miss"),
 ])
 def test_a_page_that_drifts_from_its_data_fails(check, old, new):

@@ -58,6 +58,9 @@ SKIP = {
     "llm study transfer-groups": "trains 12 runs of two families through transformers (about 15 minutes on two "
                                  "cores)",
     "llm study luck": "trains 60 runs of two families through transformers (about 15 minutes on two cores)",
+    "llm study setting-mean": "trains 504 runs and two pilots' forks of two families through transformers (about an "
+                              "hour on two cores)",
+    "llm study groups-luck": "trains 112 runs of two families through transformers (about 15 minutes on two cores)",
     "llm study tune-fresh": "trains two families' pilots with 28 forks and grids of 29 settings (over an hour on two "
                             "cores)",
 }

@@ -64,9 +64,9 @@ def second_half_rms(weight_std: np.ndarray) -> float:
     return float(math.sqrt(np.mean(weight_std[T // 2:] ** 2)))
 
 
-def theory_luck(path: Path, draws: int = DRAWS) -> float:
+def theory_luck(path: Path, draws: int = DRAWS, seeds=None) -> float:
     """The standard deviation of the log second-half RMS of the run in ``path`` with its measured inputs replayed
-    along ``draws`` group sequences of other seeds."""
+    along ``draws`` group sequences of other seeds (``seeds``: which, by default :data:`DRAW_SEED` on)."""
     from noloco.advice.forecast import _measured, _weight_std
     from noloco.advice.predict import replay
     from noloco.theory import conditional
@@ -76,8 +76,8 @@ def theory_luck(path: Path, draws: int = DRAWS) -> float:
     if len(next(iter(groups.values())).c) != T:
         raise DataError(f"{path}: measured {len(next(iter(groups.values())).c)} of {T} outer steps")
     logs = []
-    for k in range(draws):
-        mats = conditional.partitions(DRAW_SEED + k, 0, T, outer.replicas, outer.group_size)
+    for seed in range(DRAW_SEED, DRAW_SEED + draws) if seeds is None else seeds:
+        mats = conditional.partitions(seed, 0, T, outer.replicas, outer.group_size)
         per = []
         for g in groups.values():
             s2, rho, _ = g.long_run
