@@ -8,6 +8,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from noloco.advice.forecast import DRAW_SEED
 from noloco.studies import groups_luck as gl
 from noloco.theory.config import OuterConfig
 
@@ -45,7 +46,7 @@ def test_the_theorys_groups_luck_is_the_spread_over_group_draws(tmp_path):
     write_run(tmp_path / "run", cfg)
     sd = gl.theory_luck(tmp_path / "run", draws=8)
     assert 0 < sd < 1 and sd == gl.theory_luck(tmp_path / "run", draws=8)
-    assert gl.theory_luck(tmp_path / "run", draws=8, seeds=[gl.DRAW_SEED] * 8) == 0
+    assert gl.theory_luck(tmp_path / "run", draws=8, seeds=[DRAW_SEED] * 8) == 0
 
 
 def test_the_stored_report_re_judges_from_its_runs():
@@ -54,3 +55,22 @@ def test_the_stored_report_re_judges_from_its_runs():
     assert gl.judge(rep.runs) == rep.settings
     assert rep.agree == sum(s.verdict == "agrees" for s in rep.settings)
     assert rep.holds == (rep.agree >= gl.AGREE_AT_LEAST)
+
+
+def test_the_groups_luck_against_the_runs_own_groups_and_on_the_command_line(tmp_path, capsys):
+    """Replayed along its own groups seed every time, a run has no groups luck (low = high = 1, sd 0); along others
+    it spreads about its own; `noloco llm predict RUN --groups-luck` prints it, and refuses a run still going."""
+    from noloco.advice.forecast import groups_luck
+    from noloco.cli import main
+    from tests.test_forecast import config, write_run
+
+    cfg = config(outer=OuterConfig(replicas=4, group_size=2, alpha=0.5, beta=0.7, gamma=0.7), outer_steps=16, seed=3)
+    write_run(tmp_path / "run", cfg)
+    same = groups_luck(tmp_path / "run", seeds=[3] * 4)
+    assert same.low == pytest.approx(1.0) and same.high == pytest.approx(1.0) and same.sd == pytest.approx(0.0, abs=1e-12)
+    other = groups_luck(tmp_path / "run", draws=8)
+    assert other.low < other.high and other.sd > 0 and other.own_rms == pytest.approx(same.own_rms)
+    assert main(["llm", "predict", str(tmp_path / "run"), "--groups-luck"]) == 0
+    assert "group sequences of other seeds" in capsys.readouterr().out
+    write_run(tmp_path / "going", cfg, measured_to=10)
+    assert main(["llm", "predict", str(tmp_path / "going"), "--groups-luck"]) == 3  # bad data

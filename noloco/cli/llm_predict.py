@@ -35,6 +35,10 @@ def add_parser(sub) -> None:
                         help="OUT is a fork of a pilot (a few outer steps of another setting from the pilot's state): "
                              "predict that setting's spread over a whole run from the pilot and the fork "
                              "(docs/advice.md, 'One pilot')")
+    advice.add_argument("--groups-luck", action="store_true",
+                        help="how far this run's spread moves with the groups another seed draws: its measured inputs "
+                             "replayed along 32 other group sequences, against its own (docs/advice.md, 'The groups' "
+                             "luck'); a finished run at N <= 16")
     pred.add_argument("--from-step", type=int, metavar="K",
                       help="with --forecast: use the first K measured outer steps only (default: every step measured "
                            "so far in a run still going; the first quarter of a finished run)")
@@ -53,9 +57,10 @@ def run(args) -> int:
         raise ConfigError("--from-step applies to --forecast only; add --forecast")
     if args.groups_seed is not None and args.changes is None:
         raise ConfigError("--groups-seed applies to --as only; add --as CHANGES")
-    if (args.gap or args.forecast or args.fork or args.changes is not None) and args.noise_model != "long-run":
+    if (args.gap or args.forecast or args.fork or args.groups_luck or args.changes is not None) and \
+            args.noise_model != "long-run":
         raise ConfigError("--noise-model applies to the prediction of a run from its own inputs; drop it with "
-                          "--forecast, --as or --gap")
+                          "--forecast, --as, --gap or --groups-luck")
     if args.gap:
         import importlib.util
 
@@ -69,6 +74,10 @@ def run(args) -> int:
         from noloco.advice.forecast import forecast, format_forecast
 
         report, text = forecast(args.out, from_step=args.from_step), format_forecast
+    elif args.groups_luck:
+        from noloco.advice.forecast import format_groups_luck, groups_luck
+
+        report, text = groups_luck(args.out), format_groups_luck
     elif args.fork:
         from noloco.advice.fork import fork_spread, format_fork_spread
 

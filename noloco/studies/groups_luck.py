@@ -13,7 +13,7 @@ these runs was trained:
 * a run's measure: its RMS weight_std over the second half; a setting's **measured groups luck** (one family): the
   standard deviation (ddof 1) of the log measure over its eight groups seeds;
 * **the theory's**: each run's measured inputs replayed (:func:`noloco.advice.predict.replay`) along
-  :data:`DRAWS` group sequences drawn from seeds none of the runs used (:data:`DRAW_SEED` on), the standard
+  :data:`DRAWS` group sequences drawn from seeds none of the runs used (:data:`noloco.advice.forecast.DRAW_SEED` on), the standard
   deviation of the log second-half RMS over the draws; a setting's predicted groups luck: the root mean of its
   eight runs' variances;
 * the verdict per setting and family: the measured variance over the predicted within the central 95 % of
@@ -32,6 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
+from noloco.advice.forecast import GROUPS_DRAWS as DRAWS
 from noloco.infra.errors import DataError
 from noloco.infra.files import write_json
 from noloco.infra.record import JsonRecord
@@ -41,7 +42,6 @@ FAMILIES = one_pilot.FAMILIES
 NAMES = (one_pilot.PILOT, "a0.5_b0.7_H20", "a0.5_b0.7_H5", "a0.3_b0.7_H10", "a0.5_b0.9_H10", "N8", "N8_n4")
 DATA_SEED = 1001
 GROUPS_SEEDS = tuple(range(40, 48))
-DRAWS, DRAW_SEED = 32, 100_000
 #: the central 95 % of chi-square(7) / 7: a variance ratio of eight runs against a known variance
 CHI2_RANGE = (0.241, 2.288)
 AGREE_AT_LEAST = 12
@@ -58,32 +58,12 @@ def train_missing(out, families=FAMILIES, progress: bool | None = None) -> None:
                                progress=progress)
 
 
-def second_half_rms(weight_std: np.ndarray) -> float:
-    """The RMS of a run's weight_std over its outer steps after the first half (index t - 1 is outer step t)."""
-    T = len(weight_std)
-    return float(math.sqrt(np.mean(weight_std[T // 2:] ** 2)))
-
-
 def theory_luck(path: Path, draws: int = DRAWS, seeds=None) -> float:
     """The standard deviation of the log second-half RMS of the run in ``path`` with its measured inputs replayed
-    along ``draws`` group sequences of other seeds (``seeds``: which, by default :data:`DRAW_SEED` on)."""
-    from noloco.advice.forecast import _measured, _weight_std
-    from noloco.advice.predict import replay
-    from noloco.theory import conditional
+    along ``draws`` group sequences of other seeds (:func:`noloco.advice.forecast.groups_luck`)."""
+    from noloco.advice.forecast import groups_luck
 
-    run, groups, _ = _measured(path, None)
-    outer, T = run.outer, run.setting.outer_steps
-    if len(next(iter(groups.values())).c) != T:
-        raise DataError(f"{path}: measured {len(next(iter(groups.values())).c)} of {T} outer steps")
-    logs = []
-    for seed in range(DRAW_SEED, DRAW_SEED + draws) if seeds is None else seeds:
-        mats = conditional.partitions(seed, 0, T, outer.replicas, outer.group_size)
-        per = []
-        for g in groups.values():
-            s2, rho, _ = g.long_run
-            per.append((g.numel, replay(outer, g.c, s2, rho, groups=mats)[1][1:]))
-        logs.append(math.log(second_half_rms(_weight_std(per))))
-    return float(np.std(logs, ddof=1))
+    return groups_luck(path, draws, seeds).sd
 
 
 @dataclass(frozen=True)
