@@ -55,6 +55,12 @@ def test_the_stored_report_re_judges_from_its_runs():
     assert gl.judge(rep.runs) == rep.settings
     assert rep.agree == sum(s.verdict == "agrees" for s in rep.settings)
     assert rep.holds == (rep.agree >= gl.AGREE_AT_LEAST)
+    assert len(rep.ranges) == len(gl.FAMILIES) * len(gl.RANGE_SEEDS) * len(gl.RANGE_TRANSFERS)
+    assert all(len(r.targets) == len(gl.RANGE_SEEDS) - 1 and str(r.groups_seed) not in r.targets for r in rep.ranges)
+    assert gl.judge_ranges(rep.ranges) == (rep.coverage, rep.range_holds)
+    from noloco.advice.forecast import GROUPS_RANGE_HELD
+
+    assert GROUPS_RANGE_HELD == (sum(j.inside for j in rep.coverage), sum(j.pairs for j in rep.coverage))
 
 
 def test_the_groups_luck_against_the_runs_own_groups_and_on_the_command_line(tmp_path, capsys):
@@ -74,3 +80,32 @@ def test_the_groups_luck_against_the_runs_own_groups_and_on_the_command_line(tmp
     assert "group sequences of other seeds" in capsys.readouterr().out
     write_run(tmp_path / "going", cfg, measured_to=10)
     assert main(["llm", "predict", str(tmp_path / "going"), "--groups-luck"]) == 3  # bad data
+
+
+def test_the_ranges_coverage_counts_the_targets_inside_and_judges_the_share():
+    def row(axis, targets):
+        return gl.RangeRow(family="llama", groups_seed=50, axis=axis, predicted=2.0, low=0.8, high=1.25, flags=[],
+                           targets={str(k): v for k, v in enumerate(targets)})
+
+    axes = [axis for _, _, axis in gl.RANGE_TRANSFERS]
+    wide = [row(axes[0], [1.7, 2.4, 2.6, 1.5]), *(row(a, [2.0] * 4) for a in axes[1:])]  # 2.6, 1.5 outside 1.6..2.5
+    coverage, holds = gl.judge_ranges(wide)
+    assert [(j.axis, j.pairs, j.inside) for j in coverage] == [(axes[0], 4, 2), *((a, 4, 4) for a in axes[1:])]
+    assert holds  # 14 of 16 inside: 88 %
+    assert not gl.judge_ranges([row(a, [2.0] * 4) for a in axes])[1]  # 100 %: a range too wide
+    assert not gl.judge_ranges([row(a, [2.0, 2.0, 1.0, 3.0]) for a in axes])[1]  # 50 %: too narrow
+
+
+def test_as_with_groups_luck_prints_the_targets_range_and_keeps_the_prediction(tmp_path, capsys):
+    from noloco.advice import forecast as F
+    from noloco.cli import main
+    from tests.test_forecast import config, write_run
+
+    cfg = config(outer=OuterConfig(replicas=4, group_size=2, alpha=0.5, beta=0.7, gamma=0.7), outer_steps=16, seed=3)
+    write_run(tmp_path, cfg)
+    plain, ranged = F.transfer(tmp_path, alpha=0.3), F.transfer(tmp_path, groups_draws=8, alpha=0.3)
+    assert plain.groups_luck is None and ranged.second_half_rms == plain.second_half_rms
+    assert 0 < ranged.groups_luck.low < ranged.groups_luck.high and ranged.groups_luck.draws == 8
+    assert main(["llm", "predict", str(tmp_path), "--as", "alpha=0.3", "--groups-luck"]) == 0
+    assert "with another groups seed:" in capsys.readouterr().out
+    assert main(["llm", "predict", str(tmp_path), "--forecast", "--groups-luck"]) == 2

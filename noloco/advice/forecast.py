@@ -654,11 +654,22 @@ class TransferRow(JsonRecord):
 
 
 @dataclass(frozen=True)
+class GroupsRange(JsonRecord):
+    """The 10 % and 90 % quantiles of the target's second-half RMS over ``draws`` group sequences of other seeds,
+    over the prediction along the pilot's (docs/advice.md, "The groups' luck")."""
+
+    draws: int
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
 class Transfer(JsonRecord):
     """:func:`transfer`'s report (``noloco llm predict --as ... --json``)."""
 
-    NESTED = {"groups": StepGroups, "rows": (list, TransferRow), "track_record": AxisRecord}
-    OPTIONAL_KEYS = ("track_record",)
+    NESTED = {"groups": StepGroups, "rows": (list, TransferRow), "track_record": AxisRecord,
+              "groups_luck": GroupsRange}
+    OPTIONAL_KEYS = ("track_record", "groups_luck")
 
     run: str
     changes: dict
@@ -675,14 +686,16 @@ class Transfer(JsonRecord):
     interval: dict  # {"quantiles", "from"}: where the interval was measured
     rows: list
     track_record: Optional[AxisRecord] = field(default=None, kw_only=True)  # None off the axes (AS_TRACK)
+    groups_luck: Optional[GroupsRange] = field(default=None, kw_only=True)  # asked for (groups_draws)
 
 
-def transfer(run_dir, seed: int | None = None, **changes) -> Transfer:
+def transfer(run_dir, seed: int | None = None, groups_draws: int = 0, **changes) -> Transfer:
     """The spread of the pilot run's setting with ``changes`` (outer fields: alpha, beta, gamma, group_size,
     replicas, momentum; schedule: lr, inner_steps, outer_steps) predicted from the pilot's measured inputs
     (module docstring), the pilot's own prediction beside it, and the flags of what it extrapolates. The pilot is
     replayed along its own groups and the target stepped along the groups its setting draws from the same groups
-    seed (the folder's, or ``seed`` where it records none; :func:`target_groups`)."""
+    seed (the folder's, or ``seed`` where it records none; :func:`target_groups`). ``groups_draws``: also the 80 %
+    range of the target's spread over that many group sequences of other seeds (``groups_luck``)."""
     run, groups, t0 = _measured(run_dir, None)
     pilot_cfg = run.setting
     unknown = set(changes) - set(TRANSFER_FIELDS)
@@ -708,21 +721,26 @@ def transfer(run_dir, seed: int | None = None, **changes) -> Transfer:
                      "last inputs")
     if pilot_cfg.noniid:
         flags.append("the pilot trains on non-IID shards: its drift is carried over as it was measured")
-    per, per_pilot, per_average = [], [], []
+    per_pilot, per_average, target_inputs = [], [], []
     for t in tensors.values():
         start = exchangeable.initial(float(t.s2[0]), 0.0, 0.0)
         scale, rho = noise_transfer(t.rho, pilot_at, target_ph)
         c, s2 = t.c[src], t.s2[src] * scale
+        target_inputs.append((t.numel, start, c, s2, rho))
         per_average.append((t.numel, _step_forward(outer_b, start, c, s2, rho)))
         if target_mats is None:
-            per.append(per_average[-1])
             per_pilot.append((t.numel, _step_forward(run.outer, start, t.c, t.s2, t.rho)))
         else:
-            per.append((t.numel, _step_forward(outer_b, conditional.lift(start, outer_b.replicas), c, s2, rho,
-                                               target_mats)))
             per_pilot.append((t.numel, _step_forward(run.outer, conditional.lift(start, run.outer.replicas),
                                                      t.c, t.s2, t.rho, pilot_mats)))
-    ws, ws_pilot, ws_average = _weight_std(per), _weight_std(per_pilot), _weight_std(per_average)
+
+    def target_along(mats) -> np.ndarray:
+        """The target's weight_std stepped along one group sequence (before the tilt and the calibration)."""
+        return _weight_std([(n, _step_forward(outer_b, conditional.lift(st, outer_b.replicas), c, s2, rho, mats))
+                            for n, st, c, s2, rho in target_inputs])
+
+    ws_pilot, ws_average = _weight_std(per_pilot), _weight_std(per_average)
+    ws = ws_average if target_mats is None else target_along(target_mats)
     flattest = flattest_c(tensors, t0)
     radius = exchangeable.decay_factor(outer_b, max(flattest, 0.0))
     if not radius < 1:
@@ -745,8 +763,8 @@ def transfer(run_dir, seed: int | None = None, **changes) -> Transfer:
     short = short_phase(pilot_cfg, target_cfg)
     if short:
         flags.append(short)
-    if math.isfinite(tilt):  # the pooled c moves toward the directions the target amplifies more (TILT_EXPONENT)
-        ws, ws_average = ws * tilt ** TILT_EXPONENT, ws_average * tilt ** TILT_EXPONENT
+    # the pooled c moves toward the directions the target amplifies more (TILT_EXPONENT)
+    tilted = tilt ** TILT_EXPONENT if math.isfinite(tilt) else None
     replay = _replay_ratio(run, ws_pilot, t0)
     moved = (run.outer.replicas, run.outer.group_size) != (outer_b.replicas, outer_b.group_size)
     if why is not None and moved:
@@ -755,16 +773,27 @@ def transfer(run_dir, seed: int | None = None, **changes) -> Transfer:
                      f"replayed / measured {_fmt(replay, '.3f')} then holds how the pilot's own groups moved its "
                      f"spread, which the target's groups do not share ({GROUP_LUCK[0]:g} to {GROUP_LUCK[1]:g} at N 4 "
                      "and 8); give the seed (--groups-seed) or record it (noloco.Observer does)")
-    if replay is not None and math.isfinite(replay) and replay > 0:
-        # the theory's error on this model, which the transfer shares (REPLAY_LIMIT)
-        ws, ws_average = ws / replay, ws_average / replay
+    calibrated = replay is not None and math.isfinite(replay) and replay > 0
+    if calibrated:  # the theory's error on this model, which the transfer shares (REPLAY_LIMIT)
         if not 1 / REPLAY_LIMIT <= replay <= REPLAY_LIMIT:
             flags.append(f"not reproduced: the pilot's own inputs give {replay:.2f}x its measured spread over its "
                          f"second half (limit a factor {REPLAY_LIMIT:g}); the transfer, divided by it, carries an "
                          "error the theory does not describe (see noloco llm predict on the pilot)")
+
+    def corrected(x):  # the tilt's correction, then the calibration, as every figure of the target takes them
+        x = x * tilted if tilted is not None else x
+        return x / replay if calibrated else x
+
+    ws, ws_average = corrected(ws), corrected(ws_average)
     late = slice(Tb // 2, None)
     level = float(math.sqrt(np.mean(ws[late] ** 2))) if np.all(np.isfinite(ws)) else math.inf
     average = float(math.sqrt(np.mean(ws_average[late] ** 2))) if np.all(np.isfinite(ws_average)) else math.inf
+    luck = None
+    if groups_draws and math.isfinite(level) and outer_b.replicas <= conditional.MAX_REPLICAS:
+        draws = np.array([_second_half_rms(corrected(target_along(conditional.partitions(
+            s, 0, Tb, outer_b.replicas, outer_b.group_size)))) for s in range(DRAW_SEED, DRAW_SEED + groups_draws)])
+        luck = GroupsRange(draws=groups_draws, low=float(np.quantile(draws, 0.1) / level),
+                           high=float(np.quantile(draws, 0.9) / level))
     quantiles, measured_in = transfer_interval(pilot_cfg, target_cfg, bool(flags))
     rows = [TransferRow(outer_step=s + 1, predicted=float(v), low=lo, high=hi)
             for s, v, lo, hi in zip(range(Tb), ws, *interval_bounds(ws, quantiles))]
@@ -776,7 +805,7 @@ def transfer(run_dir, seed: int | None = None, **changes) -> Transfer:
                     pilot_replayed_rms=float(math.sqrt(np.mean(ws_pilot[len(ws_pilot) // 2:] ** 2))),
                     pilot_replay_ratio=replay,
                     interval={"quantiles": list(quantiles), "from": measured_in},
-                    rows=rows, track_record=axis_record(pilot_cfg, target_cfg, bool(flags)))
+                    rows=rows, track_record=axis_record(pilot_cfg, target_cfg, bool(flags)), groups_luck=luck)
 
 
 def transfer_interval(pilot_cfg, target_cfg, flagged: bool) -> tuple[tuple[float, float], str]:
@@ -862,6 +891,9 @@ def _replay_ratio(run, replayed: np.ndarray, t0: int) -> float | None:
 #: the groups luck: how many group sequences a run's inputs are replayed along, drawn from seeds from DRAW_SEED on
 #: (none of the studies' runs used them); validated in noloco/studies/groups_luck.py (docs/advice.md, "The groups' luck")
 GROUPS_DRAWS, DRAW_SEED = 32, 100_000
+#: ``--as --groups-luck``'s range judged on fresh groups seeds (noloco/studies/groups_luck.py's second rule): of the
+#: pairs (a pilot's range, the target trained with another groups seed), how many lay inside
+GROUPS_RANGE_HELD = (295, 448)
 
 
 @dataclass(frozen=True)
@@ -990,5 +1022,11 @@ def format_transfer(report: Transfer) -> str:
                      f"from it); averaged over random groups: {_fmt(report.second_half_rms_average, '.4e')}")
     if report.track_record is not None:
         lines.append(f"track record: {report.track_record.text()}")
+    if report.groups_luck is not None:
+        g = report.groups_luck
+        held, pairs = GROUPS_RANGE_HELD
+        lines.append(f"with another groups seed: {g.low:.3f} to {g.high:.3f} times the prediction (the target over "
+                     f"{g.draws} group sequences of other seeds, 10 % to 90 %); too narrow: it held {held} of {pairs} "
+                     f"({held / pairs:.0%}) targets trained with other groups seeds (docs/advice.md, 'The groups' luck')")
     lines += [f"flag: {f}" for f in report.flags]
     return "\n".join(lines)

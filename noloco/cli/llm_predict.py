@@ -35,10 +35,10 @@ def add_parser(sub) -> None:
                         help="OUT is a fork of a pilot (a few outer steps of another setting from the pilot's state): "
                              "predict that setting's spread over a whole run from the pilot and the fork "
                              "(docs/advice.md, 'One pilot')")
-    advice.add_argument("--groups-luck", action="store_true",
-                        help="how far this run's spread moves with the groups another seed draws: its measured inputs "
-                             "replayed along 32 other group sequences, against its own (docs/advice.md, 'The groups' "
-                             "luck'); a finished run at N <= 16")
+    pred.add_argument("--groups-luck", action="store_true",
+                      help="how far the spread moves with the groups another seed draws: alone, this finished run's "
+                           "measured inputs replayed along 32 other group sequences against its own; with --as, the "
+                           "target's 80 %% range over them (docs/advice.md, 'The groups' luck'); N <= 16")
     pred.add_argument("--from-step", type=int, metavar="K",
                       help="with --forecast: use the first K measured outer steps only (default: every step measured "
                            "so far in a run still going; the first quarter of a finished run)")
@@ -55,6 +55,8 @@ def run(args) -> int:
 
     if args.from_step is not None and not args.forecast:
         raise ConfigError("--from-step applies to --forecast only; add --forecast")
+    if args.groups_luck and (args.gap or args.forecast or args.fork):
+        raise ConfigError("--groups-luck goes alone or with --as; drop --forecast, --gap or --fork")
     if args.groups_seed is not None and args.changes is None:
         raise ConfigError("--groups-seed applies to --as only; add --as CHANGES")
     if (args.gap or args.forecast or args.fork or args.groups_luck or args.changes is not None) and \
@@ -74,18 +76,19 @@ def run(args) -> int:
         from noloco.advice.forecast import forecast, format_forecast
 
         report, text = forecast(args.out, from_step=args.from_step), format_forecast
-    elif args.groups_luck:
-        from noloco.advice.forecast import format_groups_luck, groups_luck
-
-        report, text = groups_luck(args.out), format_groups_luck
     elif args.fork:
         from noloco.advice.fork import fork_spread, format_fork_spread
 
         report, text = fork_spread(args.out), format_fork_spread
     elif args.changes is not None:
-        from noloco.advice.forecast import format_transfer, parse_changes, transfer
+        from noloco.advice.forecast import GROUPS_DRAWS, format_transfer, parse_changes, transfer
 
-        report, text = transfer(args.out, seed=args.groups_seed, **parse_changes(args.changes)), format_transfer
+        report, text = transfer(args.out, seed=args.groups_seed, groups_draws=GROUPS_DRAWS if args.groups_luck else 0,
+                                **parse_changes(args.changes)), format_transfer
+    elif args.groups_luck:
+        from noloco.advice.forecast import format_groups_luck, groups_luck
+
+        report, text = groups_luck(args.out), format_groups_luck
     else:
         from noloco.advice.predict import format_predict, predict
 

@@ -237,9 +237,9 @@ def table() -> tuple[Study, ...]:
         Study("groups-luck", "noloco.studies.groups_luck",
               "a run's groups luck: seven settings over eight groups seeds at one data order, measured and as the "
               "theory predicts it (docs/advice.md, 'The floor')",
-              "Trains seven settings of cpu-tiny and the Llama-style config at groups seeds 40 to 47 with one data "
-              "order (finished runs reused) and judges the theory's groups luck under the rule of "
-              "noloco/studies/groups_luck.py." + _NEEDS_HF,
+              "Trains seven settings of cpu-tiny and the Llama-style config at groups seeds 40 to 47, and the pilot with "
+              "four targets at 50 to 57, with one data order (finished runs reused), and judges the theory's groups "
+              "luck and --as --groups-luck's range under the rules of noloco/studies/groups_luck.py." + _NEEDS_HF,
               _folder("--out", "runs/groups-luck"), _evaluate),
         Study("tune-fresh", "noloco.studies.tune_fresh",
               "the tuner from one pilot on fresh seeds 5 and 6 (docs/advice.md, 'One pilot')",

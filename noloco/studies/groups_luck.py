@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Optional
 
 import numpy as np
 
@@ -67,9 +68,13 @@ def groups_folder(out, groups_seed: int) -> Path:
 
 
 def train_missing(out, families=FAMILIES, progress: bool | None = None) -> None:
-    """Train every run of the study not finished in ``out``."""
+    """Train every run of the study not finished in ``out`` (both rules')."""
     for groups_seed in GROUPS_SEEDS:
         luck.train_data_orders(groups_folder(out, groups_seed), families, NAMES, (DATA_SEED,), groups_seed,
+                               progress=progress)
+    names = tuple(dict.fromkeys(n for pilot, target, _ in RANGE_TRANSFERS for n in (pilot, target)))
+    for groups_seed in RANGE_SEEDS:
+        luck.train_data_orders(groups_folder(out, groups_seed), families, names, (DATA_SEED,), groups_seed,
                                progress=progress)
 
 
@@ -107,10 +112,39 @@ class GroupsLuck(JsonRecord):
 
 
 @dataclass(frozen=True)
-class GroupsLuckReport(JsonRecord):
-    """``groups_luck.json``: every run and each setting's verdict; whether the theory's groups luck holds."""
+class RangeRow(JsonRecord):
+    """The second rule: ``--as --groups-luck`` from the pilot of one groups seed along one transfer: the prediction
+    along the pilot's groups and its 80 % range over other seeds' (ratios), and the target's measure at every other
+    groups seed of the study."""
 
-    NESTED = {"runs": (list, GroupsRun), "settings": (list, GroupsLuck)}
+    family: str
+    groups_seed: int
+    axis: str
+    predicted: float
+    low: float
+    high: float
+    flags: list
+    targets: dict  # groups seed (as text) -> the target's second-half RMS weight_std
+
+
+@dataclass(frozen=True)
+class RangeJudgement(JsonRecord):
+    """One family and transfer: of ``pairs`` (pilot, target of another groups seed), ``inside`` the range."""
+
+    family: str
+    axis: str
+    pairs: int
+    inside: int
+
+
+@dataclass(frozen=True)
+class GroupsLuckReport(JsonRecord):
+    """``groups_luck.json``: every run and each setting's verdict; whether the theory's groups luck holds; the second
+    rule's ranges and their coverage."""
+
+    NESTED = {"runs": (list, GroupsRun), "settings": (list, GroupsLuck), "ranges": (list, RangeRow),
+              "coverage": (list, RangeJudgement)}
+    OPTIONAL_KEYS = ("ranges", "coverage", "range_holds")
 
     schema: str
     data_seed: int
@@ -120,6 +154,9 @@ class GroupsLuckReport(JsonRecord):
     settings: list
     agree: int
     holds: bool
+    ranges: Optional[list] = None
+    coverage: Optional[list] = None
+    range_holds: Optional[bool] = None
 
 
 def verdict(ratio: float) -> str:
@@ -157,8 +194,47 @@ def evaluate(out, families=FAMILIES, progress: bool | None = None) -> GroupsLuck
                               theory_sd=theory_luck(path)))
     settings = judge(runs)
     agree = sum(s.verdict == "agrees" for s in settings)
+    ranges = range_rows(out, families)
+    coverage, range_holds = judge_ranges(ranges)
     return GroupsLuckReport(schema="noloco.groups_luck/1", data_seed=DATA_SEED, groups_seeds=list(GROUPS_SEEDS),
-                            draws=DRAWS, runs=runs, settings=settings, agree=agree, holds=agree >= AGREE_AT_LEAST)
+                            draws=DRAWS, runs=runs, settings=settings, agree=agree, holds=agree >= AGREE_AT_LEAST,
+                            ranges=ranges, coverage=coverage, range_holds=range_holds)
+
+
+def _inside(row: RangeRow, measured: float) -> bool:
+    return row.low * row.predicted <= measured <= row.high * row.predicted
+
+
+def range_rows(out, families=FAMILIES) -> list[RangeRow]:
+    """The second rule's predictions (every run of :data:`RANGE_SEEDS` finished)."""
+    from noloco.advice.forecast import transfer
+
+    rows = []
+    for family in families:
+        for g in RANGE_SEEDS:
+            for pilot, target, axis in RANGE_TRANSFERS:
+                paths = {h: one_pilot.folder(groups_folder(out, h), family, target, DATA_SEED) for h in RANGE_SEEDS}
+                pilot_path = one_pilot.folder(groups_folder(out, g), family, pilot, DATA_SEED)
+                for path in (pilot_path, *paths.values()):
+                    if not one_pilot.finished(path):
+                        raise DataError(f"{path}: not a finished run (train it: noloco llm study groups-luck --out {out})")
+                t = transfer(pilot_path, groups_draws=DRAWS, **one_pilot._changes(pilot, target))
+                rows.append(RangeRow(family=family, groups_seed=g, axis=axis, predicted=t.second_half_rms,
+                                     low=t.groups_luck.low, high=t.groups_luck.high, flags=t.flags,
+                                     targets={str(h): one_pilot._measured(p)[1] for h, p in paths.items() if h != g}))
+    return rows
+
+
+def judge_ranges(rows: list[RangeRow]) -> tuple[list[RangeJudgement], bool]:
+    """Per family and transfer, the pairs inside the range; whether the share of all lies in :data:`RANGE_COVERAGE`."""
+    out = []
+    for family in dict.fromkeys(r.family for r in rows):
+        for _, _, axis in RANGE_TRANSFERS:
+            mine = [r for r in rows if (r.family, r.axis) == (family, axis)]
+            out.append(RangeJudgement(family=family, axis=axis, pairs=sum(len(r.targets) for r in mine),
+                                      inside=sum(_inside(r, m) for r in mine for m in r.targets.values())))
+    share = sum(j.inside for j in out) / max(sum(j.pairs for j in out), 1)
+    return out, RANGE_COVERAGE[0] <= share <= RANGE_COVERAGE[1]
 
 
 def run_study(out, train: bool = True) -> GroupsLuckReport:
@@ -180,4 +256,10 @@ def format_report(rep: GroupsLuckReport) -> str:
     lines.append(f"{rep.agree} of {len(rep.settings)} agree (chi-square(7) / 7, 95 %: {CHI2_RANGE[0]} to "
                  f"{CHI2_RANGE[1]}); the theory's groups luck {'holds' if rep.holds else 'does not hold'} "
                  f"(at least {AGREE_AT_LEAST})")
+    if rep.coverage:
+        lines.append("--as --groups-luck's 80 % range against the targets of the other groups seeds: "
+                     + ", ".join(f"{j.family} {j.axis} {j.inside}/{j.pairs}" for j in rep.coverage))
+        pairs, inside = sum(j.pairs for j in rep.coverage), sum(j.inside for j in rep.coverage)
+        lines.append(f"{inside} of {pairs} inside ({inside / pairs:.0%}; the rule: {RANGE_COVERAGE[0]:.0%} to "
+                     f"{RANGE_COVERAGE[1]:.0%}): the range {'holds' if rep.range_holds else 'does not hold'}")
     return "\n".join(lines)
