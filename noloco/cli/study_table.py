@@ -229,14 +229,14 @@ def table() -> tuple[Study, ...]:
               _folder("--out", "runs/luck"), _evaluate),
         Study("setting-mean", "noloco.studies.setting_mean",
               "--as along every axis in both directions against the target setting's mean over six data orders, at "
-              "fresh groups seeds 30 and 31 (docs/advice.md, 'The floor')",
+              "fresh groups seeds 30 and 31 (docs/advice.md, 'Against the setting's mean')",
               "Trains the pilot and its twelve transfers' settings of cpu-tiny and the Llama-style config with six "
               "data orders at groups seeds 30 and 31 (finished runs reused) and judges --as against the target "
               "setting's mean under the rule of noloco/studies/setting_mean.py." + _NEEDS_HF,
               _folder("--out", "runs/setting-mean"), _evaluate),
         Study("groups-luck", "noloco.studies.groups_luck",
               "a run's groups luck: seven settings over eight groups seeds at one data order, measured and as the "
-              "theory predicts it (docs/advice.md, 'The floor')",
+              "theory predicts it (docs/advice.md, 'The groups' luck')",
               "Trains seven settings of cpu-tiny and the Llama-style config at groups seeds 40 to 47, and the pilot with "
               "four targets at 50 to 57, with one data order (finished runs reused), and judges the theory's groups "
               "luck and --as --groups-luck's range under the rules of noloco/studies/groups_luck.py." + _NEEDS_HF,

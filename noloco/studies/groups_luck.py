@@ -13,9 +13,9 @@ these runs was trained:
 * a run's measure: its RMS weight_std over the second half; a setting's **measured groups luck** (one family): the
   standard deviation (ddof 1) of the log measure over its eight groups seeds;
 * **the theory's**: each run's measured inputs replayed (:func:`noloco.advice.predict.replay`) along
-  :data:`DRAWS` group sequences drawn from seeds none of the runs used (:data:`noloco.advice.forecast.DRAW_SEED` on), the standard
-  deviation of the log second-half RMS over the draws; a setting's predicted groups luck: the root mean of its
-  eight runs' variances;
+  :data:`DRAWS` group sequences drawn from seeds none of the runs used (:data:`noloco.advice.forecast.DRAW_SEED`
+  on), the standard deviation of the log second-half RMS over the draws; a setting's predicted groups luck: the
+  root mean of its eight runs' variances;
 * the verdict per setting and family: the measured variance over the predicted within the central 95 % of
   chi-square(7) / 7 (:data:`CHI2_RANGE`) *agrees*, above it *theory too narrow*, below *theory too wide*; the
   theory's groups luck **holds** when at least 12 of the 14 agree.
