@@ -233,3 +233,14 @@ def test_a_page_that_drifts_from_its_data_fails(check, old, new):
 ])
 def test_agreement_is_to_the_digits_shown(quoted, value, ok):
     assert agrees(quoted, value) is ok
+
+
+def test_the_clean_runs_alarm_count_quoted_is_the_files():
+    """The early warnings' clean-run total on the run page and in the README: the warnings study's clean runs, the
+    earlier count (602) and the rows of warnings_clean_s55.json, with the alarms they hold."""
+    rows = _data("warnings_clean_s55.json")["rows"]
+    alarms, runs = sum(bool(r[-1]) for r in rows), 602 + len(rows)
+    for page in (DOCS / "own_run.md", DOCS.parent / "README.md"):
+        text = " ".join(page.read_text().split())
+        quoted = re.search(r"(\d+) of (\d{1,3}(?:,\d{3})+) clean runs", text)  # the total, past a thousand
+        assert quoted and (int(quoted[1]), int(quoted[2].replace(",", ""))) == (alarms, runs), page.name

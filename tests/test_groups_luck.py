@@ -109,3 +109,20 @@ def test_as_with_groups_luck_prints_the_targets_range_and_keeps_the_prediction(t
     assert main(["llm", "predict", str(tmp_path), "--as", "alpha=0.3", "--groups-luck"]) == 0
     assert "with another groups seed:" in capsys.readouterr().out
     assert main(["llm", "predict", str(tmp_path), "--forecast", "--groups-luck"]) == 2
+
+
+@pytest.mark.slow
+@pytest.mark.torch
+def test_the_groups_luck_study_re_trains_cpu_tiny_bit_for_bit(tmp_path):
+    """cpu-tiny's seven runs of groups seed 40 trained from nothing (about a minute on two cores): each run's measure
+    and the theory's groups luck come out as docs/data/groups_luck.json has them."""
+    pytest.importorskip("transformers")
+    from noloco.studies import luck
+
+    luck.train_data_orders(gl.groups_folder(tmp_path, 40), ("cpu-tiny",), gl.NAMES, (gl.DATA_SEED,), 40, progress=False)
+    stored = {r.setting: r for r in gl.GroupsLuckReport.from_json(json.loads((DATA / "groups_luck.json").read_text())).runs
+              if (r.family, r.groups_seed) == ("cpu-tiny", 40)}
+    for name in gl.NAMES:
+        path = gl.one_pilot.folder(gl.groups_folder(tmp_path, 40), "cpu-tiny", name, gl.DATA_SEED)
+        assert gl.one_pilot._measured(path)[1] == stored[name].measured
+        assert gl.theory_luck(path) == stored[name].theory_sd
