@@ -54,6 +54,11 @@ from its H and share of the run held within 15 %, and the range by seed; a trans
 a transfer along one axis the 10 % and 90 % quantiles of predicted / measured over its axis's track record
 (:data:`AS_INTERVAL`), along several over the development sweep (:data:`TRANSFER_ERROR`); within-run resampling was
 tried and covers far fewer runs than it claims (docs/advice.md).
+
+**The groups' luck** (:func:`groups_luck`). Both the forecast and the transfer hold to the groups the run's seed
+draws. How far other seeds' groups move a finished run's spread: its measured inputs replayed along
+:data:`GROUPS_DRAWS` group sequences of other seeds (validated in :mod:`noloco.studies.groups_luck`); for a transfer,
+``groups_draws`` steps the target along them (a range that failed its rule: :data:`GROUPS_RANGE_HELD`).
 """
 
 from __future__ import annotations
