@@ -52,6 +52,7 @@ from noloco.infra.errors import DataError
 from noloco.infra.files import write_json
 from noloco.infra.record import JsonRecord
 from noloco.studies import luck, one_pilot
+from noloco.studies.luck import groups_folder
 
 FAMILIES = one_pilot.FAMILIES
 NAMES = (one_pilot.PILOT, "a0.5_b0.7_H20", "a0.5_b0.7_H5", "a0.3_b0.7_H10", "a0.5_b0.9_H10", "N8", "N8_n4")
@@ -65,10 +66,6 @@ RANGE_TRANSFERS = ((one_pilot.PILOT, "a0.5_b0.7_H20", "H up"), (one_pilot.PILOT,
 RANGE_SEEDS = tuple(range(50, 58))
 RANGE_COVERAGE = (0.70, 0.90)
 AGREE_AT_LEAST = 12
-
-
-def groups_folder(out, groups_seed: int) -> Path:
-    return Path(out) / f"g{groups_seed}"
 
 
 def train_missing(out, families=FAMILIES, progress: bool | None = None) -> None:
@@ -213,19 +210,22 @@ def range_rows(out, families=FAMILIES) -> list[RangeRow]:
     """The second rule's predictions (every run of :data:`RANGE_SEEDS` finished)."""
     from noloco.advice.forecast import transfer
 
+    def path(family: str, name: str, g: int) -> Path:
+        found = one_pilot.folder(groups_folder(out, g), family, name, DATA_SEED)
+        if not one_pilot.finished(found):
+            raise DataError(f"{found}: not a finished run (train it: noloco llm study groups-luck --out {out})")
+        return found
+
     rows = []
     for family in families:
+        measured = {(target, h): one_pilot._measured(path(family, target, h))[1]
+                    for _, target, _ in RANGE_TRANSFERS for h in RANGE_SEEDS}
         for g in RANGE_SEEDS:
             for pilot, target, axis in RANGE_TRANSFERS:
-                paths = {h: one_pilot.folder(groups_folder(out, h), family, target, DATA_SEED) for h in RANGE_SEEDS}
-                pilot_path = one_pilot.folder(groups_folder(out, g), family, pilot, DATA_SEED)
-                for path in (pilot_path, *paths.values()):
-                    if not one_pilot.finished(path):
-                        raise DataError(f"{path}: not a finished run (train it: noloco llm study groups-luck --out {out})")
-                t = transfer(pilot_path, groups_draws=DRAWS, **one_pilot._changes(pilot, target))
+                t = transfer(path(family, pilot, g), groups_draws=DRAWS, **one_pilot._changes(pilot, target))
                 rows.append(RangeRow(family=family, groups_seed=g, axis=axis, predicted=t.second_half_rms,
                                      low=t.groups_luck.low, high=t.groups_luck.high, flags=t.flags,
-                                     targets={str(h): one_pilot._measured(p)[1] for h, p in paths.items() if h != g}))
+                                     targets={str(h): measured[target, h] for h in RANGE_SEEDS if h != g}))
     return rows
 
 

@@ -73,6 +73,11 @@ CONTINUATIONS = (2001, 2002, 2003, 2004, 2005, 2006)
 F_LIMIT = 2.91
 
 
+def groups_folder(out, groups_seed: int) -> Path:
+    """Where a study's runs of one groups seed live (the one-pilot study's layout below it)."""
+    return Path(out) / f"g{groups_seed}"
+
+
 def train_data_orders(out, families, names, data_seeds, groups_seed: int, progress: bool | None = None) -> None:
     """Train every run of ``names`` x ``data_seeds`` not finished in ``out`` (one process, the replicas as a list),
     each with its data order and the one ``groups_seed``."""

@@ -57,6 +57,7 @@ from noloco.infra.files import write_json
 from noloco.infra.record import JsonRecord
 from noloco.studies import families as F
 from noloco.studies import luck, one_pilot
+from noloco.studies.luck import groups_folder
 from noloco.studies.forecasts import _rms
 from noloco.studies.one_pilot_rows import PickJudgement
 from noloco.studies.transfers import as_row
@@ -68,11 +69,6 @@ DATA_SEEDS = luck.DATA_SEEDS
 GROUPS_SEEDS = (30, 31)
 TUNER_GROUPS_SEED, TUNER_PILOT_SEED = 30, 18
 SPREAD_RULE = one_pilot.SPREAD_RULE
-
-
-def groups_folder(out, groups_seed: int) -> Path:
-    """Where the runs of one groups seed live (the one-pilot study's layout below it)."""
-    return Path(out) / f"g{groups_seed}"
 
 
 def train_missing(out, families=FAMILIES, groups_seeds=GROUPS_SEEDS, tuner: bool = True,
@@ -247,12 +243,12 @@ def predictions(out, groups_seed: int, means: dict, families=FAMILIES) -> list[M
 
 
 def _interval(out, family: str, pilot: str, target: str, d: int, flagged: bool) -> tuple[float, float]:
+    """The 80 % interval ``--as`` printed for this transfer (the target's setting derived as ``transfer`` does)."""
     from noloco.advice.forecast import transfer_interval
     from noloco.advice.record import read_run
 
-    pilot_run = read_run(one_pilot.folder(out, family, pilot, d))
-    target_run = read_run(one_pilot.folder(out, family, target, d))
-    return transfer_interval(pilot_run.setting, target_run.setting, flagged)[0]
+    setting = read_run(one_pilot.folder(out, family, pilot, d)).setting
+    return transfer_interval(setting, setting.changed(**one_pilot._changes(pilot, target)), flagged)[0]
 
 
 def judge(rows: list[MeanPrediction], luck_outside: dict) -> list[AxisJudgement]:
