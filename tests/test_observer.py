@@ -433,9 +433,9 @@ def _noisy_quadratic(folder, beta):
     w = torch.nn.Parameter(torch.zeros(N, 500, dtype=torch.float64))
     inner = torch.optim.SGD([w], lr=0.5)
     outer = noloco.OuterOptimizer([w], inner, replicas=N, inner_steps=2, alpha=0.5, beta=beta, gamma=0.7)
-    observer = noloco.Observer(outer, folder, outer_steps=12, lr=0.5, inner_optimizer="sgd")
+    observer = noloco.Observer(outer, folder, outer_steps=24, lr=0.5, inner_optimizer="sgd")  # checks at 20 to 26
     g = torch.Generator().manual_seed(0)
-    for step in range(24):
+    for step in range(48):
         target = torch.randn(N, 500, generator=g, dtype=torch.float64)
         inner.zero_grad()
         ((w - target) ** 2).sum().backward()

@@ -20,7 +20,7 @@ from typing import Optional
 from noloco.benchmarks.timer import BenchResult, run
 from noloco.infra.record import JsonRecord
 
-WARN = 10  # the early warnings read the folder at outer steps 2..10 (noloco.training.early_warning.WARN_STEPS)
+WARN = 10  # the early warnings read the folder at outer steps 2..10 (the default at H >= 10: early_warning.check_steps)
 
 
 @dataclass(frozen=True)

@@ -6,13 +6,21 @@ What was fixed here before the runs (the rule):
 * a **clean run** (replicas equal at the start, the right sign, a setting the theory calls stable at every c the
   runs measure) raises no warning of any kind: every flag on one is a false alarm; the goal is none;
 * a **planted fault** is caught when its own flag is raised at or before the outer step docs/own_run.md states
-  (:data:`CAUGHT_BY`): ``unequal_start`` at outer step 0, ``wrong_sign`` at 1, ``unstable`` at 10 (its checks
-  are at outer steps 4, 6, 8 and 10, two in a row: 6 at the earliest).
+  (:func:`caught_by`): ``unequal_start`` at outer step 0, ``wrong_sign`` at 1, ``unstable`` at the observer's last
+  default check (:func:`noloco.training.early_warning.check_steps`: its checks are at outer steps 4, 6, 8 and 10
+  at H >= 10, two in a row, so 6 at the earliest; at H 5, from inner step 40: 8 to 14).
+
+Second round (rule committed with the checks scheduled by inner steps, before its runs were trained): one clean run
+at H 5 of 1,298 had cried wolf with the checks at outer steps 4 to 10 (inner steps 20 to 50 at H 5), so the
+setting ``H5`` (the base at H 5 and 64 outer steps, 4 seeds), the fault ``unstable_H5`` and the family cpu-tiny join
+the study; the same rule judges every run. Beside it, 40 whole runs (64 outer steps) of the setting that cried wolf,
+cpu-tiny and Llama at alpha 0.5, beta = gamma 0.7, H 5, data order 1001, fresh groups seeds 60 to 79
+(docs/data/warnings_clean_s56.json): none may raise a flag either.
 
 The runs are cheap: the Hugging Face families of :mod:`noloco.studies.families` (GPT-2 at width 64, GPT-2 at
 width 96, whose LayerNorm and bias tensors have the 96 coordinates of the public GPT on which the warning first
 cried wolf, Llama, and GPT-NeoX), trained on the project's corpus for the first :data:`STOP` outer steps of the families'
-32-step cosine schedule (every check of the observer runs by then), one torch thread.
+32-step cosine schedule (every check of the observer runs by then; at H 5, 16 of 64), one torch thread.
 ``noloco llm study warnings --out DIR`` trains what is missing (finished runs are reused) and writes
 ``DIR/warnings.json``; docs/data/warnings.json is its result.
 """
@@ -29,22 +37,43 @@ from noloco.infra.files import read_json, write_json
 from noloco.infra.record import JsonRecord
 from noloco.studies import families as F
 
-#: the families: the families study's GPT-2, Llama and GPT-NeoX, and GPT-2 at width 96
-FAMILIES = {"gpt2": F.GPT2, "gpt2-96": F.Family("gpt2", width=96, layers=2, heads=4), "llama": F.LLAMA, "neox": F.NEOX}
-#: outer steps trained of the 32-step schedule: the observer's last check is at outer step 10 (WARN_STEPS)
+#: the families: the families study's GPT-2, Llama and GPT-NeoX, GPT-2 at width 96 and (second round) cpu-tiny, on
+#: which the false alarm at H 5 was raised
+FAMILIES = {"gpt2": F.GPT2, "gpt2-96": F.Family("gpt2", width=96, layers=2, heads=4), "llama": F.LLAMA, "neox": F.NEOX,
+            "cpu-tiny": F.CPU_TINY}
+#: outer steps a clean run of the base (H 10) trains of the 32-step schedule: the observer's last check is at
+#: outer step 10 (:func:`stop` at other H)
 STOP = 12
+#: the base at H 5, the same inner steps (the second round's short phase)
+SHORT = {"inner_steps": 5, "outer_steps": 64}
 #: the clean settings (changes to the families' base run) and their seeds: the base at N 4 and 8, the families
 #: study's target outer step, and a constant rate after warm-up (the reference code's Llama recipe's schedule)
 CLEAN = {"base": ({}, range(6)),
          "target": (dict(F.TARGET), range(3)),
          "N8": ({"replicas": 8}, range(2)),
-         "constant": ({"schedule": "constant", "min_lr_frac": 1.0}, range(3))}
-#: the planted faults' setting changes and their seeds; gamma 2.5 with pairs overshoots the pair mean: the theory's
-#: decay factor is above 1 at every c from -1 to 1 (1.02 at c = 1, 1.56 at c = 0)
-FAULTS = {"unequal_start": ({}, (0, 1)), "wrong_sign": ({}, (0, 1)), "unstable": ({"gamma": 2.5}, (0, 1))}
-#: the outer step by which each planted fault must be flagged (docs/own_run.md); a fault run trains until then
-CAUGHT_BY = {"unequal_start": 0, "wrong_sign": 1, "unstable": 10}
+         "constant": ({"schedule": "constant", "min_lr_frac": 1.0}, range(3)),
+         "H5": (SHORT, range(4))}
+#: the planted faults: name -> (the fault, its setting changes, seeds); gamma 2.5 with pairs overshoots the pair mean:
+#: the theory's decay factor is above 1 at every c from -1 to 1 (1.02 at c = 1, 1.56 at c = 0)
+FAULTS = {"unequal_start": ("unequal_start", {}, (0, 1)), "wrong_sign": ("wrong_sign", {}, (0, 1)),
+          "unstable": ("unstable", {"gamma": 2.5}, (0, 1)),
+          "unstable_H5": ("unstable", {"gamma": 2.5, **SHORT}, (0, 1))}
 VAL_WINDOWS = 8  # the loss is not what this study reads
+
+
+def caught_by(fault: str, inner_steps: int) -> int:
+    """The outer step by which a planted fault must be flagged (docs/own_run.md): ``unstable`` at the observer's
+    last default check at this H."""
+    from noloco.training.early_warning import check_steps
+
+    return {"unequal_start": 0, "wrong_sign": 1}[fault] if fault != "unstable" else check_steps(inner_steps)[-1]
+
+
+def stop(setting: F.FamilySetting, fault: str | None) -> int:
+    """The outer steps a run trains: a clean one past the observer's last check, a fault one past its catch."""
+    from noloco.training.early_warning import check_steps
+
+    return check_steps(setting.inner_steps)[-1] + 2 if fault is None else max(caught_by(fault, setting.inner_steps) + 2, 3)
 
 
 def unequal_start(models) -> None:
@@ -81,8 +110,8 @@ def jobs() -> list[tuple[str, str, int, F.FamilySetting, str | None]]:
     """``(family, setting name, seed, setting, fault)`` of every run: the clean ones, then the planted faults."""
     out = [(f, name, seed, dataclasses.replace(F.BASE, **changes), None)
            for f in FAMILIES for name, (changes, seeds) in CLEAN.items() for seed in seeds]
-    out += [(f, fault, seed, dataclasses.replace(F.BASE, **changes), fault)
-            for f in FAMILIES for fault, (changes, seeds) in FAULTS.items() for seed in seeds]
+    out += [(f, name, seed, dataclasses.replace(F.BASE, **changes), fault)
+            for f in FAMILIES for name, (fault, changes, seeds) in FAULTS.items() for seed in seeds]
     return out
 
 
@@ -94,8 +123,7 @@ def train(family: str, setting: F.FamilySetting, seed: int, folder: Path, fault:
     import torch
 
     torch.set_num_threads(1)
-    stop = STOP if fault is None else max(CAUGHT_BY[fault] + 2, 3)
-    F.train_hf(FAMILIES[family], setting, seed, folder, val_windows=VAL_WINDOWS, stop=stop,
+    F.train_hf(FAMILIES[family], setting, seed, folder, val_windows=VAL_WINDOWS, stop=stop(setting, fault),
                prepare=unequal_start if fault == "unequal_start" else None,
                outer_class=wrong_sign_optimizer() if fault == "wrong_sign" else None)
 
@@ -169,7 +197,7 @@ def evaluate(out: Path) -> WarningsReport:
     from noloco.training import early_warning
 
     clean, faults = [], []
-    for family, name, seed, _, fault in jobs():
+    for family, name, seed, setting, fault in jobs():
         run = read_run(_folder(out, family, name, seed))
         result = RunResult.from_json(run.result)
         raised = [early_warning.Flag.from_json(f) for f in result.flags or []]
@@ -181,12 +209,14 @@ def evaluate(out: Path) -> WarningsReport:
         else:
             own = next((f for f in flags if f.flag == fault), None)
             faults.append(FaultRun(**row, fault=fault, caught_at=own and own.outer_step,
-                                   caught=own is not None and own.outer_step <= CAUGHT_BY[fault]))
+                                   caught=own is not None and own.outer_step <= caught_by(fault, setting.inner_steps)))
     alarms = sum(r.false_alarm for r in clean)
     summary = WarningsSummary(clean_runs=len(clean), false_alarms=alarms,
                               upper_95=1 - 0.05 ** (1 / len(clean)) if clean and not alarms else None,
                               faults=len(faults), caught=sum(r.caught for r in faults))
-    return WarningsReport(schema="warnings", stop=STOP, caught_by=CAUGHT_BY, families=list(FAMILIES), clean=clean,
+    by = {name: caught_by(fault, dataclasses.replace(F.BASE, **changes).inner_steps)
+          for name, (fault, changes, _) in FAULTS.items()}
+    return WarningsReport(schema="warnings", stop=STOP, caught_by=by, families=list(FAMILIES), clean=clean,
                           faults=faults, summary=summary)
 
 
@@ -199,7 +229,7 @@ def run_study(out, train_runs: bool = True, progress: bool | None = None) -> War
         with Progress(len(todo), "warnings study", unit="run", show=progress) as bar:
             for family, name, seed, setting, fault in todo:
                 folder = _folder(out, family, name, seed)
-                if not (folder / "result.json").exists() or _stale(folder, fault):
+                if not (folder / "result.json").exists() or _stale(folder, setting, fault):
                     train(family, setting, seed, folder, fault)
                 bar.update()
     report = evaluate(out)
@@ -207,10 +237,10 @@ def run_study(out, train_runs: bool = True, progress: bool | None = None) -> War
     return report
 
 
-def _stale(folder: Path, fault: str | None) -> bool:
+def _stale(folder: Path, setting: F.FamilySetting, fault: str | None) -> bool:
     """A run that did not get as far as this study trains it (interrupted)."""
     done = RunResult.from_json(read_json(folder / "result.json")).outer_steps_done or 0
-    return done < (STOP if fault is None else max(CAUGHT_BY[fault] + 2, 3))
+    return done < stop(setting, fault)
 
 
 def format_report(rep: WarningsReport) -> str:

@@ -16,7 +16,8 @@ and what to do):
                    first), its confidence interval at level :data:`FALSE_ALARM` shared over the tensors tested
                    (Bonferroni; Student's t on the steps' scatter, or the coordinates' standard error of c where
                    that is larger), and the theory's noise-free decay factor >= 1 at every c of the interval,
-                   at two checks in a row. Tensors under :data:`MIN_NUMEL` coordinates are pooled into one.
+                   at two checks in a row; the checks at :func:`check_steps` (from inner step
+                   :data:`WARN_FROM_INNER`). Tensors under :data:`MIN_NUMEL` coordinates are pooled into one.
 ``spread_budget``  the spread measured, or forecast to the run's last outer step from the steps so far
                    (:func:`noloco.advice.forecast.forecast`), crosses the user's ``spread_budget``.
 """
@@ -32,14 +33,17 @@ from noloco.infra.record import JsonRecord
 
 #: relative spread (weight_std over the RMS of the weights) that rounding of equal replicas stays below
 ROUNDING = 1e-6
-#: the first outer steps at which the checks that replay the run so far run (the theory's recursion over every
-#: tensor and step: the costly part of the observer's early steps)
-WARN_STEPS = 10  # (at every other one of them: 2, 4, ...)
+#: the inner steps a run has taken before its first unstable check: through Adam's warm-up and first moments c is
+#: strongly negative and rising (checked from inner step 20 at H 5, one clean run in 1,298 was flagged,
+#: docs/own_run.md); 40 is where the checks at H 10, calibrated first, begin
+WARN_FROM_INNER = 40
+#: the unstable checks a run gets by default (at every other outer step): the false-alarm budget is per check
+CHECKS = 4
 #: tensors smaller than this are pooled into one (numel-weighted c): alone, over a few outer steps their c is
 #: noise (a 1-coordinate bias measured c = -2.8 at outer step 3 of a stable run, docs/own_run.md)
 MIN_NUMEL = 64
 #: the unstable test's false-alarm rate per check when the tensor's c_t scatter independently about a c at which
-#: the outer step converges (one-sided; shared over the tensors tested); a run has 4 checks by default
+#: the outer step converges (one-sided; shared over the tensors tested); a run has CHECKS by default
 FALSE_ALARM = 0.01
 #: the latest outer steps whose c a check reads: early in a run c moves (it is strongly negative at first and
 #: rises), so the steps' scatter, not only each step's coordinate error, is c's uncertainty
@@ -78,6 +82,16 @@ class CEstimate:
     se: float  # its standard error
     df: int  # degrees of freedom: steps - 1
     steps: int
+
+
+def check_steps(inner_steps: int, last: int | None = None) -> list[int]:
+    """The outer steps of the unstable checks (each replays the run so far: the theory's recursion over every
+    tensor and step, the costly part of the observer's early steps): every other outer step from the first even one
+    >= 4 by which :data:`WARN_FROM_INNER` inner steps have run (4 at H >= 10, 8 at H 5), :data:`CHECKS` of them, or
+    up to outer step ``last`` (the observer's ``warn_steps``) where that is given."""
+    first = max(4, math.ceil(WARN_FROM_INNER / inner_steps))
+    first += first % 2
+    return list(range(first, first + 2 * CHECKS, 2) if last is None else range(first, last + 1, 2))
 
 
 def prepare(budget: bool) -> None:

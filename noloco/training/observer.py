@@ -91,7 +91,8 @@ class Observer:
         seed: of the sample (the config's ``seed`` is the outer optimizer's, of the groups).
         spread_budget: a weight_std the run should stay below (a flag when it is crossed or forecast to be).
         write_every: outer steps between writes of the folder (also at a warning and at :meth:`close`).
-        warn_steps: the first outer steps at which the warnings that replay the run run (0: never).
+        warn_steps: the last outer step at which the warnings that replay the run run (0: never; default: the
+            fourth unstable check's, :func:`noloco.training.early_warning.check_steps`: 10 at H >= 10, 14 at H 5).
         overwrite: replace a run folder already there.
         **fields: the user's own settings kept in the folder's config (a model name, a seed...).
 
@@ -129,7 +130,7 @@ class Observer:
     def __init__(self, outer, folder, *, outer_steps: int, lr: float, schedule: str = "constant", warmup: int = 0,
                  min_lr_frac: float = 0.0, inner_optimizer: str = "adamw", adam_beta2: float = 0.95,
                  sample: int | None = None, seed: int = 0, spread_budget: float | None = None,
-                 write_every: int = 10, warn_steps: int = early_warning.WARN_STEPS, overwrite: bool = False,
+                 write_every: int = 10, warn_steps: int | None = None, overwrite: bool = False,
                  **fields):
         if not hasattr(outer, "add_progress_hook"):  # named here, not as an AttributeError further down
             raise ConfigError(f"outer={type(outer).__name__} is not a noloco.OuterOptimizer; give the one whose run "
@@ -151,9 +152,11 @@ class Observer:
         if isinstance(write_every, bool) or not isinstance(write_every, int) or write_every < 1:
             raise ConfigError(f"write_every={write_every!r} is out of range; allowed: an integer >= 1 (outer steps)")
         self.write_every = write_every
-        if isinstance(warn_steps, bool) or not isinstance(warn_steps, int) or warn_steps < 0:
-            raise ConfigError(f"warn_steps={warn_steps!r} is out of range; allowed: an integer >= 0 (outer steps)")
-        self.warn_steps = warn_steps
+        if warn_steps is not None and (isinstance(warn_steps, bool) or not isinstance(warn_steps, int) or warn_steps < 0):
+            raise ConfigError(f"warn_steps={warn_steps!r} is out of range; allowed: an integer >= 0 (outer steps) or "
+                              f"None (the default checks)")
+        self.warn_steps = early_warning.check_steps(outer.inner_steps)[-1] if warn_steps is None else warn_steps
+        self._unstable_at = set(early_warning.check_steps(outer.inner_steps, self.warn_steps))
         ex = outer.exchange
         self.batched = isinstance(ex, LocalExchange)
         if not self.batched and len(outer.stages) > 1:
@@ -190,7 +193,7 @@ class Observer:
                                   f"overwrite=True")
             for name in ("metrics.jsonl", "inputs.jsonl"):
                 (self.folder / name).unlink(missing_ok=True)
-        if self.main and warn_steps:
+        if self.main and self.warn_steps:
             early_warning.prepare(spread_budget is not None)
         self._handle = outer.add_progress_hook(self.observe)
 
@@ -326,7 +329,7 @@ class Observer:
         the advice cannot read the run yet (DataError, ConfigError) there is no flag at this step."""
         try:
             run = self._record()
-            if step >= 4:  # c is 0 at the first step and noise at the next few
+            if step in self._unstable_at:  # c is 0 at the first step and moves through the first tens of inner steps
                 self._raise(early_warning.unstable(run, self.outer.config, step, self._unstable))
             if self.budget is not None:
                 self._raise(early_warning.spread_budget(run, self.outer.config, self.budget, ws, step,
