@@ -19,7 +19,8 @@ DATA = Path(__file__).resolve().parents[1] / "docs" / "data"
 #: each study's report class and the file of docs/data it wrote
 FILES = [(reports.PaperGptReport, "paper_gpt"), (reports.RoutingReport, "routing"),
          (comm_measure.CommReport, "comm_measured"), (validate.ValidateReport, "llm_validate_cpu_small"),
-         (warnings.WarningsReport, "warnings"), (advice.HoldoutReport, "advice_holdout"),
+         (warnings.WarningsReport, "warnings"), (warnings.ReplayReport, "warnings_replayed_setting_mean"),
+         (warnings.ReplayReport, "warnings_replayed_groups_luck"), (advice.HoldoutReport, "advice_holdout"),
          (advice.DevelopmentReport, "advice_development"), (tune.TuneReport, "tune_holdout"),
          (ensemble.EnsembleReport, "hdee")]
 

@@ -126,6 +126,10 @@ def _families(m, a) -> int:
 
 
 def _warnings(m, a) -> int:
+    if a.replay:
+        from noloco.infra.files import input_dir
+
+        return show(a, m.replay_study(input_dir(a.replay, "--replay")), m.format_replay)
     report = m.run_study(a.out, train_runs=not a.no_train)
     show(a, report, m.format_report)
     if not m.ok(report):  # why the exit status is 1, on stderr: --json's stdout stays pure JSON
@@ -196,8 +200,11 @@ def table() -> tuple[Study, ...]:
               "the early warnings on clean runs of several model families and on planted faults (docs/own_run.md)",
               "Trains what is missing of the clean and faulty runs (Hugging Face GPT-2 and Llama configs, 12 outer "
               "steps each, finished runs reused) and counts the observer's false alarms and the faults it caught. "
-              "Exit 1 on a false alarm or a fault not caught." + _NEEDS_HF,
-              _folder("--out", "runs/warnings"), _warnings, needs="the warnings study's model families"),
+              "Exit 1 on a false alarm or a fault not caught. --replay DIR instead re-checks every finished run "
+              "under DIR at today's unstable checks, from its inputs.jsonl (nothing trained; DIR/warnings_replayed.json)." + _NEEDS_HF,
+              (*_folder("--out", "runs/warnings"),
+               (("--replay",), {"metavar": "DIR", "help": "re-check the finished runs under DIR at today's checks"})),
+              _warnings, needs="the warnings study's model families"),
         Study("one-pilot", "noloco.studies.one_pilot",
               "advice from one pilot and its forks, checked by brute force (every outer axis both ways; the tuner "
               "on a grid of 29 settings)",

@@ -28,11 +28,13 @@ cried wolf, Llama, and GPT-NeoX), trained on the project's corpus for the first 
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
 from noloco.advice.run_rows import RunResult
+from noloco.infra.errors import DataError
 from noloco.infra.files import read_json, write_json
 from noloco.infra.record import JsonRecord
 from noloco.studies import families as F
@@ -59,6 +61,9 @@ FAULTS = {"unequal_start": ("unequal_start", {}, (0, 1)), "wrong_sign": ("wrong_
           "unstable": ("unstable", {"gamma": 2.5}, (0, 1)),
           "unstable_H5": ("unstable", {"gamma": 2.5, **SHORT}, (0, 1))}
 VAL_WINDOWS = 8  # the loss is not what this study reads
+#: the whole runs (64 outer steps) of the setting that cried wolf, beside the study (second round): the setting,
+#: families, data order and fresh groups seeds; trained under ``DIR/whole``
+WHOLE = ("a0.5_b0.7_H5", ("cpu-tiny", "llama"), 1001, range(60, 80))
 
 
 def caught_by(fault: str, inner_steps: int) -> int:
@@ -210,6 +215,12 @@ def evaluate(out: Path) -> WarningsReport:
             own = next((f for f in flags if f.flag == fault), None)
             faults.append(FaultRun(**row, fault=fault, caught_at=own and own.outer_step,
                                    caught=own is not None and own.outer_step <= caught_by(fault, setting.inner_steps)))
+    for family, groups_seed, folder in _whole(out):
+        run = read_run(folder)
+        result = RunResult.from_json(run.result)
+        flags = [Flag(f.flag, f.outer_step, f.message) for f in map(early_warning.Flag.from_json, result.flags or [])]
+        clean.append(CleanRun(family=family, setting=f"{WHOLE[0]} whole", seed=groups_seed, replicas=run.outer.replicas,
+                              outer_steps_done=result.outer_steps_done, flags=flags, false_alarm=bool(flags)))
     alarms = sum(r.false_alarm for r in clean)
     summary = WarningsSummary(clean_runs=len(clean), false_alarms=alarms,
                               upper_95=1 - 0.05 ** (1 / len(clean)) if clean and not alarms else None,
@@ -220,11 +231,27 @@ def evaluate(out: Path) -> WarningsReport:
                           faults=faults, summary=summary)
 
 
+def _whole(out: Path) -> list[tuple[str, int, Path]]:
+    """``(family, groups seed, folder)`` of each of :data:`WHOLE`'s runs."""
+    from noloco.studies import luck, one_pilot
+
+    name, families, data, seeds = WHOLE
+    return [(f, g, one_pilot.folder(luck.groups_folder(out / "whole", g), f, name, data)) for f in families for g in seeds]
+
+
 def run_study(out, train_runs: bool = True, progress: bool | None = None) -> WarningsReport:
     from noloco.infra.progress import Progress
 
     out = Path(out)
     if train_runs:
+        import torch
+
+        from noloco.studies import luck
+
+        torch.set_num_threads(1)
+        name, families, data, seeds = WHOLE
+        for g in seeds:
+            luck.train_data_orders(luck.groups_folder(out / "whole", g), families, [name], (data,), g, progress=False)
         todo = jobs()
         with Progress(len(todo), "warnings study", unit="run", show=progress) as bar:
             for family, name, seed, setting, fault in todo:
@@ -241,6 +268,60 @@ def _stale(folder: Path, setting: F.FamilySetting, fault: str | None) -> bool:
     """A run that did not get as far as this study trains it (interrupted)."""
     done = RunResult.from_json(read_json(folder / "result.json")).outer_steps_done or 0
     return done < stop(setting, fault)
+
+
+@dataclass(frozen=True)
+class ReplayedRun(JsonRecord):
+    """One recorded run re-checked at today's checks: its folder (under the replayed root), H, and the outer step of
+    the ``unstable`` flag the observer would raise now (None: none)."""
+
+    run: str
+    inner_steps: int
+    unstable_at: Optional[int]
+
+
+@dataclass(frozen=True)
+class ReplayReport(JsonRecord):
+    NESTED = {"runs": (list, ReplayedRun)}
+
+    schema: str
+    root: str
+    check_steps: dict  # H -> the outer steps checked
+    alarms: int
+    runs: list
+
+
+def replay_study(root) -> ReplayReport:
+    """Every finished run under ``root`` (a folder holding result.json and inputs.jsonl, at any depth) re-checked by
+    :func:`noloco.training.early_warning.replay`: what today's ``unstable`` checks raise on runs recorded before;
+    written to ``root/warnings_replayed.json``."""
+    from noloco.advice.record import read_run
+    from noloco.training.early_warning import check_steps, replay
+
+    root = Path(root)
+    if not root.is_dir():
+        raise DataError(f"--replay {root}: no such folder")
+    rows = []
+    found = sorted(Path(d) / "result.json" for d, _, files in os.walk(root, followlinks=True) if "result.json" in files)
+    for result in found:  # a study's folder may link runs of another in
+        folder = result.parent
+        if not (folder / "inputs.jsonl").exists() or not RunResult.from_json(read_json(result)).finished:
+            continue
+        run = read_run(folder)
+        flag = replay(run)
+        rows.append(ReplayedRun(str(folder.relative_to(root)), run.setting.inner_steps, flag and flag.outer_step))
+    steps = {str(h): check_steps(h) for h in sorted({r.inner_steps for r in rows})}
+    report = ReplayReport(schema="warnings-replayed", root=str(root), check_steps=steps,
+                          alarms=sum(r.unstable_at is not None for r in rows), runs=rows)
+    write_json(root / "warnings_replayed.json", report, indent=2)
+    return report
+
+
+def format_replay(rep: ReplayReport) -> str:
+    lines = [f"{r.run}  H {r.inner_steps}  unstable at outer step {r.unstable_at}" for r in rep.runs if r.unstable_at]
+    checks = "; ".join(f"H {h}: {', '.join(map(str, s))}" for h, s in rep.check_steps.items())
+    return "\n".join(lines + [f"{rep.alarms} of {len(rep.runs)} finished runs under {rep.root} raise `unstable` at "
+                               f"today's checks (outer steps {checks})"])
 
 
 def format_report(rep: WarningsReport) -> str:

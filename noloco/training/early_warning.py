@@ -210,6 +210,22 @@ def unstable(run, outer, step: int, hits: list) -> Flag | None:
                         f"stable region (noloco check shows it)")
 
 
+def replay(run) -> Flag | None:
+    """The ``unstable`` flag a recorded run (:func:`noloco.advice.record.read_run`) gets at today's checks
+    (:func:`check_steps` at its H) from its inputs.jsonl: the observer's own test on the run so far at each check, as
+    it would have raised it (an older run re-checked after the checks changed)."""
+    import dataclasses
+
+    hits: list = []
+    for step in check_steps(run.setting.inner_steps):
+        if step + 1 > len(run.inputs):  # at outer step k the observer holds the inputs of steps 1..k + 1
+            return None
+        flag = unstable(dataclasses.replace(run, inputs=run.inputs[:step + 1]), run.outer, step, hits)
+        if flag:
+            return flag
+    return None
+
+
 def spread_budget(run, outer, budget: float, measured: float, step: int, outer_steps: int) -> Flag | None:
     if measured > budget:
         return Flag("spread_budget", step, measured=measured,
