@@ -727,6 +727,8 @@ def test_a_transfer_along_one_axis_carries_that_axis_track_record(tmp_path):
     _, _, n, n_held = F.AS_TRACK["alpha"]
     assert flagged.flags and flagged.track_record.text().startswith(f"along alpha: of {n} flagged transfers")
     assert F.transfer(tmp_path, lr=2e-3).track_record is None
+    unseen = F.AxisRecord(axis="beta", claimed=96, held=95, flagged=0, flagged_held=0, flagged_now=True)
+    assert unseen.text() == "along beta: none for a flagged transfer (no transfer on fresh seeds was flagged)"
     assert F.Transfer.from_json(json.loads(dumps(rep))).track_record == rep.track_record
     # the 80 % interval: the axis's, claimed or flagged as the transfer is; the development sweep's along several
     lo, hi = F.AS_INTERVAL["beta", True]

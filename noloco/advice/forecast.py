@@ -246,7 +246,7 @@ class AxisRecord(JsonRecord):
         n, held, kind = ((self.flagged, self.flagged_held, "flagged") if self.flagged_now else
                          (self.claimed, self.held, "claimed"))
         if not n:
-            return f"along {self.axis}: no fresh transfer was {kind}"
+            return f"along {self.axis}: none for a {kind} transfer (no transfer on fresh seeds was {kind})"
         return (f"along {self.axis}: of {n} {kind} transfers on fresh seeds, {held} ({held / n:.0%}) held within "
                 f"{CLAIM_TOLERANCE:.0%}")
 
@@ -385,7 +385,7 @@ def _measured(run_dir, from_step: int | None, finished_from_quarter: bool = Fals
                         "at every step, there is nothing to forecast or transfer")
     if inputs is None:
         raise DataError(f"{run.folder} has no inputs.jsonl (a run made before the meter, or a torchrun run of `noloco llm "
-                        "train`): the forecast needs the measured inputs; train it with `noloco llm train` (batched "
+                        "train`): a forecast or a transfer (--as) needs the measured inputs; train it with `noloco llm train` (batched "
                         "replicas), or in your own loop with noloco.Observer (docs/own_run.md), which measures them "
                         "across ranks too")
     T = run.setting.outer_steps
