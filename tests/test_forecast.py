@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from noloco.cli import main
+from noloco.infra.errors import ConfigError
 from noloco.infra.files import dumps, write_json
 from noloco.advice import forecast as F
 from noloco.llm_check.config import TrainConfig
@@ -356,6 +357,8 @@ def test_the_command_line(tmp_path, capsys):
             code = stop.code
         assert code == 2, bad
     assert F.parse_changes("alpha=0.3, inner-steps=25") == {"alpha": 0.3, "inner_steps": 25}
+    with pytest.raises(ConfigError, match="inner-steps is given twice"):
+        F.parse_changes("inner-steps=25,alpha=0.3,inner_steps=50")
 
 
 def test_the_equipartition_gap_of_a_trained_run(tmp_path, capsys):

@@ -972,6 +972,8 @@ def parse_changes(text: str) -> dict:
             near = did_you_mean(key, TRANSFER_FIELDS).replace("_", "-") if sep else ""
             raise ConfigError(f"--as {text!r}: {item!r} is not FIELD=VALUE with FIELD one of "
                               f"{', '.join(k.replace('_', '-') for k in TRANSFER_FIELDS)}{near}")
+        if key in changes:  # the later value would silently win
+            raise ConfigError(f"--as {text!r}: {key.replace('_', '-')} is given twice; give each field once")
         try:
             changes[key] = TRANSFER_FIELDS[key](value.strip())
         except ValueError:
