@@ -217,6 +217,29 @@ def test_as_an_unstable_target_says_so_in_words(tiny_run, capsys):
     assert code == 0 and "infx" not in out and "tilt -" not in out and "tilt unbounded" in out, out
 
 
+def test_as_without_inputs_names_the_transfer_not_only_the_forecast(tiny_run, tmp_path, capsys):
+    run = _copy(tiny_run, tmp_path)
+    (run / "inputs.jsonl").unlink()
+    code, _, err = _error_line(capsys, ["llm", "predict", str(run), "--as", "alpha=0.3"])
+    assert code == 3 and "a transfer (--as) needs the measured inputs" in err, err
+
+
+def test_tune_claims_no_stability_margin_where_no_inputs_were_measured(tiny_run, tmp_path):
+    from noloco.advice.tune import tune
+
+    run = _copy(tiny_run, tmp_path)
+    (run / "inputs.jsonl").unlink()
+    assert tune([run]).rows[0].stability_margin is None  # not the decay factor at c = 0
+
+
+def test_gap_of_identical_replicas_says_so_instead_of_asking_for_more_windows(tiny_run, tmp_path, capsys):
+    run = _copy(tiny_run, tmp_path)
+    _edit_json(run / "result.json", lambda d: d["config"].update(
+        method="diloco", outer={**d["config"]["outer"], "group_size": 4, "gamma": 0.0}))
+    code, out, _ = _error_line(capsys, ["llm", "predict", str(run), "--gap"])
+    assert code == 0 and "no spread: method diloco" in out and "unresolved" not in out, out
+
+
 def test_resume_without_method_names_the_method_the_folder_holds(tiny_run, tmp_path, capsys):
     run = _copy(tiny_run, tmp_path)
     code, _, err = _error_line(capsys, ["llm", "train", "--size", "cpu-small", "--out", str(run), "--resume"])
@@ -385,6 +408,7 @@ def test_llm_tune_columns_stay_aligned_for_long_setting_names(tiny_run, capsys):
     assert len(row.split()[0]) > 14  # a name longer than the old fixed column
     end = header.index("seeds") + len("seeds")
     assert row[end - 1] != " " and row[end] == " ", (header, row)  # the seeds count ends under its header
+    assert "val loss (last 3)" in header  # the mean of the last evaluations, not the last one
 
 
 # ------------------------------------------------------------------ the figure of one's own runs
@@ -461,6 +485,10 @@ def test_gap_refuses_a_schedule_too_long_to_hold(tiny_run, tmp_path, capsys):
     ("noloco.Spectrum('x')", "are not numbers"),
     ("noloco.SimConfig(outer=None)", "outer=None"),
     ("noloco.read_run(3)", "give a path"),
+    ("noloco.OuterOptimizer(5, replicas=2, inner_steps=2)", "model=int"),
+    ("noloco.OuterOptimizer(torch.zeros(2, 3), replicas=2, inner_steps=2)", r"as \[tensor\]"),
+    ("noloco.Observer(noloco.OuterOptimizer([torch.zeros(2, 3)], replicas=2, inner_steps=2), None, outer_steps=2, "
+     "lr=0.1, sample=1)", "sample=1"),
 ])
 def test_more_public_arguments_are_named(call, match):
     import torch  # noqa: F401 - used by the calls

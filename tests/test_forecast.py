@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 
 from noloco.cli import main
+from noloco.infra.errors import ConfigError
 from noloco.infra.files import dumps, write_json
 from noloco.advice import forecast as F
 from noloco.llm_check.config import TrainConfig
@@ -356,6 +357,8 @@ def test_the_command_line(tmp_path, capsys):
             code = stop.code
         assert code == 2, bad
     assert F.parse_changes("alpha=0.3, inner-steps=25") == {"alpha": 0.3, "inner_steps": 25}
+    with pytest.raises(ConfigError, match="inner-steps is given twice"):
+        F.parse_changes("inner-steps=25,alpha=0.3,inner_steps=50")
 
 
 def test_the_equipartition_gap_of_a_trained_run(tmp_path, capsys):
@@ -727,6 +730,8 @@ def test_a_transfer_along_one_axis_carries_that_axis_track_record(tmp_path):
     _, _, n, n_held = F.AS_TRACK["alpha"]
     assert flagged.flags and flagged.track_record.text().startswith(f"along alpha: of {n} flagged transfers")
     assert F.transfer(tmp_path, lr=2e-3).track_record is None
+    unseen = F.AxisRecord(axis="beta", claimed=96, held=95, flagged=0, flagged_held=0, flagged_now=True)
+    assert unseen.text() == "along beta: none for a flagged transfer (no transfer on fresh seeds was flagged)"
     assert F.Transfer.from_json(json.loads(dumps(rep))).track_record == rep.track_record
     # the 80 % interval: the axis's, claimed or flagged as the transfer is; the development sweep's along several
     lo, hi = F.AS_INTERVAL["beta", True]

@@ -48,6 +48,9 @@ def test_explicit_values_override_the_preset_and_conflicts_are_refused():
             resolve(**kwargs)
     # the value the method sets anyway is not a conflict
     assert resolve(method="diloco", replicas=4, group_size=4)[1].group_size == 4
+    # an unknown keyword names the ones resolve takes (H is steps here, inner_steps elsewhere)
+    with pytest.raises(TypeError, match="unknown setting.*: inner_steps; allowed: .*steps"):
+        resolve("paper", inner_steps=5)
 
 
 def test_validators_name_field_value_and_range():

@@ -246,7 +246,7 @@ class AxisRecord(JsonRecord):
         n, held, kind = ((self.flagged, self.flagged_held, "flagged") if self.flagged_now else
                          (self.claimed, self.held, "claimed"))
         if not n:
-            return f"along {self.axis}: no fresh transfer was {kind}"
+            return f"along {self.axis}: none for a {kind} transfer (no transfer on fresh seeds was {kind})"
         return (f"along {self.axis}: of {n} {kind} transfers on fresh seeds, {held} ({held / n:.0%}) held within "
                 f"{CLAIM_TOLERANCE:.0%}")
 
@@ -385,7 +385,7 @@ def _measured(run_dir, from_step: int | None, finished_from_quarter: bool = Fals
                         "at every step, there is nothing to forecast or transfer")
     if inputs is None:
         raise DataError(f"{run.folder} has no inputs.jsonl (a run made before the meter, or a torchrun run of `noloco llm "
-                        "train`): the forecast needs the measured inputs; train it with `noloco llm train` (batched "
+                        "train`): a forecast or a transfer (--as) needs the measured inputs; train it with `noloco llm train` (batched "
                         "replicas), or in your own loop with noloco.Observer (docs/own_run.md), which measures them "
                         "across ranks too")
     T = run.setting.outer_steps
@@ -972,6 +972,8 @@ def parse_changes(text: str) -> dict:
             near = did_you_mean(key, TRANSFER_FIELDS).replace("_", "-") if sep else ""
             raise ConfigError(f"--as {text!r}: {item!r} is not FIELD=VALUE with FIELD one of "
                               f"{', '.join(k.replace('_', '-') for k in TRANSFER_FIELDS)}{near}")
+        if key in changes:  # the later value would silently win
+            raise ConfigError(f"--as {text!r}: {key.replace('_', '-')} is given twice; give each field once")
         try:
             changes[key] = TRANSFER_FIELDS[key](value.strip())
         except ValueError:

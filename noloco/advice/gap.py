@@ -122,7 +122,9 @@ def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int,
         reading = (f"an upper estimate: on models the toolkit did not build (run folders written by noloco.Observer) "
                    f"it ran {lo:g} to {hi:g} times the measured gap at N = 8: the loss the spread costs was at most "
                    f"{1 / lo:.2f} times this, and at least {1 / hi:.2f} of it there")
-    if late and min(late) <= 0:
+    if outer.group_size == outer.replicas:  # identical replicas: both gaps are 0, there is no noise to resolve
+        flags = [f"no spread: method {run.method} leaves the replicas identical (n = N), so the gap is 0"]
+    elif late and min(late) <= 0:
         flags.append(f"unresolved: the measured gap is not positive at {sum(g <= 0 for g in late)} of the second "
                      f"half's {len(late)} evaluations ({_windows(windows)}): noise, not a gap; "
                      "evaluate on more windows before comparing")

@@ -224,6 +224,8 @@ def _margin(setting: Setting) -> float | None:
     measured in the setting's first pilot (None when the run has no inputs)."""
     from noloco.advice.predict import predict
 
+    if setting.runs[0].inputs is None:  # predict's decay factor would be at c = 0, not a measured one
+        return None
     try:
         factor = predict(setting.runs[0].folder).decay_factor
     except (DataError, KeyError):
@@ -345,7 +347,7 @@ def format_tune(report: TuneResult) -> str:
     lines = [f"goal: {report.goal} ({unit}); reference {report.reference}, target loss "
              f"{report.target_loss:.4f}; compute {report.compute_seconds_per_inner_step:.4g} s per inner step; "
              f"network {net.latency * 1e3:g} ms, {net.bandwidth:.3g} bit/s, {net.bytes_per_value:g} bytes a value",
-             f"{'setting':<{name}}{'seeds':>6}{'alpha':>6}{'beta':>6}{'gamma':>6}{'n':>3}{'H':>4}{'loss':>18}"
+             f"{'setting':<{name}}{'seeds':>6}{'alpha':>6}{'beta':>6}{'gamma':>6}{'n':>3}{'H':>4}{f'val loss (last {SMOOTH})':>18}"
              f"{'spread':>11}{'margin':>8}{'s/outer':>9}{'to target':>11}  excluded"]
     for r in report.rows:
         loss = f"{r.loss:.4f}" + (f" +- {r.loss_se:.4f}" if r.loss_se == r.loss_se else "")

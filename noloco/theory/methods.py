@@ -199,7 +199,8 @@ def resolve(preset: str | None = None, method: str | None = None, *, gamma_tied:
     inner_names = {f.name for f in dataclasses.fields(InnerConfig)}
     unknown = set(given) - outer_names - inner_names
     if unknown:
-        raise TypeError(f"unknown setting(s): {', '.join(sorted(unknown))}")
+        raise TypeError(f"unknown setting(s): {', '.join(sorted(unknown))}; allowed: "
+                        f"{', '.join(f.name for f in dataclasses.fields(OuterConfig) + dataclasses.fields(InnerConfig))}")
     if gamma_tied:
         if "gamma" in given:
             raise ConfigError(f"gamma={given['gamma']!r} conflicts with gamma_tied (gamma = beta); give one")  # edge: kwargs

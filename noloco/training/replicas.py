@@ -23,6 +23,11 @@ def _named(model) -> dict:
         return {k: p for k, p in model.named_parameters() if p.requires_grad}
     if isinstance(model, dict):
         named = dict(model)
+    elif isinstance(model, (torch.Tensor, str)) or not hasattr(model, "__iter__"):
+        # a lone tensor would be iterated along its first dimension, its rows taken for parameters
+        hint = "; give a lone tensor as [tensor]" if isinstance(model, torch.Tensor) else ""
+        raise ConfigError(f"model={type(model).__name__} is not a module, a dict of tensors, an iterable of tensors "
+                          f"or a list of modules{hint}")
     else:
         named = {str(i): p for i, p in enumerate(model)}
     wrong = [k for k, p in named.items() if not isinstance(p, torch.Tensor)]

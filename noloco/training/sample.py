@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from noloco.advice.run_rows import SampleErrors
+from noloco.infra.errors import ConfigError
 from noloco.training.measure import Columns, per_column, segment_sums
 
 #: coordinates sampled per tensor by default (docs/own_run.md: error; docs/performance.md: cost)
@@ -42,7 +43,7 @@ class CoordinateSample:
 
     def __init__(self, shapes: dict, per_tensor: int = DEFAULT_SAMPLE, seed: int = 0):
         if isinstance(per_tensor, bool) or not isinstance(per_tensor, int) or per_tensor < 2:
-            raise ValueError(f"sample={per_tensor!r} is out of range; allowed: an integer >= 2 (coordinates per "
+            raise ConfigError(f"sample={per_tensor!r} is out of range; allowed: an integer >= 2 (coordinates per "
                              f"tensor)")
         self.per_tensor, self.seed = per_tensor, seed
         self.numel = {name: math.prod(shape) for name, shape in shapes.items()}
