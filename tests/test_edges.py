@@ -471,6 +471,18 @@ def test_a_checkpoint_larger_than_the_memory_is_refused_unread(tiny_run, tmp_pat
     assert code == 3 and "of memory available" in err and "ckpt.pt" in err, err
 
 
+def test_an_observer_folder_that_is_a_file_is_a_data_error(tmp_path):
+    import torch
+
+    import noloco
+    from noloco.infra.errors import DataError
+
+    (tmp_path / "f").write_text("")
+    with pytest.raises(DataError, match="is a file, not a folder"):
+        noloco.Observer(noloco.OuterOptimizer([torch.zeros(2, 3)], replicas=2, inner_steps=2), tmp_path / "f",
+                        outer_steps=2, lr=0.1)
+
+
 def test_gap_refuses_a_schedule_too_long_to_hold(tiny_run, tmp_path, capsys):
     run = _copy(tiny_run, tmp_path)
     _edit_json(run / "result.json", lambda d: d["config"].update(outer_steps=10**12))
@@ -489,6 +501,12 @@ def test_gap_refuses_a_schedule_too_long_to_hold(tiny_run, tmp_path, capsys):
     ("noloco.OuterOptimizer(torch.zeros(2, 3), replicas=2, inner_steps=2)", r"as \[tensor\]"),
     ("noloco.Observer(noloco.OuterOptimizer([torch.zeros(2, 3)], replicas=2, inner_steps=2), None, outer_steps=2, "
      "lr=0.1, sample=1)", "sample=1"),
+    ("noloco.Observer(noloco.OuterOptimizer([torch.zeros(2, 3)], replicas=2, inner_steps=2), None, outer_steps=2, "
+     "lr=0.1, overwrite='yes')", "overwrite='yes'"),
+    ("noloco.Observer(noloco.OuterOptimizer([torch.zeros(2, 3)], replicas=2, inner_steps=2), None, outer_steps=2, "
+     "lr=0.1, seed=-1)", "seed=-1"),
+    ("noloco.Observer(noloco.OuterOptimizer([torch.zeros(2, 3)], replicas=2, inner_steps=2), None, outer_steps=2, "
+     "lr=0.1, model=object())", "model=<object .* cannot be kept"),  # refused now, not at close()
 ])
 def test_more_public_arguments_are_named(call, match):
     import torch  # noqa: F401 - used by the calls

@@ -30,7 +30,8 @@ import torch
 from noloco.advice.record import RunRecord, RunSetting
 from noloco.advice.run_rows import GroupInputs, InputsRow
 from noloco.infra.errors import ConfigError, DataError
-from noloco.infra.files import SCHEMA_VERSION, atomic_write_text, dumps
+from noloco.infra.checks import check_integer
+from noloco.infra.files import SCHEMA_VERSION, atomic_write_text, dumps, output_dir
 from noloco.infra.rundir import RunLock
 from noloco.training import early_warning
 from noloco.training.exchange import LocalExchange
@@ -156,6 +157,15 @@ class Observer:
             raise ConfigError(f"warn_steps={warn_steps!r} is out of range; allowed: an integer >= 0 (outer steps) or "
                               f"None (the default checks)")
         self.warn_steps = early_warning.check_steps(outer.inner_steps)[-1] if warn_steps is None else warn_steps
+        if not isinstance(overwrite, bool):
+            raise ConfigError(f"overwrite={overwrite!r} is not allowed; allowed: True or False")
+        check_integer("seed", seed, "an integer >= 0 (the sample's)", lambda v: v >= 0)
+        for key, value in fields.items():  # kept in config.json: refused now, not when the folder is first written
+            try:
+                dumps(value)  # as config.json is written (jsonable: numpy numbers and records too)
+            except (TypeError, ValueError):
+                raise ConfigError(f"{key}={value!r} cannot be kept in the folder's config (JSON); give a number, a "
+                                  f"string, a list or a dict of them") from None
         self._unstable_at = set(early_warning.check_steps(outer.inner_steps, self.warn_steps))
         ex = outer.exchange
         self.batched = isinstance(ex, LocalExchange)
@@ -186,7 +196,7 @@ class Observer:
         self._started = time.perf_counter()
         self._lock = None
         if self.main and self.folder is not None:
-            self.folder.mkdir(parents=True, exist_ok=True)
+            output_dir(self.folder, "folder")  # a file in its place, or a place that cannot be written: a DataError
             self._lock = _hold_folder(self)
             if (self.folder / "result.json").exists() and not overwrite:
                 raise ConfigError(f"{self.folder} already holds a run (result.json); give another folder or "
