@@ -177,7 +177,7 @@ def test_each_planted_fault_is_caught_by_its_stated_outer_step(tmp_path, monkeyp
 @pytest.mark.torch
 def test_the_false_alarm_study(tmp_path, monkeypatch):
     """`noloco llm study warnings`: no false alarm on the clean runs, every planted fault caught (130 runs of five
-    families took about 10 min on one core, the 40 whole runs beside them about 10 more); its counts are docs/data/warnings.json's."""
+    families and the 40 whole runs took 9 min here); its counts are docs/data/warnings.json's."""
     pytest.importorskip("transformers")
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     from noloco.cli import main
