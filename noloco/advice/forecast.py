@@ -995,7 +995,9 @@ def _tilt(x) -> str:
 def format_forecast(report: Forecast) -> str:
     lines = [f"{report.run}: {report.method}; forecast from outer steps 1 to {report.from_step} "
              f"(window {report.window[0]} to {report.window[1]}) to step {report.outer_steps}; "
-             f"80 % interval from the error model's band",
+             "low to high: where the measured should fall, 80 % (the forecast over the error model's band: it "
+             "corrects the forecast's expected bias" + (f", x{math.exp(report.error.mu):.3f}" if report.error else "")
+             + ", so it need not hold the forecast)",
              f"{'outer':>6} {'forecast':>11} {'low':>11} {'high':>11} {'measured':>11}"]
     lines += [f"{r.outer_step:>6} {_fmt(r.forecast, '11.4e')} {_fmt(r.low, '11.4e')} "
               f"{_fmt(r.high, '11.4e')} {_fmt(r.measured, '11.4e')}" for r in report.rows]
