@@ -660,8 +660,9 @@ class TransferRow(JsonRecord):
 
 @dataclass(frozen=True)
 class GroupsRange(JsonRecord):
-    """The 10 % and 90 % quantiles of the target's second-half RMS over ``draws`` group sequences of other seeds,
-    over the prediction along the pilot's (docs/advice.md, "The groups' luck")."""
+    """The 10 % and 90 % quantiles of the target's measured second-half RMS with another groups seed over the
+    prediction along the pilot's: ``draws`` group sequences of other seeds and the transfer's own error
+    (:func:`with_transfer_error`; docs/advice.md, "The groups' luck")."""
 
     draws: int
     low: float
@@ -794,12 +795,11 @@ def transfer(run_dir, seed: int | None = None, groups_draws: int = 0, **changes)
     level = float(math.sqrt(np.mean(ws[late] ** 2))) if np.all(np.isfinite(ws)) else math.inf
     average = float(math.sqrt(np.mean(ws_average[late] ** 2))) if np.all(np.isfinite(ws_average)) else math.inf
     luck = None
+    quantiles, measured_in = transfer_interval(pilot_cfg, target_cfg, bool(flags))
     if groups_draws and math.isfinite(level) and outer_b.replicas <= conditional.MAX_REPLICAS:
         draws = np.array([_second_half_rms(corrected(target_along(conditional.partitions(
             s, 0, Tb, outer_b.replicas, outer_b.group_size)))) for s in range(DRAW_SEED, DRAW_SEED + groups_draws)])
-        luck = GroupsRange(draws=groups_draws, low=float(np.quantile(draws, 0.1) / level),
-                           high=float(np.quantile(draws, 0.9) / level))
-    quantiles, measured_in = transfer_interval(pilot_cfg, target_cfg, bool(flags))
+        luck = GroupsRange(groups_draws, *with_transfer_error(draws / level, quantiles))
     rows = [TransferRow(outer_step=s + 1, predicted=float(v), low=lo, high=hi)
             for s, v, lo, hi in zip(range(Tb), ws, *interval_bounds(ws, quantiles))]
     return Transfer(run=str(run.folder), changes=changes, flags=flags, decay_factor=radius,
@@ -811,6 +811,18 @@ def transfer(run_dir, seed: int | None = None, groups_draws: int = 0, **changes)
                     pilot_replay_ratio=replay,
                     interval={"quantiles": list(quantiles), "from": measured_in},
                     rows=rows, track_record=axis_record(pilot_cfg, target_cfg, bool(flags)), groups_luck=luck)
+
+
+def with_transfer_error(ratios: np.ndarray, quantiles: tuple[float, float]) -> tuple[float, float]:
+    """The 10 % and 90 % quantiles of measured / prediction with another groups seed: the groups' ``ratios`` (each
+    draw over the prediction along the pilot's) over the transfer's own error, predicted / measured log-normal with
+    its 80 % interval's (``quantiles``) centre and width, taken at 41 of its quantiles (no random draw)."""
+    from scipy.special import ndtri
+
+    lo, hi = math.log(quantiles[0]), math.log(quantiles[1])
+    error = (lo + hi) / 2 + (hi - lo) / (2 * INTERVAL_Z) * ndtri((np.arange(41) + 0.5) / 41)
+    logs = np.log(ratios)[:, None] - error[None, :]
+    return float(np.exp(np.quantile(logs, 0.1))), float(np.exp(np.quantile(logs, 0.9)))
 
 
 def transfer_interval(pilot_cfg, target_cfg, flagged: bool) -> tuple[tuple[float, float], str]:
