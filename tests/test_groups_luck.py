@@ -58,9 +58,13 @@ def test_the_stored_report_re_judges_from_its_runs():
     assert len(rep.ranges) == len(gl.FAMILIES) * len(gl.RANGE_SEEDS) * len(gl.RANGE_TRANSFERS)
     assert all(len(r.targets) == len(gl.RANGE_SEEDS) - 1 and str(r.groups_seed) not in r.targets for r in rep.ranges)
     assert gl.judge_ranges(rep.ranges) == (rep.coverage, rep.range_holds)
+    assert len(rep.fresh_ranges) == len(gl.FAMILIES) * len(gl.FRESH_RANGE_SEEDS) * len(gl.RANGE_TRANSFERS)
+    assert {r.groups_seed for r in rep.fresh_ranges} == set(gl.FRESH_RANGE_SEEDS)
+    assert gl.judge_ranges(rep.fresh_ranges) == (rep.fresh_coverage, rep.fresh_range_holds)
     from noloco.advice.forecast import GROUPS_RANGE_HELD
 
-    assert GROUPS_RANGE_HELD == (sum(j.inside for j in rep.coverage), sum(j.pairs for j in rep.coverage))
+    # what --groups-luck prints: the third rule's judgement, on the fresh seeds
+    assert GROUPS_RANGE_HELD == (sum(j.inside for j in rep.fresh_coverage), sum(j.pairs for j in rep.fresh_coverage))
 
 
 def test_the_groups_luck_against_the_runs_own_groups_and_on_the_command_line(tmp_path, capsys):
@@ -126,3 +130,19 @@ def test_the_groups_luck_study_re_trains_cpu_tiny_bit_for_bit(tmp_path):
         path = gl.one_pilot.folder(gl.groups_folder(tmp_path, 40), "cpu-tiny", name, gl.DATA_SEED)
         assert gl.one_pilot._measured(path)[1] == stored[name].measured
         assert gl.theory_luck(path) == stored[name].theory_sd
+
+
+def test_the_range_divides_the_groups_draws_by_the_transfers_own_error():
+    """No error (an interval of width 0 at 1): about the draws' own 10 % and 90 % quantiles; an error centred above 1
+    (the prediction high) moves the range down by it; a wider error widens the range on both sides."""
+    import numpy as np
+
+    from noloco.advice.forecast import with_transfer_error
+
+    draws = np.exp(np.linspace(-0.3, 0.3, 32))
+    bare = with_transfer_error(draws, (1.0, 1.0))
+    assert bare == pytest.approx((np.quantile(draws, 0.1), np.quantile(draws, 0.9)), rel=0.005)  # 41 copies of each
+    high = with_transfer_error(draws, (1.1, 1.1))
+    assert high == pytest.approx((bare[0] / 1.1, bare[1] / 1.1), rel=1e-9)
+    wide = with_transfer_error(draws, (0.9, 1.1))
+    assert wide[0] < bare[0] / 0.99 and wide[1] > bare[1] * 0.99 and wide[1] / wide[0] > bare[1] / bare[0] * 1.05

@@ -56,6 +56,7 @@ from typing import Optional
 import numpy as np
 
 from noloco.advice.forecast import GROUPS_DRAWS as DRAWS
+from noloco.advice.forecast import GROUPS_RANGE_RULE
 from noloco.infra.errors import DataError
 from noloco.infra.files import write_json
 from noloco.infra.record import JsonRecord
@@ -73,7 +74,7 @@ RANGE_TRANSFERS = ((one_pilot.PILOT, "a0.5_b0.7_H20", "H up"), (one_pilot.PILOT,
                    (one_pilot.PILOT, "a0.5_b0.9_H10", "beta up"), (one_pilot.PILOT, "N8", "N up"))
 RANGE_SEEDS = tuple(range(50, 58))
 FRESH_RANGE_SEEDS = tuple(range(90, 98))  # the third rule's
-RANGE_COVERAGE = (0.70, 0.90)
+RANGE_COVERAGE = GROUPS_RANGE_RULE
 AGREE_AT_LEAST = 12
 
 
@@ -83,7 +84,7 @@ def train_missing(out, families=FAMILIES, progress: bool | None = None) -> None:
         luck.train_data_orders(groups_folder(out, groups_seed), families, NAMES, (DATA_SEED,), groups_seed,
                                progress=progress)
     names = tuple(dict.fromkeys(n for pilot, target, _ in RANGE_TRANSFERS for n in (pilot, target)))
-    for groups_seed in RANGE_SEEDS:
+    for groups_seed in (*RANGE_SEEDS, *FRESH_RANGE_SEEDS):
         luck.train_data_orders(groups_folder(out, groups_seed), families, names, (DATA_SEED,), groups_seed,
                                progress=progress)
 
@@ -153,8 +154,9 @@ class GroupsLuckReport(JsonRecord):
     rule's ranges and their coverage."""
 
     NESTED = {"runs": (list, GroupsRun), "settings": (list, GroupsLuck), "ranges": (list, RangeRow),
-              "coverage": (list, RangeJudgement)}
-    OPTIONAL_KEYS = ("ranges", "coverage", "range_holds")
+              "coverage": (list, RangeJudgement), "fresh_ranges": (list, RangeRow),
+              "fresh_coverage": (list, RangeJudgement)}
+    OPTIONAL_KEYS = ("ranges", "coverage", "range_holds", "fresh_ranges", "fresh_coverage", "fresh_range_holds")
 
     schema: str
     data_seed: int
@@ -167,6 +169,9 @@ class GroupsLuckReport(JsonRecord):
     ranges: Optional[list] = None
     coverage: Optional[list] = None
     range_holds: Optional[bool] = None
+    fresh_ranges: Optional[list] = None  # the third rule's (FRESH_RANGE_SEEDS); the second's above, with today's range
+    fresh_coverage: Optional[list] = None
+    fresh_range_holds: Optional[bool] = None
 
 
 def verdict(ratio: float) -> str:
@@ -204,19 +209,22 @@ def evaluate(out, families=FAMILIES, progress: bool | None = None) -> GroupsLuck
                               theory_sd=theory_luck(path)))
     settings = judge(runs)
     agree = sum(s.verdict == "agrees" for s in settings)
-    ranges = range_rows(out, families)
+    ranges, fresh = range_rows(out, families), range_rows(out, families, FRESH_RANGE_SEEDS)
     coverage, range_holds = judge_ranges(ranges)
+    fresh_coverage, fresh_holds = judge_ranges(fresh)
     return GroupsLuckReport(schema="noloco.groups_luck/1", data_seed=DATA_SEED, groups_seeds=list(GROUPS_SEEDS),
                             draws=DRAWS, runs=runs, settings=settings, agree=agree, holds=agree >= AGREE_AT_LEAST,
-                            ranges=ranges, coverage=coverage, range_holds=range_holds)
+                            ranges=ranges, coverage=coverage, range_holds=range_holds, fresh_ranges=fresh,
+                            fresh_coverage=fresh_coverage, fresh_range_holds=fresh_holds)
 
 
 def _inside(row: RangeRow, measured: float) -> bool:
     return row.low * row.predicted <= measured <= row.high * row.predicted
 
 
-def range_rows(out, families=FAMILIES) -> list[RangeRow]:
-    """The second rule's predictions (every run of :data:`RANGE_SEEDS` finished)."""
+def range_rows(out, families=FAMILIES, seeds=RANGE_SEEDS) -> list[RangeRow]:
+    """The second (or third: ``seeds`` :data:`FRESH_RANGE_SEEDS`) rule's predictions (every run of ``seeds``
+    finished)."""
     from noloco.advice.forecast import transfer
 
     def path(family: str, name: str, g: int) -> Path:
@@ -228,13 +236,13 @@ def range_rows(out, families=FAMILIES) -> list[RangeRow]:
     rows = []
     for family in families:
         measured = {(target, h): one_pilot._measured(path(family, target, h))[1]
-                    for _, target, _ in RANGE_TRANSFERS for h in RANGE_SEEDS}
-        for g in RANGE_SEEDS:
+                    for _, target, _ in RANGE_TRANSFERS for h in seeds}
+        for g in seeds:
             for pilot, target, axis in RANGE_TRANSFERS:
                 t = transfer(path(family, pilot, g), groups_draws=DRAWS, **one_pilot._changes(pilot, target))
                 rows.append(RangeRow(family=family, groups_seed=g, axis=axis, predicted=t.second_half_rms,
                                      low=t.groups_luck.low, high=t.groups_luck.high, flags=t.flags,
-                                     targets={str(h): measured[target, h] for h in RANGE_SEEDS if h != g}))
+                                     targets={str(h): measured[target, h] for h in seeds if h != g}))
     return rows
 
 
@@ -269,10 +277,13 @@ def format_report(rep: GroupsLuckReport) -> str:
     lines.append(f"{rep.agree} of {len(rep.settings)} agree (chi-square(7) / 7, 95 %: {CHI2_RANGE[0]} to "
                  f"{CHI2_RANGE[1]}); the theory's groups luck {'holds' if rep.holds else 'does not hold'} "
                  f"(at least {AGREE_AT_LEAST})")
-    if rep.coverage:
-        lines.append("--as --groups-luck's 80 % range against the targets of the other groups seeds: "
-                     + ", ".join(f"{j.family} {j.axis} {j.inside}/{j.pairs}" for j in rep.coverage))
-        pairs, inside = sum(j.pairs for j in rep.coverage), sum(j.inside for j in rep.coverage)
+    for coverage, holds, seeds in ((rep.coverage, rep.range_holds, RANGE_SEEDS),
+                                   (rep.fresh_coverage, rep.fresh_range_holds, FRESH_RANGE_SEEDS)):
+        if not coverage:
+            continue
+        lines.append(f"--as --groups-luck's 80 % range against the targets of the other groups seeds ({seeds[0]} to "
+                     f"{seeds[-1]}): " + ", ".join(f"{j.family} {j.axis} {j.inside}/{j.pairs}" for j in coverage))
+        pairs, inside = sum(j.pairs for j in coverage), sum(j.inside for j in coverage)
         lines.append(f"{inside} of {pairs} inside ({inside / pairs:.0%}; the rule: {RANGE_COVERAGE[0]:.0%} to "
-                     f"{RANGE_COVERAGE[1]:.0%}): the range {'holds' if rep.range_holds else 'does not hold'}")
+                     f"{RANGE_COVERAGE[1]:.0%}): the range {'holds' if holds else 'does not hold'}")
     return "\n".join(lines)
