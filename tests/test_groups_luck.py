@@ -145,4 +145,4 @@ def test_the_range_divides_the_groups_draws_by_the_transfers_own_error():
     high = with_transfer_error(draws, (1.1, 1.1))
     assert high == pytest.approx((bare[0] / 1.1, bare[1] / 1.1), rel=1e-9)
     wide = with_transfer_error(draws, (0.9, 1.1))
-    assert wide[0] < bare[0] / 0.99 and wide[1] > bare[1] * 0.99 and wide[1] / wide[0] > bare[1] / bare[0] * 1.05
+    assert wide[0] < bare[0] and wide[1] > bare[1]
