@@ -24,6 +24,7 @@ FORECASTS_ROWS = {"6 (second round)": (6,), "9, 10 (third)": (9, 10), "11, 17 to
                   "21, 22 (fourth; wider Llama, H100)": (21, 22), "23 to 25 (sixth; 23, 24 wider Llama, H200)": (23, 24, 25),
                   "26 to 29 (sixth)": (26, 27, 28, 29)}
 FORECASTS_KEYS = ("forecasts", "claimed", "claimed_within", "missed_unflagged", "would_hold_flagged")
+FORECASTS_RUNS = "forecasts_fresh_s56.json"  # the setting-mean and groups-luck studies' runs, judged
 #: the families study's totals as the advice page words them: (pattern, what of families.json's summary)
 FAMILIES_TOTALS = (
     (r"\*\*Own inputs: (\d+) of (\d+) within the rule\*\*", lambda s: (s["own"]["agree"], s["own"]["runs"])),
@@ -95,11 +96,15 @@ def forecasts_mismatches(text: str) -> list[str]:
     """Every count of the forecasts study's table of fresh seeds that is not the sum of its seeds' files."""
     wrong = []
     for label, *cells in table(text, FORECASTS_HEADER):
-        if label not in FORECASTS_ROWS:
+        if FORECASTS_RUNS in label:  # the studies' runs judged one folder at a time: the file's rows summed
+            doc = _data(FORECASTS_RUNS)
+            stored = [sum(r[doc["columns"].index(k)] for r in doc["rows"]) for k in FORECASTS_KEYS]
+        elif label not in FORECASTS_ROWS:
             wrong.append(f"{label}: no seeds of the forecasts study are mapped to this row")
             continue
-        summaries = [_data(f"forecasts_fresh{seed}.json")["summary"] for seed in FORECASTS_ROWS[label]]
-        stored = [sum(s[k] for s in summaries) for k in FORECASTS_KEYS]
+        else:
+            summaries = [_data(f"forecasts_fresh{seed}.json")["summary"] for seed in FORECASTS_ROWS[label]]
+            stored = [sum(s[k] for s in summaries) for k in FORECASTS_KEYS]
         quoted = [int(NUMBER.findall(cell.replace(",", ""))[0]) for cell in cells]
         if quoted != stored:
             wrong.append(f"{label}: the page says {quoted}, the data {stored}")
@@ -251,3 +256,18 @@ def test_the_clean_runs_alarm_counts_quoted_are_the_files():
         older = re.search(r"first checks[^.]*?(\d+) of (\d{1,3},\d{3})", text)
         assert older and (int(older[1]), int(older[2].replace(",", ""))) == first, page.name
         assert today in quoted, (page.name, quoted, today)
+
+
+def test_the_forecasts_judged_on_the_setting_mean_and_groups_luck_runs_are_the_files():
+    """The track-record bins of those runs and the README's count: the sums of
+    forecasts_fresh_s56.json's rows (one `noloco llm study forecasts --fresh-seed` judgement each)."""
+    doc = _data("forecasts_fresh_s56.json")
+    col = {name: i for i, name in enumerate(doc["columns"])}
+    total = {name: sum(r[col[name]] for r in doc["rows"]) for name in doc["columns"][3:]}
+    text = " ".join((DOCS / "advice.md").read_text().split())  # the table's row: forecasts_mismatches
+    bins = re.search(r"on those runs, (\d+) of (\d+) bins", text)
+    assert bins and (int(bins[1]), int(bins[2])) == (total["track_bins_inside"], total["track_bins"])
+    readme = " ".join((DOCS.parent / "README.md").read_text().split())
+    quoted = re.search(r"(\d+) runs since: (\d+) of ([\d,]+);", readme)
+    assert quoted and (int(quoted[1]), int(quoted[2]), int(quoted[3].replace(",", ""))) == (
+        total["forecasts"] // 5, total["claimed"], total["forecasts"])
