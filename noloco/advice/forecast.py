@@ -224,11 +224,13 @@ AS_AXES = (("alpha", "alpha"), ("beta", "beta"), ("gamma", "gamma"), ("inner_ste
 AS_TRACK = {"alpha": (48, 48, 48, 44), "beta": (96, 95, 0, 0), "gamma": (96, 96, 0, 0), "H": (68, 63, 68, 64),
             "N": (28, 28, 0, 0), "n": (14, 14, 14, 12)}
 #: the 80 % interval of predicted / measured along one axis, claimed (True) or flagged (False): the 10 % and 90 %
-#: quantiles over the same judgements (noloco.studies.transfers.interval_table); along H and alpha up twice as wide as
-#: along beta and gamma, where the pilot and the target share their luck (docs/advice.md, "The floor")
-AS_INTERVAL = {("alpha", True): (0.958, 1.057), ("alpha", False): (0.932, 1.091), ("beta", True): (0.951, 1.057),
-               ("gamma", True): (0.946, 1.05), ("H", True): (0.919, 1.092), ("H", False): (0.942, 1.085),
-               ("N", True): (0.923, 1.09), ("n", True): (0.894, 1.004), ("n", False): (0.912, 1.045)}
+#: quantiles over every judged transfer (noloco.studies.transfers.read_interval_rows: the track record's, the
+#: setting-mean study's single runs and the groups-luck study's same-seed transfers; interval_table). Before the
+#: groups-luck study's fourth rule, over the track record's alone (along alpha claimed 0.958 to 1.057, H 0.919 to
+#: 1.092): on fresh groups seeds it held 188 of 288 and 108 of 160 (docs/advice.md, "The floor")
+AS_INTERVAL = {("alpha", True): (0.893, 1.045), ("alpha", False): (0.934, 1.161), ("beta", True): (0.945, 1.066),
+               ("gamma", True): (0.946, 1.07), ("H", True): (0.895, 1.082), ("H", False): (0.941, 1.097),
+               ("N", True): (0.927, 1.06), ("n", True): (0.901, 1.029), ("n", False): (0.902, 1.034)}
 
 
 @dataclass(frozen=True)
@@ -912,7 +914,7 @@ GROUPS_DRAWS, DRAW_SEED = 32, 100_000
 #: ``--as --groups-luck``'s range judged on fresh groups seeds (noloco/studies/groups_luck.py's third rule): of the
 #: pairs (a pilot's range, the target trained with another groups seed), how many lay inside; and the share an 80 %
 #: range must hold (the pairs share pilots and targets, so no binomial range)
-GROUPS_RANGE_HELD = (408, 448)
+GROUPS_RANGE_HELD = (405, 448)
 GROUPS_RANGE_RULE = (0.70, 0.90)
 
 

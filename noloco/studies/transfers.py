@@ -478,6 +478,30 @@ def read_track_rows() -> list[JudgedTransfer]:
     return list({(r.seed, r.family, r.label): r for r in rows}.values())  # seed 18 is in every s18_* report
 
 
+def read_interval_rows() -> list[JudgedTransfer]:
+    """What :data:`noloco.advice.forecast.AS_INTERVAL` is derived from (groups-luck study, fourth rule): the track
+    record's judged transfers and those of the setting-mean study (single runs, seeds 30 and 31, ``seed`` its groups
+    seed times 10,000 plus the data order) and of the groups-luck study (a pilot to the targets of its own groups
+    seed, the targets one axis away)."""
+    from noloco.infra.files import read_json
+    from noloco.studies import one_pilot
+
+    def judged(seed, family, label, ratio, flags):
+        verdict = "flagged" if flags else "agrees" if within(ratio, SPREAD_RULE, relative=True) else "misses"
+        return JudgedTransfer(seed, family, label, ratio, verdict)
+
+    from noloco.studies.families import within
+
+    rows = read_track_rows()
+    rows += [judged(p["groups_seed"] * 10_000 + p["data_seed"], p["family"], p["axis"], p["single_ratio"], p["flags"])
+             for p in read_json(SEEN_REPORT.parent / "setting_mean.json")["predictions"]]
+    label = {target: axis for pilot, target, axis in one_pilot.TRANSFERS if pilot == one_pilot.PILOT}
+    rows += [judged(t["groups_seed"], t["family"], label[t["target"]], t["ratio"], not t["claimed"])
+             for t in read_json(SEEN_REPORT.parent / "groups_luck.json").get("same_seed") or []
+             if t["target"] in label]
+    return rows
+
+
 def track_table(rows: list[JudgedTransfer]) -> dict:
     """:data:`noloco.advice.forecast.AS_TRACK` from judged transfers: per axis, ``(claimed, of them within 15 %,
     flagged, of them within)``."""
