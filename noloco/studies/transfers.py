@@ -485,12 +485,11 @@ def read_interval_rows() -> list[JudgedTransfer]:
     seed, the targets one axis away)."""
     from noloco.infra.files import read_json
     from noloco.studies import one_pilot
+    from noloco.studies.families import within
 
     def judged(seed, family, label, ratio, flags):
         verdict = "flagged" if flags else "agrees" if within(ratio, SPREAD_RULE, relative=True) else "misses"
         return JudgedTransfer(seed, family, label, ratio, verdict)
-
-    from noloco.studies.families import within
 
     rows = read_track_rows()
     rows += [judged(p["groups_seed"] * 10_000 + p["data_seed"], p["family"], p["axis"], p["single_ratio"], p["flags"])

@@ -15,7 +15,8 @@ at H 5 of 1,298 had cried wolf with the checks at outer steps 4 to 10 (inner ste
 setting ``H5`` (the base at H 5 and 64 outer steps, 4 seeds), the fault ``unstable_H5`` and the family cpu-tiny join
 the study; the same rule judges every run. Beside it, 40 whole runs (64 outer steps) of the setting that cried wolf,
 cpu-tiny and Llama at alpha 0.5, beta = gamma 0.7, H 5, data order 1001, fresh groups seeds 60 to 79
-(docs/data/warnings_clean_s56.json): none may raise a flag either.
+(:data:`WHOLE`; trained by the study under ``DIR/whole`` and counted among its clean runs): none may raise a flag
+either. Judged: 0 false alarms on 130 clean runs, 40 of 40 planted faults caught by their stated outer step.
 
 The runs are cheap: the Hugging Face families of :mod:`noloco.studies.families` (GPT-2 at width 64, GPT-2 at
 width 96, whose LayerNorm and bias tensors have the 96 coordinates of the public GPT on which the warning first
