@@ -198,8 +198,8 @@ def table() -> tuple[Study, ...]:
               needs="the gap check's model families"),
         Study("warnings", "noloco.studies.warnings",
               "the early warnings on clean runs of several model families and on planted faults (docs/own_run.md)",
-              "Trains what is missing of the clean and faulty runs (Hugging Face GPT-2 and Llama configs, 12 outer "
-              "steps each, finished runs reused) and counts the observer's false alarms and the faults it caught. "
+              "Trains what is missing of the clean and faulty runs (five model families, 12 outer steps each, 16 at "
+              "H 5, and 40 whole runs; finished runs reused) and counts the observer's false alarms and the faults it caught. "
               "Exit 1 on a false alarm or a fault not caught. --replay DIR instead re-checks every finished run "
               "under DIR at today's unstable checks, from its inputs.jsonl (nothing trained; DIR/warnings_replayed.json)." + _NEEDS_HF,
               (*_folder("--out", "runs/warnings"),
@@ -244,9 +244,10 @@ def table() -> tuple[Study, ...]:
         Study("groups-luck", "noloco.studies.groups_luck",
               "a run's groups luck: seven settings over eight groups seeds at one data order, measured and as the "
               "theory predicts it (docs/advice.md, 'The groups' luck')",
-              "Trains seven settings of cpu-tiny and the Llama-style config at groups seeds 40 to 47, and the pilot with "
-              "four targets at 50 to 57, with one data order (finished runs reused), and judges the theory's groups "
-              "luck and --as --groups-luck's range under the rules of noloco/studies/groups_luck.py." + _NEEDS_HF,
+              "Trains seven settings of cpu-tiny and the Llama-style config at groups seeds 40 to 47 and 100 to 107, "
+              "and the pilot with four targets at 50 to 57 and 90 to 97, with one data order (finished runs reused), "
+              "and judges the theory's groups luck, --as --groups-luck's range and --as's interval under the rules of "
+              "noloco/studies/groups_luck.py." + _NEEDS_HF,
               _folder("--out", "runs/groups-luck"), _evaluate),
         Study("tune-fresh", "noloco.studies.tune_fresh",
               "the tuner from one pilot on fresh seeds 5 and 6 (docs/advice.md, 'One pilot')",
