@@ -497,6 +497,7 @@ def test_gap_refuses_a_schedule_too_long_to_hold(tiny_run, tmp_path, capsys):
     ("noloco.Spectrum('x')", "are not numbers"),
     ("noloco.SimConfig(outer=None)", "outer=None"),
     ("noloco.read_run(3)", "give a path"),
+    ("noloco.partition(0, 'a', 8, 2)", "step='a' is not an integer"),
     ("noloco.OuterOptimizer(5, replicas=2, inner_steps=2)", "model=int"),
     ("noloco.OuterOptimizer(torch.zeros(2, 3), replicas=2, inner_steps=2)", r"as \[tensor\]"),
     ("noloco.Observer(noloco.OuterOptimizer([torch.zeros(2, 3)], replicas=2, inner_steps=2), None, outer_steps=2, "

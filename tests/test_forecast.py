@@ -361,6 +361,18 @@ def test_the_command_line(tmp_path, capsys):
         F.parse_changes("inner-steps=25,alpha=0.3,inner_steps=50")
 
 
+def test_as_on_a_method_that_fixes_the_change_says_so(tmp_path):
+    """A local run (each replica alone: alpha 0, beta 1, gamma 0) cannot be asked at alpha 0.3: the refusal names
+    the method and what it fixes, not an internal field; a change of H stays allowed."""
+    from noloco.theory.config import OuterConfig
+
+    write_run(tmp_path, config(method="local", outer=OuterConfig(replicas=4, group_size=1, alpha=0.0, beta=1.0,
+                                                                   gamma=0.0)))
+    with pytest.raises(ConfigError, match=r"--as alpha=0.3: method 'local' fixes that \(no synchronisation"):
+        F.transfer(tmp_path, alpha=0.3)
+    assert F.transfer(tmp_path, inner_steps=20, outer_steps=20).second_half_rms >= 0
+
+
 def test_the_equipartition_gap_of_a_trained_run(tmp_path, capsys):
     """R1/4 * lr * sum_j mean_i sqrt(vhat_ij) from the checkpoint (recomputed here from the raw state), the
     measured gap of the same step's evaluation, zero for DiLoCo's outer step (R1 = 0), a missing checkpoint

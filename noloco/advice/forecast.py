@@ -715,6 +715,12 @@ def transfer(run_dir, seed: int | None = None, groups_draws: int = 0, **changes)
         target_cfg = pilot_cfg.changed(**changes)
     except TypeError as err:
         raise ConfigError(f"the changed setting is not valid: {err}") from None
+    except ConfigError:
+        from noloco.theory.methods import METHOD_SUMMARY
+
+        asked = ", ".join(f"{k.replace('_', '-')}={v}" for k, v in changes.items())
+        raise ConfigError(f"--as {asked}: method {run.method!r} fixes that ({METHOD_SUMMARY[run.method]}); --as "
+                          f"changes a setting within the pilot's method") from None
     require_memory(target_cfg, len(groups), "the transfer")
     outer_b = target_cfg.outer
     Tb = target_cfg.outer_steps

@@ -9,6 +9,8 @@ permutations.
 
 from __future__ import annotations
 
+from numbers import Integral
+
 import numpy as np
 
 from noloco.infra.errors import ConfigError
@@ -54,6 +56,9 @@ def partition(seed: int, step: int, replicas: int, group_size: int, stream: int 
         np.True_
     """
     _check(replicas, group_size)
+    for name, value in (("seed", seed), ("step", step), ("stream", stream)):
+        if isinstance(value, bool) or not isinstance(value, Integral):
+            raise ConfigError(f"{name}={value!r} is not an integer; allowed: an integer >= 0")
     if seed < 0 or step < 0 or stream < 0:
         raise ConfigError(f"seed={seed}, step={step} and stream={stream} must be >= 0")
     rng = np.random.default_rng([seed, step] + ([stream] if stream else []))
