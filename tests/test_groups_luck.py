@@ -68,12 +68,15 @@ def test_the_stored_report_re_judges_from_its_runs():
     from noloco.advice.forecast import AS_INTERVAL, TRANSFER_ERROR
 
     label = {target: axis.split()[0] for pilot, target, axis in gl.one_pilot.TRANSFERS if pilot == gl.NAMES[0]}
-    for r in rep.same_seed + rep.interval_seed:
+    for r in rep.same_seed + rep.interval_seed + rep.own_order_seed:
         low, high = AS_INTERVAL.get((label.get(r.target), r.claimed), TRANSFER_ERROR)
         assert r.inside == (low <= r.ratio <= high), r
     assert len(rep.interval_seed) == len(gl.FAMILIES) * len(gl.INTERVAL_SEEDS) * (len(gl.NAMES) - 1)
     assert rep.interval_inside == sum(r.inside for r in rep.interval_seed)
     assert rep.interval_holds == (0.70 <= rep.interval_inside / len(rep.interval_seed) <= 0.90)
+    assert len(rep.own_order_seed) == len(gl.FAMILIES) * len(gl.INTERVAL_RUNS) * (len(gl.NAMES) - 1)
+    assert rep.own_order_inside == sum(r.inside for r in rep.own_order_seed)
+    assert rep.own_order_holds == (0.70 <= rep.own_order_inside / len(rep.own_order_seed) <= 0.90)
     # what --groups-luck prints: the third rule's judgement, on the fresh seeds
     assert GROUPS_RANGE_HELD == (sum(j.inside for j in rep.fresh_coverage), sum(j.pairs for j in rep.fresh_coverage))
 
