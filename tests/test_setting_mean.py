@@ -30,6 +30,11 @@ def test_the_stored_report_re_judges_from_its_runs_and_predictions():
                       if (r.family, r.groups_seed, r.setting, r.data_seed) == (p.family, p.groups_seed, p.target,
                                                                                p.data_seed))
         assert math.isclose(p.single_ratio, p.predicted / single, rel_tol=1e-12)
+    from noloco.advice.forecast import AS_INTERVAL
+
+    for p in rep.predictions:  # inside the 80 % interval --as prints today: its axis's, claimed or flagged as it is
+        low, high = AS_INTERVAL[p.axis.split()[0], not p.flags]
+        assert p.inside == (low <= p.single_ratio <= high), p
     assert sm.judge(rep.predictions, sm.luck_outside(rep.runs)) == rep.axes
     assert [(a.pilot, a.target, a.axis) for a in rep.axes] == list(sm.TRANSFERS)
     assert all(a.predictions == per_setting for a in rep.axes)
