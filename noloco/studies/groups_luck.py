@@ -327,8 +327,7 @@ def judge_interval(out, families=FAMILIES) -> dict:
     for prefix, runs in (("interval", [(g, DATA_SEED) for g in INTERVAL_SEEDS]), ("own_order", INTERVAL_RUNS)):
         rows = same_seed_rows(out, families, ((runs, NAMES[1:]),))
         inside = sum(r.inside for r in rows)
-        out_fields |= {f"{prefix}_seed": rows, f"{prefix}_inside": inside,
-                       f"{prefix}_holds": RANGE_COVERAGE[0] <= inside / len(rows) <= RANGE_COVERAGE[1]}
+        out_fields |= {f"{prefix}_seed": rows, f"{prefix}_inside": inside, f"{prefix}_holds": _covers(inside, len(rows))}
     return out_fields
 
 
@@ -340,8 +339,12 @@ def judge_ranges(rows: list[RangeRow]) -> tuple[list[RangeJudgement], bool]:
             mine = [r for r in rows if (r.family, r.axis) == (family, axis)]
             out.append(RangeJudgement(family=family, axis=axis, pairs=sum(len(r.targets) for r in mine),
                                       inside=sum(_inside(r, m) for r in mine for m in r.targets.values())))
-    share = sum(j.inside for j in out) / max(sum(j.pairs for j in out), 1)
-    return out, RANGE_COVERAGE[0] <= share <= RANGE_COVERAGE[1]
+    return out, _covers(sum(j.inside for j in out), max(sum(j.pairs for j in out), 1))
+
+
+def _covers(inside: int, of: int) -> bool:
+    """An 80 % range's rule: the share inside within :data:`RANGE_COVERAGE`."""
+    return RANGE_COVERAGE[0] <= inside / of <= RANGE_COVERAGE[1]
 
 
 def run_study(out, train: bool = True) -> GroupsLuckReport:

@@ -202,14 +202,18 @@ def evaluate(out: Path) -> WarningsReport:
     from noloco.advice.record import read_run
     from noloco.training import early_warning
 
+    def flagged(folder: Path) -> tuple[list, dict]:
+        """A run's flags as result.json holds them (their own numbers left out), and its other fields of
+        :class:`FlaggedRun` read from the run."""
+        run = read_run(folder)
+        result = RunResult.from_json(run.result)
+        flags = [Flag(f.flag, f.outer_step, f.message) for f in map(early_warning.Flag.from_json, result.flags or [])]
+        return flags, dict(replicas=run.outer.replicas, outer_steps_done=result.outer_steps_done)
+
     clean, faults = [], []
     for family, name, seed, setting, fault in jobs():
-        run = read_run(_folder(out, family, name, seed))
-        result = RunResult.from_json(run.result)
-        raised = [early_warning.Flag.from_json(f) for f in result.flags or []]
-        flags = [Flag(f.flag, f.outer_step, f.message) for f in raised]  # the kind's numbers left out
-        row = dict(family=family, setting=name, seed=seed, replicas=run.outer.replicas,
-                   outer_steps_done=result.outer_steps_done, flags=flags)
+        flags, read = flagged(_folder(out, family, name, seed))
+        row = dict(family=family, setting=name, seed=seed, **read, flags=flags)
         if fault is None:
             clean.append(CleanRun(**row, false_alarm=bool(flags)))
         else:
@@ -217,11 +221,9 @@ def evaluate(out: Path) -> WarningsReport:
             faults.append(FaultRun(**row, fault=fault, caught_at=own and own.outer_step,
                                    caught=own is not None and own.outer_step <= caught_by(fault, setting.inner_steps)))
     for family, groups_seed, folder in _whole(out):
-        run = read_run(folder)
-        result = RunResult.from_json(run.result)
-        flags = [Flag(f.flag, f.outer_step, f.message) for f in map(early_warning.Flag.from_json, result.flags or [])]
-        clean.append(CleanRun(family=family, setting=f"{WHOLE[0]} whole", seed=groups_seed, replicas=run.outer.replicas,
-                              outer_steps_done=result.outer_steps_done, flags=flags, false_alarm=bool(flags)))
+        flags, read = flagged(folder)
+        clean.append(CleanRun(family=family, setting=f"{WHOLE[0]} whole", seed=groups_seed, **read, flags=flags,
+                              false_alarm=bool(flags)))
     alarms = sum(r.false_alarm for r in clean)
     summary = WarningsSummary(clean_runs=len(clean), false_alarms=alarms,
                               upper_95=1 - 0.05 ** (1 / len(clean)) if clean and not alarms else None,
