@@ -62,6 +62,24 @@ data order of its own (2001 to 2008, never trained before), the first rule's set
 transfers; it holds when 70 % to 90 % lie inside. Expected: it holds (the fourth rule's miss was that data order's
 luck); if not, the interval is too narrow in itself.
 
+A sixth rule (written and committed before any of its runs was trained): what makes ``--as`` miss along H up. Over
+the same-seed transfers of the runs above (416), the claimed ones to H 20 (16 outer steps at equal tokens) missed 15 %
+9 of 80 times and every other target 5 of 288; the sd of log predicted / measured per family was 0.155 (cpu-tiny)
+and 0.109 (Llama) at H 20, 0.038 to 0.062 at the other targets, and at H 20 it followed the target's own replay
+error (correlation 0.75 on both families; read outside the package). Three readings, each naming the targets it
+expects *wide*: **few outer steps** (the target's run is short in outer steps, its second half 8 of them), **groups
+luck** (the target's spread moves with its groups by sd 0.19 to 0.26 in log by the theory, the other targets' 0.17
+or less), **H changed**. The runs: the pilot and the targets :data:`WINDOW_TARGETS` (H 20 over 16 outer steps; H 10
+over 16, a short run with H unchanged, groups sd 0.21 to 0.26; H 20 over 32, H changed in a long run, groups sd 0.11
+to 0.15; gamma 1, a long run, groups sd 0.19 to 0.25), cpu-tiny and Llama, at :data:`WINDOW_RUNS` (groups seeds 120
+to 127, each with a data order of its own, 3001 to 3008; never trained before): 80 runs, 64 same-seed transfers. A
+target is *wide* when its sd of log predicted / measured (each family's about its own mean, the two variances
+averaged: 14 degrees of freedom) is above :data:`WIDE_SD`, else *narrow*. The verdict: the reading of
+:data:`READINGS` whose wide targets are exactly the wide ones, else *none*. What follows it: under few outer steps
+``--as`` flags a target of fewer than 24 outer steps; under groups luck a target whose theory's groups sd is above
+0.18; under H changed every H up; under none no new flag, and the docs say H up's misses are unexplained. Expected:
+few outer steps.
+
 Judged: the third rule does not hold, 408 of 448 inside (91 %: too wide; the groups-only range 377), and the fourth
 does not either, 58 of 96 (60 %: too narrow; the interval before, 50): on those seeds every target's median
 predicted / measured was 0.91 to 0.99. The interval is adopted as the better of the two there; the range although
@@ -100,6 +118,13 @@ RANGE_SEEDS = tuple(range(50, 58))
 FRESH_RANGE_SEEDS = tuple(range(90, 98))  # the third rule's
 INTERVAL_SEEDS = tuple(range(100, 108))  # the fourth rule's
 INTERVAL_RUNS = tuple(zip(range(110, 118), range(2001, 2009)))  # the fifth rule's (groups seed, data order)
+#: the sixth rule's targets (from the pilot), runs (groups seed, data order), its wide line and its readings' wide
+#: targets
+WINDOW_TARGETS = ("a0.5_b0.7_H20", "H10_T16", "H20_T32", "g1")
+WINDOW_RUNS = tuple(zip(range(120, 128), range(3001, 3009)))
+WIDE_SD = 0.085
+READINGS = {"few outer steps": ("a0.5_b0.7_H20", "H10_T16"), "groups luck": ("a0.5_b0.7_H20", "H10_T16", "g1"),
+            "H changed": ("a0.5_b0.7_H20", "H20_T32")}
 RANGE_COVERAGE = GROUPS_RANGE_RULE
 AGREE_AT_LEAST = 12
 
@@ -109,6 +134,9 @@ def train_missing(out, families=FAMILIES, progress: bool | None = None) -> None:
     for groups_seed, data in (*((g, DATA_SEED) for g in (*GROUPS_SEEDS, *INTERVAL_SEEDS)), *INTERVAL_RUNS):
         luck.train_data_orders(groups_folder(out, groups_seed), families, NAMES, (data,), groups_seed,
                                progress=progress)
+    for groups_seed, data in WINDOW_RUNS:
+        luck.train_data_orders(groups_folder(out, groups_seed), families, (NAMES[0], *WINDOW_TARGETS), (data,),
+                               groups_seed, progress=progress)
     names = tuple(dict.fromkeys(n for pilot, target, _ in RANGE_TRANSFERS for n in (pilot, target)))
     for groups_seed in (*RANGE_SEEDS, *FRESH_RANGE_SEEDS):
         luck.train_data_orders(groups_folder(out, groups_seed), families, names, (DATA_SEED,), groups_seed,
@@ -178,6 +206,18 @@ class SameSeedTransfer(JsonRecord):
 
 
 @dataclass(frozen=True)
+class WindowTarget(JsonRecord):
+    """The sixth rule, one target: the sd of log predicted / measured over its same-seed transfers (each family about
+    its own mean, the variances averaged), the median ratio, and whether it is wide (:data:`WIDE_SD`)."""
+
+    target: str
+    transfers: int
+    sd: float
+    median: float
+    wide: bool
+
+
+@dataclass(frozen=True)
 class RangeJudgement(JsonRecord):
     """One family and transfer: of ``pairs`` (pilot, target of another groups seed), ``inside`` the range."""
 
@@ -195,10 +235,11 @@ class GroupsLuckReport(JsonRecord):
     NESTED = {"runs": (list, GroupsRun), "settings": (list, GroupsLuck), "ranges": (list, RangeRow),
               "coverage": (list, RangeJudgement), "fresh_ranges": (list, RangeRow),
               "fresh_coverage": (list, RangeJudgement), "same_seed": (list, SameSeedTransfer),
-              "interval_seed": (list, SameSeedTransfer), "own_order_seed": (list, SameSeedTransfer)}
+              "interval_seed": (list, SameSeedTransfer), "own_order_seed": (list, SameSeedTransfer),
+              "window_seed": (list, SameSeedTransfer), "window_targets": (list, WindowTarget)}
     OPTIONAL_KEYS = ("ranges", "coverage", "range_holds", "fresh_ranges", "fresh_coverage", "fresh_range_holds",
                      "same_seed", "interval_seed", "interval_inside", "interval_holds", "own_order_seed",
-                     "own_order_inside", "own_order_holds")
+                     "own_order_inside", "own_order_holds", "window_seed", "window_targets", "window_verdict")
 
     schema: str
     data_seed: int
@@ -221,6 +262,9 @@ class GroupsLuckReport(JsonRecord):
     own_order_seed: Optional[list] = None  # the fifth rule's: the same at INTERVAL_RUNS, each its own data order
     own_order_inside: Optional[int] = None
     own_order_holds: Optional[bool] = None
+    window_seed: Optional[list] = None  # the sixth rule's: WINDOW_TARGETS at WINDOW_RUNS
+    window_targets: Optional[list] = None
+    window_verdict: Optional[str] = None
 
 
 def verdict(ratio: float) -> str:
@@ -265,7 +309,14 @@ def evaluate(out, families=FAMILIES, progress: bool | None = None) -> GroupsLuck
                             draws=DRAWS, runs=runs, settings=settings, agree=agree, holds=agree >= AGREE_AT_LEAST,
                             ranges=ranges, coverage=coverage, range_holds=range_holds, fresh_ranges=fresh,
                             fresh_coverage=fresh_coverage, fresh_range_holds=fresh_holds,
-                            same_seed=same_seed_rows(out, families), **judge_interval(out, families))
+                            same_seed=same_seed_rows(out, families), **judge_interval(out, families),
+                            **dict(zip(("window_seed", "window_targets", "window_verdict"), window(out, families))))
+
+
+def window(out, families=FAMILIES) -> tuple[list[SameSeedTransfer], list[WindowTarget], str]:
+    """The sixth rule's same-seed transfers, targets and verdict."""
+    rows = same_seed_rows(out, families, ((WINDOW_RUNS, WINDOW_TARGETS),))
+    return (rows, *judge_window(rows))
 
 
 def _inside(row: RangeRow, measured: float) -> bool:
@@ -331,6 +382,21 @@ def judge_interval(out, families=FAMILIES) -> dict:
     return out_fields
 
 
+def judge_window(rows: list[SameSeedTransfer]) -> tuple[list[WindowTarget], str]:
+    """The sixth rule on its same-seed transfers: each target wide or narrow, and the reading of :data:`READINGS`
+    whose wide targets are exactly the wide ones (else ``none``)."""
+    targets = []
+    for target in WINDOW_TARGETS:
+        mine = [r for r in rows if r.target == target]
+        variances = [float(np.var(np.log([r.ratio for r in mine if r.family == f]), ddof=1))
+                     for f in dict.fromkeys(r.family for r in mine)]
+        sd = math.sqrt(float(np.mean(variances)))
+        targets.append(WindowTarget(target=target, transfers=len(mine), sd=sd,
+                                    median=float(np.median([r.ratio for r in mine])), wide=sd > WIDE_SD))
+    wide = {t.target for t in targets if t.wide}
+    return targets, next((name for name, expected in READINGS.items() if set(expected) == wide), "none")
+
+
 def judge_ranges(rows: list[RangeRow]) -> tuple[list[RangeJudgement], bool]:
     """Per family and transfer, the pairs inside the range; whether the share of all lies in :data:`RANGE_COVERAGE`."""
     out = []
@@ -389,4 +455,8 @@ def format_report(rep: GroupsLuckReport) -> str:
         if rows:
             lines.append(f"the interval {'holds' if holds else 'does not hold'} by the {which} rule "
                          f"({RANGE_COVERAGE[0]:.0%} to {RANGE_COVERAGE[1]:.0%} inside)")
+    if rep.window_targets:
+        lines.append(f"what makes --as miss (the sixth rule; wide: sd of log predicted / measured above {WIDE_SD}): "
+                     + ", ".join(f"{t.target} {t.sd:.3f} ({'wide' if t.wide else 'narrow'}, median {t.median:.3f})"
+                                 for t in rep.window_targets) + f"; the reading: {rep.window_verdict}")
     return "\n".join(lines)

@@ -56,12 +56,17 @@ FAMILIES = ("cpu-tiny", "llama")
 DEVELOPMENT_SEEDS, SEEDS = (0,), (1, 2)
 
 
+#: run lengths other studies train from this study's base (the groups-luck study's sixth rule): H 10 over 16 outer
+#: steps, and H 20 over 32 (twice the tokens)
+LENGTHS = {"H10_T16": dict(outer_steps=16), "H20_T32": dict(inner_steps=20, outer_steps=32)}
+
+
 def settings() -> dict[str, dict]:
     return {**grid(), **AXES}
 
 
 def setting(name: str) -> FamilySetting:
-    return dataclasses.replace(BASE, **settings()[name])
+    return dataclasses.replace(BASE, **(settings() | LENGTHS)[name])
 
 
 def folder(out: Path, family: str, name: str, seed: int) -> Path:
