@@ -271,7 +271,7 @@ def test_a_change_of_h_to_or_from_a_phase_shorter_than_adams_memory_is_flagged(t
     _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph, own=True))
     short = [f for f in F.transfer(tmp_path, inner_steps=5, outer_steps=80).flags if f.startswith("short phase")]
     assert len(short) == 1 and "H 5 is below" in short[0] and "from 10 to 5" in short[0]
-    assert F.transfer(tmp_path, inner_steps=20, outer_steps=20).flags == []  # both phases at or past the memory
+    assert F.transfer(tmp_path, inner_steps=20, outer_steps=40).flags == []  # both phases at or past the memory
     pilot = read_run(tmp_path).setting
     assert F.short_phase(pilot.changed(inner_steps=5), pilot).startswith("short phase: the pilot's H 5")
     assert F.short_phase(pilot.changed(inner_steps=5), pilot.changed(inner_steps=5, outer_steps=80)) is None

@@ -37,6 +37,29 @@ def test_the_verdict_compares_the_measured_variance_with_the_theorys(measured, v
     assert math.isclose(s.variance_ratio, (measured / 0.1) ** 2) and s.verdict == verdict
 
 
+def _window_rows(wide: tuple) -> list:
+    """Same-seed transfers of the sixth rule's targets, log ratios of sd 0.15 for ``wide`` and 0.04 for the rest, each
+    family about its own mean (a family offset must not count)."""
+    rng = np.random.default_rng(2)
+    rows = []
+    for family, offset in (("cpu-tiny", 0.0), ("llama", 0.3)):
+        for target in gl.WINDOW_TARGETS:
+            logs = rng.normal(0.0, 1.0, len(gl.WINDOW_RUNS))
+            logs = (logs - logs.mean()) / logs.std(ddof=1) * (0.15 if target in wide else 0.04) + offset
+            rows += [gl.SameSeedTransfer(family=family, groups_seed=g, target=target, ratio=math.exp(v), claimed=True,
+                                         inside=True) for (g, _), v in zip(gl.WINDOW_RUNS, logs)]
+    return rows
+
+
+@pytest.mark.parametrize("wide, reading", [*((tuple(w), r) for r, w in gl.READINGS.items()),
+                                           (("g1",), "none"), ((), "none")])
+def test_the_sixth_rule_names_the_reading_whose_wide_targets_are_the_wide_ones(wide, reading):
+    targets, verdict = gl.judge_window(_window_rows(wide))
+    assert verdict == reading
+    assert [t.wide for t in targets] == [t.target in wide for t in targets]
+    assert all(math.isclose(t.sd, 0.15 if t.wide else 0.04) and t.transfers == 16 for t in targets)
+
+
 def test_the_theorys_groups_luck_is_the_spread_over_group_draws(tmp_path):
     """On a run folder of known inputs: N 4 pairs spread over the draws (a positive, repeatable sd), and a single
     draw repeated has none."""
