@@ -261,6 +261,22 @@ def test_a_transfer_near_the_stability_edge_is_flagged_with_the_decay_factor_it_
     assert below.decay_factor < F.EDGE_LIMIT and below.flags == []
 
 
+def test_a_target_of_few_outer_steps_or_more_tokens_than_the_pilot_is_flagged(tmp_path):
+    """SHORT_RUN and TOKENS_LIMIT at their edges, on a pilot of 40 outer steps of H 10 (400 inner steps)."""
+    cfg = config(schedule="constant", warmup=20)
+    ph = write_run(tmp_path, cfg)
+    _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph, own=True))
+
+    def kinds(**changes):
+        return [f.split(":")[0] for f in F.transfer(tmp_path, **changes).flags]
+
+    assert kinds(outer_steps=F.SHORT_RUN) == [] and kinds(outer_steps=F.SHORT_RUN - 1) == ["short run"]
+    assert kinds(outer_steps=60) == [] and kinds(outer_steps=61) == ["more tokens"]  # 1.5 and 1.525 times
+    assert kinds(inner_steps=20, outer_steps=31) == ["more tokens"] and kinds(inner_steps=20, outer_steps=30) == []
+    (flag,) = F.transfer(tmp_path, outer_steps=80).flags
+    assert "trains 2 times the pilot's inner steps" in flag
+
+
 def test_a_change_of_h_to_or_from_a_phase_shorter_than_adams_memory_is_flagged(tmp_path):
     from dataclasses import replace
 
@@ -271,7 +287,7 @@ def test_a_change_of_h_to_or_from_a_phase_shorter_than_adams_memory_is_flagged(t
     _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph, own=True))
     short = [f for f in F.transfer(tmp_path, inner_steps=5, outer_steps=80).flags if f.startswith("short phase")]
     assert len(short) == 1 and "H 5 is below" in short[0] and "from 10 to 5" in short[0]
-    assert F.transfer(tmp_path, inner_steps=20, outer_steps=40).flags == []  # both phases at or past the memory
+    assert F.transfer(tmp_path, inner_steps=20, outer_steps=30).flags == []  # both phases at or past the memory
     pilot = read_run(tmp_path).setting
     assert F.short_phase(pilot.changed(inner_steps=5), pilot).startswith("short phase: the pilot's H 5")
     assert F.short_phase(pilot.changed(inner_steps=5), pilot.changed(inner_steps=5, outer_steps=80)) is None

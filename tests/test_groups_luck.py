@@ -56,8 +56,19 @@ def _window_rows(wide: tuple) -> list:
 def test_the_sixth_rule_names_the_reading_whose_wide_targets_are_the_wide_ones(wide, reading):
     targets, verdict = gl.judge_window(_window_rows(wide))
     assert verdict == reading
-    assert [t.wide for t in targets] == [t.target in wide for t in targets]
-    assert all(math.isclose(t.sd, 0.15 if t.wide else 0.04) and t.transfers == 16 for t in targets)
+    assert [t.verdict for t in targets] == ["wide" if t.target in wide else "narrow" for t in targets]
+    assert all(math.isclose(t.sd, 0.15 if t.target in wide else 0.04) and t.transfers == 16 for t in targets)
+
+
+@pytest.mark.parametrize("low, reading", [(("H10_T64", "H20_T32"), "tokens"), (gl.TOKENS_TARGETS, "tokens"),
+                                          (("H20_T32",), "H up"), (("H10_T64",), "none"), ((), "none")])
+def test_the_seventh_rule_reads_the_low_targets(low, reading):
+    rows = [gl.SameSeedTransfer(family=f, groups_seed=g, target=t, ratio=(0.8 if t in low else 0.95) * (1 + 0.01 * g),
+                                claimed=True, inside=True)
+            for f in gl.FAMILIES for g in range(8) for t in gl.TOKENS_TARGETS]
+    targets, verdict = gl.judge_tokens(rows)
+    assert verdict == reading
+    assert [t.verdict for t in targets] == ["low" if t.target in low else "not low" for t in targets]
 
 
 def test_the_theorys_groups_luck_is_the_spread_over_group_draws(tmp_path):
@@ -183,3 +194,14 @@ def test_the_range_divides_the_groups_draws_by_the_transfers_own_error():
     assert high == pytest.approx((bare[0] / 1.1, bare[1] / 1.1), rel=1e-9)
     wide = with_transfer_error(draws, (0.9, 1.1))
     assert wide[0] < bare[0] and wide[1] > bare[1]
+
+
+@pytest.mark.parametrize("median, verdict", [(0.95, "holds"), (1.07, "holds"), (0.91, "fails"), (1.09, "fails")])
+def test_the_eighth_rule_holds_when_every_targets_median_lies_in_its_range(median, verdict):
+    rows = [gl.SameSeedTransfer(family=f, groups_seed=g, target=t, ratio=(median if t == "H10_T80" else 1.0)
+                                * (1 + 0.001 * (g - 3.5)), claimed=True, inside=True)
+            for f in gl.FAMILIES for g in range(8) for t in gl.CORRECTION_TARGETS]
+    targets, got = gl.judge_correction(rows)
+    assert got == verdict
+    assert [t.verdict for t in targets] == ["agrees" if t.target != "H10_T80" or verdict == "holds" else "disagrees"
+                                            for t in targets]

@@ -18,7 +18,7 @@ SETTINGS = {O.PILOT: OuterConfig(replicas=4, group_size=2, alpha=0.5, beta=0.7, 
 def test_the_study_judges_the_n_axes_and_counts_the_seen_seeds_apart(tmp_path):
     from noloco.advice.forecast import transfer
 
-    cfgs = {name: config(outer=outer, schedule="constant", warmup=20, seed=7, outer_steps=16) for name, outer in SETTINGS.items()}
+    cfgs = {name: config(outer=outer, schedule="constant", warmup=20, seed=7, outer_steps=24) for name, outer in SETTINGS.items()}
     for name, cfg in cfgs.items():  # first the pilots, measured as their own groups replay them
         _run(tmp_path, name, cfg, replayed_weight_std(cfg, write_run(tmp_path / "ph" / name, cfg), own=True))
     predicted = {(p, t): transfer(O.folder(tmp_path, "fx", p, 7), **O._changes(p, t)) for p, t, _ in G.AXES}

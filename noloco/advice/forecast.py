@@ -40,9 +40,9 @@ carry that over: without the seed such a change is flagged (``group change``). M
 holds for changes that scale the amplification of flat and stiff directions alike; the report flags a change that
 amplifies flat directions more (:func:`amplification_tilt` above :data:`TILT_LIMIT`: gamma 0), a pilot or
 target near the stability edge (decay factor above :data:`EDGE_LIMIT`), a change of H to or from a phase shorter
-than Adam's first-moment memory (:func:`short_phase`), a target of few outer steps (:data:`SHORT_RUN`), a pilot the
-theory does not reproduce (:data:`REPLAY_LIMIT`), a pilot on non-IID shards, and a setting whose exact recursion is unstable at the
-pilot's flattest c.
+than Adam's first-moment memory (:func:`short_phase`), a target of few outer steps (:data:`SHORT_RUN`) or of
+more tokens than the pilot (:data:`TOKENS_LIMIT`), a pilot the theory does not reproduce (:data:`REPLAY_LIMIT`), a
+pilot on non-IID shards, and a setting whose exact recursion is unstable at the pilot's flattest c.
 
 Both report what they rest on (``flags``). A forecast is withdrawn (``unsure``) where its error model
 (:data:`ERROR_MODEL`, :func:`error_band`: log(forecast / measured) = mu + sigma e, mu and log sigma linear in how far
@@ -102,6 +102,13 @@ EDGE_LIMIT = 0.75
 #: follows the run's own luck, which the pilot's inputs do not carry (groups-luck study, sixth rule: the sd of log
 #: predicted / measured was 0.19 at H 20 and 0.23 at H 10 over 16 outer steps, 0.04 and 0.08 over 32)
 SHORT_RUN = 24
+#: a transfer is flagged when the target trains more than this times the pilot's inner steps: the pilot's inputs are
+#: mapped onto the target by the share of its schedule done, while the noise grows with the training done (groups-luck
+#: study, seventh rule: predicted / measured's median 0.91 at 1.5 times the tokens, 0.85 and 0.84 at twice)
+TOKENS_LIMIT = 1.5
+#: a target trained longer than its pilot is multiplied by the tokens' ratio to this power (fitted on the groups-luck
+#: study's seventh rule: 0.27 on cpu-tiny, 0.21 on Llama; judged by its eighth)
+TOKENS_EXPONENT = 0.24
 #: a transfer is multiplied by tilt ** TILT_EXPONENT (:func:`amplification_tilt`): a tensor's pooled c mixes
 #: directions of different curvature, and the target's spread leans toward those its outer step amplifies more. Fitted
 #: (least squares through 0 of log predicted / measured on log tilt) on the 36 transfers along N and n of the one-pilot
@@ -782,6 +789,12 @@ def transfer(run_dir, seed: int | None = None, groups_draws: int = 0, **changes)
     short = short_phase(pilot_cfg, target_cfg)
     if short:
         flags.append(short)
+    tokens = Tb * target_cfg.inner_steps / (pilot_cfg.outer_steps * pilot_cfg.inner_steps)
+    if tokens > TOKENS_LIMIT:
+        flags.append(f"more tokens: the target trains {tokens:.3g} times the pilot's inner steps (limit "
+                     f"{TOKENS_LIMIT:g}); the pilot's inputs are mapped by the share of the schedule done while the "
+                     "noise grows with the training done, so the prediction runs low: predicted / measured 0.85 at "
+                     "twice the tokens (groups-luck study, seventh rule); pilot as long as the target")
     if Tb < SHORT_RUN:
         flags.append(f"short run: the target runs {Tb} outer steps (fewer than {SHORT_RUN}); over a second half that "
                      "short its spread follows its own luck, which the pilot's inputs do not carry: predicted / "
@@ -804,8 +817,9 @@ def transfer(run_dir, seed: int | None = None, groups_draws: int = 0, **changes)
                          f"second half (limit a factor {REPLAY_LIMIT:g}); the transfer, divided by it, carries an "
                          "error the theory does not describe (see noloco llm predict on the pilot)")
 
-    def corrected(x):  # the tilt's correction, then the calibration, as every figure of the target takes them
+    def corrected(x):  # the tilt's and the tokens' corrections, then the calibration, as every figure takes them
         x = x * tilted if tilted is not None else x
+        x = x * max(tokens, 1.0) ** TOKENS_EXPONENT
         return x / replay if calibrated else x
 
     ws, ws_average = corrected(ws), corrected(ws_average)

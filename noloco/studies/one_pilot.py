@@ -56,10 +56,12 @@ FAMILIES = ("cpu-tiny", "llama")
 DEVELOPMENT_SEEDS, SEEDS = (0,), (1, 2)
 
 
-#: run lengths other studies train from this study's base (the groups-luck study's sixth and seventh rules): H 10
-#: over 16, 48 and 64 outer steps, and H 20 over 32 (twice the tokens)
+#: run lengths other studies train from this study's base (the groups-luck study's sixth to eighth rules): H 10
+#: over 16 to 80 outer steps, H 20 over 32 and 48, alpha 0.3 over 64
 LENGTHS = {"H10_T16": dict(outer_steps=16), "H20_T32": dict(inner_steps=20, outer_steps=32),
-           "H10_T48": dict(outer_steps=48), "H10_T64": dict(outer_steps=64)}
+           "H10_T48": dict(outer_steps=48), "H10_T64": dict(outer_steps=64), "H10_T40": dict(outer_steps=40),
+           "H10_T80": dict(outer_steps=80), "H20_T48": dict(inner_steps=20, outer_steps=48),
+           "a0.3_T64": dict(alpha=0.3, outer_steps=64)}
 
 
 def settings() -> dict[str, dict]:
