@@ -271,10 +271,22 @@ def test_a_target_of_few_outer_steps_or_more_tokens_than_the_pilot_is_flagged(tm
         return [f.split(":")[0] for f in F.transfer(tmp_path, **changes).flags]
 
     assert kinds(outer_steps=F.SHORT_RUN) == [] and kinds(outer_steps=F.SHORT_RUN - 1) == ["short run"]
-    assert kinds(outer_steps=60) == [] and kinds(outer_steps=61) == ["more tokens"]  # 1.5 and 1.525 times
-    assert kinds(inner_steps=20, outer_steps=31) == ["more tokens"] and kinds(inner_steps=20, outer_steps=30) == []
-    (flag,) = F.transfer(tmp_path, outer_steps=80).flags
-    assert "trains 2 times the pilot's inner steps" in flag
+    assert kinds(outer_steps=120) == [] and kinds(outer_steps=121) == ["more tokens"]  # 3 and 3.025 times
+    assert kinds(inner_steps=20, outer_steps=61) == ["more tokens"] and kinds(inner_steps=20, outer_steps=60) == []
+    (flag,) = F.transfer(tmp_path, outer_steps=160).flags
+    assert "trains 4 times the pilot's inner steps" in flag
+
+
+def test_a_target_trained_longer_than_its_pilot_is_raised_by_the_tokens_ratio_to_a_power(tmp_path, monkeypatch):
+    """TOKENS_EXPONENT on twice the pilot's tokens (by outer steps or by H), and nothing on fewer tokens."""
+    cfg = config(schedule="constant", warmup=20)
+    ph = write_run(tmp_path, cfg)
+    _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph, own=True))
+    changes = (dict(outer_steps=80), dict(inner_steps=20, outer_steps=40), dict(outer_steps=30))
+    corrected = [F.transfer(tmp_path, **c).second_half_rms for c in changes]
+    monkeypatch.setattr(F, "TOKENS_EXPONENT", 0.0)
+    plain = [F.transfer(tmp_path, **c).second_half_rms for c in changes]
+    assert [a / b for a, b in zip(corrected, plain)] == pytest.approx([2 ** 0.24, 2 ** 0.24, 1.0], rel=1e-9)
 
 
 def test_a_change_of_h_to_or_from_a_phase_shorter_than_adams_memory_is_flagged(tmp_path):

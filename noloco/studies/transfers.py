@@ -465,7 +465,8 @@ class JudgedTransfer(NamedTuple):
 
 
 def read_track_rows() -> list[JudgedTransfer]:
-    """Every judged transfer of the track record, one per seed, family and axis label."""
+    """Every judged transfer of the track record, one per seed, family and axis label, as flagged today
+    (:func:`flagged_today`)."""
     from noloco.infra.errors import DataError
     from noloco.infra.files import read_json
 
@@ -475,16 +476,26 @@ def read_track_rows() -> list[JudgedTransfer]:
     rows = [JudgedTransfer(*row) for row in data["rows"]]
     for name in TRACK_GROUPS:
         rows += map(JudgedTransfer.of, TransfersReport.from_json(read_json(SEEN_REPORT.parent / f"{name}.json")).rows)
-    return list({(r.seed, r.family, r.label): r for r in rows}.values())  # seed 18 is in every s18_* report
+    return flagged_today(list({(r.seed, r.family, r.label): r for r in rows}.values()))  # seed 18: every s18_*
+
+
+def flagged_today(rows: list[JudgedTransfer]) -> list[JudgedTransfer]:
+    """``rows`` as ``--as`` flags them today: a transfer to a target of fewer outer steps than
+    :data:`noloco.advice.forecast.SHORT_RUN` (in the one-pilot grid, H up: H 20 over 16 outer steps) is flagged
+    (``short run``), whatever it was when judged. What AS_TRACK and AS_INTERVAL are derived from."""
+    from noloco.advice.forecast import SHORT_RUN
+
+    short = {label for _, target, label in (*one_pilot.TRANSFERS, *AXIS_TRANSFERS)
+             if one_pilot.setting(target).outer_steps < SHORT_RUN}
+    return [r._replace(verdict="flagged") if r.label in short else r for r in rows]
 
 
 def read_interval_rows() -> list[JudgedTransfer]:
     """What :data:`noloco.advice.forecast.AS_INTERVAL` is derived from (groups-luck study, fourth rule): the track
     record's judged transfers and those of the setting-mean study (single runs, seeds 30 and 31, ``seed`` its groups
     seed times 10,000 plus the data order) and of the groups-luck study (a pilot to the targets of its own groups
-    seed, the targets one axis away)."""
+    seed, the targets one axis away), as flagged today (:func:`flagged_today`)."""
     from noloco.infra.files import read_json
-    from noloco.studies import one_pilot
     from noloco.studies.families import within
 
     def judged(seed, family, label, ratio, flags):
@@ -498,7 +509,7 @@ def read_interval_rows() -> list[JudgedTransfer]:
     rows += [judged(t["groups_seed"], t["family"], label[t["target"]], t["ratio"], not t["claimed"])
              for t in read_json(SEEN_REPORT.parent / "groups_luck.json").get("same_seed") or []
              if t["target"] in label]
-    return rows
+    return flagged_today(rows)
 
 
 def track_table(rows: list[JudgedTransfer]) -> dict:
