@@ -113,6 +113,17 @@ def test_the_stored_report_re_judges_from_its_runs():
     assert rep.own_order_holds == (0.70 <= rep.own_order_inside / len(rep.own_order_seed) <= 0.90)
     # what --groups-luck prints: the third rule's judgement, on the fresh seeds
     assert GROUPS_RANGE_HELD == (sum(j.inside for j in rep.fresh_coverage), sum(j.pairs for j in rep.fresh_coverage))
+    # the sixth to eighth rules: every pilot-to-target pair of their runs, re-judged from the stored ratios
+    for rows, spreads, verdict, judged, runs, targets in (
+            (rep.window_seed, rep.window_targets, rep.window_verdict, gl.judge_window, gl.WINDOW_RUNS,
+             gl.WINDOW_TARGETS),
+            (rep.tokens_seed, rep.tokens_targets, rep.tokens_verdict, gl.judge_tokens, gl.TOKENS_RUNS,
+             gl.TOKENS_TARGETS),
+            (rep.correction_seed, rep.correction_targets, rep.correction_verdict, gl.judge_correction,
+             gl.CORRECTION_RUNS, gl.CORRECTION_TARGETS)):
+        assert sorted((r.family, r.groups_seed, r.target) for r in rows) == sorted(
+            (f, g, t) for f in gl.FAMILIES for g, _ in runs for t in targets)
+        assert judged(rows) == (spreads, verdict)
 
 
 def test_the_groups_luck_against_the_runs_own_groups_and_on_the_command_line(tmp_path, capsys):
