@@ -24,7 +24,8 @@ FORECASTS_ROWS = {"6 (second round)": (6,), "9, 10 (third)": (9, 10), "11, 17 to
                   "21, 22 (fourth; wider Llama, H100)": (21, 22), "23 to 25 (sixth; 23, 24 wider Llama, H200)": (23, 24, 25),
                   "26 to 29 (sixth)": (26, 27, 28, 29)}
 FORECASTS_KEYS = ("forecasts", "claimed", "claimed_within", "missed_unflagged", "would_hold_flagged")
-FORECASTS_RUNS = "forecasts_fresh_s56.json"  # the setting-mean and groups-luck studies' runs, judged
+#: the setting-mean and groups-luck studies' runs, judged one folder at a time (the fourth round's claim; the eighth's)
+FORECASTS_RUNS = ("forecasts_fresh_s56.json", "forecasts_fresh_s57.json")
 #: the families study's totals as the advice page words them: (pattern, what of families.json's summary)
 FAMILIES_TOTALS = (
     (r"\*\*Own inputs: (\d+) of (\d+) within the rule\*\*", lambda s: (s["own"]["agree"], s["own"]["runs"])),
@@ -96,8 +97,9 @@ def forecasts_mismatches(text: str) -> list[str]:
     """Every count of the forecasts study's table of fresh seeds that is not the sum of its seeds' files."""
     wrong = []
     for label, *cells in table(text, FORECASTS_HEADER):
-        if FORECASTS_RUNS in label:  # the studies' runs judged one folder at a time: the file's rows summed
-            doc = _data(FORECASTS_RUNS)
+        runs = [name for name in FORECASTS_RUNS if name in label]
+        if runs:  # the studies' runs judged one folder at a time: the file's rows summed
+            doc = _data(runs[0])
             stored = [sum(r[doc["columns"].index(k)] for r in doc["rows"]) for k in FORECASTS_KEYS]
         elif label not in FORECASTS_ROWS:
             wrong.append(f"{label}: no seeds of the forecasts study are mapped to this row")
@@ -167,7 +169,7 @@ def luck_mismatches(text: str) -> list[str]:
              "a0.5_b0.9_H10": "beta 0.9"}
     half, late = rep["shares"]
     quoted |= {f"{names[k]} {{}}": (v,) for k, v in rep["luck_rms"].items()}
-    quoted["scatter {} and {} in log about each other, against the seen forecasts' {} and {}"] = (
+    quoted["scatter {} and {} in log about each other, the seen forecasts' error {} and {}"] = (
         half["floor_rms"], late["floor_rms"], half["seen_rms"], late["seen_rms"])
     wrong = []
     for form, values in quoted.items():
@@ -295,3 +297,10 @@ def test_the_forecasts_judged_on_the_setting_mean_and_groups_luck_runs_are_the_f
     quoted = re.search(r"(\d+) runs since: (\d+) of ([\d,]+);", readme)
     assert quoted and (int(quoted[1]), int(quoted[2]), int(quoted[3].replace(",", ""))) == (
         total["forecasts"] // 5, total["claimed"], total["forecasts"])
+    # the eighth round's (forecasts_fresh_s57.json): runs, claimed of forecasts, within
+    doc = _data("forecasts_fresh_s57.json")
+    col = {name: i for i, name in enumerate(doc["columns"])}
+    total = {name: sum(r[col[name]] for r in doc["rows"]) for name in doc["columns"][3:]}
+    quoted = re.search(r"(\d+) fresh runs, (\d+) of ([\d,]+) claimed, (\d+) within", readme)
+    assert quoted and [int(q.replace(",", "")) for q in quoted.groups()] == [
+        total["forecasts"] // 5, total["claimed"], total["forecasts"], total["claimed_within"]]

@@ -47,10 +47,10 @@ pilot on non-IID shards, and a setting whose exact recursion is unstable at the 
 Both report what they rest on (``flags``). A forecast is withdrawn (``unsure``) where its error model
 (:data:`ERROR_MODEL`, :func:`error_band`: log(forecast / measured) = mu + sigma e, mu and log sigma linear in how far
 it extrapolates, its window's noise scatter (:func:`noise_scatter`), the decay factor at the flattest c, H, T and the
-window's pooled c and its rise) puts mu +- z sigma beyond 15 %, or with too few measured steps; a transfer with an
-unstable target. A forecast also carries its track record (:func:`track_record`): how many of the seen forecasts
-from its H and share of the run held within 15 %, and the range by seed; a transfer along one axis its axis's
-(:data:`AS_TRACK`). The interval: the forecast divided by the error model's band at 80 % (:data:`INTERVAL_Z`), and for
+window's pooled c and its rise) puts its printed 80 % band (:data:`CLAIM_Z`) beyond 15 %, or with too few measured
+steps; a transfer with an unstable target. A forecast also carries its track record (:func:`track_record`): how many
+of the seen forecasts from its H and share of the run held within 15 %, and the range by seed; a transfer along one
+axis its axis's (:data:`AS_TRACK`). The interval: the forecast divided by the error model's band at 80 % (:data:`INTERVAL_Z`), and for
 a transfer along one axis the 10 % and 90 % quantiles of predicted / measured over its axis's track record
 (:data:`AS_INTERVAL`), along several over the development sweep (:data:`TRANSFER_ERROR`); within-run resampling was
 tried and covers far fewer runs than it claims (docs/advice.md).
