@@ -245,10 +245,10 @@ def table() -> tuple[Study, ...]:
               "a run's groups luck: seven settings over eight groups seeds at one data order, measured and as the "
               "theory predicts it (docs/advice.md, 'The groups' luck')",
               "Trains seven settings of cpu-tiny and the Llama-style config at groups seeds 40 to 47, 100 to 107 and "
-              "110 to 117, the pilot with four targets at 50 to 57 and 90 to 97, and with other run lengths at 120 "
-              "to 147 (finished runs reused: 720 runs), and judges the theory's groups luck, --as --groups-luck's "
-              "range, --as's interval and what makes --as miss under the rules of noloco/studies/groups_luck.py."
-              + _NEEDS_HF,
+              "110 to 117, the pilot with four targets at 50 to 57 and 90 to 97, with other run lengths at 120 to "
+              "147, and GPT-NeoX at 150 to 157 (finished runs reused: 776 runs), and judges the theory's groups luck, "
+              "--as --groups-luck's range, --as's interval and what makes --as miss under the rules of "
+              "noloco/studies/groups_luck.py." + _NEEDS_HF,
               _folder("--out", "runs/groups-luck"), _evaluate),
         Study("tune-fresh", "noloco.studies.tune_fresh",
               "the tuner from one pilot on fresh seeds 5 and 6 (docs/advice.md, 'One pilot')",

@@ -114,6 +114,17 @@ the groups-only one held there, as the safer failure (too wide, not too narrow).
 today's interval the third rule's count is 405 (:data:`noloco.advice.forecast.GROUPS_RANGE_HELD`). The fifth rule
 holds, 73 of 96 (76 %), as expected: the fourth rule's miss was data order 1001's luck.
 
+A ninth rule (written and committed before any of its runs was trained, after the eighth was judged): the sixth to
+eighth rules' flag and correction, and the forecasts study's eighth round, on a family none of them was set on:
+GPT-NeoX (:data:`NEOX`, Hugging Face's code, held out from every calibration). The pilot and the targets
+:data:`NEOX_TARGETS` (H 20 over 16 outer steps: flagged short run; H 10 over 64, H 20 over 32 and alpha 0.3 over 64:
+twice the tokens, corrected; beta 0.9 and gamma 1: claimed along other axes), at :data:`NEOX_RUNS` (groups seeds 150
+to 157, each with a data order of its own, 6001 to 6008; never trained before): 56 runs, 48 same-seed transfers.
+It holds when (i) at least :data:`NEOX_CLAIMED_HELD` of the claimed transfers lie within 15 %, (ii) each
+twice-the-tokens target's median predicted / measured lies within :data:`CORRECTED_MEDIAN`, and (iii) of the
+forecasts of the 56 runs (one ``noloco llm study forecasts --runs DIR --fresh-seed S`` per groups seed's folder) at
+least 95 % of the claimed lie within 15 % and at least 20 % are claimed. Expected: it holds.
+
 The sixth rule's verdict: few outer steps, as expected (sd 0.189 and 0.235 at H 20 and H 10 over 16 outer steps;
 0.084 and 0.042 at H 20 over 32 and gamma 1), so ``--as`` flags a target of fewer than 24 outer steps (``short
 run``). The seventh's: tokens, as expected (medians 0.849 at H 10 over 64 and 0.838 at H 20 over 32; H 10 over 48
@@ -166,6 +177,11 @@ LOW_MEDIAN = 0.9
 CORRECTION_TARGETS = ("H10_T40", "H10_T80", "H20_T48", "a0.3_T64")
 CORRECTION_RUNS = tuple(zip(range(140, 148), range(5001, 5009)))
 CORRECTED_MEDIAN = (0.92, 1.08)
+#: the ninth rule's family, targets, runs, and the share of its claimed transfers that must hold
+NEOX = "neox"
+NEOX_TARGETS = ("a0.5_b0.7_H20", "H10_T64", "H20_T32", "a0.3_T64", "a0.5_b0.9_H10", "g1")
+NEOX_RUNS = tuple(zip(range(150, 158), range(6001, 6009)))
+NEOX_CLAIMED_HELD = 0.9
 RANGE_COVERAGE = GROUPS_RANGE_RULE
 AGREE_AT_LEAST = 12
 
@@ -180,6 +196,9 @@ def train_missing(out, families=FAMILIES, progress: bool | None = None) -> None:
         for groups_seed, data in runs:
             luck.train_data_orders(groups_folder(out, groups_seed), families, (NAMES[0], *targets), (data,),
                                    groups_seed, progress=progress)
+    for groups_seed, data in NEOX_RUNS:
+        luck.train_data_orders(groups_folder(out, groups_seed), (NEOX,), (NAMES[0], *NEOX_TARGETS), (data,),
+                               groups_seed, progress=progress)
     names = tuple(dict.fromkeys(n for pilot, target, _ in RANGE_TRANSFERS for n in (pilot, target)))
     for groups_seed in (*RANGE_SEEDS, *FRESH_RANGE_SEEDS):
         luck.train_data_orders(groups_folder(out, groups_seed), families, names, (DATA_SEED,), groups_seed,
@@ -283,12 +302,13 @@ class GroupsLuckReport(JsonRecord):
               "interval_seed": (list, SameSeedTransfer), "own_order_seed": (list, SameSeedTransfer),
               "window_seed": (list, SameSeedTransfer), "window_targets": (list, TargetSpread),
               "tokens_seed": (list, SameSeedTransfer), "tokens_targets": (list, TargetSpread),
-              "correction_seed": (list, SameSeedTransfer), "correction_targets": (list, TargetSpread)}
+              "correction_seed": (list, SameSeedTransfer), "correction_targets": (list, TargetSpread),
+              "neox_seed": (list, SameSeedTransfer), "neox_targets": (list, TargetSpread)}
     OPTIONAL_KEYS = ("ranges", "coverage", "range_holds", "fresh_ranges", "fresh_coverage", "fresh_range_holds",
                      "same_seed", "interval_seed", "interval_inside", "interval_holds", "own_order_seed",
                      "own_order_inside", "own_order_holds", "window_seed", "window_targets", "window_verdict",
                      "tokens_seed", "tokens_targets", "tokens_verdict", "correction_seed", "correction_targets",
-                     "correction_verdict")
+                     "correction_verdict", "neox_seed", "neox_targets", "neox_verdict")
 
     schema: str
     data_seed: int
@@ -320,6 +340,9 @@ class GroupsLuckReport(JsonRecord):
     correction_seed: Optional[list] = None  # the eighth rule's: CORRECTION_TARGETS at CORRECTION_RUNS
     correction_targets: Optional[list] = None
     correction_verdict: Optional[str] = None
+    neox_seed: Optional[list] = None  # the ninth rule's: NEOX_TARGETS at NEOX_RUNS, GPT-NeoX
+    neox_targets: Optional[list] = None
+    neox_verdict: Optional[str] = None
 
 
 def verdict(ratio: float) -> str:
@@ -369,13 +392,15 @@ def evaluate(out, families=FAMILIES, progress: bool | None = None) -> GroupsLuck
 
 
 def what_misses(out, families=FAMILIES) -> dict:
-    """The sixth to eighth rules: their same-seed transfers, targets and verdicts (the report's ``window_*``,
-    ``tokens_*`` and ``correction_*`` fields)."""
+    """The sixth to ninth rules: their same-seed transfers, targets and verdicts (the report's ``window_*``,
+    ``tokens_*``, ``correction_*`` and ``neox_*`` fields)."""
     fields = {}
     for prefix, runs, targets, judged in (("window", WINDOW_RUNS, WINDOW_TARGETS, judge_window),
                                           ("tokens", TOKENS_RUNS, TOKENS_TARGETS, judge_tokens),
-                                          ("correction", CORRECTION_RUNS, CORRECTION_TARGETS, judge_correction)):
-        rows = same_seed_rows(out, families, ((runs, targets),), tokens_corrected=prefix != "tokens")
+                                          ("correction", CORRECTION_RUNS, CORRECTION_TARGETS, judge_correction),
+                                          ("neox", NEOX_RUNS, NEOX_TARGETS, judge_neox)):
+        rows = same_seed_rows(out, (NEOX,) if prefix == "neox" else families, ((runs, targets),),
+                              tokens_corrected=prefix != "tokens")
         spreads, verdict = judged(rows)
         fields |= {f"{prefix}_seed": rows, f"{prefix}_targets": spreads, f"{prefix}_verdict": verdict}
     return fields
@@ -493,6 +518,24 @@ def judge_correction(rows: list[SameSeedTransfer]) -> tuple[list[TargetSpread], 
     return targets, "holds" if all(t.verdict == "agrees" for t in targets) else "fails"
 
 
+def judge_neox(rows: list[SameSeedTransfer]) -> tuple[list[TargetSpread], str]:
+    """The ninth rule's transfer parts on its same-seed transfers: each target's median (the twice-the-tokens ones
+    agree within :data:`CORRECTED_MEDIAN`), and ``holds`` when they all agree and at least
+    :data:`NEOX_CLAIMED_HELD` of the claimed lie within 15 % (the forecasts' part is judged by the forecasts study)."""
+    targets = []
+    for target in NEOX_TARGETS:
+        ratios = [r.ratio for r in rows if r.target == target]
+        median = float(np.median(ratios))
+        longer = target in ("H10_T64", "H20_T32", "a0.3_T64")
+        verdict = ("agrees" if CORRECTED_MEDIAN[0] <= median <= CORRECTED_MEDIAN[1] else "disagrees") if longer else "-"
+        targets.append(TargetSpread(target=target, transfers=len(ratios), sd=float(np.std(np.log(ratios), ddof=1)),
+                                    median=median, verdict=verdict))
+    claimed = [r for r in rows if r.claimed]
+    held = sum(abs(r.ratio - 1) <= CLAIM_TOLERANCE for r in claimed)
+    ok = all(t.verdict != "disagrees" for t in targets) and held >= NEOX_CLAIMED_HELD * len(claimed)
+    return targets, "holds" if ok else "fails"
+
+
 def judge_ranges(rows: list[RangeRow]) -> tuple[list[RangeJudgement], bool]:
     """Per family and transfer, the pairs inside the range; whether the share of all lies in :data:`RANGE_COVERAGE`."""
     out = []
@@ -554,7 +597,8 @@ def format_report(rep: GroupsLuckReport) -> str:
     for targets, verdict, which in ((rep.window_targets, rep.window_verdict, f"sixth, wide: sd above {WIDE_SD}"),
                                     (rep.tokens_targets, rep.tokens_verdict, f"seventh, low: median below {LOW_MEDIAN}"),
                                     (rep.correction_targets, rep.correction_verdict,
-                                     f"eighth, agrees: median {CORRECTED_MEDIAN[0]} to {CORRECTED_MEDIAN[1]}")):
+                                     f"eighth, agrees: median {CORRECTED_MEDIAN[0]} to {CORRECTED_MEDIAN[1]}"),
+                                    (rep.neox_targets, rep.neox_verdict, "ninth, GPT-NeoX")):
         if targets:
             lines.append(f"what makes --as miss ({which} rule): each target's predicted / measured " + ", ".join(
                 f"{t.target} sd {t.sd:.3f} median {t.median:.3f} ({t.verdict})" for t in targets)
