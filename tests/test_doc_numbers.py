@@ -25,7 +25,7 @@ FORECASTS_ROWS = {"6 (second round)": (6,), "9, 10 (third)": (9, 10), "11, 17 to
                   "26 to 29 (sixth)": (26, 27, 28, 29)}
 FORECASTS_KEYS = ("forecasts", "claimed", "claimed_within", "missed_unflagged", "would_hold_flagged")
 #: the setting-mean and groups-luck studies' runs, judged one folder at a time (the fourth round's claim; the eighth's)
-FORECASTS_RUNS = ("forecasts_fresh_s56.json", "forecasts_fresh_s57.json")
+FORECASTS_RUNS = ("forecasts_fresh_s56.json", "forecasts_fresh_s57.json", "forecasts_fresh_neox.json")
 #: the families study's totals as the advice page words them: (pattern, what of families.json's summary)
 FAMILIES_TOTALS = (
     (r"\*\*Own inputs: (\d+) of (\d+) within the rule\*\*", lambda s: (s["own"]["agree"], s["own"]["runs"])),
@@ -198,6 +198,10 @@ def what_misses_mismatches(text: str) -> list[str]:
                 f"{median['H10_T48']:.3f} at H 10 over 48",
                 f"medians {min(corrected):.3f} to {max(corrected):.3f}",
                 f"{within} of {len(rep['correction_seed'])} within 15 %"]
+    claimed = [r for r in rep["neox_seed"] if r["claimed"]]  # the ninth rule's, on GPT-NeoX
+    longer = [t["median"] for t in rep["neox_targets"] if t["verdict"] != "-"]
+    expected += [f"{sum(abs(r['ratio'] - 1) <= 0.15 for r in claimed)} of {len(claimed)} claimed transfers within 15 %",
+                 f"medians {min(longer):.3f} to {max(longer):.3f}"]
     return [e for e in expected if e not in words]
 
 

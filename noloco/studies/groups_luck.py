@@ -129,7 +129,9 @@ The sixth rule's verdict: few outer steps, as expected (sd 0.189 and 0.235 at H 
 0.084 and 0.042 at H 20 over 32 and gamma 1), so ``--as`` flags a target of fewer than 24 outer steps (``short
 run``). The seventh's: tokens, as expected (medians 0.849 at H 10 over 64 and 0.838 at H 20 over 32; H 10 over 48
 not low at 0.907). The eighth holds (corrected medians 0.963 to 1.006), so the correction stays and the ``more
-tokens`` flag is set at 3 times.
+tokens`` flag is set at 3 times. The ninth holds: 40 of 40 claimed transfers within 15 %, the twice-the-tokens
+medians 0.994 to 1.050, the forecasts 108 of 280 claimed, 107 within (docs/data/forecasts_fresh_neox.json); the
+short-run target, flagged, held 8 of 8 on GPT-NeoX.
 """
 
 from __future__ import annotations
