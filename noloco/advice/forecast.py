@@ -50,10 +50,10 @@ it extrapolates, its window's noise scatter (:func:`noise_scatter`), the decay f
 window's pooled c and its rise) puts its printed 80 % band (:data:`CLAIM_Z`) beyond 15 %, or with too few measured
 steps; a transfer with an unstable target. A forecast also carries its track record (:func:`track_record`): how many
 of the seen forecasts from its H and share of the run held within 15 %, and the range by seed; a transfer along one
-axis its axis's (:data:`AS_TRACK`). The interval: the forecast divided by the error model's band at 80 % (:data:`INTERVAL_Z`), and for
-a transfer along one axis the 10 % and 90 % quantiles of predicted / measured over its axis's track record
-(:data:`AS_INTERVAL`), along several over the development sweep (:data:`TRANSFER_ERROR`); within-run resampling was
-tried and covers far fewer runs than it claims (docs/advice.md).
+axis its axis's (:data:`AS_TRACK`). The interval: the forecast divided by the error model's band at 80 %
+(:data:`INTERVAL_Z`), and for a transfer along one axis the 10 % and 90 % quantiles of predicted / measured over its
+axis's track record (:data:`AS_INTERVAL`), along several over the development sweep (:data:`TRANSFER_ERROR`);
+within-run resampling was tried and covers far fewer runs than it claims (docs/advice.md).
 
 **The groups' luck** (:func:`groups_luck`). Both the forecast and the transfer hold to the groups the run's seed
 draws. How far other seeds' groups move a finished run's spread: its measured inputs replayed along
@@ -235,7 +235,8 @@ AS_AXES = (("alpha", "alpha"), ("beta", "beta"), ("gamma", "gamma"), ("inner_ste
            ("group_size", "n"))
 #: the transfers' track record along each axis: (claimed, of them within CLAIM_TOLERANCE, flagged, of them within)
 #: over the fresh judgements of cpu-tiny, Llama and the wider Llama (alpha to H: seeds 6, 9 to 19, 21 to 27, re-run
-#: with the code as it is; N and n: seeds 7, 8, 18, 19, 25 to 27), noloco.studies.transfers.track_table
+#: with the code as it is; N and n: seeds 7, 8, 18, 19, 25 to 27) as --as flags them today,
+#: noloco.studies.transfers.track_table of read_track_rows
 AS_TRACK = {"alpha": (48, 48, 48, 44), "beta": (96, 95, 0, 0), "gamma": (96, 96, 0, 0), "H": (34, 32, 102, 95),
             "N": (28, 28, 0, 0), "n": (14, 14, 14, 12)}
 #: the 80 % interval of predicted / measured along one axis, claimed (True) or flagged (False): the 10 % and 90 %

@@ -336,7 +336,7 @@ class GroupsLuckReport(JsonRecord):
     window_seed: Optional[list] = None  # the sixth rule's: WINDOW_TARGETS at WINDOW_RUNS
     window_targets: Optional[list] = None
     window_verdict: Optional[str] = None
-    tokens_seed: Optional[list] = None  # the seventh rule's: TOKENS_TARGETS at TOKENS_RUNS, without the tokens' correction
+    tokens_seed: Optional[list] = None  # the seventh rule's: TOKENS_TARGETS at TOKENS_RUNS, uncorrected
     tokens_targets: Optional[list] = None
     tokens_verdict: Optional[str] = None
     correction_seed: Optional[list] = None  # the eighth rule's: CORRECTION_TARGETS at CORRECTION_RUNS
@@ -597,7 +597,8 @@ def format_report(rep: GroupsLuckReport) -> str:
             lines.append(f"the interval {'holds' if holds else 'does not hold'} by the {which} rule "
                          f"({RANGE_COVERAGE[0]:.0%} to {RANGE_COVERAGE[1]:.0%} inside)")
     for targets, verdict, which in ((rep.window_targets, rep.window_verdict, f"sixth, wide: sd above {WIDE_SD}"),
-                                    (rep.tokens_targets, rep.tokens_verdict, f"seventh, low: median below {LOW_MEDIAN}"),
+                                    (rep.tokens_targets, rep.tokens_verdict,
+                                     f"seventh, low: median below {LOW_MEDIAN}"),
                                     (rep.correction_targets, rep.correction_verdict,
                                      f"eighth, agrees: median {CORRECTED_MEDIAN[0]} to {CORRECTED_MEDIAN[1]}"),
                                     (rep.neox_targets, rep.neox_verdict, "ninth, GPT-NeoX")):
