@@ -287,6 +287,10 @@ def test_a_target_trained_longer_than_its_pilot_is_raised_by_the_tokens_ratio_to
     monkeypatch.setattr(F, "TOKENS_EXPONENT", 0.0)
     plain = [F.transfer(tmp_path, **c).second_half_rms for c in changes]
     assert [a / b for a, b in zip(corrected, plain)] == pytest.approx([2 ** 0.24, 2 ** 0.24, 1.0], rel=1e-9)
+    longer, shorter = F.transfer(tmp_path, outer_steps=80), F.transfer(tmp_path, outer_steps=30)
+    assert longer.tokens_ratio == 2 and shorter.tokens_ratio is None and "tokens_ratio" not in shorter.to_json()
+    assert "the target trains 2 times the pilot's inner steps" in F.format_transfer(longer)
+    assert F.Transfer.from_json(json.loads(dumps(longer))).tokens_ratio == 2
 
 
 def test_a_change_of_h_to_or_from_a_phase_shorter_than_adams_memory_is_flagged(tmp_path):

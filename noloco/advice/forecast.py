@@ -694,7 +694,7 @@ class Transfer(JsonRecord):
 
     NESTED = {"groups": StepGroups, "rows": (list, TransferRow), "track_record": AxisRecord,
               "groups_luck": GroupsRange}
-    OPTIONAL_KEYS = ("track_record", "groups_luck")
+    OPTIONAL_KEYS = ("track_record", "groups_luck", "tokens_ratio")
 
     run: str
     changes: dict
@@ -712,6 +712,7 @@ class Transfer(JsonRecord):
     rows: list
     track_record: Optional[AxisRecord] = field(default=None, kw_only=True)  # None off the axes (AS_TRACK)
     groups_luck: Optional[GroupsRange] = field(default=None, kw_only=True)  # asked for (groups_draws)
+    tokens_ratio: Optional[float] = field(default=None, kw_only=True)  # the target's inner steps over the pilot's, > 1
 
 
 def transfer(run_dir, seed: int | None = None, groups_draws: int = 0, **changes) -> Transfer:
@@ -846,7 +847,8 @@ def transfer(run_dir, seed: int | None = None, groups_draws: int = 0, **changes)
                     pilot_replayed_rms=float(math.sqrt(np.mean(ws_pilot[len(ws_pilot) // 2:] ** 2))),
                     pilot_replay_ratio=replay,
                     interval={"quantiles": list(quantiles), "from": measured_in},
-                    rows=rows, track_record=axis_record(pilot_cfg, target_cfg, bool(flags)), groups_luck=luck)
+                    rows=rows, track_record=axis_record(pilot_cfg, target_cfg, bool(flags)), groups_luck=luck,
+                    tokens_ratio=tokens if tokens > 1 else None)
 
 
 def with_transfer_error(ratios: np.ndarray, quantiles: tuple[float, float]) -> tuple[float, float]:
@@ -1075,7 +1077,9 @@ def format_transfer(report: Transfer) -> str:
                  f"{_fmt(report.pilot_replayed_rms, '.4e')}; decay factor at the flattest c "
                  f"{_fmt(report.decay_factor, '.4f')} (the pilot's {_fmt(report.pilot_decay_factor, '.4f')}, "
                  f"limit {EDGE_LIMIT:g}); tilt {_tilt(report.tilt)} (limit {TILT_LIMIT:g}; the prediction times "
-                 f"its {TILT_EXPONENT:g} power)")
+                 f"its {TILT_EXPONENT:g} power)" + (f"; the target trains {report.tokens_ratio:.3g} times the pilot's "
+                                                    f"inner steps (the prediction times that to the power "
+                                                    f"{TOKENS_EXPONENT:g})" if report.tokens_ratio else ""))
     if report.groups.along == "own":
         lines.append(f"along the groups of groups seed {report.groups.seed} (the pilot's own, and the target's drawn "
                      f"from it); averaged over random groups: {_fmt(report.second_half_rms_average, '.4e')}")
