@@ -99,12 +99,11 @@ def test_the_luck_study_re_trains_cpu_tiny_bit_for_bit(tmp_path):
     assert mine(again.continuations, "setting", "from_step", "data_seed", "measured") == \
         mine(stored.continuations, "setting", "from_step", "data_seed", "measured")
     # as flagged today: a target of fewer than SHORT_RUN outer steps (H 20 at equal tokens) is flagged short run
-    from noloco.advice.forecast import SHORT_RUN
+    from noloco.advice.forecast import short_run
     from noloco.studies import one_pilot
 
     def today(row):
-        short = one_pilot.setting(row[0]).outer_steps < SHORT_RUN
-        return (*row[:3], "flagged" if short else row[3])
+        return (*row[:3], "flagged" if short_run(one_pilot.setting(row[0])) else row[3])
 
     assert mine(again.transfers, "target", "seed", "as_ratio", "as_verdict") == \
         [today(r) for r in mine(stored.transfers, "target", "seed", "as_ratio", "as_verdict")]

@@ -795,16 +795,14 @@ def transfer(run_dir, seed: int | None = None, groups_draws: int = 0, **changes)
     short = short_phase(pilot_cfg, target_cfg)
     if short:
         flags.append(short)
-    tokens = Tb * target_cfg.inner_steps / (pilot_cfg.outer_steps * pilot_cfg.inner_steps)
+    tokens = tokens_ratio(pilot_cfg, target_cfg)
     if tokens > TOKENS_LIMIT:
         flags.append(f"more tokens: the target trains {tokens:.3g} times the pilot's inner steps, beyond the "
                      f"{TOKENS_LIMIT:g} times its correction (the ratio to the power {TOKENS_EXPONENT:g}) was judged "
                      "at (groups-luck study, eighth rule); pilot nearer the target's length")
-    if Tb < SHORT_RUN:
-        flags.append(f"short run: the target runs {Tb} outer steps (fewer than {SHORT_RUN}); over a second half that "
-                     "short its spread follows its own luck, which the pilot's inputs do not carry: predicted / "
-                     "measured scattered by sd 0.19 to 0.23 in log over 16 outer steps (groups-luck study, sixth "
-                     "rule); --groups-luck gives the range its groups alone span")
+    few = short_run(target_cfg)
+    if few:
+        flags.append(few)
     # the pooled c moves toward the directions the target amplifies more (TILT_EXPONENT)
     tilted = tilt ** TILT_EXPONENT if math.isfinite(tilt) else None
     replay = _replay_ratio(run, ws_pilot, t0)
@@ -929,6 +927,24 @@ def short_phase(pilot, target) -> str | None:
     return (f"short phase: the {who}'s H {min(Hp, Hb)} is below the inner optimiser's first-moment memory of "
             f"{memory:.3g} inner steps (1 / (1 - beta1)) and the transfer changes H from {Hp} to {Hb}: in such a phase "
             "the pooled inputs move with H; run a pilot at the target's H")
+
+
+def tokens_ratio(pilot, target) -> float:
+    """The inner steps the ``target`` setting trains over the ``pilot``'s (any settings with ``outer_steps`` and
+    ``inner_steps``): above 1 a transfer is raised by it to the power :data:`TOKENS_EXPONENT`."""
+    return target.outer_steps * target.inner_steps / (pilot.outer_steps * pilot.inner_steps)
+
+
+def short_run(target) -> str | None:
+    """The ``short run`` flag of a transfer to the ``target`` setting, or None: fewer outer steps than
+    :data:`SHORT_RUN`."""
+    T = target.outer_steps
+    if T >= SHORT_RUN:
+        return None
+    return (f"short run: the target runs {T} outer steps (fewer than {SHORT_RUN}); over a second half that short its "
+            "spread follows its own luck, which the pilot's inputs do not carry: predicted / measured scattered by sd "
+            "0.19 to 0.23 in log over 16 outer steps (groups-luck study, sixth rule); --groups-luck gives the range "
+            "its groups alone span")
 
 
 def _replay_ratio(run, replayed: np.ndarray, t0: int) -> float | None:

@@ -397,12 +397,12 @@ def what_misses(out, families=FAMILIES) -> dict:
     """The sixth to ninth rules: their same-seed transfers, targets and verdicts (the report's ``window_*``,
     ``tokens_*``, ``correction_*`` and ``neox_*`` fields)."""
     fields = {}
-    for prefix, runs, targets, judged in (("window", WINDOW_RUNS, WINDOW_TARGETS, judge_window),
-                                          ("tokens", TOKENS_RUNS, TOKENS_TARGETS, judge_tokens),
-                                          ("correction", CORRECTION_RUNS, CORRECTION_TARGETS, judge_correction),
-                                          ("neox", NEOX_RUNS, NEOX_TARGETS, judge_neox)):
-        rows = same_seed_rows(out, (NEOX,) if prefix == "neox" else families, ((runs, targets),),
-                              tokens_corrected=prefix != "tokens")
+    for prefix, kinds, runs, targets, judged in (
+            ("window", families, WINDOW_RUNS, WINDOW_TARGETS, judge_window),
+            ("tokens", families, TOKENS_RUNS, TOKENS_TARGETS, judge_tokens),
+            ("correction", families, CORRECTION_RUNS, CORRECTION_TARGETS, judge_correction),
+            ("neox", (NEOX,), NEOX_RUNS, NEOX_TARGETS, judge_neox)):
+        rows = same_seed_rows(out, kinds, ((runs, targets),), tokens_corrected=prefix != "tokens")
         spreads, verdict = judged(rows)
         fields |= {f"{prefix}_seed": rows, f"{prefix}_targets": spreads, f"{prefix}_verdict": verdict}
     return fields
@@ -444,9 +444,7 @@ def same_seed_rows(out, families=FAMILIES, plan=None, tokens_corrected: bool = T
     from noloco.advice.forecast import TOKENS_EXPONENT, transfer
 
     def uncorrected(target: str) -> float:
-        pilot, other = one_pilot.setting(NAMES[0]), one_pilot.setting(target)
-        tokens = other.outer_steps * other.inner_steps / (pilot.outer_steps * pilot.inner_steps)
-        return 1.0 if tokens_corrected else max(tokens, 1.0) ** TOKENS_EXPONENT
+        return 1.0 if tokens_corrected else max(_tokens(target), 1.0) ** TOKENS_EXPONENT
 
     rows = []
     plan = plan or (([(g, DATA_SEED) for g in GROUPS_SEEDS], NAMES[1:]),
@@ -493,15 +491,33 @@ def judge_window(rows: list[SameSeedTransfer]) -> tuple[list[TargetSpread], str]
     return targets, next((name for name, expected in READINGS.items() if set(expected) == wide), "none")
 
 
+def _tokens(target: str) -> float:
+    """The target setting's inner steps over the pilot's (:func:`noloco.advice.forecast.tokens_ratio`)."""
+    from noloco.advice.forecast import tokens_ratio
+
+    return tokens_ratio(one_pilot.setting(NAMES[0]), one_pilot.setting(target))
+
+
+def _spreads(rows: list[SameSeedTransfer], targets, verdict) -> list[TargetSpread]:
+    """Each of ``targets`` over its same-seed transfers in ``rows``: the sd of the log ratio, the median ratio, and
+    ``verdict(target, median)``."""
+    out = []
+    for target in targets:
+        ratios = [r.ratio for r in rows if r.target == target]
+        median = float(np.median(ratios))
+        out.append(TargetSpread(target=target, transfers=len(ratios), sd=float(np.std(np.log(ratios), ddof=1)),
+                                median=median, verdict=verdict(target, median)))
+    return out
+
+
+def _agrees(median: float) -> str:
+    return "agrees" if CORRECTED_MEDIAN[0] <= median <= CORRECTED_MEDIAN[1] else "disagrees"
+
+
 def judge_tokens(rows: list[SameSeedTransfer]) -> tuple[list[TargetSpread], str]:
     """The seventh rule on its same-seed transfers: each target's median predicted / measured, low below
     :data:`LOW_MEDIAN`, and the reading."""
-    targets = []
-    for target in TOKENS_TARGETS:
-        ratios = [r.ratio for r in rows if r.target == target]
-        median = float(np.median(ratios))
-        targets.append(TargetSpread(target=target, transfers=len(ratios), sd=float(np.std(np.log(ratios), ddof=1)),
-                                    median=median, verdict="low" if median < LOW_MEDIAN else "not low"))
+    targets = _spreads(rows, TOKENS_TARGETS, lambda _, median: "low" if median < LOW_MEDIAN else "not low")
     low = {t.target for t in targets if t.verdict == "low"}
     verdict = ("tokens" if {"H10_T64", "H20_T32"} <= low else "H up" if "H20_T32" in low else "none")
     return targets, verdict
@@ -510,13 +526,7 @@ def judge_tokens(rows: list[SameSeedTransfer]) -> tuple[list[TargetSpread], str]
 def judge_correction(rows: list[SameSeedTransfer]) -> tuple[list[TargetSpread], str]:
     """The eighth rule on its same-seed transfers (the tokens' correction in them): each target's median within
     :data:`CORRECTED_MEDIAN` agrees; the correction holds when all do."""
-    targets = []
-    for target in CORRECTION_TARGETS:
-        ratios = [r.ratio for r in rows if r.target == target]
-        median = float(np.median(ratios))
-        agrees = CORRECTED_MEDIAN[0] <= median <= CORRECTED_MEDIAN[1]
-        targets.append(TargetSpread(target=target, transfers=len(ratios), sd=float(np.std(np.log(ratios), ddof=1)),
-                                    median=median, verdict="agrees" if agrees else "disagrees"))
+    targets = _spreads(rows, CORRECTION_TARGETS, lambda _, median: _agrees(median))
     return targets, "holds" if all(t.verdict == "agrees" for t in targets) else "fails"
 
 
@@ -524,14 +534,7 @@ def judge_neox(rows: list[SameSeedTransfer]) -> tuple[list[TargetSpread], str]:
     """The ninth rule's transfer parts on its same-seed transfers: each target's median (the twice-the-tokens ones
     agree within :data:`CORRECTED_MEDIAN`), and ``holds`` when they all agree and at least
     :data:`NEOX_CLAIMED_HELD` of the claimed lie within 15 % (the forecasts' part is judged by the forecasts study)."""
-    targets = []
-    for target in NEOX_TARGETS:
-        ratios = [r.ratio for r in rows if r.target == target]
-        median = float(np.median(ratios))
-        longer = target in ("H10_T64", "H20_T32", "a0.3_T64")
-        verdict = ("agrees" if CORRECTED_MEDIAN[0] <= median <= CORRECTED_MEDIAN[1] else "disagrees") if longer else "-"
-        targets.append(TargetSpread(target=target, transfers=len(ratios), sd=float(np.std(np.log(ratios), ddof=1)),
-                                    median=median, verdict=verdict))
+    targets = _spreads(rows, NEOX_TARGETS, lambda target, median: _agrees(median) if _tokens(target) > 1 else "-")
     claimed = [r for r in rows if r.claimed]
     held = sum(abs(r.ratio - 1) <= CLAIM_TOLERANCE for r in claimed)
     ok = all(t.verdict != "disagrees" for t in targets) and held >= NEOX_CLAIMED_HELD * len(claimed)

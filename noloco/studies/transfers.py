@@ -483,10 +483,10 @@ def flagged_today(rows: list[JudgedTransfer]) -> list[JudgedTransfer]:
     """``rows`` as ``--as`` flags them today: a transfer to a target of fewer outer steps than
     :data:`noloco.advice.forecast.SHORT_RUN` (in the one-pilot grid, H up: H 20 over 16 outer steps) is flagged
     (``short run``), whatever it was when judged. What AS_TRACK and AS_INTERVAL are derived from."""
-    from noloco.advice.forecast import SHORT_RUN
+    from noloco.advice.forecast import short_run
 
     short = {label for _, target, label in (*one_pilot.TRANSFERS, *AXIS_TRANSFERS)
-             if one_pilot.setting(target).outer_steps < SHORT_RUN}
+             if short_run(one_pilot.setting(target))}
     return [r._replace(verdict="flagged") if r.label in short else r for r in rows]
 
 
