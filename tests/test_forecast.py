@@ -5,6 +5,7 @@ rate); the flags; and the command line (``noloco llm predict --forecast / --as``
 import json
 import math
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -591,20 +592,39 @@ def _gap_run(path, replicas: int, writer):
 
 
 @pytest.mark.parametrize("writer, replicas, one_sided", [("noloco-run", 8, True), (None, 8, False),
-                                                         ("noloco-run", 4, False)])
+                                                         ("noloco-run", 4, True), (None, 4, False),
+                                                         ("noloco-run", 32, False)])
 def test_the_gap_on_an_observer_run_is_read_one_sided(tmp_path, writer, replicas, one_sided):
-    """A run folder written by noloco.Observer (format noloco-run) at a validated N: the gap is read as an upper
-    estimate, with the range it was set on; the harness's runs, and an untested N, keep their reading."""
-    from noloco.advice.gap import OBSERVER_RANGE, equipartition_gap, format_gap
+    """A run folder written by noloco.Observer (format noloco-run) at N 4 to 16: the gap is read as an upper
+    estimate, with its N's range (N 4's below 8); the harness's runs keep their reading (a factor 2 at N 8 to 16,
+    untested at N 4), and N 32 is untested on either."""
+    from noloco.advice.gap import OBSERVER_RANGES, equipartition_gap, replica_class
 
     _gap_run(tmp_path, replicas, writer)
     rep = equipartition_gap(tmp_path)
+    untested = [f for f in rep.flags if f.startswith("untested N")]
     if one_sided:
-        lo, hi = OBSERVER_RANGE
-        assert rep.reading.startswith("an upper estimate") and f"{lo:g} to {hi:g}" in rep.reading
-        assert f"at most {1 / lo:.2f} times this, and at least {1 / hi:.2f} of it" in rep.reading and "read as an upper estimate" in format_gap(rep)
+        lo, hi = OBSERVER_RANGES[replica_class(replicas)]
+        assert rep.reading.startswith("an upper estimate") and f"N = {replicas}, 9 in 10 ran {lo:g} to {hi:g}" in rep.reading
+        assert f"at most {1 / lo:.2f} times this, and at least {1 / hi:.2f} of it" in rep.reading and not untested
     else:
         assert rep.reading == ("within a factor 2" if replicas == 8 else None)
+        assert bool(untested) == (replicas != 8)
+
+
+def test_the_gaps_printed_ranges_are_the_development_runs_quantiles():
+    """OBSERVER_RANGES are the 5 % and 95 % quantiles of docs/data/gap_range_dev.json's ratios at each N (rounded
+    as printed), and N 4's range is the one below N 8."""
+    from noloco.advice.gap import OBSERVER_RANGES, replica_class
+    from noloco.studies.gap_range import QUANTILES
+
+    dev = json.loads((Path(__file__).parents[1] / "docs" / "data" / "gap_range_dev.json").read_text())
+    for r in dev["ranges"]:
+        ratios = [x["ratio"] for x in dev["rows"] if replica_class(x["replicas"]) == r["replicas"]]
+        assert len(ratios) == r["runs"] > 100
+        assert [round(float(q), 2) for q in np.quantile(ratios, QUANTILES)] == [r["low"], r["high"]]
+        assert OBSERVER_RANGES[r["replicas"]] == (r["low"], r["high"])
+    assert replica_class(6) == 4 and replica_class(16) == 8
 
 
 def test_the_gaps_one_sided_claim_is_judged_on_the_seed_asked_for(tmp_path):

@@ -196,6 +196,18 @@ def table() -> tuple[Study, ...]:
               (*_folder("--out", "runs/gap-check", reuse=False), _FRESH_SEED),
               lambda m, a: show(a, m.run_study(a.out, fresh_seed=a.fresh_seed), m.format_report),
               needs="the gap check's model families"),
+        Study("gap-range", "noloco.studies.gap_range",
+              "--gap's printed range on Observer run folders at N 4 and 8, judged on fresh runs (docs/advice.md)",
+              "Trains cpu-tiny, the Llama-style, GPT-NeoX and GPT-2 configs at N 4 and 8, groups seeds 160 to 167 "
+              "(finished runs reused: 128 runs), and judges --gap's printed range under the rule of "
+              "noloco/studies/gap_range.py. --development DIR,... instead sets the range from every finished run "
+              "under those folders (nothing trained; OUT/gap_range_dev.json)." + _NEEDS_HF,
+              (*_folder("--out", "runs/gap-range"),
+               (("--development",), {"metavar": "DIR,...", "type": lambda s: s.split(","),
+                                     "help": "instead: the ranges of every finished run under these folders"})),
+              lambda m, a: show(a, m.run_study(a.out, train=not a.no_train, development_folders=a.development),
+                                m.format_report),
+              needs="the gap range's model families"),
         Study("warnings", "noloco.studies.warnings",
               "the early warnings on clean runs of several model families and on planted faults (docs/own_run.md)",
               "Trains what is missing of the clean and faulty runs (five model families, 12 outer steps each, 16 at "

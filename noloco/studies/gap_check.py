@@ -13,7 +13,7 @@ costing R1/4 lr sqrt(vhat) whatever its curvature. Here a family's run ends with
 ``noloco llm study gap --out DIR`` trains :data:`RUNS` (finished runs are not reused: the weights are read at
 the end of training) and writes ``DIR/gap_check.json``.
 
-The one-sided claim (:data:`noloco.advice.gap.OBSERVER_RANGE`), judged once on runs it was not set on (the rule
+The one-sided claim (then :data:`noloco.advice.gap.OBSERVER_RANGE`, now ``OBSERVER_RANGES``), judged once on runs it was not set on (the rule
 fixed here before they were evaluated): the transfers study's runs of seed :data:`FRESH_SEED` at N = 8
 (``DIR/FAMILY/N8*/s4``, written by noloco.Observer); the claim holds on a run when predicted / measured >= 1 (the
 measured gap at most the predicted), and the ratio is reported beside it; a run flagged ``unresolved`` is not

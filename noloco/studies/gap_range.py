@@ -1,0 +1,199 @@
+"""``--gap``'s printed range on run folders written by noloco.Observer, at N 4 and N 8 (docs/advice.md, "The loss
+side").
+
+Until this study ``--gap`` read such a folder at N 8 to 16 as an upper estimate with the range of the 32 runs it had
+been judged on (0.94 to 3.38), and flagged every N 4 ``untested N``. On the Observer runs of the groups-luck and
+setting-mean studies, none of which it had been set on, its ratio predicted / measured lay outside that range 19
+times in 176 at N 8, unflagged, and at N 4 (1,093 runs) it was above 1 in 94 % of them: an upper estimate there too.
+
+**The development** (:func:`development`, ``--development DIR,...``): every finished run at N 4 to 16 of the
+studies' groups-seed layout (``DIR/gSEED/FAMILY/SETTING/sDATA``) under the folders given whose measured gap is resolved (no ``unresolved`` flag); the 5 % and 95 % quantiles of its predicted
+/ measured at N 4 (N below 8) and at N 8 (8 and up) are :data:`noloco.advice.gap.OBSERVER_RANGES`, which ``--gap``
+prints: the measured gap at most 1 / low times the prediction, and at least 1 / high of it, in 9 runs of 10.
+
+**The rule**, committed before the fresh runs were trained: the runs of :data:`FRESH_RUNS` (groups seed, data
+order), each family of :data:`FAMILIES` (GPT-2 held out of the development) at each setting of :data:`SETTINGS`
+(two at N 4, two at N 8); a run flagged ``unresolved`` is not judged. The range **holds** when at each N the
+printed range holds :data:`COVERAGE` of the judged runs of all families together (80 to 97 %: a 90 % range), and
+on each family at each N the upper side (ratio >= low) holds on at least :data:`UPPER_SIDE` of its judged runs.
+
+``noloco llm study gap-range --out DIR`` trains what is missing (finished runs reused) and writes
+``DIR/gap_range.json``.
+"""
+
+from __future__ import annotations
+
+import glob
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from noloco.advice.gap import replica_class
+from noloco.infra.files import write_json
+from noloco.infra.record import JsonRecord
+from noloco.studies import one_pilot
+from noloco.studies.luck import groups_folder, train_data_orders
+
+FAMILIES = ("cpu-tiny", "llama", "neox", "gpt2")
+SETTINGS = (one_pilot.PILOT, "a0.3_b0.7_H10", "N8", "N8_n4")
+FRESH_RUNS = tuple(zip(range(160, 168), range(7001, 7009)))
+COVERAGE = (0.80, 0.97)
+UPPER_SIDE = 0.90
+#: the quantiles the printed range spans
+QUANTILES = (0.05, 0.95)
+
+
+@dataclass(frozen=True)
+class DevRow(JsonRecord):
+    """One development run: its folder below the one given, N, and --gap's predicted / measured."""
+
+    run: str
+    replicas: int
+    ratio: float
+
+
+@dataclass(frozen=True)
+class DevRange(JsonRecord):
+    """The printed range at one N: the 5 % and 95 % quantiles over its development runs."""
+
+    replicas: int
+    runs: int
+    low: float
+    high: float
+
+
+@dataclass(frozen=True)
+class Development(JsonRecord):
+    """``gap_range_dev.json``: the development runs and the ranges they set."""
+
+    NESTED = {"rows": (list, DevRow), "ranges": (list, DevRange)}
+
+    schema: str
+    unresolved: int
+    rows: list
+    ranges: list
+
+
+def development(folders) -> Development:
+    """The ratios of every finished Observer run at N 4 to 16 under ``folders`` and the ranges they set."""
+    from noloco.advice.gap import equipartition_gap
+
+    rows, unresolved = [], 0
+    for top in map(Path, folders):
+        # whole runs of the groups-seed layout (a pilot's forks are partial runs); glob.glob follows the links
+        # the studies' folders hold to others' runs, Path.glob (3.11) does not
+        for result in sorted(map(Path, glob.glob(str(top / "g*" / "*" / "*" / "s*" / "result.json")))):
+            gap = equipartition_gap(result.parent)
+            if gap.reading is None or not gap.reading.startswith("an upper estimate") or gap.ratio is None:
+                continue  # not an Observer folder, or N outside 4 to 16
+            if any(f.startswith("unresolved") for f in gap.flags):
+                unresolved += 1
+                continue
+            rows.append(DevRow(run=str(result.parent.relative_to(top)), replicas=gap.replicas, ratio=gap.ratio))
+    ranges = []
+    for n in (4, 8):
+        ratios = [r.ratio for r in rows if replica_class(r.replicas) == n]
+        low, high = np.quantile(ratios, QUANTILES)
+        ranges.append(DevRange(replicas=n, runs=len(ratios), low=round(float(low), 2), high=round(float(high), 2)))
+    return Development(schema="noloco.gap_range_dev/1", unresolved=unresolved, rows=rows, ranges=ranges)
+
+
+@dataclass(frozen=True)
+class FreshRow(JsonRecord):
+    """One fresh run's gap: judged unless unresolved; inside the printed range; on its upper side."""
+
+    family: str
+    setting: str
+    groups_seed: int
+    replicas: int
+    ratio: float | None
+    judged: bool
+    inside: bool
+    upper: bool
+
+
+@dataclass(frozen=True)
+class Cell(JsonRecord):
+    """One family's (or ``all``) runs at one N: judged, inside the range, on its upper side."""
+
+    family: str
+    replicas: int
+    judged: int
+    inside: int
+    upper: int
+
+
+@dataclass(frozen=True)
+class GapRangeReport(JsonRecord):
+    """``gap_range.json``: the fresh runs, their counts per family and N, and the verdict."""
+
+    NESTED = {"rows": (list, FreshRow), "cells": (list, Cell)}
+
+    schema: str
+    ranges: dict
+    rows: list
+    cells: list
+    holds: bool
+
+
+def train_missing(out, families=FAMILIES, progress: bool | None = None) -> None:
+    for groups_seed, data_seed in FRESH_RUNS:
+        train_data_orders(groups_folder(out, groups_seed), families, SETTINGS, (data_seed,), groups_seed,
+                          progress=progress)
+
+
+def judge(out, families=FAMILIES) -> GapRangeReport:
+    """The rule (module docstring) on the finished fresh runs in ``out``."""
+    from noloco.advice.gap import OBSERVER_RANGES, equipartition_gap
+    from noloco.infra.errors import DataError
+
+    rows = []
+    for groups_seed, data_seed in FRESH_RUNS:
+        for family in families:
+            for name in SETTINGS:
+                path = one_pilot.folder(groups_folder(out, groups_seed), family, name, data_seed)
+                if not one_pilot.finished(path):
+                    raise DataError(f"{path}: not a finished run (train it: noloco llm study gap-range --out {out})")
+                gap = equipartition_gap(path)
+                low, high = OBSERVER_RANGES[replica_class(gap.replicas)]
+                judged = gap.ratio is not None and not any(f.startswith("unresolved") for f in gap.flags)
+                rows.append(FreshRow(family=family, setting=name, groups_seed=groups_seed, replicas=gap.replicas,
+                                     ratio=gap.ratio, judged=judged, inside=judged and low <= gap.ratio <= high,
+                                     upper=judged and gap.ratio >= low))
+    cells = []
+    for n in (4, 8):
+        for family in ("all", *families):
+            mine = [r for r in rows if replica_class(r.replicas) == n and family in ("all", r.family) and r.judged]
+            cells.append(Cell(family=family, replicas=n, judged=len(mine), inside=sum(r.inside for r in mine),
+                              upper=sum(r.upper for r in mine)))
+    holds = all(COVERAGE[0] <= c.inside / c.judged <= COVERAGE[1] if c.family == "all" else
+                c.upper >= UPPER_SIDE * c.judged for c in cells if c.judged)
+    return GapRangeReport(schema="noloco.gap_range/1", ranges={str(n): list(r) for n, r in OBSERVER_RANGES.items()},
+                          rows=rows, cells=cells, holds=holds)
+
+
+def run_study(out, train: bool = True, development_folders=None) -> GapRangeReport | Development:
+    """The fresh runs judged (trained first unless ``train`` is False), or with ``development_folders`` the
+    development ranges of the runs under them (nothing trained): ``DIR/gap_range.json`` or
+    ``DIR/gap_range_dev.json``."""
+    out = Path(out)
+    if development_folders:
+        dev = development(development_folders)
+        write_json(out / "gap_range_dev.json", dev, indent=2)
+        return dev
+    if train:
+        train_missing(out)
+    report = judge(out)
+    write_json(out / "gap_range.json", report, indent=2)
+    return report
+
+
+def format_report(rep: GapRangeReport | Development) -> str:
+    if isinstance(rep, Development):
+        return "\n".join(f"N {r.replicas}: {r.runs} resolved runs, predicted / measured {r.low:g} to {r.high:g} "
+                         f"(5 and 95 %)" for r in rep.ranges) + f"\n{rep.unresolved} unresolved runs left out"
+    lines = [f"N {c.replicas} {c.family}: {c.inside} of {c.judged} inside {rep.ranges[str(c.replicas)]}, upper side "
+             f"{c.upper}" for c in rep.cells]
+    return "\n".join(lines + [f"the range {'holds' if rep.holds else 'does not hold'} (rule: noloco/studies/"
+                              "gap_range.py)"])
