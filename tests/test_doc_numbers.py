@@ -205,6 +205,28 @@ def what_misses_mismatches(text: str) -> list[str]:
     return [e for e in expected if e not in words]
 
 
+def gap_range_mismatches(text: str) -> list[str]:
+    """The gap-range study as the advice page quotes it: the development runs' ranges and N 4 count with its share
+    above 1, and the fresh runs' counts inside and on the upper side (all families; cpu-tiny's at N 4)."""
+    dev, rep = _data("gap_range_dev.json"), _data("gap_range.json")
+    start = text.index("**Its printed range, at N 4 and 8**")
+    words = " ".join(text[start:text.index("\n\n", start)].split())
+    ranges = {r["replicas"]: r for r in dev["ranges"]}
+    cells = {(c["family"], c["replicas"]): c for c in rep["cells"]}
+    above = [x["ratio"] > 1 for x in dev["rows"] if x["replicas"] < 8]
+    r4, r8, a4, a8, tiny = ranges[4], ranges[8], cells["all", 4], cells["all", 8], cells["cpu-tiny", 4]
+    expected = [f"{round(100 * sum(above) / len(above))} % of its {len(above):,} ran above 1",
+                f"{r8['low']:.2f} to {r8['high']:.2f} at N 8, {r4['low']:.2f} to {r4['high']:.2f} at N 4",
+                f"{a8['inside']} of {a8['judged']} inside, {a8['upper']} of {a8['judged']} above its low end",
+                f"{a4['inside']} of {a4['judged']} inside", f"upper side held {tiny['upper']} of {tiny['judged']}",
+                f"{len(rep['rows'])} runs"]
+    return [e for e in expected if e not in words]
+
+
+def test_the_gap_range_numbers_are_its_files():
+    assert gap_range_mismatches(_pages()) == []
+
+
 def test_what_makes_as_miss_is_groups_luck_json():
     assert what_misses_mismatches(_pages()) == []
 
@@ -255,6 +277,7 @@ def test_the_forecast_claim_quoted_is_the_error_models():
     (groups_luck_mismatches, "0.098, 0.314 (theory too wide)", "0.098, 0.314"),
     (families_mismatches, "factor 2, one unflagged miss", "factor 2, no unflagged miss"),
     (what_misses_mismatches, "0.838 at H 20 over 32", "0.839 at H 20 over 32"),
+    (gap_range_mismatches, "held 14 of 16 (0.475", "held 15 of 16 (0.475"),
 ])
 def test_a_page_that_drifts_from_its_data_fails(check, old, new):
     text = _pages()
