@@ -208,6 +208,12 @@ def table() -> tuple[Study, ...]:
               lambda m, a: show(a, m.run_study(a.out, train=not a.no_train, development_folders=a.development),
                                 m.format_report),
               needs="the gap range's model families"),
+        Study("held-out-axes", "noloco.studies.held_out_axes",
+              "--as along every axis, both directions, on GPT-NeoX and GPT-2 (held out; docs/advice.md)",
+              "Trains the GPT-NeoX and GPT-2 configs at the one-pilot study's 11 settings, groups seeds 170 to 175 "
+              "(finished runs reused: 132 runs), and judges --as's 144 one-axis transfers under the rule of "
+              "noloco/studies/held_out_axes.py." + _NEEDS_HF,
+              _folder("--out", "runs/held-out-axes"), _evaluate),
         Study("warnings", "noloco.studies.warnings",
               "the early warnings on clean runs of several model families and on planted faults (docs/own_run.md)",
               "Trains what is missing of the clean and faulty runs (five model families, 12 outer steps each, 16 at "
