@@ -106,21 +106,29 @@ def evaluate(out, families=FAMILIES, runs=RUNS) -> HeldOutAxesReport:
                 rows.append(AxisRow(family=family, groups_seed=groups_seed, axis=axis, ratio=row.as_ratio,
                                     flags=[f.split(":")[0] for f in row.as_flags], claimed=not row.as_flags,
                                     within=abs(row.as_ratio - 1) <= CLAIM_TOLERANCE))
-    counts = []
+    claimed = sum(r.claimed for r in rows)
+    held = sum(r.claimed and r.within for r in rows)
+    return HeldOutAxesReport(schema="noloco.held_out_axes/1", rows=rows, counts=counts(rows, families),
+                             claimed=claimed, held=held, holds=verdict(claimed, held, len(rows)))
+
+
+def counts(rows: list[AxisRow], families=FAMILIES) -> list[AxisCount]:
+    """Per family and transfer of :data:`noloco.studies.one_pilot.TRANSFERS`, the counts of its ``rows``."""
+    out = []
     for family in families:
         for _, _, axis in one_pilot.TRANSFERS:
             mine = [r for r in rows if (r.family, r.axis) == (family, axis)]
-            counts.append(AxisCount(family=family, axis=axis, transfers=len(mine),
-                                    claimed=sum(r.claimed for r in mine),
-                                    within=sum(r.claimed and r.within for r in mine),
-                                    flagged=sum(not r.claimed for r in mine),
-                                    flagged_within=sum(not r.claimed and r.within for r in mine),
-                                    missed_unflagged=sum(r.claimed and not r.within for r in mine)))
-    claimed = sum(r.claimed for r in rows)
-    held = sum(r.claimed and r.within for r in rows)
-    holds = held >= CLAIMED_HELD * claimed and claimed >= CLAIMED_SHARE * len(rows)
-    return HeldOutAxesReport(schema="noloco.held_out_axes/1", rows=rows, counts=counts, claimed=claimed, held=held,
-                             holds=holds)
+            out.append(AxisCount(family=family, axis=axis, transfers=len(mine), claimed=sum(r.claimed for r in mine),
+                                 within=sum(r.claimed and r.within for r in mine),
+                                 flagged=sum(not r.claimed for r in mine),
+                                 flagged_within=sum(not r.claimed and r.within for r in mine),
+                                 missed_unflagged=sum(r.claimed and not r.within for r in mine)))
+    return out
+
+
+def verdict(claimed: int, held: int, transfers: int) -> bool:
+    """The transfers' part of the rule: :data:`CLAIMED_HELD` of the claimed hold, :data:`CLAIMED_SHARE` claimed."""
+    return claimed > 0 and held >= CLAIMED_HELD * claimed and claimed >= CLAIMED_SHARE * transfers
 
 
 def run_study(out, train: bool = True) -> HeldOutAxesReport:
