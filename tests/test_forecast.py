@@ -614,6 +614,35 @@ def test_the_gap_on_an_observer_run_is_read_one_sided(tmp_path, writer, replicas
         assert bool(untested) == (replicas != 8)
 
 
+@pytest.mark.parametrize("step, says", [(13, "is at outer step 13, past the 12 outer steps"),
+                                         (-3, "is at outer step -3: no phase has run yet")])
+def test_the_gap_names_a_second_moment_step_outside_the_run(tmp_path, capsys, step, says):
+    """An observer's adam_second_moment at a step the run's schedule does not hold (past its planned outer steps,
+    or before its first): exit 3 with one line naming result.json, not an IndexError or the absent ckpt.pt."""
+    path = _gap_run(tmp_path, 8, "noloco-run")
+    result = json.loads((path / "result.json").read_text())
+    result["adam_second_moment"]["outer_step"] = step
+    (path / "result.json").write_text(json.dumps(result))
+    assert main(["llm", "predict", str(path), "--gap"]) == 3
+    err = capsys.readouterr().err
+    assert "result.json's adam_second_moment " + says in err and "internal" not in err and "ckpt.pt" not in err
+
+
+@pytest.mark.parametrize("writer", ["noloco-run", None])
+def test_the_gap_at_n_equal_to_n_prints_no_range_beside_its_zero(tmp_path, writer):
+    """n = N leaves the replicas identical and the prediction 0: no reading (a range of predicted / measured, or a
+    factor 2) stands beside it, only the ``no spread`` flag."""
+    from noloco.advice.gap import equipartition_gap, format_gap
+
+    path = _gap_run(tmp_path, 8, writer)
+    result = json.loads((path / "result.json").read_text())
+    result["config"]["outer"]["group_size"] = 8
+    (path / "result.json").write_text(json.dumps(result))
+    rep = equipartition_gap(path)
+    assert rep.predicted == 0 and rep.reading is None and "read as" not in format_gap(rep)
+    assert [f.split(":")[0] for f in rep.flags] == ["no spread"]
+
+
 def test_the_gaps_printed_ranges_are_the_development_runs_quantiles():
     """OBSERVER_RANGES are the 5 % and 95 % quantiles of docs/data/gap_range_dev.json's ratios at each N (rounded
     as printed), and N 4's range is the one below N 8."""
