@@ -879,6 +879,25 @@ def test_the_gap_range_study_judges_coverage_pooled_and_the_upper_side_per_famil
     assert gap_range.verdict([Cell("all", 4, 10, 8, 9), Cell("llama", 8, 0, 0, 0)])  # no judged run: silent
 
 
+def test_the_gap_range_development_names_folders_that_hold_no_range(tmp_path, capsys):
+    """noloco llm study gap-range --development: a folder that does not exist, one with no run, and one with runs at
+    one N only are each one line with exit 3 (not an IndexError from an empty quantile); a trailing comma is no
+    folder; nothing is written."""
+    from noloco.studies import one_pilot
+    from noloco.studies.luck import groups_folder
+
+    (tmp_path / "empty").mkdir()
+    _gap_run(one_pilot.folder(groups_folder(tmp_path / "n8", 160), "llama", "N8", 7001), 8, "noloco-run")
+    out = tmp_path / "out"
+    for folders, says in ((tmp_path / "nope", "no such folder"), (tmp_path / "empty", "at N 4 to 7"),
+                          (f"{tmp_path / 'n8'},", "at N 4 to 7")):
+        assert main(["llm", "study", "gap-range", "--out", str(out), "--development", str(folders)]) == 3
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1 and "internal" not in err, err
+    assert main(["llm", "study", "gap-range", "--out", str(out), "--development", ","]) == 2
+    assert not out.exists()
+
+
 @pytest.mark.slow
 @pytest.mark.torch
 def test_the_gap_range_study_re_trains_its_first_seed_bit_for_bit(tmp_path):
