@@ -406,6 +406,20 @@ def test_as_on_a_method_that_fixes_the_change_says_so(tmp_path):
     assert F.transfer(tmp_path, inner_steps=20, outer_steps=20).second_half_rms >= 0
 
 
+@pytest.mark.parametrize("changes, says", [("alpha=2", "alpha=2.0 is out of range; allowed: 0 <= alpha < 1"),
+                                            ("replicas=3", "dividing replicas=3"),
+                                            ("inner-steps=0", "inner_steps=0 is out of range"),
+                                            ("outer-steps=1", "warmup=50 is out of range"),
+                                            ("lr=0", "lr=0.0 is out of range")])
+def test_as_a_value_out_of_range_names_its_range_not_the_method(tmp_path, capsys, changes, says):
+    """--as with a value no method allows (alpha 2, N 3 with pairs, H 0, a run shorter than its warmup): exit 2 with
+    the value's own range, not 'method noloco fixes that' (noloco fixes none of them)."""
+    write_run(tmp_path, config())
+    assert main(["llm", "predict", str(tmp_path), "--as", changes]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "fixes that" not in err and err.count("\n") == 1, err
+
+
 def test_the_equipartition_gap_of_a_trained_run(tmp_path, capsys):
     """R1/4 * lr * sum_j mean_i sqrt(vhat_ij) from the checkpoint (recomputed here from the raw state), the
     measured gap of the same step's evaluation, zero for DiLoCo's outer step (R1 = 0), a missing checkpoint

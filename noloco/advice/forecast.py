@@ -64,6 +64,7 @@ seeds too wide: :data:`GROUPS_RANGE_HELD`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -732,10 +733,14 @@ def transfer(run_dir, seed: int | None = None, groups_draws: int = 0, **changes)
         target_cfg = pilot_cfg.changed(**changes)
     except TypeError as err:
         raise ConfigError(f"the changed setting is not valid: {err}") from None
-    except ConfigError:
+    except ConfigError as err:
         from noloco.theory.methods import METHOD_SUMMARY
 
         asked = ", ".join(f"{k.replace('_', '-')}={v}" for k, v in changes.items())
+        try:  # valid under the free method: the pilot's method is what refuses it
+            dataclasses.replace(pilot_cfg, method="noloco").changed(**changes)
+        except ConfigError:  # out of range whatever the method: its own reason
+            raise ConfigError(f"--as {asked}: {err}") from None
         raise ConfigError(f"--as {asked}: method {run.method!r} fixes that ({METHOD_SUMMARY[run.method]}); --as "
                           f"changes a setting within the pilot's method") from None
     require_memory(target_cfg, len(groups), "the transfer")
