@@ -420,6 +420,19 @@ def test_as_a_value_out_of_range_names_its_range_not_the_method(tmp_path, capsys
     assert says in err and "fixes that" not in err and err.count("\n") == 1, err
 
 
+def test_as_to_n_above_16_refuses_the_groups_luck_and_asks_for_no_seed_it_has(tmp_path, capsys):
+    """--as replicas=32 --groups-luck: the target's groups cannot be stepped, so the range asked for is refused
+    (exit 2), not silently left out; without --groups-luck the ``group change`` flag gives the reason (N > 16) and
+    does not ask for a groups seed the folder records."""
+    cfg = config()
+    write_run(tmp_path, cfg)
+    assert main(["llm", "predict", str(tmp_path), "--as", "replicas=32", "--groups-luck"]) == 2
+    assert "the target's N = 32 > 16" in capsys.readouterr().err
+    rep = F.transfer(tmp_path, replicas=32)
+    group = [f for f in rep.flags if f.startswith("group change")]
+    assert len(group) == 1 and "N = 32 > 16" in group[0] and "--groups-seed" not in group[0], rep.flags
+
+
 def test_the_equipartition_gap_of_a_trained_run(tmp_path, capsys):
     """R1/4 * lr * sum_j mean_i sqrt(vhat_ij) from the checkpoint (recomputed here from the raw state), the
     measured gap of the same step's evaluation, zero for DiLoCo's outer step (R1 = 0), a missing checkpoint

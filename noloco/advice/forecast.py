@@ -743,6 +743,9 @@ def transfer(run_dir, seed: int | None = None, groups_draws: int = 0, **changes)
             raise ConfigError(f"--as {asked}: {err}") from None
         raise ConfigError(f"--as {asked}: method {run.method!r} fixes that ({METHOD_SUMMARY[run.method]}); --as "
                           f"changes a setting within the pilot's method") from None
+    if groups_draws and target_cfg.outer.replicas > conditional.MAX_REPLICAS:  # asked for: refused, not left out
+        raise ConfigError(f"--groups-luck: the target's N = {target_cfg.outer.replicas} > {conditional.MAX_REPLICAS}: "
+                          "the groups luck steps the replicas' full covariance, too large here; drop --groups-luck")
     require_memory(target_cfg, len(groups), "the transfer")
     outer_b = target_cfg.outer
     Tb = target_cfg.outer_steps
@@ -817,7 +820,8 @@ def transfer(run_dir, seed: int | None = None, groups_draws: int = 0, **changes)
                      f"{outer_b.replicas} and {outer_b.group_size}, and {why}; the calibration by the pilot's "
                      f"replayed / measured {_fmt(replay, '.3f')} then holds how the pilot's own groups moved its "
                      f"spread, which the target's groups do not share ({GROUP_LUCK[0]:g} to {GROUP_LUCK[1]:g} at N 4 "
-                     "and 8); give the seed (--groups-seed) or record it (noloco.Observer does)")
+                     "and 8)" + ("; give the seed (--groups-seed) or record it (noloco.Observer does)"
+                                 if groups_seed_of(run, seed) is None else ""))
     calibrated = replay is not None and math.isfinite(replay) and replay > 0
     if calibrated:  # the theory's error on this model, which the transfer shares (REPLAY_LIMIT)
         if not 1 / REPLAY_LIMIT <= replay <= REPLAY_LIMIT:
