@@ -433,6 +433,19 @@ def test_as_to_n_above_16_refuses_the_groups_luck_and_asks_for_no_seed_it_has(tm
     assert len(group) == 1 and "N = 32 > 16" in group[0] and "--groups-seed" not in group[0], rep.flags
 
 
+@pytest.mark.parametrize("changes", [dict(group_size=8), dict(group_size=8, gamma=0.0), dict(beta=0.0)])
+def test_as_to_a_setting_with_no_spread_predicts_zero_without_a_contradicting_flag(tmp_path, changes):
+    """--as group-size=N (the replicas all-reduced) or beta=0 (phi never moves): the target's spread is 0 at every c,
+    so the tilt is 1 (every direction scaled alike), not a ZeroDivisionError; at n = N the only flag is ``no spread``
+    (not ``unstable`` beside a level of 0), and --groups-luck has no ratio to a level of 0 to print."""
+    cfg = config()
+    _measured_as(tmp_path, cfg, replayed_weight_std(cfg, write_run(tmp_path, cfg), own=True))
+    rep = F.transfer(tmp_path, groups_draws=4, **changes)
+    assert rep.second_half_rms < 1e-12 * rep.pilot_replayed_rms and rep.tilt == 1
+    assert rep.groups_luck is None or "group_size" not in changes
+    assert [f.split(":")[0] for f in rep.flags] == (["no spread"] if "group_size" in changes else []), rep.flags
+
+
 def test_the_equipartition_gap_of_a_trained_run(tmp_path, capsys):
     """R1/4 * lr * sum_j mean_i sqrt(vhat_ij) from the checkpoint (recomputed here from the raw state), the
     measured gap of the same step's evaluation, zero for DiLoCo's outer step (R1 = 0), a missing checkpoint
