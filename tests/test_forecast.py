@@ -406,6 +406,46 @@ def test_as_on_a_method_that_fixes_the_change_says_so(tmp_path):
     assert F.transfer(tmp_path, inner_steps=20, outer_steps=20).second_half_rms >= 0
 
 
+@pytest.mark.parametrize("changes, says", [("alpha=2", "alpha=2.0 is out of range; allowed: 0 <= alpha < 1"),
+                                            ("replicas=3", "dividing replicas=3"),
+                                            ("inner-steps=0", "inner_steps=0 is out of range"),
+                                            ("outer-steps=1", "warmup=50 is out of range"),
+                                            ("lr=0", "lr=0.0 is out of range")])
+def test_as_a_value_out_of_range_names_its_range_not_the_method(tmp_path, capsys, changes, says):
+    """--as with a value no method allows (alpha 2, N 3 with pairs, H 0, a run shorter than its warmup): exit 2 with
+    the value's own range, not 'method noloco fixes that' (noloco fixes none of them)."""
+    write_run(tmp_path, config())
+    assert main(["llm", "predict", str(tmp_path), "--as", changes]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "fixes that" not in err and err.count("\n") == 1, err
+
+
+def test_as_to_n_above_16_refuses_the_groups_luck_and_asks_for_no_seed_it_has(tmp_path, capsys):
+    """--as replicas=32 --groups-luck: the target's groups cannot be stepped, so the range asked for is refused
+    (exit 2), not silently left out; without --groups-luck the ``group change`` flag gives the reason (N > 16) and
+    does not ask for a groups seed the folder records."""
+    cfg = config()
+    write_run(tmp_path, cfg)
+    assert main(["llm", "predict", str(tmp_path), "--as", "replicas=32", "--groups-luck"]) == 2
+    assert "the target's N = 32 > 16" in capsys.readouterr().err
+    rep = F.transfer(tmp_path, replicas=32)
+    group = [f for f in rep.flags if f.startswith("group change")]
+    assert len(group) == 1 and "N = 32 > 16" in group[0] and "--groups-seed" not in group[0], rep.flags
+
+
+@pytest.mark.parametrize("changes", [dict(group_size=8), dict(group_size=8, gamma=0.0), dict(beta=0.0)])
+def test_as_to_a_setting_with_no_spread_predicts_zero_without_a_contradicting_flag(tmp_path, changes):
+    """--as group-size=N (the replicas all-reduced) or beta=0 (phi never moves): the target's spread is 0 at every c,
+    so the tilt is 1 (every direction scaled alike), not a ZeroDivisionError; at n = N the only flag is ``no spread``
+    (not ``unstable`` beside a level of 0), and --groups-luck has no ratio to a level of 0 to print."""
+    cfg = config()
+    _measured_as(tmp_path, cfg, replayed_weight_std(cfg, write_run(tmp_path, cfg), own=True))
+    rep = F.transfer(tmp_path, groups_draws=4, **changes)
+    assert rep.second_half_rms < 1e-12 * rep.pilot_replayed_rms and rep.tilt == 1
+    assert rep.groups_luck is None or "group_size" not in changes
+    assert [f.split(":")[0] for f in rep.flags] == (["no spread"] if "group_size" in changes else []), rep.flags
+
+
 def test_the_equipartition_gap_of_a_trained_run(tmp_path, capsys):
     """R1/4 * lr * sum_j mean_i sqrt(vhat_ij) from the checkpoint (recomputed here from the raw state), the
     measured gap of the same step's evaluation, zero for DiLoCo's outer step (R1 = 0), a missing checkpoint
@@ -612,6 +652,35 @@ def test_the_gap_on_an_observer_run_is_read_one_sided(tmp_path, writer, replicas
     else:
         assert rep.reading == ("within a factor 2" if replicas == 8 else None)
         assert bool(untested) == (replicas != 8)
+
+
+@pytest.mark.parametrize("step, says", [(13, "is at outer step 13, past the 12 outer steps"),
+                                         (-3, "is at outer step -3: no phase has run yet")])
+def test_the_gap_names_a_second_moment_step_outside_the_run(tmp_path, capsys, step, says):
+    """An observer's adam_second_moment at a step the run's schedule does not hold (past its planned outer steps,
+    or before its first): exit 3 with one line naming result.json, not an IndexError or the absent ckpt.pt."""
+    path = _gap_run(tmp_path, 8, "noloco-run")
+    result = json.loads((path / "result.json").read_text())
+    result["adam_second_moment"]["outer_step"] = step
+    (path / "result.json").write_text(json.dumps(result))
+    assert main(["llm", "predict", str(path), "--gap"]) == 3
+    err = capsys.readouterr().err
+    assert "result.json's adam_second_moment " + says in err and "internal" not in err and "ckpt.pt" not in err
+
+
+@pytest.mark.parametrize("writer", ["noloco-run", None])
+def test_the_gap_at_n_equal_to_n_prints_no_range_beside_its_zero(tmp_path, writer):
+    """n = N leaves the replicas identical and the prediction 0: no reading (a range of predicted / measured, or a
+    factor 2) stands beside it, only the ``no spread`` flag."""
+    from noloco.advice.gap import equipartition_gap, format_gap
+
+    path = _gap_run(tmp_path, 8, writer)
+    result = json.loads((path / "result.json").read_text())
+    result["config"]["outer"]["group_size"] = 8
+    (path / "result.json").write_text(json.dumps(result))
+    rep = equipartition_gap(path)
+    assert rep.predicted == 0 and rep.reading is None and "read as" not in format_gap(rep)
+    assert [f.split(":")[0] for f in rep.flags] == ["no spread"]
 
 
 def test_the_gaps_printed_ranges_are_the_development_runs_quantiles():
@@ -848,6 +917,25 @@ def test_the_gap_range_study_judges_coverage_pooled_and_the_upper_side_per_famil
     assert not gap_range.verdict([Cell("all", 4, 10, 10, 10), Cell("llama", 4, 10, 10, 10)])  # 100 %: too wide
     assert not gap_range.verdict([Cell("all", 4, 10, 9, 10), Cell("llama", 4, 10, 9, 8)])  # the upper side 80 %
     assert gap_range.verdict([Cell("all", 4, 10, 8, 9), Cell("llama", 8, 0, 0, 0)])  # no judged run: silent
+
+
+def test_the_gap_range_development_names_folders_that_hold_no_range(tmp_path, capsys):
+    """noloco llm study gap-range --development: a folder that does not exist, one with no run, and one with runs at
+    one N only are each one line with exit 3 (not an IndexError from an empty quantile); a trailing comma is no
+    folder; nothing is written."""
+    from noloco.studies import one_pilot
+    from noloco.studies.luck import groups_folder
+
+    (tmp_path / "empty").mkdir()
+    _gap_run(one_pilot.folder(groups_folder(tmp_path / "n8", 160), "llama", "N8", 7001), 8, "noloco-run")
+    out = tmp_path / "out"
+    for folders, says in ((tmp_path / "nope", "no such folder"), (tmp_path / "empty", "at N 4 to 7"),
+                          (f"{tmp_path / 'n8'},", "at N 4 to 7")):
+        assert main(["llm", "study", "gap-range", "--out", str(out), "--development", str(folders)]) == 3
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1 and "internal" not in err, err
+    assert main(["llm", "study", "gap-range", "--out", str(out), "--development", ","]) == 2
+    assert not out.exists()
 
 
 @pytest.mark.slow

@@ -64,6 +64,7 @@ seeds too wide: :data:`GROUPS_RANGE_HELD`).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from fractions import Fraction
@@ -487,10 +488,14 @@ def amplification_tilt(pilot, target, c_flat: float, rho: float = 0.0) -> float:
     """How much more the ``target`` outer step amplifies a direction of restoring coefficient ``c_flat`` than a
     stiff one (c = 1), relative to the ``pilot``'s: [R_B(c_flat) / R_A(c_flat)] / [R_B(1) / R_A(1)], R the exact
     stationary spread per unit noise. 1 when a change scales every direction alike (then the pilot's pooled
-    inputs carry over); inf when the target is unstable at ``c_flat``."""
+    inputs carry over); inf when the target is unstable at ``c_flat``. A target that leaves the replicas identical
+    (n = N, or beta 0: no spread at any c) scales every direction alike, to 0: 1."""
     R = exchangeable.stationary_spread
     stiff = R(target, 1.0, 1.0, rho) / R(pilot, 1.0, 1.0, rho)
-    return R(target, c_flat, 1.0, rho) / R(pilot, c_flat, 1.0, rho) / stiff
+    flat = R(target, c_flat, 1.0, rho) / R(pilot, c_flat, 1.0, rho)
+    if stiff == 0:
+        return 1.0 if flat == 0 else math.inf
+    return flat / stiff
 
 
 def interval_bounds(values: np.ndarray, error: tuple[float, float]) -> tuple[list, list]:
@@ -732,12 +737,19 @@ def transfer(run_dir, seed: int | None = None, groups_draws: int = 0, **changes)
         target_cfg = pilot_cfg.changed(**changes)
     except TypeError as err:
         raise ConfigError(f"the changed setting is not valid: {err}") from None
-    except ConfigError:
+    except ConfigError as err:
         from noloco.theory.methods import METHOD_SUMMARY
 
         asked = ", ".join(f"{k.replace('_', '-')}={v}" for k, v in changes.items())
+        try:  # valid under the free method: the pilot's method is what refuses it
+            dataclasses.replace(pilot_cfg, method="noloco").changed(**changes)
+        except ConfigError:  # out of range whatever the method: its own reason
+            raise ConfigError(f"--as {asked}: {err}") from None
         raise ConfigError(f"--as {asked}: method {run.method!r} fixes that ({METHOD_SUMMARY[run.method]}); --as "
                           f"changes a setting within the pilot's method") from None
+    if groups_draws and target_cfg.outer.replicas > conditional.MAX_REPLICAS:  # asked for: refused, not left out
+        raise ConfigError(f"--groups-luck: the target's N = {target_cfg.outer.replicas} > {conditional.MAX_REPLICAS}: "
+                          "the groups luck steps the replicas' full covariance, too large here; drop --groups-luck")
     require_memory(target_cfg, len(groups), "the transfer")
     outer_b = target_cfg.outer
     Tb = target_cfg.outer_steps
@@ -803,6 +815,8 @@ def transfer(run_dir, seed: int | None = None, groups_draws: int = 0, **changes)
     few = short_run(target_cfg)
     if few:
         flags.append(few)
+    if outer_b.group_size == outer_b.replicas:  # identical replicas: no decay factor or tilt applies to a spread of 0
+        flags = [f"no spread: n = N = {outer_b.replicas} leaves the replicas identical, so the target's spread is 0"]
     # the pooled c moves toward the directions the target amplifies more (TILT_EXPONENT)
     tilted = tilt ** TILT_EXPONENT if math.isfinite(tilt) else None
     replay = _replay_ratio(run, ws_pilot, t0)
@@ -812,7 +826,8 @@ def transfer(run_dir, seed: int | None = None, groups_draws: int = 0, **changes)
                      f"{outer_b.replicas} and {outer_b.group_size}, and {why}; the calibration by the pilot's "
                      f"replayed / measured {_fmt(replay, '.3f')} then holds how the pilot's own groups moved its "
                      f"spread, which the target's groups do not share ({GROUP_LUCK[0]:g} to {GROUP_LUCK[1]:g} at N 4 "
-                     "and 8); give the seed (--groups-seed) or record it (noloco.Observer does)")
+                     "and 8)" + ("; give the seed (--groups-seed) or record it (noloco.Observer does)"
+                                 if groups_seed_of(run, seed) is None else ""))
     calibrated = replay is not None and math.isfinite(replay) and replay > 0
     if calibrated:  # the theory's error on this model, which the transfer shares (REPLAY_LIMIT)
         if not 1 / REPLAY_LIMIT <= replay <= REPLAY_LIMIT:
@@ -826,12 +841,14 @@ def transfer(run_dir, seed: int | None = None, groups_draws: int = 0, **changes)
         return x / replay if calibrated else x
 
     ws, ws_average = corrected(ws), corrected(ws_average)
+    if outer_b.group_size == outer_b.replicas:  # exactly 0, not the round-off of averaging identical replicas
+        ws, ws_average = np.zeros_like(ws), np.zeros_like(ws_average)
     late = slice(Tb // 2, None)
     level = float(math.sqrt(np.mean(ws[late] ** 2))) if np.all(np.isfinite(ws)) else math.inf
     average = float(math.sqrt(np.mean(ws_average[late] ** 2))) if np.all(np.isfinite(ws_average)) else math.inf
     luck = None
     quantiles, measured_in = transfer_interval(pilot_cfg, target_cfg, bool(flags))
-    if groups_draws and math.isfinite(level) and outer_b.replicas <= conditional.MAX_REPLICAS:
+    if groups_draws and 0 < level < math.inf and outer_b.replicas <= conditional.MAX_REPLICAS:  # a ratio to it
         draws = np.array([_second_half_rms(corrected(target_along(conditional.partitions(
             s, 0, Tb, outer_b.replicas, outer_b.group_size)))) for s in range(DRAW_SEED, DRAW_SEED + groups_draws)])
         luck = GroupsRange(groups_draws, *with_transfer_error(draws / level, quantiles))

@@ -95,6 +95,7 @@ def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int,
     saved = result.second_moment()  # written by noloco.Observer at the end of a user's run
     if saved is not None and isinstance(saved.sum_sqrt_v, (int, float)):
         step, root = saved.outer_step, float(saved.sum_sqrt_v)
+        path = f"{run.folder / 'result.json'}'s adam_second_moment"  # where the step was read, for the errors below
         # the run folder is user input: a sum of square roots is >= 0 and finite, a step an integer
         if not (0 <= root < math.inf) or isinstance(step, bool) or not isinstance(step, int):
             raise DataError(f"{run.folder / 'result.json'}: adam_second_moment has sum_sqrt_v={root!r} and "
@@ -106,7 +107,10 @@ def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int,
     else:
         step, root = second_moment(path, cfg.adam_beta2)
     if step < 1:
-        raise DataError(f"{path} is at outer step 0: no phase has run yet")
+        raise DataError(f"{path} is at outer step {step}: no phase has run yet")
+    if step > cfg.outer_steps:  # a run trained past its plan: its last phase's rate is not in the recorded schedule
+        raise DataError(f"{path} is at outer step {step}, past the {cfg.outer_steps} outer steps the run's config "
+                        "plans: the learning rate of that phase is not known")
     require_memory(cfg, 0, "the gap's learning-rate schedule")  # a tampered outer_steps: refused, not allocated
     rate = float(schedule_functionals(cfg).L1[step - 1] / cfg.inner_steps)
     r1 = exchangeable.stationary_spread(outer, 1.0, 1.0)
@@ -142,6 +146,7 @@ def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int,
         reading = "within a factor 2"
     if outer.group_size == outer.replicas:  # identical replicas: both gaps are 0, there is no noise to resolve
         flags = [f"no spread: method {run.method} leaves the replicas identical (n = N), so the gap is 0"]
+        reading = None  # no range of predicted / measured reads a prediction of 0
     elif late and min(late) <= 0:
         flags.append(f"unresolved: the measured gap is not positive at {sum(g <= 0 for g in late)} of the second "
                      f"half's {len(late)} evaluations ({_windows(windows)}): noise, not a gap; "

@@ -82,9 +82,14 @@ class Development(JsonRecord):
 def development(folders) -> Development:
     """The ratios of every finished Observer run at N 4 to 16 under ``folders`` and the ranges they set."""
     from noloco.advice.gap import equipartition_gap
+    from noloco.infra.errors import DataError
+    from noloco.infra.files import input_dir
 
     rows, unresolved = [], 0
-    for top in map(Path, folders):
+    folders = [f for f in folders if str(f).strip()] or [""]  # "A,B," as "A,B"; "," names no folder (exit 2)
+    for top in (input_dir(f, "--development") for f in folders):
+        if not top.is_dir():
+            raise DataError(f"--development {top}: no such folder")
         # whole runs of the groups-seed layout (a pilot's forks are partial runs); glob.glob follows the links
         # the studies' folders hold to others' runs, Path.glob (3.11) does not
         for result in sorted(map(Path, glob.glob(str(top / "g*" / "*" / "*" / "s*" / "result.json")))):
@@ -98,6 +103,10 @@ def development(folders) -> Development:
     ranges = []
     for n in (4, 8):
         ratios = [r.ratio for r in rows if replica_class(r.replicas) == n]
+        if not ratios:
+            where = "4 to 7" if n == 4 else "8 to 16"
+            raise DataError(f"--development {', '.join(map(str, folders))}: no resolved noloco.Observer run at "
+                            f"N {where} in the layout DIR/gSEED/FAMILY/SETTING/sDATA; the range at N {n} needs them")
         low, high = np.quantile(ratios, QUANTILES)
         ranges.append(DevRange(replicas=n, runs=len(ratios), low=round(float(low), 2), high=round(float(high), 2)))
     return Development(schema="noloco.gap_range_dev/1", unresolved=unresolved, rows=rows, ranges=ranges)
