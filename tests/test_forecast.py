@@ -957,3 +957,26 @@ def test_the_gap_range_study_re_trains_its_first_seed_bit_for_bit(tmp_path):
     again = [r.to_json() for r in gap_range.judge(tmp_path, families=families, runs=runs).rows]
     stored = json.loads((Path(__file__).parents[1] / "docs" / "data" / "gap_range.json").read_text())["rows"]
     assert again == [r for r in stored if r["family"] in families and r["groups_seed"] == runs[0][0]]
+
+
+def test_the_gap_without_an_evaluation_at_its_step_names_no_validation_windows(tmp_path):
+    """A run that logged no validation loss at the checkpoint's step: the measured gap is '-' and the line says no
+    evaluation was made there, not the run's configured window count as if they had been evaluated."""
+    from noloco.advice.gap import equipartition_gap, format_gap
+
+    path = _gap_run(tmp_path, 8, "noloco-run")
+    (path / "metrics.jsonl").write_text("".join(json.dumps({"outer_step": t, "weight_std": 1.0}) + "\n"
+                                                for t in range(2, 13, 2)))
+    rep = equipartition_gap(path)
+    assert rep.measured is None and rep.ratio is None
+    assert "measured - (no evaluation at that step)" in format_gap(rep) and "validation windows" not in format_gap(rep)
+
+
+def test_the_advice_studys_development_names_a_folder_with_no_runs(tmp_path, capsys):
+    """noloco llm study advice --development on an empty or a missing folder: one line with exit 3, not an
+    IndexError from the quantiles of no ratio."""
+    (tmp_path / "empty").mkdir()
+    for folder, says in ((tmp_path / "empty", "no unflagged forecast or transfer"), (tmp_path / "nope", "no such folder")):
+        assert main(["llm", "study", "advice", "--development", str(folder)]) == 3
+        err = capsys.readouterr().err
+        assert says in err and err.count("\n") == 1 and "internal" not in err, err

@@ -166,6 +166,7 @@ def format_gap(report: GapReport) -> str:
     return (f"{report.run}: at outer step {report.outer_step}, the loss gap between the replicas and their "
             f"average, predicted R1/4 * lr * sum sqrt(v) = {report.r1:.4g}/4 * {report.rate:.4g} * "
             f"{report.sum_sqrt_v:.4g} = {fmt(report.predicted)} nats; measured {fmt(report.measured)} "
-            f"({_windows(report.val_windows)}); predicted / measured {fmt(report.ratio)}; "
+            f"({_windows(report.val_windows) if report.measured is not None else 'no evaluation at that step'}); "
+            f"predicted / measured {fmt(report.ratio)}; "
             "fitted constants 0" + (f"\nread as {report.reading}" if report.reading else "")
             + "".join(f"\nflag: {f}" for f in report.flags))

@@ -254,6 +254,9 @@ def _runs_with_spread(root: Path):
 def _quantiles(items: list) -> dict:
     """The unflagged ratios' count and 10 % / 90 % quantiles (the reported interval)."""
     unflagged = [x.ratio for x in items if x.verdict != "flagged"]
+    if not unflagged:
+        raise DataError("no unflagged forecast or transfer among the runs: the development sweep's folder holds "
+                        "its runs as DIR/SETTING/sSEED (noloco llm train), the pilot DIR/const_h10")
     return dict(unflagged=len(unflagged),
                 quantiles=[float(np.quantile(unflagged, 0.1)), float(np.quantile(unflagged, 0.9))])
 
@@ -366,6 +369,8 @@ def run_development(root) -> DevelopmentReport:
     """The forecasts and transfers of the development sweep's runs ``root/SETTING/sSEED`` (pilot
     ``root/const_h10``), also written to ``root/advice_development.json``."""
     root = Path(root)
+    if not root.is_dir():
+        raise DataError(f"--development {root}: no such folder")
     rep = DevelopmentReport(forecasts=development(root), transfers=development_transfers(root))
     write_json(root / "advice_development.json", rep)
     return rep
