@@ -25,7 +25,8 @@ FORECASTS_ROWS = {"6 (second round)": (6,), "9, 10 (third)": (9, 10), "11, 17 to
                   "26 to 29 (sixth)": (26, 27, 28, 29)}
 FORECASTS_KEYS = ("forecasts", "claimed", "claimed_within", "missed_unflagged", "would_hold_flagged")
 #: the setting-mean and groups-luck studies' runs, judged one folder at a time (the fourth round's claim; the eighth's)
-FORECASTS_RUNS = ("forecasts_fresh_s56.json", "forecasts_fresh_s57.json", "forecasts_fresh_neox.json")
+FORECASTS_RUNS = ("forecasts_fresh_s56.json", "forecasts_fresh_s57.json", "forecasts_fresh_neox.json",
+                  "forecasts_fresh_heldout.json")
 #: the families study's totals as the advice page words them: (pattern, what of families.json's summary)
 FAMILIES_TOTALS = (
     (r"\*\*Own inputs: (\d+) of (\d+) within the rule\*\*", lambda s: (s["own"]["agree"], s["own"]["runs"])),
@@ -130,6 +131,24 @@ def setting_mean_mismatches(text: str) -> list[str]:
     return wrong
 
 
+def held_out_axes_mismatches(text: str) -> list[str]:
+    """The setting-mean table's last column: per transfer, GPT-NeoX's and GPT-2's claimed and within counts from
+    held_out_axes.json, and the study's totals as the paragraph under the table quotes them."""
+    rep = _data("held_out_axes.json")
+    counts = {(c["family"], c["axis"]): c for c in rep["counts"]}
+    wrong = []
+    for axis, *cells in table(text, SETTING_MEAN_HEADER):
+        quoted = [int(n) for n in NUMBER.findall(cells[-1])]
+        expected = [counts[f, axis][k] for f in ("neox", "gpt2") for k in ("claimed", "within")]
+        if quoted != expected:
+            wrong.append(f"{axis}: the page says {cells[-1].strip()}, the data {expected}")
+    flat = " ".join(text.split())
+    flagged = sum(c["flagged"] for c in rep["counts"])
+    totals = (f"{rep['held']} of {rep['claimed']} claimed within 15 %",
+              f"{sum(c['flagged_within'] for c in rep['counts'])} of the {flagged} flagged would have held")
+    return wrong + [t for t in totals if t not in flat]
+
+
 def groups_luck_mismatches(text: str) -> list[str]:
     """Every sd of the groups-luck study's table that is not groups_luck.json's, and every setting missing."""
     found = {(s["family"], s["setting"]): s for s in _data("groups_luck.json")["settings"]}
@@ -223,6 +242,10 @@ def gap_range_mismatches(text: str) -> list[str]:
     return [e for e in expected if e not in words]
 
 
+def test_the_held_out_families_columns_are_held_out_axes_json():
+    assert held_out_axes_mismatches(_pages()) == []
+
+
 def test_the_gap_range_numbers_are_its_files():
     assert gap_range_mismatches(_pages()) == []
 
@@ -278,6 +301,7 @@ def test_the_forecast_claim_quoted_is_the_error_models():
     (families_mismatches, "factor 2, one unflagged miss", "factor 2, no unflagged miss"),
     (what_misses_mismatches, "0.838 at H 20 over 32", "0.839 at H 20 over 32"),
     (gap_range_mismatches, "held 14 of 16 (0.475", "held 15 of 16 (0.475"),
+    (held_out_axes_mismatches, "| 18 | 6, 6; 6, 6 |", "| 18 | 6, 6; 6, 5 |"),
 ])
 def test_a_page_that_drifts_from_its_data_fails(check, old, new):
     text = _pages()
