@@ -246,6 +246,18 @@ def test_the_held_out_families_columns_are_held_out_axes_json():
     assert held_out_axes_mismatches(_pages()) == []
 
 
+def test_the_as_track_record_quoted_is_as_track():
+    """The advice page's and the README's `--as` track record per axis: AS_TRACK's claimed counts (and the page's
+    flagged ones)."""
+    from noloco.advice.forecast import AS_TRACK
+
+    claimed = ", ".join(f"{axis} {held} of {n}" for axis, (n, held, _, _) in AS_TRACK.items())
+    flagged = ", ".join(f"{axis} {held} of {n}" for axis, (_, _, n, held) in AS_TRACK.items() if n)
+    page = " ".join((DOCS / "advice.md").read_text().split())
+    assert f"claimed along {claimed}; flagged, {flagged}" in page
+    assert f"along {claimed};" in " ".join((DOCS.parent / "README.md").read_text().split())
+
+
 def test_the_gap_range_numbers_are_its_files():
     assert gap_range_mismatches(_pages()) == []
 
@@ -324,7 +336,8 @@ def test_the_clean_runs_alarm_counts_quoted_are_the_files():
     rows = _data("warnings_clean_s55.json")["rows"]
     first = sum(bool(r[-1]) for r in rows), 602 + len(rows)
     study = _data("warnings.json")["summary"]
-    replayed = [_data(f"warnings_replayed_{name}.json") for name in ("setting_mean", "groups_luck")]
+    replayed = [_data(f"warnings_replayed_{name}.json")
+                for name in ("setting_mean", "groups_luck", "gap_range", "held_out_axes")]
     today = (study["false_alarms"] + sum(r["alarms"] for r in replayed),
              study["clean_runs"] + sum(len(r["runs"]) for r in replayed))
     for page in (DOCS / "own_run.md", DOCS.parent / "README.md"):

@@ -12,7 +12,7 @@ from noloco.infra.files import jsonable
 from noloco.infra.record import JsonRecord
 from noloco.llm_check import comm_measure
 from noloco.llm_check.divergence import Diverged
-from noloco.studies import advice, reports, tune, validate, warnings
+from noloco.studies import advice, gap_range, held_out_axes, reports, tune, validate, warnings
 from noloco.studies.ensemble import communication as ensemble_comm, plan as ensemble_plan, records as ensemble
 
 DATA = Path(__file__).resolve().parents[1] / "docs" / "data"
@@ -20,9 +20,11 @@ DATA = Path(__file__).resolve().parents[1] / "docs" / "data"
 FILES = [(reports.PaperGptReport, "paper_gpt"), (reports.RoutingReport, "routing"),
          (comm_measure.CommReport, "comm_measured"), (validate.ValidateReport, "llm_validate_cpu_small"),
          (warnings.WarningsReport, "warnings"), (warnings.ReplayReport, "warnings_replayed_setting_mean"),
-         (warnings.ReplayReport, "warnings_replayed_groups_luck"), (advice.HoldoutReport, "advice_holdout"),
+         (warnings.ReplayReport, "warnings_replayed_groups_luck"), (warnings.ReplayReport, "warnings_replayed_gap_range"),
+         (warnings.ReplayReport, "warnings_replayed_held_out_axes"), (advice.HoldoutReport, "advice_holdout"),
          (advice.DevelopmentReport, "advice_development"), (tune.TuneReport, "tune_holdout"),
-         (ensemble.EnsembleReport, "hdee")]
+         (ensemble.EnsembleReport, "hdee"), (gap_range.GapRangeReport, "gap_range"),
+         (gap_range.Development, "gap_range_dev"), (held_out_axes.HeldOutAxesReport, "held_out_axes")]
 
 
 def _made():

@@ -464,9 +464,10 @@ class JudgedTransfer(NamedTuple):
         return cls(row.seed, row.family, row.axis, row.as_ratio, row.as_verdict)
 
 
-def read_track_rows() -> list[JudgedTransfer]:
+def read_track_rows(held_out: bool = True) -> list[JudgedTransfer]:
     """Every judged transfer of the track record, one per seed, family and axis label, as flagged today
-    (:func:`flagged_today`)."""
+    (:func:`flagged_today`); ``held_out``: with the held-out-axes study's GPT-NeoX and GPT-2 transfers (groups seeds
+    170 to 175), judged after :data:`noloco.advice.forecast.AS_INTERVAL` was set."""
     from noloco.infra.errors import DataError
     from noloco.infra.files import read_json
 
@@ -476,6 +477,10 @@ def read_track_rows() -> list[JudgedTransfer]:
     rows = [JudgedTransfer(*row) for row in data["rows"]]
     for name in TRACK_GROUPS:
         rows += map(JudgedTransfer.of, TransfersReport.from_json(read_json(SEEN_REPORT.parent / f"{name}.json")).rows)
+    if held_out:
+        rows += [JudgedTransfer(r["groups_seed"], r["family"], r["axis"], r["ratio"],
+                                "flagged" if r["flags"] else "agrees" if r["within"] else "misses")
+                 for r in read_json(SEEN_REPORT.parent / "held_out_axes.json")["rows"]]
     return flagged_today(list({(r.seed, r.family, r.label): r for r in rows}.values()))  # seed 18: every s18_*
 
 
@@ -502,7 +507,7 @@ def read_interval_rows() -> list[JudgedTransfer]:
         verdict = "flagged" if flags else "agrees" if within(ratio, SPREAD_RULE, relative=True) else "misses"
         return JudgedTransfer(seed, family, label, ratio, verdict)
 
-    rows = read_track_rows()
+    rows = read_track_rows(held_out=False)
     rows += [judged(p["groups_seed"] * 10_000 + p["data_seed"], p["family"], p["axis"], p["single_ratio"], p["flags"])
              for p in read_json(SEEN_REPORT.parent / "setting_mean.json")["predictions"]]
     label = {target: axis for pilot, target, axis in one_pilot.TRANSFERS if pilot == one_pilot.PILOT}
