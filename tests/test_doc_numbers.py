@@ -202,9 +202,9 @@ def luck_mismatches(text: str) -> list[str]:
 
 
 def what_misses_mismatches(text: str) -> list[str]:
-    """The groups-luck study's sixth to eighth rules as the advice page quotes them: each target's sd (sixth) or
+    """The as-misses study's rules (the sixth to ninth) as the advice page quotes them: each target's sd (sixth) or
     median (seventh), the corrected medians' range and the count within 15 % (eighth), in order."""
-    rep = _data("groups_luck.json")
+    rep = _data("as_misses.json")
     start = text.index("**What makes `--as` miss along H up**")
     words = " ".join(text[start:text.index("\n\n", start)].split())
     sd = {t["target"]: t["sd"] for t in rep["window_targets"]}
@@ -262,7 +262,7 @@ def test_the_gap_range_numbers_are_its_files():
     assert gap_range_mismatches(_pages()) == []
 
 
-def test_what_makes_as_miss_is_groups_luck_json():
+def test_what_makes_as_miss_is_as_misses_json():
     assert what_misses_mismatches(_pages()) == []
 
 

@@ -153,7 +153,7 @@ def test_a_malformed_report_is_a_data_error():
 
 # ------------------------------------------------------------------ the advice studies' reports
 
-from noloco.studies import families, forecasts, groups_luck, luck, setting_mean, transfers, tune_fresh  # noqa: E402
+from noloco.studies import as_misses, families, forecasts, groups_luck, luck, setting_mean, transfers, tune_fresh  # noqa: E402
 
 #: each advice study's report class, the file of docs/data it wrote, and whether the study's writer today writes that
 #: file's keys (families.json predates the own-input rows' ``along``, which today's writer adds, as null or not;
@@ -171,7 +171,8 @@ ADVICE_FILES = [(families.FamiliesReport, "families", False), (forecasts.Forecas
                 (forecasts.ForecastsReport, "forecasts_fresh29", True),
                 (transfers.TransfersReport, "transfer_groups", True),
                 (tune_fresh.IntervalData, "tune_interval", True), (luck.LuckReport, "luck", True),
-                (setting_mean.SettingMeanReport, "setting_mean", True), (groups_luck.GroupsLuckReport, "groups_luck", True)]
+                (setting_mean.SettingMeanReport, "setting_mean", True), (groups_luck.GroupsLuckReport, "groups_luck", True),
+                (as_misses.AsMissesReport, "as_misses", True)]
 
 
 @pytest.mark.parametrize("record_class, name, current", ADVICE_FILES, ids=[name for _, name, _ in ADVICE_FILES])

@@ -1,8 +1,9 @@
 """``noloco llm study NAME``: the multi-run studies of noloco.studies and the gloo timings, one action each, listed
 below: the advice's held-out and fresh-seed validations (advice, tune, families, forecasts, gap, gap-range,
 held-out-axes, one-pilot, transfers, transfer-groups, tune-fresh), a run's own luck, its groups' and the settings'
-means over data orders (luck, groups-luck, setting-mean), the paper's GPT study (paper), routing, the early warnings' false alarms and
-planted faults (warnings) and gloo's timings on this machine (comm). Studies that train reuse the finished runs in
+means over data orders (luck, groups-luck, setting-mean), what makes --as miss (as-misses), the paper's GPT study
+(paper), routing, the early warnings' false alarms and planted faults (warnings) and gloo's timings on this machine
+(comm). Studies that train reuse the finished runs in
 their folder.
 
 Each study is one row of :func:`noloco.cli.study_table.table` (its module, help and flags); this module

@@ -263,10 +263,15 @@ def table() -> tuple[Study, ...]:
               "a run's groups luck: seven settings over eight groups seeds at one data order, measured and as the "
               "theory predicts it (docs/advice.md, 'The groups' luck')",
               "Trains seven settings of cpu-tiny and the Llama-style config at groups seeds 40 to 47, 100 to 107 and "
-              "110 to 117, the pilot with four targets at 50 to 57 and 90 to 97, with other run lengths at 120 to "
-              "147, and GPT-NeoX at 150 to 157 (finished runs reused: 776 runs), and judges the theory's groups luck, "
-              "--as --groups-luck's range, --as's interval and what makes --as miss under the rules of "
-              "noloco/studies/groups_luck.py." + _NEEDS_HF,
+              "110 to 117, and the pilot with four targets at 50 to 57 and 90 to 97 (finished runs reused: 496 "
+              "runs), and judges the theory's groups luck, --as --groups-luck's range and --as's interval under the "
+              "rules of noloco/studies/groups_luck.py." + _NEEDS_HF,
+              _folder("--out", "runs/groups-luck"), _evaluate),
+        Study("as-misses", "noloco.studies.as_misses",
+              "what makes --as miss along H up, and the mend on GPT-NeoX (docs/advice.md)",
+              "Trains the pilot with other run lengths of cpu-tiny and the Llama-style config at groups seeds 120 to "
+              "147, and GPT-NeoX at 150 to 157, in the groups-luck study's layout (finished runs reused: 280 runs), "
+              "and judges the rules of noloco/studies/as_misses.py." + _NEEDS_HF,
               _folder("--out", "runs/groups-luck"), _evaluate),
         Study("tune-fresh", "noloco.studies.tune_fresh",
               "the tuner from one pilot on fresh seeds 5 and 6 (docs/advice.md, 'One pilot')",

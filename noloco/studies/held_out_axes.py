@@ -33,14 +33,12 @@ all 48 flagged would have held (0.890 to 1.127): on these families the flags cos
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 from noloco.advice.forecast import CLAIM_TOLERANCE
 from noloco.infra.errors import DataError
-from noloco.infra.files import write_json
 from noloco.infra.record import JsonRecord
 from noloco.studies import one_pilot
-from noloco.studies.luck import groups_folder, train_data_orders
+from noloco.studies.luck import folder_study, groups_folder, train_data_orders
 
 FAMILIES = ("neox", "gpt2")
 RUNS = tuple(zip(range(170, 176), range(8001, 8007)))
@@ -138,11 +136,7 @@ def verdict(claimed: int, held: int, transfers: int) -> bool:
 
 def run_study(out, train: bool = True) -> HeldOutAxesReport:
     """Train what is missing (``train``), evaluate, and write ``out/held_out_axes.json``."""
-    if train:
-        train_missing(out)
-    rep = evaluate(out)
-    write_json(Path(out) / "held_out_axes.json", rep, indent=2)
-    return rep
+    return folder_study(out, train, train_missing, evaluate, "held_out_axes.json", indent=2)
 
 
 def format_report(rep: HeldOutAxesReport) -> str:

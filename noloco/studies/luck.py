@@ -78,6 +78,16 @@ def groups_folder(out, groups_seed: int) -> Path:
     return Path(out) / f"g{groups_seed}"
 
 
+def folder_study(out, train: bool, train_missing, evaluate, name: str, indent: int = 1):
+    """A study of the runs in ``out``: ``train_missing(out)`` (where ``train``), ``evaluate(out)``, its report
+    written to ``out/name``."""
+    if train:
+        train_missing(out)
+    rep = evaluate(out)
+    write_json(Path(out) / name, rep, indent=indent)
+    return rep
+
+
 def train_data_orders(out, families, names, data_seeds, groups_seed: int, progress: bool | None = None) -> None:
     """Train every run of ``names`` x ``data_seeds`` not finished in ``out`` (one process, the replicas as a list),
     each with its data order and the one ``groups_seed``."""
@@ -346,11 +356,7 @@ def judge_forecasts(conts: list[Continuation], seen: list | None = None) -> list
 
 def run_study(out, train: bool = True) -> LuckReport:
     """Train what is missing (``train``), evaluate, and write ``out/luck.json``."""
-    if train:
-        train_missing(out)
-    rep = evaluate(out)
-    write_json(Path(out) / "luck.json", rep.to_json())
-    return rep
+    return folder_study(out, train, train_missing, evaluate, "luck.json")
 
 
 def format_report(rep: LuckReport) -> str:

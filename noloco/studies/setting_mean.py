@@ -53,11 +53,10 @@ from typing import Optional
 import numpy as np
 
 from noloco.infra.errors import DataError
-from noloco.infra.files import write_json
 from noloco.infra.record import JsonRecord
 from noloco.studies import families as F
 from noloco.studies import luck, one_pilot
-from noloco.studies.luck import groups_folder
+from noloco.studies.luck import folder_study, groups_folder
 from noloco.studies.forecasts import _rms
 from noloco.studies.one_pilot_rows import PickJudgement
 from noloco.studies.transfers import as_row
@@ -332,11 +331,7 @@ def tuner_judgements(out, grid: list[GridLoss], families=FAMILIES) -> list[Tuner
 
 def run_study(out, train: bool = True) -> SettingMeanReport:
     """Train what is missing (``train``), evaluate, and write ``out/setting_mean.json``."""
-    if train:
-        train_missing(out)
-    rep = evaluate(out)
-    write_json(Path(out) / "setting_mean.json", rep.to_json())
-    return rep
+    return folder_study(out, train, train_missing, evaluate, "setting_mean.json")
 
 
 def format_report(rep: SettingMeanReport) -> str:
