@@ -260,23 +260,24 @@ def evaluate(out, families=FAMILIES, progress: bool | None = None) -> GroupsLuck
                               theory_sd=theory_luck(path)))
     settings = judge(runs)
     agree = sum(s.verdict == "agrees" for s in settings)
-    ranges, fresh = range_rows(out, families), range_rows(out, families, FRESH_RANGE_SEEDS)
+    known: dict = {}  # the third rule's transfers, which its same-seed rows read again (the groups draws aside, equal)
+    ranges, fresh = range_rows(out, families), range_rows(out, families, FRESH_RANGE_SEEDS, known)
     coverage, range_holds = judge_ranges(ranges)
     fresh_coverage, fresh_holds = judge_ranges(fresh)
     return GroupsLuckReport(schema="noloco.groups_luck/1", data_seed=DATA_SEED, groups_seeds=list(GROUPS_SEEDS),
                             draws=DRAWS, runs=runs, settings=settings, agree=agree, holds=agree >= AGREE_AT_LEAST,
                             ranges=ranges, coverage=coverage, range_holds=range_holds, fresh_ranges=fresh,
                             fresh_coverage=fresh_coverage, fresh_range_holds=fresh_holds,
-                            same_seed=same_seed_rows(out, families), **judge_interval(out, families))
+                            same_seed=same_seed_rows(out, families, known=known), **judge_interval(out, families))
 
 
 def _inside(row: RangeRow, measured: float) -> bool:
     return row.low * row.predicted <= measured <= row.high * row.predicted
 
 
-def range_rows(out, families=FAMILIES, seeds=RANGE_SEEDS) -> list[RangeRow]:
+def range_rows(out, families=FAMILIES, seeds=RANGE_SEEDS, known: dict | None = None) -> list[RangeRow]:
     """The second (or third: ``seeds`` :data:`FRESH_RANGE_SEEDS`) rule's predictions (every run of ``seeds``
-    finished)."""
+    finished); each transfer also put in ``known`` by (pilot folder, target setting), for :func:`same_seed_rows`."""
     from noloco.advice.forecast import transfer
 
     def path(family: str, name: str, g: int) -> Path:
@@ -292,17 +293,21 @@ def range_rows(out, families=FAMILIES, seeds=RANGE_SEEDS) -> list[RangeRow]:
         for g in seeds:
             for pilot, target, axis in RANGE_TRANSFERS:
                 t = transfer(path(family, pilot, g), groups_draws=DRAWS, **one_pilot._changes(pilot, target))
+                if known is not None:
+                    known[str(path(family, pilot, g)), target] = t
                 rows.append(RangeRow(family=family, groups_seed=g, axis=axis, predicted=t.second_half_rms,
                                      low=t.groups_luck.low, high=t.groups_luck.high, flags=t.flags,
                                      targets={str(h): measured[target, h] for h in seeds if h != g}))
     return rows
 
 
-def same_seed_rows(out, families=FAMILIES, plan=None, tokens_corrected: bool = True) -> list[SameSeedTransfer]:
+def same_seed_rows(out, families=FAMILIES, plan=None, tokens_corrected: bool = True,
+                   known: dict | None = None) -> list[SameSeedTransfer]:
     """``--as`` from each pilot to the targets trained with its groups seed (fresh for ``--as``): ``plan``, pairs of
     ((groups seed, data order) runs, target settings), by default the first rule's seeds and settings, and the
     third's, at :data:`DATA_SEED`. ``tokens_corrected`` False: the ratio without the tokens' correction (as the
-    seventh rule judged it, before the correction it led to)."""
+    seventh rule judged it, before the correction it led to). ``known``: transfers already made, by (pilot folder,
+    target setting) (:func:`range_rows`)."""
     from noloco.advice.forecast import TOKENS_EXPONENT, transfer
 
     def uncorrected(target: str) -> float:
@@ -316,7 +321,9 @@ def same_seed_rows(out, families=FAMILIES, plan=None, tokens_corrected: bool = T
             for family in families:
                 pilot = one_pilot.folder(groups_folder(out, g), family, NAMES[0], d)
                 for target in targets:
-                    t = transfer(pilot, **one_pilot._changes(NAMES[0], target))
+                    t = (known or {}).get((str(pilot), target))
+                    if t is None:
+                        t = transfer(pilot, **one_pilot._changes(NAMES[0], target))
                     ratio = t.second_half_rms / uncorrected(target) / one_pilot._measured(
                         one_pilot.folder(groups_folder(out, g), family, target, d))[1]
                     low, high = t.interval["quantiles"]  # edge: the interval is kept JSON-shaped in the report
