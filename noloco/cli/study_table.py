@@ -263,9 +263,9 @@ def table() -> tuple[Study, ...]:
               "a run's groups luck: seven settings over eight groups seeds at one data order, measured and as the "
               "theory predicts it (docs/advice.md, 'The groups' luck')",
               "Trains seven settings of cpu-tiny and the Llama-style config at groups seeds 40 to 47, 100 to 107 and "
-              "110 to 117, and the pilot with four targets at 50 to 57 and 90 to 97 (finished runs reused: 496 "
-              "runs), and judges the theory's groups luck, --as --groups-luck's range and --as's interval under the "
-              "rules of noloco/studies/groups_luck.py." + _NEEDS_HF,
+              "110 to 117, and the pilot with four targets at 50 to 57 and 90 to 97, and with GPT-NeoX and GPT-2 at "
+              "180 to 187 (finished runs reused: 656 runs), and judges the theory's groups luck, --as --groups-luck's "
+              "range and --as's interval under the rules of noloco/studies/groups_luck.py." + _NEEDS_HF,
               _folder("--out", "runs/groups-luck"), _evaluate),
         Study("as-misses", "noloco.studies.as_misses",
               "what makes --as miss along H up, and the mend on GPT-NeoX (docs/advice.md)",
