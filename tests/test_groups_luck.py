@@ -77,8 +77,18 @@ def test_the_stored_report_re_judges_from_its_runs():
     assert len(rep.own_order_seed) == len(gl.FAMILIES) * len(gl.INTERVAL_RUNS) * (len(gl.NAMES) - 1)
     assert rep.own_order_inside == sum(r.inside for r in rep.own_order_seed)
     assert rep.own_order_holds == (0.70 <= rep.own_order_inside / len(rep.own_order_seed) <= 0.90)
-    # what --groups-luck prints: the third rule's judgement, on the fresh seeds
-    assert GROUPS_RANGE_HELD == (sum(j.inside for j in rep.fresh_coverage), sum(j.pairs for j in rep.fresh_coverage))
+    # what --groups-luck prints: the third and tenth rules' judgements, each set of fresh seeds apart, the held-out
+    # families apart; the tenth rule's verdicts are its counts'
+    def counted(coverage):
+        return sum(j.inside for j in coverage), sum(j.pairs for j in coverage)
+
+    replicated = [j for j in rep.replication_coverage if j.family in gl.FAMILIES]
+    held_out = [j for j in rep.replication_coverage if j.family in gl.HELD_OUT]
+    assert list(GROUPS_RANGE_HELD.values()) == [counted(rep.fresh_coverage), counted(replicated), counted(held_out)]
+    assert len(rep.replication_ranges) == len(gl.FAMILIES + gl.HELD_OUT) * len(gl.REPLICATION_SEEDS) * len(
+        gl.RANGE_TRANSFERS)
+    assert (rep.replication_holds, rep.held_out_range_holds) == tuple(
+        0.70 <= inside / pairs <= 0.90 for inside, pairs in (counted(replicated), counted(held_out)))
 
 
 def test_the_groups_luck_against_the_runs_own_groups_and_on_the_command_line(tmp_path, capsys):
@@ -125,7 +135,10 @@ def test_as_with_groups_luck_prints_the_targets_range_and_keeps_the_prediction(t
     assert plain.groups_luck is None and ranged.second_half_rms == plain.second_half_rms
     assert 0 < ranged.groups_luck.low < ranged.groups_luck.high and ranged.groups_luck.draws == 8
     assert main(["llm", "predict", str(tmp_path), "--as", "alpha=0.3", "--groups-luck"]) == 0
-    assert "with another groups seed:" in capsys.readouterr().out
+    line = [x for x in capsys.readouterr().out.splitlines() if x.startswith("with another groups seed:")][0]
+    # every fresh judgement of the range printed with its count and its verdict by the rule's shares
+    assert "not claimed" in line and "405 of 448 (90.4 %, too wide) on seeds 90 to 97;" in line
+    assert "291 of 448 (65.0 %, too narrow) on seeds 180 to 187;" in line
     assert main(["llm", "predict", str(tmp_path), "--forecast", "--groups-luck"]) == 2
 
 
