@@ -392,6 +392,11 @@ def test_the_command_line(tmp_path, capsys):
     assert F.parse_changes("alpha=0.3, inner-steps=25") == {"alpha": 0.3, "inner_steps": 25}
     with pytest.raises(ConfigError, match="inner-steps is given twice"):
         F.parse_changes("inner-steps=25,alpha=0.3,inner_steps=50")
+    # a value of the wrong kind is named as typed, in words
+    with pytest.raises(ConfigError, match="inner-steps='2.5' is not an integer$"):
+        F.parse_changes("inner-steps=2.5")
+    with pytest.raises(ConfigError, match="alpha='x' is not a number$"):
+        F.parse_changes("alpha= x")
 
 
 def test_as_on_a_method_that_fixes_the_change_says_so(tmp_path):

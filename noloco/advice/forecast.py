@@ -1064,7 +1064,8 @@ def parse_changes(text: str) -> dict:
         try:
             changes[key] = TRANSFER_FIELDS[key](value.strip())
         except ValueError:
-            raise ConfigError(f"--as {text!r}: {key}={value!r} is not a {TRANSFER_FIELDS[key].__name__}") from None
+            kind = {int: "an integer", float: "a number"}.get(TRANSFER_FIELDS[key], f"a {TRANSFER_FIELDS[key].__name__}")
+            raise ConfigError(f"--as {text!r}: {key.replace('_', '-')}={value.strip()!r} is not {kind}") from None
     if not changes:
         raise ConfigError(f"--as {text!r} names no change; e.g. --as alpha=0.3,gamma=0.5")
     return changes
