@@ -69,6 +69,11 @@ class GapReport(JsonRecord):
     reading: Optional[str] = None
     fitted_constants: int = 0
 
+    @property
+    def judged(self) -> bool:
+        """Whether a comparison is claimed: a measured gap at the step, resolved (no ``unresolved`` flag)."""
+        return self.ratio is not None and not any(f.startswith("unresolved") for f in self.flags)
+
 
 @dataclass(frozen=True)
 class Recorded(JsonRecord):
@@ -91,11 +96,12 @@ def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int,
         raise DataError(f"{run.folder}: the equipartition gap needs the inner AdamW's second moment; this run's "
                         f"inner optimiser is {cfg.inner_optimizer}")
     path = run.folder / "ckpt.pt"
+    source = str(path)  # where the step was read, for the errors below
     result = RunResult.from_json(run.result)
     saved = result.second_moment()  # written by noloco.Observer at the end of a user's run
     if saved is not None and isinstance(saved.sum_sqrt_v, (int, float)):
         step, root = saved.outer_step, float(saved.sum_sqrt_v)
-        path = f"{run.folder / 'result.json'}'s adam_second_moment"  # where the step was read, for the errors below
+        source = f"{run.folder / 'result.json'}'s adam_second_moment"
         # the run folder is user input: a sum of square roots is >= 0 and finite, a step an integer
         if not (0 <= root < math.inf) or isinstance(step, bool) or not isinstance(step, int):
             raise DataError(f"{run.folder / 'result.json'}: adam_second_moment has sum_sqrt_v={root!r} and "
@@ -107,9 +113,9 @@ def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int,
     else:
         step, root = second_moment(path, cfg.adam_beta2)
     if step < 1:
-        raise DataError(f"{path} is at outer step {step}: no phase has run yet")
+        raise DataError(f"{source} is at outer step {step}: no phase has run yet")
     if step > cfg.outer_steps:  # a run trained past its plan: its last phase's rate is not in the recorded schedule
-        raise DataError(f"{path} is at outer step {step}, past the {cfg.outer_steps} outer steps the run's config "
+        raise DataError(f"{source} is at outer step {step}, past the {cfg.outer_steps} outer steps the run's config "
                         "plans: the learning rate of that phase is not known")
     require_memory(cfg, 0, "the gap's learning-rate schedule")  # a tampered outer_steps: refused, not allocated
     rate = float(schedule_functionals(cfg).L1[step - 1] / cfg.inner_steps)

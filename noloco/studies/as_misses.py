@@ -78,9 +78,8 @@ import numpy as np
 
 from noloco.advice.forecast import CLAIM_TOLERANCE
 from noloco.infra.record import JsonRecord
-from noloco.studies import luck
 from noloco.studies.groups_luck import FAMILIES, NAMES, SameSeedTransfer, same_seed_rows, target_tokens
-from noloco.studies.luck import folder_study, groups_folder
+from noloco.studies.luck import folder_study, train_runs
 
 #: the sixth rule's targets (from the pilot), runs (groups seed, data order), its wide line and its readings' wide
 #: targets
@@ -146,9 +145,7 @@ def train_missing(out, families=FAMILIES, progress: bool | None = None) -> None:
     """Train every run of the four rules not finished in ``out``."""
     for kinds, runs, targets in ((families, WINDOW_RUNS, WINDOW_TARGETS), (families, TOKENS_RUNS, TOKENS_TARGETS),
                                  (families, CORRECTION_RUNS, CORRECTION_TARGETS), ((NEOX,), NEOX_RUNS, NEOX_TARGETS)):
-        for groups_seed, data in runs:
-            luck.train_data_orders(groups_folder(out, groups_seed), kinds, (NAMES[0], *targets), (data,),
-                                   groups_seed, progress=progress)
+        train_runs(out, kinds, (NAMES[0], *targets), runs, progress=progress)
 
 
 def evaluate(out, families=FAMILIES) -> AsMissesReport:

@@ -178,7 +178,7 @@ def judge_fresh(out: Path, seed: int = FRESH_SEED) -> GapFreshReport:
     rows = []
     for folder in sorted(Path(out).glob(f"*/N8*/s{seed}")):
         gap = equipartition_gap(folder)
-        judged = gap.ratio is not None and not any(f.startswith("unresolved") for f in gap.flags)
+        judged = gap.judged
         rows.append(FreshRow(family=folder.parent.parent.name, run=folder.parent.name, ratio=gap.ratio,
                              predicted=gap.predicted, measured=gap.measured, flags=gap.flags, reading=gap.reading,
                              judged=judged, holds=judged and gap.ratio >= 1))

@@ -37,7 +37,7 @@ from noloco.advice.gap import replica_class
 from noloco.infra.files import write_json
 from noloco.infra.record import JsonRecord
 from noloco.studies import one_pilot
-from noloco.studies.luck import groups_folder, train_data_orders
+from noloco.studies.luck import folder_study, groups_folder, train_runs
 
 FAMILIES = ("cpu-tiny", "llama", "neox", "gpt2")
 SETTINGS = (one_pilot.PILOT, "a0.3_b0.7_H10", "N8", "N8_n4")
@@ -96,7 +96,7 @@ def development(folders) -> Development:
             gap = equipartition_gap(result.parent)
             if gap.reading is None or not gap.reading.startswith("an upper estimate") or gap.ratio is None:
                 continue  # not an Observer folder, or N outside 4 to 16
-            if any(f.startswith("unresolved") for f in gap.flags):
+            if not gap.judged:  # a ratio, but not resolved
                 unresolved += 1
                 continue
             rows.append(DevRow(run=str(result.parent.relative_to(top)), replicas=gap.replicas, ratio=gap.ratio))
@@ -152,9 +152,7 @@ class GapRangeReport(JsonRecord):
 
 def train_missing(out, families=FAMILIES, runs=FRESH_RUNS, progress: bool | None = None) -> None:
     """Every run of ``runs`` (groups seed, data order) x ``families`` x :data:`SETTINGS` not finished in ``out``."""
-    for groups_seed, data_seed in runs:
-        train_data_orders(groups_folder(out, groups_seed), families, SETTINGS, (data_seed,), groups_seed,
-                          progress=progress)
+    train_runs(out, families, SETTINGS, runs, progress=progress)
 
 
 def judge(out, families=FAMILIES, runs=FRESH_RUNS) -> GapRangeReport:
@@ -171,7 +169,7 @@ def judge(out, families=FAMILIES, runs=FRESH_RUNS) -> GapRangeReport:
                     raise DataError(f"{path}: not a finished run (train it: noloco llm study gap-range --out {out})")
                 gap = equipartition_gap(path)
                 low, high = OBSERVER_RANGES[replica_class(gap.replicas)]
-                judged = gap.ratio is not None and not any(f.startswith("unresolved") for f in gap.flags)
+                judged = gap.judged
                 rows.append(FreshRow(family=family, setting=name, groups_seed=groups_seed, replicas=gap.replicas,
                                      ratio=gap.ratio, judged=judged, inside=judged and low <= gap.ratio <= high,
                                      upper=judged and gap.ratio >= low))
@@ -201,11 +199,7 @@ def run_study(out, train: bool = True, development_folders=None) -> GapRangeRepo
         dev = development(development_folders)
         write_json(out / "gap_range_dev.json", dev, indent=2)
         return dev
-    if train:
-        train_missing(out)
-    report = judge(out)
-    write_json(out / "gap_range.json", report, indent=2)
-    return report
+    return folder_study(out, train, train_missing, judge, "gap_range.json", indent=2)
 
 
 def format_report(rep: GapRangeReport | Development) -> str:

@@ -127,9 +127,8 @@ AGREE_AT_LEAST = 12
 
 def train_missing(out, families=FAMILIES, progress: bool | None = None) -> None:
     """Train every run of the study not finished in ``out`` (every rule's)."""
-    for groups_seed, data in (*((g, DATA_SEED) for g in (*GROUPS_SEEDS, *INTERVAL_SEEDS)), *INTERVAL_RUNS):
-        luck.train_data_orders(groups_folder(out, groups_seed), families, NAMES, (data,), groups_seed,
-                               progress=progress)
+    luck.train_runs(out, families, NAMES, (*((g, DATA_SEED) for g in (*GROUPS_SEEDS, *INTERVAL_SEEDS)),
+                                           *INTERVAL_RUNS), progress=progress)
     names = tuple(dict.fromkeys(n for pilot, target, _ in RANGE_TRANSFERS for n in (pilot, target)))
     for groups_seed in (*RANGE_SEEDS, *FRESH_RANGE_SEEDS, *REPLICATION_SEEDS):
         kinds = (*families, *HELD_OUT) if groups_seed in REPLICATION_SEEDS else families

@@ -38,7 +38,7 @@ from noloco.advice.forecast import CLAIM_TOLERANCE
 from noloco.infra.errors import DataError
 from noloco.infra.record import JsonRecord
 from noloco.studies import one_pilot
-from noloco.studies.luck import folder_study, groups_folder, train_data_orders
+from noloco.studies.luck import folder_study, groups_folder, train_runs
 
 FAMILIES = ("neox", "gpt2")
 RUNS = tuple(zip(range(170, 176), range(8001, 8007)))
@@ -91,9 +91,7 @@ class HeldOutAxesReport(JsonRecord):
 
 def train_missing(out, families=FAMILIES, runs=RUNS, progress: bool | None = None) -> None:
     """Every run of ``runs`` (groups seed, data order) x ``families`` x :data:`NAMES` not finished in ``out``."""
-    for groups_seed, data_seed in runs:
-        train_data_orders(groups_folder(out, groups_seed), families, NAMES, (data_seed,), groups_seed,
-                          progress=progress)
+    train_runs(out, families, NAMES, runs, progress=progress)
 
 
 def evaluate(out, families=FAMILIES, runs=RUNS) -> HeldOutAxesReport:

@@ -88,6 +88,14 @@ def folder_study(out, train: bool, train_missing, evaluate, name: str, indent: i
     return rep
 
 
+def train_runs(out, families, names, runs, progress: bool | None = None) -> None:
+    """:func:`train_data_orders` for each (groups seed, data order) of ``runs``, in ``out``'s groups-seed layout
+    (:func:`groups_folder`)."""
+    for groups_seed, data_seed in runs:
+        train_data_orders(groups_folder(out, groups_seed), families, names, (data_seed,), groups_seed,
+                          progress=progress)
+
+
 def train_data_orders(out, families, names, data_seeds, groups_seed: int, progress: bool | None = None) -> None:
     """Train every run of ``names`` x ``data_seeds`` not finished in ``out`` (one process, the replicas as a list),
     each with its data order and the one ``groups_seed``."""
