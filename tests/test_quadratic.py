@@ -232,14 +232,19 @@ def test_cli_interrupted_run_leaves_no_cache_entry(tmp_path):
     import time
 
     env = {**os.environ, "NOLOCO_CACHE": str(tmp_path), "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    # Ctrl-C as a terminal delivers it: a suite started in the background of a non-interactive shell hands
+    # its children SIGINT ignored, which the command rightly leaves alone (nohup's)
     proc = subprocess.Popen([sys.executable, "-m", "noloco", "simulate", "--trials", "50",
                              "--outer-steps", "1000000"],
-                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     time.sleep(5)  # start-up takes about 1 s; the simulation (run before any theory) takes hours
     assert proc.poll() is None
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=60)
-    assert proc.returncode == 130, err[-2000:]
+    # 130, or ended by SIGINT itself after saying so (what a shell also reads as 130): one clean-clone CI run
+    # saw the second once, after the message, not reproduced here in 100 tries
+    assert proc.returncode in (130, -signal.SIGINT), err[-2000:]
     assert "interrupted" in err
     assert not list(tmp_path.glob("simulate/*"))
 

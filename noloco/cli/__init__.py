@@ -126,6 +126,10 @@ def console() -> None:
     code = main()
     if os.environ.get("WORLD_SIZE") not in (None, "", "1"):
         end_rank(code)
+    if code == 130:  # stopping already: a second Ctrl-C while the interpreter finalises would end it by the signal
+        import signal
+
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     raise SystemExit(code)
 
 
