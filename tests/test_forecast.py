@@ -294,7 +294,7 @@ def test_a_target_trained_longer_than_its_pilot_is_raised_by_the_tokens_ratio_to
     assert F.Transfer.from_json(json.loads(dumps(longer))).tokens_ratio == 2
 
 
-def test_a_change_of_h_to_or_from_a_phase_shorter_than_adams_memory_is_flagged(tmp_path):
+def test_a_change_of_h_from_a_pilot_phase_shorter_than_adams_memory_is_flagged_and_to_one_is_not(tmp_path):
     from dataclasses import replace
 
     from noloco.advice.record import read_run
@@ -302,15 +302,16 @@ def test_a_change_of_h_to_or_from_a_phase_shorter_than_adams_memory_is_flagged(t
     cfg = config(schedule="constant", warmup=20)
     ph = write_run(tmp_path, cfg)
     _measured_as(tmp_path, cfg, replayed_weight_std(cfg, ph, own=True))
-    short = [f for f in F.transfer(tmp_path, inner_steps=5, outer_steps=80).flags if f.startswith("short phase")]
-    assert len(short) == 1 and "H 5 is below" in short[0] and "from 10 to 5" in short[0]
+    assert not [f for f in F.transfer(tmp_path, inner_steps=5, outer_steps=80).flags if f.startswith("short phase")]
     assert F.transfer(tmp_path, inner_steps=20, outer_steps=30).flags == []  # both phases at or past the memory
     pilot = read_run(tmp_path).setting
-    assert F.short_phase(pilot.changed(inner_steps=5), pilot).startswith("short phase: the pilot's H 5")
+    assert F.short_phase(pilot, pilot.changed(inner_steps=5)) is None  # the target's short phase: claimed
+    back = F.short_phase(pilot.changed(inner_steps=5), pilot)
+    assert back.startswith("short phase: the pilot's H 5 is below") and "from 5 to 10" in back
     assert F.short_phase(pilot.changed(inner_steps=5), pilot.changed(inner_steps=5, outer_steps=80)) is None
-    assert F.short_phase(replace(pilot, inner_optimizer="sgd"), pilot.changed(inner_steps=5)) is None
+    assert F.short_phase(replace(pilot, inner_optimizer="sgd").changed(inner_steps=5), pilot) is None
     shorter_memory = replace(pilot, other=(("adam_beta1", 0.75),))  # a memory of 4 inner steps
-    assert F.short_phase(shorter_memory, shorter_memory.changed(inner_steps=5)) is None
+    assert F.short_phase(shorter_memory.changed(inner_steps=5), shorter_memory) is None
 
 
 def test_a_transfer_to_another_outer_step_is_that_steps_recursion_with_the_pilots_inputs(tmp_path):

@@ -63,6 +63,7 @@ SKIP = {
     "llm study gap-range": "trains 128 runs of four families through transformers (about 15 minutes on two cores)",
     "llm study held-out-axes": "trains 132 runs of two families through transformers (about 15 minutes on two "
                                "cores)",
+    "llm study short-phase": "trains 64 runs of four families through transformers (about 15 minutes on two cores)",
     "llm study groups-luck": "trains 656 runs of four families through transformers (over an hour on two cores)",
     "llm study as-misses": "trains 280 runs of three families through transformers (about 40 minutes on two cores)",
     "llm study tune-fresh": "trains two families' pilots with 28 forks and grids of 29 settings (over an hour on two "

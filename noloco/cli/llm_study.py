@@ -1,6 +1,6 @@
 """``noloco llm study NAME``: the multi-run studies of noloco.studies and the gloo timings, one action each, listed
 below: the advice's held-out and fresh-seed validations (advice, tune, families, forecasts, gap, gap-range,
-held-out-axes, one-pilot, transfers, transfer-groups, tune-fresh), a run's own luck, its groups' and the settings'
+held-out-axes, one-pilot, short-phase, transfers, transfer-groups, tune-fresh), a run's own luck, its groups' and the settings'
 means over data orders (luck, groups-luck, setting-mean), what makes --as miss (as-misses), the paper's GPT study
 (paper), routing, the early warnings' false alarms and planted faults (warnings) and gloo's timings on this machine
 (comm). Studies that train reuse the finished runs in

@@ -214,6 +214,12 @@ def table() -> tuple[Study, ...]:
               "(finished runs reused: 132 runs), and judges --as's 144 one-axis transfers under the rule of "
               "noloco/studies/held_out_axes.py." + _NEEDS_HF,
               _folder("--out", "runs/held-out-axes"), _evaluate),
+        Study("short-phase", "noloco.studies.short_phase",
+              "--as from H 10 to a phase shorter than Adam's memory (H 5), claimed since this study (docs/advice.md)",
+              "Trains the one-pilot study's pilot and its H 5 setting on cpu-tiny, the Llama-style, GPT-NeoX and "
+              "GPT-2 configs, groups seeds 190 to 197 (finished runs reused: 64 runs), and judges --as's 32 "
+              "transfers to H 5 under the rule of noloco/studies/short_phase.py." + _NEEDS_HF,
+              _folder("--out", "runs/short-phase"), _evaluate),
         Study("warnings", "noloco.studies.warnings",
               "the early warnings on clean runs of several model families and on planted faults (docs/own_run.md)",
               "Trains what is missing of the clean and faulty runs (five model families, 12 outer steps each, 16 at "

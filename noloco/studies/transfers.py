@@ -487,12 +487,26 @@ def read_track_rows(held_out: bool = True) -> list[JudgedTransfer]:
 def flagged_today(rows: list[JudgedTransfer]) -> list[JudgedTransfer]:
     """``rows`` as ``--as`` flags them today: a transfer to a target of fewer outer steps than
     :data:`noloco.advice.forecast.SHORT_RUN` (in the one-pilot grid, H up: H 20 over 16 outer steps) is flagged
-    (``short run``), whatever it was when judged. What AS_TRACK and AS_INTERVAL are derived from."""
+    (``short run``), whatever it was when judged; one to a phase shorter than the inner Adam's memory from a pilot
+    past it (H down: H 10 to 5), flagged ``short phase`` until the short-phase study and by nothing else (every
+    held-out row's flags), is judged by its ratio. What AS_TRACK and AS_INTERVAL are derived from."""
     from noloco.advice.forecast import short_run
+    from noloco.studies.families import within
 
-    short = {label for _, target, label in (*one_pilot.TRANSFERS, *AXIS_TRANSFERS)
-             if short_run(one_pilot.setting(target))}
-    return [r._replace(verdict="flagged") if r.label in short else r for r in rows]
+    transfers = (*one_pilot.TRANSFERS, *AXIS_TRANSFERS)
+    short = {label for _, target, label in transfers if short_run(one_pilot.setting(target))}
+    memory = 10  # the plain loop's AdamW, beta1 0.9: 1 / (1 - beta1) inner steps
+    cleared = {label for pilot, target, label in transfers
+               if one_pilot.setting(target).inner_steps < memory <= one_pilot.setting(pilot).inner_steps}
+
+    def today(r: JudgedTransfer) -> JudgedTransfer:
+        if r.label in short:
+            return r._replace(verdict="flagged")
+        if r.label in cleared and r.verdict == "flagged":
+            return r._replace(verdict="agrees" if within(r.ratio, SPREAD_RULE, relative=True) else "misses")
+        return r
+
+    return [today(r) for r in rows]
 
 
 def read_interval_rows() -> list[JudgedTransfer]:
