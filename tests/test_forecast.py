@@ -437,6 +437,8 @@ def test_as_to_n_above_16_refuses_the_groups_luck_and_asks_for_no_seed_it_has(tm
     rep = F.transfer(tmp_path, replicas=32)
     group = [f for f in rep.flags if f.startswith("group change")]
     assert len(group) == 1 and "N = 32 > 16" in group[0] and "--groups-seed" not in group[0], rep.flags
+    # all-reduced (n = N): a spread of 0, whose only flag is that (the group change named no level to doubt)
+    assert [f.split(":")[0] for f in F.transfer(tmp_path, replicas=32, group_size=32).flags] == ["no spread"]
 
 
 @pytest.mark.parametrize("changes", [dict(group_size=8), dict(group_size=8, gamma=0.0), dict(beta=0.0)])
@@ -649,6 +651,7 @@ def test_the_gap_on_an_observer_run_is_read_one_sided(tmp_path, writer, replicas
     _gap_run(tmp_path, replicas, writer)
     rep = equipartition_gap(tmp_path)
     untested = [f for f in rep.flags if f.startswith("untested N")]
+    assert rep.observer == (writer == "noloco-run")  # what the gap-range study's development reads, not the text
     if one_sided:
         lo, hi = OBSERVER_RANGES[replica_class(replicas)]
         assert rep.reading.startswith("an upper estimate") and f"N = {replicas}, 9 in 10 ran {lo:g} to {hi:g}" in rep.reading

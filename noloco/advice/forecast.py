@@ -815,8 +815,6 @@ def transfer(run_dir, seed: int | None = None, groups_draws: int = 0, **changes)
     few = short_run(target_cfg)
     if few:
         flags.append(few)
-    if outer_b.group_size == outer_b.replicas:  # identical replicas: no decay factor or tilt applies to a spread of 0
-        flags = [f"no spread: n = N = {outer_b.replicas} leaves the replicas identical, so the target's spread is 0"]
     # the pooled c moves toward the directions the target amplifies more (TILT_EXPONENT)
     tilted = tilt ** TILT_EXPONENT if math.isfinite(tilt) else None
     replay = _replay_ratio(run, ws_pilot, t0)
@@ -834,6 +832,8 @@ def transfer(run_dir, seed: int | None = None, groups_draws: int = 0, **changes)
             flags.append(f"not reproduced: the pilot's own inputs give {replay:.2f}x its measured spread over its "
                          f"second half (limit a factor {REPLAY_LIMIT:g}); the transfer, divided by it, carries an "
                          "error the theory does not describe (see noloco llm predict on the pilot)")
+    if outer_b.group_size == outer_b.replicas:  # identical replicas: no flag of the spread's level applies to a 0
+        flags = [f"no spread: n = N = {outer_b.replicas} leaves the replicas identical, so the target's spread is 0"]
 
     def corrected(x):  # the tilt's and the tokens' corrections, then the calibration, as every figure takes them
         x = x * tilted if tilted is not None else x

@@ -68,6 +68,7 @@ class GapReport(JsonRecord):
     flags: list = field(default_factory=list)
     reading: Optional[str] = None
     fitted_constants: int = 0
+    observer: bool = False  # the run folder is noloco.Observer's (OBSERVED_REPLICAS and OBSERVER_RANGES apply)
 
     @property
     def judged(self) -> bool:
@@ -160,7 +161,7 @@ def equipartition_gap(run_dir, second_moment: Callable[[Path, float], tuple[int,
     return GapReport(run=str(run.folder), outer_step=step, replicas=outer.replicas, r1=r1, rate=rate, sum_sqrt_v=root,
                      predicted=predicted, measured=measured, val_windows=windows,
                      ratio=predicted / measured if measured and measured > 0 and math.isfinite(predicted) else None,
-                     flags=flags, reading=reading)
+                     flags=flags, reading=reading, observer=observer)
 
 
 def _windows(count: int | None) -> str:

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import numpy as np
 
-from noloco.advice.gap import replica_class
+from noloco.advice.gap import OBSERVED_REPLICAS, replica_class
 from noloco.infra.files import write_json
 from noloco.infra.record import JsonRecord
 from noloco.studies import one_pilot
@@ -94,7 +94,7 @@ def development(folders) -> Development:
         # the studies' folders hold to others' runs, Path.glob (3.11) does not
         for result in sorted(map(Path, glob.glob(str(top / "g*" / "*" / "*" / "s*" / "result.json")))):
             gap = equipartition_gap(result.parent)
-            if gap.reading is None or not gap.reading.startswith("an upper estimate") or gap.ratio is None:
+            if not (gap.observer and OBSERVED_REPLICAS[0] <= gap.replicas <= OBSERVED_REPLICAS[1]) or gap.ratio is None:
                 continue  # not an Observer folder, or N outside 4 to 16
             if not gap.judged:  # a ratio, but not resolved
                 unresolved += 1
