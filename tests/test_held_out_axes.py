@@ -39,7 +39,8 @@ def test_the_verdict_needs_95_percent_of_the_claimed_within_and_half_claimed(cla
 @pytest.mark.torch
 def test_the_held_out_axes_study_re_trains_its_first_seed_bit_for_bit(tmp_path):
     """Training from nothing at the first groups seed (22 runs, about 4 minutes on two cores, one thread as the
-    study's runs were trained): every transfer comes out as docs/data/held_out_axes.json has it."""
+    study's runs were trained): every transfer comes out as docs/data/held_out_axes.json has it, under today's
+    flags."""
     pytest.importorskip("transformers")
     import torch
 
@@ -50,4 +51,6 @@ def test_the_held_out_axes_study_re_trains_its_first_seed_bit_for_bit(tmp_path):
     finally:
         torch.set_num_threads(threads)
     again = [r.to_json() for r in H.evaluate(tmp_path, runs=runs).rows]
-    assert again == [r for r in json.loads(STORED.read_text())["rows"] if r["groups_seed"] == runs[0][0]]
+    stored = [r for r in json.loads(STORED.read_text())["rows"] if r["groups_seed"] == runs[0][0]]
+    # judged when `short phase` flagged a target's short phase too: today H down carries no flag (short-phase study)
+    assert again == [r | {"flags": [], "claimed": True} if r["axis"] == "H down" else r for r in stored]

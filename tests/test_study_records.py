@@ -12,7 +12,7 @@ from noloco.infra.files import jsonable
 from noloco.infra.record import JsonRecord
 from noloco.llm_check import comm_measure
 from noloco.llm_check.divergence import Diverged
-from noloco.studies import advice, gap_range, held_out_axes, reports, tune, validate, warnings
+from noloco.studies import advice, gap_range, held_out_axes, reports, short_phase, tune, validate, warnings
 from noloco.studies.ensemble import communication as ensemble_comm, plan as ensemble_plan, records as ensemble
 
 DATA = Path(__file__).resolve().parents[1] / "docs" / "data"
@@ -24,7 +24,8 @@ FILES = [(reports.PaperGptReport, "paper_gpt"), (reports.RoutingReport, "routing
          (warnings.ReplayReport, "warnings_replayed_held_out_axes"), (advice.HoldoutReport, "advice_holdout"),
          (advice.DevelopmentReport, "advice_development"), (tune.TuneReport, "tune_holdout"),
          (ensemble.EnsembleReport, "hdee"), (gap_range.GapRangeReport, "gap_range"),
-         (gap_range.Development, "gap_range_dev"), (held_out_axes.HeldOutAxesReport, "held_out_axes")]
+         (gap_range.Development, "gap_range_dev"), (held_out_axes.HeldOutAxesReport, "held_out_axes"),
+         (short_phase.ShortPhaseReport, "short_phase"), (warnings.ReplayReport, "warnings_replayed_short_phase")]
 
 
 def _made():

@@ -236,9 +236,10 @@ AS_AXES = (("alpha", "alpha"), ("beta", "beta"), ("gamma", "gamma"), ("inner_ste
            ("group_size", "n"))
 #: the transfers' track record along each axis: (claimed, of them within CLAIM_TOLERANCE, flagged, of them within)
 #: over the fresh judgements of cpu-tiny, Llama and the wider Llama (alpha to H: seeds 6, 9 to 19, 21 to 27, re-run
-#: with the code as it is; N and n: seeds 7, 8, 18, 19, 25 to 27) and of the held-out GPT-NeoX and GPT-2 (groups seeds
-#: 170 to 175, every axis both ways) as --as flags them today, noloco.studies.transfers.track_table of read_track_rows
-AS_TRACK = {"alpha": (60, 60, 60, 56), "beta": (120, 119, 0, 0), "gamma": (120, 120, 0, 0), "H": (80, 77, 80, 74),
+#: with the code as it is; N and n: seeds 7, 8, 18, 19, 25 to 27), of the held-out GPT-NeoX and GPT-2 (groups seeds
+#: 170 to 175, every axis both ways) and of the short-phase study (H 10 to 5 and back, four families, groups seeds
+#: 190 to 197) as --as flags them today, noloco.studies.transfers.track_table of read_track_rows
+AS_TRACK = {"alpha": (60, 60, 60, 56), "beta": (120, 119, 0, 0), "gamma": (120, 120, 0, 0), "H": (112, 108, 112, 102),
             "N": (52, 52, 0, 0), "n": (26, 26, 26, 24)}
 #: the 80 % interval of predicted / measured along one axis, claimed (True) or flagged (False): the 10 % and 90 %
 #: quantiles over every judged transfer (noloco.studies.transfers.read_interval_rows: the track record's, the

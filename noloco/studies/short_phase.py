@@ -23,6 +23,9 @@ Reported beside it, not judged: the way back (the H 5 run as the pilot, H 10 the
 with how many would have held.
 
 Expected: it holds.
+
+Judged (docs/data/short_phase.json): **it holds**. 32 of 32 claimed, 31 within 15 % (0.848 to 1.059): cpu-tiny,
+Llama and GPT-NeoX 8 of 8, GPT-2 7 of 8. The way back, flagged: 28 of 32 would have held.
 """
 
 from __future__ import annotations
@@ -65,7 +68,7 @@ def train_missing(out, families=FAMILIES, runs=RUNS, progress: bool | None = Non
 
 
 def evaluate(out, families=FAMILIES, runs=RUNS) -> ShortPhaseReport:
-    """Both transfers of every finished pair of runs in ``out`` and the rule's verdict on the way there."""
+    """Both transfers of every finished pair of runs in ``out`` and the rule's verdict (:func:`report`)."""
     rows = []
     for groups_seed, data_seed in runs:
         for family in families:
@@ -77,11 +80,16 @@ def evaluate(out, families=FAMILIES, runs=RUNS) -> ShortPhaseReport:
                 rows.append(AxisRow(family=family, groups_seed=groups_seed, axis=axis, ratio=row.as_ratio,
                                     flags=[f.split(":")[0] for f in row.as_flags], claimed=not row.as_flags,
                                     within=abs(row.as_ratio - 1) <= CLAIM_TOLERANCE))
+    return report(rows, families)
+
+
+def report(rows: list[AxisRow], families=FAMILIES) -> ShortPhaseReport:
+    """The counts of ``rows`` (both ways) and the rule's verdict on the way there."""
     there = [r for r in rows if r.axis == JUDGED[2]]
     per_family = {f: sum(r.claimed and r.within for r in there if r.family == f) for f in families}
     claimed, held = sum(r.claimed for r in there), sum(r.claimed and r.within for r in there)
-    holds = (claimed == len(there) and held >= HELD * len(there)
-             and all(v >= HELD_PER_FAMILY * len(runs) for v in per_family.values()))
+    holds = (claimed == len(there) > 0 and held >= HELD * len(there)
+             and all(v >= HELD_PER_FAMILY * sum(r.family == f for r in there) for f, v in per_family.items()))
     return ShortPhaseReport(schema="noloco.short_phase/1", rows=rows, held_per_family=per_family, claimed=claimed,
                             held=held, back_would_hold=sum(r.within for r in rows if r.axis == BACK[2]), holds=holds)
 

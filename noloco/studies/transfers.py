@@ -467,7 +467,8 @@ class JudgedTransfer(NamedTuple):
 def read_track_rows(held_out: bool = True) -> list[JudgedTransfer]:
     """Every judged transfer of the track record, one per seed, family and axis label, as flagged today
     (:func:`flagged_today`); ``held_out``: with the held-out-axes study's GPT-NeoX and GPT-2 transfers (groups seeds
-    170 to 175), judged after :data:`noloco.advice.forecast.AS_INTERVAL` was set."""
+    170 to 175) and the short-phase study's (190 to 197), judged after :data:`noloco.advice.forecast.AS_INTERVAL` was
+    set."""
     from noloco.infra.errors import DataError
     from noloco.infra.files import read_json
 
@@ -480,7 +481,7 @@ def read_track_rows(held_out: bool = True) -> list[JudgedTransfer]:
     if held_out:
         rows += [JudgedTransfer(r["groups_seed"], r["family"], r["axis"], r["ratio"],
                                 "flagged" if r["flags"] else "agrees" if r["within"] else "misses")
-                 for r in read_json(SEEN_REPORT.parent / "held_out_axes.json")["rows"]]
+                 for name in ("held_out_axes", "short_phase") for r in read_json(SEEN_REPORT.parent / f"{name}.json")["rows"]]
     return flagged_today(list({(r.seed, r.family, r.label): r for r in rows}.values()))  # seed 18: every s18_*
 
 
