@@ -896,17 +896,16 @@ def test_a_transfer_along_one_axis_carries_that_axis_track_record(tmp_path):
     assert "80 % interval from the errors in docs/data/advice_development.json" in F.format_transfer(several)
 
 
-def test_the_gap_range_study_judges_coverage_pooled_and_the_upper_side_per_family(tmp_path, monkeypatch):
+def test_the_gap_range_study_judges_coverage_pooled_and_the_upper_side_per_family(tmp_path):
     """noloco llm study gap-range: a run inside its N's printed range counts inside; one below the range's low end
-    misses the upper side; an unresolved run is not judged; and the verdict follows the rule's two counts."""
+    misses the upper side; an unresolved run is not judged; and the verdict follows the rule's two counts. The
+    second rule pools its N 4 runs with the first rule's rows as judged."""
     from noloco.advice.gap import OBSERVER_RANGES, equipartition_gap
     from noloco.studies import gap_range, one_pilot
     from noloco.studies.luck import groups_folder
 
-    monkeypatch.setattr(gap_range, "SETTINGS", ("a", "b", "c"))
-    gaps = {"a": None, "b": 0.01, "c": [0.01, -0.01]}  # the prediction's own gap (ratio 1), one far below, unresolved
-    for name, gap in gaps.items():
-        path = _gap_run(one_pilot.folder(groups_folder(tmp_path, 160), "llama", name, 7001), 4, "noloco-run")
+    def run(seed, data, name, gap):
+        path = _gap_run(one_pilot.folder(groups_folder(tmp_path, seed), "llama", name, data), 4, "noloco-run")
         result = json.loads((path / "result.json").read_text())
         (path / "result.json").write_text(json.dumps({**result, "finished": True}))
         predicted = equipartition_gap(path).predicted
@@ -914,13 +913,22 @@ def test_the_gap_range_study_judges_coverage_pooled_and_the_upper_side_per_famil
         rows = [{"outer_step": t, "weight_std": 1.0, "val_loss_avg_model": 3.0, "val_loss_replicas_mean": 3.0 + g}
                 for t, g in zip((8, 12), late)]
         (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    rep = gap_range.judge(tmp_path, families=("llama",), runs=((160, 7001),))
+
+    gaps = {"a": None, "b": 0.01, "c": [0.01, -0.01]}  # the prediction's own gap (ratio 1), one far below, unresolved
+    for name, gap in gaps.items():
+        run(160, 7001, name, gap)
+    rep = gap_range.judge(tmp_path, families=("llama",), runs=((160, 7001),), settings=tuple(gaps))
     by = {r.setting: r for r in rep.rows}
     assert by["a"].judged and by["a"].inside and by["a"].upper and by["a"].ratio == pytest.approx(1.0)
     assert by["b"].judged and not by["b"].inside and not by["b"].upper and by["b"].ratio < OBSERVER_RANGES[4][0]
     assert not by["c"].judged
     cell = [c for c in rep.cells if c.replicas == 4 and c.family == "llama"][0]
     assert (cell.judged, cell.inside, cell.upper) == (2, 1, 1) and not rep.holds  # 1 of 2 inside, 1 of 2 upper
+    for name in gap_range.N4_SETTINGS:  # the second rule's runs: both at the prediction
+        run(200, 10001, name, None)
+    again = gap_range.judge_replication(tmp_path, families=("llama",), runs=((200, 10001),), first=rep)
+    assert [(c.family, c.judged, c.inside, c.upper) for c in again.cells] == [("all", 4, 3, 3), ("llama", 4, 3, 3)]
+    assert again.rows[:3] == rep.rows and not again.holds  # 3 of 4 on the upper side: below 90 %
     Cell = gap_range.Cell
     assert gap_range.verdict([Cell("all", 4, 10, 9, 10), Cell("llama", 4, 10, 9, 9)])
     assert not gap_range.verdict([Cell("all", 4, 10, 10, 10), Cell("llama", 4, 10, 10, 10)])  # 100 %: too wide

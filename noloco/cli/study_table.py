@@ -201,12 +201,14 @@ def table() -> tuple[Study, ...]:
               "Trains cpu-tiny, the Llama-style, GPT-NeoX and GPT-2 configs at N 4 and 8, groups seeds 160 to 167 "
               "(finished runs reused: 128 runs), and judges --gap's printed range under the rule of "
               "noloco/studies/gap_range.py. --development DIR,... instead sets the range from every finished run "
-              "under those folders (nothing trained; OUT/gap_range_dev.json)." + _NEEDS_HF,
+              "under those folders (nothing trained; OUT/gap_range_dev.json); --replication the second rule, N 4 "
+              "judged again (groups seeds 200 to 215, 128 runs; OUT/gap_range_n4.json)." + _NEEDS_HF,
               (*_folder("--out", "runs/gap-range"),
                (("--development",), {"metavar": "DIR,...", "type": lambda s: s.split(","),
-                                     "help": "instead: the ranges of every finished run under these folders"})),
-              lambda m, a: show(a, m.run_study(a.out, train=not a.no_train, development_folders=a.development),
-                                m.format_report),
+                                     "help": "instead: the ranges of every finished run under these folders"}),
+               (("--replication",), {"action": "store_true", "help": "instead: the second rule's N 4 runs"})),
+              lambda m, a: show(a, m.run_study(a.out, train=not a.no_train, development_folders=a.development,
+                                               replication=a.replication), m.format_report),
               needs="the gap range's model families"),
         Study("held-out-axes", "noloco.studies.held_out_axes",
               "--as along every axis, both directions, on GPT-NeoX and GPT-2 (held out; docs/advice.md)",
