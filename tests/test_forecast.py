@@ -196,8 +196,9 @@ def test_flags_too_few_steps_and_unsettled_inputs(tmp_path):
     cfg = config()
     write_run(tmp_path, cfg)
     assert any(f.startswith("too few steps") for f in F.forecast(tmp_path, from_step=4).flags)
-    with pytest.raises(Exception, match="at least 3"):
+    with pytest.raises(ConfigError, match="allowed: 3 <= from_step <= 40"):  # the caller's value: exit 2, not 3
         F.forecast(tmp_path, from_step=2)
+    assert main(["llm", "predict", str(tmp_path), "--forecast", "--from-step", "2"]) == 2
     rows = [json.loads(x) for x in (tmp_path / "inputs.jsonl").read_text().splitlines()]
     for t, r in enumerate(rows[:10]):  # c ramps up across the window
         for g in r["groups"].values():
