@@ -120,6 +120,17 @@ def test_bad_input_exits_2_with_one_line(capsys, argv, words):
     assert words in err and err.count("\n") == 1 and "Traceback" not in err
 
 
+@pytest.mark.parametrize("argv,words", [
+    (["--l2", "0.1"], "--l2 0.1 applies to the data objectives only (here quadratic)"),
+    (["--decay-time", "10"], "--decay-time 10 applies to --schedule inverse only (here constant)"),
+    (["--schedule", "cosine", "--decay-time", "10"], "(here cosine)"),
+])
+def test_a_simulate_flag_that_would_change_nothing_is_refused_not_ignored(capsys, argv, words):
+    assert main(["simulate", "--trials", "4", "--outer-steps", "4", "--no-cache", *argv]) == 2
+    err = capsys.readouterr().err
+    assert words in err and err.count("\n") == 1
+
+
 def test_console_entry_point_human_output():
     proc = subprocess.run([sys.executable, "-m", "noloco", "check", "--preset", "paper"],
                           capture_output=True, text=True, timeout=120)

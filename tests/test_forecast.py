@@ -196,8 +196,9 @@ def test_flags_too_few_steps_and_unsettled_inputs(tmp_path):
     cfg = config()
     write_run(tmp_path, cfg)
     assert any(f.startswith("too few steps") for f in F.forecast(tmp_path, from_step=4).flags)
-    with pytest.raises(Exception, match="at least 3"):
+    with pytest.raises(ConfigError, match="allowed: 3 <= from_step <= 40"):  # the caller's value: exit 2, not 3
         F.forecast(tmp_path, from_step=2)
+    assert main(["llm", "predict", str(tmp_path), "--forecast", "--from-step", "2"]) == 2
     rows = [json.loads(x) for x in (tmp_path / "inputs.jsonl").read_text().splitlines()]
     for t, r in enumerate(rows[:10]):  # c ramps up across the window
         for g in r["groups"].values():
@@ -535,6 +536,17 @@ def test_groups_seed_on_the_command_line_steps_a_folder_without_one_along_its_gr
     assert not any(f.startswith("group change") for f in rep["flags"])
     assert main(["llm", "predict", str(tmp_path), "--groups-seed", "3"]) == 2  # --as only
     assert "--groups-seed applies to --as only" in capsys.readouterr().err
+    assert main(["llm", "predict", str(tmp_path), "--as", "alpha=0.3", "--groups-seed", "-1"]) == 2
+    assert capsys.readouterr().err.strip().endswith("--groups-seed -1: a seed is an integer >= 0")
+
+
+def test_groups_seed_other_than_the_one_the_folder_records_is_refused_not_ignored(tmp_path, capsys):
+    cfg = config(schedule="constant", warmup=20)
+    write_run(tmp_path, cfg)
+    assert main(["llm", "predict", str(tmp_path), "--as", "alpha=0.3", "--groups-seed", str(cfg.seed + 5)]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"records its groups seed, {cfg.seed}" in err[0], err
+    assert main(["llm", "predict", str(tmp_path), "--as", "alpha=0.3", "--groups-seed", str(cfg.seed)]) == 0
 
 
 def test_without_the_noise_growth_a_run_whose_noise_grows_is_forecast_low(tmp_path, monkeypatch):

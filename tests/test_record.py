@@ -65,6 +65,14 @@ def test_read_run_gives_named_fields(tmp_path):
     assert run.metrics[0]["weight_std"] == 0.1 and run.inputs is None and run.outer.replicas == 4
 
 
+def test_a_folder_of_run_folders_is_named_as_such_not_as_methods(tmp_path):
+    """A folder above one run (runs/, not the method folders of llm train --method a,b) reads as what it holds."""
+    _folder(tmp_path / "tiny", build("cpu-tiny").as_dict())
+    with pytest.raises(DataError) as err:
+        read_run(tmp_path)
+    assert str(err.value) == f"{tmp_path} is not a run folder (no result.json); give one of the 1 in it: {tmp_path / 'tiny'}"
+
+
 @pytest.mark.parametrize("change", [{"lr": -1.0}, {"inner_steps": 0}, {"schedule": "bogus"}, {"method": "x"},
                                     {"outer": {"alpha": 2.0}}, {"outer": "pairs"}, {"lr": None}])
 def test_damaged_settings_are_a_data_error(tmp_path, change):

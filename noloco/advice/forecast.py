@@ -607,6 +607,9 @@ def forecast(run_dir, from_step: int | None = None, along: str = "own", seed: in
     cfg, outer = run.setting, run.outer
     require_memory(cfg, len(groups), "the forecast")
     T = cfg.outer_steps
+    if t0 < 3 and from_step is not None and len(run.inputs) >= 3:  # the caller's value, not the run's fault
+        raise ConfigError(f"from_step={from_step} is out of range; allowed: 3 <= from_step <= {len(run.inputs)} (a "
+                          "forecast needs 3 measured outer steps: the first step's c is 0 by definition)")
     if t0 < 3:
         raise DataError(f"{run.folder}: {t0} measured outer step(s); a forecast needs at least 3 (the first step's c "
                         "is 0 by definition)")

@@ -285,7 +285,8 @@ def read_run(run_dir) -> RunRecord:
     if not (run / "result.json").exists():
         methods = sorted(str(p.parent) for p in run.glob("*/result.json"))
         if methods:
-            raise DataError(f"{run} holds no run but the runs of {len(methods)} methods: give one of "
+            # the method folders of llm train --method a,b, or any folder of runs
+            raise DataError(f"{run} is not a run folder (no result.json); give one of the {len(methods)} in it: "
                             f"{', '.join(methods)}")
     result = read_json(run / "result.json", required=("config",), types=RESULT_TYPES)
     if result.get("format") == "noloco-run" and result.get("format_version") not in RUN_FORMAT_VERSIONS:

@@ -59,6 +59,8 @@ def run(args) -> int:
         raise ConfigError("--groups-luck goes alone or with --as; drop --forecast, --gap or --fork")
     if args.groups_seed is not None and args.changes is None:
         raise ConfigError("--groups-seed applies to --as only; add --as CHANGES")
+    if args.groups_seed is not None and args.groups_seed < 0:
+        raise ConfigError(f"--groups-seed {args.groups_seed}: a seed is an integer >= 0")
     if (args.gap or args.forecast or args.fork or args.groups_luck or args.changes is not None) and \
             args.noise_model != "long-run":
         raise ConfigError("--noise-model applies to the prediction of a run from its own inputs; drop it with "
@@ -82,9 +84,18 @@ def run(args) -> int:
         report, text = fork_spread(args.out), format_fork_spread
     elif args.changes is not None:
         from noloco.advice.forecast import GROUPS_DRAWS, format_transfer, parse_changes, transfer
+        from noloco.advice.predict import groups_seed
+        from noloco.advice.record import read_run
 
-        report, text = transfer(args.out, seed=args.groups_seed, groups_draws=GROUPS_DRAWS if args.groups_luck else 0,
-                                **parse_changes(args.changes)), format_transfer
+        changes = parse_changes(args.changes)
+        run = read_run(args.out)
+        # the folder's own seed wins over --groups-seed: one that differs would be ignored, so it is refused
+        recorded = groups_seed(run.setting)
+        if None not in (args.groups_seed, recorded) and args.groups_seed != recorded:
+            raise ConfigError(f"--groups-seed {args.groups_seed}: {run.folder} records its groups seed, "
+                              f"{recorded}, which --as steps along; drop --groups-seed")
+        report, text = transfer(run, seed=args.groups_seed, groups_draws=GROUPS_DRAWS if args.groups_luck else 0,
+                                **changes), format_transfer
     elif args.groups_luck:
         from noloco.advice.forecast import format_groups_luck, groups_luck
 

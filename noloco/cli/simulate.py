@@ -31,7 +31,7 @@ def add_parser(subparsers) -> None:
     g.add_argument("--split", choices=SPLITS, default="shared",
                    help="data across replicas: shared (all rows), iid shards, sorted by label, by k-means cluster")
     g.add_argument("--batch-size", type=int, default=0, help="minibatch rows per inner step (0: full gradient)")
-    g.add_argument("--l2", type=float, default=1e-2, help="L2 regularisation of the data objectives (default 0.01)")
+    g.add_argument("--l2", type=float, help="L2 regularisation of the data objectives (default 0.01)")
     add_inner_model_arguments(g)
     g.add_argument("--inner", choices=INNER_MODES, default="auto", dest="inner_mode",
                    help="exact: the inner phase drawn from its exact law (inner SGD on the quadratic: 0.4 H "
@@ -41,9 +41,9 @@ def add_parser(subparsers) -> None:
                    help="precision of the simulated weights (float32: the quadratic without rotation, or "
                         "--inner exact; see docs/performance.md for when it is accurate enough)")
     g.add_argument("--schedule", choices=SCHEDULES, default="constant",
-                   help="inner learning rate: constant, cosine with --warmup, inverse: lr / (1 + k / --decay-time)")
-    g.add_argument("--warmup", type=int, default=0, help="warm-up inner steps of the cosine schedule")
-    g.add_argument("--decay-time", type=float, default=50.0, help="inner steps to halve the lr under 'inverse'")
+                   help="inner learning rate after --warmup: constant, cosine, inverse: lr / (1 + k / --decay-time)")
+    g.add_argument("--warmup", type=int, default=0, help="linear warm-up inner steps, before any --schedule")
+    g.add_argument("--decay-time", type=float, help="inner steps to halve the lr under 'inverse' (default 50)")
     g.add_argument("--start", type=float, default=1.0, help="initial offset of every coordinate from the optimum")
     g.add_argument("--burn-in", type=int, help="outer steps before the stationary window (default half)")
     g.add_argument("--no-cache", action="store_true", help="recompute even if a cached result exists")
@@ -57,17 +57,26 @@ def add_parser(subparsers) -> None:
 
 def run(args) -> int:
     from noloco.infra.entry import failed
+    from noloco.infra.errors import ConfigError
     from noloco.infra.files import print_json
     from noloco.quadratic.compare import simulate
 
     method, outer, inner, spectrum = hyper_from_args(args, default_shape=False)
+    # each changes nothing elsewhere: refused there, as --inner-momentum is, instead of ignored
+    if args.l2 is not None and args.objective == "quadratic":
+        raise ConfigError(f"--l2 {args.l2:g} applies to the data objectives only (here quadratic); drop it or add "
+                          "--objective diabetes, longley or breast-cancer")
+    if args.decay_time is not None and args.schedule != "inverse":
+        raise ConfigError(f"--decay-time {args.decay_time:g} applies to --schedule inverse only (here "
+                          f"{args.schedule}); drop it or add --schedule inverse")
+    given = {"l2": args.l2, "decay_time": args.decay_time}  # else SimConfig's defaults
     # curvatures with a data objective (which takes its Hessian from the data) are refused by SimConfig
     sim = simulate(
         method, outer, inner, spectrum, objective=args.objective, rotate=args.rotate, trials=args.trials,
         outer_steps=args.outer_steps, inner_mode=args.inner_mode, max_memory=args.max_memory, max_time=args.max_time,
-        use_cache=not args.no_cache, zeta=args.zeta, split=args.split, batch_size=args.batch_size, l2=args.l2,
+        use_cache=not args.no_cache, zeta=args.zeta, split=args.split, batch_size=args.batch_size,
         optimizer=args.inner_optimizer, inner_momentum=inner_momentum_from_args(args), schedule=args.schedule,
-        warmup=args.warmup, decay_time=args.decay_time, burn_in=args.burn_in, start=args.start, seed=args.seed,
-        dtype=args.dtype)
+        warmup=args.warmup, burn_in=args.burn_in, start=args.start, seed=args.seed, dtype=args.dtype,
+        **{k: v for k, v in given.items() if v is not None})
     print_json(sim.result) if args.json else print(sim.text)
     return failed(f"the simulation diverged ({sim.diverged})") if sim.diverged else 0
