@@ -948,6 +948,21 @@ def test_the_gap_range_study_judges_coverage_pooled_and_the_upper_side_per_famil
     assert gap_range.verdict([Cell("all", 4, 10, 8, 9), Cell("llama", 8, 0, 0, 0)])  # no judged run: silent
 
 
+def test_the_stored_n4_replication_is_its_rows_counted_with_the_first_rules_as_judged():
+    """docs/data/gap_range_n4.json: the first rule's N 4 rows as gap_range.json has them, then the 128 new; its counts
+    and its verdict (fails: too wide) are those rows' under the rule."""
+    from noloco.advice.gap import replica_class
+    from noloco.infra.files import read_json
+    from noloco.studies import gap_range as G
+
+    rep = G.GapRangeReport.from_json(read_json(G.JUDGED.parent / "gap_range_n4.json"))
+    first = G.GapRangeReport.from_json(read_json(G.JUDGED))
+    assert rep.rows[:64] == [r for r in first.rows if replica_class(r.replicas) == 4] and len(rep.rows) == 192
+    assert G.counted(rep.rows, G.FAMILIES, (4,)) == rep.cells and rep.holds is G.verdict(rep.cells) is False
+    pooled = rep.cells[0]
+    assert (pooled.judged, pooled.inside, pooled.upper) == (192, 189, 190)  # too wide; the upper side held
+
+
 def test_the_gap_range_development_names_folders_that_hold_no_range(tmp_path, capsys):
     """noloco llm study gap-range --development: a folder that does not exist, one with no run, and one with runs at
     one N only are each one line with exit 3 (not an IndexError from an empty quantile); a trailing comma is no

@@ -31,6 +31,10 @@ first rule's terms: the pooled share inside within :data:`COVERAGE`, and each fa
 :data:`UPPER_SIDE` of its judged runs. If it holds, ``--gap`` claims its range below N 8 (no ``small N`` flag); if
 not, the flag stays.
 
+**Judged** (docs/data/gap_range_n4.json): **fails, too wide**: 189 of 192 inside (98 %, above 97 %); the upper side
+held on every family (cpu-tiny 46 of 48, the others 48 of 48), and every one of the 128 new runs lay above the low
+end (1.03 to 9.62). The ``small N`` flag stays.
+
 ``noloco llm study gap-range --out DIR`` trains what is missing (finished runs reused) and writes
 ``DIR/gap_range.json``; with ``--replication``, the second rule's runs and ``DIR/gap_range_n4.json``.
 """
