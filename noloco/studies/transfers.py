@@ -464,7 +464,7 @@ class JudgedTransfer(NamedTuple):
         return cls(row.seed, row.family, row.axis, row.as_ratio, row.as_verdict)
 
 
-def read_track_rows(held_out: bool = True) -> list[JudgedTransfer]:
+def read_track_rows(held_out: bool = True, short_target_claimed: bool = True) -> list[JudgedTransfer]:
     """Every judged transfer of the track record, one per seed, family and axis label, as flagged today
     (:func:`flagged_today`); ``held_out``: with the held-out-axes study's GPT-NeoX and GPT-2 transfers (groups seeds
     170 to 175) and the short-phase study's (190 to 197), judged after :data:`noloco.advice.forecast.AS_INTERVAL` was
@@ -482,15 +482,17 @@ def read_track_rows(held_out: bool = True) -> list[JudgedTransfer]:
         rows += [JudgedTransfer(r["groups_seed"], r["family"], r["axis"], r["ratio"],
                                 "flagged" if r["flags"] else "agrees" if r["within"] else "misses")
                  for name in ("held_out_axes", "short_phase") for r in read_json(SEEN_REPORT.parent / f"{name}.json")["rows"]]
-    return flagged_today(list({(r.seed, r.family, r.label): r for r in rows}.values()))  # seed 18: every s18_*
+    unique = list({(r.seed, r.family, r.label): r for r in rows}.values())  # seed 18: every s18_*
+    return flagged_today(unique, short_target_claimed)
 
 
-def flagged_today(rows: list[JudgedTransfer]) -> list[JudgedTransfer]:
+def flagged_today(rows: list[JudgedTransfer], short_target_claimed: bool = True) -> list[JudgedTransfer]:
     """``rows`` as ``--as`` flags them today: a transfer to a target of fewer outer steps than
     :data:`noloco.advice.forecast.SHORT_RUN` (in the one-pilot grid, H up: H 20 over 16 outer steps) is flagged
     (``short run``), whatever it was when judged; one to a phase shorter than the inner Adam's memory from a pilot
     past it (H down: H 10 to 5), flagged ``short phase`` until the short-phase study and by nothing else (every
-    held-out row's flags), is judged by its ratio. What AS_TRACK and AS_INTERVAL are derived from."""
+    held-out row's flags), is judged by its ratio (``short_target_claimed``; False: flagged, as it was when
+    AS_INTERVAL was derived and judged). What AS_TRACK and AS_INTERVAL are derived from."""
     from noloco.advice.forecast import short_run
     from noloco.studies.families import within
 
@@ -503,7 +505,7 @@ def flagged_today(rows: list[JudgedTransfer]) -> list[JudgedTransfer]:
     def today(r: JudgedTransfer) -> JudgedTransfer:
         if r.label in short:
             return r._replace(verdict="flagged")
-        if r.label in cleared and r.verdict == "flagged":
+        if short_target_claimed and r.label in cleared and r.verdict == "flagged":
             return r._replace(verdict="agrees" if within(r.ratio, SPREAD_RULE, relative=True) else "misses")
         return r
 
@@ -514,7 +516,8 @@ def read_interval_rows() -> list[JudgedTransfer]:
     """What :data:`noloco.advice.forecast.AS_INTERVAL` is derived from (groups-luck study, fourth rule): the track
     record's judged transfers and those of the setting-mean study (single runs, seeds 30 and 31, ``seed`` its groups
     seed times 10,000 plus the data order) and of the groups-luck study (a pilot to the targets of its own groups
-    seed, the targets one axis away), as flagged today (:func:`flagged_today`)."""
+    seed, the targets one axis away), as flagged today (:func:`flagged_today`) but for H down, flagged as it was when
+    the interval was derived and judged (the fourth and fifth rules; the studies' stored inside counts hold to it)."""
     from noloco.infra.files import read_json
     from noloco.studies.families import within
 
@@ -522,14 +525,14 @@ def read_interval_rows() -> list[JudgedTransfer]:
         verdict = "flagged" if flags else "agrees" if within(ratio, SPREAD_RULE, relative=True) else "misses"
         return JudgedTransfer(seed, family, label, ratio, verdict)
 
-    rows = read_track_rows(held_out=False)
+    rows = read_track_rows(held_out=False, short_target_claimed=False)
     rows += [judged(p["groups_seed"] * 10_000 + p["data_seed"], p["family"], p["axis"], p["single_ratio"], p["flags"])
              for p in read_json(SEEN_REPORT.parent / "setting_mean.json")["predictions"]]
     label = {target: axis for pilot, target, axis in one_pilot.TRANSFERS if pilot == one_pilot.PILOT}
     rows += [judged(t["groups_seed"], t["family"], label[t["target"]], t["ratio"], not t["claimed"])
              for t in read_json(SEEN_REPORT.parent / "groups_luck.json").get("same_seed") or []
              if t["target"] in label]
-    return flagged_today(rows)
+    return flagged_today(rows, short_target_claimed=False)
 
 
 def track_table(rows: list[JudgedTransfer]) -> dict:
