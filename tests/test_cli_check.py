@@ -131,6 +131,18 @@ def test_a_simulate_flag_that_would_change_nothing_is_refused_not_ignored(capsys
     assert words in err and err.count("\n") == 1
 
 
+def test_a_refused_long_simulation_says_only_why(capsys):
+    """A setting the configuration refuses, large enough that its time estimate would be shown (74 s): exit 2 with
+    the refusal alone, not the estimate's line before it; the time budget still refuses before the configuration
+    is built (exit 3, one line)."""
+    assert main(["simulate", "--objective", "breast-cancer", "--spectrum", "1,2"]) == 2
+    err = capsys.readouterr().err
+    assert "takes its Hessian from the data" in err and err.count("\n") == 1 and "estimate" not in err
+    assert main(["simulate", "--objective", "breast-cancer", "--spectrum", "1,2", "--max-time", "1"]) == 3
+    err = capsys.readouterr().err
+    assert "above --max-time 1 s" in err and err.count("\n") == 1
+
+
 def test_console_entry_point_human_output():
     proc = subprocess.run([sys.executable, "-m", "noloco", "check", "--preset", "paper"],
                           capture_output=True, text=True, timeout=120)

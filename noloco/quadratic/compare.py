@@ -12,6 +12,8 @@ covariance at the optimum. Where it stops predicting is listed in ``scope``.
 from __future__ import annotations
 
 import dataclasses
+import io
+import sys
 import warnings
 from dataclasses import dataclass, field
 from typing import Optional
@@ -475,14 +477,16 @@ def simulate(method: str, outer, inner, spectrum, *, objective: str = "quadratic
     sgd = optimizer == "sgd"
     exact = objective == "quadratic" and sgd and inner_mode != "explicit"
     decay = sgd and not zeta and split == "shared"
+    estimate = io.StringIO()  # its line is printed once the configuration is valid: a refusal stays one line
     budget.require_time(time_estimate(count, rows, N, steps, inner_steps=H, objective=objective, rotate=rotate,
                                       exact=exact, decay=decay),
                         max_time, f"simulate with {size}", "fewer --trials, --outer-steps or directions",
-                        "at docs/performance.md's costs per replica step, idle machine")
+                        "at docs/performance.md's costs per replica step, idle machine", stream=estimate)
     cfg = SimConfig(outer=outer, inner=inner, objective=objective, rotate=rotate, method=method, trials=trials,
                     outer_steps=outer_steps, inner_mode=inner_mode,
                     curvatures=None if spectrum is None else spectrum.values(), optimizer=optimizer, zeta=zeta,
                     split=split, batch_size=batch_size, **fields)
+    print(estimate.getvalue(), end="", file=sys.stderr, flush=True)
     # progress: a bar on a terminal, a line a minute in a log (noloco.infra.progress)
     result, hit = cached_compare(cfg, progress=True if progress is None else progress, use_cache=use_cache)
     return Simulation(cfg, result, format_text(result, cfg, hit), hit)
