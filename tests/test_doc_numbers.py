@@ -336,7 +336,8 @@ def test_the_clean_runs_alarm_counts_quoted_are_the_files():
     first = sum(bool(r[-1]) for r in rows), 602 + len(rows)
     study = _data("warnings.json")["summary"]
     replayed = [_data(f"warnings_replayed_{name}.json")
-                for name in ("setting_mean", "groups_luck", "gap_range", "held_out_axes", "short_phase")]
+                for name in ("setting_mean", "groups_luck", "gap_range", "held_out_axes", "short_phase",
+                             "gap_range_n4")]
     today = (study["false_alarms"] + sum(r["alarms"] for r in replayed),
              study["clean_runs"] + sum(len(r["runs"]) for r in replayed))
     for page in (DOCS / "own_run.md", DOCS.parent / "README.md"):

@@ -25,7 +25,8 @@ FILES = [(reports.PaperGptReport, "paper_gpt"), (reports.RoutingReport, "routing
          (advice.DevelopmentReport, "advice_development"), (tune.TuneReport, "tune_holdout"),
          (ensemble.EnsembleReport, "hdee"), (gap_range.GapRangeReport, "gap_range"),
          (gap_range.Development, "gap_range_dev"), (held_out_axes.HeldOutAxesReport, "held_out_axes"),
-         (short_phase.ShortPhaseReport, "short_phase"), (gap_range.GapRangeReport, "gap_range_n4"), (warnings.ReplayReport, "warnings_replayed_short_phase")]
+         (short_phase.ShortPhaseReport, "short_phase"), (gap_range.GapRangeReport, "gap_range_n4"), (warnings.ReplayReport, "warnings_replayed_short_phase"),
+         (warnings.ReplayReport, "warnings_replayed_gap_range_n4")]
 
 
 def _made():
