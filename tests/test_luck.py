@@ -98,12 +98,15 @@ def test_the_luck_study_re_trains_cpu_tiny_bit_for_bit(tmp_path):
         mine(stored.runs, "setting", "data_seed", "measured", "final_loss")
     assert mine(again.continuations, "setting", "from_step", "data_seed", "measured") == \
         mine(stored.continuations, "setting", "from_step", "data_seed", "measured")
-    # as flagged today: a target of fewer than SHORT_RUN outer steps (H 20 at equal tokens) is flagged short run
-    from noloco.advice.forecast import short_run
+    # as flagged today (transfers.flagged_today): a target of fewer than SHORT_RUN outer steps (H 20 at equal tokens)
+    # is flagged short run; one to H 5, flagged short phase when judged, is judged by its ratio
     from noloco.studies import one_pilot
+    from noloco.studies.transfers import JudgedTransfer, flagged_today
+
+    label = {target: axis for pilot, target, axis in one_pilot.TRANSFERS if pilot == one_pilot.PILOT}
 
     def today(row):
-        return (*row[:3], "flagged" if short_run(one_pilot.setting(row[0])) else row[3])
+        return (*row[:3], flagged_today([JudgedTransfer(row[1], "cpu-tiny", label[row[0]], row[2], row[3])])[0].verdict)
 
     assert mine(again.transfers, "target", "seed", "as_ratio", "as_verdict") == \
         [today(r) for r in mine(stored.transfers, "target", "seed", "as_ratio", "as_verdict")]

@@ -75,8 +75,10 @@ def test_the_setting_mean_study_re_trains_cpu_tiny_bit_for_bit(tmp_path):
         return [tuple(getattr(r, f) for f in fields) for r in rows if (r.family, r.groups_seed) == ("cpu-tiny", 30)]
 
     assert mine(again.runs, "setting", "data_seed", "measured") == mine(stored.runs, "setting", "data_seed", "measured")
+    # judged when `short phase` flagged a target's short phase too: today H down carries no flag (short-phase study)
     assert mine(again.predictions, "target", "data_seed", "predicted", "single_ratio", "flags") == \
-        mine(stored.predictions, "target", "data_seed", "predicted", "single_ratio", "flags")
+        [(*r[:4], [f for f in r[4] if not f.startswith("short phase")])
+         for r in mine(stored.predictions, "target", "data_seed", "predicted", "single_ratio", "flags")]
 
 
 def test_the_stored_tuner_judgements_are_their_grids_losses():
