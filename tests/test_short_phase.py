@@ -35,6 +35,15 @@ def test_the_verdict_needs_30_of_32_within_and_7_of_each_familys_8(family, misse
     assert not S.report(rows).holds
 
 
+def test_a_file_given_for_the_runs_folder_is_one_line_before_any_work(tmp_path, capsys):
+    from noloco.cli import main
+
+    (tmp_path / "result.json").write_text("{}")
+    assert main(["llm", "study", "short-phase", "--no-train", "--out", str(tmp_path / "result.json")]) == 3
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "result.json is a file, not a folder" in err and "train it" not in err
+
+
 @pytest.mark.slow
 @pytest.mark.torch
 def test_the_short_phase_study_re_trains_its_first_seed_bit_for_bit(tmp_path):

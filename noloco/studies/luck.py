@@ -80,7 +80,10 @@ def groups_folder(out, groups_seed: int) -> Path:
 
 def folder_study(out, train: bool, train_missing, evaluate, name: str, indent: int = 1):
     """A study of the runs in ``out``: ``train_missing(out)`` (where ``train``), ``evaluate(out)``, its report
-    written to ``out/name``."""
+    written to ``out/name``; a file in the folder's place is one line (exit 3) before any work."""
+    from noloco.infra.files import input_dir
+
+    out = input_dir(out, "--out")
     if train:
         train_missing(out)
     rep = evaluate(out)
