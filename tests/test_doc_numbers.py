@@ -26,7 +26,7 @@ FORECASTS_ROWS = {"6 (second round)": (6,), "9, 10 (third)": (9, 10), "11, 17 to
 FORECASTS_KEYS = ("forecasts", "claimed", "claimed_within", "missed_unflagged", "would_hold_flagged")
 #: the setting-mean and groups-luck studies' runs, judged one folder at a time (the fourth round's claim; the eighth's)
 FORECASTS_RUNS = ("forecasts_fresh_s56.json", "forecasts_fresh_s57.json", "forecasts_fresh_neox.json",
-                  "forecasts_fresh_heldout.json")
+                  "forecasts_fresh_heldout.json", "forecasts_fresh_s59.json")
 #: the families study's totals as the advice page words them: (pattern, what of families.json's summary)
 FAMILIES_TOTALS = (
     (r"\*\*Own inputs: (\d+) of (\d+) within the rule\*\*", lambda s: (s["own"]["agree"], s["own"]["runs"])),
