@@ -963,6 +963,14 @@ def test_the_stored_n4_replication_is_its_rows_counted_with_the_first_rules_as_j
     assert (pooled.judged, pooled.inside, pooled.upper) == (192, 189, 190)  # too wide; the upper side held
 
 
+def test_the_gap_range_study_takes_one_action(tmp_path, capsys):
+    assert main(["llm", "study", "gap-range", "--replication", "--development", str(tmp_path), "--out",
+                 str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert "--development and --replication are two different actions" in err and err.count("\n") == 1
+    assert not (tmp_path / "o").exists()
+
+
 def test_the_gap_range_development_names_folders_that_hold_no_range(tmp_path, capsys):
     """noloco llm study gap-range --development: a folder that does not exist, one with no run, and one with runs at
     one N only are each one line with exit 3 (not an IndexError from an empty quantile); a trailing comma is no

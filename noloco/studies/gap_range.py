@@ -235,6 +235,10 @@ def run_study(out, train: bool = True, development_folders=None,
     development ranges of the runs under them (nothing trained): ``DIR/gap_range.json`` or
     ``DIR/gap_range_dev.json``; ``replication``: the second rule's, ``DIR/gap_range_n4.json``."""
     out = Path(out)
+    if development_folders and replication:  # two different studies: neither silently dropped
+        from noloco.infra.errors import ConfigError
+
+        raise ConfigError("--development and --replication are two different actions; give one")
     if development_folders:
         dev = development(development_folders)
         write_json(out / "gap_range_dev.json", dev, indent=2)
