@@ -99,7 +99,10 @@ def test_the_command_line(tmp_path, capsys):
     assert "recommendation: none" in capsys.readouterr().out
     assert main(["llm", "tune", str(tmp_path), "--reference", "nothing"]) == 2
     assert "names no piloted setting" in capsys.readouterr().err
-    assert main(["llm", "tune", str(tmp_path / "missing")]) == 2
+    capsys.readouterr()
+    assert main(["llm", "tune", str(tmp_path / "missing")]) == 3  # as llm predict on a missing run folder
+    assert "missing: no such folder" in capsys.readouterr().err
+    assert main(["llm", "predict", str(tmp_path / "missing")]) == 3
     assert main(["llm", "tune", str(tmp_path), "--compute-seconds", "-1"]) == 2
 
 

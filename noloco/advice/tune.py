@@ -134,9 +134,9 @@ def _run_folders(paths) -> list[Path]:
     it is reached (resolved: a run behind two symbolic links, or named twice, is one run, not two seeds)."""
     found: dict[Path, None] = {}
     for p in map(Path, paths):
-        if not p.is_dir():
-            raise ConfigError(f"pilot {p}: not a folder (give run folders written by `noloco llm train`, or folders "
-                              "holding them)")
+        if not p.is_dir():  # a data fault, as noloco.read_run reads a missing run folder (exit 3)
+            raise DataError(f"pilot {p}: {'not a folder' if p.exists() else 'no such folder'} (give run folders "
+                            "written by `noloco llm train`, or folders holding them)")
         here = [p] if (p / "result.json").exists() else sorted(
             q.parent for depth in ("*/", "*/*/", "*/*/*/") for q in p.glob(depth + "result.json"))
         if not here:
