@@ -39,7 +39,7 @@ same seed. A run's own groups move its spread at N 4 and 8 (:data:`GROUP_LUCK`) 
 carry that over: without the seed such a change is flagged (``group change``). Measured on the cpu-small GPT, this
 holds for changes that scale the amplification of flat and stiff directions alike; the report flags a change that
 amplifies flat directions more (:func:`amplification_tilt` above :data:`TILT_LIMIT`: gamma 0), a pilot or
-target near the stability edge (decay factor above :data:`EDGE_LIMIT`), a change of H to or from a phase shorter
+target near the stability edge (decay factor above :data:`EDGE_LIMIT`), a change of H from a pilot's phase shorter
 than Adam's first-moment memory (:func:`short_phase`), a target of few outer steps (:data:`SHORT_RUN`) or of
 more tokens than the pilot (:data:`TOKENS_LIMIT`), a pilot the theory does not reproduce (:data:`REPLAY_LIMIT`), a
 pilot on non-IID shards, and a setting whose exact recursion is unstable at the pilot's flattest c.
