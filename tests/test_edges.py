@@ -60,7 +60,7 @@ def test_a_huge_result_json_is_refused_before_it_is_read(tmp_path):
     (["check", "--replicas", "x"], 2),                                   # argparse
     (["check", "--replicas", "4", "--group-size", "8"], 2),              # ConfigError
     (["llm", "predict", "/nonexistent/run"], 3),                         # a missing run folder
-    (["llm", "tune", "/nonexistent/a", "/nonexistent/b"], 2),
+    (["llm", "tune", "/nonexistent/a", "/nonexistent/b"], 3),           # missing pilots, as the run above
 ])
 def test_json_errors_are_a_json_object_on_stdout_and_a_line_on_stderr(argv, code, capsys):
     got, out, err = _error_line(capsys, [*argv, "--json"])
