@@ -498,6 +498,12 @@ def test_gap_refuses_a_schedule_too_long_to_hold(tiny_run, tmp_path, capsys):
     ("noloco.SimConfig(outer=None)", "outer=None"),
     ("noloco.read_run(3)", "give a path"),
     ("noloco.partition(0, 'a', 8, 2)", "step='a' is not an integer"),
+    ("noloco.partition(0, 0, 8.0, 2)", "replicas=8.0 is not an integer"),  # was numpy's TypeError
+    ("noloco.Spectrum(None)", "curvatures=None are not numbers"),  # was 'curvature=nan is out of range'
+    ("noloco.Spectrum.parse(None)", "spectrum=None is NoneType"),  # was an AttributeError
+    ("noloco.outer_step(1.0, 0.0, 1.0, 0.0, 0.5, 1, 1, momentum='adam')", "momentum='adam'"),  # was a bare ValueError
+    ("noloco.simulate('noloco', *noloco.resolve()[1:], None, trials='4')", "trials='4' is not an integer"),  # TypeError
+    ("noloco.SimConfig(rotate='no')", "rotate='no' is not allowed"),  # was kept, and rotated: 'no' is truthy
     ("noloco.OuterOptimizer(5, replicas=2, inner_steps=2)", "model=int"),
     ("noloco.OuterOptimizer(torch.zeros(2, 3), replicas=2, inner_steps=2)", r"as \[tensor\]"),
     ("noloco.Observer(noloco.OuterOptimizer([torch.zeros(2, 3)], replicas=2, inner_steps=2), None, outer_steps=2, "

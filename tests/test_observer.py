@@ -482,6 +482,27 @@ def test_bad_settings_are_named(tmp_path):
         noloco.Observer(outer, tmp_path / "y", outer_steps=4, lr=1e-3)
 
 
+def test_careless_use_is_named(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    outer = noloco.OuterOptimizer([torch.zeros(2, 3)], replicas=2, inner_steps=2)
+    # '' wrote the run into the working folder, 5 was a TypeError
+    for folder in ("", 5):
+        with pytest.raises(noloco.ConfigError, match="names no folder"):
+            noloco.Observer(outer, folder, outer_steps=4, lr=1e-3)
+    assert not (tmp_path / "result.json").exists()
+    # a keyword named as the run's own setting replaced it in the folder (the advice read H 7 for H 2)
+    with pytest.raises(noloco.ConfigError, match="inner_steps= is the run's own setting"):
+        noloco.Observer(outer, tmp_path / "a", outer_steps=4, lr=1e-3, inner_steps=7)
+    observer = noloco.Observer(outer, tmp_path / "b", outer_steps=4, lr=1e-3)
+    observer.log(0, a=np.float32(1.5))  # a numpy float32 was 'not a number'
+    with pytest.raises(noloco.ConfigError, match="is not a number"):  # was torch's RuntimeError
+        observer.log(0, b=torch.ones(3))
+    observer.close()  # before any outer step: read_run refused its empty inputs.jsonl ('train the run again')
+    assert noloco.read_run(tmp_path / "b").metrics[0]["a"] == 1.5
+    with pytest.raises(noloco.ConfigError, match=r"log\(\) after close\(\)"):  # was kept in memory, never written
+        observer.log(1, a=2.0)
+
+
 # ----------------------------------------------------------------- docs/own_run.md
 
 def test_the_docs_page_runs(tmp_path):

@@ -36,7 +36,9 @@ def test_symbolic_definitions():
 
 
 def test_unknown_momentum_rejected():
-    with pytest.raises(ValueError, match="momentum"):
+    from noloco.infra.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="momentum"):
         outer_step(1.0, 0.0, 1.0, 0.0, alpha=0.5, beta=1, gamma=1, momentum="adam")
 
 

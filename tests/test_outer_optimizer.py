@@ -373,6 +373,31 @@ def test_state_dict_round_trip_and_refusals():
         OuterOptimizer([torch.zeros(4, 3)], replicas=4, inner_steps=2, alpha=0.3).load_state_dict(state)
     with pytest.raises(DataError, match=r"phi\['0'\] of shape \(4, 3\), expected \(4, 2\)"):
         OuterOptimizer([torch.zeros(4, 2)], replicas=4, inner_steps=2).load_state_dict(state)
+    # a malformed state is a DataError before anything is copied (a missing counter was a KeyError after phi
+    # was loaded; a list for phi an AttributeError, a string for outer a TypeError)
+    fresh = OuterOptimizer([torch.nn.Parameter(torch.zeros(4, 3))], replicas=4, inner_steps=2)
+    for bad, match in [({k: v for k, v in state.items() if k != "seed"}, "seed is None"),
+                       ({k: v for k, v in state.items() if k != "outer_step"}, "outer_step is None"),
+                       ({**state, "phi": [1, 2]}, "phi is a list"), ({**state, "outer": "paper"}, "outer is a str")]:
+        with pytest.raises(DataError, match=match):
+            fresh.load_state_dict(bad)
+    assert not fresh.phi["0"].any() and fresh.outer_done == 0
+
+
+@torch_only
+def test_careless_arguments_are_named_at_once():
+    torch = _torch()
+    from noloco import ConfigError, OuterOptimizer
+
+    # an integer tensor was taken, and the first outer step failed in torch with a RuntimeError
+    with pytest.raises(ConfigError, match="torch.int64 tensor; the outer step needs floating-point"):
+        OuterOptimizer([torch.zeros(4, 3, dtype=torch.long)], replicas=4, inner_steps=1)
+    with pytest.raises(ConfigError, match="stages=3 is not a list"):  # was a TypeError
+        OuterOptimizer([torch.zeros(4, 3)], replicas=4, inner_steps=1, stages=3)
+    outer = OuterOptimizer([torch.zeros(4, 3)], replicas=4, inner_steps=1)
+    with pytest.raises(ConfigError, match="hook=3 is not callable"):  # was a TypeError at the next outer step
+        outer.add_progress_hook(3)
+    outer.step()
 
 
 @torch_only

@@ -145,6 +145,15 @@ def test_the_two_calls_by_hand_and_their_misuse(tmp_path):
     assert run.result["outer_steps_done"] == 2 and run.result["finished"]
 
 
+def test_a_resolved_config_is_taken_whole():
+    """As OuterOptimizer(config=...): it was a TypeError (the Watch had no config keyword)."""
+    _, outer, _ = noloco.resolve("diloco", replicas=2)
+    watch = noloco.Watch([torch.zeros(2, 3)], replicas=2, inner_steps=4, method="diloco", config=outer)
+    assert watch.config == outer and watch.inner_steps == 4
+    with pytest.raises(noloco.ConfigError, match="both given"):
+        noloco.Watch([torch.zeros(2, 3)], replicas=2, inner_steps=4, method="diloco", config=outer, alpha=0.1)
+
+
 def test_the_docstring_example_runs():
     import noloco.training.watch as module
 

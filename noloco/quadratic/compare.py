@@ -454,7 +454,7 @@ def simulate(method: str, outer, inner, spectrum, *, objective: str = "quadratic
         (True, 8, ['final_loss_at_mean', 'final_loss_at_mean_se'])
     """
     from noloco.infra import budget
-    from noloco.infra.checks import check_choice
+    from noloco.infra.checks import check_choice, check_integer
     from noloco.quadratic.sim_costs import memory_estimate, time_estimate
     from noloco.theory.conditions import check_arguments
     from noloco.theory.methods import METHODS, constrain
@@ -465,7 +465,9 @@ def simulate(method: str, outer, inner, spectrum, *, objective: str = "quadratic
     count = 1 if spectrum is None else spectrum.count
     fixed_outer, fixed_inner = constrain(method, outer, inner)
     N, H = fixed_outer.replicas, fixed_inner.steps
-    rows, steps = max(trials, 2), max(outer_steps, 1)  # SimConfig names a bad value
+    # named here: the estimates below would fail on trials='4' with a TypeError before SimConfig sees it
+    rows = check_integer("trials", trials, "an integer >= 2", lambda v: v >= 2)
+    steps = check_integer("outer_steps", outer_steps, "an integer >= 1", lambda v: v >= 1)
     eigenbasis = (not rotate and objective == "quadratic") or inner_mode == "exact"
     size = f"{count} direction(s) x {rows} trials x {N} replicas x {steps} outer steps"
     batch = batch_size if isinstance(batch_size, int) and batch_size > 0 else 0  # SimConfig names a bad value

@@ -115,6 +115,8 @@ class SimConfig:
             "decay_time": (check_real, "0 < decay_time < inf", lambda v: 0 < v < math.inf),
             "warmup": (check_integer, "an integer >= 0", lambda v: v >= 0),
         })
+        if not isinstance(self.rotate, bool):  # rotate='no' is truthy: it would rotate, and key the cache on 'no'
+            raise ConfigError(f"rotate={self.rotate!r} is not allowed; allowed: True or False")
         if self.burn_in is not None:  # None: half the run
             check_fields(self, {"burn_in": (check_integer, f"0 <= burn_in < outer_steps={self.outer_steps}",
                                             lambda v: 0 <= v < self.outer_steps)})

@@ -27,6 +27,7 @@ last exchange is waited for when the run ends. The exact theory of this delay is
 
 from __future__ import annotations
 
+from noloco.infra.errors import ConfigError
 from noloco.theory.config import MOMENTUM_CONVENTIONS
 
 
@@ -56,7 +57,7 @@ def outer_step(phi, delta, group_mean_phi, group_mean_progress, alpha, beta, gam
         ``(new_phi, new_delta)``, of the type given.
 
     Raises:
-        ValueError: ``momentum`` is not one of the two conventions.
+        ConfigError: ``momentum`` is not one of the two conventions (a ``ValueError``, as everywhere else).
 
     Examples:
         >>> from noloco import outer_step
@@ -69,7 +70,7 @@ def outer_step(phi, delta, group_mean_phi, group_mean_progress, alpha, beta, gam
         [3.0, 3.0]
     """
     if momentum not in MOMENTUM_CONVENTIONS:
-        raise ValueError(f"momentum={momentum!r} is not allowed; allowed: {', '.join(MOMENTUM_CONVENTIONS)}")
+        raise ConfigError(f"momentum={momentum!r} is not allowed; allowed: {', '.join(MOMENTUM_CONVENTIONS)}")
     return outer_arithmetic(phi, delta, group_mean_phi, group_mean_progress, alpha, beta, gamma,
                             momentum == "nesterov")
 

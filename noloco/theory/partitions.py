@@ -17,6 +17,9 @@ from noloco.infra.errors import ConfigError
 
 
 def _check(replicas: int, group_size: int) -> None:
+    for name, value in (("replicas", replicas), ("group_size", group_size)):
+        if isinstance(value, bool) or not isinstance(value, Integral):  # 8.0 would pass the modulus below
+            raise ConfigError(f"{name}={value!r} is not an integer; allowed: an integer >= 1")
     if replicas < 1 or group_size < 1 or replicas % group_size:
         raise ConfigError(
             f"group_size={group_size} must be >= 1 and divide replicas={replicas}")

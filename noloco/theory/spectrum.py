@@ -74,6 +74,8 @@ class Spectrum:
     def __post_init__(self):
         if self.kind == "list":
             try:
+                if self.curvatures is None:  # numpy reads None as nan: named here, not as 'curvature=nan'
+                    raise TypeError
                 values = tuple(float(v) for v in np.atleast_1d(np.asarray(self.curvatures, dtype=float)))
             except (TypeError, ValueError):  # 'x', a nested or ragged list: named, not numpy's message
                 shown = repr(self.curvatures)
@@ -163,6 +165,9 @@ class Spectrum:
     @classmethod
     def parse(cls, text: str) -> "Spectrum":
         """``"0.1,1,10"`` (a list), ``"uniform:LOW:HIGH:COUNT"`` or ``"powerlaw:HIGH:EXPONENT:COUNT"``."""
+        if not isinstance(text, str):  # None or a number: named, not an AttributeError (Spectrum(...) takes numbers)
+            raise ConfigError(f"spectrum={text!r} is {type(text).__name__}; expected a string such as "
+                              "'uniform:LOW:HIGH:COUNT' (noloco.Spectrum([1.0]) takes numbers)")
         try:
             kind, _, rest = text.partition(":")
             if kind == "uniform":

@@ -21,6 +21,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import numbers
+import os
 import time
 import weakref
 from pathlib import Path
@@ -137,6 +139,9 @@ class Observer:
             raise ConfigError(f"outer={type(outer).__name__} is not a noloco.OuterOptimizer; give the one whose run "
                               "this observes")
         self.outer = outer
+        if folder is not None and (not isinstance(folder, (str, os.PathLike)) or not str(folder).strip()):
+            # '' was Path('.'): the run written into the working folder; 5 a TypeError
+            raise ConfigError(f"folder={folder!r} names no folder; give a path, or None (nothing written)")
         self.folder = None if folder is None else Path(folder)
         self.config = {"method": outer.method, "outer": dataclasses.asdict(outer.config),
                        "inner_steps": outer.inner_steps, "outer_steps": outer_steps, "lr": lr, "schedule": schedule,
@@ -146,6 +151,10 @@ class Observer:
                        # seed of the groups under the harness's name (not a training setting: seeds pool in the tuner)
                        "seed": outer.seed, **({"stages": len(outer.stages)} if len(outer.stages) > 1 else {}),
                        **fields}
+        own = sorted(set(fields) & {"method", "inner_steps", "stages"})
+        if own:  # a field of that name replaced the watched run's own setting in the folder: the advice read a wrong H
+            raise ConfigError(f"{own[0]}= is the run's own setting, read from the optimizer; keep your value under "
+                              f"another name")
         self.setting = RunSetting.from_config(self.config)  # a bad value: ConfigError naming the field, before any work
         if spread_budget is not None and not (isinstance(spread_budget, (int, float)) and 0 < spread_budget < math.inf):
             raise ConfigError(f"spread_budget={spread_budget!r} is out of range; allowed: a number > 0 (a weight_std)")
@@ -371,14 +380,17 @@ class Observer:
         """Your own numbers at outer step ``step`` (``outer.outer_done`` after it), e.g. ``train_loss``, and
         ``val_loss_avg_model`` (the loss of the replicas' average) and ``val_loss_replicas_mean`` (the mean of
         each replica's loss) for ``noloco llm tune`` and the loss gap. Numbers only; rank 0's are written."""
+        if self._handle is None:  # after close() a number was kept in memory and never written
+            raise ConfigError("log() after close(): the folder is written; log before closing the observer")
         if isinstance(step, bool) or not isinstance(step, int) or step < 0:
             raise ConfigError(f"step={step!r} is out of range; allowed: an outer step >= 0")
         for name, value in metrics.items():
             if name in ("outer_step", "weight_std", "weight_std_se"):
                 raise ConfigError(f"{name} is the observer's own; log your number under another name")
-            if isinstance(value, torch.Tensor):
+            if isinstance(value, torch.Tensor) and value.numel() == 1:
                 value = value.item()
-            if isinstance(value, bool) or not isinstance(value, (int, float)):
+            # numpy's float32 is a number too (it is a numbers.Real, not a float)
+            if isinstance(value, bool) or not isinstance(value, numbers.Real):
                 raise ConfigError(f"{name}={value!r} is not a number")
             self.rows.setdefault(step, {"outer_step": step})[name] = float(value)
 
@@ -486,7 +498,8 @@ class Observer:
             for path, text in ((self.folder / "metrics.jsonl", "".join(dumps(r) + "\n" for r in metrics)),
                                (self.folder / "inputs.jsonl", "".join(line for _, line in lines)),
                                (self.folder / "result.json", dumps(result, indent=2) + "\n")):
-                atomic_write_text(path, text)
+                if text or path.name != "inputs.jsonl":  # closed before an outer step: an empty one was unreadable
+                    atomic_write_text(path, text)
 
         self._written = self._writer.submit(write)
         if wait:

@@ -117,6 +117,8 @@ class OuterStep:
         its groups from stream s). Default: one set, every parameter."""
         if stages is None:
             return [list(self.params)]
+        if isinstance(stages, (str, dict)) or not hasattr(stages, "__iter__"):  # 3 was a TypeError
+            raise ConfigError(f"stages={stages!r} is not a list of lists of parameter names")
         stages = [list(keys) for keys in stages]
         named = [k for keys in stages for k in keys]
         if sorted(named) != sorted(self.params):
@@ -133,6 +135,8 @@ class OuterStep:
     def add_progress_hook(self, hook) -> "_Handle":
         """Call ``hook(phi, progress, outer_step)`` at every outer step before the exchange (dicts of
         this process's tensors; do not modify them); ``.remove()`` on the returned handle stops it."""
+        if not callable(hook):  # named now, not as a TypeError at the next outer step
+            raise ConfigError(f"hook={hook!r} is not callable; give a function of (phi, progress, outer_step)")
         self._progress_hooks.append(hook)
         return _Handle(self._progress_hooks, hook)
 
@@ -443,6 +447,16 @@ class OuterOptimizer(OuterStep):
         if not isinstance(state, dict) or state.get("version") not in (1, STATE_VERSION):
             found = state.get("version") if isinstance(state, dict) else type(state).__name__
             raise DataError(f"outer optimizer state of version {found!r}; this version reads 1 and {STATE_VERSION}")
+        # checked before anything is copied: a state without its counters raised a KeyError after phi was loaded
+        for part in ("outer", "phi", "delta", "pending"):
+            if not isinstance(state.get(part) or {}, dict):
+                raise DataError(f"the state's {part} is a {type(state[part]).__name__}, not a dict (give what "
+                                f"state_dict() returned)")
+        for name in ("seed", "outer_step", "inner_step"):
+            value = state.get(name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise DataError(f"the state's {name} is {value!r}, not an integer >= 0 (give what state_dict() "
+                                f"returned)")
         if strict:
             mine = {"method": self.method, "inner_steps": self.inner_steps, **dataclasses.asdict(self.config)}
             theirs = {"method": state.get("method"), "inner_steps": state.get("inner_steps"), **state.get("outer", {})}

@@ -34,6 +34,11 @@ def _named(model) -> dict:
     if wrong:
         raise ConfigError(f"model: {wrong[0]!r} is a {type(named[wrong[0]]).__name__}; give a module, a dict of "
                           f"tensors, an iterable of tensors or a list of modules")
+    # an integer tensor was taken, and the first outer step failed in torch ("Float can't be cast to Long")
+    ints = [k for k, p in named.items() if not (p.is_floating_point() or p.is_complex())]
+    if ints:
+        raise ConfigError(f"model: {ints[0]!r} is a {named[ints[0]].dtype} tensor; the outer step needs floating-point "
+                          f"weights")
     return named
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 import torch
 
 from noloco.infra.errors import ConfigError
+from noloco.theory.config import OuterConfig
 from noloco.training.outer_optimizer import OuterStep
 
 
@@ -43,8 +44,8 @@ class Watch(OuterStep):
         model: a module, a dict or iterable of tensors, or a list of N modules (as OuterOptimizer takes them).
         inner_optimizer: the inner optimizer, hooked for the two calls around its step and read for the Adam
             state ``noloco llm predict --gap`` needs (optional).
-        inner_steps, method, preset, group_size, alpha, beta, gamma, momentum, seed: the framework's outer
-            setting, as :class:`noloco.OuterOptimizer` takes it (for the advice).
+        inner_steps, method, preset, group_size, alpha, beta, gamma, momentum, seed, config: the framework's
+            outer setting, as :class:`noloco.OuterOptimizer` takes it (for the advice).
         replicas: None, one replica per torch.distributed rank (the framework's process group); N, all N in
             this process.
         timeout: seconds a rank waits for a peer.
@@ -79,10 +80,11 @@ class Watch(OuterStep):
                  inner_steps: int | None = None, method: str | None = None, preset: str | None = None,
                  replicas: int | None = None, group_size: int | None = None, alpha: float | None = None,
                  beta: float | None = None, gamma: float | None = None, momentum: str | None = None,
-                 seed: int = 0, timeout: float = 600.0):
+                 seed: int = 0, timeout: float = 600.0, config: OuterConfig | None = None):
+        # config: a resolved OuterConfig whole, as OuterOptimizer takes it (it was a TypeError here)
         self._setup(model, inner_optimizer, inner_steps=inner_steps, method=method, preset=preset,
                     replicas=replicas, group_size=group_size, alpha=alpha, beta=beta, gamma=gamma, momentum=momentum,
-                    seed=seed, stages=None, exchange=None, timeout=timeout)
+                    seed=seed, stages=None, exchange=None, timeout=timeout, config=config)
         # phi: the outer weights at the last synchronisation (at the start: the replicas' common start)
         self._phi = {k: t.clone() for k, t in self.replicas_here.theta().items()}
         self._synced = False  # a synchronisation happened and phi is not copied yet
