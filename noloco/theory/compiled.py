@@ -9,7 +9,7 @@ One function per expression group and momentum convention, each with arguments
 
 import numpy  # noqa: F401  (the printer writes numpy.* for anything but + - * / **)
 
-SOURCE_HASH = "c8bf1449799da683"
+SOURCE_HASH = "1bdeaa3c0f5fcd4d"
 
 
 def heavy_ball_mean_charpoly(alpha, beta, gamma, c, kappa):
