@@ -504,6 +504,10 @@ def test_gap_refuses_a_schedule_too_long_to_hold(tiny_run, tmp_path, capsys):
     ("noloco.outer_step(1.0, 0.0, 1.0, 0.0, 0.5, 1, 1, momentum='adam')", "momentum='adam'"),  # was a bare ValueError
     ("noloco.simulate('noloco', *noloco.resolve()[1:], None, trials='4')", "trials='4' is not an integer"),  # TypeError
     ("noloco.SimConfig(rotate='no')", "rotate='no' is not allowed"),  # was kept, and rotated: 'no' is truthy
+    ("noloco.resolve('paper', gamma_tied='no')", "gamma_tied='no' is not allowed"),  # was read as yes
+    ("noloco.simulate('noloco', *noloco.resolve()[1:], None, use_cache='no')", "use_cache='no' is not allowed"),
+    ("noloco.OuterOptimizer([torch.zeros(2, 3)], replicas=2, inner_steps=2).load_state_dict({}, strict='no')",
+     "strict='no' is not allowed"),
     ("noloco.OuterOptimizer(5, replicas=2, inner_steps=2)", "model=int"),
     ("noloco.OuterOptimizer(torch.zeros(2, 3), replicas=2, inner_steps=2)", r"as \[tensor\]"),
     ("noloco.Observer(noloco.OuterOptimizer([torch.zeros(2, 3)], replicas=2, inner_steps=2), None, outer_steps=2, "

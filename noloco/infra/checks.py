@@ -40,6 +40,13 @@ def check_instance(name: str, value, kinds, what: str):
     return value
 
 
+def check_flag(name: str, value) -> bool:
+    """``value`` if it is True or False: a string such as "no" is truthy and would be read as yes, silently."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{name}={value!r} is not allowed; allowed: True or False")
+    return value
+
+
 #: the longest wait for a peer (seconds, about 31 years): datetime.timedelta, which torch.distributed takes,
 #: overflows above about 8.6e13 s, and no wait longer than this means anything
 MAX_TIMEOUT = 1e9

@@ -454,12 +454,13 @@ def simulate(method: str, outer, inner, spectrum, *, objective: str = "quadratic
         (True, 8, ['final_loss_at_mean', 'final_loss_at_mean_se'])
     """
     from noloco.infra import budget
-    from noloco.infra.checks import check_choice, check_integer
+    from noloco.infra.checks import check_choice, check_flag, check_integer
     from noloco.quadratic.sim_costs import memory_estimate, time_estimate
     from noloco.theory.conditions import check_arguments
     from noloco.theory.methods import METHODS, constrain
 
     check_choice("method", method, tuple(METHODS))
+    check_flag("use_cache", use_cache)  # "no" is truthy: the cache would be read
     check_arguments(outer, inner, spectrum, spectrum_optional=True)
 
     count = 1 if spectrum is None else spectrum.count

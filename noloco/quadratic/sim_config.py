@@ -11,8 +11,8 @@ import numpy as np
 from noloco.quadratic.names import DTYPES, INNER_MODES, METHODS, OBJECTIVES, OPTIMIZERS, SCHEDULES, SPLITS
 from noloco.infra.errors import ConfigError
 from noloco.theory.config import InnerConfig, OuterConfig
-from noloco.infra.checks import (check_choice, check_fields, check_instance, check_integer, check_real, check_scale,
-                                 check_seed)
+from noloco.infra.checks import (check_choice, check_fields, check_flag, check_instance, check_integer, check_real,
+                                 check_scale, check_seed)
 from noloco.theory.methods import constrain
 from noloco.theory.schedules import learning_rate, learning_rates
 from noloco.theory.spectrum import DEFAULT_CURVATURE, Spectrum
@@ -115,8 +115,7 @@ class SimConfig:
             "decay_time": (check_real, "0 < decay_time < inf", lambda v: 0 < v < math.inf),
             "warmup": (check_integer, "an integer >= 0", lambda v: v >= 0),
         })
-        if not isinstance(self.rotate, bool):  # rotate='no' is truthy: it would rotate, and key the cache on 'no'
-            raise ConfigError(f"rotate={self.rotate!r} is not allowed; allowed: True or False")
+        check_flag("rotate", self.rotate)  # 'no' would rotate, and key the cache on 'no'
         if self.burn_in is not None:  # None: half the run
             check_fields(self, {"burn_in": (check_integer, f"0 <= burn_in < outer_steps={self.outer_steps}",
                                             lambda v: 0 <= v < self.outer_steps)})

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 from noloco.infra.errors import ConfigError
 from noloco.theory.config import OUTER_FIELDS, InnerConfig, OuterConfig
-from noloco.infra.checks import check_choice
+from noloco.infra.checks import check_choice, check_flag
 
 @dataclass(frozen=True)
 class Method:
@@ -201,7 +201,7 @@ def resolve(preset: str | None = None, method: str | None = None, *, gamma_tied:
     if unknown:
         raise TypeError(f"unknown setting(s): {', '.join(sorted(unknown))}; allowed: "
                         f"{', '.join(f.name for f in dataclasses.fields(OuterConfig) + dataclasses.fields(InnerConfig))}")
-    if gamma_tied:
+    if check_flag("gamma_tied", gamma_tied):  # "no" is truthy: it would tie gamma
         if "gamma" in given:
             raise ConfigError(f"gamma={given['gamma']!r} conflicts with gamma_tied (gamma = beta); give one")  # edge: kwargs
         given["gamma"] = given.get("beta", base.outer.beta)  # edge: the caller's **overrides, completed before validation

@@ -25,7 +25,7 @@ import os
 
 import torch
 
-from noloco.infra.checks import check_integer, check_seed, check_timeout
+from noloco.infra.checks import check_flag, check_integer, check_seed, check_timeout
 from noloco.infra.errors import ConfigError, DataError
 from noloco.theory.config import OuterConfig
 from noloco.theory.methods import METHOD_TABLE, METHODS, check_outer, resolve
@@ -444,6 +444,7 @@ class OuterOptimizer(OuterStep):
         """Resume from :meth:`state_dict`: phi, delta, counters and seed. ``strict``: the method, the outer
         setting and H must equal this optimizer's (ConfigError naming the field). At an outer-step
         boundary the parameters are set to phi; mid-phase they are the model's (load its state too)."""
+        check_flag("strict", strict)  # "no" is truthy: a mismatched setting would be refused, not loaded
         if not isinstance(state, dict) or state.get("version") not in (1, STATE_VERSION):
             found = state.get("version") if isinstance(state, dict) else type(state).__name__
             raise DataError(f"outer optimizer state of version {found!r}; this version reads 1 and {STATE_VERSION}")
