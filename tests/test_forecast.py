@@ -992,20 +992,15 @@ def test_the_gap_range_development_names_folders_that_hold_no_range(tmp_path, ca
 
 @pytest.mark.slow
 @pytest.mark.torch
+@pytest.mark.usefixtures("one_torch_thread")  # as the study's runs were trained: GPT-2's sums differ with the count
 def test_the_gap_range_study_re_trains_its_first_seed_bit_for_bit(tmp_path):
     """`noloco llm study gap-range`'s training from nothing for cpu-tiny and the held-out GPT-2 at its first groups
     seed (8 runs, about 2 minutes on two cores): every judged row comes out as docs/data/gap_range.json has it."""
     pytest.importorskip("transformers")
     from noloco.studies import gap_range
 
-    import torch
-
-    families, runs, threads = ("cpu-tiny", "gpt2"), gap_range.FRESH_RUNS[:1], torch.get_num_threads()
-    torch.set_num_threads(1)  # as the study's runs were trained: GPT-2's sums differ with the thread count
-    try:
-        gap_range.train_missing(tmp_path, families=families, runs=runs, progress=False)
-    finally:
-        torch.set_num_threads(threads)
+    families, runs = ("cpu-tiny", "gpt2"), gap_range.FRESH_RUNS[:1]
+    gap_range.train_missing(tmp_path, families=families, runs=runs, progress=False)
     again = [r.to_json() for r in gap_range.judge(tmp_path, families=families, runs=runs).rows]
     stored = json.loads((Path(__file__).parents[1] / "docs" / "data" / "gap_range.json").read_text())["rows"]
     assert again == [r for r in stored if r["family"] in families and r["groups_seed"] == runs[0][0]]

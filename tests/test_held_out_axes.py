@@ -37,19 +37,14 @@ def test_the_verdict_needs_95_percent_of_the_claimed_within_and_half_claimed(cla
 
 @pytest.mark.slow
 @pytest.mark.torch
+@pytest.mark.usefixtures("one_torch_thread")  # one thread, as the study's runs were trained
 def test_the_held_out_axes_study_re_trains_its_first_seed_bit_for_bit(tmp_path):
     """Training from nothing at the first groups seed (22 runs, about 4 minutes on two cores, one thread as the
     study's runs were trained): every transfer comes out as docs/data/held_out_axes.json has it, under today's
     flags."""
     pytest.importorskip("transformers")
-    import torch
-
-    threads, runs = torch.get_num_threads(), H.RUNS[:1]
-    torch.set_num_threads(1)
-    try:
-        H.train_missing(tmp_path, runs=runs, progress=False)
-    finally:
-        torch.set_num_threads(threads)
+    runs = H.RUNS[:1]
+    H.train_missing(tmp_path, runs=runs, progress=False)
     again = [r.to_json() for r in H.evaluate(tmp_path, runs=runs).rows]
     stored = [r for r in json.loads(STORED.read_text())["rows"] if r["groups_seed"] == runs[0][0]]
     # judged when `short phase` flagged a target's short phase too: today H down carries no flag (short-phase study)

@@ -46,17 +46,12 @@ def test_a_file_given_for_the_runs_folder_is_one_line_before_any_work(tmp_path, 
 
 @pytest.mark.slow
 @pytest.mark.torch
+@pytest.mark.usefixtures("one_torch_thread")  # one thread, as the study's runs were trained
 def test_the_short_phase_study_re_trains_its_first_seed_bit_for_bit(tmp_path):
     """Training from nothing at the first groups seed (8 runs, about 2 minutes on two cores, one thread as the
     study's runs were trained): both transfers of every family come out as docs/data/short_phase.json has them."""
     pytest.importorskip("transformers")
-    import torch
-
-    threads, runs = torch.get_num_threads(), S.RUNS[:1]
-    torch.set_num_threads(1)
-    try:
-        S.train_missing(tmp_path, runs=runs, progress=False)
-    finally:
-        torch.set_num_threads(threads)
+    runs = S.RUNS[:1]
+    S.train_missing(tmp_path, runs=runs, progress=False)
     again = [r.to_json() for r in S.evaluate(tmp_path, runs=runs).rows]
     assert again == [r for r in json.loads(STORED.read_text())["rows"] if r["groups_seed"] == runs[0][0]]

@@ -94,19 +94,26 @@ def train_missing(out, families=FAMILIES, runs=RUNS, progress: bool | None = Non
     train_runs(out, families, NAMES, runs, progress=progress)
 
 
-def evaluate(out, families=FAMILIES, runs=RUNS) -> HeldOutAxesReport:
-    """Every transfer of the finished runs in ``out`` and the transfers' part of the rule."""
+def axis_rows(out, families, runs, transfers, study: str) -> list[AxisRow]:
+    """``--as`` for each (pilot, target, axis) of ``transfers`` on the finished runs in ``out`` of every family and
+    (groups seed, data order) of ``runs``; one not finished names ``noloco llm study STUDY`` to train it."""
     rows = []
     for groups_seed, data_seed in runs:
         for family in families:
-            for pilot, target, axis in one_pilot.TRANSFERS:
+            for pilot, target, axis in transfers:
                 row = one_pilot.as_row(groups_folder(out, groups_seed), family, data_seed, pilot, target, axis)
                 if row is None:
                     raise DataError(f"{groups_folder(out, groups_seed)}: {family} {pilot} or {target} is not "
-                                    f"finished (train it: noloco llm study held-out-axes --out {out})")
+                                    f"finished (train it: noloco llm study {study} --out {out})")
                 rows.append(AxisRow(family=family, groups_seed=groups_seed, axis=axis, ratio=row.as_ratio,
                                     flags=[f.split(":")[0] for f in row.as_flags], claimed=not row.as_flags,
                                     within=abs(row.as_ratio - 1) <= CLAIM_TOLERANCE))
+    return rows
+
+
+def evaluate(out, families=FAMILIES, runs=RUNS) -> HeldOutAxesReport:
+    """Every transfer of the finished runs in ``out`` and the transfers' part of the rule."""
+    rows = axis_rows(out, families, runs, one_pilot.TRANSFERS, "held-out-axes")
     claimed = sum(r.claimed for r in rows)
     held = sum(r.claimed and r.within for r in rows)
     return HeldOutAxesReport(schema="noloco.held_out_axes/1", rows=rows, counts=counts(rows, families),

@@ -33,11 +33,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from noloco.advice.forecast import CLAIM_TOLERANCE
-from noloco.infra.errors import DataError
 from noloco.infra.record import JsonRecord
 from noloco.studies import one_pilot
-from noloco.studies.held_out_axes import AxisRow
-from noloco.studies.luck import folder_study, groups_folder, train_runs
+from noloco.studies.held_out_axes import AxisRow, axis_rows
+from noloco.studies.luck import folder_study, train_runs
 
 FAMILIES = ("cpu-tiny", "llama", "neox", "gpt2")
 RUNS = tuple(zip(range(190, 198), range(9001, 9009)))
@@ -69,18 +68,7 @@ def train_missing(out, families=FAMILIES, runs=RUNS, progress: bool | None = Non
 
 def evaluate(out, families=FAMILIES, runs=RUNS) -> ShortPhaseReport:
     """Both transfers of every finished pair of runs in ``out`` and the rule's verdict (:func:`report`)."""
-    rows = []
-    for groups_seed, data_seed in runs:
-        for family in families:
-            for pilot, target, axis in (JUDGED, BACK):
-                row = one_pilot.as_row(groups_folder(out, groups_seed), family, data_seed, pilot, target, axis)
-                if row is None:
-                    raise DataError(f"{groups_folder(out, groups_seed)}: {family} {pilot} or {target} is not "
-                                    f"finished (train it: noloco llm study short-phase --out {out})")
-                rows.append(AxisRow(family=family, groups_seed=groups_seed, axis=axis, ratio=row.as_ratio,
-                                    flags=[f.split(":")[0] for f in row.as_flags], claimed=not row.as_flags,
-                                    within=abs(row.as_ratio - 1) <= CLAIM_TOLERANCE))
-    return report(rows, families)
+    return report(axis_rows(out, families, runs, (JUDGED, BACK), "short-phase"), families)
 
 
 def report(rows: list[AxisRow], families=FAMILIES) -> ShortPhaseReport:

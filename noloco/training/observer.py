@@ -32,7 +32,7 @@ import torch
 from noloco.advice.record import RunRecord, RunSetting
 from noloco.advice.run_rows import GroupInputs, InputsRow
 from noloco.infra.errors import ConfigError, DataError
-from noloco.infra.checks import check_integer
+from noloco.infra.checks import check_flag, check_integer
 from noloco.infra.files import SCHEMA_VERSION, atomic_write_text, dumps, output_dir
 from noloco.infra.rundir import RunLock
 from noloco.training import early_warning
@@ -166,8 +166,7 @@ class Observer:
             raise ConfigError(f"warn_steps={warn_steps!r} is out of range; allowed: an integer >= 0 (outer steps) or "
                               f"None (the default checks)")
         self.warn_steps = early_warning.check_steps(outer.inner_steps)[-1] if warn_steps is None else warn_steps
-        if not isinstance(overwrite, bool):
-            raise ConfigError(f"overwrite={overwrite!r} is not allowed; allowed: True or False")
+        check_flag("overwrite", overwrite)
         check_integer("seed", seed, "an integer >= 0 (the sample's)", lambda v: v >= 0)
         for key, value in fields.items():  # kept in config.json: refused now, not when the folder is first written
             try:

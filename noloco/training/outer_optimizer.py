@@ -251,8 +251,7 @@ class OuterOptimizer(OuterStep):
         if wire_dtype is not None and not (isinstance(wire_dtype, torch.dtype) and wire_dtype.is_floating_point):
             raise ConfigError(f"wire_dtype={wire_dtype!r} is not a floating torch dtype; allowed: e.g. "
                               f"torch.bfloat16, or None (the outer state's dtype)")
-        if not isinstance(overlap, bool):
-            raise ConfigError(f"overlap={overlap!r} is not allowed; allowed: True or False")
+        check_flag("overlap", overlap)
         exchange = self.__dict__.pop("_given_exchange", None)  # set by _placed only
         self._setup(model, inner_optimizer, inner_steps=inner_steps, method=method, preset=preset, replicas=replicas,
                     group_size=group_size, alpha=alpha, beta=beta, gamma=gamma, momentum=momentum, seed=seed,
